@@ -1,0 +1,140 @@
+# gpurun: one non-recursive Makefile (STYLE.md rule 13). Objects live under build/ (or
+# build/asan/ for the sanitizer build); quiet unless V=1.
+
+CC       ?= cc
+CLANG    ?= clang
+PKG      ?= pkg-config
+BUILD    ?= build
+PREFIX   ?= /usr/local
+NVCC     ?= $(firstword $(wildcard $(shell command -v nvcc 2>/dev/null) /usr/local/cuda/bin/nvcc))
+
+LIBS_PC  := libuv jansson libcrypto
+CPPFLAGS += -Ilib -D_GNU_SOURCE $(shell $(PKG) --cflags $(LIBS_PC) 2>/dev/null)
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+            -Wno-missing-field-initializers -fno-strict-aliasing -MMD -MP
+LDLIBS   += $(shell $(PKG) --libs $(LIBS_PC) 2>/dev/null) -lm
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+# --- sources -------------------------------------------------------------------------------
+LIB_SRC    := $(filter-out lib/gr.c,$(wildcard lib/*.c))
+GR_SRC     := lib/gr.c lib/frame.c lib/proto.c lib/log.c lib/auth.c
+DAEMON_SRC := $(wildcard daemon/*.c)
+CLIENT_SRC := $(wildcard client/*.c)
+TEST_SRC   := $(wildcard tests/test_*.c)
+
+obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
+
+LIB_A      := $(BUILD)/libgpurun.a
+GR_A       := $(BUILD)/libgr.a
+RENDEZVOUSD:= $(BUILD)/rendezvousd
+GPURUN     := $(BUILD)/gpurun
+RUNNER     := $(BUILD)/tests/runner
+GR_EXAMPLE := $(BUILD)/tests/gr_example
+LOADGEN    := $(BUILD)/bench/loadgen
+PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN)
+
+.PHONY: all run test test-gpu bench fuzz asan memcheck install clean deps format format-check
+
+all: $(PROGS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(LIB_A): $(call obj,$(LIB_SRC))
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(GR_A): $(call obj,$(sort $(GR_SRC)))
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(RENDEZVOUSD): $(call obj,$(DAEMON_SRC)) $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(GPURUN): $(call obj,$(CLIENT_SRC)) $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(GR_EXAMPLE): $(call obj,tests/gr_example.c) $(GR_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The unit tests link the daemon's and client's modules (without their main()) so that each
+# module's test reaches its static-free API.
+DAEMON_MODS := $(filter-out daemon/main.c,$(DAEMON_SRC))
+CLIENT_MODS := $(filter-out client/main.c,$(CLIENT_SRC))
+$(RUNNER): $(call obj,tests/runner.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) lib/gr.c) $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(LOADGEN): $(call obj,bench/loadgen.c) $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# --- set-up, demo and tests ----------------------------------------------------------------
+deps:
+	$(Q)scripts/deps.sh
+
+run: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)scripts/demo.sh
+
+FORMAT_SRC = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null || find lib daemon client kernels tests bench -name '*.[ch]')
+format:
+	$(Q)clang-format -i $(FORMAT_SRC)
+format-check:
+	$(Q)clang-format --dry-run -Werror $(FORMAT_SRC)
+
+# The sanitizer build: the same sources under build/asan with ASan and UBSan, every UB report
+# fatal.
+asan:
+	$(Q)$(MAKE) --no-print-directory BUILD=$(BUILD)/asan \
+	    CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
+	    LDFLAGS="-fsanitize=address,undefined" all
+
+test: deps
+	$(Q)$(MAKE) --no-print-directory all asan fuzz-build
+	$(Q)tests/run
+
+# --- fuzzing (libFuzzer, clang) --------------------------------------------------------------
+FUZZ := $(BUILD)/fuzz/fuzz_frame
+FUZZ_SRC := tests/fuzz_frame.c lib/frame.c lib/proto.c lib/auth.c
+fuzz-build: $(FUZZ)
+$(FUZZ): $(FUZZ_SRC) $(wildcard lib/*.h)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  FUZZ    $@")
+	$(Q)$(CLANG) $(CPPFLAGS) -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_SRC) $(LDLIBS)
+FUZZ_SECONDS ?= 60
+fuzz: $(FUZZ)
+	$(Q)mkdir -p $(BUILD)/fuzz/corpus
+	$(Q)$(FUZZ) -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz/corpus
+
+memcheck: all
+	$(Q)MEMCHECK=1 tests/run
+
+bench: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)bench/run
+
+test-gpu:
+	@echo "test-gpu: no CUDA backend yet"
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -m 0755 $(GPURUN) $(RENDEZVOUSD) $(DESTDIR)$(PREFIX)/bin
+	install -m 0644 $(GR_A) $(DESTDIR)$(PREFIX)/lib
+	install -m 0644 lib/gr.h $(DESTDIR)$(PREFIX)/include
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,108 @@
+/* Job-key authentication for gpurun's TCP links (DESIGN.md section 5).
+ *
+ * Every job has a 256-bit key, kept as 64 hex digits in a 0600 file of the job dir. A TCP
+ * link opens with a three-frame handshake of fixed-size binary frames, so that nothing is
+ * parsed as JSON before the peer has proved it holds the key:
+ *
+ *   client -> server  hello:     "GRH1" nonce_c[32]
+ *   server -> client  challenge: "GRC1" nonce_s[32] HMAC(K, "gpurun srv" nonce_c nonce_s)
+ *   client -> server  proof:     "GRP1" HMAC(K, "gpurun cli" nonce_c nonce_s)
+ *
+ * Both nonces are fresh from RAND_bytes, so each side proves the key on a transcript it
+ * chose half of: a recorded handshake cannot be replayed. The client checks the server too,
+ * so a process squatting on the leader's port learns nothing. Each direction then gets its
+ * own session key, HMAC(K, "gpurun c2s" nonce_c nonce_s) and "gpurun s2c" likewise, and
+ * every later frame's payload is
+ *
+ *   seq[8, big-endian] json[n] tag[32] where tag = HMAC-SHA256(session key, seq json)
+ *
+ * seq counts the frames of that direction from 0; a frame whose seq is not the next one is
+ * a replay or a reorder and is refused, and a frame of another job or link fails its tag.
+ * All comparisons of secrets are constant-time (CRYPTO_memcmp). */
+#ifndef GPURUN_AUTH_H
+#define GPURUN_AUTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define AUTH_KEY_LEN     32
+#define AUTH_NONCE_LEN   32
+#define AUTH_TAG_LEN     32
+#define AUTH_SEQ_LEN     8
+#define AUTH_HELLO_LEN   (4 + AUTH_NONCE_LEN)
+#define AUTH_CHAL_LEN    (4 + AUTH_NONCE_LEN + AUTH_TAG_LEN)
+#define AUTH_PROOF_LEN   (4 + AUTH_TAG_LEN)
+/* Bytes a sealed frame adds around its JSON. */
+#define AUTH_OVERHEAD    (AUTH_SEQ_LEN + AUTH_TAG_LEN)
+/* The key file holds the key as hex plus an optional newline. */
+#define AUTH_KEYFILE_LEN (2 * AUTH_KEY_LEN)
+
+struct auth_key {
+    uint8_t k[AUTH_KEY_LEN];
+};
+
+/* One direction pair of an established link. */
+struct auth_session {
+    uint8_t tx_key[AUTH_KEY_LEN];
+    uint8_t rx_key[AUTH_KEY_LEN];
+    uint64_t tx_seq;
+    uint64_t rx_seq;
+};
+
+/* The state of one side of a handshake in progress. */
+struct auth_handshake {
+    struct auth_key key;
+    uint8_t nonce_c[AUTH_NONCE_LEN];
+    uint8_t nonce_s[AUTH_NONCE_LEN];
+    int state; /* internal: which frame comes next */
+};
+
+/* Fills key with 32 fresh random bytes. Returns 0, or -EIO when the RNG fails. */
+int auth_key_generate(struct auth_key *key);
+
+/* Creates path with mode 0600 (O_EXCL: an existing file is an error, -EEXIST) holding the
+ * key in hex. Returns 0 or a negative errno. */
+int auth_key_write(const char *path, const struct auth_key *key);
+
+/* Reads a key written by auth_key_write(). Refuses a file that others can read or write
+ * (-EPERM), that is not 64 hex digits (-EINVAL), or cannot be read (negative errno). */
+int auth_key_read(const char *path, struct auth_key *key);
+
+/* Client, step 1: starts a handshake; writes the hello frame's payload to out. Returns 0 or
+ * -EIO (RNG failure). */
+int auth_client_hello(struct auth_handshake *hs, const struct auth_key *key,
+                      uint8_t out[AUTH_HELLO_LEN]);
+
+/* Client, step 2: checks the server's challenge (in, len bytes); on success writes the proof
+ * payload to out and the established session to sess. Returns 0, -EBADMSG for a frame of the
+ * wrong shape, -EACCES when the server does not hold the key. */
+int auth_client_proof(struct auth_handshake *hs, const uint8_t *in, size_t len,
+                      uint8_t out[AUTH_PROOF_LEN], struct auth_session *sess);
+
+/* Server, step 1: takes the client's hello and writes the challenge payload to out. Returns
+ * 0, -EBADMSG for a frame of the wrong shape, -EIO (RNG failure). */
+int auth_server_challenge(struct auth_handshake *hs, const struct auth_key *key, const uint8_t *in,
+                          size_t len, uint8_t out[AUTH_CHAL_LEN]);
+
+/* Server, step 2: checks the client's proof; on success fills sess. Returns 0, -EBADMSG for a
+ * frame of the wrong shape, -EACCES for a wrong key. */
+int auth_server_finish(struct auth_handshake *hs, const uint8_t *in, size_t len,
+                       struct auth_session *sess);
+
+/* Seals a frame in place: buf holds AUTH_SEQ_LEN free bytes, then the n message bytes, then
+ * AUTH_TAG_LEN free bytes; writes the seq and the tag and advances tx_seq. The payload to
+ * send is then buf[0 .. n + AUTH_OVERHEAD). */
+void auth_seal(struct auth_session *s, uint8_t *buf, size_t n);
+
+/* Opens a received payload of len bytes: checks its seq and tag. Returns 0 and sets *msg
+ * (borrowed from payload) and *n, advancing rx_seq; -EBADMSG when the payload is too short
+ * or the tag is wrong; -EPROTO when the tag is right but seq is not the next one (a replay). */
+int auth_open(struct auth_session *s, const uint8_t *payload, size_t len, const uint8_t **msg,
+              size_t *n);
+
+/* Hex helpers. auth_hex writes 2n digits and a NUL to out; auth_unhex reads exactly 2n
+ * digits and returns 0 or -EINVAL. */
+void auth_hex(const uint8_t *in, size_t n, char *out);
+int auth_unhex(const char *in, uint8_t *out, size_t n);
+
+#endif

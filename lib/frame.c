@@ -1,0 +1,78 @@
+/* The frame reader: an append buffer that is compacted lazily, so that a burst of small
+ * frames in one read costs one memmove at most. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frame.h"
+#include "banned.h"
+
+void frame_reader_init(struct frame_reader *r, uint32_t max)
+{
+    memset(r, 0, sizeof(*r));
+    r->max = max;
+}
+
+void frame_reader_release(struct frame_reader *r)
+{
+    free(r->buf);
+    frame_reader_init(r, r->max);
+}
+
+int frame_reader_feed(struct frame_reader *r, const void *data, size_t n)
+{
+    if (r->off > 0 && r->off == r->len) {
+        r->off = r->len = 0;
+    } else if (r->off > 0 && r->len + n > r->cap) {
+        memmove(r->buf, r->buf + r->off, r->len - r->off);
+        r->len -= r->off;
+        r->off = 0;
+    }
+    if (r->len + n > r->cap) {
+        size_t cap = r->cap ? r->cap : 4096;
+        while (cap < r->len + n)
+            cap *= 2;
+        uint8_t *nb = realloc(r->buf, cap);
+        if (!nb)
+            return -ENOMEM;
+        r->buf = nb;
+        r->cap = cap;
+    }
+    memcpy(r->buf + r->len, data, n);
+    r->len += n;
+    return 0;
+}
+
+int frame_reader_next(struct frame_reader *r, const uint8_t **payload, size_t *len)
+{
+    size_t avail = r->len - r->off;
+    const uint8_t *p = r->buf + r->off;
+    uint32_t n;
+
+    if (avail < FRAME_HDR_LEN)
+        return 0;
+    n = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    if (n == 0)
+        return -EBADMSG;
+    if (n > r->max)
+        return -EMSGSIZE;
+    if (avail - FRAME_HDR_LEN < n)
+        return 0;
+    *payload = p + FRAME_HDR_LEN;
+    *len = n;
+    r->off += FRAME_HDR_LEN + n;
+    return 1;
+}
+
+size_t frame_reader_pending(const struct frame_reader *r)
+{
+    return r->len - r->off;
+}
+
+void frame_put_header(uint8_t hdr[FRAME_HDR_LEN], uint32_t len)
+{
+    hdr[0] = (uint8_t)(len >> 24);
+    hdr[1] = (uint8_t)(len >> 16);
+    hdr[2] = (uint8_t)(len >> 8);
+    hdr[3] = (uint8_t)len;
+}

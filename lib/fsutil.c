@@ -1,0 +1,146 @@
+/* Job-dir file helpers. The rename dance is what makes summary.json, endpoint.json and
+ * job.json safe to read while they are written, on local disks and NFS alike. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fsutil.h"
+#include "banned.h"
+
+static int fsync_dir_of(const char *path)
+{
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    int fd, ret = 0;
+
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == path)
+        snprintf(dir, sizeof(dir), "/");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) < 0)
+        ret = -errno;
+    close(fd);
+    return ret;
+}
+
+int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
+{
+    char tmp[PATH_MAX];
+    const char *p = data;
+    int ret = -1, fd = -1;
+
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp))
+        return -ENAMETOOLONG;
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0)
+        return -errno;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            ret = -errno;
+            goto out;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    if (fsync(fd) < 0) {
+        ret = -errno;
+        goto out;
+    }
+    if (close(fd) < 0) {
+        fd = -1;
+        ret = -errno;
+        goto out;
+    }
+    fd = -1;
+    if (rename(tmp, path) < 0) {
+        ret = -errno;
+        goto out;
+    }
+    ret = fsync_dir_of(path);
+    return ret;
+out:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    return ret;
+}
+
+int fs_mkdirs(const char *dir, mode_t mode)
+{
+    char buf[PATH_MAX];
+    size_t n = strlen(dir);
+
+    if (n == 0 || n >= sizeof(buf))
+        return -ENAMETOOLONG;
+    memcpy(buf, dir, n + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, mode) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+int fs_read_all(const char *path, size_t max, char **out, size_t *len)
+{
+    struct stat st;
+    char *buf = NULL;
+    size_t got = 0;
+    int ret = -1, fd;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &st) < 0) {
+        ret = -errno;
+        goto out;
+    }
+    if ((size_t)st.st_size > max) {
+        ret = -EFBIG;
+        goto out;
+    }
+    buf = malloc((size_t)st.st_size + 1);
+    if (!buf) {
+        ret = -ENOMEM;
+        goto out;
+    }
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            ret = -errno;
+            goto out;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+    *out = buf;
+    *len = got;
+    buf = NULL;
+    ret = 0;
+out:
+    free(buf);
+    close(fd);
+    return ret;
+}

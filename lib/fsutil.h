@@ -1,0 +1,21 @@
+/* File helpers for the job dir: atomic replacement and private directories. */
+#ifndef GPURUN_FSUTIL_H
+#define GPURUN_FSUTIL_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Replaces path with len bytes of data (borrowed) so that a reader sees the old file or the
+ * new one, never a part: a temp file beside it, fsync, rename, fsync of the directory.
+ * Returns 0 or a negative errno; on failure the temp file is gone. */
+int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
+
+/* Creates dir and its missing parents with mode (parents 0700). An existing directory is
+ * fine. Returns 0 or a negative errno. */
+int fs_mkdirs(const char *dir, mode_t mode);
+
+/* Reads a whole file of at most max bytes into a new NUL-terminated buffer (*out, caller
+ * frees) and sets *len. Returns 0, -EFBIG over max, or a negative errno. */
+int fs_read_all(const char *path, size_t max, char **out, size_t *len);
+
+#endif

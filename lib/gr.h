@@ -1,0 +1,71 @@
+/* The gpurun rank library: what a training process links to talk to its node's rendezvousd.
+ *
+ * A rank started by rendezvousd finds in its environment RANK, LOCAL_RANK, WORLD_SIZE,
+ * LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT and the two variables of this
+ * library, GPURUN_SOCK (the agent's Unix socket) and GPURUN_TOKEN (this rank's secret).
+ * gr_init() reads them and connects; every other call is a request over that socket, served
+ * by the job-wide store and barrier on the leader.
+ *
+ * Thread context: a struct gr is used by one thread at a time; calls block. Every call
+ * returns 0 or a negative errno: -ETIMEDOUT for a wait that ran out, -ENOENT for a missing
+ * key (timeout 0), -E2BIG for a key or value over the limits, -ECONNRESET when the agent is
+ * gone, -EPROTO for an answer that makes no sense. gr_strerror() describes the last failure
+ * in words ("store refused 'k': value longer than 262144 bytes"). */
+#ifndef GPURUN_GR_H
+#define GPURUN_GR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct gr;
+
+/* Progress of one training step, as gpurun status shows it. */
+struct gr_progress {
+    int64_t step;
+    double loss;
+    double lr;
+    double tokens_per_s;
+    double grad_norm;
+};
+
+/* Connects to the agent named by the environment and introduces this rank. On success *out
+ * is new (the caller ends it with gr_finalize). Returns -ENOENT when the process was not
+ * started by rendezvousd (GPURUN_SOCK unset), or the connection's error. */
+int gr_init(struct gr **out);
+
+/* This rank's place in the job, from the environment gr_init read. */
+int gr_rank(const struct gr *g);
+int gr_world_size(const struct gr *g);
+int gr_local_rank(const struct gr *g);
+int gr_local_world_size(const struct gr *g);
+int gr_node_rank(const struct gr *g);
+
+/* Stores len bytes of val (borrowed) under key, replacing any earlier value. Values are
+ * binary-safe. */
+int gr_kv_put(struct gr *g, const char *key, const void *val, size_t len);
+
+/* Waits up to timeout_ms (0: do not wait; -1: wait as long as the job lives) for key to
+ * exist, then copies its value into buf (cap bytes) and sets *len. -ENOBUFS with *len set
+ * to the size needed when cap is too small. */
+int gr_kv_get(struct gr *g, const char *key, void *buf, size_t cap, size_t *len, int timeout_ms);
+
+/* Removes key; removing a missing key is not an error. */
+int gr_kv_del(struct gr *g, const char *key);
+
+/* Returns once every rank of the job has called gr_barrier with the same name (NULL: the
+ * next of an implicit sequence, the same on every rank), or -ETIMEDOUT after timeout_ms
+ * (-1: no limit). */
+int gr_barrier(struct gr *g, const char *name, int timeout_ms);
+
+/* Sends this rank's progress; the agent forwards it to the leader without blocking. A loss
+ * that is not finite is sent as -1. */
+int gr_report(struct gr *g, const struct gr_progress *p);
+
+/* Tells the agent this rank is done with the library, closes the connection and frees g
+ * (g may be NULL). Returns the agent's answer; g is freed in every case. */
+int gr_finalize(struct gr *g);
+
+/* The text of g's last failure, or "" (borrowed: valid until the next call on g). */
+const char *gr_strerror(const struct gr *g);
+
+#endif

@@ -1,0 +1,265 @@
+/* job.json: read and written through jansson, every integer key a table row with its
+ * default and range, so a new setting is a new row. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "fsutil.h"
+#include "jobspec.h"
+#include "banned.h"
+
+/* job.json is small; anything larger is not ours. */
+#define JOBSPEC_FILE_MAX (4 * 1024 * 1024)
+
+struct int_key {
+    const char *name;
+    size_t offset;
+    int def, min, max;
+};
+
+/* Defaults: a heartbeat a second and 10 s of silence before a node counts as lost tolerate
+ * a loaded login node; kill_grace gives a rank time to checkpoint on SIGTERM. */
+static const struct int_key int_keys[] = {
+    {"nnodes", offsetof(struct jobspec, nnodes), 1, 1, 65536},
+    {"nprocs", offsetof(struct jobspec, nprocs), 1, 1, 1024},
+    {"join_timeout_ms", offsetof(struct jobspec, join_timeout_ms), 300000, 10, 86400000},
+    {"hb_interval_ms", offsetof(struct jobspec, hb_interval_ms), 1000, 10, 600000},
+    {"hb_timeout_ms", offsetof(struct jobspec, hb_timeout_ms), 10000, 20, 3600000},
+    {"hang_timeout_ms", offsetof(struct jobspec, hang_timeout_ms), 0, 0, 86400000},
+    {"kill_grace_ms", offsetof(struct jobspec, kill_grace_ms), 5000, 0, 600000},
+    {"max_restarts", offsetof(struct jobspec, max_restarts), 0, 0, 1000},
+};
+#define N_INT_KEYS (sizeof(int_keys) / sizeof(int_keys[0]))
+
+static int *int_field(struct jobspec *spec, const struct int_key *k)
+{
+    return (int *)((char *)spec + k->offset);
+}
+
+void jobspec_init(struct jobspec *spec)
+{
+    memset(spec, 0, sizeof(*spec));
+    for (size_t i = 0; i < N_INT_KEYS; i++)
+        *int_field(spec, &int_keys[i]) = int_keys[i].def;
+}
+
+static void free_strv(char **v)
+{
+    for (char **p = v; p && *p; p++)
+        free(*p);
+    free(v);
+}
+
+void jobspec_release(struct jobspec *spec)
+{
+    free(spec->job_id);
+    free(spec->workdir);
+    free_strv(spec->argv);
+    free_strv(spec->env);
+    jobspec_init(spec);
+}
+
+static int strv_append(char ***v, const char *s)
+{
+    size_t n = 0;
+    char **nv;
+
+    while (*v && (*v)[n])
+        n++;
+    nv = realloc(*v, (n + 2) * sizeof(*nv));
+    if (!nv)
+        return -ENOMEM;
+    *v = nv;
+    nv[n] = strdup(s);
+    nv[n + 1] = NULL;
+    return nv[n] ? 0 : -ENOMEM;
+}
+
+int jobspec_set_argv(struct jobspec *spec, int argc, char *const *argv)
+{
+    free_strv(spec->argv);
+    spec->argv = NULL;
+    for (int i = 0; i < argc; i++)
+        if (strv_append(&spec->argv, argv[i]) < 0)
+            return -ENOMEM;
+    return 0;
+}
+
+int jobspec_add_env(struct jobspec *spec, const char *kv)
+{
+    if (!strchr(kv, '=') || kv[0] == '=')
+        return -EINVAL;
+    return strv_append(&spec->env, kv);
+}
+
+static int fail(struct jobspec_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int fail(struct jobspec_error *err, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err->text, sizeof(err->text), fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
+static int load_strv(json_t *arr, char ***out)
+{
+    size_t i;
+    json_t *v;
+
+    json_array_foreach(arr, i, v)
+    {
+        if (!json_is_string(v))
+            return -EINVAL;
+        if (strv_append(out, json_string_value(v)) < 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static const struct int_key *find_int_key(const char *name)
+{
+    for (size_t i = 0; i < N_INT_KEYS; i++)
+        if (!strcmp(int_keys[i].name, name))
+            return &int_keys[i];
+    return NULL;
+}
+
+int jobspec_load(struct jobspec *spec, const char *path, struct jobspec_error *err)
+{
+    json_error_t je;
+    json_t *root = NULL, *v;
+    const char *name;
+    char *text = NULL;
+    size_t len;
+    int ret = -1;
+
+    ret = fs_read_all(path, JOBSPEC_FILE_MAX, &text, &len);
+    if (ret < 0) {
+        snprintf(err->text, sizeof(err->text), "cannot read '%s': %s", path, strerror(-ret));
+        goto out;
+    }
+    root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        ret = fail(err, "%s:%d: %s", path, je.line, je.text);
+        goto out;
+    }
+    if (!json_is_object(root)) {
+        ret = fail(err, "%s: not a JSON object", path);
+        goto out;
+    }
+    json_object_foreach(root, name, v)
+    {
+        const struct int_key *k = find_int_key(name);
+        if (k) {
+            json_int_t x;
+            if (!json_is_integer(v)) {
+                ret = fail(err, "%s: '%s' must be an integer", path, name);
+                goto out;
+            }
+            x = json_integer_value(v);
+            if (x < k->min || x > k->max) {
+                ret = fail(err, "%s: '%s' must be %d..%d, not %lld", path, name, k->min, k->max,
+                           (long long)x);
+                goto out;
+            }
+            *int_field(spec, k) = (int)x;
+        } else if (!strcmp(name, "version")) {
+            if (!json_is_integer(v) || json_integer_value(v) != 1) {
+                ret = fail(err, "%s: unsupported 'version' (this gpurun reads version 1)", path);
+                goto out;
+            }
+        } else if (!strcmp(name, "job_id") || !strcmp(name, "workdir")) {
+            char **dst = name[0] == 'j' ? &spec->job_id : &spec->workdir;
+            if (!json_is_string(v)) {
+                ret = fail(err, "%s: '%s' must be a string", path, name);
+                goto out;
+            }
+            free(*dst);
+            *dst = strdup(json_string_value(v));
+            if (!*dst) {
+                ret = -ENOMEM;
+                goto out;
+            }
+        } else if (!strcmp(name, "argv") || !strcmp(name, "env")) {
+            char ***dst = name[0] == 'a' ? &spec->argv : &spec->env;
+            free_strv(*dst);
+            *dst = NULL;
+            if (!json_is_array(v) || load_strv(v, dst) < 0) {
+                ret = fail(err, "%s: '%s' must be an array of strings", path, name);
+                goto out;
+            }
+        } else if (!strcmp(name, "loopback")) {
+            if (!json_is_boolean(v)) {
+                ret = fail(err, "%s: 'loopback' must be true or false", path);
+                goto out;
+            }
+            spec->loopback = json_is_true(v);
+        } else {
+            {
+                ret = fail(err, "%s: unknown key '%s'", path, name);
+                goto out;
+            }
+        }
+    }
+    if (!spec->job_id) {
+        ret = fail(err, "%s: 'job_id' is missing", path);
+        goto out;
+    }
+    if (!spec->argv || !spec->argv[0]) {
+        ret = fail(err, "%s: 'argv' must name a command", path);
+        goto out;
+    }
+    for (char **e = spec->env; e && *e; e++)
+        if (!strchr(*e, '=') || (*e)[0] == '=') {
+            ret = fail(err, "%s: 'env' entry '%s' is not NAME=VALUE", path, *e);
+            goto out;
+        }
+    ret = 0;
+out:
+    json_decref(root);
+    free(text);
+    return ret;
+}
+
+static json_t *strv_json(char **v)
+{
+    json_t *arr = json_array();
+    for (char **p = v; arr && p && *p; p++)
+        json_array_append_new(arr, json_string(*p));
+    return arr;
+}
+
+int jobspec_save(const struct jobspec *spec, const char *path)
+{
+    json_t *root;
+    char *text = NULL;
+    int ret = -ENOMEM;
+
+    root = json_pack("{s:i, s:s, s:o, s:o, s:b}", "version", 1, "job_id",
+                     spec->job_id ? spec->job_id : "", "argv", strv_json(spec->argv), "env",
+                     strv_json(spec->env), "loopback", spec->loopback);
+    if (!root)
+        goto out;
+    for (size_t i = 0; i < N_INT_KEYS; i++)
+        json_object_set_new(root, int_keys[i].name,
+                            json_integer(*int_field((struct jobspec *)spec, &int_keys[i])));
+    if (spec->workdir)
+        json_object_set_new(root, "workdir", json_string(spec->workdir));
+    text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (!text)
+        goto out;
+    ret = fs_write_atomic(path, text, strlen(text), 0600);
+out:
+    free(text);
+    json_decref(root);
+    return ret;
+}

@@ -1,0 +1,49 @@
+/* The job spec: what gpurun decides and every rendezvousd of the job reads, kept as
+ * job.json in the job dir. Keys are table rows (name, type, offset, default, range). */
+#ifndef GPURUN_JOBSPEC_H
+#define GPURUN_JOBSPEC_H
+
+#include <stdbool.h>
+
+struct jobspec {
+    char *job_id;        /* "local-<time>-<pid>" or Slurm's job id */
+    int nnodes;          /* agents that must join */
+    int nprocs;          /* ranks per node */
+    char **argv;         /* NULL-terminated command of every rank */
+    char **env;          /* NULL-terminated "K=V" added to every rank's environment */
+    char *workdir;       /* ranks' working directory; NULL: the daemon's */
+    int join_timeout_ms; /* how long the leader waits for all agents */
+    int hb_interval_ms;  /* heartbeat period, both ways */
+    int hb_timeout_ms;   /* silence after which a peer counts as lost */
+    int hang_timeout_ms; /* no progress report for this long fails the job; 0: off */
+    int kill_grace_ms;   /* SIGTERM to SIGKILL */
+    int max_restarts;    /* generations the leader may start after a failure */
+    bool loopback;       /* --local: the leader binds 127.0.0.1 only */
+};
+
+/* Where a spec failed to load: "DIR/job.json: 'nnodes' must be 1..65536". */
+struct jobspec_error {
+    char text[512];
+};
+
+/* Fills spec with the defaults of every key; argv and env empty. */
+void jobspec_init(struct jobspec *spec);
+
+/* Frees what spec owns; spec may be initialised again. */
+void jobspec_release(struct jobspec *spec);
+
+/* Reads path into spec (which must be initialised). Unknown keys, wrong types and values out
+ * of range are errors. Returns 0, or a negative errno with err filled. */
+int jobspec_load(struct jobspec *spec, const char *path, struct jobspec_error *err);
+
+/* Writes spec to path atomically (temp file, fsync, rename, directory fsync), mode 0600.
+ * Returns 0 or a negative errno. */
+int jobspec_save(const struct jobspec *spec, const char *path);
+
+/* Copies argc strings of argv (borrowed) into spec->argv. Returns 0 or -ENOMEM. */
+int jobspec_set_argv(struct jobspec *spec, int argc, char *const *argv);
+
+/* Appends "K=V" (borrowed, copied) to spec->env. Returns 0, -EINVAL without '=', -ENOMEM. */
+int jobspec_add_env(struct jobspec *spec, const char *kv);
+
+#endif

@@ -1,0 +1,125 @@
+/* The gpurun wire protocol: every message of every link, in one place.
+ *
+ * Links
+ *   agent  -> leader   TCP, authenticated (auth.h), one per node
+ *   client -> leader   TCP, authenticated, for status queries
+ *   rank   -> agent    Unix socket in a 0700 directory; the agent checks the peer's uid with
+ *                      SO_PEERCRED and the first frame must be a valid "hello"
+ *
+ * Framing (frame.h): 4-byte big-endian length, then the payload. On TCP links the payload is
+ * seq | JSON | tag (auth.h); on the Unix socket it is the JSON alone. The JSON is one object
+ * whose "type" selects a row of the table below; the row's format is applied with
+ * json_unpack_ex(JSON_STRICT), so a missing field, a field of the wrong type or an unknown
+ * field is an error: the receiver answers an "error" frame, logs one line and, for anything
+ * but a request it can refuse, closes the link. Lengths over the reader's limit close the
+ * link before any allocation.
+ *
+ * Requests carry an "id" (an integer the sender chooses, echoed in the reply). Replies are
+ * "ok", "kv_val" or "error".
+ *
+ * type          direction         fields
+ * hello         rank->agent       rank, token (hex of the per-rank token)
+ * join          agent->leader     node_rank, hostname, addr, nprocs, gpus
+ * assign        leader->agent     generation, world_size, rank_base, nnodes, master_addr,
+ *                                 master_port, nodes [{node_rank, hostname, addr, nprocs}]
+ * hb            both ways         (none): a heartbeat, every hb_interval
+ * kv_put        rank->agent->leader  id, key, value (a string; the rank library uses base64)
+ * kv_get        rank->agent->leader  id, key, timeout_ms (0: answer at once; the reply waits
+ *                                 until the key exists or the timeout passes)
+ * kv_del        rank->agent->leader  id, key
+ * barrier       rank->agent       id, name
+ *               agent->leader     id, name, count (how many ranks of that node arrived)
+ * barrier_done  leader->agent     name: every rank of the world has arrived
+ * report        rank->agent       step, loss, lr, tokens_per_s, grad_norm
+ * progress      agent->leader     ranks [{rank, step, loss, lr, tokens_per_s, grad_norm}]
+ * finalize      rank->agent       id: the rank is done with the library
+ * rank_exit     agent->leader     rank, code, signal, oom, tail (last lines of its log)
+ * abort         leader->agent     cause: kill every rank now
+ * finish        leader->agent     status: the job is over; exit with this status
+ * status        client->leader    id
+ * status_reply  leader->client    id, job (an object: see the leader's status view)
+ * ok            reply             id
+ * kv_val        reply             id, value
+ * error         reply             id, code, msg  (code: "bad_request", "timeout", "too_large",
+ *                                 "denied", "aborted")
+ */
+#ifndef GPURUN_PROTO_H
+#define GPURUN_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+/* Store limits: a key is a short name, a value holds an NCCL unique id (128 bytes) or an
+ * address list many times over; the total bounds the leader's memory whatever ranks do. */
+#define PROTO_KEY_MAX        256
+#define PROTO_VALUE_MAX      (256 * 1024)
+#define PROTO_STORE_MAX      (64 * 1024 * 1024)
+#define PROTO_STORE_KEYS_MAX 1000000
+#define PROTO_NAME_MAX       256
+#define PROTO_TAIL_MAX       4096
+
+enum msg_type {
+    MSG_HELLO,
+    MSG_JOIN,
+    MSG_ASSIGN,
+    MSG_HB,
+    MSG_KV_PUT,
+    MSG_KV_GET,
+    MSG_KV_DEL,
+    MSG_BARRIER,
+    MSG_BARRIER_DONE,
+    MSG_REPORT,
+    MSG_PROGRESS,
+    MSG_FINALIZE,
+    MSG_RANK_EXIT,
+    MSG_ABORT,
+    MSG_FINISH,
+    MSG_STATUS,
+    MSG_STATUS_REPLY,
+    MSG_OK,
+    MSG_KV_VAL,
+    MSG_ERROR,
+    MSG_TYPE_COUNT
+};
+
+/* A decoded message. Strings and objects are borrowed from root and live until
+ * proto_msg_release(). Fields a type does not have stay zero/NULL; optional ones too. */
+struct msg {
+    enum msg_type type;
+    json_t *root;
+    json_int_t id;
+    const char *key;   /* kv_*: key; barrier, barrier_done: name; error: code */
+    const char *value; /* kv_put, kv_val: value; hello: token; error: msg; abort: cause;
+                          rank_exit: tail */
+    const char *hostname, *addr, *gpus, *master_addr;
+    int node_rank, nprocs, rank, generation, world_size, rank_base, nnodes, master_port;
+    int count, code, signal, oom, status;
+    json_int_t timeout_ms, step;
+    double loss, lr, tokens_per_s, grad_norm;
+    json_t *array; /* assign: nodes; progress: ranks; status_reply: job (an object) */
+};
+
+/* Where a decode failed and why, for one log line and one error frame. */
+struct proto_error {
+    char text[200];
+};
+
+/* Decodes one JSON payload of len bytes. Returns 0 and fills m (release it with
+ * proto_msg_release), or -EBADMSG with err->text saying what is wrong ("not JSON at byte 7",
+ * "unknown type 'x'", "'join': 'nprocs' must be an integer", a key over PROTO_KEY_MAX...). */
+int proto_decode(const uint8_t *buf, size_t len, struct msg *m, struct proto_error *err);
+
+/* Drops the reference decode took; m may be decoded into again. */
+void proto_msg_release(struct msg *m);
+
+/* The wire name of a type ("kv_put"), or "?" for an out-of-range value. */
+const char *proto_type_name(enum msg_type t);
+
+/* Builds a message: json_pack() with fmt, then checks the result against the table row of
+ * its "type", so that nothing leaves a process that the receiver would refuse. Returns a new
+ * object (caller decrefs) or NULL when fmt's arguments do not make a valid message. */
+json_t *proto_pack(const char *fmt, ...);
+
+#endif
