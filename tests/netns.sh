@@ -1,0 +1,313 @@
+#!/bin/bash
+# Test nodes on one machine: a bridge in the root network namespace and N network namespaces,
+# each with a veth into the bridge and its own address in a private /24 with no default
+# route, so that traffic between "nodes" is real IP traffic that never leaves the box.
+#
+# Library (tests/integ/netns_*.sh):   . tests/netns.sh; netns_up 3 || exit $?; ...
+# Command line:                       tests/netns.sh up 3; tests/netns.sh exec 1 ip addr; ...
+#
+#   up N             create nodes 0..N-1 (idempotent; prints "K NAMESPACE ADDRESS" per node)
+#   down             kill every process inside the namespaces and everything spawned (by
+#                    pid), delete the namespaces and the bridge (idempotent)
+#   exec K CMD...    run CMD inside node K (nsenter --net, which, unlike 'ip netns exec',
+#                    leaves /sys alone)
+#   spawn K LOG CMD...  start CMD inside node K in the background, output to LOG; the pid is
+#                    recorded for 'down' (library: $NETNS_PID; command line: printed)
+#   cut K / heal K   take node K's link down / up again (the host side of its veth)
+#   addr K | name K | veth K | bridge | subnet    print what node K is called
+#   check            exit 0 when namespaces can be made here, else 77 with the reason
+#
+# Everything is named from an id, so concurrent runs do not meet: namespaces gr<ID>n<K>, host
+# veths gr<ID>v<K>, bridge gr<ID>b. The id is $GR_NETNS_ID, else the caller's pid ($$ of the
+# sourcing script, the parent's pid on the command line). Addresses are <subnet>.<10+K>, the
+# bridge <subnet>.1, where the subnet is $GR_NETNS_SUBNET (three octets, e.g. 10.213.7) or the
+# first 10.213.X not routed here yet. State (subnet, node count, spawned pids) lives in
+# $GR_NETNS_STATE, default ${TMPDIR:-/tmp}/gr-netns-<ID>. Needs root, ip(8) and nsenter(1).
+#
+# Skips: functions return 77 and print "# SKIP <reason>" on stdout; the command line exits 77.
+
+# A library must not change the shell options of the script that sources it.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    set -euo pipefail
+    NETNS_MAIN=1
+    netns__default_id=$PPID
+else
+    NETNS_MAIN=0
+    netns__default_id=$$
+fi
+
+NETNS_ID=${GR_NETNS_ID:-$netns__default_id}
+NETNS_STATE=${GR_NETNS_STATE:-${TMPDIR:-/tmp}/gr-netns-$NETNS_ID}
+NETNS_BRIDGE=gr${NETNS_ID}b
+# Results for the sourcing script: the pid netns_spawn started, the status netns_wait got.
+NETNS_PID=
+
+netns__err() {
+    echo "netns: $*" >&2
+}
+
+netns__skip() {
+    echo "# SKIP $*"
+    return 77
+}
+
+netns_name() { echo "gr${NETNS_ID}n$1"; }
+netns_veth() { echo "gr${NETNS_ID}v$1"; }
+netns_subnet() { cat "$NETNS_STATE/subnet"; }
+netns_addr() { echo "$(netns_subnet).$((10 + $1))"; }
+netns_count() { cat "$NETNS_STATE/nodes" 2>/dev/null || echo 0; }
+
+# Returns 0 when this machine can host test nodes, or 77 with the reason.
+netns_check() {
+    local probe
+    # An id becomes part of interface names, which Linux limits to 15 bytes.
+    if ! [[ $NETNS_ID =~ ^[A-Za-z0-9]{1,8}$ ]]; then
+        netns__err "id '$NETNS_ID' must be 1 to 8 letters or digits"
+        return 2
+    fi
+    [ "$(id -u)" = 0 ] || {
+        netns__skip "network namespaces need root"
+        return
+    }
+    command -v ip >/dev/null || {
+        netns__skip "no ip(8) (iproute2)"
+        return
+    }
+    command -v nsenter >/dev/null || {
+        netns__skip "no nsenter(1) (util-linux)"
+        return
+    }
+    probe=gr${NETNS_ID}probe
+    if ! ip netns add "$probe" 2>/dev/null; then
+        netns__skip "cannot create a network namespace here ('ip netns add' failed)"
+        return
+    fi
+    ip netns del "$probe" 2>/dev/null || true
+    return 0
+}
+
+# The first 10.213.X.0/24 that no interface or route here uses yet, starting from one that
+# depends on the id so that parallel runs rarely even try the same one.
+netns__pick_subnet() {
+    local x i
+    for ((i = 0; i < 250; i++)); do
+        x=$(((NETNS_ID_NUM + i) % 250 + 1))
+        if ! ip -4 route show to match "10.213.$x.1" 2>/dev/null | grep -qv '^default' &&
+            [ -z "$(ip -4 addr show to "10.213.$x.0/24" 2>/dev/null)" ]; then
+            echo "10.213.$x"
+            return 0
+        fi
+    done
+    netns__err "no free subnet in 10.213.0.0/16; set GR_NETNS_SUBNET"
+    return 1
+}
+
+# Creates the bridge and nodes 0..N-1. Calling it again with the same N is a no-op; with
+# another N it starts over.
+netns_up() {
+    local n=${1:-}
+    local k ns veth subnet rc=0
+    if ! [[ $n =~ ^[0-9]+$ ]] || [ "$n" -lt 1 ] || [ "$n" -gt 200 ]; then
+        netns__err "usage: up N (1..200 nodes)"
+        return 2
+    fi
+    netns_check || return
+    if [ -f "$NETNS_STATE/nodes" ]; then
+        if [ "$(netns_count)" = "$n" ] && [ -e "/run/netns/$(netns_name $((n - 1)))" ]; then
+            return 0
+        fi
+        netns_down
+    fi
+    mkdir -p "$NETNS_STATE"
+    : >"$NETNS_STATE/pids"
+    NETNS_ID_NUM=$(cksum <<<"$NETNS_ID" | cut -d' ' -f1)
+    subnet=${GR_NETNS_SUBNET:-$(netns__pick_subnet)} || return 1
+    if ! [[ $subnet =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]]; then
+        netns__err "GR_NETNS_SUBNET '$subnet' must be three octets, like 10.213.7"
+        return 2
+    fi
+    echo "$subnet" >"$NETNS_STATE/subnet"
+    echo "$n" >"$NETNS_STATE/nodes"
+    {
+        ip link add "$NETNS_BRIDGE" type bridge &&
+            ip addr add "$subnet.1/24" dev "$NETNS_BRIDGE" &&
+            ip link set "$NETNS_BRIDGE" up
+    } || rc=1
+    for ((k = 0; k < n && rc == 0; k++)); do
+        ns=$(netns_name "$k")
+        veth=$(netns_veth "$k")
+        {
+            ip netns add "$ns" &&
+                ip link add "$veth" type veth peer name eth0 netns "$ns" &&
+                ip link set "$veth" master "$NETNS_BRIDGE" &&
+                ip link set "$veth" up &&
+                ip -n "$ns" addr add "$subnet.$((10 + k))/24" dev eth0 &&
+                ip -n "$ns" link set eth0 up &&
+                ip -n "$ns" link set lo up
+        } || rc=1
+    done
+    if [ "$rc" != 0 ]; then
+        netns__err "cannot create node $((k - 1)) of $n; removing what was made"
+        netns_down
+        return 1
+    fi
+    return 0
+}
+
+# True while PID runs: a zombie (exited, not yet reaped) counts as gone.
+netns__alive() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [ "${stat%% *}" != Z ]
+}
+
+# A process's start time, so that a recorded pid is never mistaken for a later process that
+# got the same number.
+netns__start() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    stat=${stat##*) }
+    echo "$stat" | cut -d' ' -f20
+}
+
+# Pids of every process inside our namespaces plus those spawned (which may have left).
+netns__pids() {
+    local ns pid
+    for ns in /run/netns/gr"${NETNS_ID}"n*; do
+        [ -e "$ns" ] && ip netns pids "$(basename "$ns")" 2>/dev/null
+    done
+    if [ -f "$NETNS_STATE/pids" ]; then
+        while read -r pid start; do
+            netns__alive "$pid" && [ "$(netns__start "$pid")" = "$start" ] && echo "$pid"
+        done <"$NETNS_STATE/pids"
+    fi
+    return 0
+}
+
+# Removes everything this id created, by name, after killing what runs inside (by pid).
+netns_down() {
+    local pids ns i
+    for ((i = 0; i < 50; i++)); do
+        pids=$(netns__pids | sort -u)
+        [ -z "$pids" ] && break
+        # shellcheck disable=SC2086 # a list of pids
+        kill -KILL $pids 2>/dev/null || true
+        sleep 0.1
+    done
+    [ -n "$pids" ] && netns__err "processes still running after SIGKILL: ${pids//$'\n'/ }"
+    for ns in /run/netns/gr"${NETNS_ID}"n*; do
+        [ -e "$ns" ] && ip netns del "$(basename "$ns")" 2>/dev/null
+    done
+    if ip link show "$NETNS_BRIDGE" >/dev/null 2>&1; then
+        ip link del "$NETNS_BRIDGE" 2>/dev/null || true
+    fi
+    # A namespace's veth goes away a moment after the namespace; wait so that an 'up' right
+    # after this one finds the names free.
+    for ((i = 0; i < 50; i++)); do
+        ip -o link show 2>/dev/null | grep -q " gr${NETNS_ID}[vb][0-9]*[@:]" || break
+        sleep 0.05
+    done
+    rm -rf "$NETNS_STATE"
+    return 0
+}
+
+netns__node() {
+    if ! [[ ${1:-} =~ ^[0-9]+$ ]] || [ "$1" -ge "$(netns_count)" ]; then
+        netns__err "no node '${1:-}' (nodes: 0..$(($(netns_count) - 1)); is it up?)"
+        return 2
+    fi
+}
+
+# Runs a command inside node K, in the foreground.
+netns_exec() {
+    netns__node "${1:-}" || return
+    local ns
+    ns=$(netns_name "$1")
+    shift
+    nsenter --net="/run/netns/$ns" -- "$@"
+}
+
+# Starts a command inside node K in the background with its output in LOG; sets NETNS_PID
+# (nsenter execs the command, so this is the command's own pid) and records it for down.
+netns_spawn() {
+    netns__node "${1:-}" || return
+    local ns log=$2
+    ns=$(netns_name "$1")
+    shift 2
+    nsenter --net="/run/netns/$ns" -- "$@" >"$log" 2>&1 &
+    NETNS_PID=$!
+    echo "$NETNS_PID $(netns__start "$NETNS_PID")" >>"$NETNS_STATE/pids"
+}
+
+# Waits up to MS milliseconds for PID, a child of this shell, to exit. Returns 0 and sets
+# NETNS_STATUS to its exit status, or returns 1 while it still runs.
+netns_wait() {
+    local pid=$1 deadline
+    deadline=$(($(netns_now_ms) + $2))
+    while netns__alive "$pid"; do
+        [ "$(netns_now_ms)" -ge "$deadline" ] && return 1
+        sleep 0.01
+    done
+    # shellcheck disable=SC2034 # read by the sourcing script
+    NETNS_STATUS=0
+    # shellcheck disable=SC2034
+    wait "$pid" || NETNS_STATUS=$?
+    return 0
+}
+
+netns_now_ms() {
+    local ns
+    ns=$(date +%s%N)
+    echo $((ns / 1000000))
+}
+
+# Takes node K's link down (or up): the host end of its veth, so that the node's packets
+# go nowhere and nothing tells either side, as when a cable or switch port dies.
+netns_cut() {
+    netns__node "${1:-}" || return
+    ip link set "$(netns_veth "$1")" down
+}
+
+netns_heal() {
+    netns__node "${1:-}" || return
+    ip link set "$(netns_veth "$1")" up
+}
+
+netns__main() {
+    local cmd=${1:-}
+    [ $# -gt 0 ] && shift
+    case $cmd in
+    up)
+        netns_up "$@" || return
+        local k
+        for ((k = 0; k < $1; k++)); do
+            echo "$k $(netns_name "$k") $(netns_addr "$k")"
+        done
+        ;;
+    down) netns_down ;;
+    check) netns_check ;;
+    exec) netns_exec "$@" ;;
+    spawn)
+        netns_spawn "$@" || return
+        echo "$NETNS_PID"
+        ;;
+    cut) netns_cut "$@" ;;
+    heal) netns_heal "$@" ;;
+    addr) netns__node "${1:-}" && netns_addr "$1" ;;
+    name) netns__node "${1:-}" && netns_name "$1" ;;
+    veth) netns__node "${1:-}" && netns_veth "$1" ;;
+    bridge) echo "$NETNS_BRIDGE" ;;
+    subnet) netns_subnet ;;
+    *)
+        sed -n '/^#   up N/,/^#   check/s/^# \{0,1\}//p' "$0" >&2
+        return 2
+        ;;
+    esac
+}
+
+if [ "$NETNS_MAIN" = 1 ]; then
+    rc=0
+    netns__main "$@" || rc=$?
+    exit "$rc"
+fi
