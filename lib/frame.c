@@ -21,6 +21,9 @@ void frame_reader_release(struct frame_reader *r)
 
 int frame_reader_feed(struct frame_reader *r, const void *data, size_t n)
 {
+    /* Nothing to add: also keeps a fresh reader's NULL buffer out of pointer arithmetic. */
+    if (n == 0)
+        return 0;
     if (r->off > 0 && r->off == r->len) {
         r->off = r->len = 0;
     } else if (r->off > 0 && r->len + n > r->cap) {
@@ -46,11 +49,12 @@ int frame_reader_feed(struct frame_reader *r, const void *data, size_t n)
 int frame_reader_next(struct frame_reader *r, const uint8_t **payload, size_t *len)
 {
     size_t avail = r->len - r->off;
-    const uint8_t *p = r->buf + r->off;
+    const uint8_t *p;
     uint32_t n;
 
     if (avail < FRAME_HDR_LEN)
         return 0;
+    p = r->buf + r->off;
     n = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
     if (n == 0)
         return -EBADMSG;
