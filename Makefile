@@ -11,7 +11,7 @@ NVCC     ?= $(firstword $(wildcard $(shell command -v nvcc 2>/dev/null) /usr/loc
 LIBS_PC  := libuv jansson libcrypto
 CPPFLAGS += -Ilib -D_GNU_SOURCE $(shell $(PKG) --cflags $(LIBS_PC) 2>/dev/null)
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+override CFLAGS += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wno-missing-field-initializers -fno-strict-aliasing -MMD -MP
 LDLIBS   += $(shell $(PKG) --libs $(LIBS_PC) 2>/dev/null) -lm
 
@@ -72,7 +72,7 @@ $(GR_EXAMPLE): $(call obj,tests/gr_example.c) $(GR_A)
 # module's test reaches its static-free API.
 DAEMON_MODS := $(filter-out daemon/main.c,$(DAEMON_SRC))
 CLIENT_MODS := $(filter-out client/main.c,$(CLIENT_SRC))
-$(RUNNER): $(call obj,tests/runner.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) lib/gr.c) $(LIB_A)
+$(RUNNER): $(call obj,tests/runner.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(wildcard lib/gr.c)) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
