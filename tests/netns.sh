@@ -11,8 +11,9 @@
 #                    pid), delete the namespaces and the bridge (idempotent)
 #   exec K CMD...    run CMD inside node K (nsenter --net, which, unlike 'ip netns exec',
 #                    leaves /sys alone)
-#   spawn K LOG CMD...  start CMD inside node K in the background, output to LOG; the pid is
-#                    recorded for 'down' (library: $NETNS_PID; command line: printed)
+#   spawn [-e ERRLOG] K LOG CMD...  start CMD inside node K in the background, output to LOG
+#                    (stderr to ERRLOG if given); the pid is recorded for 'down' (library:
+#                    $NETNS_PID; command line: printed)
 #   cut K / heal K   take node K's link down / up again (the host side of its veth)
 #   addr K | name K | veth K | bridge | subnet    print what node K is called
 #   check            exit 0 when namespaces can be made here, else 77 with the reason
@@ -39,8 +40,10 @@ fi
 NETNS_ID=${GR_NETNS_ID:-$netns__default_id}
 NETNS_STATE=${GR_NETNS_STATE:-${TMPDIR:-/tmp}/gr-netns-$NETNS_ID}
 NETNS_BRIDGE=gr${NETNS_ID}b
-# Results for the sourcing script: the pid netns_spawn started, the status netns_wait got.
+# Results for the sourcing script: the pid netns_spawn started, the status netns_wait got,
+# the daemons netns_job_start started.
 NETNS_PID=
+NETNS_DAEMONS=()
 
 netns__err() {
     echo "netns: $*" >&2
@@ -228,14 +231,20 @@ netns_exec() {
     nsenter --net="/run/netns/$ns" -- "$@"
 }
 
-# Starts a command inside node K in the background with its output in LOG; sets NETNS_PID
-# (nsenter execs the command, so this is the command's own pid) and records it for down.
+# Starts a command inside node K in the background with its output in LOG (stderr too, unless
+# -e ERRLOG names another file); sets NETNS_PID (nsenter execs the command, so this is the
+# command's own pid, a child of this shell) and records it for down.
 netns_spawn() {
+    local err=
+    if [ "${1:-}" = -e ]; then
+        err=$2
+        shift 2
+    fi
     netns__node "${1:-}" || return
     local ns log=$2
     ns=$(netns_name "$1")
     shift 2
-    nsenter --net="/run/netns/$ns" -- "$@" >"$log" 2>&1 &
+    nsenter --net="/run/netns/$ns" -- "$@" >"$log" 2>"${err:-$log}" &
     NETNS_PID=$!
     echo "$NETNS_PID $(netns__start "$NETNS_PID")" >>"$NETNS_STATE/pids"
 }
@@ -272,6 +281,139 @@ netns_cut() {
 netns_heal() {
     netns__node "${1:-}" || return
     ip link set "$(netns_veth "$1")" up
+}
+
+# ---- rendezvousd jobs on the nodes (used by tests/integ/netns_*.sh) -------------------------
+
+# Prints S as a JSON string.
+netns_json_str() {
+    local s=$1
+    s=${s//\\/\\\\}
+    s=${s//\"/\\\"}
+    s=${s//$'\n'/\\n}
+    s=${s//$'\t'/\\t}
+    printf '"%s"' "$s"
+}
+
+# Makes job dir DIR (0700) as the client would: DIR/job.json for NNODES nodes of NPROCS ranks
+# running ARGV, not loopback, with MEMBERS (more '"key": value' pairs, comma-separated, may be
+# empty) added, and DIR/key, 32 random bytes as 64 hex digits and a newline, mode 0600.
+#   netns_job_write DIR NNODES NPROCS MEMBERS ARGV...
+netns_job_write() {
+    local dir=$1 nnodes=$2 nprocs=$3 members=$4 argv='' a
+    shift 4
+    for a in "$@"; do
+        argv+=${argv:+, }$(netns_json_str "$a")
+    done
+    { mkdir -p "$dir" && chmod 0700 "$dir"; } || return
+    cat >"$dir/job.json" <<EOF || return
+{
+  "version": 1,
+  "job_id": $(netns_json_str "$(basename "$dir")"),
+  "nnodes": $nnodes,
+  "nprocs": $nprocs,
+  "argv": [$argv],
+  "loopback": false${members:+,
+  $members}
+}
+EOF
+    chmod 0600 "$dir/job.json" || return
+    (
+        umask 077
+        head -c 32 /dev/urandom | od -An -v -tx1 | tr -d ' \n' >"$dir/key" && echo >>"$dir/key"
+    )
+}
+
+# Starts one rendezvousd per node for job dir DIR: node K's binds and advertises its own
+# address, names itself nodeK, and writes its stdout (the ranks' merged output) to
+# OUT/nodeK.out and its stderr (its own log) to OUT/nodeK.err. The followers find the
+# leader through DIR/endpoint.json. Sets NETNS_DAEMONS to the daemons' pids, by node.
+#   netns_job_start DIR OUT RENDEZVOUSD [MORE DAEMON ARGS...]
+netns_job_start() {
+    local dir=$1 out=$2 bin=$3 k addr
+    shift 3
+    NETNS_DAEMONS=()
+    for ((k = 0; k < $(netns_count); k++)); do
+        addr=$(netns_addr "$k")
+        netns_spawn -e "$out/node$k.err" "$k" "$out/node$k.out" "$bin" --job-dir "$dir" \
+            --node-rank "$k" --bind "$addr" --advertise "$addr" --hostname "node$k" "$@" ||
+            return
+        # shellcheck disable=SC2034 # read by the sourcing script
+        NETNS_DAEMONS[k]=$NETNS_PID
+    done
+}
+
+# ---- scaffolding for the integration scripts ---------------------------------------------------
+
+# Starts a test on N nodes: skips (exit 77) when this machine cannot make them or a program
+# named (relative to the build dir: $BUILD, else build/ of the source tree; a relative $BUILD
+# is taken from the source tree's root) is not built; makes NETNS_WORK, a scratch dir; sets
+# NETNS_BUILD; installs an EXIT trap that removes the nodes, everything running in them and the
+# scratch dir (kept, and its logs shown, when the test fails or $TEST_KEEP_TMPDIR is set).
+#   netns_test_begin N PROGRAM...
+netns_test_begin() {
+    local n=$1 root p rc=0
+    shift
+    root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+    NETNS_BUILD=${BUILD:-build}
+    [[ $NETNS_BUILD == /* ]] || NETNS_BUILD=$root/$NETNS_BUILD
+    for p in "$@"; do
+        if [ ! -x "$NETNS_BUILD/$p" ]; then
+            netns__skip "'$NETNS_BUILD/$p' is not built"
+            exit 77
+        fi
+    done
+    if ! command -v python3 >/dev/null; then
+        netns__skip "no python3 to read the daemons' JSON files"
+        exit 77
+    fi
+    trap netns_test_end EXIT
+    # A signal ends the script through exit, so that the EXIT trap still cleans up.
+    trap 'exit 129' HUP
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    netns_up "$n" || rc=$?
+    [ "$rc" = 0 ] || exit "$rc"
+    NETNS_WORK=$(mktemp -d "${TMPDIR:-/tmp}/gr-netns-test.XXXXXX")
+    echo "# nodes: $(netns_name 0)..$(netns_name $((n - 1))) in $(netns_subnet).0/24, scratch $NETNS_WORK"
+}
+
+netns_test_end() {
+    local rc=$? f
+    trap - EXIT
+    netns_down
+    if [ -n "${NETNS_WORK:-}" ]; then
+        if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
+            for f in "$NETNS_WORK"/*.out "$NETNS_WORK"/*.err; do
+                [ -s "$f" ] || continue
+                echo "# --- ${f##*/} (last 20 lines)"
+                tail -n 20 "$f" | sed 's/^/# /'
+            done
+        fi
+        if [ "$rc" = 0 ] && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
+            rm -rf "$NETNS_WORK"
+        else
+            echo "# scratch kept: $NETNS_WORK"
+        fi
+    fi
+    exit "$rc"
+}
+
+# Ends the test as failed with a one-line reason.
+netns_fail() {
+    echo "FAIL: $*"
+    exit 1
+}
+
+# Prints what the Python expression EXPR gives for j, the JSON document in FILE (a string as
+# is, anything else as JSON, None as "null").
+#   netns_json FILE EXPR
+netns_json() {
+    python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+v = eval(sys.argv[2], {"j": j})
+print(v if isinstance(v, str) else json.dumps(v))' "$1" "$2"
 }
 
 netns__main() {

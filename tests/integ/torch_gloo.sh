@@ -1,0 +1,65 @@
+#!/bin/bash
+# torch compatibility: an unmodified torch.distributed program (gloo, init_method="env://",
+# an all_reduce checked against its sum, a barrier) run by `gpurun --local` with four ranks
+# must find everything it needs in the environment rendezvousd gives its ranks. Uses Debian's
+# python3-torch (/usr/bin/python3, or $TORCH_PYTHON); skips without it.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${BUILD:-build}
+[[ $build == /* ]] || build=$root/$build
+python=${TORCH_PYTHON:-/usr/bin/python3}
+NPROCS=4
+
+skip() {
+    echo "# SKIP $*"
+    exit 77
+}
+fail() {
+    echo "FAIL: $*"
+    for f in "$work/gpurun.out" "$work/gpurun.err"; do
+        [ -s "$f" ] || continue
+        echo "# --- ${f##*/} (last 30 lines)"
+        tail -n 30 "$f" | sed 's/^/# /'
+    done
+    exit 1
+}
+
+for p in gpurun rendezvousd; do
+    [ -x "$build/$p" ] || skip "'$build/$p' is not built"
+done
+[ -x "$python" ] || skip "no '$python'"
+"$python" -c 'import torch.distributed as d; assert d.is_available() and d.is_gloo_available()' \
+    >/dev/null 2>&1 || skip "'$python' cannot import torch with gloo (Debian's python3-torch)"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/gr-torch-test.XXXXXX")
+cleanup() {
+    local rc=$?
+    if [ "$rc" = 0 ] && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
+        rm -rf "$work"
+    else
+        echo "# scratch kept: $work"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+
+# gloo on loopback only: nothing leaves the machine and no interface is guessed.
+export GLOO_SOCKET_IFNAME=lo
+rc=0
+t0=$(date +%s%N)
+timeout -k 5 180 "$build/gpurun" --local --gpus-per-node "$NPROCS" --job-dir "$work/job" \
+    -- "$python" "$root/tests/torch_allreduce.py" >"$work/gpurun.out" 2>"$work/gpurun.err" || rc=$?
+echo "# torch_job_ms=$((($(date +%s%N) - t0) / 1000000))"
+[ "$rc" != 124 ] || fail "gpurun did not finish within 180 s"
+[ "$rc" = 0 ] || fail "gpurun exited with status $rc, not 0"
+
+want=$((NPROCS * (NPROCS + 1) / 2))
+for ((r = 0; r < NPROCS; r++)); do
+    line="torch rank $r/$NPROCS all_reduce $want ok, barrier ok"
+    grep -qxF "[$r] $line" "$work/gpurun.out" || fail "gpurun's output lacks '[$r] $line'"
+    log=$(find "$work/job" -name "rank-$r.log" -print -quit)
+    [ -n "$log" ] || fail "no logs/rank-$r.log in the job dir"
+    grep -qxF "$line" "$log" || fail "$log lacks '$line'"
+done
+echo "# $NPROCS torch ranks: init_process_group(env://), all_reduce, barrier ok"
