@@ -1,0 +1,1318 @@
+/* The agent. One libuv loop holds: the leader link (TCP), the rank listener (Unix socket),
+ * one process handle and two output pipes per rank, and two timers. Ranks run in their own
+ * process groups (setsid through UV_PROCESS_DETACHED) so that a signal reaches everything a
+ * rank started; the agent is a child subreaper so that what escapes the group still comes
+ * back to it and is killed at the end. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include "agent.h"
+#include "fsutil.h"
+#include "log.h"
+#include "peer.h"
+#include "proto.h"
+#include "banned.h"
+
+/* Deadline resolution: teardown escalation, hang detection, the leader's heartbeat. */
+#define TICK_MS           20
+/* Progress goes to the leader at most this often, batched for all local ranks. */
+#define PROGRESS_FLUSH_MS 250
+/* Lines of a rank's output kept for the failure message, and their longest length. */
+#define TAIL_LINES        10
+#define TAIL_LINE_MAX     240
+/* A line longer than this is passed on in pieces. */
+#define LINE_MAX_LEN      4000
+/* After a rank exits, how long its output pipes may stay open (held by a child of it)
+ * before its exit is reported anyway. */
+#define OUTPUT_DRAIN_MS   200
+/* How often endpoint.json is looked for, and connection attempts are retried. */
+#define ENDPOINT_POLL_MS  20
+#define CONNECT_RETRY_MS  100
+/* Per-rank secret: 128 bits, shown to the rank in GPURUN_TOKEN. */
+#define TOKEN_BYTES       16
+
+enum agent_state { AG_FINDING, AG_JOINING, AG_RUNNING, AG_TEARDOWN, AG_DONE };
+
+struct agent;
+struct arank;
+
+struct ostream {
+    uv_pipe_t pipe;
+    struct arank *rank;
+    char line[LINE_MAX_LEN];
+    size_t len;
+    bool open;
+};
+
+struct arank {
+    struct agent *agent;
+    uv_process_t proc;
+    struct ostream out, err;
+    int local, rank;
+    bool spawned, exited, reported, killed, oom;
+    int code, sig;
+    int64_t exit_ms, progress_ms;
+    long oom_base;
+    int logfd;
+    char token[2 * TOKEN_BYTES + 1];
+    int64_t step;
+    double loss, lr, tokens_per_s, grad_norm;
+    bool dirty;
+    char tail[TAIL_LINES][TAIL_LINE_MAX];
+    int tail_next, tail_count;
+};
+
+struct rconn {
+    struct peer peer;
+    struct rconn *prev, *next;
+    struct arank *rank; /* after a valid hello */
+};
+
+/* A request forwarded to the leader, waiting for its reply. */
+struct pending {
+    int64_t id; /* ours, on the leader link */
+    struct rconn *rc;
+    int64_t rank_id;
+};
+
+/* A rank blocked in a barrier. */
+struct bwait {
+    struct bwait *next;
+    struct rconn *rc;
+    int64_t id;
+    char *name;
+};
+
+struct agent {
+    uv_loop_t *loop;
+    const struct jobspec *spec;
+    struct auth_key key;
+    const char *job_dir;
+    int node_rank;
+    char hostname[128];
+    char advertise[64];
+    char rendezvous[128];
+    uint32_t max_frame;
+    agent_done_fn done;
+    void *arg;
+
+    enum agent_state state;
+    struct peer *leader;
+    bool leader_open;
+    uv_timer_t tick, hb;
+    uv_pipe_t listener;
+    bool listener_open;
+    int handles_open;
+    bool closing;
+    int64_t t_start, teardown_ms, last_flush_ms, next_connect_ms;
+
+    int world_size, rank_base, master_port;
+    char master_addr[64];
+    struct arank *ranks;
+    int nranks, exited;
+    char sockdir[PATH_MAX];
+    char sockpath[PATH_MAX];
+
+    struct rconn *rconns;
+    struct pending *pend;
+    size_t npend, cappend;
+    int64_t next_id;
+    json_t *barrier_counts; /* name -> local ranks arrived */
+    struct bwait *bwaits;
+
+    bool failed_here; /* this node saw the first failure it knows of */
+    int status;       /* exit status when the leader cannot tell us one */
+    bool finished;
+};
+
+static int64_t now_ms(const struct agent *a)
+{
+    return (int64_t)uv_now(a->loop);
+}
+
+static void maybe_free(struct agent *a);
+static void teardown(struct agent *a, const char *cause);
+static void check_done(struct agent *a);
+
+/* --- output ------------------------------------------------------------------------------- */
+
+static void tail_add(struct arank *r, const char *s, size_t n)
+{
+    if (n >= TAIL_LINE_MAX)
+        n = TAIL_LINE_MAX - 1;
+    memcpy(r->tail[r->tail_next], s, n);
+    r->tail[r->tail_next][n] = '\0';
+    r->tail_next = (r->tail_next + 1) % TAIL_LINES;
+    if (r->tail_count < TAIL_LINES)
+        r->tail_count++;
+}
+
+static void tail_join(const struct arank *r, char *out, size_t cap)
+{
+    size_t n = 0;
+
+    out[0] = '\0';
+    for (int i = 0; i < r->tail_count; i++) {
+        int idx = (r->tail_next - r->tail_count + i + TAIL_LINES) % TAIL_LINES;
+        int w = snprintf(out + n, cap - n, "%s%s", i ? "\n" : "", r->tail[idx]);
+        if (w < 0 || (size_t)w >= cap - n)
+            break;
+        n += (size_t)w;
+    }
+}
+
+/* One merged-stream line "[R] text\n" in one write(2), so lines of ranks and of other
+ * daemons sharing the terminal never interleave inside a line. */
+static void emit_line(struct arank *r, const char *s, size_t n)
+{
+    char buf[LINE_MAX_LEN + 32];
+    int h = snprintf(buf, sizeof(buf), "[%d] ", r->rank);
+    size_t len;
+
+    if (n > sizeof(buf) - (size_t)h - 1)
+        n = sizeof(buf) - (size_t)h - 1;
+    memcpy(buf + h, s, n);
+    len = (size_t)h + n;
+    buf[len++] = '\n';
+    if (write(STDOUT_FILENO, buf, len) < 0 && errno != EPIPE)
+        log_debug("cannot write rank %d's output: %s", r->rank, strerror(errno));
+    tail_add(r, s, n);
+}
+
+static void stream_take(struct ostream *o, const char *data, size_t n)
+{
+    struct arank *r = o->rank;
+
+    if (r->logfd >= 0 && write(r->logfd, data, n) < 0)
+        log_debug("cannot write rank %d's log: %s", r->rank, strerror(errno));
+    for (size_t i = 0; i < n; i++) {
+        if (data[i] == '\n' || o->len == sizeof(o->line)) {
+            emit_line(r, o->line, o->len);
+            o->len = 0;
+            if (data[i] == '\n')
+                continue;
+        }
+        o->line[o->len++] = data[i];
+    }
+}
+
+static char out_chunk[64 * 1024];
+
+static void on_out_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)h;
+    (void)suggested;
+    *buf = uv_buf_init(out_chunk, sizeof(out_chunk));
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    struct agent *a = h->data;
+
+    a->handles_open--;
+    maybe_free(a);
+}
+
+static void on_stream_closed(uv_handle_t *h)
+{
+    struct ostream *o = h->data;
+    struct agent *a = o->rank->agent;
+
+    a->handles_open--;
+    check_done(a);
+    maybe_free(a);
+}
+
+static void stream_close(struct ostream *o)
+{
+    if (!o->open)
+        return;
+    o->open = false;
+    if (o->len) {
+        emit_line(o->rank, o->line, o->len);
+        o->len = 0;
+    }
+    uv_close((uv_handle_t *)&o->pipe, on_stream_closed);
+}
+
+static void on_out_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct ostream *o = s->data;
+
+    if (nread > 0)
+        stream_take(o, buf->base, (size_t)nread);
+    else if (nread < 0)
+        stream_close(o);
+}
+
+/* --- the leader link ---------------------------------------------------------------------- */
+
+static int send_leader(struct agent *a, json_t *msg)
+{
+    if (!a->leader || !a->leader->ready || a->leader->closing) {
+        json_decref(msg);
+        return -ENOTCONN;
+    }
+    return peer_send(a->leader, msg);
+}
+
+static void report_exit(struct agent *a, struct arank *r)
+{
+    char tail[PROTO_TAIL_MAX];
+
+    if (r->reported)
+        return;
+    r->reported = true;
+    tail_join(r, tail, sizeof(tail));
+    send_leader(a, proto_pack("{s:s, s:i, s:i, s:i, s:b, s:b, s:s}", "type", "rank_exit", "rank",
+                              r->rank, "code", r->code, "signal", r->sig, "oom", r->oom, "killed",
+                              r->killed, "tail", tail));
+}
+
+static void flush_progress(struct agent *a)
+{
+    json_t *arr = json_array();
+
+    for (int i = 0; i < a->nranks; i++) {
+        struct arank *r = &a->ranks[i];
+        if (!r->dirty)
+            continue;
+        r->dirty = false;
+        json_array_append_new(arr, json_pack("{s:i, s:I, s:f, s:f, s:f, s:f}", "rank", r->rank,
+                                             "step", (json_int_t)r->step, "loss", r->loss, "lr",
+                                             r->lr, "tokens_per_s", r->tokens_per_s, "grad_norm",
+                                             r->grad_norm));
+    }
+    a->last_flush_ms = now_ms(a);
+    if (json_array_size(arr) == 0) {
+        json_decref(arr);
+        return;
+    }
+    send_leader(a, proto_pack("{s:s, s:o}", "type", "progress", "ranks", arr));
+}
+
+/* --- rank processes ----------------------------------------------------------------------- */
+
+/* The cgroup's count of OOM kills (v2 memory.events or v1 memory.oom_control), so that a
+ * SIGKILL can be told apart: the count rises when the kernel's OOM killer did it. */
+static long oom_kills(void)
+{
+    char line[512], path[PATH_MAX], *cg = NULL;
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    long n = -1;
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!strncmp(line, "0::", 3)) {
+            snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.events", line + 3);
+            cg = path;
+        } else if (strstr(line, ":memory:")) {
+            snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.oom_control",
+                     strstr(line, ":memory:") + 8);
+            cg = path;
+            break;
+        }
+    }
+    fclose(f);
+    if (!cg || !(f = fopen(cg, "re")))
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "oom_kill %ld", &n) == 1)
+            break;
+    fclose(f);
+    return n;
+}
+
+static void signal_group(struct arank *r, int sig)
+{
+    if (r->spawned && !r->exited && r->proc.pid > 0)
+        kill(-r->proc.pid, sig);
+}
+
+static void on_proc_closed(uv_handle_t *h)
+{
+    struct arank *r = h->data;
+    struct agent *a = r->agent;
+
+    a->handles_open--;
+    maybe_free(a);
+}
+
+static void on_rank_exit(uv_process_t *p, int64_t status, int sig)
+{
+    struct arank *r = p->data;
+    struct agent *a = r->agent;
+    char cause[320];
+
+    r->exited = true;
+    r->code = (int)status;
+    r->sig = sig;
+    r->exit_ms = now_ms(a);
+    a->exited++;
+    r->oom = sig == SIGKILL && !r->killed && r->oom_base >= 0 && oom_kills() > r->oom_base;
+    uv_close((uv_handle_t *)p, on_proc_closed);
+    /* What a rank started may still hold its group: it ends with the rank. */
+    kill(-p->pid, SIGKILL);
+    if ((status || sig) && !r->killed && a->state == AG_RUNNING) {
+        /* Kill the neighbours at once, before the leader's abort comes back: that is what
+         * keeps teardown within milliseconds. */
+        if (sig)
+            snprintf(cause, sizeof(cause), "rank %d was killed by signal %d", r->rank, sig);
+        else
+            snprintf(cause, sizeof(cause), "rank %d exited with status %d", r->rank, (int)status);
+        a->failed_here = true;
+        a->status = sig ? 128 + sig : (int)status;
+        teardown(a, cause);
+    }
+    check_done(a);
+}
+
+static char *env_entry(const char *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static char *env_entry(const char *k, const char *fmt, ...)
+{
+    char val[PATH_MAX], *out;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(val, sizeof(val), fmt, ap);
+    va_end(ap);
+    if (asprintf(&out, "%s=%s", k, val) < 0)
+        return NULL;
+    return out;
+}
+
+/* Names of the variables the agent sets: inherited copies are dropped first. */
+static const char *const own_vars[] = {
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+    "GPURUN_SOCK",
+    "GPURUN_TOKEN",
+    "GPURUN_JOB_DIR",
+    "GPURUN_JOB_ID",
+    NULL,
+};
+
+static bool is_own_var(const char *kv)
+{
+    size_t n = strcspn(kv, "=");
+
+    for (const char *const *v = own_vars; *v; v++)
+        if (strlen(*v) == n && !strncmp(*v, kv, n))
+            return true;
+    return false;
+}
+
+/* The device a local rank gets: the n-th entry of the node's CUDA_VISIBLE_DEVICES (what
+ * Slurm's GRES set for the allocation) when there is one, else the index itself. */
+static void pick_device(int local, char *out, size_t cap)
+{
+    const char *all = getenv("CUDA_VISIBLE_DEVICES");
+    int i = 0;
+
+    snprintf(out, cap, "%d", local);
+    if (!all || !*all)
+        return;
+    for (const char *p = all; *p; i++) {
+        size_t n = strcspn(p, ",");
+        if (i == local) {
+            snprintf(out, cap, "%.*s", (int)n, p);
+            return;
+        }
+        p += n + (p[n] == ',');
+    }
+}
+
+static char **build_env(struct agent *a, struct arank *r)
+{
+    extern char **environ;
+    size_t n = 0, i = 0;
+    char **env, dev[64];
+    cpu_set_t set;
+    int cpus = 1;
+
+    for (char **e = environ; *e; e++)
+        n++;
+    for (char **e = a->spec->env; e && *e; e++)
+        n++;
+    env = calloc(n + 20, sizeof(*env));
+    if (!env)
+        return NULL;
+    for (char **e = environ; *e; e++)
+        if (!is_own_var(*e) && !(a->spec->env && strncmp(*e, "OMP_NUM_THREADS=", 16) == 0 && 0))
+            env[i++] = strdup(*e);
+    for (char **e = a->spec->env; e && *e; e++)
+        env[i++] = strdup(*e);
+    pick_device(r->local, dev, sizeof(dev));
+    env[i++] = env_entry("RANK", "%d", r->rank);
+    env[i++] = env_entry("LOCAL_RANK", "%d", r->local);
+    env[i++] = env_entry("WORLD_SIZE", "%d", a->world_size);
+    env[i++] = env_entry("LOCAL_WORLD_SIZE", "%d", a->nranks);
+    env[i++] = env_entry("NODE_RANK", "%d", a->node_rank);
+    env[i++] = env_entry("GROUP_RANK", "%d", a->node_rank);
+    env[i++] = env_entry("MASTER_ADDR", "%s", a->master_addr);
+    env[i++] = env_entry("MASTER_PORT", "%d", a->master_port);
+    env[i++] = env_entry("CUDA_VISIBLE_DEVICES", "%s", dev);
+    env[i++] = env_entry("GPURUN_SOCK", "%s", a->sockpath);
+    env[i++] = env_entry("GPURUN_TOKEN", "%s", r->token);
+    env[i++] = env_entry("GPURUN_JOB_DIR", "%s", a->job_dir ? a->job_dir : "");
+    env[i++] = env_entry("GPURUN_JOB_ID", "%s", a->spec->job_id);
+    if (!getenv("OMP_NUM_THREADS")) {
+        /* Threads per rank: the node's CPUs shared out, as torchrun does, so that ranks do
+         * not oversubscribe the cores they share. */
+        if (sched_getaffinity(0, sizeof(set), &set) == 0)
+            cpus = CPU_COUNT(&set);
+        env[i++] = env_entry("OMP_NUM_THREADS", "%d", cpus / a->nranks > 0 ? cpus / a->nranks : 1);
+    }
+    env[i] = NULL;
+    for (size_t k = 0; k < i; k++) {
+        if (!env[k]) {
+            for (size_t j = 0; j < i; j++)
+                free(env[j]);
+            free(env);
+            return NULL;
+        }
+    }
+    return env;
+}
+
+static void free_env(char **env)
+{
+    for (char **e = env; e && *e; e++)
+        free(*e);
+    free(env);
+}
+
+static int open_log(struct agent *a, int rank)
+{
+    char path[PATH_MAX];
+    int fd;
+
+    if (!a->job_dir)
+        return -1;
+    snprintf(path, sizeof(path), "%s/logs/rank-%d.log", a->job_dir, rank);
+    fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0)
+        log_warn("cannot open '%s': %s", path, strerror(errno));
+    return fd;
+}
+
+static int spawn_rank(struct agent *a, struct arank *r)
+{
+    uv_process_options_t opt = {0};
+    uv_stdio_container_t stdio[3];
+    uint8_t tok[TOKEN_BYTES];
+    char **env = NULL, msg[PATH_MAX + 64];
+    int ret = -1;
+
+    if (RAND_bytes(tok, sizeof(tok)) != 1)
+        return -EIO;
+    auth_hex(tok, sizeof(tok), r->token);
+    r->logfd = open_log(a, r->rank);
+    r->progress_ms = now_ms(a);
+    r->oom_base = oom_kills();
+    env = build_env(a, r);
+    if (!env)
+        return -ENOMEM;
+    r->out.rank = r->err.rank = r;
+    uv_pipe_init(a->loop, &r->out.pipe, 0);
+    uv_pipe_init(a->loop, &r->err.pipe, 0);
+    r->out.pipe.data = &r->out;
+    r->err.pipe.data = &r->err;
+    r->out.open = r->err.open = true;
+    a->handles_open += 2;
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[1].data.stream = (uv_stream_t *)&r->out.pipe;
+    stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[2].data.stream = (uv_stream_t *)&r->err.pipe;
+    opt.file = a->spec->argv[0];
+    opt.args = a->spec->argv;
+    opt.env = env;
+    opt.cwd = a->spec->workdir;
+    opt.flags = UV_PROCESS_DETACHED;
+    opt.stdio_count = 3;
+    opt.stdio = stdio;
+    opt.exit_cb = on_rank_exit;
+    r->proc.data = r;
+    ret = uv_spawn(a->loop, &r->proc, &opt);
+    free_env(env);
+    if (ret < 0) {
+        /* The handle is initialised even on failure and must be closed. */
+        a->handles_open++;
+        uv_close((uv_handle_t *)&r->proc, on_proc_closed);
+        stream_close(&r->out);
+        stream_close(&r->err);
+        snprintf(msg, sizeof(msg), "cannot execute '%s': %s", a->spec->argv[0], uv_strerror(ret));
+        log_error("rank %d: %s", r->rank, msg);
+        tail_add(r, msg, strlen(msg));
+        r->exited = true;
+        r->code = ret == UV_ENOENT ? 127 : 126;
+        a->exited++;
+        return ret;
+    }
+    r->spawned = true;
+    a->handles_open++;
+    uv_read_start((uv_stream_t *)&r->out.pipe, on_out_alloc, on_out_read);
+    uv_read_start((uv_stream_t *)&r->err.pipe, on_out_alloc, on_out_read);
+    return 0;
+}
+
+/* --- rank connections --------------------------------------------------------------------- */
+
+static struct pending *pending_add(struct agent *a, struct rconn *rc, int64_t rank_id)
+{
+    if (a->npend == a->cappend) {
+        size_t cap = a->cappend ? 2 * a->cappend : 16;
+        struct pending *np = realloc(a->pend, cap * sizeof(*np));
+        if (!np)
+            return NULL;
+        a->pend = np;
+        a->cappend = cap;
+    }
+    a->pend[a->npend] = (struct pending){.id = ++a->next_id, .rc = rc, .rank_id = rank_id};
+    return &a->pend[a->npend++];
+}
+
+/* Forwards a store request with our own id; the reply goes back with the rank's id. */
+static void forward_kv(struct agent *a, struct rconn *rc, struct msg *m)
+{
+    struct pending *p = pending_add(a, rc, m->id);
+    json_t *fwd;
+
+    if (!p) {
+        peer_send_error(&rc->peer, m->id, "too_large", "agent out of memory");
+        return;
+    }
+    fwd = json_deep_copy(m->root);
+    json_object_set_new(fwd, "id", json_integer(p->id));
+    if (send_leader(a, fwd) < 0) {
+        a->npend--;
+        peer_send_error(&rc->peer, m->id, "aborted", "no connection to the leader");
+    }
+}
+
+static void barrier_arrive(struct agent *a, struct rconn *rc, struct msg *m)
+{
+    struct bwait *w = calloc(1, sizeof(*w));
+    json_t *n;
+    json_int_t count;
+
+    if (!w || !(w->name = strdup(m->key))) {
+        free(w);
+        peer_send_error(&rc->peer, m->id, "too_large", "agent out of memory");
+        return;
+    }
+    w->rc = rc;
+    w->id = m->id;
+    w->next = a->bwaits;
+    a->bwaits = w;
+    n = json_object_get(a->barrier_counts, m->key);
+    count = (n ? json_integer_value(n) : 0) + 1;
+    if (count < a->nranks) {
+        json_object_set_new(a->barrier_counts, m->key, json_integer(count));
+        return;
+    }
+    json_object_del(a->barrier_counts, m->key);
+    send_leader(a, proto_pack("{s:s, s:I, s:s, s:i}", "type", "barrier", "id",
+                              (json_int_t)++a->next_id, "name", m->key, "count", a->nranks));
+}
+
+static void barrier_release(struct agent *a, const char *name)
+{
+    struct bwait **pp = &a->bwaits;
+
+    while (*pp) {
+        struct bwait *w = *pp;
+        if (strcmp(w->name, name)) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        if (w->rc)
+            peer_send(&w->rc->peer, proto_pack("{s:s, s:I}", "type", "ok", "id", w->id));
+        free(w->name);
+        free(w);
+    }
+}
+
+static void rank_hello(struct agent *a, struct rconn *rc, struct msg *m)
+{
+    int local = m->rank - a->rank_base;
+    struct arank *r = local >= 0 && local < a->nranks ? &a->ranks[local] : NULL;
+
+    if (!r || strlen(m->value) != strlen(r->token) ||
+        CRYPTO_memcmp(m->value, r->token, strlen(r->token))) {
+        log_error("refused rank connection claiming rank %d: wrong token", m->rank);
+        peer_send_error(&rc->peer, 0, "denied", "wrong rank or token");
+        peer_close(&rc->peer, "wrong token");
+        return;
+    }
+    rc->rank = r;
+    snprintf(rc->peer.name, sizeof(rc->peer.name), "rank %d", r->rank);
+    peer_send(&rc->peer, proto_pack("{s:s, s:I}", "type", "ok", "id", (json_int_t)0));
+}
+
+static void on_rank_message(struct peer *p, struct msg *m)
+{
+    struct rconn *rc = (struct rconn *)p;
+    struct agent *a = p->owner;
+    struct arank *r = rc->rank;
+
+    if (!r) {
+        if (m->type == MSG_HELLO) {
+            rank_hello(a, rc, m);
+        } else {
+            peer_send_error(p, m->id, "denied", "say hello first");
+            peer_close(p, "request before hello");
+        }
+        return;
+    }
+    switch (m->type) {
+    case MSG_KV_PUT:
+    case MSG_KV_GET:
+    case MSG_KV_DEL:
+        forward_kv(a, rc, m);
+        break;
+    case MSG_BARRIER:
+        barrier_arrive(a, rc, m);
+        break;
+    case MSG_REPORT:
+        r->step = m->step;
+        r->loss = m->loss;
+        r->lr = m->lr;
+        r->tokens_per_s = m->tokens_per_s;
+        r->grad_norm = m->grad_norm;
+        r->dirty = true;
+        r->progress_ms = now_ms(a);
+        break;
+    case MSG_FINALIZE:
+        peer_send(p, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
+        break;
+    default:
+        log_error("refused '%s' from rank %d: not a rank request", proto_type_name(m->type),
+                  r->rank);
+        peer_send_error(p, m->id, "bad_request", "not a rank request");
+        break;
+    }
+}
+
+static void on_rank_bad_message(struct peer *p, const struct proto_error *err)
+{
+    log_error("bad message from %s: %s", p->name, err->text);
+    peer_send_error(p, 0, "bad_request", err->text);
+}
+
+static void on_rank_closed(struct peer *p, const char *why)
+{
+    struct rconn *rc = (struct rconn *)p;
+    struct agent *a = p->owner;
+
+    (void)why;
+    if (rc->prev)
+        rc->prev->next = rc->next;
+    else
+        a->rconns = rc->next;
+    if (rc->next)
+        rc->next->prev = rc->prev;
+    for (size_t i = 0; i < a->npend; i++)
+        if (a->pend[i].rc == rc)
+            a->pend[i].rc = NULL;
+    for (struct bwait *w = a->bwaits; w; w = w->next)
+        if (w->rc == rc)
+            w->rc = NULL;
+    peer_release(p);
+    free(rc);
+    maybe_free(a);
+}
+
+static const struct peer_ops rank_ops = {
+    .on_message = on_rank_message,
+    .on_bad_message = on_rank_bad_message,
+    .on_closed = on_rank_closed,
+};
+
+static void on_rank_connection(uv_stream_t *server, int status)
+{
+    struct agent *a = server->data;
+    struct rconn *rc;
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    uv_os_fd_t fd;
+
+    if (status < 0)
+        return;
+    rc = calloc(1, sizeof(*rc));
+    if (!rc || peer_init(&rc->peer, a->loop, PEER_UNIX, NULL, a->max_frame, &rank_ops, a) < 0) {
+        free(rc);
+        log_error("cannot accept a rank connection: out of memory");
+        return;
+    }
+    rc->next = a->rconns;
+    if (a->rconns)
+        a->rconns->prev = rc;
+    a->rconns = rc;
+    if (peer_accept(&rc->peer, server) < 0) {
+        peer_close(&rc->peer, "accept failed");
+        return;
+    }
+    /* The socket's directory is 0700 already; the uid check also covers a socket path
+     * handed to another user's process. */
+    if (uv_fileno((uv_handle_t *)&rc->peer.h.pipe, &fd) < 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid != getuid()) {
+        log_error("refused a rank connection from another user");
+        peer_close(&rc->peer, "peer of another uid");
+    }
+}
+
+static int listen_ranks(struct agent *a)
+{
+    const char *tmp = getenv("TMPDIR");
+    int ret;
+
+    snprintf(a->sockdir, sizeof(a->sockdir), "%s/gpurun-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(a->sockdir)) {
+        ret = -errno;
+        log_error("cannot create a socket directory in '%s': %s", tmp ? tmp : "/tmp",
+                  strerror(errno));
+        a->sockdir[0] = '\0';
+        return ret;
+    }
+    snprintf(a->sockpath, sizeof(a->sockpath), "%.4000s/agent.sock", a->sockdir);
+    uv_pipe_init(a->loop, &a->listener, 0);
+    a->listener.data = a;
+    a->listener_open = true;
+    a->handles_open++;
+    ret = uv_pipe_bind(&a->listener, a->sockpath);
+    if (ret == 0)
+        ret = uv_listen((uv_stream_t *)&a->listener, SOMAXCONN, on_rank_connection);
+    if (ret < 0)
+        log_error("cannot listen on '%s': %s", a->sockpath, uv_strerror(ret));
+    return ret;
+}
+
+/* --- teardown ----------------------------------------------------------------------------- */
+
+/* Kills what a rank left behind outside its group: the agent is a subreaper, so such
+ * processes are our children now. */
+static void kill_orphans(struct agent *a)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t self = getpid();
+
+    (void)a;
+    if (!d)
+        return;
+    while ((e = readdir(d))) {
+        char path[64], buf[512], *p;
+        long pid = strtol(e->d_name, &p, 10);
+        int ppid = 0;
+        FILE *f;
+
+        if (*p || pid <= 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+        f = fopen(path, "re");
+        if (!f)
+            continue;
+        if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
+            sscanf(p + 2, "%*c %d", &ppid);
+        fclose(f);
+        if (ppid != self)
+            continue;
+        bool ours = false;
+        for (int i = 0; i < a->nranks; i++)
+            ours |= a->ranks[i].spawned && !a->ranks[i].exited && a->ranks[i].proc.pid == pid;
+        if (!ours) {
+            log_info("killing process %ld left behind by a rank", pid);
+            kill((pid_t)pid, SIGKILL);
+            waitpid((pid_t)pid, NULL, 0);
+        }
+    }
+    closedir(d);
+}
+
+static void teardown(struct agent *a, const char *cause)
+{
+    if (a->state == AG_TEARDOWN || a->state == AG_DONE)
+        return;
+    log_info("tearing down node %d's ranks: %s", a->node_rank, cause);
+    a->state = AG_TEARDOWN;
+    a->teardown_ms = now_ms(a);
+    for (int i = 0; i < a->nranks; i++) {
+        struct arank *r = &a->ranks[i];
+        if (!r->spawned || r->exited)
+            continue;
+        r->killed = true;
+        /* SIGCONT first: a stopped rank would not act on SIGTERM until continued. */
+        signal_group(r, SIGCONT);
+        signal_group(r, a->spec->kill_grace_ms > 0 ? SIGTERM : SIGKILL);
+    }
+    check_done(a);
+}
+
+static void finish(struct agent *a, int status)
+{
+    if (a->state == AG_DONE)
+        return;
+    a->state = AG_DONE;
+    kill_orphans(a);
+    a->done(a, status, a->arg);
+}
+
+/* Whether every rank's exit is known and its output drained; reports each as it becomes
+ * so, and ends the agent when the job is over for this node. */
+static void check_done(struct agent *a)
+{
+    int64_t t = now_ms(a);
+    int all = 1;
+
+    for (int i = 0; i < a->nranks; i++) {
+        struct arank *r = &a->ranks[i];
+        if (!r->exited) {
+            all = 0;
+            continue;
+        }
+        if (!r->reported && ((!r->out.open && !r->err.open) || t - r->exit_ms > OUTPUT_DRAIN_MS))
+            report_exit(a, r);
+        all &= r->reported;
+    }
+    if (!all || a->nranks == 0)
+        return;
+    if (a->finished) {
+        finish(a, a->status);
+    } else if (!a->leader_open) {
+        /* Self-fencing: without a leader nobody else will end this node's job. */
+        finish(a, a->failed_here ? a->status : 125);
+    }
+}
+
+/* --- leader link events ------------------------------------------------------------------- */
+
+static void on_assign(struct agent *a, struct msg *m)
+{
+    if (a->state != AG_JOINING) {
+        log_error("unexpected 'assign' from the leader");
+        return;
+    }
+    a->world_size = m->world_size;
+    a->rank_base = m->rank_base;
+    a->master_port = m->master_port;
+    snprintf(a->master_addr, sizeof(a->master_addr), "%s", m->master_addr);
+    a->state = AG_RUNNING;
+    if (listen_ranks(a) < 0) {
+        send_leader(a, proto_pack("{s:s, s:s}", "type", "abort", "cause",
+                                  "agent cannot listen for its ranks"));
+        a->status = 125;
+        a->failed_here = true;
+    }
+    for (int i = 0; i < a->nranks; i++) {
+        struct arank *r = &a->ranks[i];
+        r->rank = a->rank_base + i;
+        if (a->state == AG_RUNNING)
+            spawn_rank(a, r);
+        else
+            r->exited = true, a->exited++;
+    }
+    log_info("node %d running ranks %d..%d of %d", a->node_rank, a->rank_base,
+             a->rank_base + a->nranks - 1, a->world_size);
+    /* Failed spawns are exits too: report them, and fail the job on the first. */
+    for (int i = 0; i < a->nranks; i++) {
+        struct arank *r = &a->ranks[i];
+        if (r->exited && r->code && a->state == AG_RUNNING) {
+            a->failed_here = true;
+            a->status = r->code;
+            report_exit(a, r);
+            teardown(a, "a rank could not be started");
+        }
+    }
+    check_done(a);
+}
+
+static void on_leader_message(struct peer *p, struct msg *m)
+{
+    struct agent *a = p->owner;
+
+    switch (m->type) {
+    case MSG_ASSIGN:
+        on_assign(a, m);
+        break;
+    case MSG_HB:
+        break;
+    case MSG_OK:
+    case MSG_KV_VAL:
+    case MSG_ERROR:
+        for (size_t i = 0; i < a->npend; i++) {
+            if (a->pend[i].id != m->id)
+                continue;
+            struct rconn *rc = a->pend[i].rc;
+            a->pend[i] = a->pend[--a->npend];
+            if (rc) {
+                json_t *back = json_deep_copy(m->root);
+                json_object_set_new(back, "id", json_integer(a->pend[i].rank_id));
+                peer_send(&rc->peer, back);
+            }
+            return;
+        }
+        if (m->type == MSG_ERROR)
+            log_error("leader refused a request: %s: %s", m->key, m->value);
+        break;
+    case MSG_BARRIER_DONE:
+        barrier_release(a, m->key);
+        break;
+    case MSG_ABORT:
+        teardown(a, m->value);
+        break;
+    case MSG_FINISH:
+        a->finished = true;
+        a->status = m->status;
+        if (a->exited < a->nranks)
+            teardown(a, "the job finished");
+        check_done(a);
+        break;
+    default:
+        log_error("unexpected '%s' from the leader", proto_type_name(m->type));
+        break;
+    }
+}
+
+static void on_leader_ready(struct peer *p)
+{
+    struct agent *a = p->owner;
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+
+    if (!a->advertise[0] && uv_tcp_getsockname(&p->h.tcp, (struct sockaddr *)&ss, &len) == 0) {
+        if (ss.ss_family == AF_INET)
+            uv_ip4_name((struct sockaddr_in *)&ss, a->advertise, sizeof(a->advertise));
+        else
+            uv_ip6_name((struct sockaddr_in6 *)&ss, a->advertise, sizeof(a->advertise));
+    }
+    a->state = AG_JOINING;
+    send_leader(a, proto_pack("{s:s, s:i, s:s, s:s, s:i, s:s}", "type", "join", "node_rank",
+                              a->node_rank, "hostname", a->hostname, "addr", a->advertise, "nprocs",
+                              a->nranks, "gpus", ""));
+}
+
+static void on_leader_closed(struct peer *p, const char *why)
+{
+    struct agent *a = p->owner;
+    char cause[320];
+    bool refused = strstr(why, "connection refused") != NULL;
+
+    a->leader_open = false;
+    a->leader = NULL;
+    peer_release(p);
+    free(p);
+    if (a->closing) {
+        maybe_free(a);
+        return;
+    }
+    if (a->state == AG_FINDING && refused) {
+        /* The leader is not listening yet (an explicit --rendezvous): try again. */
+        a->next_connect_ms = now_ms(a) + CONNECT_RETRY_MS;
+        return;
+    }
+    if (a->finished || a->state == AG_DONE) {
+        check_done(a);
+        return;
+    }
+    if (a->state == AG_FINDING || a->state == AG_JOINING) {
+        log_error("node %d cannot join the leader: %s", a->node_rank, why);
+        a->state = AG_DONE;
+        a->done(a, 125, a->arg);
+        return;
+    }
+    snprintf(cause, sizeof(cause), "lost the leader: %s", why);
+    log_error("node %d %s", a->node_rank, cause);
+    teardown(a, cause);
+    check_done(a);
+}
+
+static void on_leader_bad_message(struct peer *p, const struct proto_error *err)
+{
+    log_error("bad message from the leader: %s", err->text);
+    peer_close(p, err->text);
+}
+
+static const struct peer_ops leader_ops = {
+    .on_ready = on_leader_ready,
+    .on_message = on_leader_message,
+    .on_bad_message = on_leader_bad_message,
+    .on_closed = on_leader_closed,
+};
+
+static int parse_hostport(const char *s, struct sockaddr_storage *ss)
+{
+    char host[128];
+    const char *colon = strrchr(s, ':');
+    char *end;
+    long port;
+
+    if (!colon || colon == s || (size_t)(colon - s) >= sizeof(host))
+        return -EINVAL;
+    port = strtol(colon + 1, &end, 10);
+    if (*end || port <= 0 || port > 65535)
+        return -EINVAL;
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - s), s);
+    if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+        memmove(host, host + 1, strlen(host));
+        host[strlen(host) - 1] = '\0';
+    }
+    if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss) == 0 ||
+        uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)ss) == 0)
+        return 0;
+    return -EINVAL;
+}
+
+/* endpoint.json, written by the leader once it listens: {"host": ..., "port": ...}. */
+static int read_endpoint(struct agent *a, char *out, size_t cap)
+{
+    char path[PATH_MAX];
+    json_t *root;
+    const char *host;
+    int port;
+
+    snprintf(path, sizeof(path), "%s/endpoint.json", a->job_dir);
+    root = json_load_file(path, 0, NULL);
+    if (!root)
+        return -ENOENT;
+    if (json_unpack(root, "{s:s, s:i}", "host", &host, "port", &port) < 0) {
+        json_decref(root);
+        return -EINVAL;
+    }
+    snprintf(out, cap, "%s:%d", host, port);
+    json_decref(root);
+    return 0;
+}
+
+static void try_connect(struct agent *a)
+{
+    struct sockaddr_storage ss;
+    char hp[160];
+    int ret;
+
+    if (a->leader || a->closing)
+        return;
+    if (a->rendezvous[0])
+        snprintf(hp, sizeof(hp), "%s", a->rendezvous);
+    else if (read_endpoint(a, hp, sizeof(hp)) < 0)
+        return;
+    if (parse_hostport(hp, &ss) < 0) {
+        log_error("cannot use leader address '%s': not HOST:PORT with a numeric host", hp);
+        a->rendezvous[0] = '\0';
+        return;
+    }
+    a->leader = calloc(1, sizeof(*a->leader));
+    if (!a->leader)
+        return;
+    ret = peer_init(a->leader, a->loop, PEER_TCP_CLIENT, &a->key, a->max_frame, &leader_ops, a);
+    if (ret < 0) {
+        free(a->leader);
+        a->leader = NULL;
+        return;
+    }
+    a->leader_open = true;
+    snprintf(a->leader->name, sizeof(a->leader->name), "leader %.80s", hp);
+    ret = peer_connect(a->leader, (struct sockaddr *)&ss);
+    if (ret < 0) {
+        log_error("cannot connect to the leader at '%s': %s", hp, uv_strerror(ret));
+        peer_close(a->leader, uv_strerror(ret));
+    }
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    struct agent *a = t->data;
+    int64_t now = now_ms(a);
+    char cause[320];
+
+    if (a->state == AG_FINDING && !a->leader && now >= a->next_connect_ms)
+        try_connect(a);
+    if ((a->state == AG_FINDING || a->state == AG_JOINING) &&
+        now - a->t_start > a->spec->join_timeout_ms) {
+        log_error("node %d: no leader answered within %d ms", a->node_rank,
+                  a->spec->join_timeout_ms);
+        a->state = AG_DONE;
+        a->done(a, 124, a->arg);
+        return;
+    }
+    if (a->leader && a->leader->ready && now - a->leader->last_rx_ms > a->spec->hb_timeout_ms) {
+        snprintf(cause, sizeof(cause), "no heartbeat for %" PRId64 " ms",
+                 now - a->leader->last_rx_ms);
+        peer_close(a->leader, cause);
+    }
+    if (a->state == AG_RUNNING && a->spec->hang_timeout_ms > 0) {
+        for (int i = 0; i < a->nranks; i++) {
+            struct arank *r = &a->ranks[i];
+            if (r->exited || now - r->progress_ms <= a->spec->hang_timeout_ms)
+                continue;
+            snprintf(cause, sizeof(cause),
+                     "rank %d on node %d ('%.64s') hung: no progress for %" PRId64 " ms", r->rank,
+                     a->node_rank, a->hostname, now - r->progress_ms);
+            a->failed_here = true;
+            a->status = 124;
+            send_leader(a, proto_pack("{s:s, s:s}", "type", "abort", "cause", cause));
+            teardown(a, cause);
+            break;
+        }
+    }
+    if (a->state == AG_TEARDOWN && now - a->teardown_ms >= a->spec->kill_grace_ms)
+        for (int i = 0; i < a->nranks; i++)
+            signal_group(&a->ranks[i], SIGKILL);
+    if (a->state == AG_RUNNING && now - a->last_flush_ms >= PROGRESS_FLUSH_MS)
+        flush_progress(a);
+    if (a->state == AG_TEARDOWN || a->state == AG_RUNNING)
+        check_done(a);
+}
+
+static void on_heartbeat(uv_timer_t *t)
+{
+    struct agent *a = t->data;
+
+    if (a->leader && a->leader->ready)
+        send_leader(a, proto_pack("{s:s}", "type", "hb"));
+}
+
+/* --- lifecycle ---------------------------------------------------------------------------- */
+
+int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **out)
+{
+    struct agent *a = calloc(1, sizeof(*a));
+
+    if (!a)
+        return -ENOMEM;
+    a->loop = loop;
+    a->spec = cfg->spec;
+    a->key = *cfg->key;
+    a->job_dir = cfg->job_dir;
+    a->node_rank = cfg->node_rank;
+    a->max_frame = cfg->max_frame;
+    a->done = cfg->done;
+    a->arg = cfg->arg;
+    a->t_start = now_ms(a);
+    snprintf(a->hostname, sizeof(a->hostname), "%s", cfg->hostname);
+    if (cfg->advertise)
+        snprintf(a->advertise, sizeof(a->advertise), "%s", cfg->advertise);
+    if (cfg->rendezvous)
+        snprintf(a->rendezvous, sizeof(a->rendezvous), "%s", cfg->rendezvous);
+    a->nranks = cfg->spec->nprocs;
+    a->ranks = calloc((size_t)a->nranks, sizeof(*a->ranks));
+    a->barrier_counts = json_object();
+    if (!a->ranks || !a->barrier_counts) {
+        free(a->ranks);
+        json_decref(a->barrier_counts);
+        free(a);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < a->nranks; i++) {
+        a->ranks[i].agent = a;
+        a->ranks[i].local = i;
+        a->ranks[i].logfd = -1;
+    }
+    /* Orphans of our ranks come back to us, not to init: see kill_orphans(). */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    uv_timer_init(loop, &a->tick);
+    uv_timer_init(loop, &a->hb);
+    a->tick.data = a->hb.data = a;
+    a->handles_open += 2;
+    uv_timer_start(&a->tick, on_tick, TICK_MS, TICK_MS);
+    uv_timer_start(&a->hb, on_heartbeat, (uint64_t)a->spec->hb_interval_ms,
+                   (uint64_t)a->spec->hb_interval_ms);
+    try_connect(a);
+    *out = a;
+    return 0;
+}
+
+void agent_signal(struct agent *a, int sig)
+{
+    char cause[256];
+
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+        for (int i = 0; i < a->nranks; i++)
+            signal_group(&a->ranks[i], sig);
+        return;
+    }
+    snprintf(cause, sizeof(cause), "cancelled: node %d ('%.64s') received %s", a->node_rank,
+             a->hostname, sigabbrev_np(sig) ? sigabbrev_np(sig) : "a signal");
+    if (!a->failed_here) {
+        a->failed_here = true;
+        a->status = 128 + sig;
+    }
+    send_leader(a, proto_pack("{s:s, s:s}", "type", "abort", "cause", cause));
+    if (a->state == AG_FINDING || a->state == AG_JOINING) {
+        a->state = AG_DONE;
+        a->done(a, 128 + sig, a->arg);
+        return;
+    }
+    teardown(a, cause);
+}
+
+static void maybe_free(struct agent *a)
+{
+    if (!a->closing || a->handles_open > 0 || a->rconns || a->leader)
+        return;
+    for (int i = 0; i < a->nranks; i++)
+        if (a->ranks[i].logfd >= 0)
+            close(a->ranks[i].logfd);
+    while (a->bwaits) {
+        struct bwait *w = a->bwaits;
+        a->bwaits = w->next;
+        free(w->name);
+        free(w);
+    }
+    if (a->sockpath[0])
+        unlink(a->sockpath);
+    if (a->sockdir[0])
+        rmdir(a->sockdir);
+    json_decref(a->barrier_counts);
+    free(a->pend);
+    free(a->ranks);
+    free(a);
+}
+
+void agent_close(struct agent *a)
+{
+    if (a->closing)
+        return;
+    a->closing = true;
+    if (a->leader)
+        peer_close(a->leader, "agent shutting down");
+    for (struct rconn *rc = a->rconns; rc; rc = rc->next)
+        peer_close(&rc->peer, "agent shutting down");
+    for (int i = 0; i < a->nranks; i++) {
+        stream_close(&a->ranks[i].out);
+        stream_close(&a->ranks[i].err);
+    }
+    if (a->listener_open)
+        uv_close((uv_handle_t *)&a->listener, on_handle_closed);
+    uv_close((uv_handle_t *)&a->tick, on_handle_closed);
+    uv_close((uv_handle_t *)&a->hb, on_handle_closed);
+    maybe_free(a);
+}

@@ -1,0 +1,824 @@
+/* The leader. Single-threaded on the daemon's loop: agents and status clients are peers on
+ * one TCP listener; the first message after the handshake says which a peer is ("join" or
+ * "status"). One timer ("tick") drives heartbeats, the join deadline, store timeouts and the
+ * end-of-job grace. */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "fsutil.h"
+#include "leader.h"
+#include "log.h"
+#include "peer.h"
+#include "proto.h"
+#include "store.h"
+#include "banned.h"
+
+/* An unauthenticated connection gets this long to finish its handshake. */
+#define HANDSHAKE_TIMEOUT_MS 5000
+/* Connections allowed before authentication: enough for every agent of a large job to
+ * connect at once, small enough that a flood cannot exhaust descriptors. */
+#define PENDING_CONNS_MAX    1024
+/* Status clients served at once. */
+#define CLIENTS_MAX          64
+/* Resolution of every deadline (store waits, handshakes, heartbeats, the join): fine enough
+ * for timeouts of seconds, and 20 wake-ups a second cost nothing. */
+#define TICK_MS              50
+/* After "finish", how long the leader waits for agents to hang up before closing. */
+#define FINISH_LINGER_MS     2000
+/* After "abort", agents get kill_grace plus this to report their ranks gone. */
+#define ABORT_SLACK_MS       3000
+
+enum conn_role { ROLE_NEW, ROLE_AGENT, ROLE_CLIENT };
+enum job_state { JOB_JOINING, JOB_RUNNING, JOB_ABORTING, JOB_FINISHED };
+enum rank_phase { PHASE_PENDING, PHASE_JOINED, PHASE_RUNNING, PHASE_EXITED };
+static const char *const phase_names[] = {"pending", "joined", "running", "exited"};
+static const char *const state_names[] = {"joining", "running", "aborting", "finished"};
+
+struct conn {
+    struct peer peer;
+    struct conn *prev, *next;
+    enum conn_role role;
+    int node; /* ROLE_AGENT: node rank */
+};
+
+struct node {
+    struct conn *conn;
+    char hostname[128];
+    char addr[64];
+    int nprocs;
+    int rank_base;
+    int exited; /* ranks of this node reported gone */
+    bool joined, lost, done;
+};
+
+struct rank {
+    enum rank_phase phase;
+    int64_t step;
+    double loss, lr, tokens_per_s, grad_norm;
+    int64_t report_ms;
+    int code, signal;
+    bool oom, killed;
+};
+
+struct leader {
+    uv_loop_t *loop;
+    uv_tcp_t server;
+    uv_timer_t tick; /* deadlines, every TICK_MS */
+    uv_timer_t hb;   /* heartbeats to agents, every hb_interval_ms */
+    int handles_open;
+    const struct jobspec *spec;
+    struct auth_key key;
+    const char *job_dir;
+    char advertise[64];
+    int port, master_port;
+    uint32_t max_frame;
+    leader_done_fn done;
+    void *arg;
+
+    struct conn *conns;
+    int npending, nclients;
+    struct node *nodes;
+    int joined;
+    struct rank *ranks;
+    int world_size, exited;
+    struct store *store;
+    json_t *barriers; /* name -> ranks arrived */
+
+    enum job_state state;
+    const char *outcome;
+    json_t *first_failure;
+    int status;
+    int64_t t_start, t_joined, t_first_step, t_abort, t_finish;
+    bool closing, done_called;
+};
+
+static int64_t now_ms(const struct leader *l)
+{
+    return (int64_t)uv_now(l->loop);
+}
+
+static const char *signame(int sig)
+{
+    const char *s = sigabbrev_np(sig);
+    return s ? s : "?";
+}
+
+/* --- outcome ------------------------------------------------------------------------------ */
+
+static void broadcast(struct leader *l, json_t *msg)
+{
+    for (int i = 0; i < l->spec->nnodes; i++)
+        if (l->nodes[i].conn && !l->nodes[i].lost)
+            peer_send(&l->nodes[i].conn->peer, json_incref(msg));
+    json_decref(msg);
+}
+
+/* The failing rank's last lines, one record each, under the failure's record. */
+static void log_tail(const char *tail)
+{
+    while (tail && *tail) {
+        size_t n = strcspn(tail, "\n");
+        log_error("  | %.*s", (int)n, tail);
+        tail += n + (tail[n] == '\n');
+    }
+}
+
+/* Records the first failure; later ones are consequences and only logged. */
+static void fail(struct leader *l, int status, const char *outcome, json_t *failure)
+{
+    const char *cause = json_string_value(json_object_get(failure, "cause"));
+
+    if (l->first_failure || l->state == JOB_FINISHED) {
+        log_info("after the first failure: %s", cause ? cause : "?");
+        json_decref(failure);
+        return;
+    }
+    l->first_failure = failure;
+    l->status = status;
+    l->outcome = outcome;
+    log_error("job failed: %s", cause ? cause : "?");
+    log_tail(json_string_value(json_object_get(failure, "tail")));
+    l->state = JOB_ABORTING;
+    l->t_abort = now_ms(l);
+    broadcast(l, proto_pack("{s:s, s:s}", "type", "abort", "cause", cause ? cause : "failure"));
+}
+
+static json_t *failure_new(const char *cause, int rank, int node, const char *host, int code,
+                           int sig, const char *tail)
+{
+    return json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:s, s:s}", "cause", cause, "rank", rank,
+                     "node", node, "hostname", host ? host : "", "code", code, "signal", sig,
+                     "signal_name", sig ? signame(sig) : "", "tail", tail ? tail : "");
+}
+
+static json_t *rank_view(const struct leader *l, int r)
+{
+    const struct rank *k = &l->ranks[r];
+    int node = 0;
+
+    while (node + 1 < l->spec->nnodes && l->nodes[node + 1].rank_base <= r)
+        node++;
+    return json_pack("{s:i, s:i, s:s, s:I, s:f, s:f, s:f, s:f, s:I, s:i, s:i, s:b, s:b}", "rank", r,
+                     "node", node, "phase", phase_names[k->phase], "step", (json_int_t)k->step,
+                     "loss", k->loss, "lr", k->lr, "tokens_per_s", k->tokens_per_s, "grad_norm",
+                     k->grad_norm, "report_age_ms",
+                     (json_int_t)(k->report_ms ? now_ms(l) - k->report_ms : -1), "code", k->code,
+                     "signal", k->signal, "oom", k->oom, "killed", k->killed);
+}
+
+static json_t *job_view(struct leader *l, bool for_summary)
+{
+    json_t *nodes = json_array(), *ranks = json_array(), *job;
+    int64_t t = now_ms(l);
+
+    for (int i = 0; i < l->spec->nnodes; i++) {
+        const struct node *n = &l->nodes[i];
+        const char *st = n->lost ? "lost" : n->done ? "done" : n->joined ? "joined" : "pending";
+        json_array_append_new(
+            nodes, json_pack("{s:i, s:s, s:s, s:i, s:s, s:I}", "node", i, "hostname", n->hostname,
+                             "addr", n->addr, "nprocs", n->nprocs, "state", st, "hb_age_ms",
+                             (json_int_t)(n->conn ? t - n->conn->peer.last_rx_ms : -1)));
+    }
+    for (int r = 0; r < l->world_size; r++)
+        json_array_append_new(ranks, rank_view(l, r));
+    job = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o}", "job_id", l->spec->job_id, "state",
+                    state_names[l->state], "world_size", l->world_size, "nnodes", l->spec->nnodes,
+                    "nodes", nodes, "ranks", ranks);
+    if (for_summary) {
+        json_t *timings =
+            json_pack("{s:I, s:I, s:I}", "rendezvous_ms",
+                      (json_int_t)(l->t_joined ? l->t_joined - l->t_start : -1), "first_step_ms",
+                      (json_int_t)(l->t_first_step ? l->t_first_step - l->t_start : -1), "total_ms",
+                      (json_int_t)(t - l->t_start));
+        json_object_set_new(job, "outcome", json_string(l->outcome));
+        json_object_set_new(job, "exit_status", json_integer(l->status));
+        json_object_set(job, "first_failure", l->first_failure ? l->first_failure : json_null());
+        json_object_set_new(job, "timings", timings);
+    }
+    return job;
+}
+
+static void write_summary(struct leader *l)
+{
+    char path[PATH_MAX];
+    json_t *job;
+    char *text;
+    int ret;
+
+    if (!l->job_dir)
+        return;
+    job = job_view(l, true);
+    text = job ? json_dumps(job, JSON_INDENT(2)) : NULL;
+    json_decref(job);
+    if (!text) {
+        log_error("cannot write 'summary.json': out of memory");
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/summary.json", l->job_dir);
+    ret = fs_write_atomic(path, text, strlen(text), 0600);
+    if (ret < 0)
+        log_error("cannot write '%s': %s", path, strerror(-ret));
+    free(text);
+}
+
+static void finish(struct leader *l)
+{
+    if (l->state == JOB_FINISHED)
+        return;
+    if (!l->first_failure) {
+        l->outcome = "completed";
+        l->status = 0;
+    }
+    l->state = JOB_FINISHED;
+    l->t_finish = now_ms(l);
+    write_summary(l);
+    log_info("job %s: %s, exit status %d", l->spec->job_id, l->outcome, l->status);
+    broadcast(l, proto_pack("{s:s, s:i}", "type", "finish", "status", l->status));
+}
+
+static bool all_nodes_done(const struct leader *l)
+{
+    for (int i = 0; i < l->spec->nnodes; i++)
+        if (!l->nodes[i].done && !l->nodes[i].lost && l->nodes[i].joined)
+            return false;
+    return true;
+}
+
+static void check_end(struct leader *l)
+{
+    if (l->state == JOB_RUNNING && l->exited == l->world_size)
+        finish(l);
+    else if (l->state == JOB_ABORTING && all_nodes_done(l))
+        finish(l);
+}
+
+/* --- requests ----------------------------------------------------------------------------- */
+
+static void on_store_ready(void *owner, int64_t id, const char *key, const char *value, void *arg)
+{
+    struct conn *c = owner;
+    char msg[PROTO_KEY_MAX + 64];
+
+    (void)arg;
+    if (value) {
+        peer_send(&c->peer, proto_pack("{s:s, s:I, s:s}", "type", "kv_val", "id", (json_int_t)id,
+                                       "value", value));
+    } else {
+        snprintf(msg, sizeof(msg), "key '%s' did not appear in time", key);
+        peer_send_error(&c->peer, id, "timeout", msg);
+    }
+}
+
+static void do_kv(struct leader *l, struct conn *c, struct msg *m)
+{
+    const char *v;
+    int ret;
+
+    switch (m->type) {
+    case MSG_KV_PUT:
+        ret = store_put(l->store, m->key, m->value);
+        if (ret < 0)
+            peer_send_error(&c->peer, m->id, "too_large",
+                            "store full: its key or byte limit is reached");
+        else
+            peer_send(&c->peer, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
+        break;
+    case MSG_KV_GET:
+        v = store_get(l->store, m->key);
+        if (v)
+            peer_send(&c->peer,
+                      proto_pack("{s:s, s:I, s:s}", "type", "kv_val", "id", m->id, "value", v));
+        else if (m->timeout_ms <= 0)
+            peer_send_error(&c->peer, m->id, "not_found", "no such key");
+        else if (store_wait(l->store, m->key, now_ms(l) + m->timeout_ms, c, m->id) < 0)
+            peer_send_error(&c->peer, m->id, "too_large", "out of memory");
+        break;
+    default:
+        store_del(l->store, m->key);
+        peer_send(&c->peer, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
+        break;
+    }
+}
+
+static void do_barrier(struct leader *l, struct conn *c, struct msg *m)
+{
+    json_t *n = json_object_get(l->barriers, m->key);
+    json_int_t arrived = (n ? json_integer_value(n) : 0) + m->count;
+
+    (void)c;
+    if (arrived >= l->world_size) {
+        json_object_del(l->barriers, m->key);
+        broadcast(l, proto_pack("{s:s, s:s}", "type", "barrier_done", "name", m->key));
+    } else {
+        json_object_set_new(l->barriers, m->key, json_integer(arrived));
+    }
+}
+
+static void do_progress(struct leader *l, struct conn *c, struct msg *m)
+{
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(m->array, i, e)
+    {
+        int r;
+        struct rank k = {0};
+        json_int_t step;
+        if (json_unpack(e, "{s:i, s:I, s:F, s:F, s:F, s:F}", "rank", &r, "step", &step, "loss",
+                        &k.loss, "lr", &k.lr, "tokens_per_s", &k.tokens_per_s, "grad_norm",
+                        &k.grad_norm) < 0 ||
+            r < l->nodes[c->node].rank_base ||
+            r >= l->nodes[c->node].rank_base + l->nodes[c->node].nprocs) {
+            log_warn("ignoring a bad progress entry from node %d", c->node);
+            continue;
+        }
+        struct rank *dst = &l->ranks[r];
+        dst->step = step;
+        dst->loss = k.loss;
+        dst->lr = k.lr;
+        dst->tokens_per_s = k.tokens_per_s;
+        dst->grad_norm = k.grad_norm;
+        dst->report_ms = now_ms(l);
+        if (!l->t_first_step)
+            l->t_first_step = dst->report_ms;
+    }
+}
+
+static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
+{
+    struct node *n = &l->nodes[c->node];
+    struct rank *k;
+    char cause[256];
+
+    if (m->rank < n->rank_base || m->rank >= n->rank_base + n->nprocs) {
+        log_warn("node %d reported the exit of rank %d, which is not its own", c->node, m->rank);
+        return;
+    }
+    k = &l->ranks[m->rank];
+    if (k->phase == PHASE_EXITED)
+        return;
+    k->phase = PHASE_EXITED;
+    k->code = m->code;
+    k->signal = m->signal;
+    k->oom = m->oom;
+    k->killed = m->killed;
+    l->exited++;
+    if (++n->exited == n->nprocs)
+        n->done = true;
+    if ((m->code || m->signal) && !m->killed) {
+        if (m->signal)
+            snprintf(cause, sizeof(cause),
+                     "rank %d on node %d ('%s') was killed by signal %d (%s)%s", m->rank, c->node,
+                     n->hostname, m->signal, signame(m->signal), m->oom ? ": out of memory" : "");
+        else
+            snprintf(cause, sizeof(cause), "rank %d on node %d ('%s') exited with status %d",
+                     m->rank, c->node, n->hostname, m->code);
+        fail(l, m->signal ? 128 + m->signal : m->code, "failed",
+             failure_new(cause, m->rank, c->node, n->hostname, m->code, m->signal, m->value));
+    }
+    check_end(l);
+}
+
+static void assign_all(struct leader *l)
+{
+    json_t *nodes = json_array();
+    int base = 0;
+
+    for (int i = 0; i < l->spec->nnodes; i++) {
+        struct node *n = &l->nodes[i];
+        n->rank_base = base;
+        base += n->nprocs;
+        json_array_append_new(nodes, json_pack("{s:i, s:s, s:s, s:i}", "node_rank", i, "hostname",
+                                               n->hostname, "addr", n->addr, "nprocs", n->nprocs));
+    }
+    l->world_size = base;
+    l->ranks = calloc((size_t)base, sizeof(*l->ranks));
+    if (!l->ranks) {
+        json_decref(nodes);
+        fail(l, 125, "failed", failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
+        return;
+    }
+    for (int r = 0; r < base; r++)
+        l->ranks[r].phase = PHASE_RUNNING;
+    l->state = JOB_RUNNING;
+    l->t_joined = now_ms(l);
+    log_info("all %d nodes joined in %" PRId64 " ms: world size %d", l->spec->nnodes,
+             l->t_joined - l->t_start, base);
+    for (int i = 0; i < l->spec->nnodes; i++) {
+        struct node *n = &l->nodes[i];
+        peer_send(&n->conn->peer,
+                  proto_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i, s:O}", "type", "assign",
+                             "generation", 0, "world_size", base, "rank_base", n->rank_base,
+                             "nnodes", l->spec->nnodes, "master_addr", l->advertise, "master_port",
+                             l->master_port, "nodes", nodes));
+    }
+    json_decref(nodes);
+}
+
+static void do_join(struct leader *l, struct conn *c, struct msg *m)
+{
+    struct node *n;
+    char why[160];
+
+    if (m->node_rank >= l->spec->nnodes || m->nprocs < 1 || l->state != JOB_JOINING ||
+        l->nodes[m->node_rank].joined) {
+        snprintf(why, sizeof(why),
+                 l->state != JOB_JOINING           ? "join after the job started"
+                 : m->node_rank >= l->spec->nnodes ? "node rank %d out of range"
+                 : m->nprocs < 1                   ? "node %d has no ranks"
+                                                   : "node %d joined twice",
+                 m->node_rank);
+        log_error("refused join from '%s': %s", c->peer.name, why);
+        peer_send_error(&c->peer, 0, "denied", why);
+        peer_close(&c->peer, why);
+        return;
+    }
+    n = &l->nodes[m->node_rank];
+    c->role = ROLE_AGENT;
+    c->node = m->node_rank;
+    l->npending--;
+    n->conn = c;
+    n->joined = true;
+    n->nprocs = m->nprocs;
+    snprintf(n->hostname, sizeof(n->hostname), "%s", m->hostname);
+    snprintf(n->addr, sizeof(n->addr), "%s", m->addr);
+    snprintf(c->peer.name, sizeof(c->peer.name), "node %d ('%.64s')", c->node, n->hostname);
+    log_debug("node %d ('%s', %s) joined with %d ranks", c->node, n->hostname, n->addr, n->nprocs);
+    if (++l->joined == l->spec->nnodes)
+        assign_all(l);
+}
+
+static void on_message(struct peer *p, struct msg *m)
+{
+    struct conn *c = (struct conn *)p;
+    struct leader *l = p->owner;
+
+    if (c->role == ROLE_NEW && m->type == MSG_JOIN) {
+        do_join(l, c, m);
+        return;
+    }
+    if (c->role == ROLE_NEW && m->type == MSG_STATUS) {
+        if (l->nclients >= CLIENTS_MAX) {
+            peer_send_error(p, m->id, "denied", "too many status clients");
+            peer_close(p, "too many status clients");
+            return;
+        }
+        c->role = ROLE_CLIENT;
+        l->npending--;
+        l->nclients++;
+    }
+    if (c->role == ROLE_CLIENT && m->type == MSG_STATUS) {
+        peer_send(p, proto_pack("{s:s, s:I, s:o}", "type", "status_reply", "id", m->id, "job",
+                                job_view(l, l->state == JOB_FINISHED)));
+        return;
+    }
+    if (c->role != ROLE_AGENT) {
+        log_error("refused '%s' from '%s': not an agent of this job", proto_type_name(m->type),
+                  p->name);
+        peer_send_error(p, m->id, "denied", "join first");
+        peer_close(p, "message before join");
+        return;
+    }
+    switch (m->type) {
+    case MSG_HB:
+        break;
+    case MSG_KV_PUT:
+    case MSG_KV_GET:
+    case MSG_KV_DEL:
+        do_kv(l, c, m);
+        break;
+    case MSG_BARRIER:
+        do_barrier(l, c, m);
+        break;
+    case MSG_PROGRESS:
+        do_progress(l, c, m);
+        break;
+    case MSG_RANK_EXIT:
+        do_rank_exit(l, c, m);
+        break;
+    case MSG_ABORT: {
+        char cause[PROTO_TAIL_MAX + 64];
+        snprintf(cause, sizeof(cause), "%s", m->value);
+        fail(l, strstr(cause, "cancelled") ? 143 : 1,
+             strstr(cause, "cancelled") ? "cancelled" : "failed",
+             failure_new(cause, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
+        break;
+    }
+    default:
+        log_error("refused '%s' from %s: not a message for the leader", proto_type_name(m->type),
+                  p->name);
+        peer_send_error(p, m->id, "bad_request", "not a message for the leader");
+        break;
+    }
+}
+
+static void on_bad_message(struct peer *p, const struct proto_error *err)
+{
+    log_error("bad message from '%s': %s", p->name, err->text);
+    peer_send_error(p, 0, "bad_request", err->text);
+}
+
+/* --- connections -------------------------------------------------------------------------- */
+
+static void maybe_free(struct leader *l);
+
+static void on_closed(struct peer *p, const char *why)
+{
+    struct conn *c = (struct conn *)p;
+    struct leader *l = p->owner;
+
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        l->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    store_drop_owner(l->store, c);
+    if (c->role == ROLE_NEW) {
+        l->npending--;
+        if (!p->ready)
+            log_warn("connection from '%s' closed before it was admitted: %s", p->name, why);
+    } else if (c->role == ROLE_CLIENT) {
+        l->nclients--;
+    } else {
+        struct node *n = &l->nodes[c->node];
+        n->conn = NULL;
+        if (!n->done && l->state != JOB_FINISHED) {
+            char cause[320];
+            n->lost = true;
+            snprintf(cause, sizeof(cause), "node %d ('%s') lost: %s", c->node, n->hostname, why);
+            if (l->state == JOB_JOINING) {
+                n->joined = false;
+                l->joined--;
+            }
+            fail(l, 1, "failed", failure_new(cause, -1, c->node, n->hostname, 0, 0, ""));
+            check_end(l);
+        }
+    }
+    peer_release(p);
+    free(c);
+    maybe_free(l);
+}
+
+static const struct peer_ops leader_peer_ops = {
+    .on_message = on_message,
+    .on_bad_message = on_bad_message,
+    .on_closed = on_closed,
+};
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct leader *l = server->data;
+    struct conn *c;
+    int ret;
+
+    if (status < 0) {
+        log_error("cannot accept: %s", uv_strerror(status));
+        return;
+    }
+    c = calloc(1, sizeof(*c));
+    if (!c || peer_init(&c->peer, l->loop, PEER_TCP_SERVER, &l->key, l->max_frame, &leader_peer_ops,
+                        l) < 0) {
+        /* Accept into a throwaway handle would need memory too: leave it in the backlog. */
+        free(c);
+        log_error("cannot accept: out of memory");
+        return;
+    }
+    c->next = l->conns;
+    if (l->conns)
+        l->conns->prev = c;
+    l->conns = c;
+    l->npending++;
+    ret = peer_accept(&c->peer, server);
+    if (ret < 0) {
+        log_error("cannot accept: %s", uv_strerror(ret));
+        peer_close(&c->peer, uv_strerror(ret));
+        return;
+    }
+    if (l->npending > PENDING_CONNS_MAX || l->state == JOB_FINISHED) {
+        log_warn("refused connection from '%s': %s", c->peer.name,
+                 l->state == JOB_FINISHED ? "job finished" : "too many pending connections");
+        peer_close(&c->peer, "refused");
+    }
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    struct leader *l = t->data;
+    int64_t now = now_ms(l);
+    char cause[512];
+
+    store_expire(l->store, now);
+    for (struct conn *c = l->conns; c; c = c->next) {
+        if (c->role == ROLE_NEW && !c->peer.ready && now - c->peer.opened_ms > HANDSHAKE_TIMEOUT_MS)
+            peer_close(&c->peer, "handshake timed out");
+        else if (c->role == ROLE_AGENT && now - c->peer.last_rx_ms > l->spec->hb_timeout_ms) {
+            snprintf(cause, sizeof(cause), "no heartbeat for %" PRId64 " ms",
+                     now - c->peer.last_rx_ms);
+            peer_close(&c->peer, cause);
+        }
+    }
+    if (l->state == JOB_JOINING && now - l->t_start > l->spec->join_timeout_ms) {
+        int n = snprintf(cause, sizeof(cause),
+                         "join timed out after %d ms; missing nodes:", l->spec->join_timeout_ms);
+        for (int i = 0; i < l->spec->nnodes && n < (int)sizeof(cause) - 16; i++)
+            if (!l->nodes[i].joined)
+                n += snprintf(cause + n, sizeof(cause) - (size_t)n, " %d", i);
+        fail(l, 124, "failed", failure_new(cause, -1, -1, "", 0, 0, ""));
+        finish(l);
+    }
+    if (l->state == JOB_ABORTING && now - l->t_abort > l->spec->kill_grace_ms + ABORT_SLACK_MS) {
+        log_error("agents did not report their ranks gone in time; finishing");
+        finish(l);
+    }
+    if (l->state == JOB_FINISHED && !l->done_called) {
+        bool agents_left = false;
+        for (int i = 0; i < l->spec->nnodes; i++)
+            agents_left |= l->nodes[i].conn != NULL;
+        if (!agents_left || now - l->t_finish > FINISH_LINGER_MS) {
+            l->done_called = true;
+            l->done(l, l->status, l->arg);
+        }
+    }
+}
+
+static void on_heartbeat(uv_timer_t *t)
+{
+    struct leader *l = t->data;
+
+    for (int i = 0; i < l->spec->nnodes; i++)
+        if (l->nodes[i].conn)
+            peer_send(&l->nodes[i].conn->peer, proto_pack("{s:s}", "type", "hb"));
+}
+
+/* --- lifecycle ---------------------------------------------------------------------------- */
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    struct leader *l = h->data;
+
+    l->handles_open--;
+    maybe_free(l);
+}
+
+static void maybe_free(struct leader *l)
+{
+    if (!l->closing || l->handles_open > 0 || l->conns)
+        return;
+    store_free(l->store);
+    json_decref(l->barriers);
+    json_decref(l->first_failure);
+    free(l->nodes);
+    free(l->ranks);
+    free(l);
+}
+
+static int pick_master_port(const char *addr)
+{
+    uv_loop_t loop;
+    uv_tcp_t tcp;
+    struct sockaddr_storage ss;
+    int len = sizeof(ss), port = -1;
+
+    /* A port the kernel gives us and we release: the application (torch's TCPStore, say)
+     * binds it right after. The same race every launcher accepts; it is short. */
+    if (uv_loop_init(&loop) < 0)
+        return -1;
+    if (uv_tcp_init(&loop, &tcp) == 0) {
+        if ((uv_ip4_addr(addr, 0, (struct sockaddr_in *)&ss) == 0 ||
+             uv_ip6_addr(addr, 0, (struct sockaddr_in6 *)&ss) == 0) &&
+            uv_tcp_bind(&tcp, (struct sockaddr *)&ss, 0) == 0 &&
+            uv_tcp_getsockname(&tcp, (struct sockaddr *)&ss, &len) == 0)
+            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        uv_close((uv_handle_t *)&tcp, NULL);
+    }
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    return port;
+}
+
+static int write_endpoint(struct leader *l)
+{
+    char path[PATH_MAX], text[256];
+    int n;
+
+    if (!l->job_dir)
+        return 0;
+    snprintf(path, sizeof(path), "%s/endpoint.json", l->job_dir);
+    n = snprintf(text, sizeof(text), "{\"host\": \"%s\", \"port\": %d, \"pid\": %ld}\n",
+                 l->advertise, l->port, (long)getpid());
+    return fs_write_atomic(path, text, (size_t)n, 0600);
+}
+
+int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader **out)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss), ret;
+    struct leader *l = calloc(1, sizeof(*l));
+
+    if (!l)
+        return -ENOMEM;
+    l->loop = loop;
+    l->spec = cfg->spec;
+    l->key = *cfg->key;
+    l->job_dir = cfg->job_dir;
+    l->max_frame = cfg->max_frame;
+    l->done = cfg->done;
+    l->arg = cfg->arg;
+    l->t_start = (int64_t)uv_now(loop);
+    l->outcome = "running";
+    snprintf(l->advertise, sizeof(l->advertise), "%s", cfg->advertise_addr);
+    l->nodes = calloc((size_t)cfg->spec->nnodes, sizeof(*l->nodes));
+    l->store = store_new(PROTO_STORE_MAX, PROTO_STORE_KEYS_MAX, on_store_ready, l);
+    l->barriers = json_object();
+    if (!l->nodes || !l->store || !l->barriers) {
+        ret = -ENOMEM;
+        goto fail;
+    }
+    if (uv_ip4_addr(cfg->bind_addr, 0, (struct sockaddr_in *)&ss) < 0 &&
+        uv_ip6_addr(cfg->bind_addr, 0, (struct sockaddr_in6 *)&ss) < 0) {
+        log_error("cannot listen on '%s': not a numeric address", cfg->bind_addr);
+        ret = -EINVAL;
+        goto fail;
+    }
+    uv_tcp_init(loop, &l->server);
+    l->server.data = l;
+    l->handles_open++;
+    ret = uv_tcp_bind(&l->server, (struct sockaddr *)&ss, 0);
+    if (ret == 0)
+        ret = uv_listen((uv_stream_t *)&l->server, SOMAXCONN, on_connection);
+    if (ret == 0)
+        ret = uv_tcp_getsockname(&l->server, (struct sockaddr *)&ss, &len);
+    if (ret < 0) {
+        log_error("cannot listen on '%s:0': %s", cfg->bind_addr, uv_strerror(ret));
+        goto fail_close;
+    }
+    l->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    l->master_port = pick_master_port(cfg->bind_addr);
+    if (l->master_port < 0) {
+        log_error("cannot find a free port on '%s' for MASTER_PORT", cfg->bind_addr);
+        ret = -EADDRNOTAVAIL;
+        goto fail_close;
+    }
+    ret = write_endpoint(l);
+    if (ret < 0) {
+        log_error("cannot write '%s/endpoint.json': %s", l->job_dir, strerror(-ret));
+        goto fail_close;
+    }
+    uv_timer_init(loop, &l->tick);
+    l->tick.data = l;
+    l->handles_open++;
+    uv_timer_start(&l->tick, on_tick, TICK_MS, TICK_MS);
+    uv_timer_init(loop, &l->hb);
+    l->hb.data = l;
+    l->handles_open++;
+    uv_timer_start(&l->hb, on_heartbeat, (uint64_t)l->spec->hb_interval_ms,
+                   (uint64_t)l->spec->hb_interval_ms);
+    log_info("leader listening on %s:%d (advertised %s), MASTER_PORT %d", cfg->bind_addr, l->port,
+             l->advertise, l->master_port);
+    *out = l;
+    return 0;
+fail_close:
+    l->closing = true;
+    uv_close((uv_handle_t *)&l->server, on_handle_closed);
+    return ret;
+fail:
+    store_free(l->store);
+    json_decref(l->barriers);
+    free(l->nodes);
+    free(l);
+    return ret;
+}
+
+int leader_port(const struct leader *l)
+{
+    return l->port;
+}
+
+void leader_cancel(struct leader *l, const char *cause)
+{
+    if (l->state == JOB_FINISHED)
+        return;
+    fail(l, 143, "cancelled", failure_new(cause, -1, -1, "", 0, 0, ""));
+    check_end(l);
+}
+
+void leader_close(struct leader *l)
+{
+    if (l->closing)
+        return;
+    l->closing = true;
+    for (struct conn *c = l->conns; c; c = c->next)
+        peer_close(&c->peer, "leader shutting down");
+    uv_close((uv_handle_t *)&l->server, on_handle_closed);
+    uv_close((uv_handle_t *)&l->tick, on_handle_closed);
+    uv_close((uv_handle_t *)&l->hb, on_handle_closed);
+}

@@ -1,0 +1,309 @@
+/* rendezvousd: one per node per job. Reads the job dir, runs the agent for this node and, on
+ * node 0, the leader; exits with the job's status (DESIGN.md section 1). */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "agent.h"
+#include "auth.h"
+#include "frame.h"
+#include "fsutil.h"
+#include "jobspec.h"
+#include "leader.h"
+#include "log.h"
+#include "banned.h"
+
+#define EXIT_DAEMON_FAILED 125
+
+struct options {
+    const char *job_dir;
+    const char *rendezvous;
+    const char *bind;
+    const char *advertise;
+    const char *hostname;
+    const char *log_level;
+    const char *node_rank;
+};
+
+struct option_row {
+    const char *name;
+    size_t offset;
+    const char *help;
+};
+
+static const struct option_row option_rows[] = {
+    {"--job-dir", offsetof(struct options, job_dir), "job directory (job.json, key, logs/)"},
+    {"--node-rank", offsetof(struct options, node_rank),
+     "this node's rank (default $SLURM_NODEID, else 0)"},
+    {"--rendezvous", offsetof(struct options, rendezvous),
+     "leader HOST:PORT instead of endpoint.json"},
+    {"--bind", offsetof(struct options, bind), "address the leader listens on (node 0)"},
+    {"--advertise", offsetof(struct options, advertise),
+     "address other nodes and ranks dial for this node"},
+    {"--hostname", offsetof(struct options, hostname), "name reported for this node"},
+    {"--log-level", offsetof(struct options, log_level), "error, warn, info or debug"},
+};
+#define N_OPTIONS (sizeof(option_rows) / sizeof(option_rows[0]))
+
+struct daemon {
+    uv_loop_t *loop;
+    struct jobspec spec;
+    struct auth_key key;
+    struct leader *leader;
+    struct agent *agent;
+    uv_signal_t signals[5];
+    int agent_status, leader_status;
+    bool agent_done, leader_done, is_leader;
+};
+
+static const int handled_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: rendezvousd --job-dir DIR [options]\n\n");
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        fprintf(f, "  %-14s VALUE  %s\n", option_rows[i].name, option_rows[i].help);
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = NULL, *eq = strchr(arg, '=');
+        size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
+        size_t k;
+
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            usage(stdout);
+            exit(0);
+        }
+        for (k = 0; k < N_OPTIONS; k++)
+            if (strlen(option_rows[k].name) == n && !strncmp(option_rows[k].name, arg, n))
+                break;
+        if (k == N_OPTIONS) {
+            fprintf(stderr, "rendezvousd: unknown option '%s' (see 'rendezvousd --help')\n", arg);
+            return -EINVAL;
+        }
+        val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!val) {
+            fprintf(stderr, "rendezvousd: option '%s' needs a value\n", arg);
+            return -EINVAL;
+        }
+        *(const char **)((char *)o + option_rows[k].offset) = val;
+    }
+    if (!o->job_dir) {
+        fprintf(stderr, "rendezvousd: missing --job-dir (see 'rendezvousd --help')\n");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int parse_int(const char *what, const char *s, int min, int max, int *out)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max) {
+        fprintf(stderr, "rendezvousd: %s: '%s' is not a number in %d..%d\n", what, s, min, max);
+        return -EINVAL;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* The address other nodes reach this one at when the leader binds the wildcard: the first
+ * non-loopback IPv4 address, as most clusters' management networks are. */
+static void default_advertise(const char *bind, char *out, size_t cap)
+{
+    uv_interface_address_t *ifs;
+    int n;
+
+    snprintf(out, cap, "%s", "127.0.0.1");
+    if (strcmp(bind, "0.0.0.0") && strcmp(bind, "::")) {
+        snprintf(out, cap, "%s", bind);
+        return;
+    }
+    if (uv_interface_addresses(&ifs, &n) < 0)
+        return;
+    for (int i = 0; i < n; i++) {
+        if (!ifs[i].is_internal && ifs[i].address.address4.sin_family == AF_INET) {
+            uv_ip4_name(&ifs[i].address.address4, out, cap);
+            break;
+        }
+    }
+    uv_free_interface_addresses(ifs, n);
+}
+
+static void on_signal_closed(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void maybe_stop(struct daemon *d)
+{
+    if (!d->agent_done || (d->is_leader && !d->leader_done))
+        return;
+    for (size_t i = 0; i < sizeof(d->signals) / sizeof(d->signals[0]); i++)
+        if (!uv_is_closing((uv_handle_t *)&d->signals[i]))
+            uv_close((uv_handle_t *)&d->signals[i], on_signal_closed);
+}
+
+static void on_agent_done(struct agent *a, int status, void *arg)
+{
+    struct daemon *d = arg;
+
+    d->agent_done = true;
+    d->agent_status = status;
+    agent_close(a);
+    d->agent = NULL;
+    maybe_stop(d);
+}
+
+static void on_leader_done(struct leader *l, int status, void *arg)
+{
+    struct daemon *d = arg;
+
+    d->leader_done = true;
+    d->leader_status = status;
+    leader_close(l);
+    d->leader = NULL;
+    maybe_stop(d);
+}
+
+static void on_signal(uv_signal_t *h, int sig)
+{
+    struct daemon *d = h->data;
+
+    log_info("received %s", sigabbrev_np(sig) ? sigabbrev_np(sig) : "a signal");
+    if (d->agent)
+        agent_signal(d->agent, sig);
+    if (d->leader && sig != SIGUSR1 && sig != SIGUSR2 && !d->agent)
+        leader_cancel(d->leader, "cancelled: the leader received a signal");
+}
+
+int main(int argc, char **argv)
+{
+    struct options o = {0};
+    struct daemon d = {0};
+    struct jobspec_error jerr;
+    enum log_level level = LOG_WARN;
+    char path[PATH_MAX], hostname[256], advertise[64], leader_addr[96];
+    const char *bind;
+    int node_rank = 0, ret, status = EXIT_DAEMON_FAILED;
+
+    signal(SIGPIPE, SIG_IGN);
+    if (parse_args(argc, argv, &o) < 0)
+        return EXIT_DAEMON_FAILED;
+    if (o.log_level && log_level_parse(o.log_level, &level) < 0) {
+        fprintf(stderr, "rendezvousd: --log-level: '%s' is not error, warn, info or debug\n",
+                o.log_level);
+        return EXIT_DAEMON_FAILED;
+    }
+    log_setup("rendezvousd", STDERR_FILENO, level);
+    jobspec_init(&d.spec);
+    snprintf(path, sizeof(path), "%s/job.json", o.job_dir);
+    if (jobspec_load(&d.spec, path, &jerr) < 0) {
+        log_error("%s", jerr.text);
+        goto out;
+    }
+    snprintf(path, sizeof(path), "%s/key", o.job_dir);
+    ret = auth_key_read(path, &d.key);
+    if (ret < 0) {
+        log_error("cannot read job key '%s': %s", path,
+                  ret == -EPERM    ? "readable by others (must be mode 0600)"
+                  : ret == -EINVAL ? "not 64 hex digits"
+                                   : strerror(-ret));
+        goto out;
+    }
+    if (!o.node_rank)
+        o.node_rank = getenv("SLURM_NODEID");
+    if (o.node_rank && parse_int("--node-rank", o.node_rank, 0, d.spec.nnodes - 1, &node_rank) < 0)
+        goto out;
+    if (!o.hostname) {
+        if (gethostname(hostname, sizeof(hostname)) < 0)
+            snprintf(hostname, sizeof(hostname), "node%d", node_rank);
+        hostname[sizeof(hostname) - 1] = '\0';
+        o.hostname = hostname;
+    }
+    snprintf(path, sizeof(path), "%s/logs", o.job_dir);
+    ret = fs_mkdirs(path, 0700);
+    if (ret < 0) {
+        log_error("cannot create '%s': %s", path, strerror(-ret));
+        goto out;
+    }
+
+    d.loop = uv_default_loop();
+    for (size_t i = 0; i < sizeof(d.signals) / sizeof(d.signals[0]); i++) {
+        uv_signal_init(d.loop, &d.signals[i]);
+        d.signals[i].data = &d;
+        uv_signal_start(&d.signals[i], on_signal, handled_signals[i]);
+    }
+    bind = o.bind ? o.bind : d.spec.loopback ? "127.0.0.1" : "0.0.0.0";
+    if (o.advertise)
+        snprintf(advertise, sizeof(advertise), "%s", o.advertise);
+    else
+        default_advertise(bind, advertise, sizeof(advertise));
+    d.is_leader = node_rank == 0 && !o.rendezvous;
+    if (d.is_leader) {
+        struct leader_config lc = {
+            .spec = &d.spec,
+            .key = &d.key,
+            .job_dir = o.job_dir,
+            .bind_addr = bind,
+            .advertise_addr = advertise,
+            .max_frame = FRAME_MAX_DEFAULT,
+            .done = on_leader_done,
+            .arg = &d,
+        };
+        if (leader_start(d.loop, &lc, &d.leader) < 0)
+            goto out_loop;
+        /* Node 0's agent dials its own leader like every other agent: one code path. */
+        snprintf(leader_addr, sizeof(leader_addr), "%s:%d",
+                 strcmp(bind, "0.0.0.0") ? (strcmp(bind, "::") ? bind : "::1") : "127.0.0.1",
+                 leader_port(d.leader));
+        if (strchr(leader_addr, ':') != strrchr(leader_addr, ':'))
+            snprintf(leader_addr, sizeof(leader_addr), "[%s]:%d", strcmp(bind, "::") ? bind : "::1",
+                     leader_port(d.leader));
+        o.rendezvous = leader_addr;
+    }
+    {
+        struct agent_config ac = {
+            .spec = &d.spec,
+            .key = &d.key,
+            .job_dir = o.job_dir,
+            .node_rank = node_rank,
+            .hostname = o.hostname,
+            .advertise = o.advertise ? o.advertise : (d.is_leader ? advertise : NULL),
+            .rendezvous = o.rendezvous,
+            .max_frame = FRAME_MAX_DEFAULT,
+            .done = on_agent_done,
+            .arg = &d,
+        };
+        if (agent_start(d.loop, &ac, &d.agent) < 0) {
+            log_error("cannot start the agent");
+            if (d.leader)
+                leader_close(d.leader);
+            goto out_loop;
+        }
+    }
+    uv_run(d.loop, UV_RUN_DEFAULT);
+    status = d.is_leader ? d.leader_status : d.agent_status;
+    goto out_close;
+out_loop:
+    d.agent_done = d.leader_done = true;
+    maybe_stop(&d);
+    uv_run(d.loop, UV_RUN_DEFAULT);
+out_close:
+    if (uv_loop_close(d.loop) != 0)
+        log_warn("handles left open at exit");
+out:
+    jobspec_release(&d.spec);
+    return status;
+}

@@ -1,0 +1,334 @@
+/* Framed, authenticated connections on libuv. A peer is closed with peer_close() and freed
+ * by its owner in on_closed, never inside its own read callback (the redis/libuv rule): a
+ * close requested while frames are being dispatched only stops the dispatch loop. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "peer.h"
+#include "banned.h"
+
+/* One read's worth of buffer: reads are copied into the frame reader at once, so one
+ * static buffer serves every peer of the single-threaded loop. */
+#define PEER_READ_CHUNK      (64 * 1024)
+/* A peer that lets this much output pile up is not reading: close it rather than grow. */
+#define PEER_WRITE_QUEUE_MAX (32u * 1024 * 1024)
+
+struct peer_write {
+    uv_write_t req;
+    struct peer *peer;
+    size_t len;
+    uint8_t buf[];
+};
+
+static char read_chunk[PEER_READ_CHUNK];
+
+int64_t peer_now_ms(const struct peer *p)
+{
+    return (int64_t)uv_now(p->h.handle.loop);
+}
+
+int peer_init(struct peer *p, uv_loop_t *loop, enum peer_kind kind, const struct auth_key *key,
+              uint32_t max_frame, const struct peer_ops *ops, void *owner)
+{
+    int ret;
+
+    memset(p, 0, sizeof(*p));
+    p->kind = kind;
+    p->ops = ops;
+    p->owner = owner;
+    if (key)
+        p->key = *key;
+    frame_reader_init(&p->rd, max_frame);
+    ret = kind == PEER_UNIX ? uv_pipe_init(loop, &p->h.pipe, 0) : uv_tcp_init(loop, &p->h.tcp);
+    if (ret < 0)
+        return ret;
+    p->h.handle.data = p;
+    p->opened_ms = p->last_rx_ms = (int64_t)uv_now(loop);
+    snprintf(p->name, sizeof(p->name), "%s", kind == PEER_UNIX ? "unix peer" : "tcp peer");
+    return 0;
+}
+
+static void on_close(uv_handle_t *h)
+{
+    struct peer *p = h->data;
+
+    p->ops->on_closed(p, p->why);
+}
+
+void peer_close(struct peer *p, const char *why)
+{
+    if (p->closing)
+        return;
+    p->closing = true;
+    snprintf(p->why, sizeof(p->why), "%.200s", why ? why : "closed");
+    if (!uv_is_closing(&p->h.handle)) {
+        uv_read_stop(&p->h.stream);
+        uv_close(&p->h.handle, on_close);
+    }
+}
+
+void peer_release(struct peer *p)
+{
+    frame_reader_release(&p->rd);
+    memset(&p->key, 0, sizeof(p->key));
+    memset(&p->sess, 0, sizeof(p->sess));
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    struct peer_write *w = (struct peer_write *)req;
+    struct peer *p = w->peer;
+
+    if (status < 0 && status != UV_ECANCELED && !p->closing) {
+        char why[128];
+        snprintf(why, sizeof(why), "cannot write: %s", uv_strerror(status));
+        peer_close(p, why);
+    }
+    free(w);
+}
+
+/* Queues one frame whose payload is w->buf[FRAME_HDR_LEN..]; takes w. */
+static int queue_write(struct peer *p, struct peer_write *w)
+{
+    uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)w->len);
+    int ret;
+
+    if (uv_stream_get_write_queue_size(&p->h.stream) > PEER_WRITE_QUEUE_MAX) {
+        free(w);
+        peer_close(p, "peer does not read its messages");
+        return -ENOBUFS;
+    }
+    w->peer = p;
+    ret = uv_write(&w->req, &p->h.stream, &b, 1, on_write);
+    if (ret < 0) {
+        free(w);
+        peer_close(p, uv_strerror(ret));
+    }
+    return ret;
+}
+
+static int send_raw(struct peer *p, const uint8_t *data, size_t n)
+{
+    struct peer_write *w = malloc(sizeof(*w) + FRAME_HDR_LEN + n);
+
+    if (!w)
+        return -ENOMEM;
+    w->len = FRAME_HDR_LEN + n;
+    frame_put_header(w->buf, (uint32_t)n);
+    memcpy(w->buf + FRAME_HDR_LEN, data, n);
+    return queue_write(p, w);
+}
+
+int peer_send(struct peer *p, json_t *msg)
+{
+    size_t n, extra = p->kind == PEER_UNIX ? 0 : AUTH_OVERHEAD;
+    uint8_t *payload;
+    struct peer_write *w;
+
+    if (!msg)
+        return -ENOMEM;
+    if (p->closing || !p->ready) {
+        json_decref(msg);
+        return -ENOTCONN;
+    }
+    n = json_dumpb(msg, NULL, 0, JSON_COMPACT);
+    w = n ? malloc(sizeof(*w) + FRAME_HDR_LEN + n + extra) : NULL;
+    if (!w) {
+        json_decref(msg);
+        return -ENOMEM;
+    }
+    payload = w->buf + FRAME_HDR_LEN;
+    json_dumpb(msg, (char *)payload + (extra ? AUTH_SEQ_LEN : 0), n, JSON_COMPACT);
+    json_decref(msg);
+    if (extra)
+        auth_seal(&p->sess, payload, n);
+    w->len = FRAME_HDR_LEN + n + extra;
+    frame_put_header(w->buf, (uint32_t)(n + extra));
+    return queue_write(p, w);
+}
+
+int peer_send_error(struct peer *p, int64_t id, const char *code, const char *text)
+{
+    return peer_send(p, proto_pack("{s:s, s:I, s:s, s:s}", "type", "error", "id", (json_int_t)id,
+                                   "code", code, "msg", text));
+}
+
+static void become_ready(struct peer *p)
+{
+    p->ready = true;
+    if (p->ops->on_ready)
+        p->ops->on_ready(p);
+}
+
+/* The handshake frames; see auth.h for the exchange. */
+static void handshake_step(struct peer *p, const uint8_t *payload, size_t len)
+{
+    uint8_t out[AUTH_CHAL_LEN];
+    int ret;
+
+    if (p->kind == PEER_TCP_SERVER && p->hs.state == 0) {
+        ret = auth_server_challenge(&p->hs, &p->key, payload, len, out);
+        if (ret == 0)
+            ret = send_raw(p, out, AUTH_CHAL_LEN);
+    } else if (p->kind == PEER_TCP_SERVER) {
+        ret = auth_server_finish(&p->hs, payload, len, &p->sess);
+        if (ret == 0)
+            become_ready(p);
+    } else {
+        ret = auth_client_proof(&p->hs, payload, len, out, &p->sess);
+        if (ret == 0 && send_raw(p, out, AUTH_PROOF_LEN) == 0)
+            become_ready(p);
+    }
+    if (ret == -EACCES)
+        peer_close(p, "authentication failed: wrong job key");
+    else if (ret == -EBADMSG)
+        peer_close(p, "authentication failed: malformed handshake frame");
+    else if (ret < 0 && !p->closing)
+        peer_close(p, "authentication failed: internal error");
+}
+
+static void dispatch(struct peer *p, const uint8_t *payload, size_t len)
+{
+    struct proto_error err;
+    const uint8_t *json = payload;
+    size_t n = len;
+    struct msg m;
+    int ret;
+
+    if (p->kind != PEER_UNIX) {
+        ret = auth_open(&p->sess, payload, len, &json, &n);
+        if (ret == -EPROTO) {
+            peer_close(p, "replayed or reordered frame");
+            return;
+        }
+        if (ret < 0) {
+            peer_close(p, "frame failed authentication (wrong key, other job or tampered)");
+            return;
+        }
+    }
+    if (proto_decode(json, n, &m, &err) < 0) {
+        if (p->ops->on_bad_message)
+            p->ops->on_bad_message(p, &err);
+        else
+            peer_close(p, err.text);
+        return;
+    }
+    p->ops->on_message(p, &m);
+    proto_msg_release(&m);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)h;
+    (void)suggested;
+    *buf = uv_buf_init(read_chunk, sizeof(read_chunk));
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct peer *p = s->data;
+    const uint8_t *payload;
+    size_t len;
+    int ret;
+
+    if (nread == 0 || p->closing)
+        return;
+    if (nread < 0) {
+        if (nread == UV_EOF && frame_reader_pending(&p->rd))
+            peer_close(p, "connection closed inside a frame (truncated frame)");
+        else if (nread == UV_EOF)
+            peer_close(p, "connection closed");
+        else
+            peer_close(p, uv_strerror((int)nread));
+        return;
+    }
+    p->last_rx_ms = peer_now_ms(p);
+    if (frame_reader_feed(&p->rd, buf->base, (size_t)nread) < 0) {
+        peer_close(p, "out of memory");
+        return;
+    }
+    while (!p->closing && (ret = frame_reader_next(&p->rd, &payload, &len)) != 0) {
+        if (ret == -EMSGSIZE) {
+            char why[96];
+            snprintf(why, sizeof(why), "frame larger than %u bytes", p->rd.max);
+            peer_close(p, why);
+        } else if (ret < 0) {
+            peer_close(p, "empty frame");
+        } else if (!p->ready) {
+            handshake_step(p, payload, len);
+        } else {
+            dispatch(p, payload, len);
+        }
+    }
+}
+
+static void name_from_tcp(struct peer *p)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    char host[64] = "?";
+    int port = 0;
+
+    if (uv_tcp_getpeername(&p->h.tcp, (struct sockaddr *)&ss, &len) == 0) {
+        if (ss.ss_family == AF_INET) {
+            uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof(host));
+            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof(host));
+            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        }
+    }
+    snprintf(p->name, sizeof(p->name), "%s:%d", host, port);
+}
+
+static int start_reading(struct peer *p)
+{
+    if (p->kind != PEER_UNIX) {
+        uv_tcp_nodelay(&p->h.tcp, 1);
+        name_from_tcp(p);
+    }
+    return uv_read_start(&p->h.stream, on_alloc, on_read);
+}
+
+int peer_accept(struct peer *p, uv_stream_t *server)
+{
+    int ret = uv_accept(server, &p->h.stream);
+
+    if (ret < 0)
+        return ret;
+    ret = start_reading(p);
+    if (ret == 0 && p->kind == PEER_UNIX)
+        become_ready(p);
+    return ret;
+}
+
+static void on_connect(uv_connect_t *req, int status)
+{
+    struct peer *p = req->handle->data;
+    uint8_t hello[AUTH_HELLO_LEN];
+    char why[160];
+    int ret;
+
+    if (p->closing)
+        return;
+    if (status < 0) {
+        snprintf(why, sizeof(why), "cannot connect: %s", uv_strerror(status));
+        peer_close(p, why);
+        return;
+    }
+    ret = start_reading(p);
+    if (ret == 0)
+        ret = auth_client_hello(&p->hs, &p->key, hello) < 0 ? UV_EIO : 0;
+    if (ret == 0)
+        ret = send_raw(p, hello, sizeof(hello));
+    if (ret < 0 && !p->closing)
+        peer_close(p, uv_strerror(ret));
+}
+
+int peer_connect(struct peer *p, const struct sockaddr *addr)
+{
+    return uv_tcp_connect(&p->connect_req, &p->h.tcp, addr, on_connect);
+}

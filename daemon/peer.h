@@ -1,0 +1,87 @@
+/* One framed connection of the daemon: a TCP link (authenticated with the job key, both
+ * roles) or a rank's Unix socket (plain frames). It owns its libuv handle, its frame reader
+ * and its write buffers; the owner learns of messages and of the close through ops. */
+#ifndef GPURUN_PEER_H
+#define GPURUN_PEER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "auth.h"
+#include "frame.h"
+#include "proto.h"
+
+struct peer;
+
+struct peer_ops {
+    /* The handshake finished (TCP) or the stream is open (Unix). May be NULL. */
+    void (*on_ready)(struct peer *p);
+    /* One valid message; m is borrowed for the call. The callback may peer_close(p). */
+    void (*on_message)(struct peer *p, struct msg *m);
+    /* A frame failed to decode: err says why. The link stays open unless the callback
+     * closes it (the daemon answers an error frame and keeps serving). May be NULL: then
+     * the link is closed. */
+    void (*on_bad_message)(struct peer *p, const struct proto_error *err);
+    /* The handle is closed: the owner unlinks p and frees it with peer_free(). why is
+     * borrowed ("connection reset by peer", "wrong key", ...). */
+    void (*on_closed)(struct peer *p, const char *why);
+};
+
+enum peer_kind { PEER_TCP_SERVER, PEER_TCP_CLIENT, PEER_UNIX };
+
+struct peer {
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } h;
+    uv_connect_t connect_req;
+    enum peer_kind kind;
+    const struct peer_ops *ops;
+    void *owner; /* borrowed: the leader or agent the peer belongs to */
+    void *data;  /* borrowed: the owner's per-peer record */
+    struct frame_reader rd;
+    struct auth_key key;
+    struct auth_handshake hs;
+    struct auth_session sess;
+    bool ready;   /* handshake done (or Unix) */
+    bool closing; /* peer_close was called */
+    bool in_read; /* inside the read callback: closes are only flagged there */
+    int64_t opened_ms, last_rx_ms;
+    char name[96]; /* "10.0.0.2:43210" or "rank 3": the subject of log lines */
+    char why[256];
+};
+
+/* Prepares p on loop. key is copied (ignored for PEER_UNIX); max_frame bounds payloads.
+ * Returns 0 or a libuv error. After success the owner must end p with peer_close(). */
+int peer_init(struct peer *p, uv_loop_t *loop, enum peer_kind kind, const struct auth_key *key,
+              uint32_t max_frame, const struct peer_ops *ops, void *owner);
+
+/* Server side: accepts a pending connection of server into p and starts reading (and the
+ * handshake on TCP). Returns 0 or a libuv error (then p must still be peer_close()d). */
+int peer_accept(struct peer *p, uv_stream_t *server);
+
+/* Client side: connects p to addr and runs the handshake; on_ready or on_closed follows. */
+int peer_connect(struct peer *p, const struct sockaddr *addr);
+
+/* Sends msg (stolen: always consumed) once the link is ready. Returns 0, -ENOTCONN when
+ * the link is closing or not ready, -ENOMEM, or a libuv error. */
+int peer_send(struct peer *p, json_t *msg);
+
+/* Sends {"type":"error","id":id,"code":code,"msg":text}. */
+int peer_send_error(struct peer *p, int64_t id, const char *code, const char *text);
+
+/* Starts closing p once (idempotent): reading stops, pending writes are dropped by libuv,
+ * on_closed follows from the close callback. why (borrowed, copied) is the reason. */
+void peer_close(struct peer *p, const char *why);
+
+/* Frees what p owns besides itself; call from on_closed before freeing the memory of p. */
+void peer_release(struct peer *p);
+
+/* Milliseconds of the loop's clock. */
+int64_t peer_now_ms(const struct peer *p);
+
+#endif
