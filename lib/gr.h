@@ -9,13 +9,23 @@
  * Thread context: a struct gr is used by one thread at a time; calls block. Every call
  * returns 0 or a negative errno: -ETIMEDOUT for a wait that ran out, -ENOENT for a missing
  * key (timeout 0), -E2BIG for a key or value over the limits, -ECONNRESET when the agent is
- * gone, -EPROTO for an answer that makes no sense. gr_strerror() describes the last failure
- * in words ("store refused 'k': value longer than 262144 bytes"). */
+ * gone, -EPROTO for an answer that makes no sense, -ECANCELED when the job is being torn
+ * down. gr_strerror() describes the last failure in words ("kv_put 'k': value of 200000
+ * bytes is over the store's limit of 196608"). After -ECONNRESET or -EPROTO the connection is
+ * unusable: every later call returns the same error, and only gr_finalize() is left to do.
+ * The library never raises SIGPIPE and retries system calls a signal interrupts. */
 #ifndef GPURUN_GR_H
 #define GPURUN_GR_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* The store's limits as a rank sees them: a key (and a barrier name) is at most 256 bytes of
+ * UTF-8 text; a value travels as base64, 4 characters per 3 bytes, in at most 256 KiB, so a
+ * binary value holds at most 196608 bytes. */
+#define GR_KEY_MAX   256
+#define GR_NAME_MAX  256
+#define GR_VALUE_MAX (3 * (256 * 1024) / 4)
 
 struct gr;
 
@@ -29,8 +39,11 @@ struct gr_progress {
 };
 
 /* Connects to the agent named by the environment and introduces this rank. On success *out
- * is new (the caller ends it with gr_finalize). Returns -ENOENT when the process was not
- * started by rendezvousd (GPURUN_SOCK unset), or the connection's error. */
+ * is new (the caller ends it with gr_finalize); on failure *out is NULL and gr_strerror(NULL)
+ * says why. Returns -ENOENT when the process was not started by rendezvousd (GPURUN_SOCK or
+ * another of the variables unset), -EINVAL for a variable that is not a well-formed value
+ * (a decimal number in range, RANK < WORLD_SIZE, LOCAL_RANK < LOCAL_WORLD_SIZE; the token in
+ * hex), -EACCES when the agent refuses the rank, or the connection's error. */
 int gr_init(struct gr **out);
 
 /* This rank's place in the job, from the environment gr_init read. */
@@ -41,31 +54,38 @@ int gr_local_world_size(const struct gr *g);
 int gr_node_rank(const struct gr *g);
 
 /* Stores len bytes of val (borrowed) under key, replacing any earlier value. Values are
- * binary-safe. */
+ * binary-safe. A key that is empty or not UTF-8 is -EINVAL; a key over GR_KEY_MAX or a value
+ * over GR_VALUE_MAX bytes is -E2BIG, refused before anything is sent. */
 int gr_kv_put(struct gr *g, const char *key, const void *val, size_t len);
 
 /* Waits up to timeout_ms (0: do not wait; -1: wait as long as the job lives) for key to
  * exist, then copies its value into buf (cap bytes) and sets *len. -ENOBUFS with *len set
- * to the size needed when cap is too small. */
+ * to the size needed when cap is too small (buf may be NULL when cap is 0); -ENOENT when timeout_ms
+ * is 0 and the key does not exist; -ETIMEDOUT when the wait ran out. */
 int gr_kv_get(struct gr *g, const char *key, void *buf, size_t cap, size_t *len, int timeout_ms);
 
 /* Removes key; removing a missing key is not an error. */
 int gr_kv_del(struct gr *g, const char *key);
 
 /* Returns once every rank of the job has called gr_barrier with the same name (NULL: the
- * next of an implicit sequence, the same on every rank), or -ETIMEDOUT after timeout_ms
- * (-1: no limit). */
+ * next of an implicit sequence "#0", "#1"... counted per struct gr, the same on every rank),
+ * or -ETIMEDOUT after timeout_ms (-1: no limit). Names starting with '#' are reserved for
+ * that sequence (-EINVAL). A barrier given up on stays counted: the agent's late answer to
+ * it is skipped, and the ranks that did arrive are not released until the others do. */
 int gr_barrier(struct gr *g, const char *name, int timeout_ms);
 
-/* Sends this rank's progress; the agent forwards it to the leader without blocking. A loss
- * that is not finite is sent as -1. */
+/* Sends this rank's progress; the agent forwards it to the leader without blocking and does
+ * not answer. A number that is not finite (a NaN loss) is sent as -1. */
 int gr_report(struct gr *g, const struct gr_progress *p);
 
 /* Tells the agent this rank is done with the library, closes the connection and frees g
- * (g may be NULL). Returns the agent's answer; g is freed in every case. */
+ * (g may be NULL). Returns the agent's answer; g is freed in every case, and the text of a
+ * failure is then gr_strerror(NULL)'s. */
 int gr_finalize(struct gr *g);
 
-/* The text of g's last failure, or "" (borrowed: valid until the next call on g). */
+/* The text of g's last failure, or "" (borrowed: valid until the next call on g). With g
+ * NULL: the text of the calling thread's last failed gr_init or gr_finalize (valid until
+ * the next of those calls). */
 const char *gr_strerror(const struct gr *g);
 
 #endif
