@@ -27,6 +27,7 @@
 #include "log.h"
 #include "peer.h"
 #include "proto.h"
+#include "signame.h"
 #include "banned.h"
 
 /* Deadline resolution: teardown escalation, hang detection, the leader's heartbeat. */
@@ -1252,7 +1253,7 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
 
 void agent_signal(struct agent *a, int sig)
 {
-    char cause[256];
+    char cause[256], sn[SIGNAME_LEN];
 
     if (sig == SIGUSR1 || sig == SIGUSR2) {
         for (int i = 0; i < a->nranks; i++)
@@ -1260,7 +1261,7 @@ void agent_signal(struct agent *a, int sig)
         return;
     }
     snprintf(cause, sizeof(cause), "cancelled: node %d ('%.64s') received %s", a->node_rank,
-             a->hostname, sigabbrev_np(sig) ? sigabbrev_np(sig) : "a signal");
+             a->hostname, signame(sig, sn));
     if (!a->failed_here) {
         a->failed_here = true;
         a->status = 128 + sig;

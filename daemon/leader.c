@@ -18,6 +18,7 @@
 #include "log.h"
 #include "peer.h"
 #include "proto.h"
+#include "signame.h"
 #include "store.h"
 #include "banned.h"
 
@@ -105,12 +106,6 @@ static int64_t now_ms(const struct leader *l)
     return (int64_t)uv_now(l->loop);
 }
 
-static const char *signame(int sig)
-{
-    const char *s = sigabbrev_np(sig);
-    return s ? s : "?";
-}
-
 /* --- outcome ------------------------------------------------------------------------------ */
 
 static void broadcast(struct leader *l, json_t *msg)
@@ -154,9 +149,11 @@ static void fail(struct leader *l, int status, const char *outcome, json_t *fail
 static json_t *failure_new(const char *cause, int rank, int node, const char *host, int code,
                            int sig, const char *tail)
 {
+    char sn[SIGNAME_LEN];
+
     return json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:s, s:s}", "cause", cause, "rank", rank,
                      "node", node, "hostname", host ? host : "", "code", code, "signal", sig,
-                     "signal_name", sig ? signame(sig) : "", "tail", tail ? tail : "");
+                     "signal_name", sig ? signame(sig, sn) : "", "tail", tail ? tail : "");
 }
 
 static json_t *rank_view(const struct leader *l, int r)
@@ -356,7 +353,7 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
 {
     struct node *n = &l->nodes[c->node];
     struct rank *k;
-    char cause[256];
+    char cause[256], sn[SIGNAME_LEN];
 
     if (m->rank < n->rank_base || m->rank >= n->rank_base + n->nprocs) {
         log_warn("node %d reported the exit of rank %d, which is not its own", c->node, m->rank);

@@ -17,6 +17,7 @@
 #include "jobspec.h"
 #include "leader.h"
 #include "log.h"
+#include "signame.h"
 #include "banned.h"
 
 #define EXIT_DAEMON_FAILED 125
@@ -180,8 +181,9 @@ static void on_leader_done(struct leader *l, int status, void *arg)
 static void on_signal(uv_signal_t *h, int sig)
 {
     struct daemon *d = h->data;
+    char sn[SIGNAME_LEN];
 
-    log_info("received %s", sigabbrev_np(sig) ? sigabbrev_np(sig) : "a signal");
+    log_info("received %s", signame(sig, sn));
     if (d->agent)
         agent_signal(d->agent, sig);
     if (d->leader && sig != SIGUSR1 && sig != SIGUSR2 && !d->agent)
