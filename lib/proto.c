@@ -1,6 +1,7 @@
 /* Message decoding and validation: one table row per message type, each with the
  * json_unpack_ex(JSON_STRICT) format that is its contract. */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -188,6 +189,30 @@ static int check_limits(const struct msg *m, struct proto_error *err)
     return 0;
 }
 
+/* json_unpack's "i" keeps the low bits of a number an int cannot hold (4294967297 reads as
+ * 1), so every integer field but the 64-bit ones (id, timeout_ms, step) is checked against
+ * int's range before the row's format reads it. */
+static int check_int_range(json_t *root, const char *what, struct proto_error *err)
+{
+    const char *name;
+    json_t *v;
+
+    json_object_foreach(root, name, v)
+    {
+        json_int_t x;
+
+        if (!json_is_integer(v) || !strcmp(name, "id") || !strcmp(name, "timeout_ms") ||
+            !strcmp(name, "step"))
+            continue;
+        x = json_integer_value(v);
+        if (x < INT_MIN || x > INT_MAX) {
+            snprintf(err->text, sizeof(err->text), "'%s': '%.64s' out of range", what, name);
+            return -EBADMSG;
+        }
+    }
+    return 0;
+}
+
 static int decode_root(json_t *root, struct msg *m, struct proto_error *err)
 {
     json_error_t je;
@@ -209,6 +234,8 @@ static int decode_root(json_t *root, struct msg *m, struct proto_error *err)
                  json_string_value(jt));
         return -EBADMSG;
     }
+    if (check_int_range(root, rows[t].name, err) < 0)
+        return -EBADMSG;
     memset(m, 0, sizeof(*m));
     m->type = (enum msg_type)t;
     if (rows[t].unpack(root, m, rows[t].fmt, &je) < 0) {
