@@ -1,0 +1,31 @@
+/* The job dir as gpurun creates it (DESIGN.md section 2): a private directory holding the
+ * per-job key, the spec every daemon reads, and logs/. */
+#ifndef GPURUN_CLIENT_JOBDIR_H
+#define GPURUN_CLIENT_JOBDIR_H
+
+#include <stddef.h>
+#include <time.h>
+
+#include "jobspec.h"
+
+/* One line: "cannot create job dir '/x/y': permission denied". */
+struct jobdir_error {
+    char text[1024];
+};
+
+/* Writes the id of a local job, "local-YYYYmmdd-HHMMSS-PID" (t in local time), to buf of n
+ * bytes. Returns 0, or -ENAMETOOLONG when it does not fit. */
+int jobdir_local_id(char *buf, size_t n, time_t t, long pid);
+
+/* Writes the default job dir, "HOME/.gpurun/jobs/JOB_ID", to buf of n bytes (home and job_id
+ * borrowed). Returns 0, or -ENAMETOOLONG when it does not fit. */
+int jobdir_default_path(char *buf, size_t n, const char *home, const char *job_id);
+
+/* Makes dir a job dir for spec (borrowed; its job_id and argv set): creates dir (and missing
+ * parents, 0700) or takes an existing empty directory, sets its mode to 0700, creates logs/
+ * (0700), a fresh key in key (0600, auth_key_write) and job.json (0600, jobspec_save). A
+ * directory that is not empty is refused, so one dir never holds two jobs' keys. Returns 0,
+ * or a negative errno with err filled; on failure what this call created is removed again. */
+int jobdir_create(const char *dir, const struct jobspec *spec, struct jobdir_error *err);
+
+#endif

@@ -1,0 +1,359 @@
+/* The local launcher. gpurun stays a thin parent: it starts the daemons with posix_spawn and
+ * then sleeps in sigtimedwait() on SIGCHLD and the signals it forwards, so it adds no polling
+ * and no timer to a job's launch or teardown; its only deadlines are the time limit and the
+ * bounds on daemons that outlive the job. */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "local.h"
+#include "banned.h"
+
+extern char **environ;
+
+/* execvp's search path when PATH is unset (glibc's confstr(_CS_PATH)). */
+#define DEFAULT_PATH "/bin:/usr/bin"
+
+/* After a stopped daemon's kill_grace, this much more before gpurun sends SIGKILL: the
+ * daemon's own teardown needs the grace for its ranks, then a moment to reap and exit. */
+#define STOP_MARGIN_MS 2000
+
+/* 0 when path is an executable regular file, -EACCES when it exists but is not, else the
+ * stat error. */
+static int check_exec(const char *path)
+{
+    struct stat st;
+
+    if (stat(path, &st) < 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode) || access(path, X_OK) < 0)
+        return -EACCES;
+    return 0;
+}
+
+int local_resolve(const char *name, const char *path, char *out, size_t n)
+{
+    int found = -ENOENT;
+
+    if (!*name)
+        return -ENOENT;
+    if (strchr(name, '/')) {
+        if (snprintf(out, n, "%s", name) >= (int)n)
+            return -ENAMETOOLONG;
+        found = check_exec(name);
+        return found == 0 || found == -EACCES ? found : -ENOENT;
+    }
+    if (!path || !*path)
+        path = DEFAULT_PATH;
+    for (const char *p = path;; p++) {
+        const char *colon = strchr(p, ':');
+        size_t len = colon ? (size_t)(colon - p) : strlen(p);
+        int r;
+
+        /* An empty entry is the current directory, as for execvp. */
+        if (len == 0)
+            r = snprintf(out, n, "%s", name);
+        else
+            r = snprintf(out, n, "%.*s/%s", (int)len, p, name);
+        if (r < (int)n) {
+            r = check_exec(out);
+            if (r == 0)
+                return 0;
+            if (r == -EACCES)
+                found = -EACCES;
+        }
+        if (!colon)
+            break;
+        p = colon;
+    }
+    return found;
+}
+
+int local_find_daemon(const char *self, const char *path, char *out, size_t n)
+{
+    const char *slash = self ? strrchr(self, '/') : NULL;
+
+    if (slash && snprintf(out, n, "%.*s/rendezvousd", (int)(slash - self), self) < (int)n &&
+        check_exec(out) == 0)
+        return 0;
+    return local_resolve("rendezvousd", path, out, n) == 0 ? 0 : -ENOENT;
+}
+
+int local_exit_status(int wstatus)
+{
+    if (WIFEXITED(wstatus))
+        return WEXITSTATUS(wstatus);
+    if (WIFSIGNALED(wstatus))
+        return 128 + WTERMSIG(wstatus);
+    return 125;
+}
+
+int local_combine(const int *status, const bool *stopped, int n)
+{
+    if (n <= 0)
+        return 125;
+    if (!stopped[0] && status[0] != 0)
+        return status[0];
+    for (int k = 1; k < n; k++)
+        if (!stopped[k] && status[k] != 0)
+            return status[k];
+    return stopped[0] ? 125 : 0;
+}
+
+/* --- supervision ------------------------------------------------------------------------- */
+
+struct supervisor {
+    const struct local_job *job;
+    pid_t *pid;    /* of node k's daemon; 0 once reaped (or never started) */
+    int *status;   /* its exit status once reaped */
+    bool *stopped; /* gpurun sent it SIGTERM on its own account */
+    int running;
+    int fatal_signal;
+    bool timed_out;
+    bool forwarded_stop;   /* a SIGTERM/SIGINT reached the daemons: the job is ending */
+    long long limit_at;    /* monotonic ms of the time limit; 0: none */
+    long long straggle_at; /* when followers still alive after node 0 are stopped; 0: none */
+    long long kill_at;     /* when stopped daemons still alive get SIGKILL; 0: none */
+};
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void send_all(struct supervisor *s, int sig)
+{
+    for (int k = 0; k < s->job->nnodes; k++)
+        if (s->pid[k] > 0)
+            kill(s->pid[k], sig);
+}
+
+/* Stops the daemons still running for a reason of gpurun's own (their statuses then say
+ * nothing about the job), with SIGKILL after the job's grace if they do not go. */
+static void stop_all(struct supervisor *s)
+{
+    for (int k = 0; k < s->job->nnodes; k++) {
+        if (s->pid[k] > 0) {
+            s->stopped[k] = true;
+            kill(s->pid[k], SIGTERM);
+        }
+    }
+    if (!s->kill_at)
+        s->kill_at = now_ms() + s->job->kill_grace_ms + STOP_MARGIN_MS;
+}
+
+static void on_daemon_exit(struct supervisor *s, int k, int wstatus)
+{
+    s->pid[k] = 0;
+    s->status[k] = local_exit_status(wstatus);
+    s->running--;
+    if (s->running == 0)
+        return;
+    if (k == 0) {
+        /* The leader has ended the job. Followers that got its "finish" exit at once; one
+         * that lost it notices within the heartbeat timeout. If node 0 failed, a follower
+         * may still be polling for an endpoint that will never come: stop them now. */
+        if (s->status[k] != 0 || s->forwarded_stop)
+            stop_all(s);
+        else if (!s->straggle_at)
+            s->straggle_at = now_ms() + s->job->hb_timeout_ms;
+    } else if (s->status[k] == 125 && !s->stopped[k]) {
+        /* A follower that cannot start never joins, and the leader would wait for it until
+         * the join timeout: end the job now, with the follower's status. */
+        fprintf(stderr, "gpurun: node %d's rendezvousd failed; stopping the job\n", k);
+        stop_all(s);
+    }
+}
+
+static void reap(struct supervisor *s)
+{
+    for (;;) {
+        int wstatus;
+        pid_t pid = waitpid(-1, &wstatus, WNOHANG);
+
+        if (pid <= 0)
+            return;
+        for (int k = 0; k < s->job->nnodes; k++) {
+            if (s->pid[k] == pid) {
+                on_daemon_exit(s, k, wstatus);
+                break;
+            }
+        }
+    }
+}
+
+static void on_signal(struct supervisor *s, const siginfo_t *info)
+{
+    int sig = info->si_signo;
+
+    if (sig == SIGCHLD) {
+        reap(s);
+        return;
+    }
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+        if (!s->fatal_signal)
+            s->fatal_signal = sig;
+        s->forwarded_stop = true;
+        /* A terminal's ^C (si_code SI_KERNEL) went to the whole foreground process group,
+         * the daemons included: sending it again would count as a second interrupt. */
+        if (info->si_code == SI_KERNEL && sig != SIGHUP)
+            return;
+        send_all(s, sig == SIGHUP ? SIGTERM : sig);
+        return;
+    }
+    send_all(s, sig); /* SIGUSR1, SIGUSR2: for the ranks, e.g. "checkpoint now" */
+}
+
+static void on_deadline(struct supervisor *s, long long now)
+{
+    if (s->limit_at && now >= s->limit_at) {
+        s->limit_at = 0;
+        s->timed_out = true;
+        fprintf(stderr, "gpurun: time limit of %ld s reached; stopping the job\n",
+                s->job->time_limit_s);
+        stop_all(s);
+    }
+    if (s->straggle_at && now >= s->straggle_at) {
+        s->straggle_at = 0;
+        fprintf(stderr, "gpurun: %d rendezvousd still running after node 0 ended; stopping them\n",
+                s->running);
+        stop_all(s);
+    }
+    if (s->kill_at && now >= s->kill_at) {
+        s->kill_at = 0;
+        fprintf(stderr, "gpurun: %d rendezvousd did not stop in time; killing them\n", s->running);
+        send_all(s, SIGKILL);
+    }
+}
+
+/* The nearest deadline, or NULL to wait for a signal only. */
+static struct timespec *next_timeout(const struct supervisor *s, struct timespec *ts)
+{
+    long long at = 0, now;
+    const long long cand[] = {s->limit_at, s->straggle_at, s->kill_at};
+
+    for (size_t i = 0; i < sizeof(cand) / sizeof(cand[0]); i++)
+        if (cand[i] && (!at || cand[i] < at))
+            at = cand[i];
+    if (!at)
+        return NULL;
+    now = now_ms();
+    if (at < now)
+        at = now;
+    ts->tv_sec = (at - now) / 1000;
+    ts->tv_nsec = (long)((at - now) % 1000) * 1000000;
+    return ts;
+}
+
+static int spawn_daemon(const struct local_job *job, int k, const sigset_t *child_mask, pid_t *pid)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    char node[16];
+    char *argv[] = {(char *)"rendezvousd",
+                    (char *)"--job-dir",
+                    (char *)job->job_dir,
+                    (char *)"--node-rank",
+                    node,
+                    (char *)"--log-level",
+                    (char *)job->log_level,
+                    NULL};
+    int r;
+
+    snprintf(node, sizeof(node), "%d", k);
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setsigmask(&attr, child_mask);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+    if (job->out_fd >= 0) {
+        posix_spawn_file_actions_adddup2(&fa, job->out_fd, STDOUT_FILENO);
+        posix_spawn_file_actions_adddup2(&fa, job->out_fd, STDERR_FILENO);
+    }
+    r = posix_spawn(pid, job->daemon, &fa, &attr, argv, environ);
+    posix_spawnattr_destroy(&attr);
+    posix_spawn_file_actions_destroy(&fa);
+    return -r;
+}
+
+int local_run(const struct local_job *job, int *fatal_signal)
+{
+    struct supervisor s = {.job = job};
+    bool spawn_failed = false;
+    sigset_t set, old;
+    int ret;
+
+    *fatal_signal = 0;
+    s.pid = calloc((size_t)job->nnodes, sizeof(*s.pid));
+    s.status = calloc((size_t)job->nnodes, sizeof(*s.status));
+    s.stopped = calloc((size_t)job->nnodes, sizeof(*s.stopped));
+    if (!s.pid || !s.status || !s.stopped) {
+        fprintf(stderr, "gpurun: out of memory\n");
+        ret = 125;
+        goto out;
+    }
+    /* Blocked from before the first spawn, so no exit and no ^C can slip between spawning
+     * and waiting; the daemons get the mask gpurun started with. */
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &set, &old);
+
+    for (int k = 0; k < job->nnodes; k++) {
+        int r = spawn_daemon(job, k, &old, &s.pid[k]);
+        if (r < 0) {
+            fprintf(stderr, "gpurun: cannot start '%s': %s\n", job->daemon, strerror(-r));
+            s.pid[k] = 0;
+            spawn_failed = true;
+            stop_all(&s);
+            break;
+        }
+        s.running++;
+    }
+    if (job->time_limit_s > 0)
+        s.limit_at = now_ms() + job->time_limit_s * 1000;
+
+    while (s.running > 0) {
+        struct timespec ts;
+        siginfo_t info;
+        int sig = sigtimedwait(&set, &info, next_timeout(&s, &ts));
+
+        if (sig > 0) {
+            on_signal(&s, &info);
+        } else if (errno == EAGAIN) {
+            on_deadline(&s, now_ms());
+        } else if (errno != EINTR) {
+            fprintf(stderr, "gpurun: cannot wait for signals: %s\n", strerror(errno));
+            send_all(&s, SIGKILL);
+            while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
+                ;
+            spawn_failed = true;
+            break;
+        }
+    }
+    ret = local_combine(s.status, s.stopped, job->nnodes);
+    if (spawn_failed)
+        ret = 125;
+    else if (s.timed_out)
+        ret = 124;
+    *fatal_signal = s.fatal_signal;
+out:
+    free(s.pid);
+    free(s.status);
+    free(s.stopped);
+    return ret;
+}

@@ -1,0 +1,54 @@
+/* gpurun --local: runs a job on this machine by starting one rendezvousd per node on loopback
+ * and supervising them until the job's outcome is known (DESIGN.md section 2). */
+#ifndef GPURUN_CLIENT_LOCAL_H
+#define GPURUN_CLIENT_LOCAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Finds the file execvp() would run for name: a name with a '/' is a path, any other is
+ * looked up in path (a PATH value, borrowed; NULL or "" means the system default). Writes
+ * what it found to out (n bytes). Returns 0; -ENOENT when nothing matches; -EACCES when a
+ * match is not an executable regular file (execvp's 126 case); -ENAMETOOLONG. */
+int local_resolve(const char *name, const char *path, char *out, size_t n);
+
+/* Finds rendezvousd: first beside self (the running gpurun's path, borrowed, e.g. from
+ * /proc/self/exe; NULL skips this), then on path as local_resolve() does. Writes it to out.
+ * Returns 0 or -ENOENT. */
+int local_find_daemon(const char *self, const char *path, char *out, size_t n);
+
+/* A local job whose dir is ready (job.json and key written). All strings borrowed. */
+struct local_job {
+    const char *job_dir;
+    const char *daemon;    /* rendezvousd's path */
+    const char *log_level; /* passed to every daemon as --log-level */
+    int nnodes;            /* daemons to start, node ranks 0..nnodes-1 */
+    int out_fd;            /* the daemons' stdout and stderr; -1: gpurun's own */
+    long time_limit_s;     /* stop the job (exit 124) after this long; 0: never */
+    int kill_grace_ms;     /* the job's kill_grace: how long a stopped daemon may take */
+    int hb_timeout_ms;     /* the job's heartbeat timeout: how long followers may outlive
+                              node 0 before gpurun stops them */
+};
+
+/* Starts the job's daemons at once, all in gpurun's process group with gpurun's stdin and
+ * environment, and waits for every one of them. SIGINT, SIGTERM and SIGHUP are forwarded to
+ * the daemons (SIGHUP as SIGTERM; a signal from the terminal already reached them and is not
+ * sent twice), as are SIGUSR1 and SIGUSR2. Must be called with no other children running:
+ * it reaps any child. Returns gpurun's exit status (local_combine() of the daemons', 124
+ * when the time limit ended the job, 125 when a daemon could not be started) and sets
+ * *fatal_signal to the first SIGINT/SIGTERM/SIGHUP received (0: none), which the caller
+ * should die of once it has cleaned up. Thread context: the process's only thread; the
+ * signals above are blocked on return. */
+int local_run(const struct local_job *job, int *fatal_signal);
+
+/* The exit status a wait status stands for: the code, or 128+N for death by signal N. */
+int local_exit_status(int wstatus);
+
+/* gpurun's exit status from the daemons' (status[k] of node k, n of them): node 0's, since
+ * the leader knows the job's outcome; if node 0 exited 0 while another did not, that one's
+ * (the first), so that no failure is hidden. stopped[k] marks a daemon gpurun itself had to
+ * stop, whose status says nothing about the job: it is skipped, and if node 0 was stopped the
+ * first failure of another node is the result (125 when there is none). */
+int local_combine(const int *status, const bool *stopped, int n);
+
+#endif

@@ -1,0 +1,36 @@
+/* gpurun status for a job dir: the leader's live view over an authenticated TCP link, or the
+ * summary.json of a job that has ended. */
+#ifndef GPURUN_CLIENT_STATUS_H
+#define GPURUN_CLIENT_STATUS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+/* One line: "cannot connect to '127.0.0.1:4000': connection refused". */
+struct status_error {
+    char text[1024];
+};
+
+/* Asks the leader of the job in job_dir (borrowed) for its status: reads endpoint.json and
+ * key, connects, runs the auth.h handshake as client, sends {"type":"status","id":1} and
+ * waits for the status_reply, each step bounded by timeout_ms. Returns 0 and sets *job to the
+ * reply's "job" object (new: caller decrefs), or a negative errno with err filled:
+ * -ENOENT when there is no endpoint.json, -EACCES when the leader does not hold the key,
+ * -ETIMEDOUT, -EPROTO for a reply that is not a status_reply, or the socket's error. */
+int status_query(const char *job_dir, int timeout_ms, json_t **job, struct status_error *err);
+
+/* Reads the job's summary.json. Returns 0 and sets *summary (new: caller decrefs), -ENOENT
+ * when the job has not ended, or a negative errno with err filled. */
+int status_load_summary(const char *job_dir, json_t **summary, struct status_error *err);
+
+/* Prints a status_reply's job object (borrowed) for a person: its scalar fields one per
+ * line, then its "nodes" and "ranks" arrays as tables whose columns are the fields found. */
+void status_print(FILE *out, const json_t *job);
+
+/* Prints a summary.json (borrowed) for a person: outcome, exit status, first failure with
+ * the tail of its log, the ranks' table and the timings. */
+void status_print_summary(FILE *out, const json_t *summary);
+
+#endif
