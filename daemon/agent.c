@@ -973,10 +973,11 @@ static void on_leader_message(struct peer *p, struct msg *m)
             if (a->pend[i].id != m->id)
                 continue;
             struct rconn *rc = a->pend[i].rc;
+            int64_t rank_id = a->pend[i].rank_id;
             a->pend[i] = a->pend[--a->npend];
             if (rc) {
                 json_t *back = json_deep_copy(m->root);
-                json_object_set_new(back, "id", json_integer(a->pend[i].rank_id));
+                json_object_set_new(back, "id", json_integer(rank_id));
                 peer_send(&rc->peer, back);
             }
             return;
