@@ -230,11 +230,17 @@ out:
     return ret;
 }
 
+/* A JSON array of v's strings, or NULL when one cannot be a JSON string (not UTF-8) or
+ * memory runs out: an argument dropped on the way would run another command. */
 static json_t *strv_json(char **v)
 {
     json_t *arr = json_array();
-    for (char **p = v; arr && p && *p; p++)
-        json_array_append_new(arr, json_string(*p));
+    for (char **p = v; arr && p && *p; p++) {
+        if (json_array_append_new(arr, json_string(*p)) < 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
     return arr;
 }
 
@@ -242,7 +248,8 @@ int jobspec_save(const struct jobspec *spec, const char *path)
 {
     json_t *root;
     char *text = NULL;
-    int ret = -ENOMEM;
+    /* Building the JSON fails for text that is not UTF-8 far more often than for memory. */
+    int ret = -EINVAL;
 
     root = json_pack("{s:i, s:s, s:o, s:o, s:b}", "version", 1, "job_id",
                      spec->job_id ? spec->job_id : "", "argv", strv_json(spec->argv), "env",
@@ -252,11 +259,13 @@ int jobspec_save(const struct jobspec *spec, const char *path)
     for (size_t i = 0; i < N_INT_KEYS; i++)
         json_object_set_new(root, int_keys[i].name,
                             json_integer(*int_field((struct jobspec *)spec, &int_keys[i])));
-    if (spec->workdir)
-        json_object_set_new(root, "workdir", json_string(spec->workdir));
-    text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
-    if (!text)
+    if (spec->workdir && json_object_set_new(root, "workdir", json_string(spec->workdir)) < 0)
         goto out;
+    text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (!text) {
+        ret = -ENOMEM;
+        goto out;
+    }
     ret = fs_write_atomic(path, text, strlen(text), 0600);
 out:
     free(text);

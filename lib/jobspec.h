@@ -37,7 +37,8 @@ void jobspec_release(struct jobspec *spec);
 int jobspec_load(struct jobspec *spec, const char *path, struct jobspec_error *err);
 
 /* Writes spec to path atomically (temp file, fsync, rename, directory fsync), mode 0600.
- * Returns 0 or a negative errno. */
+ * Returns 0, -EINVAL when a string of spec is not UTF-8 (JSON cannot hold it; nothing is
+ * written), or a negative errno. */
 int jobspec_save(const struct jobspec *spec, const char *path);
 
 /* Copies argc strings of argv (borrowed) into spec->argv. Returns 0 or -ENOMEM. */
