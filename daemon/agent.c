@@ -27,6 +27,7 @@
 #include "log.h"
 #include "peer.h"
 #include "proto.h"
+#include "shim.h"
 #include "signame.h"
 #include "banned.h"
 
@@ -127,6 +128,8 @@ struct agent {
     char master_addr[64];
     struct arank *ranks;
     int nranks, exited;
+    char self_exe[PATH_MAX]; /* this program, run as the rank shim (shim.h) */
+    char **spawn_argv;       /* self_exe --exec-rank PID -- argv... */
     char sockdir[PATH_MAX];
     char sockpath[PATH_MAX];
 
@@ -552,8 +555,8 @@ static int spawn_rank(struct agent *a, struct arank *r)
     stdio[1].data.stream = (uv_stream_t *)&r->out.pipe;
     stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
     stdio[2].data.stream = (uv_stream_t *)&r->err.pipe;
-    opt.file = a->spec->argv[0];
-    opt.args = a->spec->argv;
+    opt.file = a->spawn_argv[0];
+    opt.args = a->spawn_argv;
     opt.env = env;
     opt.cwd = a->spec->workdir;
     opt.flags = UV_PROCESS_DETACHED;
@@ -1204,6 +1207,31 @@ static void on_heartbeat(uv_timer_t *t)
 
 /* --- lifecycle ---------------------------------------------------------------------------- */
 
+/* Every rank runs under the shim (shim.h): this program again, with the rank's command. */
+static int build_spawn_argv(struct agent *a)
+{
+    static char pid[24];
+    size_t n = 0, i = 0;
+    ssize_t len = readlink("/proc/self/exe", a->self_exe, sizeof(a->self_exe) - 1);
+
+    if (len <= 0)
+        return -errno;
+    a->self_exe[len] = '\0';
+    snprintf(pid, sizeof(pid), "%ld", (long)getpid());
+    while (a->spec->argv[n])
+        n++;
+    a->spawn_argv = calloc(n + 5, sizeof(char *));
+    if (!a->spawn_argv)
+        return -ENOMEM;
+    a->spawn_argv[i++] = a->self_exe;
+    a->spawn_argv[i++] = (char *)SHIM_FLAG;
+    a->spawn_argv[i++] = pid;
+    a->spawn_argv[i++] = (char *)"--";
+    for (size_t k = 0; k < n; k++)
+        a->spawn_argv[i++] = a->spec->argv[k];
+    return 0;
+}
+
 int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **out)
 {
     struct agent *a = calloc(1, sizeof(*a));
@@ -1237,6 +1265,12 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
         a->ranks[i].agent = a;
         a->ranks[i].local = i;
         a->ranks[i].logfd = -1;
+    }
+    if (build_spawn_argv(a) < 0) {
+        free(a->ranks);
+        json_decref(a->barrier_counts);
+        free(a);
+        return -ENOMEM;
     }
     /* Orphans of our ranks come back to us, not to init: see kill_orphans(). */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -1295,6 +1329,7 @@ static void maybe_free(struct agent *a)
         rmdir(a->sockdir);
     json_decref(a->barrier_counts);
     free(a->pend);
+    free(a->spawn_argv);
     free(a->ranks);
     free(a);
 }

@@ -374,7 +374,8 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
         if (m->signal)
             snprintf(cause, sizeof(cause),
                      "rank %d on node %d ('%s') was killed by signal %d (%s)%s", m->rank, c->node,
-                     n->hostname, m->signal, signame(m->signal, sn), m->oom ? ": out of memory" : "");
+                     n->hostname, m->signal, signame(m->signal, sn),
+                     m->oom ? ": out of memory" : "");
         else
             snprintf(cause, sizeof(cause), "rank %d on node %d ('%s') exited with status %d",
                      m->rank, c->node, n->hostname, m->code);

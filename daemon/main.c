@@ -17,6 +17,7 @@
 #include "jobspec.h"
 #include "leader.h"
 #include "log.h"
+#include "shim.h"
 #include "signame.h"
 #include "banned.h"
 
@@ -200,6 +201,8 @@ int main(int argc, char **argv)
     const char *bind;
     int node_rank = 0, ret, status = EXIT_DAEMON_FAILED;
 
+    if (argc > 1 && !strcmp(argv[1], SHIM_FLAG))
+        return shim_main(argc, argv);
     signal(SIGPIPE, SIG_IGN);
     if (parse_args(argc, argv, &o) < 0)
         return EXIT_DAEMON_FAILED;
