@@ -31,6 +31,7 @@ struct options {
     const char *hostname;
     const char *log_level;
     const char *node_rank;
+    bool leader_only;
 };
 
 struct option_row {
@@ -83,6 +84,12 @@ static int parse_args(int argc, char **argv, struct options *o)
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
             usage(stdout);
             exit(0);
+        }
+        /* Hidden, for bench/loadgen, which plays every agent itself: node 0 runs the leader
+         * alone, with no agent and no ranks. */
+        if (!strcmp(arg, "--leader-only")) {
+            o->leader_only = true;
+            continue;
         }
         for (k = 0; k < N_OPTIONS; k++)
             if (strlen(option_rows[k].name) == n && !strncmp(option_rows[k].name, arg, n))
@@ -256,6 +263,10 @@ int main(int argc, char **argv)
     else
         default_advertise(bind, advertise, sizeof(advertise));
     d.is_leader = node_rank == 0 && !o.rendezvous;
+    if (o.leader_only && !d.is_leader) {
+        log_error("--leader-only needs node rank 0 and no --rendezvous");
+        goto out_loop;
+    }
     if (d.is_leader) {
         struct leader_config lc = {
             .spec = &d.spec,
@@ -278,7 +289,9 @@ int main(int argc, char **argv)
                      leader_port(d.leader));
         o.rendezvous = leader_addr;
     }
-    {
+    if (o.leader_only) {
+        d.agent_done = true;
+    } else {
         struct agent_config ac = {
             .spec = &d.spec,
             .key = &d.key,
