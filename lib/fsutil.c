@@ -94,8 +94,16 @@ int fs_mkdirs(const char *dir, mode_t mode)
             return -errno;
         *p = '/';
     }
-    if (mkdir(buf, mode) < 0 && errno != EEXIST)
-        return -errno;
+    if (mkdir(buf, mode) < 0) {
+        struct stat st;
+        /* EEXIST also means a file of that name: not the directory the caller needs. */
+        if (errno != EEXIST)
+            return -errno;
+        if (stat(buf, &st) < 0)
+            return -errno;
+        if (!S_ISDIR(st.st_mode))
+            return -ENOTDIR;
+    }
     return 0;
 }
 

@@ -11,7 +11,7 @@
 int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
 
 /* Creates dir and its missing parents with mode (parents 0700). An existing directory is
- * fine. Returns 0 or a negative errno. */
+ * fine; an existing file of that name is -ENOTDIR. Returns 0 or a negative errno. */
 int fs_mkdirs(const char *dir, mode_t mode);
 
 /* Reads a whole file of at most max bytes into a new NUL-terminated buffer (*out, caller
