@@ -98,6 +98,7 @@ struct bwait {
     struct bwait *next;
     struct rconn *rc;
     int64_t id;
+    int rank;
     char *name;
 };
 
@@ -623,10 +624,20 @@ static void forward_kv(struct agent *a, struct rconn *rc, struct msg *m)
 
 static void barrier_arrive(struct agent *a, struct rconn *rc, struct msg *m)
 {
-    struct bwait *w = calloc(1, sizeof(*w));
+    struct bwait *w;
     json_t *n;
     json_int_t count;
 
+    /* A rank that gave up waiting and calls the same barrier again has arrived once: it
+     * only gets the reply under its new request id. */
+    for (w = a->bwaits; w; w = w->next) {
+        if (w->rank == rc->rank->rank && !strcmp(w->name, m->key)) {
+            w->rc = rc;
+            w->id = m->id;
+            return;
+        }
+    }
+    w = calloc(1, sizeof(*w));
     if (!w || !(w->name = strdup(m->key))) {
         free(w);
         peer_send_error(&rc->peer, m->id, "too_large", "agent out of memory");
@@ -634,6 +645,7 @@ static void barrier_arrive(struct agent *a, struct rconn *rc, struct msg *m)
     }
     w->rc = rc;
     w->id = m->id;
+    w->rank = rc->rank->rank;
     w->next = a->bwaits;
     a->bwaits = w;
     n = json_object_get(a->barrier_counts, m->key);
@@ -931,8 +943,8 @@ static void on_assign(struct agent *a, struct msg *m)
     snprintf(a->master_addr, sizeof(a->master_addr), "%s", m->master_addr);
     a->state = AG_RUNNING;
     if (listen_ranks(a) < 0) {
-        send_leader(a, proto_pack("{s:s, s:s}", "type", "abort", "cause",
-                                  "agent cannot listen for its ranks"));
+        send_leader(a, proto_pack("{s:s, s:s, s:i}", "type", "abort", "cause",
+                                  "agent cannot listen for its ranks", "status", 125));
         a->status = 125;
         a->failed_here = true;
     }
@@ -1183,7 +1195,8 @@ static void on_tick(uv_timer_t *t)
                      a->node_rank, a->hostname, now - r->progress_ms);
             a->failed_here = true;
             a->status = 124;
-            send_leader(a, proto_pack("{s:s, s:s}", "type", "abort", "cause", cause));
+            send_leader(a, proto_pack("{s:s, s:s, s:i}", "type", "abort", "cause", cause, "status",
+                                      a->status));
             teardown(a, cause);
             break;
         }
@@ -1301,7 +1314,8 @@ void agent_signal(struct agent *a, int sig)
         a->failed_here = true;
         a->status = 128 + sig;
     }
-    send_leader(a, proto_pack("{s:s, s:s}", "type", "abort", "cause", cause));
+    send_leader(
+        a, proto_pack("{s:s, s:s, s:i}", "type", "abort", "cause", cause, "status", 128 + sig));
     if (a->state == AG_FINDING || a->state == AG_JOINING) {
         a->state = AG_DONE;
         a->done(a, 128 + sig, a->arg);

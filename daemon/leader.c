@@ -503,11 +503,11 @@ static void on_message(struct peer *p, struct msg *m)
         do_rank_exit(l, c, m);
         break;
     case MSG_ABORT: {
-        char cause[PROTO_TAIL_MAX + 64];
-        snprintf(cause, sizeof(cause), "%s", m->value);
-        fail(l, strstr(cause, "cancelled") ? 143 : 1,
-             strstr(cause, "cancelled") ? "cancelled" : "failed",
-             failure_new(cause, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
+        /* The agent's cause is its own text (bounded by the frame): keep it as it is. */
+        bool cancel =
+            m->status == 128 + SIGTERM || m->status == 128 + SIGINT || m->status == 128 + SIGHUP;
+        fail(l, m->status ? m->status : 1, cancel ? "cancelled" : "failed",
+             failure_new(m->value, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
         break;
     }
     default:

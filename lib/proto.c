@@ -90,12 +90,12 @@ static int un_id(json_t *r, struct msg *m, const char *f, json_error_t *je)
 static int un_rank_exit(json_t *r, struct msg *m, const char *f, json_error_t *je)
 {
     return UNPACK(r, je, f, "type", &(const char *){0}, "rank", &m->rank, "code", &m->code,
-                  "signal", &m->signal, "oom", &m->oom, "tail", &m->value);
+                  "signal", &m->signal, "oom", &m->oom, "killed", &m->killed, "tail", &m->value);
 }
 
 static int un_abort(json_t *r, struct msg *m, const char *f, json_error_t *je)
 {
-    return UNPACK(r, je, f, "type", &(const char *){0}, "cause", &m->value);
+    return UNPACK(r, je, f, "type", &(const char *){0}, "cause", &m->value, "status", &m->status);
 }
 
 static int un_finish(json_t *r, struct msg *m, const char *f, json_error_t *je)
@@ -133,8 +133,8 @@ static const struct proto_row rows[MSG_TYPE_COUNT] = {
     [MSG_REPORT] = {"report", "{s:s, s:I, s:F, s:F, s:F, s:F}", un_report},
     [MSG_PROGRESS] = {"progress", "{s:s, s:o}", un_progress},
     [MSG_FINALIZE] = {"finalize", "{s:s, s:I}", un_id},
-    [MSG_RANK_EXIT] = {"rank_exit", "{s:s, s:i, s:i, s:i, s:b, s:s}", un_rank_exit},
-    [MSG_ABORT] = {"abort", "{s:s, s:s}", un_abort},
+    [MSG_RANK_EXIT] = {"rank_exit", "{s:s, s:i, s:i, s:i, s:b, s:b, s:s}", un_rank_exit},
+    [MSG_ABORT] = {"abort", "{s:s, s:s, s?i}", un_abort},
     [MSG_FINISH] = {"finish", "{s:s, s:i}", un_finish},
     [MSG_STATUS] = {"status", "{s:s, s:I}", un_id},
     [MSG_STATUS_REPLY] = {"status_reply", "{s:s, s:I, s:o}", un_status_reply},

@@ -33,15 +33,19 @@
  * report        rank->agent       step, loss, lr, tokens_per_s, grad_norm
  * progress      agent->leader     ranks [{rank, step, loss, lr, tokens_per_s, grad_norm}]
  * finalize      rank->agent       id: the rank is done with the library
- * rank_exit     agent->leader     rank, code, signal, oom, tail (last lines of its log)
+ * rank_exit     agent->leader     rank, code, signal, oom, killed (the agent's own teardown
+ *                                 killed it: a consequence, not a failure), tail (last lines
+ *                                 of its log)
  * abort         leader->agent     cause: kill every rank now
+ *               agent->leader     cause, status: the agent saw a failure no rank_exit says
+ *                                 (a hung rank: 124, a signal S to the daemon: 128+S)
  * finish        leader->agent     status: the job is over; exit with this status
  * status        client->leader    id
  * status_reply  leader->client    id, job (an object: see the leader's status view)
  * ok            reply             id
  * kv_val        reply             id, value
  * error         reply             id, code, msg  (code: "bad_request", "timeout", "too_large",
- *                                 "denied", "aborted")
+ *                                 "denied", "aborted", "not_found")
  */
 #ifndef GPURUN_PROTO_H
 #define GPURUN_PROTO_H
@@ -95,7 +99,7 @@ struct msg {
                           rank_exit: tail */
     const char *hostname, *addr, *gpus, *master_addr;
     int node_rank, nprocs, rank, generation, world_size, rank_base, nnodes, master_port;
-    int count, code, signal, oom, status;
+    int count, code, signal, oom, killed, status;
     json_int_t timeout_ms, step;
     double loss, lr, tokens_per_s, grad_norm;
     json_t *array; /* assign: nodes; progress: ranks; status_reply: job (an object) */
