@@ -1,0 +1,571 @@
+/* Tests of lib/proto: one valid example of every message type, and each example broken in
+ * every way the decoder must notice (a field missing, an extra field, a field of the wrong
+ * type or out of range, a key over the limit), plus payloads that are not JSON objects or
+ * name no known type, and proto_pack's refusals. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "proto.h"
+#include "test.h"
+#include "banned.h"
+
+struct example {
+    enum msg_type type;
+    const char *json;
+    const char *optional; /* a field the sender may leave out, or NULL */
+};
+
+/* One row per message type, in enum order. */
+static const struct example examples[] = {
+    {MSG_HELLO, "{\"type\":\"hello\",\"rank\":3,\"token\":\"00ff\"}", NULL},
+    {MSG_JOIN,
+     "{\"type\":\"join\",\"node_rank\":1,\"hostname\":\"n1\",\"addr\":\"10.0.0.2\",\"nprocs\":4,"
+     "\"gpus\":\"0,1,2,3\"}",
+     NULL},
+    {MSG_ASSIGN,
+     "{\"type\":\"assign\",\"generation\":2,\"world_size\":8,\"rank_base\":4,\"nnodes\":2,"
+     "\"master_addr\":\"10.0.0.1\",\"master_port\":29500,\"nodes\":[{\"node_rank\":0,"
+     "\"hostname\":\"n0\",\"addr\":\"10.0.0.1\",\"nprocs\":4}]}",
+     NULL},
+    {MSG_HB, "{\"type\":\"hb\"}", NULL},
+    {MSG_KV_PUT, "{\"type\":\"kv_put\",\"id\":11,\"key\":\"nccl/id\",\"value\":\"dmFs\"}", NULL},
+    {MSG_KV_GET, "{\"type\":\"kv_get\",\"id\":12,\"key\":\"nccl/id\",\"timeout_ms\":5000}", NULL},
+    {MSG_KV_DEL, "{\"type\":\"kv_del\",\"id\":13,\"key\":\"nccl/id\"}", NULL},
+    {MSG_BARRIER, "{\"type\":\"barrier\",\"id\":14,\"name\":\"start\",\"count\":4}", "count"},
+    {MSG_BARRIER_DONE, "{\"type\":\"barrier_done\",\"name\":\"start\"}", NULL},
+    {MSG_REPORT,
+     "{\"type\":\"report\",\"step\":100,\"loss\":2.5,\"lr\":0.001,\"tokens_per_s\":12000.5,"
+     "\"grad_norm\":1.25}",
+     NULL},
+    {MSG_PROGRESS, "{\"type\":\"progress\",\"ranks\":[{\"rank\":0,\"step\":100}]}", NULL},
+    {MSG_FINALIZE, "{\"type\":\"finalize\",\"id\":15}", NULL},
+    {MSG_RANK_EXIT,
+     "{\"type\":\"rank_exit\",\"rank\":5,\"code\":7,\"signal\":0,\"oom\":true,\"killed\":false,"
+     "\"tail\":\"Traceback\"}",
+     NULL},
+    {MSG_ABORT, "{\"type\":\"abort\",\"cause\":\"rank 5 hung\",\"status\":124}", "status"},
+    {MSG_FINISH, "{\"type\":\"finish\",\"status\":7}", NULL},
+    {MSG_STATUS, "{\"type\":\"status\",\"id\":16}", NULL},
+    {MSG_STATUS_REPLY, "{\"type\":\"status_reply\",\"id\":16,\"job\":{\"job_id\":\"j1\"}}", NULL},
+    {MSG_OK, "{\"type\":\"ok\",\"id\":17}", NULL},
+    {MSG_KV_VAL, "{\"type\":\"kv_val\",\"id\":18,\"value\":\"dmFs\"}", NULL},
+    {MSG_ERROR, "{\"type\":\"error\",\"id\":19,\"code\":\"timeout\",\"msg\":\"no key 'k'\"}", NULL},
+};
+#define N_EXAMPLES (sizeof(examples) / sizeof(examples[0]))
+
+/* Fields that carry 64-bit integers; every other integer field is a C int. */
+static const char *const wide_fields[] = {"id", "timeout_ms", "step"};
+
+static json_t *parse(const char *text)
+{
+    json_error_t je;
+    json_t *root = json_loads(text, 0, &je);
+    if (!root)
+        test_fail(__FILE__, __LINE__, "bad example '%s': %s", text, je.text);
+    return root;
+}
+
+/* Decodes root's text; returns proto_decode's result, the message released. */
+static int decode_json(json_t *root, struct proto_error *err)
+{
+    char *text = json_dumps(root, JSON_COMPACT);
+    struct msg m;
+    int rc;
+
+    CHECK(text);
+    memset(err, 0, sizeof(*err));
+    rc = proto_decode((const uint8_t *)text, strlen(text), &m, err);
+    if (rc == 0) {
+        CHECK(m.root);
+        proto_msg_release(&m);
+    } else {
+        CHECK(m.root == NULL);
+        CHECK(err->text[0] != '\0');
+    }
+    free(text);
+    return rc;
+}
+
+static int decode_text(const char *text, struct proto_error *err)
+{
+    struct msg m;
+    int rc;
+
+    memset(err, 0, sizeof(*err));
+    rc = proto_decode((const uint8_t *)text, strlen(text), &m, err);
+    if (rc == 0)
+        proto_msg_release(&m);
+    return rc;
+}
+
+/* Expects root (a variant of example e made by what) to be refused, naming the type. */
+static void expect_refused(const struct example *e, json_t *root, const char *what)
+{
+    struct proto_error err;
+    char *text = json_dumps(root, JSON_COMPACT);
+    int rc = decode_json(root, &err);
+
+    if (rc != -EBADMSG)
+        test_fail(__FILE__, __LINE__, "'%s' with %s: decode returned %d, not -EBADMSG: %s",
+                  proto_type_name(e->type), what, rc, text);
+    free(text);
+}
+
+static void expect_accepted(const struct example *e, json_t *root, const char *what)
+{
+    struct proto_error err;
+    char *text = json_dumps(root, JSON_COMPACT);
+    int rc = decode_json(root, &err);
+
+    if (rc != 0)
+        test_fail(__FILE__, __LINE__, "'%s' with %s: refused (%s): %s", proto_type_name(e->type),
+                  what, err.text, text);
+    free(text);
+}
+
+TEST(proto_examples_cover_every_type)
+{
+    CHECK_EQ(N_EXAMPLES, MSG_TYPE_COUNT);
+    for (size_t i = 0; i < N_EXAMPLES; i++) {
+        json_t *root = parse(examples[i].json);
+        CHECK_EQ(examples[i].type, i);
+        CHECK_STR(json_string_value(json_object_get(root, "type")),
+                  proto_type_name(examples[i].type));
+        json_decref(root);
+    }
+    CHECK_STR(proto_type_name(MSG_TYPE_COUNT), "?");
+    CHECK_STR(proto_type_name((enum msg_type) - 1), "?");
+}
+
+/* Every example decodes, to the type and field values it holds. */
+TEST(proto_valid_messages_decode)
+{
+    for (size_t i = 0; i < N_EXAMPLES; i++) {
+        const struct example *e = &examples[i];
+        struct proto_error err = {{0}};
+        struct msg m;
+        int rc = proto_decode((const uint8_t *)e->json, strlen(e->json), &m, &err);
+
+        if (rc != 0)
+            test_fail(__FILE__, __LINE__, "'%s' refused: %s", proto_type_name(e->type), err.text);
+        CHECK_EQ(m.type, e->type);
+        switch (e->type) {
+        case MSG_HELLO:
+            CHECK_EQ(m.rank, 3);
+            CHECK_STR(m.value, "00ff");
+            break;
+        case MSG_JOIN:
+            CHECK_EQ(m.node_rank, 1);
+            CHECK_STR(m.hostname, "n1");
+            CHECK_STR(m.addr, "10.0.0.2");
+            CHECK_EQ(m.nprocs, 4);
+            CHECK_STR(m.gpus, "0,1,2,3");
+            break;
+        case MSG_ASSIGN:
+            CHECK_EQ(m.generation, 2);
+            CHECK_EQ(m.world_size, 8);
+            CHECK_EQ(m.rank_base, 4);
+            CHECK_EQ(m.nnodes, 2);
+            CHECK_STR(m.master_addr, "10.0.0.1");
+            CHECK_EQ(m.master_port, 29500);
+            CHECK(json_is_array(m.array));
+            CHECK_EQ(json_array_size(m.array), 1);
+            break;
+        case MSG_KV_PUT:
+            CHECK_EQ(m.id, 11);
+            CHECK_STR(m.key, "nccl/id");
+            CHECK_STR(m.value, "dmFs");
+            break;
+        case MSG_KV_GET:
+            CHECK_EQ(m.id, 12);
+            CHECK_STR(m.key, "nccl/id");
+            CHECK_EQ(m.timeout_ms, 5000);
+            break;
+        case MSG_KV_DEL:
+            CHECK_EQ(m.id, 13);
+            CHECK_STR(m.key, "nccl/id");
+            break;
+        case MSG_BARRIER:
+            CHECK_EQ(m.id, 14);
+            CHECK_STR(m.key, "start");
+            CHECK_EQ(m.count, 4);
+            break;
+        case MSG_BARRIER_DONE:
+            CHECK_STR(m.key, "start");
+            break;
+        case MSG_REPORT:
+            CHECK_EQ(m.step, 100);
+            CHECK(m.loss == 2.5 && m.lr == 0.001 && m.tokens_per_s == 12000.5 &&
+                  m.grad_norm == 1.25);
+            break;
+        case MSG_PROGRESS:
+            CHECK(json_is_array(m.array));
+            break;
+        case MSG_FINALIZE:
+            CHECK_EQ(m.id, 15);
+            break;
+        case MSG_RANK_EXIT:
+            CHECK_EQ(m.rank, 5);
+            CHECK_EQ(m.code, 7);
+            CHECK_EQ(m.signal, 0);
+            CHECK_EQ(m.oom, 1);
+            CHECK_EQ(m.killed, 0);
+            CHECK_STR(m.value, "Traceback");
+            break;
+        case MSG_ABORT:
+            CHECK_STR(m.value, "rank 5 hung");
+            CHECK_EQ(m.status, 124);
+            break;
+        case MSG_FINISH:
+            CHECK_EQ(m.status, 7);
+            break;
+        case MSG_STATUS:
+            CHECK_EQ(m.id, 16);
+            break;
+        case MSG_STATUS_REPLY:
+            CHECK_EQ(m.id, 16);
+            CHECK(json_is_object(m.array));
+            CHECK_STR(json_string_value(json_object_get(m.array, "job_id")), "j1");
+            break;
+        case MSG_OK:
+            CHECK_EQ(m.id, 17);
+            break;
+        case MSG_KV_VAL:
+            CHECK_EQ(m.id, 18);
+            CHECK_STR(m.value, "dmFs");
+            break;
+        case MSG_ERROR:
+            CHECK_EQ(m.id, 19);
+            CHECK_STR(m.key, "timeout");
+            CHECK_STR(m.value, "no key 'k'");
+            break;
+        default:
+            break;
+        }
+        proto_msg_release(&m);
+        CHECK(m.root == NULL);
+    }
+}
+
+TEST(proto_missing_field_refused)
+{
+    for (size_t i = 0; i < N_EXAMPLES; i++) {
+        const struct example *e = &examples[i];
+        json_t *root = parse(e->json);
+        const char *field;
+        json_t *v;
+
+        json_object_foreach(root, field, v)
+        {
+            json_t *copy = json_deep_copy(root);
+            char what[64];
+            CHECK(copy);
+            json_object_del(copy, field);
+            snprintf(what, sizeof(what), "'%s' missing", field);
+            if (e->optional && !strcmp(field, e->optional))
+                expect_accepted(e, copy, what);
+            else
+                expect_refused(e, copy, what);
+            json_decref(copy);
+        }
+        json_decref(root);
+    }
+}
+
+TEST(proto_extra_field_refused)
+{
+    for (size_t i = 0; i < N_EXAMPLES; i++) {
+        json_t *root = parse(examples[i].json);
+        json_object_set_new(root, "extra", json_integer(1));
+        expect_refused(&examples[i], root, "an extra field");
+        json_decref(root);
+    }
+}
+
+/* Each field in turn holds a value of another JSON type: a string for a number, an object or
+ * a boolean, a number for a string, a real for an integer, a number for a boolean. */
+TEST(proto_wrong_type_refused)
+{
+    for (size_t i = 0; i < N_EXAMPLES; i++) {
+        const struct example *e = &examples[i];
+        json_t *root = parse(e->json);
+        const char *field;
+        json_t *v;
+
+        json_object_foreach(root, field, v)
+        {
+            json_t *wrong[3] = {NULL, NULL, NULL};
+            char what[64];
+
+            if (json_is_string(v)) {
+                wrong[0] = json_integer(5);
+                wrong[1] = json_null();
+                wrong[2] = json_pack("[s]", json_string_value(v));
+            } else if (json_is_integer(v)) {
+                wrong[0] = json_string("5");
+                wrong[1] = json_real(1.5);
+                wrong[2] = json_null();
+            } else if (json_is_real(v)) {
+                wrong[0] = json_string("1.5");
+                wrong[1] = json_true();
+            } else if (json_is_boolean(v)) {
+                wrong[0] = json_integer(1);
+                wrong[1] = json_string("true");
+            } else {
+                wrong[0] = json_string("x");
+                wrong[1] = json_integer(1);
+            }
+            for (int w = 0; w < 3; w++) {
+                json_t *copy;
+                if (!wrong[w])
+                    continue;
+                copy = json_deep_copy(root);
+                CHECK(copy);
+                json_object_set(copy, field, wrong[w]);
+                snprintf(what, sizeof(what), "'%s' of the wrong type", field);
+                expect_refused(e, copy, what);
+                json_decref(copy);
+                json_decref(wrong[w]);
+            }
+        }
+        json_decref(root);
+    }
+}
+
+/* Integer fields that hold a C int refuse what an int cannot hold, rather than keep its low
+ * 32 bits; counts, ranks and ports refuse negative numbers. */
+TEST(proto_integer_out_of_range_refused)
+{
+    for (size_t i = 0; i < N_EXAMPLES; i++) {
+        const struct example *e = &examples[i];
+        json_t *root = parse(e->json);
+        const char *field;
+        json_t *v;
+
+        json_object_foreach(root, field, v)
+        {
+            bool wide = false;
+            json_t *copy;
+            char what[64];
+
+            if (!json_is_integer(v))
+                continue;
+            for (size_t w = 0; w < sizeof(wide_fields) / sizeof(wide_fields[0]); w++)
+                wide |= !strcmp(field, wide_fields[w]);
+            copy = json_deep_copy(root);
+            json_object_set_new(copy, field, json_integer(((json_int_t)1 << 32) + 1));
+            snprintf(what, sizeof(what), "'%s' = 2^32 + 1", field);
+            if (wide)
+                expect_accepted(e, copy, what);
+            else
+                expect_refused(e, copy, what);
+            json_decref(copy);
+        }
+        json_decref(root);
+    }
+}
+
+TEST(proto_negative_counts_refused)
+{
+    static const char *const bad[] = {
+        "{\"type\":\"hello\",\"rank\":-1,\"token\":\"00\"}",
+        "{\"type\":\"join\",\"node_rank\":-1,\"hostname\":\"h\",\"addr\":\"a\",\"nprocs\":1,"
+        "\"gpus\":\"\"}",
+        "{\"type\":\"join\",\"node_rank\":0,\"hostname\":\"h\",\"addr\":\"a\",\"nprocs\":-4,"
+        "\"gpus\":\"\"}",
+        "{\"type\":\"assign\",\"generation\":0,\"world_size\":8,\"rank_base\":0,\"nnodes\":2,"
+        "\"master_addr\":\"a\",\"master_port\":65536,\"nodes\":[]}",
+        "{\"type\":\"assign\",\"generation\":0,\"world_size\":-8,\"rank_base\":0,\"nnodes\":2,"
+        "\"master_addr\":\"a\",\"master_port\":1,\"nodes\":[]}",
+        "{\"type\":\"barrier\",\"id\":1,\"name\":\"b\",\"count\":-1}",
+    };
+    struct proto_error err;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (decode_text(bad[i], &err) != -EBADMSG)
+            test_fail(__FILE__, __LINE__, "accepted: %s", bad[i]);
+    CHECK_EQ(decode_text("{\"type\":\"assign\",\"generation\":0,\"world_size\":8,\"rank_base\":0,"
+                         "\"nnodes\":2,\"master_addr\":\"a\",\"master_port\":65535,\"nodes\":[]}",
+                         &err),
+             0);
+}
+
+/* Every field that carries a store key or a barrier name: PROTO_KEY_MAX bytes pass, one more
+ * is refused. */
+TEST(proto_key_over_limit_refused)
+{
+    char *key = malloc(PROTO_KEY_MAX + 2);
+    int n_keyed = 0;
+
+    CHECK(key);
+    for (size_t i = 0; i < N_EXAMPLES; i++) {
+        const struct example *e = &examples[i];
+        json_t *root = parse(e->json);
+        const char *field = json_object_get(root, "key") ? "key" : "name";
+
+        if (!json_object_get(root, field)) {
+            json_decref(root);
+            continue;
+        }
+        n_keyed++;
+        memset(key, 'k', PROTO_KEY_MAX);
+        key[PROTO_KEY_MAX] = '\0';
+        json_object_set_new(root, field, json_string(key));
+        expect_accepted(e, root, "a key of PROTO_KEY_MAX bytes");
+        key[PROTO_KEY_MAX] = 'k';
+        key[PROTO_KEY_MAX + 1] = '\0';
+        json_object_set_new(root, field, json_string(key));
+        expect_refused(e, root, "a key over PROTO_KEY_MAX");
+        json_decref(root);
+    }
+    /* kv_put, kv_get, kv_del, barrier, barrier_done. */
+    CHECK_EQ(n_keyed, 5);
+    free(key);
+}
+
+TEST(proto_value_over_limit_refused)
+{
+    char *value = malloc(PROTO_VALUE_MAX + 2);
+    json_t *root;
+
+    CHECK(value);
+    memset(value, 'v', PROTO_VALUE_MAX);
+    value[PROTO_VALUE_MAX] = '\0';
+    root = parse(examples[MSG_KV_PUT].json);
+    json_object_set_new(root, "value", json_string(value));
+    expect_accepted(&examples[MSG_KV_PUT], root, "a value of PROTO_VALUE_MAX bytes");
+    value[PROTO_VALUE_MAX] = 'v';
+    value[PROTO_VALUE_MAX + 1] = '\0';
+    json_object_set_new(root, "value", json_string(value));
+    expect_refused(&examples[MSG_KV_PUT], root, "a value over PROTO_VALUE_MAX");
+    json_decref(root);
+    free(value);
+}
+
+TEST(proto_not_json_refused)
+{
+    static const char *const bad[] = {
+        "",         "{", "nul", "{\"type\":\"hb\"", "{\"type\":\"hb\"} trailing", "{type:\"hb\"}",
+        "\xff\xfe",
+    };
+    struct proto_error err;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_EQ(decode_text(bad[i], &err), -EBADMSG);
+        CHECK_CONTAINS(err.text, "not JSON");
+    }
+    /* A NUL inside the payload ends nothing: the length says where the payload ends. */
+    CHECK_EQ(proto_decode((const uint8_t *)"{\"type\":\"hb\"}\0x", 15, &(struct msg){0}, &err),
+             -EBADMSG);
+    CHECK_EQ(decode_text("{\"type\":\"hello\",\"rank\":1,\"token\":\"a\\u0000b\"}", &err),
+             -EBADMSG);
+}
+
+TEST(proto_not_object_refused)
+{
+    static const char *const bad[] = {"[]", "[{\"type\":\"hb\"}]", "\"hb\"", "42", "null"};
+    struct proto_error err;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (decode_text(bad[i], &err) != -EBADMSG)
+            test_fail(__FILE__, __LINE__, "accepted: %s", bad[i]);
+    CHECK_EQ(decode_text("[1]", &err), -EBADMSG);
+    CHECK_CONTAINS(err.text, "not a JSON object");
+}
+
+TEST(proto_unknown_or_missing_type_refused)
+{
+    struct proto_error err;
+
+    CHECK_EQ(decode_text("{\"type\":\"launch_missiles\"}", &err), -EBADMSG);
+    CHECK_CONTAINS(err.text, "unknown message type 'launch_missiles'");
+    CHECK_EQ(decode_text("{\"type\":\"HB\"}", &err), -EBADMSG);
+    CHECK_EQ(decode_text("{\"type\":\"\"}", &err), -EBADMSG);
+    CHECK_EQ(decode_text("{\"id\":1}", &err), -EBADMSG);
+    CHECK_CONTAINS(err.text, "'type'");
+    CHECK_EQ(decode_text("{\"type\":3}", &err), -EBADMSG);
+    CHECK_EQ(decode_text("{\"type\":null}", &err), -EBADMSG);
+    CHECK_EQ(decode_text("{\"type\":\"hb\",\"type\":\"hb\"}", &err), -EBADMSG);
+}
+
+TEST(proto_error_text_names_type_and_field)
+{
+    struct proto_error err;
+
+    CHECK_EQ(decode_text("{\"type\":\"join\",\"node_rank\":0,\"hostname\":\"h\",\"addr\":\"a\","
+                         "\"nprocs\":\"four\",\"gpus\":\"\"}",
+                         &err),
+             -EBADMSG);
+    CHECK_CONTAINS(err.text, "'join'");
+    CHECK_EQ(decode_text("{\"type\":\"ok\",\"id\":1,\"surplus\":true}", &err), -EBADMSG);
+    CHECK_CONTAINS(err.text, "'ok'");
+    CHECK_CONTAINS(err.text, "surplus");
+}
+
+TEST(proto_decode_into_used_msg)
+{
+    struct proto_error err;
+    struct msg m;
+
+    CHECK_EQ(proto_decode((const uint8_t *)examples[MSG_ERROR].json,
+                          strlen(examples[MSG_ERROR].json), &m, &err),
+             0);
+    proto_msg_release(&m);
+    CHECK_EQ(proto_decode((const uint8_t *)examples[MSG_HB].json, strlen(examples[MSG_HB].json), &m,
+                          &err),
+             0);
+    /* Nothing of the earlier message shows through. */
+    CHECK(m.key == NULL && m.value == NULL && m.id == 0);
+    proto_msg_release(&m);
+    CHECK_EQ(decode_text("{", &err), -EBADMSG);
+}
+
+TEST(proto_pack_builds_valid_messages)
+{
+    json_t *m;
+    char *text;
+
+    m = proto_pack("{s:s, s:I, s:s, s:s}", "type", "kv_put", "id", (json_int_t)1, "key", "k",
+                   "value", "v");
+    CHECK(m);
+    text = json_dumps(m, JSON_SORT_KEYS | JSON_COMPACT);
+    CHECK_STR(text, "{\"id\":1,\"key\":\"k\",\"type\":\"kv_put\",\"value\":\"v\"}");
+    free(text);
+    json_decref(m);
+    m = proto_pack("{s:s, s:I, s:s}", "type", "barrier", "id", (json_int_t)2, "name", "b");
+    CHECK(m);
+    json_decref(m);
+    /* Every example, handed over as an object. */
+    for (size_t i = 0; i < N_EXAMPLES; i++) {
+        json_t *root = parse(examples[i].json);
+        m = proto_pack("O", root);
+        if (!m)
+            test_fail(__FILE__, __LINE__, "proto_pack refused '%s'",
+                      proto_type_name(examples[i].type));
+        json_decref(m);
+        json_decref(root);
+    }
+}
+
+TEST(proto_pack_refuses_invalid_messages)
+{
+    char key[PROTO_KEY_MAX + 2];
+
+    memset(key, 'k', sizeof(key) - 1);
+    key[sizeof(key) - 1] = '\0';
+    CHECK(!proto_pack("{s:s}", "type", "ok"));
+    CHECK(!proto_pack("{s:s, s:I, s:i}", "type", "ok", "id", (json_int_t)1, "x", 2));
+    CHECK(!proto_pack("{s:s, s:s}", "type", "ok", "id", "1"));
+    CHECK(!proto_pack("{s:s, s:I, s:s}", "type", "kv_del", "id", (json_int_t)1, "key", key));
+    CHECK(!proto_pack("{s:s}", "type", "no_such_type"));
+    CHECK(!proto_pack("{s:i}", "id", 1));
+    CHECK(!proto_pack("[i]", 1));
+    CHECK(!proto_pack("{s:s", "type", "hb"));
+    CHECK(!proto_pack("{s:s, s:i, s:s}", "type", "hello", "rank", -1, "token", "00"));
+    CHECK(!proto_pack("{s:s, s:o}", "type", "progress", "ranks", json_string("x")));
+}
