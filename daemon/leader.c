@@ -527,6 +527,7 @@ static void on_bad_message(struct peer *p, const struct proto_error *err)
 /* --- connections -------------------------------------------------------------------------- */
 
 static void maybe_free(struct leader *l);
+static void check_linger(struct leader *l);
 
 static void on_closed(struct peer *p, const char *why)
 {
@@ -563,6 +564,8 @@ static void on_closed(struct peer *p, const char *why)
     }
     peer_release(p);
     free(c);
+    if (!l->closing)
+        check_linger(l);
     maybe_free(l);
 }
 
@@ -608,6 +611,21 @@ static void on_connection(uv_stream_t *server, int status)
     }
 }
 
+/* After "finish": the leader is done once every agent hung up, or the linger ran out. */
+static void check_linger(struct leader *l)
+{
+    bool agents_left = false;
+
+    if (l->state != JOB_FINISHED || l->done_called)
+        return;
+    for (int i = 0; i < l->spec->nnodes; i++)
+        agents_left |= l->nodes[i].conn != NULL;
+    if (!agents_left || now_ms(l) - l->t_finish > FINISH_LINGER_MS) {
+        l->done_called = true;
+        l->done(l, l->status, l->arg);
+    }
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct leader *l = t->data;
@@ -637,15 +655,7 @@ static void on_tick(uv_timer_t *t)
         log_error("agents did not report their ranks gone in time; finishing");
         finish(l);
     }
-    if (l->state == JOB_FINISHED && !l->done_called) {
-        bool agents_left = false;
-        for (int i = 0; i < l->spec->nnodes; i++)
-            agents_left |= l->nodes[i].conn != NULL;
-        if (!agents_left || now - l->t_finish > FINISH_LINGER_MS) {
-            l->done_called = true;
-            l->done(l, l->status, l->arg);
-        }
-    }
+    check_linger(l);
 }
 
 static void on_heartbeat(uv_timer_t *t)
