@@ -115,8 +115,11 @@ int store_put(struct store *s, const char *key, const char *value)
     if (!v || json_object_set_new(s->map, key, v) < 0)
         return -ENOMEM;
     s->bytes = s->bytes - oldsz + newsz;
-    /* The value answered is the stored copy: a waiter's callback may not outlive it. */
+    /* The value answered is the stored copy, held for the whole answer: a callback may put
+     * or delete this key again, which must not free it under the waiters answered after. */
+    json_incref(v);
     answer(s, match_key, key, json_string_value(v));
+    json_decref(v);
     return 0;
 }
 
