@@ -390,7 +390,7 @@ netns_test_end() {
                 tail -n 20 "$f" | sed 's/^/# /'
             done
         fi
-        if [ "$rc" = 0 ] && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
+        if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
             rm -rf "$NETNS_WORK"
         else
             echo "# scratch kept: $NETNS_WORK"
