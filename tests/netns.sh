@@ -148,6 +148,11 @@ netns_up() {
                 ip -n "$ns" link set eth0 up &&
                 ip -n "$ns" link set lo up
         } || rc=1
+        # A closed socket whose peer went silent (a cut link) retransmits for minutes and
+        # keeps its namespace, and the veth in it, alive after 'ip netns del'; let such
+        # orphans give up after one retry. (down also destroys them, where the kernel can.)
+        [ "$rc" = 0 ] && nsenter --net="/run/netns/$ns" -- \
+            sh -c 'echo 1 >/proc/sys/net/ipv4/tcp_orphan_retries' 2>/dev/null
     done
     if [ "$rc" != 0 ]; then
         netns__err "cannot create node $((k - 1)) of $n; removing what was made"
@@ -200,7 +205,11 @@ netns_down() {
     done
     [ -n "$pids" ] && netns__err "processes still running after SIGKILL: ${pids//$'\n'/ }"
     for ns in /run/netns/gr"${NETNS_ID}"n*; do
-        [ -e "$ns" ] && ip netns del "$(basename "$ns")" 2>/dev/null
+        [ -e "$ns" ] || continue
+        # Sockets that outlive their processes (FIN-WAIT towards a cut-off node) would keep
+        # the namespace alive: destroy them (SOCK_DESTROY; a no-op where unsupported).
+        nsenter --net="$ns" -- ss -K -ta >/dev/null 2>&1 || true
+        ip netns del "$(basename "$ns")" 2>/dev/null
     done
     if ip link show "$NETNS_BRIDGE" >/dev/null 2>&1; then
         ip link del "$NETNS_BRIDGE" 2>/dev/null || true
@@ -211,6 +220,8 @@ netns_down() {
         ip -o link show 2>/dev/null | grep -q " gr${NETNS_ID}[vb][0-9]*[@:]" || break
         sleep 0.05
     done
+    [ "$i" -lt 50 ] || netns__err "links of deleted namespaces still present (held by the kernel):" \
+        "$(ip -o link show | grep -o " gr${NETNS_ID}[vb][0-9]*" | tr -d '\n')"
     rm -rf "$NETNS_STATE"
     return 0
 }
