@@ -358,9 +358,10 @@ netns_job_start() {
 
 # Starts a test on N nodes: skips (exit 77) when this machine cannot make them or a program
 # named (relative to the build dir: $BUILD, else build/ of the source tree; a relative $BUILD
-# is taken from the source tree's root) is not built; makes NETNS_WORK, a scratch dir; sets
-# NETNS_BUILD; installs an EXIT trap that removes the nodes, everything running in them and the
-# scratch dir (kept, and its logs shown, when the test fails or $TEST_KEEP_TMPDIR is set).
+# is taken from the source tree's root) is not built; sets NETNS_BUILD; makes NETNS_WORK, a
+# scratch dir (under $TEST_TMPDIR when the test runner gives one); installs an EXIT trap that
+# removes the nodes, everything running in them and the scratch dir (kept, and its logs
+# shown, when the test fails or $TEST_KEEP_TMPDIR is set).
 #   netns_test_begin N PROGRAM...
 netns_test_begin() {
     local n=$1 root p rc=0
@@ -385,7 +386,7 @@ netns_test_begin() {
     trap 'exit 143' TERM
     netns_up "$n" || rc=$?
     [ "$rc" = 0 ] || exit "$rc"
-    NETNS_WORK=$(mktemp -d "${TMPDIR:-/tmp}/gr-netns-test.XXXXXX")
+    NETNS_WORK=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gr-netns-test.XXXXXX")
     echo "# nodes: $(netns_name 0)..$(netns_name $((n - 1))) in $(netns_subnet).0/24, scratch $NETNS_WORK"
 }
 

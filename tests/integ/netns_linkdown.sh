@@ -4,6 +4,7 @@
 # stop). Within about hb_timeout the leader must count node 2 as lost, fail the job with a
 # cause that says so and tear down the ranks of nodes 0 and 1, while node 2's daemon, cut
 # off from the leader, must fence itself: kill its own ranks and exit non-zero.
+# timeout: 60
 set -euo pipefail
 # shellcheck source=tests/netns.sh disable=SC1091
 . "$(dirname "$0")/../netns.sh"

@@ -4,6 +4,7 @@
 # failure, signal 9) within a couple of seconds, summary.json must name the rank and the
 # signal, and no process of any rank may remain on any node. Prints the time from the kill
 # to the last rank gone as "# teardown_ms=N".
+# timeout: 60
 set -euo pipefail
 # shellcheck source=tests/netns.sh disable=SC1091
 . "$(dirname "$0")/../netns.sh"

@@ -3,6 +3,7 @@
 # an all_reduce checked against its sum, a barrier) run by `gpurun --local` with four ranks
 # must find everything it needs in the environment rendezvousd gives its ranks. Uses Debian's
 # python3-torch (/usr/bin/python3, or $TORCH_PYTHON); skips without it.
+# timeout: 240
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -38,7 +39,7 @@ torch_usable() {
         >/dev/null 2>&1
 }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/gr-torch-test.XXXXXX")
+work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gr-torch-test.XXXXXX")
 cleanup() {
     local rc=$?
     if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
