@@ -39,7 +39,7 @@ GR_EXAMPLE := $(BUILD)/tests/gr_example
 LOADGEN    := $(BUILD)/bench/loadgen
 PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN)
 
-.PHONY: all run test test-gpu bench fuzz asan memcheck install clean deps format format-check
+.PHONY: all run test test-gpu bench fuzz fuzz-build asan memcheck install clean deps format format-check
 
 all: $(PROGS)
 
@@ -101,21 +101,28 @@ asan:
 	    CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
 	    LDFLAGS="-fsanitize=address,undefined" all
 
+# Everything make test runs is reported by tests/run as TAP with one summary line; `tests/run
+# NAME` runs one test again.
 test: deps
 	$(Q)$(MAKE) --no-print-directory all asan fuzz-build
-	$(Q)tests/run
+	$(Q)BUILD=$(BUILD) tests/run
 
 # --- fuzzing (libFuzzer, clang) --------------------------------------------------------------
+# The harness writes its own seed corpus (FUZZ_FRAME_WRITE_SEEDS): valid frames of every
+# message type, plain and sealed, so that the fuzzer starts past the checks it must probe.
 FUZZ := $(BUILD)/fuzz/fuzz_frame
 FUZZ_SRC := tests/fuzz_frame.c lib/frame.c lib/proto.c lib/auth.c
+FUZZ_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 \
+               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 fuzz-build: $(FUZZ)
 $(FUZZ): $(FUZZ_SRC) $(wildcard lib/*.h)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  FUZZ    $@")
-	$(Q)$(CLANG) $(CPPFLAGS) -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_SRC) $(LDLIBS)
+	$(Q)$(CLANG) $(CPPFLAGS) $(FUZZ_CFLAGS) -o $@ $(FUZZ_SRC) $(LDLIBS)
 FUZZ_SECONDS ?= 60
 fuzz: $(FUZZ)
 	$(Q)mkdir -p $(BUILD)/fuzz/corpus
+	$(Q)FUZZ_FRAME_WRITE_SEEDS=$(BUILD)/fuzz/corpus $(FUZZ)
 	$(Q)$(FUZZ) -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz/corpus
 
 memcheck: all
