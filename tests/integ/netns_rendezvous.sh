@@ -68,4 +68,11 @@ done
 outcome=$(netns_json "$job/summary.json" 'j["outcome"], j["exit_status"], j["first_failure"]')
 [ "$outcome" = '["completed", 0, null]' ] ||
     netns_fail "summary.json says outcome, exit_status, first_failure = $outcome"
+# The leader knows each node by the address and name it advertised.
+nodes=$(netns_json "$job/summary.json" '" ".join("%s=%s/%s" % (n["node"], n["addr"], n["hostname"]) for n in j["nodes"])')
+want=""
+for ((k = 0; k < NODES; k++)); do
+    want+="${want:+ }$k=$(netns_addr "$k")/node$k"
+done
+[ "$nodes" = "$want" ] || netns_fail "summary.json nodes are '$nodes', not '$want'"
 echo "# $WORLD ranks on $NODES nodes: environment, store and barrier ok"
