@@ -426,12 +426,14 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
     struct node *n;
     char why[160];
 
-    if (m->node_rank >= l->spec->nnodes || m->nprocs < 1 || l->state != JOB_JOINING ||
-        l->nodes[m->node_rank].joined) {
+    /* Every node runs job.json's nprocs ranks (rank = node_rank * nprocs + local_rank), which
+     * also keeps the world size from overflowing whatever a join claims. */
+    if (m->node_rank >= l->spec->nnodes || m->nprocs != l->spec->nprocs ||
+        l->state != JOB_JOINING || l->nodes[m->node_rank].joined) {
         snprintf(why, sizeof(why),
                  l->state != JOB_JOINING           ? "join after the job started"
                  : m->node_rank >= l->spec->nnodes ? "node rank %d out of range"
-                 : m->nprocs < 1                   ? "node %d has no ranks"
+                 : m->nprocs != l->spec->nprocs    ? "node %d does not run job.json's nprocs ranks"
                                                    : "node %d joined twice",
                  m->node_rank);
         log_error("refused join from '%s': %s", c->peer.name, why);
