@@ -47,7 +47,8 @@ struct conn {
     struct peer peer;
     struct conn *prev, *next;
     enum conn_role role;
-    int node; /* ROLE_AGENT: node rank */
+    int node;    /* ROLE_AGENT: node rank */
+    bool logged; /* the reason of its close is logged already */
 };
 
 struct node {
@@ -438,6 +439,7 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
                  m->node_rank);
         log_error("refused join from '%s': %s", c->peer.name, why);
         peer_send_error(&c->peer, 0, "denied", why);
+        c->logged = true;
         peer_close(&c->peer, why);
         return;
     }
@@ -484,6 +486,7 @@ static void on_message(struct peer *p, struct msg *m)
         log_error("refused '%s' from '%s': not an agent of this job", proto_type_name(m->type),
                   p->name);
         peer_send_error(p, m->id, "denied", "join first");
+        c->logged = true;
         peer_close(p, "message before join");
         return;
     }
@@ -545,10 +548,14 @@ static void on_closed(struct peer *p, const char *why)
     store_drop_owner(l->store, c);
     if (c->role == ROLE_NEW) {
         l->npending--;
-        if (!p->ready)
+        if (!c->logged)
             log_warn("connection from '%s' closed before it was admitted: %s", p->name, why);
     } else if (c->role == ROLE_CLIENT) {
         l->nclients--;
+        /* A client hanging up is the normal end; anything else (a replayed or forged frame,
+         * a bad length) is a refusal worth a line. */
+        if (!c->logged && !l->closing && strcmp(why, "connection closed"))
+            log_warn("status client '%s' closed: %s", p->name, why);
     } else {
         struct node *n = &l->nodes[c->node];
         n->conn = NULL;
@@ -603,12 +610,14 @@ static void on_connection(uv_stream_t *server, int status)
     ret = peer_accept(&c->peer, server);
     if (ret < 0) {
         log_error("cannot accept: %s", uv_strerror(ret));
+        c->logged = true;
         peer_close(&c->peer, uv_strerror(ret));
         return;
     }
     if (l->npending > PENDING_CONNS_MAX || l->state == JOB_FINISHED) {
         log_warn("refused connection from '%s': %s", c->peer.name,
                  l->state == JOB_FINISHED ? "job finished" : "too many pending connections");
+        c->logged = true;
         peer_close(&c->peer, "refused");
     }
 }
