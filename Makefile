@@ -72,7 +72,7 @@ $(GR_EXAMPLE): $(call obj,tests/gr_example.c) $(GR_A)
 # module's test reaches its static-free API.
 DAEMON_MODS := $(filter-out daemon/main.c,$(DAEMON_SRC))
 CLIENT_MODS := $(filter-out client/main.c,$(CLIENT_SRC))
-$(RUNNER): $(call obj,tests/runner.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(wildcard lib/gr.c)) $(LIB_A)
+$(RUNNER): $(call obj,tests/runner.c tests/wire.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(wildcard lib/gr.c)) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
