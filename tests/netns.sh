@@ -26,6 +26,10 @@
 # $GR_NETNS_STATE, default ${TMPDIR:-/tmp}/gr-netns-<ID>. Needs root, ip(8) and nsenter(1).
 #
 # Skips: functions return 77 and print "# SKIP <reason>" on stdout; the command line exits 77.
+#
+# The library also has what the integration scripts share (each documented below):
+# netns_wait and netns_now_ms; netns_job_write and netns_job_start (a job dir and one
+# rendezvousd per node); netns_test_begin, netns_fail and netns_json.
 
 # A library must not change the shell options of the script that sources it.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
