@@ -277,6 +277,8 @@ static int send_leader(struct agent *a, json_t *msg)
     return peer_send(a->leader, msg);
 }
 
+static void flush_progress(struct agent *a);
+
 static void report_exit(struct agent *a, struct arank *r)
 {
     char tail[PROTO_TAIL_MAX];
@@ -284,6 +286,9 @@ static void report_exit(struct agent *a, struct arank *r)
     if (r->reported)
         return;
     r->reported = true;
+    /* The last progress first: the leader's view and summary.json end on the final step. */
+    if (r->dirty)
+        flush_progress(a);
     tail_join(r, tail, sizeof(tail));
     send_leader(a, proto_pack("{s:s, s:i, s:i, s:i, s:b, s:b, s:s}", "type", "rank_exit", "rank",
                               r->rank, "code", r->code, "signal", r->sig, "oom", r->oom, "killed",
@@ -1204,7 +1209,8 @@ static void on_tick(uv_timer_t *t)
     if (a->state == AG_TEARDOWN && now - a->teardown_ms >= a->spec->kill_grace_ms)
         for (int i = 0; i < a->nranks; i++)
             signal_group(&a->ranks[i], SIGKILL);
-    if (a->state == AG_RUNNING && now - a->last_flush_ms >= PROGRESS_FLUSH_MS)
+    if ((a->state == AG_RUNNING || a->state == AG_TEARDOWN) &&
+        now - a->last_flush_ms >= PROGRESS_FLUSH_MS)
         flush_progress(a);
     if (a->state == AG_TEARDOWN || a->state == AG_RUNNING)
         check_done(a);

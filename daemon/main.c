@@ -208,6 +208,13 @@ int main(int argc, char **argv)
     const char *bind;
     int node_rank = 0, ret, status = EXIT_DAEMON_FAILED;
 
+    sigset_t none;
+
+    /* A signal mask is inherited across exec: a parent that blocked SIGCHLD (to sigwait on
+     * it, say) would leave libuv deaf to our ranks' exits. Start from a clean mask. */
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGCHLD, SIG_DFL);
     if (argc > 1 && !strcmp(argv[1], SHIM_FLAG))
         return shim_main(argc, argv);
     signal(SIGPIPE, SIG_IGN);
