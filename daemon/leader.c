@@ -567,7 +567,7 @@ static void on_closed(struct peer *p, const char *why)
                 n->joined = false;
                 l->joined--;
             }
-            fail(l, 1, "failed", failure_new(cause, -1, c->node, n->hostname, 0, 0, ""));
+            fail(l, 125, "failed", failure_new(cause, -1, c->node, n->hostname, 0, 0, ""));
             check_end(l);
         }
     }
