@@ -37,6 +37,9 @@
 /* The leader's handshake timeout (daemon/leader.c, HANDSHAKE_TIMEOUT_MS) and its tick. */
 #define HANDSHAKE_TIMEOUT_MS 5000
 #define TICK_MS              50
+/* The job's status when an agent's link is lost: the daemon's own failure (125), as the
+ * fenced node itself exits. */
+#define STATUS_NODE_LOST     125
 
 struct daemon {
     pid_t pid;
@@ -483,11 +486,10 @@ TEST(daemon_status_reply_describes_the_job)
               "fake1");
     json_decref(job);
     wire_close(&c);
-    /* Node 1 hangs up: the job fails on the lost node (status 1), and the daemon tears its
-     * rank down. */
+    /* Node 1 hangs up: the job fails on the lost node, and the daemon tears its rank down. */
     wire_close(&agent);
     expect_log(&d, "node 1 ('fake1') lost", NULL, 1);
-    CHECK_EQ(daemon_stop(&d), 1);
+    CHECK_EQ(daemon_stop(&d), STATUS_NODE_LOST);
 }
 
 /* --- authentication ------------------------------------------------------------------------ */
@@ -929,7 +931,7 @@ TEST(daemon_store_limits)
     check_alive(&d);
     /* The job failed when its nodes hung up: node 0 was lost first. */
     expect_log(&d, "job failed", "lost: connection closed", 1);
-    CHECK_EQ(daemon_stop(&d), 1);
+    CHECK_EQ(daemon_stop(&d), STATUS_NODE_LOST);
 }
 
 /* --- joins --------------------------------------------------------------------------------- */
@@ -990,7 +992,7 @@ TEST(daemon_bad_join_refused)
     expect_error(&agent, 0, "bad_request", "not a message for the leader");
 
     wire_close(&agent);
-    CHECK_EQ(daemon_stop(&d), 1);
+    CHECK_EQ(daemon_stop(&d), STATUS_NODE_LOST);
 }
 
 TEST(daemon_join_rank_count_must_match_the_job)
@@ -1026,7 +1028,7 @@ TEST(daemon_join_rank_count_must_match_the_job)
     wire_close(&a[0]);
     wire_close(&a[1]);
     expect_log(&d, "job failed", "lost: connection closed", 1);
-    CHECK_EQ(daemon_stop(&d), 1);
+    CHECK_EQ(daemon_stop(&d), STATUS_NODE_LOST);
 }
 
 /* --- floods -------------------------------------------------------------------------------- */
