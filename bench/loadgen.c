@@ -1117,9 +1117,15 @@ static int cmd_teardown(int argc, char **argv)
             r++;
             continue;
         }
-        if (now_ms() > deadline || (c.pid > 0 && waitpid(c.pid, &st, WNOHANG) == c.pid)) {
+        bool watch_gone = false;
+        for (int w = 0; w < nwatch; w++)
+            watch_gone |= !proc_alive(watch[w]);
+        if (now_ms() > deadline || watch_gone ||
+            (c.pid > 0 && waitpid(c.pid, &st, WNOHANG) == c.pid)) {
             fprintf(stderr, "loadgen: teardown: rank %d did not start (%s)\n", r,
-                    now_ms() > deadline ? "timed out" : "the job exited");
+                    now_ms() > deadline ? "timed out"
+                    : watch_gone        ? "a watched process exited"
+                                        : "the job exited");
             goto out;
         }
         struct timespec ts = {0, 1000000};
