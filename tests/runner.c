@@ -405,8 +405,12 @@ static enum outcome run_test(const struct test *t, int number, int timeout_facto
             printf("# killed by signal %d (%s)\n", WTERMSIG(status), strsignal(WTERMSIG(status)));
         else if (shared->outcome == OUT_FAIL && WEXITSTATUS(status) == 0)
             printf("# a process of the test failed a check\n");
+        else if (shared->outcome == OUT_PASS)
+            printf("# the checks passed, then the test exited with status %d (a report at exit: "
+                   "a leak?)\n",
+                   WEXITSTATUS(status));
         else if (shared->outcome != OUT_FAIL)
-            printf("# exited with status %d without finishing the test\n", WEXITSTATUS(status));
+            printf("# exited with status %d before the end of the test\n", WEXITSTATUS(status));
     }
     if (leftovers > 0)
         printf("# %d process%s left running by the test (killed)\n", leftovers,
@@ -426,7 +430,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: runner [--list] [--tap-only] [--tally FILE] [--prefix P] "
                "[--timeout-factor N] [PATTERN...]\n"
-               "  PATTERN  a glob on a test's name, file, or module (\"frame\", \"frame_*\")\n");
+               "  PATTERN  a glob on a test's name, file, or module (\"frame\", \"frame_*\")\n"
+               "  TEST_KEEP_TMPDIR=1 keeps each test's scratch dir\n");
 }
 
 static int find_build_dir(void)
