@@ -36,6 +36,9 @@
 #define FINISH_LINGER_MS     2000
 /* After "abort", agents get kill_grace plus this to report their ranks gone. */
 #define ABORT_SLACK_MS       3000
+/* A store wait longer than this lasts as long as the job: it keeps now + timeout_ms, which
+ * the wire allows up to INT64_MAX, from overflowing. */
+#define KV_WAIT_MAX_MS       (INT64_MAX / 2)
 
 enum conn_role { ROLE_NEW, ROLE_AGENT, ROLE_CLIENT };
 enum job_state { JOB_JOINING, JOB_RUNNING, JOB_ABORTING, JOB_FINISHED };
@@ -296,7 +299,10 @@ static void do_kv(struct leader *l, struct conn *c, struct msg *m)
                       proto_pack("{s:s, s:I, s:s}", "type", "kv_val", "id", m->id, "value", v));
         else if (m->timeout_ms <= 0)
             peer_send_error(&c->peer, m->id, "not_found", "no such key");
-        else if (store_wait(l->store, m->key, now_ms(l) + m->timeout_ms, c, m->id) < 0)
+        else if (store_wait(l->store, m->key,
+                            now_ms(l) +
+                                (m->timeout_ms < KV_WAIT_MAX_MS ? m->timeout_ms : KV_WAIT_MAX_MS),
+                            c, m->id) < 0)
             peer_send_error(&c->peer, m->id, "too_large", "out of memory");
         break;
     default:
