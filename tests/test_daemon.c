@@ -922,6 +922,15 @@ TEST(daemon_store_limits)
     CHECK_EQ(json_integer_value(json_object_get(m, "id")), 7);
     CHECK_STR(json_string_value(json_object_get(m, "value")), "abc");
     json_decref(m);
+    /* A wait of the largest timeout the field holds is just a long wait. */
+    send_json(&a[1], "{\"type\":\"kv_get\",\"id\":10,\"key\":\"late\","
+                     "\"timeout_ms\":9223372036854775807}");
+    send_json(&a[0], "{\"type\":\"kv_put\",\"id\":11,\"key\":\"late\",\"value\":\"x\"}");
+    expect_ok(&a[0], 11);
+    m = recv_msg(&a[1]);
+    CHECK_STR(type_of(m), "kv_val");
+    CHECK_EQ(json_integer_value(json_object_get(m, "id")), 10);
+    json_decref(m);
     /* A get that waits in vain times out with an error naming the key. */
     send_json(&a[1], "{\"type\":\"kv_get\",\"id\":9,\"key\":\"never\",\"timeout_ms\":100}");
     expect_error(&a[1], 9, "timeout", "'never'");
