@@ -1124,7 +1124,38 @@ TEST(daemon_pending_connection_limit)
     for (int i = 0; i < FLOOD; i++)
         close(fds[i]);
     free(fds);
-    sleep_ms(200);
+    expect_log(&d, "closed before it was admitted", "connection closed", LIMIT);
     check_serving(&d);
+    daemon_stop_cancelled(&d);
+}
+
+TEST(daemon_status_client_limit)
+{
+    /* The leader's CLIENTS_MAX. */
+    enum { CLIENTS = 64 };
+    struct daemon d;
+    struct wire w[CLIENTS + 1];
+    char name[64];
+
+    daemon_start(&d, true);
+    for (int i = 0; i < CLIENTS; i++) {
+        client_open(&d, &w[i]);
+        json_decref(status(&w[i], i + 1));
+    }
+    /* One more is refused with a reason, and logged once. */
+    client_open(&d, &w[CLIENTS]);
+    snprintf(name, sizeof(name), "%s", peer_name(&w[CLIENTS]));
+    send_json(&w[CLIENTS], "{\"type\":\"status\",\"id\":7}");
+    expect_error(&w[CLIENTS], 7, "denied", "too many status clients");
+    expect_closed_silently(&w[CLIENTS]);
+    wire_close(&w[CLIENTS]);
+    expect_one_line(&d, name, "too many status clients");
+    /* The clients served still are; once one leaves, a newcomer takes its place. */
+    json_decref(status(&w[0], 100));
+    wire_close(&w[0]);
+    /* The leader sees that end of stream before the newcomer's handshake is through. */
+    check_serving(&d);
+    for (int i = 1; i < CLIENTS; i++)
+        wire_close(&w[i]);
     daemon_stop_cancelled(&d);
 }
