@@ -394,20 +394,15 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
 
 static void assign_all(struct leader *l)
 {
-    json_t *nodes = json_array();
     int base = 0;
 
     for (int i = 0; i < l->spec->nnodes; i++) {
-        struct node *n = &l->nodes[i];
-        n->rank_base = base;
-        base += n->nprocs;
-        json_array_append_new(nodes, json_pack("{s:i, s:s, s:s, s:i}", "node_rank", i, "hostname",
-                                               n->hostname, "addr", n->addr, "nprocs", n->nprocs));
+        l->nodes[i].rank_base = base;
+        base += l->nodes[i].nprocs;
     }
     l->world_size = base;
     l->ranks = calloc((size_t)base, sizeof(*l->ranks));
     if (!l->ranks) {
-        json_decref(nodes);
         fail(l, 125, "failed", failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
         return;
     }
@@ -420,12 +415,11 @@ static void assign_all(struct leader *l)
     for (int i = 0; i < l->spec->nnodes; i++) {
         struct node *n = &l->nodes[i];
         peer_send(&n->conn->peer,
-                  proto_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i, s:O}", "type", "assign",
-                             "generation", 0, "world_size", base, "rank_base", n->rank_base,
-                             "nnodes", l->spec->nnodes, "master_addr", l->advertise, "master_port",
-                             l->master_port, "nodes", nodes));
+                  proto_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i}", "type", "assign", "generation",
+                             0, "world_size", base, "rank_base", n->rank_base, "nnodes",
+                             l->spec->nnodes, "master_addr", l->advertise, "master_port",
+                             l->master_port));
     }
-    json_decref(nodes);
 }
 
 static void do_join(struct leader *l, struct conn *c, struct msg *m)

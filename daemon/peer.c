@@ -128,8 +128,11 @@ int peer_send(struct peer *p, json_t *msg)
     uint8_t *payload;
     struct peer_write *w;
 
-    if (!msg)
-        return -ENOMEM;
+    if (!msg) {
+        /* proto_pack() refused it: a message this program built wrong, never the peer's. */
+        log_error("cannot send to '%s': message failed its own validation", p->name);
+        return -EINVAL;
+    }
     if (p->closing || !p->ready) {
         json_decref(msg);
         return -ENOTCONN;

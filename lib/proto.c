@@ -34,7 +34,7 @@ static int un_assign(json_t *r, struct msg *m, const char *f, json_error_t *je)
 {
     return UNPACK(r, je, f, "type", &(const char *){0}, "generation", &m->generation, "world_size",
                   &m->world_size, "rank_base", &m->rank_base, "nnodes", &m->nnodes, "master_addr",
-                  &m->master_addr, "master_port", &m->master_port, "nodes", &m->array);
+                  &m->master_addr, "master_port", &m->master_port);
 }
 
 static int un_type_only(json_t *r, struct msg *m, const char *f, json_error_t *je)
@@ -123,7 +123,7 @@ static int un_error(json_t *r, struct msg *m, const char *f, json_error_t *je)
 static const struct proto_row rows[MSG_TYPE_COUNT] = {
     [MSG_HELLO] = {"hello", "{s:s, s:i, s:s}", un_hello},
     [MSG_JOIN] = {"join", "{s:s, s:i, s:s, s:s, s:i, s:s}", un_join},
-    [MSG_ASSIGN] = {"assign", "{s:s, s:i, s:i, s:i, s:i, s:s, s:i, s:o}", un_assign},
+    [MSG_ASSIGN] = {"assign", "{s:s, s:i, s:i, s:i, s:i, s:s, s:i}", un_assign},
     [MSG_HB] = {"hb", "{s:s}", un_type_only},
     [MSG_KV_PUT] = {"kv_put", "{s:s, s:I, s:s, s:s}", un_kv_put},
     [MSG_KV_GET] = {"kv_get", "{s:s, s:I, s:s, s:I}", un_kv_get},
@@ -177,9 +177,8 @@ static int check_limits(const struct msg *m, struct proto_error *err)
         snprintf(err->text, sizeof(err->text), "'%s': negative or out-of-range number", what);
         return -EBADMSG;
     }
-    if ((m->type == MSG_ASSIGN || m->type == MSG_PROGRESS) && !json_is_array(m->array)) {
-        snprintf(err->text, sizeof(err->text), "'%s': '%s' must be an array", what,
-                 m->type == MSG_ASSIGN ? "nodes" : "ranks");
+    if (m->type == MSG_PROGRESS && !json_is_array(m->array)) {
+        snprintf(err->text, sizeof(err->text), "'%s': 'ranks' must be an array", what);
         return -EBADMSG;
     }
     if (m->type == MSG_STATUS_REPLY && !json_is_object(m->array)) {

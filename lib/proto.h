@@ -21,7 +21,8 @@
  * hello         rank->agent       rank, token (hex of the per-rank token)
  * join          agent->leader     node_rank, hostname, addr, nprocs, gpus
  * assign        leader->agent     generation, world_size, rank_base, nnodes, master_addr,
- *                                 master_port, nodes [{node_rank, hostname, addr, nprocs}]
+ *                                 master_port (no node list: sent to every agent it would
+ *                                 cost O(nodes^2) bytes; the status view has the nodes)
  * hb            both ways         (none): a heartbeat, every hb_interval
  * kv_put        rank->agent->leader  id, key, value (a string; the rank library uses base64)
  * kv_get        rank->agent->leader  id, key, timeout_ms (0: answer at once; the reply waits
@@ -102,7 +103,7 @@ struct msg {
     int count, code, signal, oom, killed, status;
     json_int_t timeout_ms, step;
     double loss, lr, tokens_per_s, grad_norm;
-    json_t *array; /* assign: nodes; progress: ranks; status_reply: job (an object) */
+    json_t *array; /* progress: ranks; status_reply: job (an object) */
 };
 
 /* Where a decode failed and why, for one log line and one error frame. */
