@@ -130,7 +130,10 @@ static int seed_decodes(const char *msg)
     struct msg m;
 
     if (proto_decode((const uint8_t *)msg, strlen(msg), &m, &err) < 0) {
-        fprintf(stderr, "fuzz_frame: seed refused by the decoder (%s): %s\n", err.text, msg);
+        fprintf(stderr,
+                "fuzz_frame: seed refused by the decoder (%s): %s\n"
+                "fuzz_frame: update seed_msgs in tests/fuzz_frame.c to the protocol's table\n",
+                err.text, msg);
         return 0;
     }
     proto_msg_release(&m);
