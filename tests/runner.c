@@ -3,6 +3,7 @@
  * per test, the captured output as "# " lines when it fails, and a summary line. The runner is
  * a child subreaper, so that processes a test leaves behind (even ones that moved to their own
  * process group, like a daemon's ranks) come back to it and are killed before the next test. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
@@ -20,7 +21,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <dirent.h>
 
 #include "test.h"
 #include "banned.h"
