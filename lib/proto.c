@@ -171,9 +171,12 @@ static int check_limits(const struct msg *m, struct proto_error *err)
                  PROTO_VALUE_MAX);
         return -EBADMSG;
     }
+    /* Exit statuses are 0..255 (256 would read as success) and signals below 128, so that
+     * 128 + signal is one too. */
     if (m->node_rank < 0 || m->nprocs < 0 || m->rank < 0 || m->count < 0 || m->world_size < 0 ||
         m->rank_base < 0 || m->nnodes < 0 || m->generation < 0 || m->master_port < 0 ||
-        m->master_port > 65535) {
+        m->master_port > 65535 || m->status < 0 || m->status > 255 || m->code < 0 ||
+        m->code > 255 || m->signal < 0 || m->signal > 127) {
         snprintf(err->text, sizeof(err->text), "'%s': negative or out-of-range number", what);
         return -EBADMSG;
     }
