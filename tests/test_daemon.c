@@ -1159,3 +1159,33 @@ TEST(daemon_status_client_limit)
         wire_close(&w[i]);
     daemon_stop_cancelled(&d);
 }
+
+TEST(daemon_exit_status_out_of_range_refused)
+{
+    static const char *const bad[] = {
+        "{\"type\":\"abort\",\"cause\":\"x\",\"status\":256}",
+        "{\"type\":\"abort\",\"cause\":\"x\",\"status\":-1}",
+        "{\"type\":\"rank_exit\",\"rank\":0,\"code\":256,\"signal\":0,\"oom\":false,"
+        "\"killed\":false,\"tail\":\"\"}",
+        "{\"type\":\"rank_exit\",\"rank\":0,\"code\":0,\"signal\":2147483647,\"oom\":false,"
+        "\"killed\":false,\"tail\":\"\"}",
+    };
+    struct daemon d;
+    struct wire a[2];
+
+    /* A job's status is an exit status: 256 would read as 0, a success, and 128 + a huge
+     * signal does not fit an int. */
+    daemon_start(&d, true);
+    join_both(&d, a);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        send_json(&a[0], bad[i]);
+        expect_error(&a[0], 0, "bad_request", "out-of-range");
+    }
+    /* None of them counted: the first failure is this one, and its status is the job's. */
+    send_json(&a[1], "{\"type\":\"rank_exit\",\"rank\":1,\"code\":7,\"signal\":0,\"oom\":false,"
+                     "\"killed\":false,\"tail\":\"last words\"}");
+    expect_log(&d, "job failed: rank 1 on node 1 ('fake1') exited with status 7", NULL, 1);
+    wire_close(&a[0]);
+    wire_close(&a[1]);
+    CHECK_EQ(daemon_stop(&d), 7);
+}
