@@ -13,6 +13,8 @@
 /* One read's worth of buffer: reads are copied into the frame reader at once, so one
  * static buffer serves every peer of the single-threaded loop. */
 #define PEER_READ_CHUNK      (64 * 1024)
+/* Messages up to this size are serialised on the stack (heartbeats, store replies, joins). */
+#define PEER_SMALL_MSG       4096
 /* A peer that lets this much output pile up is not reading: close it rather than grow. */
 #define PEER_WRITE_QUEUE_MAX (32u * 1024 * 1024)
 
@@ -125,7 +127,8 @@ static int send_raw(struct peer *p, const uint8_t *data, size_t n)
 int peer_send(struct peer *p, json_t *msg)
 {
     size_t n, extra = p->kind == PEER_UNIX ? 0 : AUTH_OVERHEAD;
-    uint8_t *payload;
+    size_t off = FRAME_HDR_LEN + (extra ? AUTH_SEQ_LEN : 0);
+    char small[PEER_SMALL_MSG];
     struct peer_write *w;
 
     if (!msg) {
@@ -137,17 +140,19 @@ int peer_send(struct peer *p, json_t *msg)
         json_decref(msg);
         return -ENOTCONN;
     }
-    n = json_dumpb(msg, NULL, 0, JSON_COMPACT);
+    /* Serialise once: into a stack buffer, which holds nearly every message, and again
+     * straight into the frame only when it did not fit. */
+    n = json_dumpb(msg, small, sizeof(small), JSON_COMPACT);
     w = n ? malloc(sizeof(*w) + FRAME_HDR_LEN + n + extra) : NULL;
-    if (!w) {
-        json_decref(msg);
-        return -ENOMEM;
-    }
-    payload = w->buf + FRAME_HDR_LEN;
-    json_dumpb(msg, (char *)payload + (extra ? AUTH_SEQ_LEN : 0), n, JSON_COMPACT);
+    if (w && n <= sizeof(small))
+        memcpy(w->buf + off, small, n);
+    else if (w)
+        json_dumpb(msg, (char *)w->buf + off, n, JSON_COMPACT);
     json_decref(msg);
+    if (!w)
+        return -ENOMEM;
     if (extra)
-        auth_seal(&p->sess, payload, n);
+        auth_seal(&p->sess, w->buf + FRAME_HDR_LEN, n);
     w->len = FRAME_HDR_LEN + n + extra;
     frame_put_header(w->buf, (uint32_t)(n + extra));
     return queue_write(p, w);
