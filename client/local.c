@@ -290,7 +290,8 @@ int local_run(const struct local_job *job, int *fatal_signal)
 {
     struct supervisor s = {.job = job};
     bool spawn_failed = false;
-    sigset_t set, old;
+    struct timespec zero = {0, 0};
+    sigset_t set, old, child_mask;
     int ret;
 
     *fatal_signal = 0;
@@ -303,7 +304,8 @@ int local_run(const struct local_job *job, int *fatal_signal)
         goto out;
     }
     /* Blocked from before the first spawn, so no exit and no ^C can slip between spawning
-     * and waiting; the daemons get the mask gpurun started with. */
+     * and waiting. The daemons get the mask gpurun started with, less these: they are the
+     * daemon's to handle. */
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);
     sigaddset(&set, SIGINT);
@@ -312,9 +314,13 @@ int local_run(const struct local_job *job, int *fatal_signal)
     sigaddset(&set, SIGUSR1);
     sigaddset(&set, SIGUSR2);
     sigprocmask(SIG_BLOCK, &set, &old);
+    child_mask = old;
+    for (int i = 1; i < NSIG; i++)
+        if (sigismember(&set, i) == 1)
+            sigdelset(&child_mask, i);
 
     for (int k = 0; k < job->nnodes; k++) {
-        int r = spawn_daemon(job, k, &old, &s.pid[k]);
+        int r = spawn_daemon(job, k, &child_mask, &s.pid[k]);
         if (r < 0) {
             fprintf(stderr, "gpurun: cannot start '%s': %s\n", job->daemon, strerror(-r));
             s.pid[k] = 0;
@@ -351,6 +357,11 @@ int local_run(const struct local_job *job, int *fatal_signal)
     else if (s.timed_out)
         ret = 124;
     *fatal_signal = s.fatal_signal;
+    /* What is still pending is spoken for (SIGCHLD of reaped daemons, a second ^C already
+     * recorded): take it before unblocking, or a default action would end gpurun here. */
+    while (sigtimedwait(&set, NULL, &zero) > 0)
+        ;
+    sigprocmask(SIG_SETMASK, &old, NULL);
 out:
     free(s.pid);
     free(s.status);

@@ -38,7 +38,7 @@ struct local_job {
  * when the time limit ended the job, 125 when a daemon could not be started) and sets
  * *fatal_signal to the first SIGINT/SIGTERM/SIGHUP received (0: none), which the caller
  * should die of once it has cleaned up. Thread context: the process's only thread; the
- * signals above are blocked on return. */
+ * signals above are blocked while it runs, and those received are consumed. */
 int local_run(const struct local_job *job, int *fatal_signal);
 
 /* The exit status a wait status stands for: the code, or 128+N for death by signal N. */

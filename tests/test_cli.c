@@ -1,0 +1,856 @@
+/* Tests of the gpurun client's modules: the option table and its messages, Slurm time
+ * limits, job dir creation (modes and job.json), command lookup, the exit status rules, the
+ * log and status printers, and the launcher and status query against the real rendezvousd
+ * (skipped where it is not built). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "../client/args.h"
+#include "../client/jobdir.h"
+#include "../client/local.h"
+#include "../client/logs.h"
+#include "../client/status.h"
+#include "auth.h"
+#include "fsutil.h"
+#include "jobspec.h"
+#include "test.h"
+#include "banned.h"
+
+/* --- helpers ------------------------------------------------------------------------------- */
+
+#define MAX_ARGV 64
+
+/* Parses a NULL-terminated list of words as gpurun's argv[1..]. The words are string
+ * literals, which outlive args as args_parse() requires. */
+static int parse(struct gpurun_args *args, struct args_error *err, const char *const *words)
+{
+    static char *argv[MAX_ARGV];
+    int argc = 0;
+
+    argv[argc++] = (char *)"gpurun";
+    for (; *words && argc < MAX_ARGV - 1; words++)
+        argv[argc++] = (char *)*words;
+    argv[argc] = NULL;
+    args_init(args);
+    memset(err, 0, sizeof(*err));
+    return args_parse(args, argc, argv, err);
+}
+
+#define WORDS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* Writes "dir/name" to out (n bytes); a path that does not fit fails the test. */
+static void join(char *out, size_t n, const char *dir, const char *name)
+{
+    if (snprintf(out, n, "%s/%s", dir, name) >= (int)n)
+        test_fail(__FILE__, __LINE__, "path '%s/%s' too long", dir, name);
+}
+
+/* "dir/name" in static storage, overwritten by the next call. */
+static char *path_in(const char *dir, const char *name)
+{
+    static char buf[PATH_MAX];
+
+    join(buf, sizeof(buf), dir, name);
+    return buf;
+}
+
+static int mode_of(const char *path)
+{
+    struct stat st;
+
+    if (stat(path, &st) < 0)
+        return -1;
+    return (int)(st.st_mode & 07777);
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+
+    CHECK(fd >= 0);
+    CHECK_EQ(write(fd, text, strlen(text)), (long long)strlen(text));
+    CHECK_EQ(fchmod(fd, mode), 0);
+    close(fd);
+}
+
+/* A FILE whose output lands in *buf (new: free it after fclose). */
+static void capture_begin(FILE **f, char **buf, size_t *len)
+{
+    *f = open_memstream(buf, len);
+    CHECK(*f != NULL);
+}
+
+static const char *rendezvousd_or_skip(void)
+{
+    const char *p = test_build_path("rendezvousd");
+
+    if (access(p, X_OK) < 0)
+        test_skip("'%s' is not built", p);
+    return p;
+}
+
+/* --- the option table ---------------------------------------------------------------------- */
+
+TEST(cli_args_defaults)
+{
+    struct gpurun_args a;
+    struct args_error err;
+    struct jobspec def;
+
+    jobspec_init(&def);
+    CHECK_EQ(parse(&a, &err, WORDS("--local", "--", "true")), 0);
+    CHECK_EQ(a.cmd, CMD_RUN);
+    CHECK_EQ(a.spec.nnodes, 1);
+    CHECK_EQ(a.spec.nprocs, 1);
+    CHECK_EQ(a.spec.join_timeout_ms, def.join_timeout_ms);
+    CHECK_EQ(a.spec.hb_interval_ms, def.hb_interval_ms);
+    CHECK_EQ(a.spec.hb_timeout_ms, 10 * def.hb_interval_ms);
+    CHECK_EQ(a.spec.kill_grace_ms, def.kill_grace_ms);
+    CHECK_EQ(a.spec.hang_timeout_ms, def.hang_timeout_ms);
+    CHECK_EQ(a.time_limit_s, 0);
+    CHECK(a.local);
+    CHECK(!a.help && !a.version && !a.json);
+    CHECK(a.job_dir == NULL && a.output == NULL && a.target == NULL);
+    CHECK_STR(a.log_level_name, "warn");
+    CHECK_EQ(a.cmd_argc, 1);
+    CHECK_STR(a.cmd_argv[0], "true");
+    CHECK(a.cmd_argv[1] == NULL);
+    CHECK(a.spec.env == NULL);
+    args_release(&a);
+    jobspec_release(&def);
+}
+
+TEST(cli_args_every_run_option)
+{
+    struct gpurun_args a;
+    struct args_error err;
+    int r = parse(&a, &err,
+                  WORDS("-N", "3", "--gpus-per-node=4", "-t", "1:30", "-p", "gpu", "-A", "proj",
+                        "-J", "tiny", "-o", "out.txt", "--local", "--job-dir", "/tmp/j",
+                        "--hang-timeout", "60", "--kill-grace=0.25", "--heartbeat", "0.5",
+                        "--join-timeout", "12.5", "--export", "A=1", "--export=B=x=y",
+                        "--log-level", "debug", "--", "prog", "--nodes", "x"));
+
+    CHECK_EQ(r, 0);
+    CHECK_EQ(a.spec.nnodes, 3);
+    CHECK_EQ(a.spec.nprocs, 4);
+    CHECK_EQ(a.time_limit_s, 90);
+    CHECK_STR(a.partition, "gpu");
+    CHECK_STR(a.account, "proj");
+    CHECK_STR(a.job_name, "tiny");
+    CHECK_STR(a.output, "out.txt");
+    CHECK(a.local);
+    CHECK_STR(a.job_dir, "/tmp/j");
+    CHECK_EQ(a.spec.hang_timeout_ms, 60000);
+    CHECK_EQ(a.spec.kill_grace_ms, 250);
+    CHECK_EQ(a.spec.hb_interval_ms, 500);
+    CHECK_EQ(a.spec.hb_timeout_ms, 5000); /* ten heartbeats */
+    CHECK_EQ(a.spec.join_timeout_ms, 12500);
+    CHECK_STR(a.spec.env[0], "A=1");
+    CHECK_STR(a.spec.env[1], "B=x=y");
+    CHECK(a.spec.env[2] == NULL);
+    CHECK_EQ(a.log_level, LOG_DEBUG);
+    CHECK_STR(a.log_level_name, "debug");
+    /* Everything after "--" is the command's, options included. */
+    CHECK_EQ(a.cmd_argc, 3);
+    CHECK_STR(a.cmd_argv[0], "prog");
+    CHECK_STR(a.cmd_argv[1], "--nodes");
+    CHECK_STR(a.cmd_argv[2], "x");
+    args_release(&a);
+}
+
+TEST(cli_args_short_forms_and_last_wins)
+{
+    struct gpurun_args a;
+    struct args_error err;
+
+    CHECK_EQ(parse(&a, &err, WORDS("-N2", "-t5", "-N", "4", "-h")), 0);
+    CHECK_EQ(a.spec.nnodes, 4);
+    CHECK_EQ(a.time_limit_s, 300);
+    CHECK(a.help);
+    args_release(&a);
+}
+
+TEST(cli_args_heartbeat_timeout)
+{
+    struct gpurun_args a;
+    struct args_error err;
+
+    CHECK_EQ(parse(&a, &err, WORDS("--heartbeat-timeout", "3", "--heartbeat", "0.1")), 0);
+    CHECK_EQ(a.spec.hb_interval_ms, 100);
+    CHECK_EQ(a.spec.hb_timeout_ms, 3000);
+    args_release(&a);
+    /* Ten beats of 600 s would pass the timeout's range: it is clamped to the range. */
+    CHECK_EQ(parse(&a, &err, WORDS("--heartbeat", "600")), 0);
+    CHECK_EQ(a.spec.hb_timeout_ms, 3600000);
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("--heartbeat", "2", "--heartbeat-timeout", "2")), -EINVAL);
+    CHECK_STR(err.text, "--heartbeat-timeout: 2 seconds is not longer than the heartbeat (2)");
+    args_release(&a);
+}
+
+struct bad_case {
+    const char *const *words;
+    const char *msg;
+};
+
+TEST(cli_args_refused_with_messages)
+{
+    const struct bad_case cases[] = {
+        {WORDS("--nodes", "abc", "--", "true"), "--nodes: 'abc' is not a number"},
+        {WORDS("-N", "0", "--", "true"), "--nodes: must be 1..65536"},
+        {WORDS("-N", "65537"), "--nodes: must be 1..65536"},
+        {WORDS("-N", "-3"), "--nodes: must be 1..65536"},
+        {WORDS("-N", "99999999999999999999999"), "--nodes: must be 1..65536"},
+        {WORDS("-N", "2x"), "--nodes: '2x' is not a number"},
+        {WORDS("-N", " 2"), "--nodes: ' 2' is not a number"},
+        {WORDS("-N", ""), "--nodes: '' is not a number"},
+        {WORDS("--gpus-per-node", "1025"), "--gpus-per-node: must be 1..1024"},
+        {WORDS("--frob"), "unknown option '--frob' (see 'gpurun --help')"},
+        {WORDS("--frob=1"), "unknown option '--frob' (see 'gpurun --help')"},
+        {WORDS("-x"), "unknown option '-x' (see 'gpurun --help')"},
+        {WORDS("--nod", "2"), "unknown option '--nod' (see 'gpurun --help')"},
+        {WORDS("--nodes"), "option '--nodes' needs a value"},
+        {WORDS("--local=yes"), "option '--local' takes no value"},
+        {WORDS("--heartbeat", "0"), "--heartbeat: must be 0.01..600 seconds"},
+        {WORDS("--heartbeat", "1e3"), "--heartbeat: '1e3' is not a number of seconds"},
+        {WORDS("--heartbeat", "-1"), "--heartbeat: '-1' is not a number of seconds"},
+        {WORDS("--heartbeat", "1."), "--heartbeat: '1.' is not a number of seconds"},
+        {WORDS("--kill-grace", "601"), "--kill-grace: must be 0..600 seconds"},
+        {WORDS("--join-timeout", "99999999999999999999"),
+         "--join-timeout: must be 0.01..86400 seconds"},
+        {WORDS("-t", "abc"),
+         "--time: 'abc' is not a time (minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]])"},
+        {WORDS("-t", "0"), "--time: must be 1 second..365 days"},
+        {WORDS("--export", "FOO"), "--export: 'FOO' is not NAME=VALUE"},
+        {WORDS("--export", "=1"), "--export: '=1' is not NAME=VALUE"},
+        {WORDS("--export", "A-B=1"), "--export: 'A-B=1' is not NAME=VALUE"},
+        {WORDS("--export", "WORLD_SIZE=9"),
+         "--export: 'WORLD_SIZE' is set by gpurun for every rank"},
+        {WORDS("--log-level", "loud"), "--log-level: 'loud' is not error, warn, info or debug"},
+        {WORDS("--job-dir", ""), "--job-dir: empty value"},
+        {WORDS("--emit-sbatch", "x.cfg"), "--emit-sbatch: not implemented yet"},
+        {WORDS("--local", "--"), "nothing after '--': name the command to run"},
+        {WORDS("a.cfg", "b.cfg"), "unexpected argument 'b.cfg' (to run a command, put it after "
+                                  "'--': gpurun [options] -- CMD ARGS...)"},
+        {WORDS("a.cfg", "--", "true"), "give a train.cfg or '-- CMD', not both"},
+        {WORDS("--json"), "option '--json' does not apply to 'gpurun' (see 'gpurun --help')"},
+        {WORDS("status", "--nodes", "2"),
+         "option '--nodes' does not apply to 'status' (see 'gpurun status --help')"},
+        {WORDS("status", "--bogus"), "unknown option '--bogus' (see 'gpurun status --help')"},
+        {WORDS("status", "a", "b"), "unexpected argument 'b'"},
+        {WORDS("logs", "--rank", "x"), "--rank: 'x' is not a number"},
+        {WORDS("logs", "-f"), "--follow: not implemented yet"},
+        {WORDS("logs", "--json"),
+         "option '--json' does not apply to 'logs' (see 'gpurun logs --help')"},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gpurun_args a;
+        struct args_error err;
+        int r = parse(&a, &err, cases[i].words);
+        if (r != -EINVAL)
+            test_fail(__FILE__, __LINE__, "case %zu ('%s ...'): returned %d, not -EINVAL", i,
+                      cases[i].words[0], r);
+        CHECK_STR(err.text, cases[i].msg);
+        args_release(&a);
+    }
+}
+
+TEST(cli_args_subcommands)
+{
+    struct gpurun_args a;
+    struct args_error err;
+
+    CHECK_EQ(parse(&a, &err, WORDS("status", "--job-dir", "d", "--json")), 0);
+    CHECK_EQ(a.cmd, CMD_STATUS);
+    CHECK_STR(a.job_dir, "d");
+    CHECK(a.json);
+    args_release(&a);
+
+    CHECK_EQ(parse(&a, &err, WORDS("logs", "local-1", "--rank", "3")), 0);
+    CHECK_EQ(a.cmd, CMD_LOGS);
+    CHECK_STR(a.target, "local-1");
+    CHECK_EQ(a.rank, 3);
+    args_release(&a);
+
+    CHECK_EQ(parse(&a, &err, WORDS("logs", "--", "-odd-id")), 0);
+    CHECK_STR(a.target, "-odd-id");
+    CHECK_EQ(a.rank, -1);
+    args_release(&a);
+
+    CHECK_EQ(parse(&a, &err, WORDS("cancel", "42")), 0);
+    CHECK_EQ(a.cmd, CMD_CANCEL);
+    CHECK_STR(a.target, "42");
+    args_release(&a);
+
+    /* A subcommand is only a subcommand in first place. */
+    CHECK_EQ(parse(&a, &err, WORDS("--local", "status")), 0);
+    CHECK_EQ(a.cmd, CMD_RUN);
+    CHECK_STR(a.target, "status");
+    args_release(&a);
+
+    CHECK_STR(args_cmd_name(CMD_LOGS), "logs");
+}
+
+TEST(cli_args_time_formats)
+{
+    static const struct {
+        const char *s;
+        long secs;
+    } good[] = {
+        {"1", 60},        {"90", 5400},    {"1:30", 90},     {"1:02:03", 3723},
+        {"2-0", 172800},  {"1-2", 93600},  {"1-2:3", 93780}, {"1-2:3:4", 93784},
+        {"UNLIMITED", 0}, {"INFINITE", 0}, {"0:1", 1},       {"525600", 31536000},
+    };
+    static const char *const bad[] = {"",    "a",      "1:",         ":1",       "1:2:3:4", "1-",
+                                      "-1",  "1-2-3",  "1.5",        " 1",       "1 ",      "0",
+                                      "0:0", "525601", "1234567890", "unlimited"};
+    long v;
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        v = -1;
+        if (args_parse_time(good[i].s, &v) != 0 || v != good[i].secs)
+            test_fail(__FILE__, __LINE__, "'%s': %ld seconds, expected %ld", good[i].s, v,
+                      good[i].secs);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (args_parse_time(bad[i], &v) == 0)
+            test_fail(__FILE__, __LINE__, "'%s' accepted as %ld seconds", bad[i], v);
+}
+
+TEST(cli_args_usage_lists_the_rows)
+{
+    FILE *f;
+    char *buf = NULL;
+    size_t len = 0;
+
+    capture_begin(&f, &buf, &len);
+    args_usage(f, CMD_RUN);
+    fclose(f);
+    CHECK_CONTAINS(buf, "usage: gpurun [options] (train.cfg | -- CMD [ARGS...])");
+    CHECK_CONTAINS(buf, "-N, --nodes N");
+    CHECK_CONTAINS(buf, "--gpus-per-node N");
+    CHECK_CONTAINS(buf, "--kill-grace SEC");
+    CHECK_CONTAINS(buf, "[5]"); /* kill_grace's default, from jobspec */
+    CHECK_CONTAINS(buf, "--export K=V");
+    CHECK_CONTAINS(buf, "--version");
+    CHECK(!strstr(buf, "--rank"));
+    CHECK(!strstr(buf, "--json"));
+    free(buf);
+
+    buf = NULL;
+    capture_begin(&f, &buf, &len);
+    args_usage(f, CMD_STATUS);
+    fclose(f);
+    CHECK_CONTAINS(buf, "usage: gpurun status");
+    CHECK_CONTAINS(buf, "--json");
+    CHECK_CONTAINS(buf, "--job-dir DIR");
+    CHECK(!strstr(buf, "--nodes"));
+    free(buf);
+}
+
+/* --- the job dir --------------------------------------------------------------------------- */
+
+TEST(cli_jobdir_ids_and_paths)
+{
+    char buf[128];
+
+    setenv("TZ", "UTC", 1);
+    tzset();
+    CHECK_EQ(jobdir_local_id(buf, sizeof(buf), 86400 + 3 * 3600 + 4 * 60 + 5, 42), 0);
+    CHECK_STR(buf, "local-19700102-030405-42");
+    CHECK_EQ(jobdir_local_id(buf, 10, 0, 42), -ENAMETOOLONG);
+    CHECK_EQ(jobdir_default_path(buf, sizeof(buf), "/home/u", "local-1"), 0);
+    CHECK_STR(buf, "/home/u/.gpurun/jobs/local-1");
+    CHECK_EQ(jobdir_default_path(buf, 8, "/home/u", "local-1"), -ENAMETOOLONG);
+}
+
+static void spec_for_test(struct jobspec *spec)
+{
+    char *const argv[] = {(char *)"sh", (char *)"-c", (char *)"echo hi", NULL};
+
+    jobspec_init(spec);
+    spec->job_id = strdup("local-test-1");
+    CHECK(spec->job_id != NULL);
+    CHECK_EQ(jobspec_set_argv(spec, 3, argv), 0);
+    CHECK_EQ(jobspec_add_env(spec, "A=1"), 0);
+    spec->nnodes = 2;
+    spec->nprocs = 3;
+    spec->hb_timeout_ms = 4321;
+    spec->loopback = true;
+}
+
+TEST(cli_jobdir_create_modes_and_spec)
+{
+    struct jobspec spec, back;
+    struct jobspec_error jerr;
+    struct jobdir_error err;
+    struct auth_key key, zero = {{0}};
+    char dir[PATH_MAX];
+
+    /* A permissive umask must not leak into the job dir's modes. */
+    umask(0);
+    spec_for_test(&spec);
+    snprintf(dir, sizeof(dir), "%s/a/b/job", test_tmpdir());
+    CHECK_EQ(jobdir_create(dir, &spec, &err), 0);
+    CHECK_EQ(mode_of(dir), 0700);
+    CHECK_EQ(mode_of(path_in(test_tmpdir(), "a")), 0700);
+    CHECK_EQ(mode_of(path_in(dir, "logs")), 0700);
+    CHECK_EQ(mode_of(path_in(dir, "key")), 0600);
+    CHECK_EQ(mode_of(path_in(dir, "job.json")), 0600);
+    CHECK_EQ(auth_key_read(path_in(dir, "key"), &key), 0);
+    CHECK(memcmp(&key, &zero, sizeof(key)) != 0);
+
+    jobspec_init(&back);
+    CHECK_EQ(jobspec_load(&back, path_in(dir, "job.json"), &jerr), 0);
+    CHECK_STR(back.job_id, "local-test-1");
+    CHECK_STR(back.argv[0], "sh");
+    CHECK_STR(back.argv[2], "echo hi");
+    CHECK(back.argv[3] == NULL);
+    CHECK_STR(back.env[0], "A=1");
+    CHECK_EQ(back.nnodes, 2);
+    CHECK_EQ(back.nprocs, 3);
+    CHECK_EQ(back.hb_timeout_ms, 4321);
+    CHECK(back.loopback);
+    jobspec_release(&back);
+    jobspec_release(&spec);
+}
+
+TEST(cli_jobdir_two_jobs_get_two_keys)
+{
+    struct jobspec spec;
+    struct jobdir_error err;
+    struct auth_key k1, k2;
+    char d1[PATH_MAX], d2[PATH_MAX];
+
+    spec_for_test(&spec);
+    join(d1, sizeof(d1), test_tmpdir(), "j1");
+    join(d2, sizeof(d2), test_tmpdir(), "j2");
+    CHECK_EQ(jobdir_create(d1, &spec, &err), 0);
+    CHECK_EQ(jobdir_create(d2, &spec, &err), 0);
+    CHECK_EQ(auth_key_read(path_in(d1, "key"), &k1), 0);
+    CHECK_EQ(auth_key_read(path_in(d2, "key"), &k2), 0);
+    CHECK(memcmp(&k1, &k2, sizeof(k1)) != 0);
+    jobspec_release(&spec);
+}
+
+TEST(cli_jobdir_existing_dirs)
+{
+    struct jobspec spec;
+    struct jobdir_error err;
+    char dir[PATH_MAX], file[PATH_MAX + 8];
+
+    spec_for_test(&spec);
+    /* An empty directory is taken, and made private. */
+    join(dir, sizeof(dir), test_tmpdir(), "given");
+    CHECK_EQ(mkdir(dir, 0755), 0);
+    CHECK_EQ(chmod(dir, 0755), 0);
+    CHECK_EQ(jobdir_create(dir, &spec, &err), 0);
+    CHECK_EQ(mode_of(dir), 0700);
+    /* A directory holding a job is refused and left as it was. */
+    CHECK_EQ(jobdir_create(dir, &spec, &err), -EEXIST);
+    CHECK_CONTAINS(err.text, "is not empty");
+    CHECK_EQ(mode_of(path_in(dir, "key")), 0600);
+    /* So is any non-empty directory: nothing is written into it. */
+    join(dir, sizeof(dir), test_tmpdir(), "other");
+    CHECK_EQ(mkdir(dir, 0755), 0);
+    join(file, sizeof(file), dir, "notes.txt");
+    write_file(file, "mine\n", 0644);
+    CHECK_EQ(jobdir_create(dir, &spec, &err), -EEXIST);
+    CHECK_EQ(access(path_in(dir, "key"), F_OK), -1);
+    CHECK_EQ(mode_of(dir) & 0777, 0755);
+    /* A file in the way. */
+    CHECK_EQ(jobdir_create(file, &spec, &err), -ENOTDIR);
+    CHECK_CONTAINS(err.text, "notes.txt");
+    jobspec_release(&spec);
+}
+
+TEST(cli_jobdir_failure_leaves_nothing)
+{
+    struct jobspec spec;
+    struct jobdir_error err;
+    char dir[PATH_MAX], ro[PATH_MAX];
+
+    if (geteuid() == 0)
+        test_skip("root ignores directory permissions");
+    spec_for_test(&spec);
+    join(ro, sizeof(ro), test_tmpdir(), "ro");
+    CHECK_EQ(mkdir(ro, 0500), 0);
+    join(dir, sizeof(dir), ro, "job");
+    CHECK(jobdir_create(dir, &spec, &err) < 0);
+    CHECK_CONTAINS(err.text, "cannot create job dir");
+    CHECK_EQ(access(dir, F_OK), -1);
+    jobspec_release(&spec);
+}
+
+/* --- finding commands ---------------------------------------------------------------------- */
+
+TEST(cli_resolve_commands)
+{
+    char out[PATH_MAX], path[3 * PATH_MAX], a[PATH_MAX], b[PATH_MAX];
+    const char *t = test_tmpdir();
+
+    join(a, sizeof(a), t, "a");
+    join(b, sizeof(b), t, "b");
+    CHECK_EQ(mkdir(a, 0755), 0);
+    CHECK_EQ(mkdir(b, 0755), 0);
+    write_file(path_in(a, "tool"), "#!/bin/sh\n", 0644); /* not executable */
+    write_file(path_in(b, "tool"), "#!/bin/sh\n", 0755);
+    write_file(path_in(a, "only"), "#!/bin/sh\n", 0644);
+    CHECK_EQ(mkdir(path_in(b, "sub"), 0755), 0);
+    CHECK(snprintf(path, sizeof(path), "%s:%s", a, b) < (int)sizeof(path));
+
+    /* The first executable match wins, as for execvp. */
+    CHECK_EQ(local_resolve("tool", path, out, sizeof(out)), 0);
+    CHECK_STR(out, path_in(b, "tool"));
+    CHECK_EQ(local_resolve("only", path, out, sizeof(out)), -EACCES);
+    CHECK_EQ(local_resolve("sub", path, out, sizeof(out)), -EACCES);
+    CHECK_EQ(local_resolve("missing", path, out, sizeof(out)), -ENOENT);
+    CHECK_EQ(local_resolve("", path, out, sizeof(out)), -ENOENT);
+    /* A name with a slash is a path, PATH unused. */
+    CHECK_EQ(local_resolve(path_in(b, "tool"), "/nonexistent", out, sizeof(out)), 0);
+    CHECK_EQ(local_resolve(path_in(a, "tool"), path, out, sizeof(out)), -EACCES);
+    CHECK_EQ(local_resolve(path_in(a, "nope"), path, out, sizeof(out)), -ENOENT);
+    CHECK_EQ(local_resolve(b, path, out, sizeof(out)), -EACCES);
+    /* No PATH: the system's default still finds sh. */
+    CHECK_EQ(local_resolve("sh", NULL, out, sizeof(out)), 0);
+    CHECK_EQ(local_resolve("sh", path, out, 4), -ENOENT);
+}
+
+TEST(cli_find_daemon_beside_self_then_path)
+{
+    char out[PATH_MAX], bin[PATH_MAX], other[PATH_MAX], self[PATH_MAX + 8];
+    const char *t = test_tmpdir();
+
+    join(bin, sizeof(bin), t, "bin");
+    join(other, sizeof(other), t, "other");
+    CHECK_EQ(mkdir(bin, 0755), 0);
+    CHECK_EQ(mkdir(other, 0755), 0);
+    join(self, sizeof(self), bin, "gpurun");
+    write_file(path_in(other, "rendezvousd"), "#!/bin/sh\n", 0755);
+
+    CHECK_EQ(local_find_daemon(self, other, out, sizeof(out)), 0);
+    CHECK_STR(out, path_in(other, "rendezvousd"));
+    write_file(path_in(bin, "rendezvousd"), "#!/bin/sh\n", 0755);
+    CHECK_EQ(local_find_daemon(self, other, out, sizeof(out)), 0);
+    CHECK_STR(out, path_in(bin, "rendezvousd"));
+    CHECK_EQ(local_find_daemon(NULL, other, out, sizeof(out)), 0);
+    CHECK_STR(out, path_in(other, "rendezvousd"));
+    CHECK_EQ(local_find_daemon("/nonexistent/gpurun", "/nonexistent", out, sizeof(out)), -ENOENT);
+}
+
+/* --- exit statuses ------------------------------------------------------------------------- */
+
+static int wait_status_of(void (*child)(void))
+{
+    int st;
+    pid_t pid = fork();
+
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        child();
+        _exit(99);
+    }
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    return st;
+}
+
+static void exit_3(void)
+{
+    _exit(3);
+}
+
+static void die_of_kill(void)
+{
+    signal(SIGKILL, SIG_DFL);
+    raise(SIGKILL);
+}
+
+TEST(cli_exit_status_of_wait_status)
+{
+    CHECK_EQ(local_exit_status(wait_status_of(exit_3)), 3);
+    CHECK_EQ(local_exit_status(wait_status_of(die_of_kill)), 128 + SIGKILL);
+}
+
+TEST(cli_combine_daemon_statuses)
+{
+    static const struct {
+        int status[3];
+        bool stopped[3];
+        int n, want;
+    } cases[] = {
+        {{0, 0, 0}, {0}, 3, 0},
+        {{3, 3, 3}, {0}, 3, 3},     /* the job's own status */
+        {{7, 125, 0}, {0}, 3, 7},   /* node 0's wins */
+        {{0, 125, 0}, {0}, 3, 125}, /* a failure elsewhere is not hidden */
+        {{0, 0, 137}, {0}, 3, 137},
+        {{143, 125, 143}, {1, 0, 1}, 3, 125}, /* node 0 stopped after node 1 failed */
+        {{143, 0, 0}, {1, 0, 0}, 3, 125},     /* stopped with no failure to report */
+        {{0, 143, 0}, {0, 1, 0}, 3, 0},       /* a straggler gpurun stopped */
+        {{0}, {0}, 1, 0},
+        {{5}, {0}, 1, 5},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int got = local_combine(cases[i].status, cases[i].stopped, cases[i].n);
+        if (got != cases[i].want)
+            test_fail(__FILE__, __LINE__, "case %zu: %d, expected %d", i, got, cases[i].want);
+    }
+}
+
+/* --- logs and status printing -------------------------------------------------------------- */
+
+TEST(cli_logs_print_in_rank_order)
+{
+    struct logs_error err;
+    char logs[PATH_MAX];
+    FILE *f;
+    char *buf = NULL;
+    size_t len = 0;
+    const char *t = test_tmpdir();
+
+    join(logs, sizeof(logs), t, "logs");
+    CHECK_EQ(mkdir(logs, 0700), 0);
+    write_file(path_in(logs, "rank-10.log"), "ten\n", 0600);
+    write_file(path_in(logs, "rank-2.log"), "two a\ntwo b", 0600); /* no final newline */
+    write_file(path_in(logs, "rank-0.log"), "zero\n", 0600);
+    write_file(path_in(logs, "rank-x.log"), "not a rank\n", 0600);
+    write_file(path_in(logs, "rank-01.log"), "not a rank either\n", 0600);
+
+    capture_begin(&f, &buf, &len);
+    CHECK_EQ(logs_print(f, t, -1, &err), 0);
+    fclose(f);
+    CHECK_STR(buf, "[0] zero\n[2] two a\n[2] two b\n[10] ten\n");
+    free(buf);
+
+    buf = NULL;
+    capture_begin(&f, &buf, &len);
+    CHECK_EQ(logs_print(f, t, 2, &err), 0);
+    fclose(f);
+    CHECK_STR(buf, "two a\ntwo b");
+    free(buf);
+
+    f = fopen("/dev/null", "w");
+    CHECK_EQ(logs_print(f, t, 3, &err), -ENOENT);
+    CHECK_CONTAINS(err.text, "no log of rank 3");
+    CHECK_EQ(logs_print(f, "/nonexistent", -1, &err), -ENOENT);
+    CHECK_CONTAINS(err.text, "cannot open '/nonexistent/logs'");
+    fclose(f);
+}
+
+TEST(cli_status_print_tables)
+{
+    json_error_t je;
+    json_t *job = json_loads(
+        "{\"job_id\": \"local-1\", \"state\": \"running\", \"world_size\": 2, \"nnodes\": 1,"
+        " \"nodes\": [{\"node\": 0, \"hostname\": \"h0\", \"state\": \"joined\"}],"
+        " \"ranks\": [{\"rank\": 0, \"phase\": \"running\", \"step\": 12, \"loss\": 3.25},"
+        "             {\"rank\": 1, \"phase\": \"exited\", \"step\": 11, \"loss\": 3.5}]}",
+        JSON_PRESERVE_ORDER, &je);
+    FILE *f;
+    char *buf = NULL;
+    size_t len = 0;
+
+    CHECK(job != NULL);
+    capture_begin(&f, &buf, &len);
+    status_print(f, job);
+    fclose(f);
+    CHECK_CONTAINS(buf, "job_id: local-1\nstate: running\nworld_size: 2\nnnodes: 1\n");
+    CHECK_CONTAINS(buf, "node  hostname  state \n0     h0        joined\n");
+    CHECK_CONTAINS(buf, "rank  phase    step  loss\n0     running  12    3.25\n"
+                        "1     exited   11    3.5 \n");
+    free(buf);
+    json_decref(job);
+}
+
+TEST(cli_status_print_summary)
+{
+    json_error_t je;
+    json_t *s = json_loads(
+        "{\"job_id\": \"local-2\", \"state\": \"finished\", \"outcome\": \"failed\","
+        " \"exit_status\": 7, \"ranks\": [{\"rank\": 0, \"code\": 7}],"
+        " \"first_failure\": {\"cause\": \"exit\", \"rank\": 0, \"node\": 0, \"code\": 7,"
+        "                     \"tail\": \"boom\\nbang\"},"
+        " \"timings\": {\"total_ms\": 42}}",
+        JSON_PRESERVE_ORDER, &je);
+    FILE *f;
+    char *buf = NULL;
+    size_t len = 0;
+
+    CHECK(s != NULL);
+    capture_begin(&f, &buf, &len);
+    status_print_summary(f, s);
+    fclose(f);
+    CHECK_CONTAINS(buf, "outcome: failed\nexit_status: 7\n");
+    CHECK_CONTAINS(buf, "first failure:\ncause: exit\nrank: 0\nnode: 0\ncode: 7\n");
+    CHECK_CONTAINS(buf, "last lines of its log:\nboom\nbang\n");
+    CHECK_CONTAINS(buf, "timings:\ntotal_ms: 42\n");
+    free(buf);
+    json_decref(s);
+}
+
+TEST(cli_status_without_a_leader)
+{
+    struct status_error err;
+    json_t *job = NULL;
+    char ep[PATH_MAX + 16];
+    const char *t = test_tmpdir();
+
+    CHECK_EQ(status_query(t, 1000, &job, &err), -ENOENT);
+    CHECK_CONTAINS(err.text, "endpoint.json");
+    CHECK_EQ(status_load_summary(t, &job, &err), -ENOENT);
+    /* An endpoint nobody listens on: port 1 of loopback refuses. */
+    join(ep, sizeof(ep), t, "endpoint.json");
+    write_file(ep, "{\"host\": \"127.0.0.1\", \"port\": 1, \"pid\": 1}", 0600);
+    {
+        struct auth_key k;
+        CHECK_EQ(auth_key_generate(&k), 0);
+        CHECK_EQ(auth_key_write(path_in(t, "key"), &k), 0);
+    }
+    CHECK_EQ(status_query(t, 1000, &job, &err), -ECONNREFUSED);
+    CHECK_STR(err.text, "cannot connect to '127.0.0.1:1': Connection refused");
+    write_file(ep, "{\"host\": \"127.0.0.1\"}", 0600);
+    CHECK_EQ(status_query(t, 1000, &job, &err), -EBADMSG);
+    CHECK(job == NULL);
+}
+
+/* --- against the real daemon --------------------------------------------------------------- */
+
+/* Makes a job dir under the test's tmpdir for argv (NULL-terminated). */
+static void make_job(char *dir, size_t n, const char *name, int nnodes, int nprocs,
+                     char *const *argv)
+{
+    struct jobspec spec;
+    struct jobdir_error err;
+    int argc = 0;
+
+    while (argv[argc])
+        argc++;
+    jobspec_init(&spec);
+    spec.job_id = strdup(name);
+    CHECK_EQ(jobspec_set_argv(&spec, argc, argv), 0);
+    spec.nnodes = nnodes;
+    spec.nprocs = nprocs;
+    spec.loopback = true;
+    spec.kill_grace_ms = 1000;
+    spec.join_timeout_ms = 20000;
+    join(dir, n, test_tmpdir(), name);
+    if (jobdir_create(dir, &spec, &err) < 0)
+        test_fail(__FILE__, __LINE__, "%s", err.text);
+    jobspec_release(&spec);
+}
+
+static int run_local(const char *dir, int nnodes, long time_limit_s, int *sig)
+{
+    struct local_job job = {.job_dir = dir,
+                            .daemon = rendezvousd_or_skip(),
+                            .log_level = "error",
+                            .nnodes = nnodes,
+                            .time_limit_s = time_limit_s,
+                            .kill_grace_ms = 1000,
+                            .hb_timeout_ms = 10000};
+    int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+
+    CHECK(null >= 0);
+    job.out_fd = null;
+    *sig = -1;
+    int ret = local_run(&job, sig);
+    close(null);
+    return ret;
+}
+
+TEST(cli_local_run_statuses)
+{
+    char dir[PATH_MAX];
+    char *const ok[] = {(char *)"true", NULL};
+    char *const three[] = {(char *)"sh", (char *)"-c", (char *)"exit 3", NULL};
+    int sig;
+
+    rendezvousd_or_skip();
+    make_job(dir, sizeof(dir), "ok", 2, 2, ok);
+    CHECK_EQ(run_local(dir, 2, 0, &sig), 0);
+    CHECK_EQ(sig, 0);
+    CHECK_EQ(access(path_in(dir, "summary.json"), F_OK), 0);
+    make_job(dir, sizeof(dir), "three", 2, 2, three);
+    CHECK_EQ(run_local(dir, 2, 0, &sig), 3);
+    CHECK_EQ(sig, 0);
+}
+
+TEST(cli_local_run_time_limit)
+{
+    char dir[PATH_MAX];
+    char *const slow[] = {(char *)"sleep", (char *)"30", NULL};
+    struct timespec t0, t1;
+    int sig;
+
+    rendezvousd_or_skip();
+    make_job(dir, sizeof(dir), "slow", 1, 2, slow);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_EQ(run_local(dir, 1, 1, &sig), 124);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK_EQ(sig, 0);
+    /* One second of limit, then the daemon's teardown within its kill_grace. */
+    CHECK_INT(t1.tv_sec - t0.tv_sec, <=, 10);
+}
+
+TEST(cli_status_query_live_leader)
+{
+    char dir[PATH_MAX], other[PATH_MAX];
+    char *const slow[] = {(char *)"sleep", (char *)"30", NULL};
+    struct status_error err;
+    json_t *job = NULL;
+    const char *daemon = rendezvousd_or_skip();
+    pid_t pid;
+    int st, tries;
+
+    make_job(dir, sizeof(dir), "live", 1, 2, slow);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execl(daemon, "rendezvousd", "--job-dir", dir, "--log-level", "error", (char *)NULL);
+        _exit(127);
+    }
+    /* The leader writes endpoint.json once it listens. */
+    for (tries = 0; tries < 500 && access(path_in(dir, "endpoint.json"), F_OK) < 0; tries++)
+        usleep(10000);
+    CHECK_INT(tries, <, 500);
+    CHECK_EQ(status_query(dir, 5000, &job, &err), 0);
+    CHECK_STR(json_string_value(json_object_get(job, "job_id")), "live");
+    CHECK_EQ(json_integer_value(json_object_get(job, "world_size")), 2);
+    CHECK_EQ(json_array_size(json_object_get(job, "ranks")), 2);
+    json_decref(job);
+    job = NULL;
+
+    /* The same endpoint with another job's key: the leader's challenge fails the check. */
+    make_job(other, sizeof(other), "other", 1, 1, slow);
+    CHECK_EQ(fs_write_atomic(path_in(other, "endpoint.json"), "", 0, 0600), 0);
+    {
+        char *text = NULL;
+        size_t len;
+        CHECK_EQ(fs_read_all(path_in(dir, "endpoint.json"), 4096, &text, &len), 0);
+        CHECK_EQ(fs_write_atomic(path_in(other, "endpoint.json"), text, len, 0600), 0);
+        free(text);
+    }
+    CHECK_EQ(status_query(other, 5000, &job, &err), -EACCES);
+    CHECK_CONTAINS(err.text, "does not hold this job's key");
+
+    kill(pid, SIGTERM);
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+}
