@@ -8,7 +8,7 @@ BUILD    ?= build
 PREFIX   ?= /usr/local
 NVCC     ?= $(firstword $(wildcard $(shell command -v nvcc 2>/dev/null) /usr/local/cuda/bin/nvcc))
 
-LIBS_PC  := libuv jansson libcrypto
+LIBS_PC  := libuv jansson libcrypto inih
 CPPFLAGS += -Ilib -D_GNU_SOURCE $(shell $(PKG) --cflags $(LIBS_PC) 2>/dev/null)
 CFLAGS   ?= -O2 -g
 override CFLAGS += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
@@ -37,7 +37,8 @@ GPURUN     := $(BUILD)/gpurun
 RUNNER     := $(BUILD)/tests/runner
 GR_EXAMPLE := $(BUILD)/tests/gr_example
 LOADGEN    := $(BUILD)/bench/loadgen
-PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN)
+TRAIN      := $(if $(wildcard kernels/train.c),$(BUILD)/gpurun-train)
+PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN) $(TRAIN)
 
 .PHONY: all run test test-gpu bench fuzz fuzz-build asan memcheck install clean deps format format-check
 
@@ -72,9 +73,17 @@ $(GR_EXAMPLE): $(call obj,tests/gr_example.c) $(GR_A)
 # module's test reaches its static-free API.
 DAEMON_MODS := $(filter-out daemon/main.c,$(DAEMON_SRC))
 CLIENT_MODS := $(filter-out client/main.c,$(CLIENT_SRC))
-$(RUNNER): $(call obj,tests/runner.c tests/wire.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(wildcard lib/gr.c)) $(LIB_A)
+# The training core: plain C with OpenMP; kernels/train.c holds gpurun-train's main().
+KERNEL_SRC  := $(wildcard kernels/*.c)
+KERNEL_MODS := $(filter-out kernels/train.c,$(KERNEL_SRC))
+$(BUILD)/kernels/%.o: CFLAGS += -fopenmp
+$(BUILD)/gpurun-train: $(call obj,$(KERNEL_SRC)) $(GR_A) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(RUNNER): $(call obj,tests/runner.c tests/wire.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(KERNEL_MODS) $(wildcard lib/gr.c)) $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(LOADGEN): $(call obj,bench/loadgen.c) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
