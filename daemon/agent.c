@@ -425,6 +425,7 @@ static const char *const own_vars[] = {
     "GPURUN_TOKEN",
     "GPURUN_JOB_DIR",
     "GPURUN_JOB_ID",
+    "GPURUN_NODE_ADDR",
     NULL,
 };
 
@@ -492,6 +493,7 @@ static char **build_env(struct agent *a, struct arank *r)
     env[i++] = env_entry("GPURUN_TOKEN", "%s", r->token);
     env[i++] = env_entry("GPURUN_JOB_DIR", "%s", a->job_dir ? a->job_dir : "");
     env[i++] = env_entry("GPURUN_JOB_ID", "%s", a->spec->job_id);
+    env[i++] = env_entry("GPURUN_NODE_ADDR", "%s", a->advertise);
     if (!getenv("OMP_NUM_THREADS")) {
         /* Threads per rank: the node's CPUs shared out, as torchrun does, so that ranks do
          * not oversubscribe the cores they share. */
