@@ -85,7 +85,7 @@ static const char *const seed_msgs[] = {
     "{\"type\":\"join\",\"node_rank\":1,\"hostname\":\"n1\",\"addr\":\"10.0.0.2\",\"nprocs\":4,"
     "\"gpus\":\"0,1\"}",
     "{\"type\":\"assign\",\"generation\":0,\"world_size\":8,\"rank_base\":4,\"nnodes\":2,"
-    "\"master_addr\":\"10.0.0.1\",\"master_port\":29500,\"nodes\":[{\"node_rank\":0}]}",
+    "\"master_addr\":\"10.0.0.1\",\"master_port\":29500}",
     "{\"type\":\"hb\"}",
     "{\"type\":\"kv_put\",\"id\":1,\"key\":\"k\",\"value\":\"dmFs\"}",
     "{\"type\":\"kv_get\",\"id\":2,\"key\":\"k\",\"timeout_ms\":100}",
