@@ -379,15 +379,16 @@ static void print_table(FILE *out, const json_t *rows)
                 width[c] = (int)strlen(buf);
         }
     }
+    /* The last column is not padded: no trailing blanks. */
     for (size_t c = 0; c < ncol; c++)
-        fprintf(out, "%-*s%s", width[c], cols[c], c + 1 < ncol ? "  " : "\n");
+        fprintf(out, "%-*s%s", c + 1 < ncol ? width[c] : 0, cols[c], c + 1 < ncol ? "  " : "\n");
     json_array_foreach(rows, i, v)
     {
         for (size_t c = 0; c < ncol; c++) {
             const json_t *x = json_object_get(v, cols[c]);
             if (!x || !cell(x, buf, sizeof(buf)))
                 snprintf(buf, sizeof(buf), "-");
-            fprintf(out, "%-*s%s", width[c], buf, c + 1 < ncol ? "  " : "\n");
+            fprintf(out, "%-*s%s", c + 1 < ncol ? width[c] : 0, buf, c + 1 < ncol ? "  " : "\n");
         }
     }
 }

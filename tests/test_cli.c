@@ -669,9 +669,9 @@ TEST(cli_status_print_tables)
     status_print(f, job);
     fclose(f);
     CHECK_CONTAINS(buf, "job_id: local-1\nstate: running\nworld_size: 2\nnnodes: 1\n");
-    CHECK_CONTAINS(buf, "node  hostname  state \n0     h0        joined\n");
+    CHECK_CONTAINS(buf, "node  hostname  state\n0     h0        joined\n");
     CHECK_CONTAINS(buf, "rank  phase    step  loss\n0     running  12    3.25\n"
-                        "1     exited   11    3.5 \n");
+                        "1     exited   11    3.5\n");
     free(buf);
     json_decref(job);
 }

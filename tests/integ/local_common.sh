@@ -1,0 +1,94 @@
+# Shared by the tests/integ/local_*.sh scripts (sourced, not run): where the programs are,
+# skip and fail, a scratch dir with its own HOME (so default job dirs land in it), and
+# helpers that run gpurun and check what it did. Needs the real build: a script skips
+# (exit 77) when gpurun or rendezvousd is not built.
+# shellcheck shell=bash
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${BUILD:-build}
+[[ $build == /* ]] || build=$root/$build
+gpurun=$build/gpurun
+# A bound on every gpurun run: these jobs take well under a second; a hang fails the test
+# with a message instead of running into the runner's timeout.
+GPURUN_LIMIT=${GPURUN_LIMIT:-60}
+
+skip() {
+    echo "# SKIP $*"
+    exit 77
+}
+
+# show FILE: its last lines as "# " lines, for a failure's context.
+show() {
+    [ -s "$1" ] || return 0
+    echo "# --- ${1##*/} (last 40 lines)"
+    tail -n 40 "$1" | sed 's/^/# /'
+}
+
+fail() {
+    echo "FAIL: $*"
+    show "$work/out"
+    show "$work/err"
+    exit 1
+}
+
+for p in gpurun rendezvousd; do
+    [ -x "$build/$p" ] || skip "'$build/$p' is not built (make)"
+done
+
+work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gpurun-local.XXXXXX")
+export HOME=$work/home
+mkdir -p "$HOME"
+# Background gpurun processes a script started: stopped on exit, whatever happened.
+bg_pids=()
+cleanup() {
+    local rc=$? pid
+    for pid in "${bg_pids[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${bg_pids[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
+        rm -rf "$work"
+    else
+        echo "# scratch kept: $work"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+
+# run ARGS...: runs gpurun ARGS with stdout in $work/out and stderr in $work/err; sets rc.
+run() {
+    rc=0
+    timeout -k 5 "$GPURUN_LIMIT" "$gpurun" "$@" >"$work/out" 2>"$work/err" </dev/null || rc=$?
+}
+
+# expect_rc N WHAT: the last run exited with N.
+expect_rc() {
+    [ "$rc" = "$1" ] || fail "$2: exit status $rc, expected $1"
+}
+
+# expect_err TEXT: the last run's stderr has TEXT on a line of its own.
+expect_err() {
+    grep -qxF -- "$1" "$work/err" || fail "stderr lacks the line '$1'"
+}
+
+# expect_out_line LINE: the last run's stdout has LINE exactly.
+expect_out_line() {
+    grep -qxF -- "$1" "$work/out" || fail "stdout lacks the line '$1'"
+}
+
+# wait_for_lines FILE N: waits (up to 10 s) until FILE has at least N lines.
+wait_for_lines() {
+    local i
+    for ((i = 0; i < 200; i++)); do
+        [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0
+        sleep 0.05
+    done
+    fail "'$1' did not reach $2 lines in 10 s"
+}
+
+# mode_of PATH: the permission bits in octal ("700").
+mode_of() {
+    stat -c %a "$1"
+}
