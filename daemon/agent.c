@@ -412,21 +412,9 @@ static char *env_entry(const char *k, const char *fmt, ...)
 
 /* Names of the variables the agent sets: inherited copies are dropped first. */
 static const char *const own_vars[] = {
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "NODE_RANK",
-    "GROUP_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "CUDA_VISIBLE_DEVICES",
-    "GPURUN_SOCK",
-    "GPURUN_TOKEN",
-    "GPURUN_JOB_DIR",
-    "GPURUN_JOB_ID",
-    "GPURUN_NODE_ADDR",
-    NULL,
+    "RANK",         "LOCAL_RANK",     "WORLD_SIZE",    "LOCAL_WORLD_SIZE",     "NODE_RANK",
+    "GROUP_RANK",   "MASTER_ADDR",    "MASTER_PORT",   "CUDA_VISIBLE_DEVICES", "GPURUN_SOCK",
+    "GPURUN_TOKEN", "GPURUN_JOB_DIR", "GPURUN_JOB_ID", "GPURUN_NODE_ADDR",     NULL,
 };
 
 static bool is_own_var(const char *kv)
@@ -748,7 +736,7 @@ static void on_rank_message(struct peer *p, struct msg *m)
 static void on_rank_bad_message(struct peer *p, const struct proto_error *err)
 {
     log_error("bad message from %s: %s", p->name, err->text);
-    peer_send_error(p, 0, "bad_request", err->text);
+    peer_send_error(p, err->id, "bad_request", err->text);
 }
 
 static void on_rank_closed(struct peer *p, const char *why)

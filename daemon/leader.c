@@ -22,11 +22,14 @@
 #include "store.h"
 #include "banned.h"
 
-/* An unauthenticated connection gets this long to finish its handshake. */
+/* A new connection gets this long to finish its handshake and send its first message. */
 #define HANDSHAKE_TIMEOUT_MS 5000
 /* Connections allowed before authentication: enough for every agent of a large job to
  * connect at once, small enough that a flood cannot exhaust descriptors. */
 #define PENDING_CONNS_MAX    1024
+/* A status client that asks nothing for this long is dropped, so that idle clients cannot
+ * hold the CLIENTS_MAX slots; `gpurun status --watch` asks every second or two. */
+#define CLIENT_IDLE_MS       30000
 /* Status clients served at once. */
 #define CLIENTS_MAX          64
 /* Resolution of every deadline (store waits, handshakes, heartbeats, the join): fine enough
@@ -452,7 +455,7 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
     n->nprocs = m->nprocs;
     snprintf(n->hostname, sizeof(n->hostname), "%s", m->hostname);
     snprintf(n->addr, sizeof(n->addr), "%s", m->addr);
-    snprintf(c->peer.name, sizeof(c->peer.name), "node %d ('%.64s')", c->node, n->hostname);
+    snprintf(c->peer.name, sizeof(c->peer.name), "node %d (%.64s)", c->node, n->hostname);
     log_debug("node %d ('%s', %s) joined with %d ranks", c->node, n->hostname, n->addr, n->nprocs);
     if (++l->joined == l->spec->nnodes)
         assign_all(l);
@@ -526,7 +529,7 @@ static void on_message(struct peer *p, struct msg *m)
 static void on_bad_message(struct peer *p, const struct proto_error *err)
 {
     log_error("bad message from '%s': %s", p->name, err->text);
-    peer_send_error(p, 0, "bad_request", err->text);
+    peer_send_error(p, err->id, "bad_request", err->text);
 }
 
 /* --- connections -------------------------------------------------------------------------- */
@@ -584,6 +587,24 @@ static const struct peer_ops leader_peer_ops = {
     .on_closed = on_closed,
 };
 
+/* Over the pending limit the oldest connection not yet admitted goes, not the newest: a
+ * flood of silent connections then only delays a real agent by the flood's turnover, where
+ * refusing newcomers would lock agents out for as long as the flood lasts. The list is
+ * newest first, so the oldest is the last pending one. */
+static void evict_oldest_pending(struct leader *l)
+{
+    struct conn *victim = NULL;
+
+    for (struct conn *c = l->conns; c; c = c->next)
+        if (c->role == ROLE_NEW && !c->peer.closing)
+            victim = c;
+    if (!victim)
+        return;
+    log_warn("evicted connection from '%s': too many pending connections", victim->peer.name);
+    victim->logged = true;
+    peer_close(&victim->peer, "evicted");
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct leader *l = server->data;
@@ -614,11 +635,12 @@ static void on_connection(uv_stream_t *server, int status)
         peer_close(&c->peer, uv_strerror(ret));
         return;
     }
-    if (l->npending > PENDING_CONNS_MAX || l->state == JOB_FINISHED) {
-        log_warn("refused connection from '%s': %s", c->peer.name,
-                 l->state == JOB_FINISHED ? "job finished" : "too many pending connections");
+    if (l->state == JOB_FINISHED) {
+        log_warn("refused connection from '%s': job finished", c->peer.name);
         c->logged = true;
         peer_close(&c->peer, "refused");
+    } else if (l->npending > PENDING_CONNS_MAX) {
+        evict_oldest_pending(l);
     }
 }
 
@@ -645,8 +667,11 @@ static void on_tick(uv_timer_t *t)
 
     store_expire(l->store, now);
     for (struct conn *c = l->conns; c; c = c->next) {
-        if (c->role == ROLE_NEW && !c->peer.ready && now - c->peer.opened_ms > HANDSHAKE_TIMEOUT_MS)
-            peer_close(&c->peer, "handshake timed out");
+        if (c->role == ROLE_NEW && now - c->peer.opened_ms > HANDSHAKE_TIMEOUT_MS)
+            peer_close(&c->peer, c->peer.ready ? "no request after the handshake in time"
+                                               : "handshake timed out");
+        else if (c->role == ROLE_CLIENT && now - c->peer.last_rx_ms > CLIENT_IDLE_MS)
+            peer_close(&c->peer, "status client idle");
         else if (c->role == ROLE_AGENT && now - c->peer.last_rx_ms > l->spec->hb_timeout_ms) {
             snprintf(cause, sizeof(cause), "no heartbeat for %" PRId64 " ms",
                      now - c->peer.last_rx_ms);

@@ -254,6 +254,7 @@ int proto_decode(const uint8_t *buf, size_t len, struct msg *m, struct proto_err
     int ret;
 
     memset(m, 0, sizeof(*m));
+    err->id = 0;
     root = json_loadb((const char *)buf, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
         snprintf(err->text, sizeof(err->text), "not JSON at byte %d: %s", je.position, je.text);
@@ -261,6 +262,9 @@ int proto_decode(const uint8_t *buf, size_t len, struct msg *m, struct proto_err
     }
     ret = decode_root(root, m, err);
     if (ret < 0) {
+        json_t *id = json_object_get(root, "id");
+        if (json_is_integer(id))
+            err->id = json_integer_value(id);
         json_decref(root);
         memset(m, 0, sizeof(*m));
         return ret;

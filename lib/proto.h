@@ -109,6 +109,7 @@ struct msg {
 /* Where a decode failed and why, for one log line and one error frame. */
 struct proto_error {
     char text[200];
+    json_int_t id; /* the message's integer "id" when it had one, else 0: for the reply */
 };
 
 /* Decodes one JSON payload of len bytes. Returns 0 and fills m (release it with
