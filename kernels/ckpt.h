@@ -1,0 +1,112 @@
+/* Checkpoints: our own format (parameters, AdamW moments, step, RNG, data position, written
+ * atomically and checksummed) and the import of llm.c's GPT-2 checkpoints. The API takes
+ * flat fp32 buffers so that it does not depend on the model's code.
+ *
+ * Our format, version 1 (little-endian), file out_dir/ckpt_<step, 8 digits>.bin:
+ *   header   256 bytes: magic "GPRCKPT1", version, header size, the model's shape (n_layer,
+ *            n_head, n_embd, seq_len, vocab_size, padded_vocab), the run's world size, batch
+ *            size and grad_accum (for information), nparams, step, optimizer step, RNG words,
+ *            data position, config length and the whole file's size;
+ *   config   config_len bytes: the effective train.cfg as JSON text (informative);
+ *   params   nparams fp32;  m  nparams fp32;  v  nparams fp32;
+ *   trailer  32 bytes: SHA-256 of everything before it.
+ * A checkpoint is written to a temp file beside its final name, fsynced, renamed and the
+ * directory fsynced: a reader finds the previous checkpoint or the new one, never a part.
+ *
+ * llm.c's GPT-2 checkpoint (train_gpt2.c's gpt2_build_from_checkpoint), version 3:
+ *   header   256 int32 (1024 bytes): [0] magic 20240326, [1] version 3 (fp32 parameters),
+ *            [2] maxT (positions), [3] V (vocabulary), [4] L (layers), [5] NH (heads),
+ *            [6] C (channels), [7] Vp (V padded, for alignment), the rest zero;
+ *   params   fp32, 16 tensors one after the other, in this order and shape:
+ *            wte (Vp, C), wpe (maxT, C), ln1w (L, C), ln1b (L, C), qkvw (L, 3C, C),
+ *            qkvb (L, 3C), attprojw (L, C, C), attprojb (L, C), ln2w (L, C), ln2b (L, C),
+ *            fcw (L, 4C, C), fcb (L, 4C), fcprojw (L, C, 4C), fcprojb (L, C), lnfw (C),
+ *            lnfb (C).
+ *   Nothing follows. Version 5 holds bf16 parameters and is refused here. */
+#ifndef GPURUN_CKPT_H
+#define GPURUN_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data.h"
+
+#define CKPT_RNG_WORDS 4 /* room for a xoshiro256 state; unused words stay 0 */
+
+#define LLMC_CKPT_MAGIC   20240326
+#define LLMC_CKPT_VERSION 3
+
+/* One failure, naming the file: "'out/ckpt_00000010.bin': n_layer is 4 in the checkpoint,
+ * 2 in the config". */
+struct ckpt_error {
+    char text[512];
+};
+
+/* The shape of a GPT-2 model. */
+struct ckpt_model {
+    int n_layer;
+    int n_head;
+    int n_embd;
+    int seq_len;      /* positions (llm.c's maxT) */
+    int vocab_size;   /* V */
+    int padded_vocab; /* Vp: rows of the token embedding */
+};
+
+/* Everything a checkpoint holds but the config text. For ckpt_save every field is read
+ * (params, m, v borrowed, nparams floats each); for ckpt_load the caller sets params, m and
+ * v to buffers of nparams floats and the rest is filled. */
+struct ckpt_state {
+    struct ckpt_model model;
+    int world_size, batch_size, grad_accum; /* of the run that saved it: informative */
+    uint64_t step;                          /* steps done: the next one to run */
+    uint64_t opt_step;                      /* AdamW's update count t */
+    uint64_t rng[CKPT_RNG_WORDS];
+    struct data_pos data;
+    size_t nparams;
+    float *params;
+    float *m; /* AdamW first moment */
+    float *v; /* AdamW second moment */
+};
+
+/* The file name of step's checkpoint in out_dir (borrowed) into buf of size len. Returns 0
+ * or -ENAMETOOLONG. */
+int ckpt_path(char *buf, size_t len, const char *out_dir, uint64_t step);
+
+/* Writes st as out_dir/ckpt_<st->step>.bin, creating out_dir, atomically (temp file, fsync,
+ * rename, directory fsync); config (borrowed, NUL-terminated JSON text, NULL: none) is kept
+ * for information. On failure the temp file is removed and any earlier checkpoint is left
+ * as it was. Returns 0, or a negative errno with err filled. */
+int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *config,
+              struct ckpt_error *err);
+
+/* The newest checkpoint in out_dir: the highest step whose file has a valid header and the
+ * size the header announces (temp files and damaged files are passed over; the checksum is
+ * verified by ckpt_load). Returns 0 with *path new (free) or NULL when there is none (a
+ * missing out_dir is none), or a negative errno with err filled. */
+int ckpt_latest(const char *out_dir, char **path, struct ckpt_error *err);
+
+/* Reads path into st: the shape must equal *expect (the first mismatch is named) and the
+ * parameter count nparams, the checksum must match; st->params, m, v must point to buffers
+ * of nparams floats (their content is undefined after a failure). *config (NULL: not wanted)
+ * gets the saved config text (new, free) or NULL. Returns 0, or a negative errno with err
+ * filled (-EINVAL for a file that is not a valid checkpoint of this model). */
+int ckpt_load(const char *path, const struct ckpt_model *expect, size_t nparams,
+              struct ckpt_state *st, char **config, struct ckpt_error *err);
+
+/* Removes all but the keep newest checkpoints of out_dir (keep >= 1). Returns 0 or a negative
+ * errno with err filled. */
+int ckpt_prune(const char *out_dir, int keep, struct ckpt_error *err);
+
+/* Parameters of GPT-2 in llm.c's layout for model m (m->seq_len positions, m->padded_vocab
+ * token rows). */
+size_t ckpt_llmc_nparams(const struct ckpt_model *m);
+
+/* Reads an llm.c GPT-2 checkpoint (version 3, fp32): *found gets its shape (seq_len = maxT),
+ * *params a new buffer (free) of *nparams floats in llm.c's order. When seq_len > 0 and below
+ * maxT, only the first seq_len rows of wpe are kept (the shape then says seq_len) so that the
+ * buffer fits a model with a shorter context; seq_len above maxT is an error. The caller
+ * compares *found with its own config. Returns 0, or a negative errno with err filled. */
+int ckpt_load_llmc(const char *path, int seq_len, struct ckpt_model *found, float **params,
+                   size_t *nparams, struct ckpt_error *err);
+
+#endif
