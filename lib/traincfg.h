@@ -90,7 +90,8 @@ enum traincfg_type {
     TRAINCFG_INT,
     TRAINCFG_FLOAT,
     TRAINCFG_STRING,
-    TRAINCFG_PATH, /* a string resolved against the file's directory */
+    TRAINCFG_PATH,     /* a string resolved against the file's directory */
+    TRAINCFG_PATHLIST, /* comma-separated paths, each resolved so */
     TRAINCFG_BOOL,
     TRAINCFG_ENUM,
     TRAINCFG_TIME, /* sbatch time forms, stored as int minutes */
