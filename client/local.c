@@ -26,6 +26,12 @@ extern char **environ;
  * daemon's own teardown needs the grace for its ranks, then a moment to reap and exit. */
 #define STOP_MARGIN_MS 2000
 
+/* How long followers may outlive node 0. The leader exits after every agent has reported
+ * and been told to finish, so followers are exiting already: milliseconds, or a second on a
+ * loaded machine. One still running after this never found the leader (it failed before
+ * writing endpoint.json) or lost it, and would wait for the join or heartbeat timeout. */
+#define FOLLOWER_GRACE_MS 2000
+
 /* 0 when path is an executable regular file, -EACCES when it exists but is not, else the
  * stat error. */
 static int check_exec(const char *path)
@@ -118,7 +124,6 @@ struct supervisor {
     int running;
     int fatal_signal;
     bool timed_out;
-    bool forwarded_stop;   /* a SIGTERM/SIGINT reached the daemons: the job is ending */
     long long limit_at;    /* monotonic ms of the time limit; 0: none */
     long long straggle_at; /* when followers still alive after node 0 are stopped; 0: none */
     long long kill_at;     /* when stopped daemons still alive get SIGKILL; 0: none */
@@ -161,13 +166,10 @@ static void on_daemon_exit(struct supervisor *s, int k, int wstatus)
     if (s->running == 0)
         return;
     if (k == 0) {
-        /* The leader has ended the job. Followers that got its "finish" exit at once; one
-         * that lost it notices within the heartbeat timeout. If node 0 failed, a follower
-         * may still be polling for an endpoint that will never come: stop them now. */
-        if (s->status[k] != 0 || s->forwarded_stop)
-            stop_all(s);
-        else if (!s->straggle_at)
-            s->straggle_at = now_ms() + s->job->hb_timeout_ms;
+        /* The leader has ended the job; a signal now would only cut the followers' own exit
+         * short (their status then counts for nothing), so they get a grace first. */
+        if (!s->straggle_at)
+            s->straggle_at = now_ms() + FOLLOWER_GRACE_MS;
     } else if (s->status[k] == 125 && !s->stopped[k]) {
         /* A follower that cannot start never joins, and the leader would wait for it until
          * the join timeout: end the job now, with the follower's status. */
@@ -204,7 +206,6 @@ static void on_signal(struct supervisor *s, const siginfo_t *info)
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
         if (!s->fatal_signal)
             s->fatal_signal = sig;
-        s->forwarded_stop = true;
         /* A terminal's ^C (si_code SI_KERNEL) went to the whole foreground process group,
          * the daemons included: sending it again would count as a second interrupt. */
         if (info->si_code == SI_KERNEL && sig != SIGHUP)

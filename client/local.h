@@ -26,8 +26,6 @@ struct local_job {
     int out_fd;            /* the daemons' stdout and stderr; -1: gpurun's own */
     long time_limit_s;     /* stop the job (exit 124) after this long; 0: never */
     int kill_grace_ms;     /* the job's kill_grace: how long a stopped daemon may take */
-    int hb_timeout_ms;     /* the job's heartbeat timeout: how long followers may outlive
-                              node 0 before gpurun stops them */
 };
 
 /* Starts the job's daemons at once, all in gpurun's process group with gpurun's stdin and

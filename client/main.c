@@ -244,7 +244,6 @@ static int cmd_run(struct gpurun_args *args, int *fatal_signal)
     job.nnodes = args->spec.nnodes;
     job.time_limit_s = args->time_limit_s;
     job.kill_grace_ms = args->spec.kill_grace_ms;
-    job.hb_timeout_ms = args->spec.hb_timeout_ms;
     ret = local_run(&job, fatal_signal);
     if (ret != 0 && !*fatal_signal)
         fprintf(stderr, "gpurun: job '%s' exited with status %d; logs in '%s/logs'\n", job_id, ret,

@@ -760,8 +760,7 @@ static int run_local(const char *dir, int nnodes, long time_limit_s, int *sig)
                             .log_level = "error",
                             .nnodes = nnodes,
                             .time_limit_s = time_limit_s,
-                            .kill_grace_ms = 1000,
-                            .hb_timeout_ms = 10000};
+                            .kill_grace_ms = 1000};
     int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
 
     CHECK(null >= 0);
