@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <openssl/crypto.h>
+#include <uv.h>
 
 #include "auth.h"
 #include "fsutil.h"
@@ -85,7 +86,7 @@ static int make_dir(const char *dir, bool *made, struct jobdir_error *err)
             return fail(err, -ENAMETOOLONG, "job dir '%s': path too long", dir);
         r = fs_mkdirs(parent, 0700);
         if (r < 0)
-            return fail(err, r, "cannot create '%s': %s", parent, strerror(-r));
+            return fail(err, r, "cannot create '%s': %s", parent, uv_strerror(r));
     }
     if (mkdir(dir, 0700) == 0) {
         *made = true;
@@ -93,10 +94,10 @@ static int make_dir(const char *dir, bool *made, struct jobdir_error *err)
     }
     r = -errno;
     if (r != -EEXIST)
-        return fail(err, r, "cannot create job dir '%s': %s", dir, strerror(-r));
+        return fail(err, r, "cannot create job dir '%s': %s", dir, uv_strerror(r));
     r = dir_is_empty(dir);
     if (r < 0)
-        return fail(err, r, "cannot use job dir '%s': %s", dir, strerror(-r));
+        return fail(err, r, "cannot use job dir '%s': %s", dir, uv_strerror(r));
     if (r == 0) {
         return fail(err, -EEXIST,
                     "job dir '%s' is not empty (a job dir holds one job; give a new one)", dir);
@@ -120,28 +121,28 @@ int jobdir_create(const char *dir, const struct jobspec *spec, struct jobdir_err
         return ret;
     /* mkdir's mode passes through the umask, and a directory we were given may be wider. */
     if (chmod(dir, 0700) < 0) {
-        ret = fail(err, -errno, "cannot make job dir '%s' private: %s", dir, strerror(errno));
+        ret = fail(err, -errno, "cannot make job dir '%s' private: %s", dir, uv_strerror(-errno));
         goto out;
     }
     if (mkdir(logs, 0700) < 0) {
-        ret = fail(err, -errno, "cannot create '%s': %s", logs, strerror(errno));
+        ret = fail(err, -errno, "cannot create '%s': %s", logs, uv_strerror(-errno));
         goto out;
     }
     made_logs = true;
     ret = auth_key_generate(&key);
     if (ret < 0) {
-        fail(err, ret, "cannot generate the job key: %s", strerror(-ret));
+        fail(err, ret, "cannot generate the job key: %s", uv_strerror(ret));
         goto out;
     }
     ret = auth_key_write(key_path, &key);
     if (ret < 0) {
-        fail(err, ret, "cannot write '%s': %s", key_path, strerror(-ret));
+        fail(err, ret, "cannot write '%s': %s", key_path, uv_strerror(ret));
         goto out;
     }
     made_key = true;
     ret = jobspec_save(spec, spec_path);
     if (ret < 0) {
-        fail(err, ret, "cannot write '%s': %s", spec_path, strerror(-ret));
+        fail(err, ret, "cannot write '%s': %s", spec_path, uv_strerror(ret));
         goto out;
     }
     ret = 0;

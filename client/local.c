@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <uv.h>
+
 #include "local.h"
 #include "banned.h"
 
@@ -323,7 +325,7 @@ int local_run(const struct local_job *job, int *fatal_signal)
     for (int k = 0; k < job->nnodes; k++) {
         int r = spawn_daemon(job, k, &child_mask, &s.pid[k]);
         if (r < 0) {
-            fprintf(stderr, "gpurun: cannot start '%s': %s\n", job->daemon, strerror(-r));
+            fprintf(stderr, "gpurun: cannot start '%s': %s\n", job->daemon, uv_strerror(r));
             s.pid[k] = 0;
             spawn_failed = true;
             stop_all(&s);
@@ -344,7 +346,7 @@ int local_run(const struct local_job *job, int *fatal_signal)
         } else if (errno == EAGAIN) {
             on_deadline(&s, now_ms());
         } else if (errno != EINTR) {
-            fprintf(stderr, "gpurun: cannot wait for signals: %s\n", strerror(errno));
+            fprintf(stderr, "gpurun: cannot wait for signals: %s\n", uv_strerror(-errno));
             send_all(&s, SIGKILL);
             while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
                 ;

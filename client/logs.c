@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <uv.h>
+
 #include "logs.h"
 #include "banned.h"
 
@@ -58,7 +60,7 @@ static int copy_log(FILE *out, const char *path, const char *prefix, struct logs
     int ret = 0;
 
     if (!in)
-        return fail(err, -errno, "cannot open '%s': %s", path, strerror(errno));
+        return fail(err, -errno, "cannot open '%s': %s", path, uv_strerror(-errno));
     while ((n = getline(&line, &cap, in)) > 0) {
         if (prefix)
             fputs(prefix, out);
@@ -67,7 +69,7 @@ static int copy_log(FILE *out, const char *path, const char *prefix, struct logs
             fputc('\n', out);
     }
     if (ferror(in))
-        ret = fail(err, -EIO, "cannot read '%s': %s", path, strerror(EIO));
+        ret = fail(err, -EIO, "cannot read '%s': %s", path, uv_strerror(-EIO));
     free(line);
     fclose(in);
     return ret;
@@ -91,7 +93,7 @@ int logs_print(FILE *out, const char *job_dir, int rank, struct logs_error *err)
     }
     d = opendir(dir);
     if (!d) {
-        ret = fail(err, -errno, "cannot open '%s': %s", dir, strerror(errno));
+        ret = fail(err, -errno, "cannot open '%s': %s", dir, uv_strerror(-errno));
         goto out;
     }
     while ((e = readdir(d))) {

@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <uv.h>
+
 #include "args.h"
 #include "jobdir.h"
 #include "local.h"
@@ -54,6 +56,7 @@ static const char *home_dir(void)
 static int target_dir(const struct gpurun_args *args, char *buf, size_t n)
 {
     const char *home = home_dir();
+    char spec[PATH_MAX + 16];
     struct stat st;
 
     if (args->job_dir) {
@@ -73,6 +76,9 @@ static int target_dir(const struct gpurun_args *args, char *buf, size_t n)
                          "no local job '%s' (no '%s'; Slurm jobs are not supported yet)",
                          args->target, buf);
     }
+    if (snprintf(spec, sizeof(spec), "%s/job.json", buf) >= (int)sizeof(spec) ||
+        access(spec, F_OK) < 0)
+        return error_out(EXIT_FAILED, "'%s' is not a job dir (no job.json)", buf);
     return 0;
 }
 
@@ -147,7 +153,7 @@ static int check_command(const char *cmd)
     if (r == -EACCES)
         return error_out(EXIT_CANNOT_RUN, "'%s': permission denied (not an executable file)", cmd);
     if (r < 0)
-        return error_out(EXIT_NOT_FOUND, "'%s': %s", cmd, strerror(-r));
+        return error_out(EXIT_NOT_FOUND, "'%s': %s", cmd, uv_strerror(r));
     return 0;
 }
 
@@ -225,7 +231,8 @@ static int cmd_run(struct gpurun_args *args, int *fatal_signal)
     if (args->output) {
         job.out_fd = open(args->output, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0666);
         if (job.out_fd < 0)
-            return error_out(EXIT_FAILED, "cannot open '%s': %s", args->output, strerror(errno));
+            return error_out(EXIT_FAILED, "cannot open '%s': %s", args->output,
+                             uv_strerror(-errno));
     }
     if (jobdir_create(dir, &args->spec, &jerr) < 0) {
         ret = error_out(EXIT_FAILED, "%s", jerr.text);
@@ -233,7 +240,7 @@ static int cmd_run(struct gpurun_args *args, int *fatal_signal)
     }
     /* Ranks get the job dir in GPURUN_JOB_DIR and may change directory: make it absolute. */
     if (!realpath(dir, abs_dir)) {
-        ret = error_out(EXIT_FAILED, "cannot resolve '%s': %s", dir, strerror(errno));
+        ret = error_out(EXIT_FAILED, "cannot resolve '%s': %s", dir, uv_strerror(-errno));
         goto out;
     }
     log_info("job '%s' in '%s'", job_id, abs_dir);
@@ -306,7 +313,7 @@ int main(int argc, char **argv)
         ret = handlers[args.cmd](&args, &fatal_signal);
     }
     if (fflush(stdout) != 0 && !ret)
-        ret = error_out(EXIT_FAILED, "cannot write to stdout: %s", strerror(errno));
+        ret = error_out(EXIT_FAILED, "cannot write to stdout: %s", uv_strerror(-errno));
 out:
     args_release(&args);
     if (fatal_signal)

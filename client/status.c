@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <openssl/crypto.h>
+#include <uv.h>
 
 #include "auth.h"
 #include "frame.h"
@@ -61,7 +62,7 @@ static int load_json(const char *job_dir, const char *name, json_t **root, struc
         return fail(err, -ENAMETOOLONG, "job dir '%s': path too long", job_dir);
     ret = fs_read_all(path, JOB_FILE_MAX, &text, &len);
     if (ret < 0)
-        return fail(err, ret, "cannot read '%s': %s", path, strerror(-ret));
+        return fail(err, ret, "cannot read '%s': %s", path, uv_strerror(ret));
     *root = json_loadb(text, len, 0, &je);
     free(text);
     if (!*root || !json_is_object(*root)) {
@@ -87,7 +88,7 @@ static int connect_to(const char *host, int port, int timeout_ms, struct status_
         return fail(err, -EHOSTUNREACH, "cannot resolve '%s': %s", host, gai_strerror(ret));
     fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
-        ret = fail(err, -errno, "cannot create a socket: %s", strerror(errno));
+        ret = fail(err, -errno, "cannot create a socket: %s", uv_strerror(-errno));
         goto out;
     }
     if (connect(fd, res->ai_addr, res->ai_addrlen) < 0) {
@@ -102,14 +103,15 @@ static int connect_to(const char *host, int port, int timeout_ms, struct status_
                 soerr = errno;
         }
         if (soerr) {
-            ret = fail(err, -soerr, "cannot connect to '%s:%d': %s", host, port, strerror(soerr));
+            ret =
+                fail(err, -soerr, "cannot connect to '%s:%d': %s", host, port, uv_strerror(-soerr));
             goto out;
         }
     }
     if (fcntl(fd, F_SETFL, 0) < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0) {
         ret = fail(err, -errno, "cannot set up the socket to '%s:%d': %s", host, port,
-                   strerror(errno));
+                   uv_strerror(-errno));
         goto out;
     }
     ret = fd;
@@ -217,7 +219,7 @@ static int query(int fd, const char *where, const struct auth_key *key, json_t *
     if (ret == 0)
         ret = recv_frame(fd, &r, &payload, &len);
     if (ret < 0) {
-        ret = fail(err, ret, "no handshake with the leader at '%s': %s", where, strerror(-ret));
+        ret = fail(err, ret, "no handshake with the leader at '%s': %s", where, uv_strerror(ret));
         goto out;
     }
     ret = auth_client_proof(&hs, payload, len, proof, &sess);
@@ -228,13 +230,14 @@ static int query(int fd, const char *where, const struct auth_key *key, json_t *
     if (ret == 0)
         ret = send_frame(fd, proof, sizeof(proof));
     if (ret < 0) {
-        ret = fail(err, ret, "handshake with the leader at '%s' failed: %s", where, strerror(-ret));
+        ret =
+            fail(err, ret, "handshake with the leader at '%s' failed: %s", where, uv_strerror(ret));
         goto out;
     }
     req = proto_pack("{s:s, s:I}", "type", "status", "id", (json_int_t)STATUS_ID);
     ret = req ? send_sealed(fd, &sess, req) : -ENOMEM;
     if (ret < 0) {
-        ret = fail(err, ret, "cannot send to the leader at '%s': %s", where, strerror(-ret));
+        ret = fail(err, ret, "cannot send to the leader at '%s': %s", where, uv_strerror(ret));
         goto out;
     }
     for (int skipped = 0;; skipped++) {
@@ -244,7 +247,7 @@ static int query(int fd, const char *where, const struct auth_key *key, json_t *
         if (ret == -ECONNRESET)
             ret = fail(err, ret, "the leader at '%s' closed the link (wrong key?)", where);
         else if (ret < 0)
-            ret = fail(err, ret, "no reply from the leader at '%s': %s", where, strerror(-ret));
+            ret = fail(err, ret, "no reply from the leader at '%s': %s", where, uv_strerror(ret));
         else if (auth_open(&sess, payload, len, &text, &n) < 0)
             ret = fail(err, -EPROTO, "a reply from '%s' failed authentication", where);
         else if (proto_decode(text, n, &m, &perr) < 0)
@@ -301,7 +304,7 @@ int status_query(const char *job_dir, int timeout_ms, json_t **job, struct statu
     }
     ret = auth_key_read(key_path, &key);
     if (ret < 0) {
-        ret = fail(err, ret, "cannot read the job key '%s': %s", key_path, strerror(-ret));
+        ret = fail(err, ret, "cannot read the job key '%s': %s", key_path, uv_strerror(ret));
         goto out;
     }
     fd = connect_to(host, port, timeout_ms, err);

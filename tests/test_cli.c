@@ -721,7 +721,7 @@ TEST(cli_status_without_a_leader)
         CHECK_EQ(auth_key_write(path_in(t, "key"), &k), 0);
     }
     CHECK_EQ(status_query(t, 1000, &job, &err), -ECONNREFUSED);
-    CHECK_STR(err.text, "cannot connect to '127.0.0.1:1': Connection refused");
+    CHECK_STR(err.text, "cannot connect to '127.0.0.1:1': connection refused");
     write_file(ep, "{\"host\": \"127.0.0.1\"}", 0600);
     CHECK_EQ(status_query(t, 1000, &job, &err), -EBADMSG);
     CHECK(job == NULL);

@@ -36,7 +36,7 @@ grep -qF '"world_size": 4' "$work/out" || fail "status --json lacks the world si
 # Another key in a copy of the job dir: the leader does not prove this key, and the client
 # says so instead of trusting it.
 mkdir -m 700 "$work/fake"
-cp "$dir/endpoint.json" "$work/fake/"
+cp "$dir/endpoint.json" "$dir/job.json" "$work/fake/"
 (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/fake/key")
 run status --job-dir "$work/fake"
 expect_rc 125 "status with another job's key"
