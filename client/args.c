@@ -15,24 +15,27 @@
 
 struct cmd_row {
     const char *name;
+    const char *hint; /* where a refused command line should look */
     const char *usage;
     const char *summary;
 };
 
 static const struct cmd_row cmds[CMD_COUNT] = {
-    [CMD_RUN] = {"gpurun", "gpurun [options] (train.cfg | -- CMD [ARGS...])",
+    [CMD_RUN] = {"gpurun", "gpurun --help", "gpurun [options] (train.cfg | -- CMD [ARGS...])",
                  "Runs CMD as every rank of a distributed job, with RANK, WORLD_SIZE, MASTER_ADDR\n"
                  "and the rest of torch's env:// variables set. With --local the job runs on\n"
                  "this machine: one rendezvousd per node, all on loopback.\n"
                  "Subcommands: gpurun status|logs|cancel --help."},
-    [CMD_STATUS] = {"status", "gpurun status [JOBID | --job-dir DIR] [--json]",
+    [CMD_STATUS] = {"status", "gpurun status --help",
+                    "gpurun status [JOBID | --job-dir DIR] [--json]",
                     "Asks the job's leader for its live view: state, nodes, and every rank's\n"
                     "phase and progress. After the job has ended, prints its summary."},
     [CMD_LOGS] =
-        {"logs", "gpurun logs [JOBID | --job-dir DIR] [--rank R]",
+        {"logs", "gpurun logs --help", "gpurun logs [JOBID | --job-dir DIR] [--rank R]",
          "Prints the job's rank logs: every rank's lines prefixed \"[R] \", or one rank's\n"
          "log as it was written."},
-    [CMD_CANCEL] = {"cancel", "gpurun cancel JOBID", "Cancels a Slurm job (not implemented yet)."},
+    [CMD_CANCEL] = {"cancel", "gpurun cancel --help", "gpurun cancel JOBID",
+                    "Cancels a Slurm job (not implemented yet)."},
 };
 
 enum arg_kind {
@@ -147,15 +150,6 @@ static int fail(struct args_error *err, const char *fmt, ...)
     vsnprintf(err->text, sizeof(err->text), fmt, ap);
     va_end(ap);
     return -EINVAL;
-}
-
-/* "gpurun --help" or "gpurun status --help": where a refused command line should look. */
-static const char *help_hint(enum gpurun_cmd cmd)
-{
-    return cmd == CMD_RUN      ? "gpurun --help"
-           : cmd == CMD_STATUS ? "gpurun status --help"
-           : cmd == CMD_LOGS   ? "gpurun logs --help"
-                               : "gpurun cancel --help";
 }
 
 /* Strict decimal: optional sign, digits, nothing after; no blanks. */
@@ -395,20 +389,20 @@ static int parse_option(struct gpurun_args *args, int argc, char **argv, int *i,
         o = find_long(name, eq ? (size_t)(eq - name) : strlen(name));
         if (!o)
             return fail(err, "unknown option '%.*s' (see '%s')",
-                        (int)(eq ? (size_t)(eq - word) : strlen(word)), word, help_hint(args->cmd));
+                        (int)(eq ? (size_t)(eq - word) : strlen(word)), word, cmds[args->cmd].hint);
         if (eq)
             val = eq + 1;
     } else {
         o = find_short(word[1]);
         if (!o)
-            return fail(err, "unknown option '-%c' (see '%s')", word[1], help_hint(args->cmd));
+            return fail(err, "unknown option '-%c' (see '%s')", word[1], cmds[args->cmd].hint);
         if (word[2])
             val = word + 2;
     }
     if (!(o->cmds & (1u << args->cmd)))
         return fail(err, "option '--%s' does not apply to '%s' (see '%s')", o->long_name,
                     args->cmd == CMD_RUN ? "gpurun" : args_cmd_name(args->cmd),
-                    help_hint(args->cmd));
+                    cmds[args->cmd].hint);
     if (!takes_value(o) && val)
         return fail(err, "option '--%s' takes no value", o->long_name);
     if (takes_value(o) && !val) {
