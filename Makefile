@@ -37,8 +37,13 @@ GPURUN     := $(BUILD)/gpurun
 RUNNER     := $(BUILD)/tests/runner
 GR_EXAMPLE := $(BUILD)/tests/gr_example
 LOADGEN    := $(BUILD)/bench/loadgen
+COLL_RANK  := $(BUILD)/tests/coll_rank
+BENCH_AR   := $(BUILD)/bench/allreduce
+MPICC      ?= $(shell command -v mpicc 2>/dev/null)
+BENCH_MPI  := $(if $(MPICC),$(BUILD)/bench/mpi_allreduce)
 TRAIN      := $(if $(wildcard kernels/train.c),$(BUILD)/gpurun-train)
-PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN) $(TRAIN)
+PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN) $(TRAIN) $(COLL_RANK) \
+              $(BENCH_AR) $(BENCH_MPI)
 
 .PHONY: all run test test-gpu bench fuzz fuzz-build asan memcheck install clean deps format format-check
 
@@ -88,6 +93,21 @@ $(RUNNER): $(call obj,tests/runner.c tests/wire.c $(TEST_SRC) $(DAEMON_MODS) $(C
 $(LOADGEN): $(call obj,bench/loadgen.c) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The collectives' rank programs: the multi-rank tests and the allreduce benchmark, on the
+# rank library and kernels/coll.c alone; the benchmark's anchor is built with OpenMPI's mpicc
+# where one is installed.
+$(call obj,tests/coll_rank.c bench/allreduce.c tests/test_coll.c): CPPFLAGS += -Ikernels
+$(COLL_RANK): $(call obj,tests/coll_rank.c kernels/coll.c) $(GR_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BENCH_AR): $(call obj,bench/allreduce.c kernels/coll.c) $(GR_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/bench/mpi_allreduce: bench/mpi_allreduce.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC) -O2 -Wall -Wextra -Werror -Ilib -o $@ $<
 
 # --- set-up, demo and tests ----------------------------------------------------------------
 deps:

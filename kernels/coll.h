@@ -1,0 +1,88 @@
+/* Collectives between the ranks of a job: the data-parallel training's allreduce of gradients,
+ * broadcast of initial state and barrier, behind one backend-neutral interface.
+ *
+ * Backends (the name given to coll_open):
+ *   "single"  a job of one rank; every operation is a no-op.
+ *   "tcp"     a ring over TCP between the ranks, for CPU training on any cluster. Each rank
+ *             listens on its node's address (GPURUN_NODE_ADDR, the address the node's agent
+ *             reaches the leader from; else the interface that routes to MASTER_ADDR; else
+ *             127.0.0.1), publishes "host port token" under the store key
+ *             "coll/<seq>/addr/<rank>" (lib/gr.h), connects to rank+1 and accepts rank-1.
+ *             seq counts the coll_open calls of the process, so every rank must open its
+ *             collectives in the same order. A connection presents the token its acceptor
+ *             published, so that only a rank that read the job's store can join the ring.
+ *             With one rank, no socket is opened.
+ *
+ * Allreduce is a ring reduce-scatter followed by a ring all-gather: each rank sends and
+ * receives 2(W-1)/W of the buffer, in chunks, sending a chunk on while the next is still
+ * arriving. The order of the additions depends only on the element count and the world size:
+ * the result is bitwise the same on every rank, and the same from run to run for the same
+ * inputs. Every operation is collective: all ranks call it in the same order with the same
+ * sizes (and root), or the ring fails with -EPROTO or runs into the timeout.
+ *
+ * Errors are negative errno values, with coll_strerror() saying what and where: -ECONNRESET
+ * when a peer closed its connection or died ("rank 2 (10.0.0.3:40123) closed the connection
+ * during allreduce"), -ETIMEDOUT when a peer sent nothing for the timeout, -EPROTO for bytes
+ * that do not belong to this ring. After a transport error the ring is closed (its neighbours
+ * see the failure at once) and every later call returns the same error; only coll_close() is
+ * left to do. Calls retry what a signal interrupts and never raise SIGPIPE.
+ *
+ * Thread context: a struct coll is used by one thread at a time; calls block until the
+ * operation is complete on this rank. */
+#ifndef GPURUN_COLL_H
+#define GPURUN_COLL_H
+
+#include <stddef.h>
+
+struct coll;
+struct gr;
+
+/* How long a rank waits for a peer that sends nothing, by default: long enough for a rank that
+ * is writing a checkpoint or evaluating while the others wait in the next allreduce; a peer
+ * that dies is seen at once, not after the timeout. */
+#define COLL_TIMEOUT_MS_DEFAULT (10 * 60 * 1000)
+
+/* Opens the collectives of this rank with the backend named (see above). g (borrowed: used
+ * only during this call) is the rank library's handle, whose
+ * rank and world size the collectives take; g may be NULL for a job of one rank (rank 0 of 1).
+ * Blocks until the ring is connected (every rank must call it), waiting up to
+ * COLL_TIMEOUT_MS_DEFAULT for the others. On success *out is new (the caller ends it with
+ * coll_close); on failure *out is NULL, err (errlen bytes; may be NULL) holds the message and
+ * the return is -EINVAL for an unknown backend or "single" with more than one rank, the
+ * store's error (gr.h), -ETIMEDOUT, -ECONNREFUSED, -EPROTO or another socket error. */
+int coll_open(const char *backend, struct gr *g, struct coll **out, char *err, size_t errlen);
+
+/* This rank's place, as coll_open found it. */
+int coll_rank(const struct coll *c);
+int coll_world_size(const struct coll *c);
+
+/* The backend's name ("single", "tcp"; borrowed static storage). */
+const char *coll_backend(const struct coll *c);
+
+/* How long a call waits for a peer that sends nothing (ms > 0), from the next call on. */
+void coll_set_timeout(struct coll *c, int timeout_ms);
+
+/* Replaces each of the n elements of buf (borrowed; n may be 0) by its sum over all ranks. */
+int coll_allreduce_sum_f32(struct coll *c, float *buf, size_t n);
+
+/* The same, then divided by the world size: the mean over ranks. */
+int coll_allreduce_avg_f32(struct coll *c, float *buf, size_t n);
+
+/* The sum of doubles, for small vectors such as the loss and metric sums of a step. */
+int coll_allreduce_sum_f64(struct coll *c, double *buf, size_t n);
+
+/* Copies the bytes bytes of root's buf into buf on every other rank. -EINVAL for a root out of
+ * range (on the rank that sees it; the others then fail or time out). */
+int coll_broadcast(struct coll *c, void *buf, size_t bytes, int root);
+
+/* Returns once every rank has called coll_barrier. */
+int coll_barrier(struct coll *c);
+
+/* Closes the connections and frees c (c may be NULL). Not collective: a rank may close while
+ * the others still run, and they see it as a closed connection in their next operation. */
+void coll_close(struct coll *c);
+
+/* The text of c's last failure, or "" (borrowed: valid until the next call on c). */
+const char *coll_strerror(const struct coll *c);
+
+#endif

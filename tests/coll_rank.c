@@ -1,0 +1,329 @@
+/* A rank program for the multi-process tests of the collectives (kernels/coll.h), run under
+ * `gpurun --local`. Modes:
+ *
+ *   check   allreduce sums of exact patterns (every sum must be exact) and of random floats
+ *           (the result must be bitwise the one the documented ring order gives) for many
+ *           sizes, avg and f64 sums, broadcast from every root, barriers (one that must wait
+ *           for a late rank); every rank publishes a hash of all its results in the store and
+ *           compares it with rank 0's. Prints "hash H" (rank 0) and "rank R/W: all checks
+ *           passed" (every rank).
+ *   die     the last rank leaves right after the ring is up (exit 0, no close: the kernel
+ *           closes its sockets, as for a crash); the others' allreduce must fail with
+ *           ECONNRESET within seconds. Prints "rank R/W: error seen: MESSAGE".
+ *   stall   the last rank stops taking part but keeps its connections; with a 1 s timeout the
+ *           others must fail with ETIMEDOUT or ECONNRESET (a rank whose own neighbour gave up
+ *           sees the closed ring). Prints "rank R/W: error seen: MESSAGE".
+ *
+ * usage: coll_rank check|die|stall   Exits 0 when the mode's checks passed, 1 otherwise. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll.h"
+#include "gr.h"
+#include "banned.h"
+
+#define WAIT_MS      (60 * 1000)
+/* The late rank's delay in the barrier check, and how long the others must have waited. */
+#define LATE_MS      300
+#define LATE_SEEN_MS 200
+/* How soon a dead peer must be noticed. */
+#define DEAD_SEEN_MS 5000
+
+static int rank = -1, world = 0;
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void die(const char *fmt, ...)
+{
+    char what[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "coll_rank: rank %d: %s\n", rank, what);
+    exit(1);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* FNV-1a, over every result a rank computed. */
+static uint64_t hash = 0xcbf29ce484222325ULL;
+
+static void hash_bytes(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+
+    for (size_t i = 0; i < n; i++)
+        hash = (hash ^ b[i]) * 0x100000001b3ULL;
+}
+
+/* Small integers: every partial sum is exact, whatever the order. */
+static float exact_val(int r, size_t i)
+{
+    return (float)((int)((i * 7 + (size_t)r * 13) % 64) - 16);
+}
+
+/* Random floats of mixed magnitudes and signs: the sum depends on the order of additions. */
+static float random_val(int r, size_t i, uint64_t seed)
+{
+    uint64_t h = mix(seed * 0x9e3779b97f4a7c15ULL + (uint64_t)r * 0x100000001ULL + i);
+    double u = (double)(h & 0xffffff) / (double)0x1000000 - 0.5;
+
+    return (float)(u * (double)(1 << (h >> 60)) / 64.0);
+}
+
+/* The ring's documented order: segment k starts as rank k's value, and each later rank of the
+ * ring adds its own value in front: x[k+j] + acc for j = 1..W-1. Segment k holds elements
+ * [k*q + min(k, n%W), ...) of n/W (+1 for the first n%W segments). */
+static float ring_sum(size_t n, size_t i, uint64_t seed)
+{
+    size_t w = (size_t)world, q = n / w, rem = n % w, k = 0;
+    float acc;
+
+    while (k + 1 < w && i >= (k + 1) * q + (k + 1 < rem ? k + 1 : rem))
+        k++;
+    acc = random_val((int)k, i, seed);
+    for (size_t j = 1; j < w; j++)
+        acc = random_val((int)((k + j) % w), i, seed) + acc;
+    return acc;
+}
+
+static void check_sum_f32(struct coll *c, size_t n)
+{
+    float *buf = malloc((n ? n : 1) * sizeof(float));
+    uint64_t seed = n * 31 + 7;
+    int ret;
+
+    if (!buf)
+        die("out of memory for %zu floats", n);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = exact_val(rank, i);
+    if ((ret = coll_allreduce_sum_f32(c, buf, n)) < 0)
+        die("allreduce of %zu floats: %s", n, coll_strerror(c));
+    for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int r = 0; r < world; r++)
+            want += exact_val(r, i);
+        if (buf[i] != want)
+            die("allreduce of %zu floats: element %zu is %g, expected %g", n, i, buf[i], want);
+    }
+    hash_bytes(buf, n * sizeof(float));
+
+    for (size_t i = 0; i < n; i++)
+        buf[i] = random_val(rank, i, seed);
+    if ((ret = coll_allreduce_sum_f32(c, buf, n)) < 0)
+        die("allreduce of %zu random floats: %s", n, coll_strerror(c));
+    for (size_t i = 0; i < n; i++) {
+        float want = ring_sum(n, i, seed);
+        if (memcmp(&buf[i], &want, sizeof(float)))
+            die("allreduce of %zu random floats: element %zu is %a, the ring order gives %a", n, i,
+                buf[i], want);
+    }
+    hash_bytes(buf, n * sizeof(float));
+
+    for (size_t i = 0; i < n; i++)
+        buf[i] = random_val(rank, i, seed);
+    if ((ret = coll_allreduce_avg_f32(c, buf, n)) < 0)
+        die("allreduce avg of %zu floats: %s", n, coll_strerror(c));
+    for (size_t i = 0; i < n; i++) {
+        float want = ring_sum(n, i, seed) / (float)world;
+        if (memcmp(&buf[i], &want, sizeof(float)))
+            die("allreduce avg of %zu floats: element %zu is %a, expected %a", n, i, buf[i], want);
+    }
+    hash_bytes(buf, n * sizeof(float));
+    free(buf);
+}
+
+static void check_sum_f64(struct coll *c, size_t n)
+{
+    double buf[256];
+
+    for (size_t i = 0; i < n; i++)
+        buf[i] = 0.25 * (double)(rank + 1) + (double)i * 1e9;
+    if (coll_allreduce_sum_f64(c, buf, n) < 0)
+        die("allreduce of %zu doubles: %s", n, coll_strerror(c));
+    for (size_t i = 0; i < n; i++) {
+        double want = 0;
+        for (int r = 0; r < world; r++)
+            want += 0.25 * (double)(r + 1) + (double)i * 1e9;
+        if (buf[i] != want)
+            die("allreduce of %zu doubles: element %zu is %.17g, expected %.17g", n, i, buf[i],
+                want);
+    }
+    hash_bytes(buf, n * sizeof(double));
+}
+
+static void check_broadcast(struct coll *c, size_t bytes, int root)
+{
+    unsigned char *buf = malloc(bytes ? bytes : 1);
+
+    if (!buf)
+        die("out of memory for %zu bytes", bytes);
+    for (size_t i = 0; i < bytes; i++)
+        buf[i] = rank == root ? (unsigned char)mix(i + (size_t)root) : 0xee;
+    if (coll_broadcast(c, buf, bytes, root) < 0)
+        die("broadcast of %zu bytes from rank %d: %s", bytes, root, coll_strerror(c));
+    for (size_t i = 0; i < bytes; i++)
+        if (buf[i] != (unsigned char)mix(i + (size_t)root))
+            die("broadcast of %zu bytes from rank %d: byte %zu is 0x%02x, expected 0x%02x", bytes,
+                root, i, buf[i], (unsigned char)mix(i + (size_t)root));
+    hash_bytes(buf, bytes);
+    free(buf);
+}
+
+static void check_barrier(struct coll *c)
+{
+    int64_t t0;
+
+    for (int i = 0; i < 50; i++)
+        if (coll_barrier(c) < 0)
+            die("barrier %d: %s", i, coll_strerror(c));
+    if (rank == 0)
+        sleep_ms(LATE_MS);
+    t0 = now_ms();
+    if (coll_barrier(c) < 0)
+        die("barrier after a late rank: %s", coll_strerror(c));
+    if (rank != 0 && now_ms() - t0 < LATE_SEEN_MS)
+        die("barrier returned after %lld ms, before rank 0 (%d ms late) arrived",
+            (long long)(now_ms() - t0), LATE_MS);
+}
+
+/* Every rank's hash against rank 0's, through the store. */
+static void compare_hashes(struct gr *g)
+{
+    char key[64], mine[32], got[32];
+    size_t len = 0;
+
+    snprintf(mine, sizeof(mine), "%016llx", (unsigned long long)hash);
+    snprintf(key, sizeof(key), "coll_rank/hash/%d", rank);
+    if (gr_kv_put(g, key, mine, strlen(mine)) < 0)
+        die("cannot publish '%s': %s", key, gr_strerror(g));
+    if (gr_kv_get(g, "coll_rank/hash/0", got, sizeof(got) - 1, &len, WAIT_MS) < 0)
+        die("cannot read rank 0's hash: %s", gr_strerror(g));
+    got[len] = '\0';
+    if (strcmp(got, mine))
+        die("results differ from rank 0's: hash %s, rank 0 has %s", mine, got);
+    if (rank == 0)
+        printf("hash %s\n", mine);
+}
+
+static void run_check(struct gr *g, struct coll *c)
+{
+    const size_t sizes[] = {0, 1, 2, 3, 4, 5, 7, 8, 1031, 65535, 65537, 262147, 1048576, 1000003};
+    const size_t bsizes[] = {1, 5, 4096, 300001, (4u << 20) + 7};
+
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        check_sum_f32(c, sizes[i]);
+    /* The sizes around the world size: fewer elements than ranks, and one over. */
+    check_sum_f32(c, (size_t)world - 1);
+    check_sum_f32(c, (size_t)world + 1);
+    for (size_t n = 1; n <= 9; n += 2)
+        check_sum_f64(c, n);
+    check_sum_f64(c, 256);
+    for (int root = 0; root < world; root++)
+        for (size_t i = 0; i < sizeof(bsizes) / sizeof(bsizes[0]); i++)
+            check_broadcast(c, bsizes[i], root);
+    if (coll_broadcast(c, &rank, sizeof(rank), world) != -EINVAL)
+        die("broadcast from rank %d of %d was not refused", world, world);
+    check_barrier(c);
+    compare_hashes(g);
+}
+
+/* die and stall: the last rank leaves or goes quiet, the others must see an error soon. */
+static void run_failure(struct coll *c, bool stall)
+{
+    size_t n = 4 << 20;
+    float *buf = calloc(n, sizeof(float));
+    int64_t t0;
+    int ret;
+
+    if (!buf)
+        die("out of memory for %zu floats", n);
+    /* One allreduce that works, so that the failure comes in the middle of a used ring. */
+    if (coll_allreduce_sum_f32(c, buf, 1024) < 0)
+        die("allreduce before the failure: %s", coll_strerror(c));
+    if (rank == world - 1) {
+        if (!stall)
+            _exit(0);
+        sleep_ms(8000);
+        exit(0);
+    }
+    coll_set_timeout(c, 1000);
+    t0 = now_ms();
+    ret = coll_allreduce_sum_f32(c, buf, n);
+    if (ret == 0)
+        die("allreduce succeeded without rank %d", world - 1);
+    if (now_ms() - t0 > DEAD_SEEN_MS)
+        die("the failure took %lld ms to be seen", (long long)(now_ms() - t0));
+    if (ret != -ECONNRESET && !(stall && ret == -ETIMEDOUT))
+        die("allreduce returned %d (%s), not %s", ret, coll_strerror(c),
+            stall ? "ETIMEDOUT or ECONNRESET" : "ECONNRESET");
+    if (coll_barrier(c) != ret)
+        die("a broken ring's next call returned another error than %d", ret);
+    printf("rank %d/%d: error seen: %s\n", rank, world, coll_strerror(c));
+    free(buf);
+}
+
+int main(int argc, char **argv)
+{
+    struct gr *g = NULL;
+    struct coll *c = NULL;
+    char err[512];
+    const char *mode = argc == 2 ? argv[1] : "";
+
+    if (strcmp(mode, "check") && strcmp(mode, "die") && strcmp(mode, "stall")) {
+        fprintf(stderr, "usage: coll_rank check|die|stall\n");
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (gr_init(&g) < 0)
+        die("cannot start: %s", gr_strerror(NULL));
+    rank = gr_rank(g);
+    world = gr_world_size(g);
+    if (coll_open("tcp", g, &c, err, sizeof(err)) < 0)
+        die("cannot open the collectives: %s", err);
+    if (coll_rank(c) != rank || coll_world_size(c) != world)
+        die("coll has rank %d of %d", coll_rank(c), coll_world_size(c));
+    if (!strcmp(mode, "check")) {
+        run_check(g, c);
+        printf("rank %d/%d: all checks passed\n", rank, world);
+    } else {
+        run_failure(c, !strcmp(mode, "stall"));
+    }
+    coll_close(c);
+    if (gr_finalize(g) < 0)
+        die("finalize: %s", gr_strerror(NULL));
+    return 0;
+}
