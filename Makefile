@@ -82,6 +82,7 @@ CLIENT_MODS := $(filter-out client/main.c,$(CLIENT_SRC))
 KERNEL_SRC  := $(wildcard kernels/*.c)
 KERNEL_MODS := $(filter-out kernels/train.c,$(KERNEL_SRC))
 $(BUILD)/kernels/%.o: CFLAGS += -fopenmp
+$(call obj,tests/test_data.c tests/test_ckpt.c): CPPFLAGS += -Ikernels
 $(BUILD)/gpurun-train: $(call obj,$(KERNEL_SRC)) $(GR_A) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
