@@ -33,8 +33,10 @@
 /* The late rank's delay in the barrier check, and how long the others must have waited. */
 #define LATE_MS      300
 #define LATE_SEEN_MS 200
-/* How soon a dead peer must be noticed. */
+/* How soon a dead peer must be noticed, and how long a stalled rank stays quiet (over the
+ * others' 1 s timeout) before it leaves. */
 #define DEAD_SEEN_MS 5000
+#define STALL_MS     3000
 
 static int rank = -1, world = 0;
 
@@ -277,7 +279,7 @@ static void run_failure(struct coll *c, bool stall)
     if (rank == world - 1) {
         if (!stall)
             _exit(0);
-        sleep_ms(8000);
+        sleep_ms(STALL_MS);
         exit(0);
     }
     coll_set_timeout(c, 1000);

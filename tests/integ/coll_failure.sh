@@ -1,0 +1,70 @@
+#!/bin/bash
+# The collectives' tcp ring when a rank goes away: tests/coll_rank die (the last rank leaves
+# right after the ring is up, as a crash would) and stall (it keeps its connections but stops
+# taking part; the others run with a 1 s timeout). Every other rank's allreduce must fail
+# within seconds with a message naming a peer, never hang, and the next call must give the
+# same error. With 2 and 3 ranks.
+# timeout: 120
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${BUILD:-build}
+[[ $build == /* ]] || build=$root/$build
+
+skip() {
+    echo "# SKIP $*"
+    exit 77
+}
+fail() {
+    echo "FAIL: $*"
+    for f in "$work/gpurun.out" "$work/gpurun.err"; do
+        [ -s "$f" ] || continue
+        echo "# --- ${f##*/} (last 30 lines)"
+        tail -n 30 "$f" | sed 's/^/# /'
+    done
+    exit 1
+}
+
+for p in gpurun rendezvousd tests/coll_rank; do
+    [ -x "$build/$p" ] || skip "'$build/$p' is not built"
+done
+
+work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gr-coll-fail.XXXXXX")
+cleanup() {
+    local rc=$?
+    if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
+        rm -rf "$work"
+    else
+        echo "# scratch kept: $work"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+
+# run MODE NPROCS: every rank but the last must report the error it saw.
+run() {
+    local mode=$1 nprocs=$2 rc=0 r t0 ms pattern
+    t0=$(date +%s%N)
+    timeout -k 5 30 "$build/gpurun" --local --gpus-per-node "$nprocs" \
+        --job-dir "$work/$mode$nprocs" -- "$build/tests/coll_rank" "$mode" \
+        >"$work/gpurun.out" 2>"$work/gpurun.err" </dev/null || rc=$?
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    echo "# ${mode}_${nprocs}_job_ms=$ms"
+    [ "$rc" != 124 ] || fail "$mode with $nprocs ranks: gpurun did not finish within 30 s"
+    [ "$rc" = 0 ] || fail "$mode with $nprocs ranks: gpurun exited with status $rc, not 0"
+    for ((r = 0; r < nprocs - 1; r++)); do
+        if [ "$mode" = die ]; then
+            pattern="closed the connection|cannot send to rank .*: connection (reset|closed)"
+        else
+            pattern="no data from rank|took nothing|closed the connection"
+        fi
+        grep -qE "^\[$r\] rank $r/$nprocs: error seen: .*($pattern)" "$work/gpurun.out" ||
+            fail "$mode with $nprocs ranks: rank $r reported no error of the kind expected"
+    done
+    grep -E '^\[[0-9]+\] rank [0-9]+/[0-9]+: error seen' "$work/gpurun.out" | sed 's/^/# /'
+}
+
+run die 2
+run die 3
+run stall 2
+run stall 3
