@@ -119,6 +119,8 @@ struct agent {
     struct peer *leader;
     bool leader_open;
     uv_timer_t tick, hb;
+    uv_fs_event_t watch; /* the job dir, for endpoint.json, until the leader is found */
+    bool watching;
     uv_pipe_t listener;
     bool listener_open;
     int handles_open;
@@ -154,6 +156,7 @@ static int64_t now_ms(const struct agent *a)
 static void maybe_free(struct agent *a);
 static void teardown(struct agent *a, const char *cause);
 static void check_done(struct agent *a);
+static void stop_watching(struct agent *a);
 
 /* --- output ------------------------------------------------------------------------------- */
 
@@ -1027,6 +1030,7 @@ static void on_leader_ready(struct peer *p)
             uv_ip6_name((struct sockaddr_in6 *)&ss, a->advertise, sizeof(a->advertise));
     }
     a->state = AG_JOINING;
+    stop_watching(a);
     send_leader(a, proto_pack("{s:s, s:i, s:s, s:s, s:i, s:s}", "type", "join", "node_rank",
                               a->node_rank, "hostname", a->hostname, "addr", a->advertise, "nprocs",
                               a->nranks, "gpus", ""));
@@ -1157,6 +1161,26 @@ static void try_connect(struct agent *a)
         log_error("cannot connect to the leader at '%s': %s", hp, uv_strerror(ret));
         peer_close(a->leader, uv_strerror(ret));
     }
+}
+
+/* endpoint.json appearing in the job dir: dial at once instead of at the next poll. The
+ * poll stays: file systems without change notification (NFS) still work, a tick later. */
+static void on_job_dir_change(uv_fs_event_t *h, const char *name, int events, int status)
+{
+    struct agent *a = h->data;
+
+    (void)events;
+    if (status == 0 && name && !strcmp(name, "endpoint.json") && a->state == AG_FINDING &&
+        !a->leader)
+        try_connect(a);
+}
+
+static void stop_watching(struct agent *a)
+{
+    if (!a->watching)
+        return;
+    a->watching = false;
+    uv_close((uv_handle_t *)&a->watch, on_handle_closed);
 }
 
 static void on_tick(uv_timer_t *t)
@@ -1290,6 +1314,13 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
     uv_timer_start(&a->tick, on_tick, TICK_MS, TICK_MS);
     uv_timer_start(&a->hb, on_heartbeat, (uint64_t)a->spec->hb_interval_ms,
                    (uint64_t)a->spec->hb_interval_ms);
+    if (!a->rendezvous[0] && a->job_dir && uv_fs_event_init(loop, &a->watch) == 0) {
+        a->watch.data = a;
+        a->handles_open++;
+        a->watching = true;
+        if (uv_fs_event_start(&a->watch, on_job_dir_change, a->job_dir, 0) < 0)
+            stop_watching(a);
+    }
     try_connect(a);
     *out = a;
     return 0;
@@ -1357,6 +1388,7 @@ void agent_close(struct agent *a)
         stream_close(&a->ranks[i].out);
         stream_close(&a->ranks[i].err);
     }
+    stop_watching(a);
     if (a->listener_open)
         uv_close((uv_handle_t *)&a->listener, on_handle_closed);
     uv_close((uv_handle_t *)&a->tick, on_handle_closed);
