@@ -1,0 +1,643 @@
+/* Checkpoints: our format written through a temp file and a rename, with a SHA-256 trailer
+ * that lets a load refuse a damaged file instead of training from garbage; and the reader
+ * of llm.c's fp32 GPT-2 checkpoints. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "ckpt.h"
+#include "fsutil.h"
+#include "banned.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoints are little-endian and written from memory: a big-endian host needs byte swaps"
+#endif
+
+#define CKPT_MAGIC      "GPRCKPT1"
+#define CKPT_VERSION    1
+#define CKPT_HEADER     256
+#define CKPT_SHA_LEN    32 /* SHA-256 */
+/* The config text is a dump of train.cfg, a few KiB; far more is a damaged header. */
+#define CKPT_CONFIG_MAX (16u << 20)
+/* Reads and writes of the parameter buffers go in pieces of this size so that hashing and
+ * I/O stay in cache-sized steps and a short write is retried on a small remainder. */
+#define IO_CHUNK        (8u << 20)
+
+#define LLMC_HEADER_INTS  256 /* 1024 bytes */
+/* llm.c's version 5 holds bf16 parameters (train_gpt2.cu's export). */
+#define LLMC_VERSION_BF16 5
+
+/* The on-disk header; fields are little-endian, sizes fixed. */
+struct disk_header {
+    char magic[8];
+    uint32_t version;
+    uint32_t header_size;
+    int32_t n_layer, n_head, n_embd, seq_len, vocab_size, padded_vocab;
+    int32_t world_size, batch_size, grad_accum, reserved;
+    uint64_t nparams;
+    uint64_t step;
+    uint64_t opt_step;
+    uint64_t rng[CKPT_RNG_WORDS];
+    uint64_t data_step, data_next_seq, data_nseq, data_ntokens;
+    uint64_t config_len;
+    uint64_t file_size;
+    uint8_t pad[96];
+};
+_Static_assert(sizeof(struct disk_header) == CKPT_HEADER, "the header is 256 bytes on disk");
+
+static int fail(struct ckpt_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(struct ckpt_error *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err->text, sizeof(err->text), fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int ckpt_path(char *buf, size_t len, const char *out_dir, uint64_t step)
+{
+    int n = snprintf(buf, len, "%s/ckpt_%08llu.bin", out_dir, (unsigned long long)step);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static uint64_t file_size_of(uint64_t config_len, uint64_t nparams)
+{
+    return CKPT_HEADER + config_len + 3 * nparams * sizeof(float) + CKPT_SHA_LEN;
+}
+
+/* --- save ---------------------------------------------------------------------------------- */
+
+/* Writes len bytes of p to fd and into the hash. Returns 0 or a negative errno. */
+static int write_hashed(int fd, EVP_MD_CTX *md, const void *p, size_t len)
+{
+    const char *c = p;
+
+    while (len > 0) {
+        size_t piece = len < IO_CHUNK ? len : IO_CHUNK;
+        ssize_t n = write(fd, c, piece);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (md && EVP_DigestUpdate(md, c, (size_t)n) != 1)
+            return -ENOMEM;
+        c += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret = 0;
+
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) < 0)
+        ret = -errno;
+    close(fd);
+    return ret;
+}
+
+int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *config,
+              struct ckpt_error *err)
+{
+    struct disk_header h;
+    char path[PATH_MAX], tmp[PATH_MAX + 32];
+    unsigned char sha[EVP_MAX_MD_SIZE];
+    unsigned int sha_len = 0;
+    uint64_t config_len = config ? strlen(config) : 0;
+    EVP_MD_CTX *md = NULL;
+    int fd = -1, ret = -1;
+    bool tmp_made = false;
+
+    if (ckpt_path(path, sizeof(path), out_dir, st->step) < 0 ||
+        snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp))
+        return fail(err, -ENAMETOOLONG, "'%s': name too long", out_dir);
+    if (config_len > CKPT_CONFIG_MAX)
+        return fail(err, -EINVAL, "cannot write '%s': config text of %llu bytes", path,
+                    (unsigned long long)config_len);
+    ret = fs_mkdirs(out_dir, 0755);
+    if (ret < 0)
+        return fail(err, ret, "cannot create '%s': %s", out_dir, strerror(-ret));
+
+    memset(&h, 0, sizeof(h));
+    memcpy(h.magic, CKPT_MAGIC, sizeof(h.magic));
+    h.version = CKPT_VERSION;
+    h.header_size = CKPT_HEADER;
+    h.n_layer = st->model.n_layer;
+    h.n_head = st->model.n_head;
+    h.n_embd = st->model.n_embd;
+    h.seq_len = st->model.seq_len;
+    h.vocab_size = st->model.vocab_size;
+    h.padded_vocab = st->model.padded_vocab;
+    h.world_size = st->world_size;
+    h.batch_size = st->batch_size;
+    h.grad_accum = st->grad_accum;
+    h.nparams = st->nparams;
+    h.step = st->step;
+    h.opt_step = st->opt_step;
+    memcpy(h.rng, st->rng, sizeof(h.rng));
+    h.data_step = st->data.step;
+    h.data_next_seq = st->data.next_seq;
+    h.data_nseq = st->data.nseq;
+    h.data_ntokens = st->data.ntokens;
+    h.config_len = config_len;
+    h.file_size = file_size_of(config_len, st->nparams);
+
+    md = EVP_MD_CTX_new();
+    if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
+        ret = fail(err, -ENOMEM, "cannot write '%s': no SHA-256 context", path);
+        goto out;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        ret = fail(err, -errno, "cannot create '%s': %s", tmp, strerror(errno));
+        goto out;
+    }
+    tmp_made = true;
+    ret = write_hashed(fd, md, &h, sizeof(h));
+    if (ret == 0)
+        ret = write_hashed(fd, md, config, (size_t)config_len);
+    if (ret == 0)
+        ret = write_hashed(fd, md, st->params, st->nparams * sizeof(float));
+    if (ret == 0)
+        ret = write_hashed(fd, md, st->m, st->nparams * sizeof(float));
+    if (ret == 0)
+        ret = write_hashed(fd, md, st->v, st->nparams * sizeof(float));
+    if (ret == 0 && EVP_DigestFinal_ex(md, sha, &sha_len) != 1)
+        ret = -ENOMEM;
+    if (ret == 0)
+        ret = write_hashed(fd, NULL, sha, CKPT_SHA_LEN);
+    if (ret == 0 && fsync(fd) < 0)
+        ret = -errno;
+    if (ret < 0) {
+        fail(err, ret, "cannot write '%s': %s", path, strerror(-ret));
+        goto out;
+    }
+    if (close(fd) < 0) {
+        fd = -1;
+        ret = fail(err, -errno, "cannot write '%s': %s", path, strerror(errno));
+        goto out;
+    }
+    fd = -1;
+    if (rename(tmp, path) < 0) {
+        ret = fail(err, -errno, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+        goto out;
+    }
+    tmp_made = false;
+    ret = fsync_dir(out_dir);
+    if (ret < 0) {
+        fail(err, ret, "cannot sync '%s': %s", out_dir, strerror(-ret));
+        goto out;
+    }
+    ret = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    if (tmp_made)
+        unlink(tmp);
+    EVP_MD_CTX_free(md);
+    return ret;
+}
+
+/* --- find ---------------------------------------------------------------------------------- */
+
+/* The step of a checkpoint's file name "ckpt_<digits>.bin", or -1 for any other name (temp
+ * files among them). */
+static long long step_of_name(const char *name)
+{
+    const char *p = name + 5;
+    long long step = 0;
+
+    if (strncmp(name, "ckpt_", 5) || !(*p >= '0' && *p <= '9'))
+        return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (step > (LLONG_MAX - 9) / 10)
+            return -1;
+        step = step * 10 + (*p - '0');
+    }
+    return strcmp(p, ".bin") ? -1 : step;
+}
+
+struct found {
+    long long step;
+    char *path;
+};
+
+static int by_step_desc(const void *a, const void *b)
+{
+    const struct found *x = a, *y = b;
+    return x->step < y->step ? 1 : x->step > y->step ? -1 : 0;
+}
+
+/* The checkpoints of out_dir, newest first, into *list (new, free_list). A missing out_dir
+ * holds none. */
+static int list_ckpts(const char *out_dir, struct found **list, size_t *n, struct ckpt_error *err)
+{
+    DIR *d = opendir(out_dir);
+    struct dirent *e;
+    struct found *v = NULL;
+    size_t cnt = 0;
+
+    *list = NULL;
+    *n = 0;
+    if (!d) {
+        if (errno == ENOENT)
+            return 0;
+        return fail(err, -errno, "cannot read '%s': %s", out_dir, strerror(errno));
+    }
+    while ((e = readdir(d))) {
+        long long step = step_of_name(e->d_name);
+        struct found *nv;
+        size_t len;
+        if (step < 0)
+            continue;
+        nv = realloc(v, (cnt + 1) * sizeof(*v));
+        if (!nv)
+            goto nomem;
+        v = nv;
+        len = strlen(out_dir) + strlen(e->d_name) + 2;
+        v[cnt].step = step;
+        v[cnt].path = malloc(len);
+        if (!v[cnt].path)
+            goto nomem;
+        snprintf(v[cnt].path, len, "%s/%s", out_dir, e->d_name);
+        cnt++;
+    }
+    closedir(d);
+    if (cnt > 1)
+        qsort(v, cnt, sizeof(*v), by_step_desc);
+    *list = v;
+    *n = cnt;
+    return 0;
+nomem:
+    closedir(d);
+    for (size_t i = 0; i < cnt; i++)
+        free(v[i].path);
+    free(v);
+    return fail(err, -ENOMEM, "cannot read '%s': out of memory", out_dir);
+}
+
+static void free_list(struct found *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(list[i].path);
+    free(list);
+}
+
+/* Reads the header of path and checks what does not need the body: magic, version, sizes
+ * against each other and against the file. Returns 0 or -EINVAL with err filled. */
+static int read_header(int fd, const char *path, struct disk_header *h, struct ckpt_error *err)
+{
+    struct stat st;
+    ssize_t n;
+
+    if (fstat(fd, &st) < 0)
+        return fail(err, -errno, "cannot stat '%s': %s", path, strerror(errno));
+    n = pread(fd, h, sizeof(*h), 0);
+    if (n < 0)
+        return fail(err, -errno, "cannot read '%s': %s", path, strerror(errno));
+    if ((size_t)n < sizeof(*h))
+        return fail(err, -EINVAL, "'%s': truncated: %zd bytes, shorter than the %d-byte header",
+                    path, n, CKPT_HEADER);
+    if (memcmp(h->magic, CKPT_MAGIC, sizeof(h->magic)))
+        return fail(err, -EINVAL, "'%s': not a gpurun checkpoint", path);
+    if (h->version != CKPT_VERSION)
+        return fail(err, -EINVAL, "'%s': checkpoint version %u, this reader knows %d", path,
+                    h->version, CKPT_VERSION);
+    if (h->header_size != CKPT_HEADER || h->config_len > CKPT_CONFIG_MAX ||
+        h->nparams > (UINT64_MAX / 16) || h->file_size != file_size_of(h->config_len, h->nparams))
+        return fail(err, -EINVAL, "'%s': damaged header (its sizes disagree)", path);
+    if ((uint64_t)st.st_size != h->file_size)
+        return fail(err, -EINVAL, "'%s': truncated: %lld bytes, the header says %llu", path,
+                    (long long)st.st_size, (unsigned long long)h->file_size);
+    return 0;
+}
+
+int ckpt_latest(const char *out_dir, char **path, struct ckpt_error *err)
+{
+    struct found *list;
+    size_t n;
+    int ret;
+
+    *path = NULL;
+    ret = list_ckpts(out_dir, &list, &n, err);
+    if (ret < 0)
+        return ret;
+    for (size_t i = 0; i < n; i++) {
+        struct disk_header h;
+        struct ckpt_error ignored;
+        int fd = open(list[i].path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ret = read_header(fd, list[i].path, &h, &ignored);
+        close(fd);
+        /* A name whose step disagrees with its header was not written by ckpt_save. */
+        if (ret == 0 && h.step == (uint64_t)list[i].step) {
+            *path = list[i].path;
+            list[i].path = NULL;
+            break;
+        }
+    }
+    free_list(list, n);
+    return 0;
+}
+
+int ckpt_prune(const char *out_dir, int keep, struct ckpt_error *err)
+{
+    struct found *list;
+    size_t n;
+    int ret;
+
+    if (keep < 1)
+        return fail(err, -EINVAL, "'%s': keep %d checkpoints: at least 1", out_dir, keep);
+    ret = list_ckpts(out_dir, &list, &n, err);
+    if (ret < 0)
+        return ret;
+    for (size_t i = (size_t)keep; i < n && ret == 0; i++)
+        if (unlink(list[i].path) < 0 && errno != ENOENT)
+            ret = fail(err, -errno, "cannot remove '%s': %s", list[i].path, strerror(errno));
+    free_list(list, n);
+    return ret;
+}
+
+/* --- load ---------------------------------------------------------------------------------- */
+
+/* Reads len bytes at the file position into p (NULL: read and discard through scratch) and
+ * into the hash. Returns 0, -EINVAL at an early end, or a negative errno. */
+static int read_hashed(int fd, EVP_MD_CTX *md, void *p, size_t len, char *scratch)
+{
+    char *c = p;
+
+    while (len > 0) {
+        size_t piece = len < IO_CHUNK ? len : IO_CHUNK;
+        char *dst = c ? c : scratch;
+        ssize_t n = read(fd, dst, piece);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return -EINVAL;
+        if (md && EVP_DigestUpdate(md, dst, (size_t)n) != 1)
+            return -ENOMEM;
+        if (c)
+            c += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int check_shape(const char *path, const struct disk_header *h, const struct ckpt_model *want,
+                       struct ckpt_error *err)
+{
+    const struct {
+        const char *name;
+        int have, want;
+    } f[] = {
+        {"n_layer", h->n_layer, want->n_layer},
+        {"n_head", h->n_head, want->n_head},
+        {"n_embd", h->n_embd, want->n_embd},
+        {"seq_len", h->seq_len, want->seq_len},
+        {"vocab_size", h->vocab_size, want->vocab_size},
+        {"padded_vocab", h->padded_vocab, want->padded_vocab},
+    };
+
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        if (f[i].have != f[i].want)
+            return fail(err, -EINVAL, "'%s': %s is %d in the checkpoint, %d in the config", path,
+                        f[i].name, f[i].have, f[i].want);
+    return 0;
+}
+
+int ckpt_load(const char *path, const struct ckpt_model *expect, size_t nparams,
+              struct ckpt_state *st, char **config, struct ckpt_error *err)
+{
+    struct disk_header h;
+    unsigned char sha[EVP_MAX_MD_SIZE], stored[CKPT_SHA_LEN];
+    unsigned int sha_len = 0;
+    EVP_MD_CTX *md = NULL;
+    char *text = NULL;
+    int fd, ret = -1;
+
+    if (config)
+        *config = NULL;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail(err, -errno, "cannot open '%s': %s", path, strerror(errno));
+    ret = read_header(fd, path, &h, err);
+    if (ret < 0)
+        goto out;
+    ret = check_shape(path, &h, expect, err);
+    if (ret < 0)
+        goto out;
+    if (h.nparams != nparams) {
+        ret = fail(err, -EINVAL, "'%s': %llu parameters in the checkpoint, %zu in the model", path,
+                   (unsigned long long)h.nparams, nparams);
+        goto out;
+    }
+    text = malloc(h.config_len + 1);
+    md = EVP_MD_CTX_new();
+    if (!text || !md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
+        ret = fail(err, -ENOMEM, "cannot read '%s': out of memory", path);
+        goto out;
+    }
+    ret = read_hashed(fd, md, &h, sizeof(h), NULL);
+    if (ret == 0)
+        ret = read_hashed(fd, md, text, h.config_len, NULL);
+    if (ret == 0)
+        ret = read_hashed(fd, md, st->params, nparams * sizeof(float), NULL);
+    if (ret == 0)
+        ret = read_hashed(fd, md, st->m, nparams * sizeof(float), NULL);
+    if (ret == 0)
+        ret = read_hashed(fd, md, st->v, nparams * sizeof(float), NULL);
+    if (ret == 0)
+        ret = read_hashed(fd, NULL, stored, sizeof(stored), NULL);
+    if (ret == -EINVAL) {
+        /* The size was checked: the file shrank while being read. */
+        ret = fail(err, -EINVAL, "'%s': truncated while being read", path);
+        goto out;
+    }
+    if (ret < 0) {
+        fail(err, ret, "cannot read '%s': %s", path, strerror(-ret));
+        goto out;
+    }
+    if (EVP_DigestFinal_ex(md, sha, &sha_len) != 1 || sha_len != CKPT_SHA_LEN) {
+        ret = fail(err, -ENOMEM, "cannot read '%s': SHA-256 failed", path);
+        goto out;
+    }
+    if (memcmp(sha, stored, CKPT_SHA_LEN)) {
+        ret = fail(err, -EINVAL, "'%s': checksum mismatch: the file is damaged", path);
+        goto out;
+    }
+    text[h.config_len] = '\0';
+    st->model = *expect;
+    st->world_size = h.world_size;
+    st->batch_size = h.batch_size;
+    st->grad_accum = h.grad_accum;
+    st->step = h.step;
+    st->opt_step = h.opt_step;
+    memcpy(st->rng, h.rng, sizeof(st->rng));
+    st->data.step = h.data_step;
+    st->data.next_seq = h.data_next_seq;
+    st->data.nseq = h.data_nseq;
+    st->data.ntokens = h.data_ntokens;
+    st->nparams = nparams;
+    if (config && h.config_len > 0) {
+        *config = text;
+        text = NULL;
+    }
+    ret = 0;
+out:
+    free(text);
+    EVP_MD_CTX_free(md);
+    close(fd);
+    return ret;
+}
+
+/* --- llm.c --------------------------------------------------------------------------------- */
+
+size_t ckpt_llmc_nparams(const struct ckpt_model *m)
+{
+    size_t C = (size_t)m->n_embd, L = (size_t)m->n_layer;
+
+    /* wte + wpe + per layer (ln1 2C, qkv 3C^2+3C, attproj C^2+C, ln2 2C, fc 4C^2+4C,
+     * fcproj 4C^2+C) + lnf 2C. */
+    return (size_t)m->padded_vocab * C + (size_t)m->seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+int ckpt_load_llmc(const char *path, int seq_len, struct ckpt_model *found, float **params,
+                   size_t *nparams, struct ckpt_error *err)
+{
+    int32_t hdr[LLMC_HEADER_INTS];
+    struct ckpt_model full, kept;
+    struct stat st;
+    float *buf = NULL;
+    char *scratch = NULL;
+    size_t n_full, n_kept, wte, wpe_kept, wpe_skip, rest;
+    ssize_t got;
+    int fd, ret = -1;
+
+    *params = NULL;
+    *nparams = 0;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail(err, -errno, "cannot open '%s': %s", path, strerror(errno));
+    if (fstat(fd, &st) < 0) {
+        ret = fail(err, -errno, "cannot stat '%s': %s", path, strerror(errno));
+        goto out;
+    }
+    got = pread(fd, hdr, sizeof(hdr), 0);
+    if (got < 0) {
+        ret = fail(err, -errno, "cannot read '%s': %s", path, strerror(errno));
+        goto out;
+    }
+    if ((size_t)got < sizeof(hdr)) {
+        ret = fail(err, -EINVAL, "'%s': %zd bytes, too short for llm.c's 1024-byte header", path,
+                   got);
+        goto out;
+    }
+    if (hdr[0] != LLMC_CKPT_MAGIC) {
+        ret = fail(err, -EINVAL, "'%s': not an llm.c GPT-2 checkpoint (magic %d, expected %d)",
+                   path, hdr[0], LLMC_CKPT_MAGIC);
+        goto out;
+    }
+    if (hdr[1] == LLMC_VERSION_BF16) {
+        ret = fail(err, -EINVAL,
+                   "'%s': llm.c checkpoint version 5 holds bf16 parameters; only version 3 "
+                   "(fp32) is read",
+                   path);
+        goto out;
+    }
+    if (hdr[1] != LLMC_CKPT_VERSION) {
+        ret = fail(err, -EINVAL, "'%s': llm.c checkpoint version %d, this reader knows %d", path,
+                   hdr[1], LLMC_CKPT_VERSION);
+        goto out;
+    }
+    full.seq_len = hdr[2];
+    full.vocab_size = hdr[3];
+    full.n_layer = hdr[4];
+    full.n_head = hdr[5];
+    full.n_embd = hdr[6];
+    full.padded_vocab = hdr[7];
+    /* Bounds that keep the size arithmetic far from overflow; GPT-2 XL is 1024/50257/48/25/
+     * 1600. */
+    if (full.seq_len < 1 || full.seq_len > (1 << 20) || full.vocab_size < 1 ||
+        full.vocab_size > (1 << 24) || full.n_layer < 1 || full.n_layer > 4096 || full.n_head < 1 ||
+        full.n_embd < 1 || full.n_embd > (1 << 16) || full.n_embd % full.n_head ||
+        full.padded_vocab < full.vocab_size || full.padded_vocab > (1 << 24)) {
+        ret = fail(err, -EINVAL,
+                   "'%s': implausible shape in the header (maxT %d, V %d, L %d, NH %d, C %d, "
+                   "Vp %d)",
+                   path, full.seq_len, full.vocab_size, full.n_layer, full.n_head, full.n_embd,
+                   full.padded_vocab);
+        goto out;
+    }
+    n_full = ckpt_llmc_nparams(&full);
+    if ((uint64_t)st.st_size != sizeof(hdr) + n_full * sizeof(float)) {
+        ret = fail(err, -EINVAL,
+                   "'%s': %lld bytes, the header's shape needs %zu (%zu fp32 parameters)", path,
+                   (long long)st.st_size, sizeof(hdr) + n_full * sizeof(float), n_full);
+        goto out;
+    }
+    if (seq_len > full.seq_len) {
+        ret = fail(err, -EINVAL, "'%s': seq_len %d is longer than the checkpoint's %d positions",
+                   path, seq_len, full.seq_len);
+        goto out;
+    }
+    kept = full;
+    if (seq_len > 0)
+        kept.seq_len = seq_len;
+    n_kept = ckpt_llmc_nparams(&kept);
+    wte = (size_t)full.padded_vocab * (size_t)full.n_embd;
+    wpe_kept = (size_t)kept.seq_len * (size_t)full.n_embd;
+    wpe_skip = (size_t)(full.seq_len - kept.seq_len) * (size_t)full.n_embd;
+    rest = n_kept - wte - wpe_kept;
+    buf = malloc(n_kept * sizeof(float));
+    scratch = malloc(IO_CHUNK);
+    if (!buf || !scratch) {
+        ret =
+            fail(err, -ENOMEM, "cannot read '%s': out of memory for %zu parameters", path, n_kept);
+        goto out;
+    }
+    if (lseek(fd, (off_t)sizeof(hdr), SEEK_SET) < 0) {
+        ret = fail(err, -errno, "cannot read '%s': %s", path, strerror(errno));
+        goto out;
+    }
+    /* wte, the rows of wpe kept, the rows dropped, then everything after wpe. */
+    ret = read_hashed(fd, NULL, buf, (wte + wpe_kept) * sizeof(float), NULL);
+    if (ret == 0)
+        ret = read_hashed(fd, NULL, NULL, wpe_skip * sizeof(float), scratch);
+    if (ret == 0)
+        ret = read_hashed(fd, NULL, buf + wte + wpe_kept, rest * sizeof(float), NULL);
+    if (ret < 0) {
+        ret = fail(err, ret == -EINVAL ? -EINVAL : ret, "cannot read '%s': %s", path,
+                   ret == -EINVAL ? "truncated while being read" : strerror(-ret));
+        goto out;
+    }
+    *found = kept;
+    *params = buf;
+    *nparams = n_kept;
+    buf = NULL;
+    ret = 0;
+out:
+    free(buf);
+    free(scratch);
+    close(fd);
+    return ret;
+}

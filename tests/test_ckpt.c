@@ -1,0 +1,482 @@
+/* Tests of kernels/ckpt: a bit-exact round trip, the newest checkpoint found among temp and
+ * damaged files, a failed write (file size limit) that leaves the old checkpoint in place,
+ * refusals of truncated, corrupt and mismatched files, and llm.c checkpoints written here by
+ * hand. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "fsutil.h"
+#include "test.h"
+#include "banned.h"
+
+static const struct ckpt_model shape = {
+    .n_layer = 2, .n_head = 2, .n_embd = 8, .seq_len = 16, .vocab_size = 50, .padded_vocab = 64};
+
+/* A state of n parameters whose values depend on seed, with every bit pattern class: signed
+ * zeros, subnormals, infinities and a NaN payload must come back unchanged. */
+static void make_state(struct ckpt_state *st, size_t n, uint64_t step, unsigned seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+
+    memset(st, 0, sizeof(*st));
+    st->model = shape;
+    st->world_size = 2;
+    st->batch_size = 4;
+    st->grad_accum = 3;
+    st->step = step;
+    st->opt_step = step + 100;
+    for (int i = 0; i < CKPT_RNG_WORDS; i++)
+        st->rng[i] = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1) + seed;
+    st->data.step = step;
+    st->data.next_seq = step * 24;
+    st->data.nseq = 1000;
+    st->data.ntokens = 64001;
+    st->nparams = n;
+    st->params = malloc(n * sizeof(float));
+    st->m = malloc(n * sizeof(float));
+    st->v = malloc(n * sizeof(float));
+    CHECK(st->params && st->m && st->v);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits[3];
+        for (int k = 0; k < 3; k++) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            bits[k] = x;
+        }
+        memcpy(&st->params[i], &bits[0], 4);
+        memcpy(&st->m[i], &bits[1], 4);
+        memcpy(&st->v[i], &bits[2], 4);
+    }
+    if (n >= 4) {
+        uint32_t nan_payload = 0x7fc12345u, subnormal = 1u, negzero = 0x80000000u,
+                 inf = 0x7f800000u;
+        memcpy(&st->params[0], &nan_payload, 4);
+        memcpy(&st->params[1], &subnormal, 4);
+        memcpy(&st->params[2], &negzero, 4);
+        memcpy(&st->params[3], &inf, 4);
+    }
+}
+
+static void free_state(struct ckpt_state *st)
+{
+    free(st->params);
+    free(st->m);
+    free(st->v);
+}
+
+/* Loads path expecting success; into a fresh state of n parameters. */
+static void load_ok(const char *path, size_t n, struct ckpt_state *got, char **config)
+{
+    struct ckpt_error err = {0};
+
+    memset(got, 0, sizeof(*got));
+    got->params = calloc(n, sizeof(float));
+    got->m = calloc(n, sizeof(float));
+    got->v = calloc(n, sizeof(float));
+    CHECK(got->params && got->m && got->v);
+    if (ckpt_load(path, &shape, n, got, config, &err) != 0)
+        test_fail(__FILE__, __LINE__, "load '%s': %s", path, err.text);
+}
+
+static void check_same(const struct ckpt_state *a, const struct ckpt_state *b)
+{
+    CHECK(!memcmp(&a->model, &b->model, sizeof(a->model)));
+    CHECK_EQ(a->world_size, b->world_size);
+    CHECK_EQ(a->batch_size, b->batch_size);
+    CHECK_EQ(a->grad_accum, b->grad_accum);
+    CHECK_EQ(a->step, b->step);
+    CHECK_EQ(a->opt_step, b->opt_step);
+    CHECK(!memcmp(a->rng, b->rng, sizeof(a->rng)));
+    CHECK(!memcmp(&a->data, &b->data, sizeof(a->data)));
+    CHECK_EQ(a->nparams, b->nparams);
+    CHECK(!memcmp(a->params, b->params, a->nparams * sizeof(float)));
+    CHECK(!memcmp(a->m, b->m, a->nparams * sizeof(float)));
+    CHECK(!memcmp(a->v, b->v, a->nparams * sizeof(float)));
+}
+
+static const char *out_dir(void)
+{
+    static char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/out", test_tmpdir());
+    return dir;
+}
+
+static const char *ckpt_file(uint64_t step)
+{
+    static char path[PATH_MAX];
+    CHECK_EQ(ckpt_path(path, sizeof(path), out_dir(), step), 0);
+    return path;
+}
+
+/* Files in out_dir whose name contains what. */
+static int count_files(const char *what)
+{
+    DIR *d = opendir(out_dir());
+    struct dirent *e;
+    int n = 0;
+
+    CHECK(d != NULL);
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, what))
+            n++;
+    closedir(d);
+    return n;
+}
+
+TEST(ckpt_round_trip)
+{
+    struct ckpt_error err = {0};
+    struct ckpt_state st, got;
+    char *config = NULL, *latest = NULL;
+    const size_t n = 100003; /* more than one I/O piece would be nice, but keep it quick */
+
+    make_state(&st, n, 10, 1);
+    CHECK_EQ(ckpt_save(out_dir(), &st, "{\"model\": {\"n_layer\": 2}}", &err), 0);
+    CHECK_EQ(ckpt_latest(out_dir(), &latest, &err), 0);
+    CHECK_STR(latest, ckpt_file(10));
+    load_ok(latest, n, &got, &config);
+    check_same(&st, &got);
+    CHECK_STR(config, "{\"model\": {\"n_layer\": 2}}");
+    CHECK_EQ(count_files(".tmp"), 0);
+    free(config);
+    free(latest);
+    free_state(&got);
+
+    /* Without config text, and asked for none. */
+    st.step = 11;
+    CHECK_EQ(ckpt_save(out_dir(), &st, NULL, &err), 0);
+    load_ok(ckpt_file(11), n, &got, &config);
+    CHECK(config == NULL);
+    check_same(&st, &got);
+    free_state(&got);
+    load_ok(ckpt_file(11), n, &got, NULL);
+    free_state(&got);
+    free_state(&st);
+}
+
+TEST(ckpt_latest_and_prune)
+{
+    struct ckpt_error err = {0};
+    struct ckpt_state st;
+    char *latest = (char *)1;
+    char path[PATH_MAX + 64];
+
+    /* No directory, an empty one: none. */
+    CHECK_EQ(ckpt_latest(out_dir(), &latest, &err), 0);
+    CHECK(latest == NULL);
+    CHECK_EQ(fs_mkdirs(out_dir(), 0700), 0);
+    CHECK_EQ(ckpt_latest(out_dir(), &latest, &err), 0);
+    CHECK(latest == NULL);
+
+    make_state(&st, 64, 9, 2);
+    CHECK_EQ(ckpt_save(out_dir(), &st, NULL, &err), 0);
+    st.step = 100;
+    CHECK_EQ(ckpt_save(out_dir(), &st, NULL, &err), 0);
+    st.step = 20;
+    CHECK_EQ(ckpt_save(out_dir(), &st, NULL, &err), 0);
+    /* Not checkpoints, or not complete ones: a temp file of a later step, other names, a
+     * file named for a later step that is cut short, and one whose header names another
+     * step. */
+    snprintf(path, sizeof(path), "%s.tmp.123", ckpt_file(500));
+    CHECK_EQ(fs_write_atomic(path, "partial", 7, 0644), 0);
+    snprintf(path, sizeof(path), "%s/ckpt_600.bin.old", out_dir());
+    CHECK_EQ(fs_write_atomic(path, "x", 1, 0644), 0);
+    snprintf(path, sizeof(path), "%s/ckpt_.bin", out_dir());
+    CHECK_EQ(fs_write_atomic(path, "x", 1, 0644), 0);
+    snprintf(path, sizeof(path), "%s", ckpt_file(100));
+    {
+        char *data = NULL;
+        size_t len;
+        CHECK_EQ(fs_read_all(path, 1 << 20, &data, &len), 0);
+        CHECK_EQ(fs_write_atomic(ckpt_file(400), data, len - 1, 0644), 0);
+        CHECK_EQ(fs_write_atomic(ckpt_file(300), data, len, 0644), 0); /* says step 100 */
+        free(data);
+    }
+    CHECK_EQ(ckpt_latest(out_dir(), &latest, &err), 0);
+    CHECK_STR(latest, ckpt_file(100));
+    free(latest);
+
+    /* Prune keeps the newest two by step, whatever they hold. */
+    CHECK_EQ(ckpt_prune(out_dir(), 2, &err), 0);
+    CHECK_EQ(access(ckpt_file(400), F_OK), 0);
+    CHECK_EQ(access(ckpt_file(300), F_OK), 0);
+    CHECK_EQ(access(ckpt_file(100), F_OK), -1);
+    CHECK_EQ(access(ckpt_file(20), F_OK), -1);
+    CHECK_EQ(access(ckpt_file(9), F_OK), -1);
+    CHECK_EQ(count_files(".tmp"), 1);
+    CHECK_EQ(ckpt_prune(out_dir(), 0, &err), -EINVAL);
+    /* Nothing complete left. */
+    CHECK_EQ(ckpt_latest(out_dir(), &latest, &err), 0);
+    CHECK(latest == NULL);
+    free_state(&st);
+}
+
+TEST(ckpt_failed_write_keeps_the_old)
+{
+    struct ckpt_error err = {0};
+    struct ckpt_state old, fresh, got;
+    struct rlimit rl = {.rlim_cur = 64 * 1024, .rlim_max = RLIM_INFINITY};
+    char *latest = NULL;
+    const size_t n = 20000; /* 240 KB of parameters and moments: over the limit below */
+
+    make_state(&old, n, 10, 3);
+    CHECK_EQ(ckpt_save(out_dir(), &old, "old", &err), 0);
+    /* A full disk, as near as a test gets: writes past 64 KiB fail with EFBIG. */
+    signal(SIGXFSZ, SIG_IGN);
+    CHECK_EQ(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    make_state(&fresh, n, 10, 4);
+    CHECK_EQ(ckpt_save(out_dir(), &fresh, "new", &err), -EFBIG);
+    {
+        char msg[PATH_MAX + 64];
+        snprintf(msg, sizeof(msg), "cannot write '%s': File too large", ckpt_file(10));
+        CHECK_STR(err.text, msg);
+    }
+    fresh.step = 20;
+    CHECK_EQ(ckpt_save(out_dir(), &fresh, "new", &err), -EFBIG);
+    CHECK_EQ(count_files(".tmp"), 0);
+    CHECK_EQ(access(ckpt_file(20), F_OK), -1);
+    rl.rlim_cur = RLIM_INFINITY;
+    CHECK_EQ(setrlimit(RLIMIT_FSIZE, &rl), 0);
+
+    CHECK_EQ(ckpt_latest(out_dir(), &latest, &err), 0);
+    CHECK_STR(latest, ckpt_file(10));
+    load_ok(latest, n, &got, NULL);
+    check_same(&old, &got);
+    free(latest);
+    free_state(&got);
+    free_state(&old);
+    free_state(&fresh);
+}
+
+/* Rewrites byte off of path with its complement. */
+static void flip_byte(const char *path, off_t off)
+{
+    int fd = open(path, O_RDWR);
+    unsigned char c;
+
+    CHECK(fd >= 0);
+    CHECK_EQ(pread(fd, &c, 1, off), 1);
+    c = (unsigned char)~c;
+    CHECK_EQ(pwrite(fd, &c, 1, off), 1);
+    close(fd);
+}
+
+static void check_load_error(const char *path, const struct ckpt_model *want, size_t n,
+                             const char *msg)
+{
+    struct ckpt_error err = {0};
+    struct ckpt_state got;
+
+    memset(&got, 0, sizeof(got));
+    got.params = calloc(n, sizeof(float));
+    got.m = calloc(n, sizeof(float));
+    got.v = calloc(n, sizeof(float));
+    CHECK_EQ(ckpt_load(path, want, n, &got, NULL, &err), -EINVAL);
+    CHECK_STR(err.text, msg);
+    free_state(&got);
+}
+
+TEST(ckpt_refuses_damage_and_mismatch)
+{
+    struct ckpt_error err = {0};
+    struct ckpt_state st;
+    struct ckpt_model other = shape;
+    char *data = NULL, msg[PATH_MAX + 200];
+    size_t len;
+    const size_t n = 5000;
+    const char *p = ckpt_file(7);
+
+    make_state(&st, n, 7, 5);
+    CHECK_EQ(ckpt_save(out_dir(), &st, "cfg", &err), 0);
+    CHECK_EQ(fs_read_all(p, 1 << 20, &data, &len), 0);
+    CHECK_EQ(len, 256 + 3 + 3 * n * 4 + 32);
+
+    /* The model's shape, each field named. */
+    other.n_layer = 3;
+    snprintf(msg, sizeof(msg), "'%s': n_layer is 2 in the checkpoint, 3 in the config", p);
+    check_load_error(p, &other, n, msg);
+    other = shape;
+    other.padded_vocab = 128;
+    snprintf(msg, sizeof(msg), "'%s': padded_vocab is 64 in the checkpoint, 128 in the config", p);
+    check_load_error(p, &other, n, msg);
+    snprintf(msg, sizeof(msg), "'%s': 5000 parameters in the checkpoint, 4999 in the model", p);
+    check_load_error(p, &shape, n - 1, msg);
+
+    /* One flipped bit anywhere: in the params, in the moments, in the trailer. */
+    flip_byte(p, 256 + 3 + 17);
+    snprintf(msg, sizeof(msg), "'%s': checksum mismatch: the file is damaged", p);
+    check_load_error(p, &shape, n, msg);
+    CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
+    flip_byte(p, (off_t)len - 1);
+    check_load_error(p, &shape, n, msg);
+    CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
+    flip_byte(p, 64); /* the step in the header */
+    check_load_error(p, &shape, n, msg);
+
+    /* Truncated, short, foreign, a later version, a header whose sizes disagree. */
+    CHECK_EQ(fs_write_atomic(p, data, len - 100, 0644), 0);
+    snprintf(msg, sizeof(msg), "'%s': truncated: %zu bytes, the header says %zu", p, len - 100,
+             len);
+    check_load_error(p, &shape, n, msg);
+    CHECK_EQ(fs_write_atomic(p, data, 100, 0644), 0);
+    snprintf(msg, sizeof(msg), "'%s': truncated: 100 bytes, shorter than the 256-byte header", p);
+    check_load_error(p, &shape, n, msg);
+    CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
+    flip_byte(p, 0);
+    snprintf(msg, sizeof(msg), "'%s': not a gpurun checkpoint", p);
+    check_load_error(p, &shape, n, msg);
+    CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
+    flip_byte(p, 8);
+    snprintf(msg, sizeof(msg), "'%s': checkpoint version 254, this reader knows 1", p);
+    check_load_error(p, &shape, n, msg);
+    CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
+    flip_byte(p, 56); /* nparams */
+    snprintf(msg, sizeof(msg), "'%s': damaged header (its sizes disagree)", p);
+    check_load_error(p, &shape, n, msg);
+
+    /* And the intact file still loads. */
+    CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
+    {
+        struct ckpt_state got;
+        load_ok(p, n, &got, NULL);
+        check_same(&st, &got);
+        free_state(&got);
+    }
+    free(data);
+    free_state(&st);
+}
+
+/* --- llm.c ------------------------------------------------------------------------------------ */
+
+/* Writes an llm.c checkpoint of shape m: header, then parameter i = i (exact in fp32 below
+ * 2^24). */
+static size_t write_llmc(const char *path, const struct ckpt_model *m, int version, long cut)
+{
+    size_t n = ckpt_llmc_nparams(m), len = 1024 + n * 4;
+    char *buf = calloc(1, len);
+    int32_t *hdr = (int32_t *)buf;
+    float *p = (float *)(buf + 1024);
+
+    CHECK(buf != NULL);
+    hdr[0] = LLMC_CKPT_MAGIC;
+    hdr[1] = version;
+    hdr[2] = m->seq_len;
+    hdr[3] = m->vocab_size;
+    hdr[4] = m->n_layer;
+    hdr[5] = m->n_head;
+    hdr[6] = m->n_embd;
+    hdr[7] = m->padded_vocab;
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)i;
+    CHECK_EQ(fs_write_atomic(path, buf, (size_t)((long)len - cut), 0644), 0);
+    free(buf);
+    return n;
+}
+
+TEST(ckpt_llmc_import)
+{
+    struct ckpt_error err = {0};
+    struct ckpt_model found;
+    float *params = NULL;
+    size_t n, got_n;
+    char path[PATH_MAX];
+    const size_t C = 8, Vp = 64, T = 16, L = 2;
+
+    /* The layout's size, counted tensor by tensor as llm.c lists them. */
+    n = Vp * C + T * C + L * C + L * C + L * 3 * C * C + L * 3 * C + L * C * C + L * C + L * C +
+        L * C + L * 4 * C * C + L * 4 * C + L * C * 4 * C + L * C + C + C;
+    CHECK_EQ(ckpt_llmc_nparams(&shape), n);
+
+    snprintf(path, sizeof(path), "%s/gpt2.bin", test_tmpdir());
+    CHECK_EQ(write_llmc(path, &shape, 3, 0), n);
+    CHECK_EQ(ckpt_load_llmc(path, 0, &found, &params, &got_n, &err), 0);
+    CHECK(!memcmp(&found, &shape, sizeof(found)));
+    CHECK_EQ(got_n, n);
+    for (size_t i = 0; i < n; i++)
+        if (params[i] != (float)i)
+            test_fail(__FILE__, __LINE__, "parameter %zu is %g", i, params[i]);
+    free(params);
+
+    /* A shorter context keeps wte, the first 5 rows of wpe, and everything after wpe. */
+    CHECK_EQ(ckpt_load_llmc(path, 5, &found, &params, &got_n, &err), 0);
+    CHECK_EQ(found.seq_len, 5);
+    CHECK_EQ(found.padded_vocab, 64);
+    CHECK_EQ(got_n, n - (T - 5) * C);
+    for (size_t i = 0; i < got_n; i++) {
+        size_t src = i < Vp * C + 5 * C ? i : i + (T - 5) * C;
+        if (params[i] != (float)src)
+            test_fail(__FILE__, __LINE__, "parameter %zu is %g, expected %zu", i, params[i], src);
+    }
+    free(params);
+    CHECK_EQ(ckpt_load_llmc(path, 16, &found, &params, &got_n, &err), 0);
+    CHECK_EQ(got_n, n);
+    free(params);
+}
+
+TEST(ckpt_llmc_errors)
+{
+    struct ckpt_error err = {0};
+    struct ckpt_model found, bad = shape;
+    float *params = (float *)1;
+    size_t got_n;
+    char path[PATH_MAX], msg[PATH_MAX + 200];
+
+    snprintf(path, sizeof(path), "%s/gpt2.bin", test_tmpdir());
+#define LLMC_ERR(seq, expect)                                                                      \
+    do {                                                                                           \
+        CHECK_EQ(ckpt_load_llmc(path, seq, &found, &params, &got_n, &err), -EINVAL);               \
+        CHECK_STR(err.text, expect);                                                               \
+        CHECK(params == NULL);                                                                     \
+    } while (0)
+
+    write_llmc(path, &shape, 5, 0);
+    snprintf(msg, sizeof(msg),
+             "'%s': llm.c checkpoint version 5 holds bf16 parameters; only version 3 (fp32) is "
+             "read",
+             path);
+    LLMC_ERR(0, msg);
+    write_llmc(path, &shape, 2, 0);
+    snprintf(msg, sizeof(msg), "'%s': llm.c checkpoint version 2, this reader knows 3", path);
+    LLMC_ERR(0, msg);
+    write_llmc(path, &shape, 3, 4);
+    snprintf(msg, sizeof(msg),
+             "'%s': %zu bytes, the header's shape needs %zu (%zu fp32 parameters)", path,
+             1024 + ckpt_llmc_nparams(&shape) * 4 - 4, 1024 + ckpt_llmc_nparams(&shape) * 4,
+             ckpt_llmc_nparams(&shape));
+    LLMC_ERR(0, msg);
+    write_llmc(path, &shape, 3, 0);
+    snprintf(msg, sizeof(msg), "'%s': seq_len 17 is longer than the checkpoint's 16 positions",
+             path);
+    LLMC_ERR(17, msg);
+    bad.n_head = 3;
+    write_llmc(path, &bad, 3, 0);
+    snprintf(msg, sizeof(msg),
+             "'%s': implausible shape in the header (maxT 16, V 50, L 2, NH 3, C 8, Vp 64)", path);
+    LLMC_ERR(0, msg);
+    /* Our own checkpoint is not llm.c's. */
+    {
+        struct ckpt_state st;
+        make_state(&st, 300, 1, 1); /* over llm.c's 1024-byte header */
+        CHECK_EQ(ckpt_save(test_tmpdir(), &st, NULL, &err), 0);
+        free_state(&st);
+        CHECK_EQ(ckpt_path(path, sizeof(path), test_tmpdir(), 1), 0);
+        snprintf(msg, sizeof(msg),
+                 "'%s': not an llm.c GPT-2 checkpoint (magic 1129467975, expected 20240326)", path);
+        LLMC_ERR(0, msg);
+    }
+    CHECK_EQ(fs_write_atomic(path, "short", 5, 0644), 0);
+    snprintf(msg, sizeof(msg), "'%s': 5 bytes, too short for llm.c's 1024-byte header", path);
+    LLMC_ERR(0, msg);
+#undef LLMC_ERR
+}
