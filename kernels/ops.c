@@ -1,0 +1,1042 @@
+/* The GPT-2 ops of the CPU backend (the maths and layouts are in ops.h). The matmuls, which
+ * take nearly all of a step's time, and the attention's products run on one blocked GEMM with
+ * packed operands and a register-tiled micro-kernel (AVX-512, AVX2+FMA or plain C, picked once
+ * per process); the element-wise ops are compiled for those ISA levels too (target_clones). */
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define OPS_X86 1
+#endif
+
+#include "ops.h"
+#include "banned.h"
+
+/* Element-wise loops: one copy per x86-64 ISA level, chosen by the loader (ifunc). GCC only:
+ * clang 14 has target_clones but not the arch= form. */
+#if defined(OPS_X86) && !defined(__clang__)
+#define OPS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define OPS_CLONES
+#endif
+
+/* ---- threads -------------------------------------------------------------------------------- */
+
+static int team_size(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* ---- exp and tanh ------------------------------------------------------------------------- */
+
+/* exp(x) = 2^n * exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2] (ln 2 split in
+ * a high part exact in float and a low part: Cody and Waite), exp(r) = 1 + r + r^2 P(r) with
+ * Cephes' degree-5 minimax P (relative error under 1.2e-7 on that interval). The clamp keeps
+ * 2^n a normal float (n in [-126, 127]). Branch-free, so that loops over it vectorise. */
+#define EXP_LO      -87.0f
+#define EXP_HI      88.0f
+#define LOG2E       1.44269504088896341f
+#define LN2_HI      0.693359375f
+#define LN2_LO      -2.12194440e-4f
+/* 1.5 * 2^23: adding and subtracting it rounds a float of magnitude < 2^22 to an integer
+ * (round to nearest even, the default mode) without a call to rintf. */
+#define ROUND_MAGIC 12582912.0f
+
+static inline float exp_inline(float x)
+{
+    x = x < EXP_LO ? EXP_LO : x;
+    x = x > EXP_HI ? EXP_HI : x;
+    float n = (x * LOG2E + ROUND_MAGIC) - ROUND_MAGIC;
+    float r = x - n * LN2_HI;
+    r = r - n * LN2_LO;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof(scale));
+    return p * scale;
+}
+
+float ops_expf(float x)
+{
+    return exp_inline(x);
+}
+
+/* tanh(u) = 1 - 2 / (exp(2u) + 1): exact at the saturated ends (exp clamps to 1.6e-38 or
+ * 1.6e38), absolute error about 1e-7 near 0, where the relative error grows; GELU only needs
+ * the absolute one, since it uses 1 + tanh. */
+static inline float tanh_inline(float u)
+{
+    return 1.0f - 2.0f / (exp_inline(2.0f * u) + 1.0f);
+}
+
+/* ---- GEMM ------------------------------------------------------------------------------------
+ * C[M,N] = A[M,K] B[K,N] (or C += A B), with A(i,p) = a[i*a_rs + p*a_cs] and
+ * B(p,j) = b[p*b_rs + j*b_cs], so one routine serves out = inp W^T (B is W read across its
+ * rows), dinp = dout W, dW = dout^T inp and the attention's products without transposing copies.
+ *
+ * K is cut into blocks of at most KC_MAX; for each block, B is packed into panels of NR columns
+ * (p-major, NR contiguous floats per p) and A into panels of MR rows (MR contiguous floats per
+ * p), zero-padded at the edges, and the micro-kernel accumulates an MR x NR tile of C in
+ * registers over the block, then stores it (first block, when not accumulating) or adds it to C.
+ * An element of C thus sums its products in p order within a block and adds the blocks in
+ * order: the result depends on K (and the kernel) only, never on M, N or how rows are split
+ * between threads. */
+#define KC_MAX     256 /* a packed B panel (KC_MAX x NR floats, 32 KiB for NR 32) stays in L1 */
+#define MR_MAX     12
+#define NR_MAX     32
+#define PACK_ALIGN 64 /* cache line: the micro-kernels use aligned vector loads */
+
+typedef void (*gemm_kernel_fn)(int kc, const float *a, const float *b, float *c, ptrdiff_t ldc,
+                               bool accumulate);
+
+struct gemm_kernel {
+    const char *name;
+    int mr, nr;
+    gemm_kernel_fn fn;
+};
+
+struct gemm {
+    int M, N, K;
+    const float *a;
+    ptrdiff_t a_rs, a_cs;
+    const float *b;
+    ptrdiff_t b_rs, b_cs;
+    float *c;
+    ptrdiff_t ldc;
+    bool accumulate; /* C += A B, else C = A B */
+};
+
+/* The portable micro-kernel: MR 4, NR 16, plain loops the compiler vectorises as it can. */
+static void kernel_generic(int kc, const float *restrict a, const float *restrict b,
+                           float *restrict c, ptrdiff_t ldc, bool accumulate)
+{
+    float acc[4][16];
+
+    memset(acc, 0, sizeof(acc));
+    for (int p = 0; p < kc; p++) {
+        for (int i = 0; i < 4; i++) {
+            float ai = a[p * 4 + i];
+            for (int j = 0; j < 16; j++)
+                acc[i][j] += ai * b[p * 16 + j];
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        for (int j = 0; j < 16; j++)
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+    }
+}
+
+#ifdef OPS_X86
+/* AVX2 + FMA: 6 x 16, twelve ymm accumulators (of 16 registers), two B loads and six
+ * broadcasts per p. */
+__attribute__((target("avx2,fma"))) static void kernel_avx2(int kc, const float *restrict a,
+                                                            const float *restrict b,
+                                                            float *restrict c, ptrdiff_t ldc,
+                                                            bool accumulate)
+{
+    __m256 c0[6], c1[6];
+
+#pragma GCC unroll 6
+    for (int i = 0; i < 6; i++)
+        c0[i] = c1[i] = _mm256_setzero_ps();
+    for (int p = 0; p < kc; p++) {
+        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < 6; i++) {
+            __m256 ai = _mm256_broadcast_ss(a + i);
+            c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
+            c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+        }
+        a += 6;
+        b += 16;
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < 6; i++) {
+        float *ci = c + i * ldc;
+        if (accumulate) {
+            c0[i] = _mm256_add_ps(_mm256_loadu_ps(ci), c0[i]);
+            c1[i] = _mm256_add_ps(_mm256_loadu_ps(ci + 8), c1[i]);
+        }
+        _mm256_storeu_ps(ci, c0[i]);
+        _mm256_storeu_ps(ci + 8, c1[i]);
+    }
+}
+
+/* AVX-512: 12 x 32, 24 zmm accumulators (of 32), two B loads and twelve broadcasts per p. */
+__attribute__((target("avx512f"))) static void kernel_avx512(int kc, const float *restrict a,
+                                                             const float *restrict b,
+                                                             float *restrict c, ptrdiff_t ldc,
+                                                             bool accumulate)
+{
+    __m512 c0[12], c1[12];
+
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++)
+        c0[i] = c1[i] = _mm512_setzero_ps();
+    for (int p = 0; p < kc; p++) {
+        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) {
+            __m512 ai = _mm512_set1_ps(a[i]);
+            c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
+            c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+        }
+        a += 12;
+        b += 32;
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++) {
+        float *ci = c + i * ldc;
+        if (accumulate) {
+            c0[i] = _mm512_add_ps(_mm512_loadu_ps(ci), c0[i]);
+            c1[i] = _mm512_add_ps(_mm512_loadu_ps(ci + 16), c1[i]);
+        }
+        _mm512_storeu_ps(ci, c0[i]);
+        _mm512_storeu_ps(ci + 16, c1[i]);
+    }
+}
+#endif
+
+static const struct gemm_kernel kernels[] = {
+#ifdef OPS_X86
+    {"avx512", 12, 32, kernel_avx512},
+    {"avx2", 6, 16, kernel_avx2},
+#endif
+    {"generic", 4, 16, kernel_generic},
+};
+#define N_KERNELS (sizeof(kernels) / sizeof(kernels[0]))
+
+static const struct gemm_kernel *kernel = &kernels[N_KERNELS - 1];
+
+static bool kernel_supported(const struct gemm_kernel *k)
+{
+#ifdef OPS_X86
+    __builtin_cpu_init();
+    if (!strcmp(k->name, "avx512"))
+        return __builtin_cpu_supports("avx512f");
+    if (!strcmp(k->name, "avx2"))
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    return !strcmp(k->name, "generic");
+}
+
+/* The best kernel this CPU runs, picked before main() so that no op races to pick it. */
+__attribute__((constructor)) static void kernel_pick(void)
+{
+    for (size_t i = 0; i < N_KERNELS; i++) {
+        if (kernel_supported(&kernels[i])) {
+            kernel = &kernels[i];
+            return;
+        }
+    }
+}
+
+const char *ops_matmul_kernel(void)
+{
+    return kernel->name;
+}
+
+int ops_matmul_use_kernel(const char *name)
+{
+    for (size_t i = 0; i < N_KERNELS; i++) {
+        if (!strcmp(kernels[i].name, name)) {
+            if (!kernel_supported(&kernels[i]))
+                return -ENOTSUP;
+            kernel = &kernels[i];
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+static size_t round_up(size_t n, size_t m)
+{
+    return (n + m - 1) / m * m;
+}
+
+static float *pack_alloc(size_t floats)
+{
+    return aligned_alloc(PACK_ALIGN, round_up(floats * sizeof(float), PACK_ALIGN));
+}
+
+/* The block length for K: K cut into equal blocks of at most KC_MAX (a function of K only, so
+ * that the summation order does not depend on anything else). */
+static int gemm_kc(int K)
+{
+    int blocks = (K + KC_MAX - 1) / KC_MAX;
+    return blocks ? (K + blocks - 1) / blocks : 0;
+}
+
+/* Packs B's rows [p0, p0+kc) for the column panels [panel0, panel1) into dst, panel q at
+ * dst + (q - panel0) * kc * nr. */
+static void pack_b(const struct gemm *g, int nr, int p0, int kc, int panel0, int panel1, float *dst)
+{
+    for (int q = panel0; q < panel1; q++) {
+        float *d = dst + (size_t)(q - panel0) * kc * nr;
+        int j0 = q * nr, nj = g->N - j0 < nr ? g->N - j0 : nr;
+
+        if (g->b_cs == 1) {
+            for (int p = 0; p < kc; p++) {
+                const float *s = g->b + (ptrdiff_t)(p0 + p) * g->b_rs + j0;
+                memcpy(d + (size_t)p * nr, s, (size_t)nj * sizeof(float));
+                for (int j = nj; j < nr; j++)
+                    d[(size_t)p * nr + j] = 0.0f;
+            }
+        } else {
+            for (int j = 0; j < nr; j++) {
+                if (j < nj) {
+                    const float *s = g->b + (ptrdiff_t)(j0 + j) * g->b_cs + (ptrdiff_t)p0 * g->b_rs;
+                    for (int p = 0; p < kc; p++)
+                        d[(size_t)p * nr + j] = s[(ptrdiff_t)p * g->b_rs];
+                } else {
+                    for (int p = 0; p < kc; p++)
+                        d[(size_t)p * nr + j] = 0.0f;
+                }
+            }
+        }
+    }
+}
+
+/* Packs A's rows [i0, i1) (i1 - i0 rounded up to mr, zero rows past M) and columns
+ * [p0, p0+kc) into dst, panel r at dst + r * kc * mr. */
+static void pack_a(const struct gemm *g, int mr, int i0, int i1, int p0, int kc, float *dst)
+{
+    for (int r0 = i0; r0 < i1; r0 += mr) {
+        float *d = dst + (size_t)(r0 - i0) * kc;
+        for (int i = 0; i < mr; i++) {
+            if (r0 + i < g->M) {
+                const float *s = g->a + (ptrdiff_t)(r0 + i) * g->a_rs + (ptrdiff_t)p0 * g->a_cs;
+                for (int p = 0; p < kc; p++)
+                    d[(size_t)p * mr + i] = s[(ptrdiff_t)p * g->a_cs];
+            } else {
+                for (int p = 0; p < kc; p++)
+                    d[(size_t)p * mr + i] = 0.0f;
+            }
+        }
+    }
+}
+
+/* One micro-tile at C(i0, j0): the kernel straight into C when the tile is whole, else into a
+ * scratch tile whose valid part is then stored or added, with the same arithmetic. */
+static void gemm_tile(const struct gemm_kernel *k, const struct gemm *g, int kc, const float *ap,
+                      const float *bp, int i0, int j0, bool accumulate)
+{
+    float *c = g->c + (ptrdiff_t)i0 * g->ldc + j0;
+    int mi = g->M - i0 < k->mr ? g->M - i0 : k->mr;
+    int nj = g->N - j0 < k->nr ? g->N - j0 : k->nr;
+    float tile[MR_MAX * NR_MAX] __attribute__((aligned(PACK_ALIGN)));
+
+    if (mi == k->mr && nj == k->nr) {
+        k->fn(kc, ap, bp, c, g->ldc, accumulate);
+        return;
+    }
+    k->fn(kc, ap, bp, tile, k->nr, false);
+    for (int i = 0; i < mi; i++) {
+        for (int j = 0; j < nj; j++) {
+            float *ci = c + (ptrdiff_t)i * g->ldc + j;
+            *ci = accumulate ? *ci + tile[i * k->nr + j] : tile[i * k->nr + j];
+        }
+    }
+}
+
+/* Rows [i0, i1) times column panels [panel0, panel1) for one K block, B already packed from
+ * panel 0 at bpack: packs A into apack, then each B panel (kept in L1) meets every A panel. */
+static void gemm_unit(const struct gemm_kernel *k, const struct gemm *g, int p0, int kc,
+                      const float *bpack, float *apack, int i0, int i1, int panel0, int panel1)
+{
+    bool accumulate = g->accumulate || p0 > 0;
+
+    pack_a(g, k->mr, i0, i1, p0, kc, apack);
+    for (int q = panel0; q < panel1; q++) {
+        const float *bp = bpack + (size_t)q * kc * k->nr;
+        for (int r0 = i0; r0 < i1; r0 += k->mr)
+            gemm_tile(k, g, kc, apack + (size_t)(r0 - i0) * kc, bp, r0, q * k->nr, accumulate);
+    }
+}
+
+/* Rows per A block: enough B-panel reuse, a block (MC x KC) that stays in L2. */
+#define MC_TARGET 96
+
+/* The GEMM with the calling thread's OpenMP team: B packed by all, then (row block, panel
+ * group) units shared out statically. Returns 0 or -ENOMEM. */
+static int gemm_parallel(const struct gemm *g)
+{
+    const struct gemm_kernel *k = kernel;
+    int kc_max = gemm_kc(g->K), nth = team_size();
+    int n_panels = (g->N + k->nr - 1) / k->nr, m_tiles = (g->M + k->mr - 1) / k->mr;
+    int m_blocks, n_groups, n_units;
+    float *bpack = NULL;
+    int err = 0;
+
+    if (g->M <= 0 || g->N <= 0)
+        return 0;
+    if (g->K == 0) {
+        /* An empty sum: C = 0, or C unchanged. */
+        if (!g->accumulate) {
+            for (int i = 0; i < g->M; i++)
+                memset(g->c + (ptrdiff_t)i * g->ldc, 0, (size_t)g->N * sizeof(float));
+        }
+        return 0;
+    }
+    /* Row blocks of about MC_TARGET rows, their count a multiple of the team so that the
+     * static schedule is balanced; panel groups when there are too few row blocks. */
+    m_blocks = (m_tiles * k->mr + MC_TARGET - 1) / MC_TARGET;
+    m_blocks = (int)round_up((size_t)m_blocks, (size_t)nth);
+    if (m_blocks > m_tiles)
+        m_blocks = m_tiles;
+    n_groups = 1;
+    while (m_blocks * n_groups < 2 * nth && n_groups < n_panels)
+        n_groups++;
+    n_units = m_blocks * n_groups;
+
+    bpack = pack_alloc((size_t)n_panels * k->nr * kc_max);
+    if (!bpack)
+        return -ENOMEM;
+
+#pragma omp parallel
+    {
+        int max_rows = ((m_tiles + m_blocks - 1) / m_blocks) * k->mr;
+        float *apack = pack_alloc((size_t)max_rows * kc_max);
+
+        if (!apack) {
+#pragma omp atomic write
+            err = 1;
+        }
+#pragma omp barrier
+        int failed;
+#pragma omp atomic read
+        failed = err;
+        for (int p0 = 0; !failed && p0 < g->K; p0 += kc_max) {
+            int kc = g->K - p0 < kc_max ? g->K - p0 : kc_max;
+
+#pragma omp for schedule(static)
+            for (int q = 0; q < n_panels; q++)
+                pack_b(g, k->nr, p0, kc, q, q + 1, bpack + (size_t)q * kc * k->nr);
+
+#pragma omp for schedule(static)
+            for (int u = 0; u < n_units; u++) {
+                int mb = u / n_groups, ng = u % n_groups;
+                int t0 = (int)((long)mb * m_tiles / m_blocks);
+                int t1 = (int)((long)(mb + 1) * m_tiles / m_blocks);
+                int q0 = (int)((long)ng * n_panels / n_groups);
+                int q1 = (int)((long)(ng + 1) * n_panels / n_groups);
+                int i1 = t1 * k->mr < g->M ? t1 * k->mr : g->M;
+
+                if (t1 > t0 && q1 > q0)
+                    gemm_unit(k, g, p0, kc, bpack, apack, t0 * k->mr, i1, q0, q1);
+            }
+        }
+        free(apack);
+    }
+    free(bpack);
+    return err ? -ENOMEM : 0;
+}
+
+/* Packing space for gemm_serial: A up to `rows` rows, B up to `cols` columns, KC_MAX deep. */
+struct gemm_ws {
+    float *apack, *bpack;
+    int rows, cols;
+};
+
+static int gemm_ws_init(struct gemm_ws *ws, int rows, int cols)
+{
+    const struct gemm_kernel *k = kernel;
+
+    ws->rows = (int)round_up((size_t)rows, (size_t)k->mr);
+    ws->cols = (int)round_up((size_t)cols, (size_t)k->nr);
+    ws->apack = pack_alloc((size_t)ws->rows * KC_MAX);
+    ws->bpack = pack_alloc((size_t)ws->cols * KC_MAX);
+    if (!ws->apack || !ws->bpack) {
+        free(ws->apack);
+        free(ws->bpack);
+        ws->apack = ws->bpack = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static void gemm_ws_release(struct gemm_ws *ws)
+{
+    free(ws->apack);
+    free(ws->bpack);
+}
+
+/* The GEMM on the calling thread alone (inside a parallel region), M and N within the
+ * workspace's rows and cols. */
+static void gemm_serial(const struct gemm *g, struct gemm_ws *ws)
+{
+    const struct gemm_kernel *k = kernel;
+    int kc_max = gemm_kc(g->K), n_panels = (g->N + k->nr - 1) / k->nr;
+
+    if (g->M <= 0 || g->N <= 0)
+        return;
+    if (g->K == 0) {
+        if (!g->accumulate) {
+            for (int i = 0; i < g->M; i++)
+                memset(g->c + (ptrdiff_t)i * g->ldc, 0, (size_t)g->N * sizeof(float));
+        }
+        return;
+    }
+    for (int p0 = 0; p0 < g->K; p0 += kc_max) {
+        int kc = g->K - p0 < kc_max ? g->K - p0 : kc_max;
+
+        pack_b(g, k->nr, p0, kc, 0, n_panels, ws->bpack);
+        gemm_unit(k, g, p0, kc, ws->bpack, ws->apack, 0, g->M, 0, n_panels);
+    }
+}
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+int ops_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
+                       int C, int OC)
+{
+    struct gemm g = {
+        .M = N,
+        .N = OC,
+        .K = C,
+        .a = inp,
+        .a_rs = C,
+        .a_cs = 1,
+        .b = weight,
+        .b_rs = 1,
+        .b_cs = C,
+        .c = out,
+        .ldc = OC,
+        .accumulate = bias != NULL,
+    };
+
+    if (bias) {
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++)
+            memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+    }
+    return gemm_parallel(&g);
+}
+
+/* Columns of dbias per thread chunk: a multiple of the vector widths. */
+#define BIAS_CHUNK 64
+
+OPS_CLONES static void colsum_span(float *dbias, const float *dout, int N, int OC, int o0, int o1)
+{
+    for (int n = 0; n < N; n++) {
+        const float *row = dout + (size_t)n * OC;
+#pragma omp simd
+        for (int o = o0; o < o1; o++)
+            dbias[o] += row[o];
+    }
+}
+
+int ops_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, int N, int C, int OC)
+{
+    struct gemm gi = {
+        .M = N,
+        .N = C,
+        .K = OC,
+        .a = dout,
+        .a_rs = OC,
+        .a_cs = 1,
+        .b = weight,
+        .b_rs = C,
+        .b_cs = 1,
+        .c = dinp,
+        .ldc = C,
+        .accumulate = false,
+    };
+    struct gemm gw = {
+        .M = OC,
+        .N = C,
+        .K = N,
+        .a = dout,
+        .a_rs = 1,
+        .a_cs = OC,
+        .b = inp,
+        .b_rs = C,
+        .b_cs = 1,
+        .c = dweight,
+        .ldc = C,
+        .accumulate = true,
+    };
+    int err;
+
+    if (dinp && (err = gemm_parallel(&gi)) < 0)
+        return err;
+    if ((err = gemm_parallel(&gw)) < 0)
+        return err;
+    if (dbias) {
+        int chunks = (OC + BIAS_CHUNK - 1) / BIAS_CHUNK;
+#pragma omp parallel for schedule(static)
+        for (int q = 0; q < chunks; q++) {
+            int o1 = (q + 1) * BIAS_CHUNK < OC ? (q + 1) * BIAS_CHUNK : OC;
+            colsum_span(dbias, dout, N, OC, q * BIAS_CHUNK, o1);
+        }
+    }
+    return 0;
+}
+
+/* ---- encoder ------------------------------------------------------------------------------ */
+
+void ops_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                         int T, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        float *o = out + (size_t)bt * C;
+        const float *te = wte + (size_t)inp[bt] * C, *pe = wpe + (size_t)(bt % T) * C;
+        for (int c = 0; c < C; c++)
+            o[c] = te[c] + pe[c];
+    }
+}
+
+/* Channels per thread chunk in the encoder's and LayerNorm's parameter gradients. */
+#define CHANNEL_CHUNK 64
+
+void ops_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
+                          int C)
+{
+    int chunks = (C + CHANNEL_CHUNK - 1) / CHANNEL_CHUNK;
+
+    /* Threads split the channels, each walking the positions in order: a token seen twice
+     * gets its two contributions in the same order whatever the team. */
+#pragma omp parallel for schedule(static)
+    for (int q = 0; q < chunks; q++) {
+        int c0 = q * CHANNEL_CHUNK, c1 = c0 + CHANNEL_CHUNK < C ? c0 + CHANNEL_CHUNK : C;
+        for (int bt = 0; bt < B * T; bt++) {
+            const float *d = dout + (size_t)bt * C;
+            float *te = dwte + (size_t)inp[bt] * C, *pe = dwpe + (size_t)(bt % T) * C;
+            for (int c = c0; c < c1; c++) {
+                te[c] += d[c];
+                pe[c] += d[c];
+            }
+        }
+    }
+}
+
+/* ---- layernorm ---------------------------------------------------------------------------- */
+
+OPS_CLONES static void layernorm_row(float *out, float *mean, float *rstd, const float *x,
+                                     const float *weight, const float *bias, int C)
+{
+    float sum = 0.0f, var = 0.0f;
+
+#pragma omp simd reduction(+ : sum)
+    for (int c = 0; c < C; c++)
+        sum += x[c];
+    float m = sum / (float)C;
+#pragma omp simd reduction(+ : var)
+    for (int c = 0; c < C; c++)
+        var += (x[c] - m) * (x[c] - m);
+    float s = 1.0f / sqrtf(var / (float)C + OPS_LN_EPS);
+#pragma omp simd
+    for (int c = 0; c < C; c++)
+        out[c] = (x[c] - m) * s * weight[c] + bias[c];
+    *mean = m;
+    *rstd = s;
+}
+
+void ops_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, const float *bias, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        layernorm_row(out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C, weight, bias,
+                      C);
+}
+
+OPS_CLONES static void layernorm_dinp_row(float *dinp, const float *dout, const float *x,
+                                          const float *weight, float m, float s, int C)
+{
+    float gsum = 0.0f, gnsum = 0.0f;
+
+#pragma omp simd reduction(+ : gsum, gnsum)
+    for (int c = 0; c < C; c++) {
+        float g = weight[c] * dout[c];
+        gsum += g;
+        gnsum += g * (x[c] - m) * s;
+    }
+    float gmean = gsum / (float)C, gnmean = gnsum / (float)C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+        float g = weight[c] * dout[c];
+        dinp[c] += s * (g - gmean - (x[c] - m) * s * gnmean);
+    }
+}
+
+OPS_CLONES static void layernorm_dparam_span(float *dweight, float *dbias, const float *dout,
+                                             const float *inp, const float *mean, const float *rstd,
+                                             int N, int C, int c0, int c1)
+{
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+        float m = mean[n], s = rstd[n];
+#pragma omp simd
+        for (int c = c0; c < c1; c++) {
+            dweight[c] += d[c] * ((x[c] - m) * s);
+            dbias[c] += d[c];
+        }
+    }
+}
+
+void ops_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, const float *mean,
+                            const float *rstd, int N, int C)
+{
+    int chunks = (C + CHANNEL_CHUNK - 1) / CHANNEL_CHUNK;
+
+    /* Two passes, so that no sum is split across threads: rows for dinp, then channel chunks
+     * (each walking the rows in order) for dweight and dbias. */
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++)
+            layernorm_dinp_row(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C,
+                               weight, mean[n], rstd[n], C);
+#pragma omp for schedule(static)
+        for (int q = 0; q < chunks; q++) {
+            int c0 = q * CHANNEL_CHUNK, c1 = c0 + CHANNEL_CHUNK < C ? c0 + CHANNEL_CHUNK : C;
+            layernorm_dparam_span(dweight, dbias, dout, inp, mean, rstd, N, C, c0, c1);
+        }
+    }
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+/* Query rows per block: the products of a block only reach the key columns up to its last
+ * row, so the causal half is skipped up to one block's triangle. */
+#define ATT_ROWS 64
+
+/* Row t of one head's scores s (length T, valid up to t) becomes its softmax in place, scaled
+ * by `scale` inside the exp, with zeros after t. */
+OPS_CLONES static void attention_softmax_row(float *s, int t, int T, float scale)
+{
+    float max = s[0], sum = 0.0f;
+
+    for (int j = 1; j <= t; j++)
+        max = s[j] > max ? s[j] : max;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j <= t; j++) {
+        float e = exp_inline((s[j] - max) * scale);
+        s[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int j = 0; j <= t; j++)
+        s[j] *= inv;
+    for (int j = t + 1; j < T; j++)
+        s[j] = 0.0f;
+}
+
+/* Row t of dP becomes dS = scale * P * (dP - sum_j P dP) in place, zero from t+1 to `end`. */
+OPS_CLONES static void attention_dsoftmax_row(float *dp, const float *p, int t, int end,
+                                              float scale)
+{
+    float dot = 0.0f;
+
+#pragma omp simd reduction(+ : dot)
+    for (int j = 0; j <= t; j++)
+        dot += p[j] * dp[j];
+#pragma omp simd
+    for (int j = 0; j <= t; j++)
+        dp[j] = scale * p[j] * (dp[j] - dot);
+    for (int j = t + 1; j < end; j++)
+        dp[j] = 0.0f;
+}
+
+int ops_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+{
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    int err = 0;
+
+#pragma omp parallel
+    {
+        struct gemm_ws ws;
+        int failed = gemm_ws_init(&ws, ATT_ROWS, T > hs ? T : hs) < 0;
+
+        if (failed) {
+#pragma omp atomic write
+            err = 1;
+        }
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            const float *q = qkv + (size_t)b * T * C3 + h * hs;
+            float *a = att + (size_t)bh * T * T;
+
+            for (int i0 = 0; !failed && i0 < T; i0 += ATT_ROWS) {
+                int i1 = i0 + ATT_ROWS < T ? i0 + ATT_ROWS : T;
+                struct gemm s = {
+                    .M = i1 - i0,
+                    .N = i1,
+                    .K = hs,
+                    .a = q + (size_t)i0 * C3,
+                    .a_rs = C3,
+                    .a_cs = 1,
+                    .b = q + C,
+                    .b_rs = 1,
+                    .b_cs = C3,
+                    .c = a + (size_t)i0 * T,
+                    .ldc = T,
+                };
+                struct gemm y = {
+                    .M = i1 - i0,
+                    .N = hs,
+                    .K = i1,
+                    .a = a + (size_t)i0 * T,
+                    .a_rs = T,
+                    .a_cs = 1,
+                    .b = q + 2 * C,
+                    .b_rs = C3,
+                    .b_cs = 1,
+                    .c = out + ((size_t)b * T + i0) * C + h * hs,
+                    .ldc = C,
+                };
+
+                gemm_serial(&s, &ws);
+                for (int t = i0; t < i1; t++)
+                    attention_softmax_row(a + (size_t)t * T, t, T, scale);
+                gemm_serial(&y, &ws);
+            }
+        }
+        if (!failed)
+            gemm_ws_release(&ws);
+    }
+    return err ? -ENOMEM : 0;
+}
+
+int ops_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                           int B, int T, int C, int NH)
+{
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    int err = 0;
+
+#pragma omp parallel
+    {
+        struct gemm_ws ws;
+        float *ds = malloc((size_t)T * T * sizeof(float));
+        int failed = !ds || gemm_ws_init(&ws, ATT_ROWS, T > hs ? T : hs) < 0;
+
+        if (failed) {
+#pragma omp atomic write
+            err = 1;
+        }
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            const float *q = qkv + (size_t)b * T * C3 + h * hs;
+            const float *a = att + (size_t)bh * T * T;
+            const float *dy = dout + (size_t)b * T * C + h * hs;
+            float *dq = dqkv + (size_t)b * T * C3 + h * hs;
+
+            if (failed)
+                continue;
+            /* Row blocks: dP = dY V^T, then dS in place, then dQ = dS K. */
+            for (int i0 = 0; i0 < T; i0 += ATT_ROWS) {
+                int i1 = i0 + ATT_ROWS < T ? i0 + ATT_ROWS : T;
+                struct gemm dp = {
+                    .M = i1 - i0,
+                    .N = i1,
+                    .K = hs,
+                    .a = dy + (size_t)i0 * C,
+                    .a_rs = C,
+                    .a_cs = 1,
+                    .b = q + 2 * C,
+                    .b_rs = 1,
+                    .b_cs = C3,
+                    .c = ds + (size_t)i0 * T,
+                    .ldc = T,
+                };
+                struct gemm dqg = {
+                    .M = i1 - i0,
+                    .N = hs,
+                    .K = i1,
+                    .a = ds + (size_t)i0 * T,
+                    .a_rs = T,
+                    .a_cs = 1,
+                    .b = q + C,
+                    .b_rs = C3,
+                    .b_cs = 1,
+                    .c = dq + (size_t)i0 * C3,
+                    .ldc = C3,
+                };
+
+                gemm_serial(&dp, &ws);
+                for (int t = i0; t < i1; t++)
+                    attention_dsoftmax_row(ds + (size_t)t * T, a + (size_t)t * T, t, i1, scale);
+                gemm_serial(&dqg, &ws);
+            }
+            /* Key blocks [j0, j1): dK = dS^T Q and dV = P^T dY over the queries t >= j0 (the
+             * entries above the diagonal inside the block are zero in both dS and P). */
+            for (int j0 = 0; j0 < T; j0 += ATT_ROWS) {
+                int j1 = j0 + ATT_ROWS < T ? j0 + ATT_ROWS : T;
+                struct gemm dk = {
+                    .M = j1 - j0,
+                    .N = hs,
+                    .K = T - j0,
+                    .a = ds + (size_t)j0 * T + j0,
+                    .a_rs = 1,
+                    .a_cs = T,
+                    .b = q + (size_t)j0 * C3,
+                    .b_rs = C3,
+                    .b_cs = 1,
+                    .c = dq + (size_t)j0 * C3 + C,
+                    .ldc = C3,
+                };
+                struct gemm dv = {
+                    .M = j1 - j0,
+                    .N = hs,
+                    .K = T - j0,
+                    .a = a + (size_t)j0 * T + j0,
+                    .a_rs = 1,
+                    .a_cs = T,
+                    .b = dy + (size_t)j0 * C,
+                    .b_rs = C,
+                    .b_cs = 1,
+                    .c = dq + (size_t)j0 * C3 + 2 * C,
+                    .ldc = C3,
+                };
+
+                gemm_serial(&dk, &ws);
+                gemm_serial(&dv, &ws);
+            }
+        }
+        if (ds && ws.apack)
+            gemm_ws_release(&ws);
+        free(ds);
+    }
+    return err ? -ENOMEM : 0;
+}
+
+/* ---- GELU --------------------------------------------------------------------------------- */
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
+#define GELU_CUBE  0.044715f
+/* Elements per thread chunk of the element-wise ops. */
+#define ELEM_CHUNK 4096
+
+OPS_CLONES static void gelu_forward_span(float *out, const float *inp, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+        out[i] = 0.5f * x * (1.0f + tanh_inline(u));
+    }
+}
+
+OPS_CLONES static void gelu_backward_span(float *dinp, const float *inp, const float *dout,
+                                          size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+        float th = tanh_inline(u);
+        float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+        dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
+    }
+}
+
+void ops_gelu_forward(float *out, const float *inp, size_t n)
+{
+    long chunks = (long)((n + ELEM_CHUNK - 1) / ELEM_CHUNK);
+
+#pragma omp parallel for schedule(static)
+    for (long q = 0; q < chunks; q++) {
+        size_t i0 = (size_t)q * ELEM_CHUNK, len = n - i0 < ELEM_CHUNK ? n - i0 : ELEM_CHUNK;
+        gelu_forward_span(out + i0, inp + i0, len);
+    }
+}
+
+void ops_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    long chunks = (long)((n + ELEM_CHUNK - 1) / ELEM_CHUNK);
+
+#pragma omp parallel for schedule(static)
+    for (long q = 0; q < chunks; q++) {
+        size_t i0 = (size_t)q * ELEM_CHUNK, len = n - i0 < ELEM_CHUNK ? n - i0 : ELEM_CHUNK;
+        gelu_backward_span(dinp + i0, inp + i0, dout + i0, len);
+    }
+}
+
+/* ---- residual ----------------------------------------------------------------------------- */
+
+void ops_residual_forward(float *out, const float *a, const float *b, size_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+void ops_residual_backward(float *da, float *db, const float *dout, size_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        da[i] += dout[i];
+        db[i] += dout[i];
+    }
+}
+
+/* ---- softmax + cross-entropy -------------------------------------------------------------- */
+
+OPS_CLONES static float logsumexp_row(const float *x, int V)
+{
+    float max = x[0], sum = 0.0f;
+
+    for (int j = 1; j < V; j++)
+        max = x[j] > max ? x[j] : max;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < V; j++)
+        sum += exp_inline(x[j] - max);
+    return max + logf(sum);
+}
+
+void ops_crossentropy_forward(float *losses, float *lse, const float *logits, const int *targets,
+                              int N, int V, int Vp)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * Vp;
+        lse[n] = logsumexp_row(x, V);
+        losses[n] = lse[n] - x[targets[n]];
+    }
+}
+
+OPS_CLONES static void crossentropy_backward_row(float *d, const float *x, float lse, int target,
+                                                 int V, int Vp, float dloss)
+{
+#pragma omp simd
+    for (int j = 0; j < V; j++)
+        d[j] = dloss * exp_inline(x[j] - lse);
+    d[target] -= dloss;
+    for (int j = V; j < Vp; j++)
+        d[j] = 0.0f;
+}
+
+void ops_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
+                               const int *targets, int N, int V, int Vp, float dloss)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        crossentropy_backward_row(dlogits + (size_t)n * Vp, logits + (size_t)n * Vp, lse[n],
+                                  targets[n], V, Vp, dloss);
+}
