@@ -362,9 +362,14 @@ static int xfer_run(struct xfer *x)
             return ring_fail(c, -ETIMEDOUT);
         }
         pfd[0] = (struct pollfd){.fd = c->recv_fd, .events = x->rt < x->nrecv ? POLLIN : 0};
-        pfd[1] = (struct pollfd){.fd = c->send_fd, .events = POLLIN | POLLRDHUP};
-        if (x->st < x->nsend && xfer_send_limit(x) > x->so)
-            pfd[1].events |= POLLOUT;
+        /* Watch rank+1 only while there is something left to send it: once it has all it
+         * needs from us it may finish and close before this rank has received its part. */
+        pfd[1] = (struct pollfd){.fd = -1};
+        if (x->st < x->nsend) {
+            pfd[1] = (struct pollfd){.fd = c->send_fd, .events = POLLIN | POLLRDHUP};
+            if (xfer_send_limit(x) > x->so)
+                pfd[1].events |= POLLOUT;
+        }
         ret = poll(pfd, 2, left > INT_MAX ? INT_MAX : (int)left);
         if (ret < 0 && errno != EINTR) {
             int e = errno;
