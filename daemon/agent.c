@@ -54,18 +54,20 @@ enum agent_state { AG_FINDING, AG_JOINING, AG_RUNNING, AG_TEARDOWN, AG_DONE };
 struct agent;
 struct arank;
 
+/* One output pipe of a rank. Allocated per spawn and freed in its close callback, so that a
+ * restart can reuse the rank's record while an old pipe is still closing. */
 struct ostream {
     uv_pipe_t pipe;
-    struct arank *rank;
+    struct agent *agent;
+    struct arank *rank; /* NULL once detached from the rank (closing) */
     char line[LINE_MAX_LEN];
     size_t len;
-    bool open;
 };
 
 struct arank {
     struct agent *agent;
     uv_process_t proc;
-    struct ostream out, err;
+    struct ostream *out, *err; /* NULL when closed */
     int local, rank;
     bool spawned, exited, reported, killed, oom;
     int code, sig;
@@ -128,6 +130,7 @@ struct agent {
     int64_t t_start, teardown_ms, last_flush_ms, next_connect_ms;
 
     int world_size, rank_base, master_port;
+    int generation; /* the leader's: how many times the job was restarted */
     char master_addr[64];
     struct arank *ranks;
     int nranks, exited;
@@ -240,33 +243,53 @@ static void on_handle_closed(uv_handle_t *h)
 static void on_stream_closed(uv_handle_t *h)
 {
     struct ostream *o = h->data;
-    struct agent *a = o->rank->agent;
+    struct agent *a = o->agent;
 
+    free(o);
     a->handles_open--;
     check_done(a);
     maybe_free(a);
 }
 
-static void stream_close(struct ostream *o)
+/* Flushes a partial last line, detaches the stream from its rank and closes it. */
+static void stream_close(struct ostream **slot)
 {
-    if (!o->open)
+    struct ostream *o = *slot;
+
+    if (!o)
         return;
-    o->open = false;
+    *slot = NULL;
     if (o->len) {
         emit_line(o->rank, o->line, o->len);
         o->len = 0;
     }
+    o->rank = NULL;
     uv_close((uv_handle_t *)&o->pipe, on_stream_closed);
 }
 
 static void on_out_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct ostream *o = s->data;
+    struct arank *r = o->rank;
 
     if (nread > 0)
         stream_take(o, buf->base, (size_t)nread);
     else if (nread < 0)
-        stream_close(o);
+        stream_close(r->out == o ? &r->out : &r->err);
+}
+
+static struct ostream *stream_new(struct agent *a, struct arank *r)
+{
+    struct ostream *o = calloc(1, sizeof(*o));
+
+    if (!o)
+        return NULL;
+    o->agent = a;
+    o->rank = r;
+    uv_pipe_init(a->loop, &o->pipe, 0);
+    o->pipe.data = o;
+    a->handles_open++;
+    return o;
 }
 
 /* --- the leader link ---------------------------------------------------------------------- */
@@ -415,9 +438,22 @@ static char *env_entry(const char *k, const char *fmt, ...)
 
 /* Names of the variables the agent sets: inherited copies are dropped first. */
 static const char *const own_vars[] = {
-    "RANK",         "LOCAL_RANK",     "WORLD_SIZE",    "LOCAL_WORLD_SIZE",     "NODE_RANK",
-    "GROUP_RANK",   "MASTER_ADDR",    "MASTER_PORT",   "CUDA_VISIBLE_DEVICES", "GPURUN_SOCK",
-    "GPURUN_TOKEN", "GPURUN_JOB_DIR", "GPURUN_JOB_ID", "GPURUN_NODE_ADDR",     NULL,
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+    "GPURUN_SOCK",
+    "GPURUN_TOKEN",
+    "GPURUN_JOB_DIR",
+    "GPURUN_JOB_ID",
+    "GPURUN_NODE_ADDR",
+    "GPURUN_RESTART_COUNT",
+    NULL,
 };
 
 static bool is_own_var(const char *kv)
@@ -485,6 +521,7 @@ static char **build_env(struct agent *a, struct arank *r)
     env[i++] = env_entry("GPURUN_JOB_DIR", "%s", a->job_dir ? a->job_dir : "");
     env[i++] = env_entry("GPURUN_JOB_ID", "%s", a->spec->job_id);
     env[i++] = env_entry("GPURUN_NODE_ADDR", "%s", a->advertise);
+    env[i++] = env_entry("GPURUN_RESTART_COUNT", "%d", a->generation);
     if (!getenv("OMP_NUM_THREADS")) {
         /* Threads per rank: the node's CPUs shared out, as torchrun does, so that ranks do
          * not oversubscribe the cores they share. */
@@ -542,18 +579,19 @@ static int spawn_rank(struct agent *a, struct arank *r)
     env = build_env(a, r);
     if (!env)
         return -ENOMEM;
-    r->out.rank = r->err.rank = r;
-    uv_pipe_init(a->loop, &r->out.pipe, 0);
-    uv_pipe_init(a->loop, &r->err.pipe, 0);
-    r->out.pipe.data = &r->out;
-    r->err.pipe.data = &r->err;
-    r->out.open = r->err.open = true;
-    a->handles_open += 2;
+    r->out = stream_new(a, r);
+    r->err = stream_new(a, r);
+    if (!r->out || !r->err) {
+        stream_close(&r->out);
+        stream_close(&r->err);
+        free_env(env);
+        return -ENOMEM;
+    }
     stdio[0].flags = UV_IGNORE;
     stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-    stdio[1].data.stream = (uv_stream_t *)&r->out.pipe;
+    stdio[1].data.stream = (uv_stream_t *)&r->out->pipe;
     stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-    stdio[2].data.stream = (uv_stream_t *)&r->err.pipe;
+    stdio[2].data.stream = (uv_stream_t *)&r->err->pipe;
     opt.file = a->spawn_argv[0];
     opt.args = a->spawn_argv;
     opt.env = env;
@@ -581,8 +619,8 @@ static int spawn_rank(struct agent *a, struct arank *r)
     }
     r->spawned = true;
     a->handles_open++;
-    uv_read_start((uv_stream_t *)&r->out.pipe, on_out_alloc, on_out_read);
-    uv_read_start((uv_stream_t *)&r->err.pipe, on_out_alloc, on_out_read);
+    uv_read_start((uv_stream_t *)&r->out->pipe, on_out_alloc, on_out_read);
+    uv_read_start((uv_stream_t *)&r->err->pipe, on_out_alloc, on_out_read);
     return 0;
 }
 
@@ -913,7 +951,7 @@ static void check_done(struct agent *a)
             all = 0;
             continue;
         }
-        if (!r->reported && ((!r->out.open && !r->err.open) || t - r->exit_ms > OUTPUT_DRAIN_MS))
+        if (!r->reported && ((!r->out && !r->err) || t - r->exit_ms > OUTPUT_DRAIN_MS))
             report_exit(a, r);
         all &= r->reported;
     }
@@ -929,33 +967,74 @@ static void check_done(struct agent *a)
 
 /* --- leader link events ------------------------------------------------------------------- */
 
+/* Forgets everything of the last generation but the log files: the ranks' records, the
+ * barriers and the requests in flight (their ranks are gone). */
+static void reset_generation(struct agent *a)
+{
+    for (int i = 0; i < a->nranks; i++) {
+        struct arank *r = &a->ranks[i];
+        int logfd = r->logfd;
+
+        stream_close(&r->out);
+        stream_close(&r->err);
+        memset(r, 0, sizeof(*r));
+        r->agent = a;
+        r->local = i;
+        r->logfd = logfd;
+    }
+    while (a->bwaits) {
+        struct bwait *w = a->bwaits;
+        a->bwaits = w->next;
+        free(w->name);
+        free(w);
+    }
+    json_object_clear(a->barrier_counts);
+    a->npend = 0;
+    a->exited = 0;
+    a->failed_here = false;
+    a->status = 0;
+}
+
 static void on_assign(struct agent *a, struct msg *m)
 {
-    if (a->state != AG_JOINING) {
+    bool all_reported = true, restart;
+
+    for (int i = 0; i < a->nranks; i++)
+        all_reported &= a->ranks[i].reported;
+    restart = a->state == AG_TEARDOWN && all_reported && m->generation > a->generation;
+    if (a->state != AG_JOINING && !restart) {
         log_error("unexpected 'assign' from the leader");
         return;
     }
+    if (restart)
+        reset_generation(a);
+    a->generation = m->generation;
     a->world_size = m->world_size;
     a->rank_base = m->rank_base;
     a->master_port = m->master_port;
     snprintf(a->master_addr, sizeof(a->master_addr), "%s", m->master_addr);
     a->state = AG_RUNNING;
-    if (listen_ranks(a) < 0) {
+    if (!restart && listen_ranks(a) < 0) {
         send_leader(a, proto_pack("{s:s, s:s, s:i}", "type", "abort", "cause",
                                   "agent cannot listen for its ranks", "status", 125));
         a->status = 125;
         a->failed_here = true;
+        a->state = AG_TEARDOWN;
     }
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];
         r->rank = a->rank_base + i;
-        if (a->state == AG_RUNNING)
+        if (a->state == AG_RUNNING) {
             spawn_rank(a, r);
-        else
-            r->exited = true, a->exited++;
+        } else {
+            r->exited = true;
+            r->code = 125;
+            r->killed = true;
+            a->exited++;
+        }
     }
-    log_info("node %d running ranks %d..%d of %d", a->node_rank, a->rank_base,
-             a->rank_base + a->nranks - 1, a->world_size);
+    log_info("node %d running ranks %d..%d of %d (generation %d)", a->node_rank, a->rank_base,
+             a->rank_base + a->nranks - 1, a->world_size, a->generation);
     /* Failed spawns are exits too: report them, and fail the job on the first. */
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];

@@ -104,6 +104,9 @@ struct leader {
     const char *outcome;
     json_t *first_failure;
     int status;
+    bool restartable; /* the failure is one a new generation may get past */
+    int generation;   /* 0, then one more per restart (max_restarts) */
+    json_t *failures; /* the first failure of every earlier generation */
     int64_t t_start, t_joined, t_first_step, t_abort, t_finish;
     bool closing, done_called;
 };
@@ -134,7 +137,10 @@ static void log_tail(const char *tail)
 }
 
 /* Records the first failure; later ones are consequences and only logged. */
-static void fail(struct leader *l, int status, const char *outcome, json_t *failure)
+/* restartable: a rank's own failure (exit, signal, hang), which a restart in the same
+ * allocation may get past; a lost node, a cancel or a join timeout is not. */
+static void fail(struct leader *l, int status, const char *outcome, bool restartable,
+                 json_t *failure)
 {
     const char *cause = json_string_value(json_object_get(failure, "cause"));
 
@@ -146,6 +152,7 @@ static void fail(struct leader *l, int status, const char *outcome, json_t *fail
     l->first_failure = failure;
     l->status = status;
     l->outcome = outcome;
+    l->restartable = restartable;
     log_error("job failed: %s", cause ? cause : "?");
     log_tail(json_string_value(json_object_get(failure, "tail")));
     l->state = JOB_ABORTING;
@@ -205,6 +212,8 @@ static json_t *job_view(struct leader *l, bool for_summary)
         json_object_set_new(job, "outcome", json_string(l->outcome));
         json_object_set_new(job, "exit_status", json_integer(l->status));
         json_object_set(job, "first_failure", l->first_failure ? l->first_failure : json_null());
+        json_object_set_new(job, "restarts", json_integer(l->generation));
+        json_object_set(job, "earlier_failures", l->failures);
         json_object_set_new(job, "timings", timings);
     }
     return job;
@@ -256,10 +265,48 @@ static bool all_nodes_done(const struct leader *l)
     return true;
 }
 
+static void on_store_ready(void *owner, int64_t id, const char *key, const char *value, void *arg);
+static void send_assign(struct leader *l);
+
+/* Generation g+1 in the same allocation: every rank is gone, the store and barriers start
+ * empty (a rank of the new generation must not read the old NCCL id), and every agent gets
+ * a new assign. The training core resumes from its last checkpoint. */
+static void restart(struct leader *l)
+{
+    json_array_append_new(l->failures, l->first_failure);
+    l->first_failure = NULL;
+    l->generation++;
+    log_warn("restarting the job: generation %d (restart %d of %d)", l->generation, l->generation,
+             l->spec->max_restarts);
+    store_free(l->store);
+    l->store = store_new(PROTO_STORE_MAX, PROTO_STORE_KEYS_MAX, on_store_ready, l);
+    json_object_clear(l->barriers);
+    memset(l->ranks, 0, (size_t)l->world_size * sizeof(*l->ranks));
+    for (int r = 0; r < l->world_size; r++)
+        l->ranks[r].phase = PHASE_RUNNING;
+    for (int i = 0; i < l->spec->nnodes; i++) {
+        l->nodes[i].exited = 0;
+        l->nodes[i].done = false;
+    }
+    l->exited = 0;
+    l->status = 0;
+    l->outcome = "running";
+    l->restartable = false;
+    l->state = JOB_RUNNING;
+    if (!l->store) {
+        fail(l, 125, "failed", false, failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
+        return;
+    }
+    send_assign(l);
+}
+
 static void check_end(struct leader *l)
 {
     if (l->state == JOB_RUNNING && l->exited == l->world_size)
         finish(l);
+    else if (l->state == JOB_ABORTING && all_nodes_done(l) && l->restartable &&
+             l->generation < l->spec->max_restarts)
+        restart(l);
     else if (l->state == JOB_ABORTING && all_nodes_done(l))
         finish(l);
 }
@@ -389,7 +436,7 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
         else
             snprintf(cause, sizeof(cause), "rank %d on node %d ('%s') exited with status %d",
                      m->rank, c->node, n->hostname, m->code);
-        fail(l, m->signal ? 128 + m->signal : m->code, "failed",
+        fail(l, m->signal ? 128 + m->signal : m->code, "failed", true,
              failure_new(cause, m->rank, c->node, n->hostname, m->code, m->signal, m->value));
     }
     check_end(l);
@@ -406,7 +453,7 @@ static void assign_all(struct leader *l)
     l->world_size = base;
     l->ranks = calloc((size_t)base, sizeof(*l->ranks));
     if (!l->ranks) {
-        fail(l, 125, "failed", failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
+        fail(l, 125, "failed", false, failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
         return;
     }
     for (int r = 0; r < base; r++)
@@ -415,12 +462,17 @@ static void assign_all(struct leader *l)
     l->t_joined = now_ms(l);
     log_info("all %d nodes joined in %" PRId64 " ms: world size %d", l->spec->nnodes,
              l->t_joined - l->t_start, base);
+    send_assign(l);
+}
+
+static void send_assign(struct leader *l)
+{
     for (int i = 0; i < l->spec->nnodes; i++) {
         struct node *n = &l->nodes[i];
         peer_send(&n->conn->peer,
                   proto_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i}", "type", "assign", "generation",
-                             0, "world_size", base, "rank_base", n->rank_base, "nnodes",
-                             l->spec->nnodes, "master_addr", l->advertise, "master_port",
+                             l->generation, "world_size", l->world_size, "rank_base", n->rank_base,
+                             "nnodes", l->spec->nnodes, "master_addr", l->advertise, "master_port",
                              l->master_port));
     }
 }
@@ -514,7 +566,7 @@ static void on_message(struct peer *p, struct msg *m)
         /* The agent's cause is its own text (bounded by the frame): keep it as it is. */
         bool cancel =
             m->status == 128 + SIGTERM || m->status == 128 + SIGINT || m->status == 128 + SIGHUP;
-        fail(l, m->status ? m->status : 1, cancel ? "cancelled" : "failed",
+        fail(l, m->status ? m->status : 1, cancel ? "cancelled" : "failed", m->status == 124,
              failure_new(m->value, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
         break;
     }
@@ -570,7 +622,7 @@ static void on_closed(struct peer *p, const char *why)
                 n->joined = false;
                 l->joined--;
             }
-            fail(l, 125, "failed", failure_new(cause, -1, c->node, n->hostname, 0, 0, ""));
+            fail(l, 125, "failed", false, failure_new(cause, -1, c->node, n->hostname, 0, 0, ""));
             check_end(l);
         }
     }
@@ -684,7 +736,7 @@ static void on_tick(uv_timer_t *t)
         for (int i = 0; i < l->spec->nnodes && n < (int)sizeof(cause) - 16; i++)
             if (!l->nodes[i].joined)
                 n += snprintf(cause + n, sizeof(cause) - (size_t)n, " %d", i);
-        fail(l, 124, "failed", failure_new(cause, -1, -1, "", 0, 0, ""));
+        fail(l, 124, "failed", false, failure_new(cause, -1, -1, "", 0, 0, ""));
         finish(l);
     }
     if (l->state == JOB_ABORTING && now - l->t_abort > l->spec->kill_grace_ms + ABORT_SLACK_MS) {
@@ -719,6 +771,7 @@ static void maybe_free(struct leader *l)
         return;
     store_free(l->store);
     json_decref(l->barriers);
+    json_decref(l->failures);
     json_decref(l->first_failure);
     free(l->nodes);
     free(l->ranks);
@@ -783,7 +836,8 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
     l->nodes = calloc((size_t)cfg->spec->nnodes, sizeof(*l->nodes));
     l->store = store_new(PROTO_STORE_MAX, PROTO_STORE_KEYS_MAX, on_store_ready, l);
     l->barriers = json_object();
-    if (!l->nodes || !l->store || !l->barriers) {
+    l->failures = json_array();
+    if (!l->nodes || !l->store || !l->barriers || !l->failures) {
         ret = -ENOMEM;
         goto fail;
     }
@@ -837,6 +891,7 @@ fail_close:
 fail:
     store_free(l->store);
     json_decref(l->barriers);
+    json_decref(l->failures);
     free(l->nodes);
     free(l);
     return ret;
@@ -851,7 +906,7 @@ void leader_cancel(struct leader *l, const char *cause)
 {
     if (l->state == JOB_FINISHED)
         return;
-    fail(l, 143, "cancelled", failure_new(cause, -1, -1, "", 0, 0, ""));
+    fail(l, 143, "cancelled", false, failure_new(cause, -1, -1, "", 0, 0, ""));
     check_end(l);
 }
 
