@@ -633,6 +633,12 @@ int traincfg_check(const struct traincfg *cfg, struct traincfg_error *err)
         return fail(err, "%s: beta2 (%g) must be below 1", where(cfg, o, wbuf, sizeof(wbuf)),
                     cfg->beta2);
     }
+    if (cfg->eps <= 0.0) {
+        /* A zero epsilon divides by zero where a gradient has always been zero. */
+        o = origin_of(cfg, "optim", "eps");
+        return fail(err, "%s: eps (%g) must be above 0", where(cfg, o, wbuf, sizeof(wbuf)),
+                    cfg->eps);
+    }
     if ((long long)cfg->batch_size * cfg->seq_len > INT_MAX) {
         o = later(origin_of(cfg, "train", "batch_size"), origin_of(cfg, "model", "seq_len"));
         return fail(err, "%s: batch_size (%d) times seq_len (%d) is too large",

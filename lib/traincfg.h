@@ -132,8 +132,8 @@ bool traincfg_is_override(const char *arg);
 
 /* The checks between keys, each error naming the line of the key at fault (the one set
  * last when both are set): n_head divides n_embd, min_lr <= lr, beta1 and beta2 below 1,
- * warmup_steps <= steps, eval_batches > 0 with [data] val, [data] train given, cuda and
- * threads... Returns 0 or -EINVAL with err filled. */
+ * eps above 0, batch_size x seq_len within int, [data] train given. Returns 0 or -EINVAL with err
+ * filled. */
 int traincfg_check(const struct traincfg *cfg, struct traincfg_error *err);
 
 /* The usual sequence: init, load path (NULL: no file), apply n overrides, check. On failure

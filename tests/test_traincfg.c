@@ -250,6 +250,8 @@ TEST(traincfg_cross_key_errors)
                      CFG ":4: min_lr (0.01) must not exceed lr (0.0006)");
     CHECK_LOAD_ERROR("[data]\ntrain = x.bin\n[optim]\nbeta2 = 1\n",
                      CFG ":4: beta2 (1) must be below 1");
+    CHECK_LOAD_ERROR("[data]\ntrain = x.bin\n[optim]\neps = 0\n",
+                     CFG ":4: eps (0) must be above 0");
     CHECK_LOAD_ERROR("[data]\ntrain = x.bin\n[model]\nseq_len = 65536\n[train]\nbatch_size = "
                      "65536\n",
                      CFG ":6: batch_size (65536) times seq_len (65536) is too large");
