@@ -149,6 +149,8 @@ int traincfg_parse_time(const char *s, int *minutes);
 
 /* The effective configuration as a new JSON object {"job": {...}, "model": {...}, ...},
  * every key with its value (null for unset strings), for logs, metrics and checkpoints.
+ * Floats are doubles: dump with JSON_REAL_PRECISION(10) or so for 6e-4 rather than
+ * 0.00059999999999999995.
  * Returns NULL when memory runs out (caller json_decref()s). */
 json_t *traincfg_to_json(const struct traincfg *cfg);
 
