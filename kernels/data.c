@@ -132,8 +132,6 @@ static int shard_open(struct data_shard *sh, const char *path, int vocab_size,
                    sh->tokens[i], (unsigned long long)i, vocab_size);
         goto out;
     }
-    /* The loader reads sequences front to back, each rank its own part. */
-    madvise(sh->map, sh->map_len, MADV_WILLNEED);
     ret = 0;
 out:
     if (fd >= 0)
