@@ -11,7 +11,11 @@
  *             seq counts the coll_open calls of the process, so every rank must open its
  *             collectives in the same order. A connection presents the token its acceptor
  *             published, so that only a rank that read the job's store can join the ring.
- *             With one rank, no socket is opened.
+ *             A link between two ranks of one machine (the same kernel boot_id, and the
+ *             ring's file in /dev/shm visible to both) moves its data through a shared-memory
+ *             ring instead, with only wake-ups over its TCP connection: no kernel copies.
+ *             GPURUN_COLL_SHM=0 in the environment keeps every link on TCP. With one rank,
+ *             no socket is opened.
  *
  * Allreduce is a ring reduce-scatter followed by a ring all-gather: each rank sends and
  * receives 2(W-1)/W of the buffer, in chunks, sending a chunk on while the next is still
@@ -58,6 +62,11 @@ int coll_world_size(const struct coll *c);
 
 /* The backend's name ("single", "tcp"; borrowed static storage). */
 const char *coll_backend(const struct coll *c);
+
+/* What the collectives run on, in words, for a log line (borrowed: valid until coll_close):
+ * "tcp ring of 4 ranks: to rank 1 (10.0.0.2:41234) over shared memory, from rank 3
+ * (10.0.0.4:40112) over tcp". */
+const char *coll_describe(const struct coll *c);
 
 /* How long a call waits for a peer that sends nothing (ms > 0), from the next call on. */
 void coll_set_timeout(struct coll *c, int timeout_ms);

@@ -1,6 +1,8 @@
 /* A rank program for the multi-process tests of the collectives (kernels/coll.h), run under
  * `gpurun --local`. Modes:
  *
+ * Every rank first prints "rank R/W: " and the ring's description (coll_describe).
+ *
  *   check   allreduce sums of exact patterns (every sum must be exact) and of random floats
  *           (the result must be bitwise the one the documented ring order gives) for many
  *           sizes, avg and f64 sums, broadcast from every root, barriers (one that must wait
@@ -356,6 +358,7 @@ int main(int argc, char **argv)
         die("cannot open the collectives: %s", err);
     if (coll_rank(c) != rank || coll_world_size(c) != world)
         die("coll has rank %d of %d", coll_rank(c), coll_world_size(c));
+    printf("rank %d/%d: %s\n", rank, world, coll_describe(c));
     if (!strcmp(mode, "check")) {
         run_check(g, c);
         printf("rank %d/%d: all checks passed\n", rank, world);

@@ -59,6 +59,7 @@ TEST(coll_single_is_a_noop)
     CHECK(c != NULL);
     CHECK_STR(err, "");
     CHECK_STR(coll_backend(c), "single");
+    CHECK_STR(coll_describe(c), "single: one rank");
     check_noop(c);
     CHECK_EQ(count_fds(), fds);
     coll_close(c);
@@ -72,6 +73,7 @@ TEST(coll_tcp_world_of_one_opens_no_socket)
 
     CHECK_EQ(coll_open("tcp", NULL, &c, err, sizeof(err)), 0);
     CHECK_STR(coll_backend(c), "tcp");
+    CHECK_STR(coll_describe(c), "tcp: one rank");
     CHECK_EQ(count_fds(), fds);
     coll_set_timeout(c, 10);
     check_noop(c);
