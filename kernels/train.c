@@ -1,0 +1,1020 @@
+/* gpurun-train: trains the GPT-2 of a train.cfg on the CPU backend, alone (a world of one) or
+ * as one rank of a gpurun job (data parallel over the collectives' tcp ring), with
+ * checkpoints that a resumed run continues from bit for bit; and `gpurun-train prep`, the
+ * byte-level tokenizer that makes token shards from text. DESIGN.md section 7. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "ckpt.h"
+#include "coll.h"
+#include "data.h"
+#include "fsutil.h"
+#include "gpt2.h"
+#include "gr.h"
+#include "optim.h"
+#include "traincfg.h"
+#include "banned.h"
+
+#define PROG "gpurun-train"
+
+/* Checkpoints kept in out_dir: the newest and the one before it, so that a resume still has a
+ * checkpoint when the newest cannot be read (a damaged disk; a crash cannot leave a partial
+ * one). */
+#define CKPT_KEEP          2
+/* The metrics file in out_dir: one JSON object per step. */
+#define METRICS_NAME       "metrics.jsonl"
+/* The largest metrics file a resume rewrites (a million steps of ~130-byte lines). */
+#define METRICS_MAX        (256u << 20)
+/* Sampling temperature of the text samples: a little below 1 so that a small model's sample
+ * reads as words rather than letter soup, without the loops of greedy decoding. */
+#define SAMPLE_TEMPERATURE 0.8f
+/* The sampling generator starts from the seed mixed with this constant (splitmix64's
+ * increment), so that its stream is not the initialisation's, which starts from the seed. */
+#define SAMPLE_RNG_SALT    0x9e3779b97f4a7c15ull
+/* The default share of the text `prep` keeps for validation. */
+#define PREP_VAL_FRACTION  0.05
+
+/* SIGTERM or SIGUSR1 received: finish the step, save a checkpoint, exit 0. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig)
+{
+    stop_signal = sig;
+}
+
+/* One training run: what main() sets up and the step loop uses. */
+struct run {
+    struct traincfg cfg;
+    const char *cfg_path;
+    struct gr *g; /* NULL when standalone */
+    struct coll *coll;
+    int rank, world, threads;
+
+    struct data_set *train_ds, *val_ds;
+    struct data_loader dl, dl_val;
+    int *inputs, *targets; /* B*T each */
+
+    struct gpt2_config mcfg;
+    struct gpt2 model;
+    bool model_ready;
+    struct adamw opt;
+    bool opt_ready;
+    struct lr_schedule sched;
+    uint64_t rng;        /* the sampling generator (checkpointed as rng[0]) */
+    uint64_t step;       /* the next step to run (0-based); step s is printed as s + 1 */
+    uint64_t saved_step; /* the step of the last checkpoint written or loaded; UINT64_MAX: none */
+
+    FILE *metrics; /* rank 0 */
+    char *config_json;
+    char err[1024];
+};
+
+static int fail(struct run *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Records the run's error (printed once, by main) and returns code. */
+static int fail(struct run *r, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(r->err, sizeof(r->err), fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Where a key's value came from, for an error: "jobs/tiny.cfg:22", "command line", or the file
+ * (a default). */
+static const char *cfg_where(const struct run *r, const char *section, const char *name, char *buf,
+                             size_t n)
+{
+    size_t nkeys;
+    const struct traincfg_key *keys = traincfg_keys(&nkeys);
+    int origin = TRAINCFG_FROM_DEFAULT;
+
+    for (size_t i = 0; i < nkeys; i++)
+        if (!strcmp(keys[i].section, section) && !strcmp(keys[i].name, name))
+            origin = r->cfg.origin[i];
+    if (origin == TRAINCFG_FROM_CMDLINE)
+        snprintf(buf, n, "command line");
+    else if (origin > 0)
+        snprintf(buf, n, "%s:%d", r->cfg_path, origin);
+    else
+        snprintf(buf, n, "%s", r->cfg_path);
+    return buf;
+}
+
+/* The shortest decimal text of f that reads back as f (at most 9 significant digits). */
+static void fmt_float(char *buf, size_t n, float f)
+{
+    if (!isfinite(f)) {
+        snprintf(buf, n, "null");
+        return;
+    }
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, n, "%.*g", prec, (double)f);
+        if (strtof(buf, NULL) == f)
+            return;
+    }
+}
+
+/* ---- set-up ------------------------------------------------------------------------------- */
+
+/* Joins the job (when started by rendezvousd or a PMIx launcher) and opens the collectives. */
+static int setup_world(struct run *r)
+{
+    char err[512];
+    int ret;
+
+    r->rank = 0;
+    r->world = 1;
+    if (getenv("GPURUN_SOCK") || getenv("PMIX_RANK")) {
+        ret = gr_init(&r->g);
+        if (ret < 0)
+            return fail(r, ret, "cannot join the job: %s", gr_strerror(NULL));
+        r->rank = gr_rank(r->g);
+        r->world = gr_world_size(r->g);
+    }
+    ret = coll_open(r->world > 1 ? "tcp" : "single", r->g, &r->coll, err, sizeof(err));
+    if (ret < 0)
+        return fail(r, ret, "cannot open the collectives: %s", err);
+    return 0;
+}
+
+/* Opens one shard set of [data] and its loader. */
+static int open_data(struct run *r, const char *key, const char *spec, int accum,
+                     struct data_set **ds, struct data_loader *dl)
+{
+    struct data_error derr;
+    char where[PATH_MAX + 32];
+
+    *ds = data_open(spec, r->cfg.vocab_size, &derr);
+    if (!*ds || data_loader_init(dl, *ds, r->cfg.batch_size, r->cfg.seq_len, r->rank, r->world,
+                                 accum, &derr) < 0)
+        return fail(r, -EINVAL, "%s: data.%s: %s", cfg_where(r, "data", key, where, sizeof(where)),
+                    key, derr.text);
+    return 0;
+}
+
+static int setup_data(struct run *r)
+{
+    size_t bt = (size_t)r->cfg.batch_size * (size_t)r->cfg.seq_len;
+    int ret;
+
+    ret = open_data(r, "train", r->cfg.train, r->cfg.grad_accum, &r->train_ds, &r->dl);
+    if (ret == 0 && r->cfg.val)
+        ret = open_data(r, "val", r->cfg.val, 1, &r->val_ds, &r->dl_val);
+    if (ret < 0)
+        return ret;
+    r->inputs = malloc(bt * sizeof(int));
+    r->targets = malloc(bt * sizeof(int));
+    if (!r->inputs || !r->targets)
+        return fail(r, -ENOMEM, "out of memory for a batch of %zu tokens", bt);
+    return 0;
+}
+
+static int setup_model(struct run *r)
+{
+    struct optim_span spans[GPT2_NUM_TENSORS];
+    struct adamw_config acfg = {
+        .beta1 = (float)r->cfg.beta1,
+        .beta2 = (float)r->cfg.beta2,
+        .eps = (float)r->cfg.eps,
+        .weight_decay = (float)r->cfg.weight_decay,
+    };
+    char why[256], where[PATH_MAX + 32];
+    size_t nspans;
+    int ret;
+
+    r->mcfg = (struct gpt2_config){
+        .max_seq_len = r->cfg.seq_len,
+        .vocab_size = r->cfg.vocab_size,
+        .padded_vocab_size = gpt2_padded_vocab(r->cfg.vocab_size),
+        .n_layer = r->cfg.n_layer,
+        .n_head = r->cfg.n_head,
+        .n_embd = r->cfg.n_embd,
+    };
+    if (!gpt2_config_valid(&r->mcfg, why, sizeof(why)))
+        return fail(r, -EINVAL, "%s: %s", cfg_where(r, "model", "n_embd", where, sizeof(where)),
+                    why);
+    ret = gpt2_init(&r->model, &r->mcfg, r->cfg.batch_size, r->cfg.seq_len);
+    if (ret < 0)
+        return fail(r, ret, "cannot set up the model: %s", strerror(-ret));
+    r->model_ready = true;
+    nspans = gpt2_optim_spans(&r->model, spans);
+    ret = adamw_init(&r->opt, r->model.n_params, &acfg, spans, nspans);
+    if (ret < 0)
+        return fail(r, ret, "cannot set up AdamW: %s", strerror(-ret));
+    r->opt_ready = true;
+    r->sched = (struct lr_schedule){
+        .lr = (float)r->cfg.lr,
+        .min_lr = (float)r->cfg.min_lr,
+        .warmup_steps = r->cfg.warmup_steps,
+        .total_steps = r->cfg.steps,
+    };
+    r->rng = (uint64_t)r->cfg.seed ^ SAMPLE_RNG_SALT;
+    return 0;
+}
+
+static struct ckpt_model ckpt_shape(const struct run *r)
+{
+    return (struct ckpt_model){
+        .n_layer = r->mcfg.n_layer,
+        .n_head = r->mcfg.n_head,
+        .n_embd = r->mcfg.n_embd,
+        .seq_len = r->mcfg.max_seq_len,
+        .vocab_size = r->mcfg.vocab_size,
+        .padded_vocab = r->mcfg.padded_vocab_size,
+    };
+}
+
+/* The state rank 0 decides at start and the others take from it. */
+struct start_state {
+    int32_t status; /* 0, or rank 0's negative errno: text says why */
+    int32_t from;   /* START_* */
+    uint64_t step, opt_step, rng;
+    struct data_pos data;
+    char text[1024];
+};
+enum { START_RANDOM, START_LLMC, START_CKPT };
+
+/* Rank 0: init_from's llm.c checkpoint into the model's parameters, its shape checked against
+ * [model]. */
+static int load_llmc(struct run *r)
+{
+    struct ckpt_model want = ckpt_shape(r), found;
+    struct ckpt_error cerr;
+    char where[PATH_MAX + 32];
+    float *params = NULL;
+    size_t nparams = 0;
+    int ret;
+
+    ret = ckpt_load_llmc(r->cfg.init_from, r->cfg.seq_len, &found, &params, &nparams, &cerr);
+    if (ret < 0)
+        return fail(r, ret, "%s: model.init_from: %s",
+                    cfg_where(r, "model", "init_from", where, sizeof(where)), cerr.text);
+    const struct {
+        const char *name;
+        int have, want;
+    } f[] = {
+        {"n_layer", found.n_layer, want.n_layer},
+        {"n_head", found.n_head, want.n_head},
+        {"n_embd", found.n_embd, want.n_embd},
+        {"seq_len", found.seq_len, want.seq_len},
+        {"vocab_size", found.vocab_size, want.vocab_size},
+        {"padded vocabulary", found.padded_vocab, want.padded_vocab},
+    };
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+        if (f[i].have != f[i].want) {
+            ret =
+                fail(r, -EINVAL, "%s: '%s': %s is %d in the checkpoint, %d in [model]",
+                     cfg_where(r, "model", i == 5 ? "vocab_size" : f[i].name, where, sizeof(where)),
+                     r->cfg.init_from, f[i].name, f[i].have, f[i].want);
+            goto out;
+        }
+    }
+    if (nparams != r->model.n_params) {
+        ret = fail(r, -EINVAL, "'%s': %zu parameters, the model has %zu", r->cfg.init_from, nparams,
+                   r->model.n_params);
+        goto out;
+    }
+    memcpy(r->model.params, params, nparams * sizeof(float));
+    ret = 0;
+out:
+    free(params);
+    return ret;
+}
+
+/* Rank 0: the newest checkpoint of out_dir into the model and AdamW, when there is one.
+ * Returns 1 when one was loaded, 0 when there is none. */
+static int load_ckpt(struct run *r, struct start_state *st)
+{
+    struct ckpt_model shape = ckpt_shape(r);
+    struct ckpt_state cs = {
+        .params = r->model.params,
+        .m = r->opt.m,
+        .v = r->opt.v,
+    };
+    struct ckpt_error cerr;
+    char *path = NULL;
+    int ret;
+
+    ret = ckpt_latest(r->cfg.out_dir, &path, &cerr);
+    if (ret < 0)
+        return fail(r, ret, "cannot resume: %s", cerr.text);
+    if (!path)
+        return 0;
+    ret = ckpt_load(path, &shape, r->model.n_params, &cs, NULL, &cerr);
+    if (ret < 0) {
+        ret = fail(r, ret, "cannot resume: %s", cerr.text);
+        goto out;
+    }
+    /* The data position only means something for the same token stream. */
+    if (cs.data.ntokens != r->train_ds->ntokens || cs.data.nseq != r->dl.nseq) {
+        ret = fail(r, -EINVAL,
+                   "cannot resume from '%s': the training data changed: %" PRIu64
+                   " tokens (%" PRIu64 " sequences) then, %" PRIu64 " (%" PRIu64 ") now in '%s'",
+                   path, cs.data.ntokens, cs.data.nseq, r->train_ds->ntokens, r->dl.nseq,
+                   r->cfg.train);
+        goto out;
+    }
+    st->step = cs.step;
+    st->opt_step = cs.opt_step;
+    st->rng = cs.rng[0];
+    st->data = cs.data;
+    snprintf(st->text, sizeof(st->text), "%s", path);
+    ret = 1;
+out:
+    free(path);
+    return ret;
+}
+
+/* Whether name is one of our checkpoint files ("ckpt_00000012.bin"). */
+static bool is_ckpt_name(const char *name)
+{
+    size_t n = strlen(name), digits = 0;
+
+    if (n < 10 || strncmp(name, "ckpt_", 5) || strcmp(name + n - 4, ".bin"))
+        return false;
+    for (size_t i = 5; i < n - 4; i++, digits++)
+        if (name[i] < '0' || name[i] > '9')
+            return false;
+    return digits > 0;
+}
+
+/* Rank 0, starting afresh: an earlier run's checkpoints and metrics in out_dir would be taken
+ * for this run's (a later resume, the pruning of old checkpoints): remove them. */
+static int clear_out_dir(struct run *r)
+{
+    char path[PATH_MAX];
+    struct dirent *de;
+    DIR *d = opendir(r->cfg.out_dir);
+    int removed = 0;
+
+    if (!d)
+        return errno == ENOENT
+                   ? 0
+                   : fail(r, -errno, "cannot read '%s': %s", r->cfg.out_dir, strerror(errno));
+    while ((de = readdir(d))) {
+        if (!is_ckpt_name(de->d_name))
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", r->cfg.out_dir, de->d_name);
+        if (unlink(path) < 0 && errno != ENOENT) {
+            int e = errno;
+            closedir(d);
+            return fail(r, -e, "cannot remove '%s': %s", path, strerror(e));
+        }
+        removed++;
+    }
+    closedir(d);
+    snprintf(path, sizeof(path), "%s/%s", r->cfg.out_dir, METRICS_NAME);
+    if (unlink(path) < 0 && errno != ENOENT)
+        return fail(r, -errno, "cannot remove '%s': %s", path, strerror(errno));
+    if (removed)
+        printf("out_dir '%s': starting afresh (train.resume is off): removed %d checkpoint%s of "
+               "an earlier run\n",
+               r->cfg.out_dir, removed, removed == 1 ? "" : "s");
+    return 0;
+}
+
+/* Rank 0, resuming at step: drops the metrics lines of steps after it (written after the
+ * checkpoint by the run that stopped), so that the file reads as one run. */
+static int trim_metrics(struct run *r, uint64_t step)
+{
+    char path[PATH_MAX];
+    char *text = NULL, *out = NULL, *line, *next;
+    size_t len, olen = 0;
+    int ret;
+
+    snprintf(path, sizeof(path), "%s/%s", r->cfg.out_dir, METRICS_NAME);
+    ret = fs_read_all(path, METRICS_MAX, &text, &len);
+    if (ret == -ENOENT)
+        return 0;
+    if (ret < 0)
+        return fail(r, ret, "cannot read '%s': %s", path, strerror(-ret));
+    out = malloc(len + 1);
+    if (!out) {
+        ret = fail(r, -ENOMEM, "cannot rewrite '%s': out of memory", path);
+        goto out;
+    }
+    for (line = text; line && *line; line = next) {
+        json_t *j, *s;
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        j = json_loads(line, 0, NULL);
+        s = json_object_get(j, "step");
+        if (json_is_integer(s) && json_integer_value(s) >= 0 &&
+            (uint64_t)json_integer_value(s) <= step) {
+            size_t n = strlen(line);
+            memcpy(out + olen, line, n);
+            out[olen + n] = '\n';
+            olen += n + 1;
+        }
+        json_decref(j);
+    }
+    ret = fs_write_atomic(path, out, olen, 0644);
+    if (ret < 0)
+        fail(r, ret, "cannot rewrite '%s': %s", path, strerror(-ret));
+out:
+    free(text);
+    free(out);
+    return ret;
+}
+
+/* The run's starting point: rank 0 picks it (the newest checkpoint when resuming, else
+ * init_from, else the seed) and the others take it, so that out_dir and init_from need only
+ * be readable on rank 0's node. */
+static int setup_start(struct run *r)
+{
+    struct start_state st = {.from = START_RANDOM};
+    bool resume = r->cfg.resume;
+    const char *restarts = getenv("GPURUN_RESTART_COUNT");
+    int ret = 0;
+
+    /* A generation restarted by rendezvousd after a failure goes on from the last checkpoint
+     * (DESIGN.md section 4), whatever train.resume says. */
+    if (restarts && strcmp(restarts, "0") != 0)
+        resume = true;
+    if (r->rank == 0) {
+        if (resume)
+            ret = load_ckpt(r, &st);
+        if (ret == 1) {
+            st.from = START_CKPT;
+        } else if (ret == 0) {
+            if (r->cfg.init_from) {
+                ret = load_llmc(r);
+                st.from = START_LLMC;
+            }
+        }
+        if (ret >= 0)
+            ret = st.from == START_CKPT ? trim_metrics(r, st.step) : clear_out_dir(r);
+        if (ret >= 0 && (ret = fs_mkdirs(r->cfg.out_dir, 0755)) < 0)
+            fail(r, ret, "cannot create '%s': %s", r->cfg.out_dir, strerror(-ret));
+        st.status = ret < 0 ? ret : 0;
+        if (ret < 0)
+            snprintf(st.text, sizeof(st.text), "%s", r->err);
+    }
+    ret = coll_broadcast(r->coll, &st, sizeof(st), 0);
+    if (ret < 0)
+        return fail(r, ret, "cannot agree on the starting state: %s", coll_strerror(r->coll));
+    if (st.status < 0)
+        return fail(r, st.status, "%s", st.text);
+
+    if (st.from == START_RANDOM)
+        gpt2_init_random(&r->model, (uint64_t)r->cfg.seed);
+    else if (r->world > 1)
+        ret = coll_broadcast(r->coll, r->model.params, r->model.n_params * sizeof(float), 0);
+    if (ret == 0 && st.from == START_CKPT && r->world > 1) {
+        ret = coll_broadcast(r->coll, r->opt.m, r->opt.n * sizeof(float), 0);
+        if (ret == 0)
+            ret = coll_broadcast(r->coll, r->opt.v, r->opt.n * sizeof(float), 0);
+    }
+    if (ret < 0)
+        return fail(r, ret, "cannot share the starting state: %s", coll_strerror(r->coll));
+    r->saved_step = UINT64_MAX;
+    if (st.from == START_CKPT) {
+        r->step = st.step;
+        r->saved_step = st.step;
+        r->opt.step = st.opt_step;
+        r->rng = st.rng;
+        data_loader_restore(&r->dl, &st.data);
+    }
+    if (r->rank == 0) {
+        if (st.from == START_CKPT)
+            printf("resuming from '%s' at step %" PRIu64 "\n", st.text, st.step);
+        else if (st.from == START_LLMC)
+            printf("starting from '%s' (llm.c checkpoint)\n", r->cfg.init_from);
+        else if (resume)
+            printf("no checkpoint in '%s': starting from step 0\n", r->cfg.out_dir);
+    }
+    return 0;
+}
+
+static void print_setup(const struct run *r)
+{
+    uint64_t tokens_step = r->dl.G * (uint64_t)r->cfg.seq_len;
+
+    printf("model: GPT-2, %d layers, %d heads, %d channels, context %d, vocabulary %d "
+           "(padded %d): %.2fM parameters\n",
+           r->mcfg.n_layer, r->mcfg.n_head, r->mcfg.n_embd, r->mcfg.max_seq_len, r->mcfg.vocab_size,
+           r->mcfg.padded_vocab_size, (double)r->model.n_params / 1e6);
+    printf("data: %" PRIu64 " training tokens in %zu shard%s", r->train_ds->ntokens,
+           r->train_ds->nshards, r->train_ds->nshards == 1 ? "" : "s");
+    if (r->val_ds)
+        printf(", %" PRIu64 " validation tokens", r->val_ds->ntokens);
+    printf("; %" PRIu64 " tokens per step (%d rank%s x batch %d x accum %d x seq %d), an epoch "
+           "is %" PRIu64 " steps\n",
+           tokens_step, r->world, r->world == 1 ? "" : "s", r->cfg.batch_size, r->cfg.grad_accum,
+           r->cfg.seq_len, r->dl.nseq / r->dl.G);
+    printf("run: %d steps, cpu, %d thread%s per rank, %s; out_dir '%s'\n", r->cfg.steps, r->threads,
+           r->threads == 1 ? "" : "s", coll_describe(r->coll), r->cfg.out_dir);
+}
+
+/* ---- the step loop ------------------------------------------------------------------------ */
+
+/* Mean validation loss over eval_batches batches and all ranks. */
+static int evaluate(struct run *r, float *val_loss)
+{
+    double sum = 0.0;
+    float loss;
+    int ret;
+
+    for (int e = 0; e < r->cfg.eval_batches; e++) {
+        data_loader_val_batch(&r->dl_val, e, r->inputs, r->targets);
+        ret = gpt2_forward(&r->model, r->inputs, r->targets, r->cfg.batch_size, r->cfg.seq_len,
+                           &loss);
+        if (ret < 0)
+            return fail(r, ret, "validation forward failed: %s", strerror(-ret));
+        sum += loss;
+    }
+    sum /= r->cfg.eval_batches;
+    ret = coll_allreduce_sum_f64(r->coll, &sum, 1);
+    if (ret < 0)
+        return fail(r, ret, "validation: %s", coll_strerror(r->coll));
+    *val_loss = (float)(sum / r->world);
+    return 0;
+}
+
+/* Rank 0: the text of n sampled tokens, starting from the first token of the training data,
+ * printed as bytes (a byte-level vocabulary) with what is not printable escaped, or as token
+ * ids. */
+static int sample(struct run *r, int n)
+{
+    int T = r->cfg.seq_len, V = r->mcfg.vocab_size, Vp = r->mcfg.padded_vocab_size;
+    int *ctx = malloc((size_t)(n + 1) * sizeof(int));
+    int len = 1, ret = -1;
+
+    if (!ctx)
+        return fail(r, -ENOMEM, "sample: out of memory");
+    ctx[0] = r->train_ds->shards[0].tokens[0];
+    printf("sample (%d tokens, temperature %.1f):\n", n, (double)SAMPLE_TEMPERATURE);
+    for (int i = 0; i <= n; i++) {
+        int tok = ctx[len - 1];
+        if (V <= 256) {
+            if ((tok >= 0x20 && tok < 0x7f) || tok == '\n' || tok == '\t')
+                putchar(tok);
+            else
+                printf("\\x%02x", tok);
+        } else {
+            printf("%s%d", i ? " " : "", tok);
+        }
+        if (i == n)
+            break;
+        /* The window of the last T tokens: the context the model was trained on. */
+        int t = len < T ? len : T;
+        ret = gpt2_forward(&r->model, ctx + len - t, NULL, 1, t, NULL);
+        if (ret < 0) {
+            fail(r, ret, "sample: forward failed: %s", strerror(-ret));
+            goto out;
+        }
+        ctx[len++] = gpt2_sample_next(gpt2_logits(&r->model) + (size_t)(t - 1) * (size_t)Vp, V,
+                                      SAMPLE_TEMPERATURE, &r->rng);
+    }
+    printf("\n");
+    ret = 0;
+out:
+    free(ctx);
+    return ret;
+}
+
+/* Rank 0 writes the checkpoint of the state before step r->step; every rank then waits for it
+ * at a barrier, so that none exits or goes on before the file is complete. */
+static int save_ckpt(struct run *r)
+{
+    struct ckpt_state cs = {
+        .model = ckpt_shape(r),
+        .world_size = r->world,
+        .batch_size = r->cfg.batch_size,
+        .grad_accum = r->cfg.grad_accum,
+        .step = r->step,
+        .opt_step = r->opt.step,
+        .rng = {r->rng},
+        .data = data_loader_pos(&r->dl, r->step),
+        .nparams = r->model.n_params,
+        .params = r->model.params,
+        .m = r->opt.m,
+        .v = r->opt.v,
+    };
+    struct ckpt_error cerr;
+    char path[PATH_MAX];
+    double t0 = now_s();
+    int ret;
+
+    if (r->saved_step == r->step)
+        return 0;
+    if (r->rank == 0) {
+        ret = ckpt_save(r->cfg.out_dir, &cs, r->config_json, &cerr);
+        if (ret == 0)
+            ret = ckpt_prune(r->cfg.out_dir, CKPT_KEEP, &cerr);
+        if (ret < 0)
+            return fail(r, ret, "%s", cerr.text);
+        ckpt_path(path, sizeof(path), r->cfg.out_dir, r->step);
+        printf("saved '%s' (%.1f MB in %.0f ms)\n", path, (double)r->model.n_params * 12.0 / 1e6,
+               1e3 * (now_s() - t0));
+    }
+    ret = coll_barrier(r->coll);
+    if (ret < 0)
+        return fail(r, ret, "waiting for rank 0's checkpoint: %s", coll_strerror(r->coll));
+    r->saved_step = r->step;
+    return 0;
+}
+
+/* What one step measured, for the metrics line, the printed line and the progress report. */
+struct step_stats {
+    uint64_t step; /* 1-based, as printed */
+    float loss, lr, grad_norm, val_loss;
+    bool have_val;
+    double tokens_per_s, ms;
+};
+
+static void write_metrics(struct run *r, const struct step_stats *s)
+{
+    char loss[32], lr[32], norm[32], val[32];
+
+    fmt_float(loss, sizeof(loss), s->loss);
+    fmt_float(lr, sizeof(lr), s->lr);
+    fmt_float(norm, sizeof(norm), s->grad_norm);
+    fprintf(r->metrics,
+            "{\"step\": %" PRIu64 ", \"loss\": %s, \"lr\": %s, \"tokens_per_s\": %.1f, "
+            "\"grad_norm\": %s",
+            s->step, loss, lr, s->tokens_per_s, norm);
+    if (s->have_val) {
+        fmt_float(val, sizeof(val), s->val_loss);
+        fprintf(r->metrics, ", \"val_loss\": %s", val);
+    }
+    fprintf(r->metrics, "}\n");
+    fflush(r->metrics);
+}
+
+static void print_step(const struct run *r, const struct step_stats *s)
+{
+    int w = snprintf(NULL, 0, "%d", r->cfg.steps);
+
+    printf("step %*" PRIu64 "/%d | loss %.4f", w, s->step, r->cfg.steps, (double)s->loss);
+    if (s->have_val)
+        printf(" | val %.4f", (double)s->val_loss);
+    printf(" | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms\n", (double)s->lr, (double)s->grad_norm,
+           s->tokens_per_s, s->ms);
+}
+
+/* One optimizer step: grad_accum forward/backward pairs, the gradients averaged over the
+ * ranks, clipped by their global norm, AdamW. Returns the rank's mean loss in *loss. */
+static int train_step(struct run *r, float *loss, float *lr, float *grad_norm)
+{
+    int accum = r->cfg.grad_accum;
+    double sum = 0.0, norm;
+    float l;
+    int ret;
+
+    gpt2_zero_grad(&r->model);
+    for (int micro = 0; micro < accum; micro++) {
+        data_loader_batch(&r->dl, r->step, micro, r->inputs, r->targets);
+        ret = gpt2_forward(&r->model, r->inputs, r->targets, r->cfg.batch_size, r->cfg.seq_len, &l);
+        if (ret == 0)
+            ret = gpt2_backward(&r->model, 1.0f / (float)accum);
+        if (ret < 0)
+            return fail(r, ret, "step %" PRIu64 ": forward/backward failed: %s", r->step + 1,
+                        strerror(-ret));
+        sum += l;
+    }
+    ret = coll_allreduce_avg_f32(r->coll, r->model.grads, r->model.n_params);
+    if (ret < 0)
+        return fail(r, ret, "step %" PRIu64 ": gradient allreduce: %s", r->step + 1,
+                    coll_strerror(r->coll));
+    /* The gradients are bitwise equal on every rank now, and so are the norm and the update. */
+    norm = optim_grad_norm(r->model.grads, r->model.n_params);
+    *lr = optim_lr(&r->sched, (long)r->step);
+    adamw_update(&r->opt, r->model.params, r->model.grads, *lr,
+                 optim_clip_scale(norm, (float)r->cfg.grad_clip));
+    *loss = (float)(sum / accum);
+    *grad_norm = (float)norm;
+    return 0;
+}
+
+static bool every(int n, uint64_t step)
+{
+    return n > 0 && step % (uint64_t)n == 0;
+}
+
+static int train(struct run *r)
+{
+    uint64_t steps = (uint64_t)r->cfg.steps;
+    double t_start = now_s();
+    uint64_t first = r->step;
+    float last_loss = NAN, last_val = NAN;
+    int ret;
+
+    if (r->step >= steps) {
+        if (r->rank == 0)
+            printf("nothing to do: the run is at step %" PRIu64 " of %" PRIu64 "\n", r->step,
+                   steps);
+        return 0;
+    }
+    while (r->step < steps) {
+        struct step_stats s = {.step = r->step + 1};
+        double t0 = now_s(), agree[2];
+        bool last;
+
+        ret = train_step(r, &s.loss, &s.lr, &s.grad_norm);
+        if (ret < 0)
+            return ret;
+        /* The mean loss over the ranks, and whether any rank was asked to stop: all stop after
+         * the same step. */
+        agree[0] = s.loss;
+        agree[1] = stop_signal ? 1.0 : 0.0;
+        ret = coll_allreduce_sum_f64(r->coll, agree, 2);
+        if (ret < 0)
+            return fail(r, ret, "step %" PRIu64 ": %s", s.step, coll_strerror(r->coll));
+        s.loss = (float)(agree[0] / r->world);
+        s.ms = 1e3 * (now_s() - t0);
+        s.tokens_per_s = (double)(r->dl.G * (uint64_t)r->cfg.seq_len) / (s.ms / 1e3);
+        r->step++;
+        last = r->step == steps || agree[1] > 0.0;
+
+        if (r->val_ds && agree[1] == 0.0 &&
+            (every(r->cfg.eval_every, r->step) || r->step == steps)) {
+            ret = evaluate(r, &s.val_loss);
+            if (ret < 0)
+                return ret;
+            s.have_val = true;
+            last_val = s.val_loss;
+        }
+        last_loss = s.loss;
+        if (r->g) {
+            struct gr_progress p = {
+                .step = (int64_t)s.step,
+                .loss = s.loss,
+                .lr = s.lr,
+                .tokens_per_s = s.tokens_per_s,
+                .grad_norm = s.grad_norm,
+            };
+            gr_report(r->g, &p);
+        }
+        if (r->rank == 0) {
+            write_metrics(r, &s);
+            if (every(r->cfg.log_every, s.step) || s.step == first + 1 || last || s.have_val)
+                print_step(r, &s);
+            if (every(r->cfg.sample_every, s.step) && !last && r->cfg.sample_tokens > 0) {
+                ret = sample(r, r->cfg.sample_tokens);
+                if (ret < 0)
+                    return ret;
+            }
+        }
+        if (every(r->cfg.ckpt_every, r->step) || last) {
+            ret = save_ckpt(r);
+            if (ret < 0)
+                return ret;
+        }
+        if (agree[1] > 0.0) {
+            if (r->rank == 0)
+                printf("stopped by a signal after step %" PRIu64 "; continue with train.resume=1\n",
+                       r->step);
+            return 0;
+        }
+    }
+    if (r->rank == 0) {
+        printf("done: %" PRIu64 " steps in %.1f s, loss %.4f", r->step - first, now_s() - t_start,
+               (double)last_loss);
+        if (!isnan(last_val))
+            printf(", val loss %.4f", (double)last_val);
+        printf("\n");
+        if (r->cfg.sample_tokens > 0)
+            return sample(r, r->cfg.sample_tokens);
+    }
+    return 0;
+}
+
+/* ---- main --------------------------------------------------------------------------------- */
+
+static void run_release(struct run *r)
+{
+    if (r->metrics)
+        fclose(r->metrics);
+    if (r->opt_ready)
+        adamw_release(&r->opt);
+    if (r->model_ready)
+        gpt2_release(&r->model);
+    free(r->inputs);
+    free(r->targets);
+    data_close(r->train_ds);
+    data_close(r->val_ds);
+    coll_close(r->coll);
+    if (r->g)
+        gr_finalize(r->g);
+    free(r->config_json);
+    traincfg_release(&r->cfg);
+}
+
+static int open_metrics(struct run *r)
+{
+    char path[PATH_MAX];
+
+    if (snprintf(path, sizeof(path), "%s/%s", r->cfg.out_dir, METRICS_NAME) >= (int)sizeof(path))
+        return fail(r, -ENAMETOOLONG, "'%s': path too long", r->cfg.out_dir);
+    r->metrics = fopen(path, "ae");
+    if (!r->metrics)
+        return fail(r, -errno, "cannot open '%s': %s", path, strerror(errno));
+    return 0;
+}
+
+static int train_main(const char *path, const char *const *overrides, size_t n)
+{
+    struct run r = {.cfg_path = path};
+    struct traincfg_error cerr;
+    struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
+    char where[PATH_MAX + 32];
+    json_t *j;
+    int ret;
+
+    ret = traincfg_read(&r.cfg, path, overrides, n, &cerr);
+    if (ret < 0) {
+        fprintf(stderr, PROG ": %s\n", cerr.text);
+        return 1;
+    }
+    if (r.cfg.device == TRAINCFG_DEVICE_CUDA) {
+        ret = fail(&r, -ENOTSUP,
+                   "%s: device 'cuda': this gpurun-train has no CUDA backend (built without "
+                   "nvcc); use device = cpu",
+                   cfg_where(&r, "train", "device", where, sizeof(where)));
+        goto out;
+    }
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+#ifdef _OPENMP
+    if (r.cfg.threads > 0)
+        omp_set_num_threads(r.cfg.threads);
+    r.threads = omp_get_max_threads();
+#else
+    r.threads = 1;
+#endif
+    j = traincfg_to_json(&r.cfg);
+    r.config_json =
+        j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10)) : NULL;
+    json_decref(j);
+
+    ret = setup_world(&r);
+    if (ret == 0)
+        ret = setup_data(&r);
+    if (ret == 0)
+        ret = setup_model(&r);
+    if (ret == 0)
+        ret = setup_start(&r);
+    if (ret == 0 && r.rank == 0) {
+        ret = open_metrics(&r);
+        print_setup(&r);
+    }
+    if (ret == 0)
+        ret = train(&r);
+out:
+    if (ret < 0)
+        fprintf(stderr, PROG ": %s\n", r.err);
+    fflush(stdout);
+    run_release(&r);
+    return ret < 0 ? 1 : 0;
+}
+
+/* gpurun-train prep TEXT... -o DIR [--val-fraction F] */
+static int prep_main(int argc, char **argv)
+{
+    const char **inputs = calloc((size_t)argc, sizeof(char *));
+    const char *out_dir = NULL;
+    double frac = PREP_VAL_FRACTION;
+    struct data_error derr;
+    size_t n = 0;
+    int ret = 1;
+
+    if (!inputs) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--val-fraction")) {
+            char *end;
+            if (i + 1 == argc) {
+                fprintf(stderr, PROG ": prep: %s needs a value\n", argv[i]);
+                goto out;
+            }
+            if (argv[i][1] == 'o') {
+                out_dir = argv[++i];
+                continue;
+            }
+            errno = 0;
+            frac = strtod(argv[++i], &end);
+            if (errno || *end || !(frac > 0.0 && frac < 1.0)) {
+                fprintf(stderr,
+                        PROG ": prep: --val-fraction: '%s' is not a number between 0 and 1\n",
+                        argv[i]);
+                goto out;
+            }
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, PROG ": prep: unknown option '%s'\n", argv[i]);
+            goto out;
+        } else {
+            inputs[n++] = argv[i];
+        }
+    }
+    if (!out_dir || n == 0) {
+        fprintf(stderr, PROG ": prep: usage: " PROG " prep TEXT... -o DIR [--val-fraction F]\n");
+        goto out;
+    }
+    if (data_prep(inputs, n, out_dir, frac, &derr) < 0) {
+        fprintf(stderr, PROG ": %s\n", derr.text);
+        goto out;
+    }
+    printf("prep: %zu text file%s -> '%s' (train_*.bin, val_*.bin; the last %g%% for "
+           "validation)\n",
+           n, n == 1 ? "" : "s", out_dir, frac * 100.0);
+    ret = 0;
+out:
+    free(inputs);
+    return ret;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: " PROG " TRAIN.CFG [section.key=value...]\n"
+            "       " PROG " prep TEXT... -o DIR [--val-fraction F]\n"
+            "\n"
+            "Trains the GPT-2 that TRAIN.CFG describes ([model], [data], [optim], [train];\n"
+            "see jobs/README.md), one rank of a gpurun job or alone. SIGTERM or SIGUSR1:\n"
+            "finish the step, save a checkpoint, exit 0; train.resume=1 continues.\n"
+            "prep: byte-level token shards (DIR/train_000000.bin, DIR/val_000000.bin) from\n"
+            "text, the last %g%% for validation.\n",
+            PREP_VAL_FRACTION * 100.0);
+}
+
+int main(int argc, char **argv)
+{
+    const char **overrides = NULL;
+    const char *path = NULL;
+    size_t n = 0;
+    int ret;
+
+    /* Progress lines go through a pipe to rendezvousd: one write per line, as it happens. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc >= 2 && !strcmp(argv[1], "prep"))
+        return prep_main(argc - 2, argv + 2);
+    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        usage(stdout);
+        return 0;
+    }
+    overrides = calloc((size_t)argc, sizeof(char *));
+    if (!overrides) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return 1;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (traincfg_is_override(argv[i])) {
+            overrides[n++] = argv[i];
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, PROG ": unknown option '%s' (see '" PROG " --help')\n", argv[i]);
+            free(overrides);
+            return 1;
+        } else if (path) {
+            fprintf(stderr, PROG ": unexpected argument '%s': one train.cfg, then overrides\n",
+                    argv[i]);
+            free(overrides);
+            return 1;
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path) {
+        usage(stderr);
+        free(overrides);
+        return 1;
+    }
+    ret = train_main(path, overrides, n);
+    free(overrides);
+    return ret;
+}
