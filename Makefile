@@ -22,8 +22,8 @@ Q := @
 endif
 
 # --- sources -------------------------------------------------------------------------------
-LIB_SRC    := $(filter-out lib/gr.c,$(wildcard lib/*.c))
-GR_SRC     := lib/gr.c lib/frame.c lib/proto.c lib/log.c lib/auth.c
+LIB_SRC    := $(filter-out lib/gr.c lib/gr_pmix.c,$(wildcard lib/*.c))
+GR_SRC     := lib/gr.c lib/gr_pmix.c lib/frame.c lib/proto.c lib/log.c lib/auth.c
 DAEMON_SRC := $(wildcard daemon/*.c)
 CLIENT_SRC := $(wildcard client/*.c)
 TEST_SRC   := $(wildcard tests/test_*.c)
@@ -41,8 +41,16 @@ COLL_RANK  := $(BUILD)/tests/coll_rank
 BENCH_AR   := $(BUILD)/bench/allreduce
 MPICC      ?= $(shell command -v mpicc 2>/dev/null)
 BENCH_MPI  := $(if $(MPICC),$(BUILD)/bench/mpi_allreduce)
+MPI_HELLO  := $(if $(MPICC),$(BUILD)/tests/mpi_hello)
+# A rank started by srun --mpi=pmix without rendezvousd takes its place, store and barriers
+# from PMIx (lib/gr_pmix.h): built in where libpmix is, and then every program with the rank
+# library links it.
+HAVE_PMIX  := $(shell $(PKG) --exists pmix 2>/dev/null && echo 1)
+GR_LIBS    := $(if $(HAVE_PMIX),$(shell $(PKG) --libs pmix))
+GR_PMIX_CHECK := $(if $(HAVE_PMIX),$(BUILD)/tests/gr_pmix_check)
 TRAIN      := $(if $(wildcard kernels/train.c),$(BUILD)/gpurun-train)
 PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN) $(TRAIN) $(COLL_RANK) \
+              $(MPI_HELLO) $(GR_PMIX_CHECK) \
               $(BENCH_AR) $(BENCH_MPI)
 
 .PHONY: all run test test-gpu bench fuzz fuzz-build asan memcheck install clean deps format format-check
@@ -58,6 +66,9 @@ $(LIB_A): $(call obj,$(LIB_SRC))
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+$(call obj,lib/gr.c lib/gr_pmix.c tests/test_gr.c): CPPFLAGS += $(if $(HAVE_PMIX),-DHAVE_PMIX $(shell $(PKG) --cflags pmix))
+$(GR_EXAMPLE) $(GR_PMIX_CHECK) $(RUNNER) $(COLL_RANK) $(BENCH_AR) $(TRAIN): LDLIBS += $(GR_LIBS)
+
 $(GR_A): $(call obj,$(sort $(GR_SRC)))
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
@@ -71,6 +82,10 @@ $(GPURUN): $(call obj,$(CLIENT_SRC)) $(LIB_A)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(GR_EXAMPLE): $(call obj,tests/gr_example.c) $(GR_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/gr_pmix_check: $(call obj,tests/gr_pmix_check.c) $(GR_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -90,7 +105,7 @@ $(BUILD)/gpurun-train: $(call obj,$(KERNEL_SRC)) $(GR_A) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(RUNNER): $(call obj,tests/runner.c tests/wire.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(KERNEL_MODS) $(wildcard lib/gr.c)) $(LIB_A)
+$(RUNNER): $(call obj,tests/runner.c tests/wire.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(KERNEL_MODS) $(wildcard lib/gr.c lib/gr_pmix.c)) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -112,6 +127,11 @@ $(BUILD)/bench/mpi_allreduce: bench/mpi_allreduce.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC) -O2 -Wall -Wextra -Werror -Ilib -o $@ $<
+# The MPI program of the Slurm tests (srun --mpi=pmix across the test cluster's nodes).
+$(MPI_HELLO): tests/mpi_hello.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC) -O2 -g -std=c11 -Wall -Wextra -Werror -Ilib -o $@ $<
 
 # --- set-up, demo and tests ----------------------------------------------------------------
 deps:

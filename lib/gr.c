@@ -19,6 +19,7 @@
 
 #include "frame.h"
 #include "gr.h"
+#include "gr_pmix.h"
 #include "proto.h"
 #include "banned.h"
 
@@ -57,6 +58,7 @@ struct gr {
     json_int_t abandoned[GR_ABANDONED_MAX];
     int nabandoned;
     struct frame_reader rd;
+    struct gr_pmix *px; /* set: the rank runs under PMIx, there is no agent and no fd */
     char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
     char err[GR_ERR_MAX];
 };
@@ -427,6 +429,34 @@ static int request_ok(struct gr *g, json_t *req, json_int_t id, int64_t timeout_
     return ret;
 }
 
+/* --- under PMIx --------------------------------------------------------------------------- */
+
+/* A rank that srun --mpi=pmix (or another PMIx launcher) started without rendezvousd: no
+ * agent's socket, a PMIx server's rank and namespace instead. Only when built with libpmix. */
+static bool under_pmix(void)
+{
+#ifdef HAVE_PMIX
+    return !getenv("GPURUN_SOCK") && getenv("PMIX_RANK") && getenv("PMIX_NAMESPACE");
+#else
+    return false;
+#endif
+}
+
+static int init_pmix(struct gr *g)
+{
+    struct gr_pmix_place pl;
+    int ret = gr_pmix_open(&g->px, &pl, init_err, sizeof(init_err));
+
+    if (ret < 0)
+        return ret;
+    g->rank = pl.rank;
+    g->world_size = pl.world_size;
+    g->local_rank = pl.local_rank;
+    g->local_world_size = pl.local_world_size;
+    g->node_rank = pl.node_rank;
+    return 0;
+}
+
 /* --- the API ----------------------------------------------------------------------------- */
 
 static void gr_free(struct gr *g)
@@ -455,6 +485,15 @@ int gr_init(struct gr **out)
     g->fd = -1;
     g->next_id = 1;
     frame_reader_init(&g->rd, FRAME_MAX_DEFAULT);
+    if (under_pmix()) {
+        ret = init_pmix(g);
+        if (ret < 0)
+            goto out;
+        *out = g;
+        g = NULL;
+        ret = 0;
+        goto out;
+    }
     ret = read_env(g, &token);
     if (ret < 0)
         goto out;
@@ -531,6 +570,10 @@ int gr_kv_put(struct gr *g, const char *key, const void *val, size_t len)
     if (len > GR_VALUE_MAX) {
         ret = fail(g, -E2BIG, "kv_put '%s': value of %zu bytes is over the store's limit of %d",
                    key, len, GR_VALUE_MAX);
+        goto out;
+    }
+    if (g->px) {
+        ret = gr_pmix_put(g->px, key, val, len, g->err, sizeof(g->err));
         goto out;
     }
     b64 = malloc(4 * ((len + 2) / 3) + 1);
@@ -630,6 +673,8 @@ int gr_kv_get(struct gr *g, const char *key, void *buf, size_t cap, size_t *len,
         return ret;
     if (timeout_ms < -1)
         return fail(g, -EINVAL, "kv_get '%s': timeout %d ms is not -1 or more", key, timeout_ms);
+    if (g->px)
+        return gr_pmix_get(g->px, key, buf, cap, len, timeout_ms, g->err, sizeof(g->err));
     do {
         ret = kv_get_once(g, key, buf, cap, len,
                           timeout_ms < 0 ? GR_WAIT_FOREVER_MS : (int64_t)timeout_ms);
@@ -650,6 +695,9 @@ int gr_kv_del(struct gr *g, const char *key)
     ret = check_key(g, "kv_del", key);
     if (ret < 0)
         return ret;
+    if (g->px)
+        return fail(g, -EOPNOTSUPP, "kv_del '%s': not under PMIx, where a put cannot be taken back",
+                    key);
     id = g->next_id++;
     return request_ok(g, proto_pack("{s:s, s:I, s:s}", "type", "kv_del", "id", id, "key", key), id,
                       GR_REQUEST_TIMEOUT_MS, "kv_del", key);
@@ -677,6 +725,8 @@ int gr_barrier(struct gr *g, const char *name, int timeout_ms)
         snprintf(implicit, sizeof(implicit), "#%llu", (unsigned long long)g->barrier_seq++);
         name = implicit;
     }
+    if (g->px)
+        return gr_pmix_fence(g->px, name, timeout_ms, g->err, sizeof(g->err));
     id = g->next_id++;
     ret = request_ok(g, proto_pack("{s:s, s:I, s:s}", "type", "barrier", "id", id, "name", name),
                      id, timeout_ms, "barrier", name);
@@ -696,6 +746,9 @@ int gr_report(struct gr *g, const struct gr_progress *p)
 
     if (g->dead)
         return g->dead;
+    /* Under PMIx there is no agent to tell. */
+    if (g->px)
+        return 0;
     req =
         proto_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "type", "report", "step", (json_int_t)p->step,
                    "loss", finite_or(p->loss), "lr", finite_or(p->lr), "tokens_per_s",
@@ -712,6 +765,16 @@ int gr_finalize(struct gr *g)
 
     if (!g)
         return 0;
+    if (g->px) {
+        char err[GR_ERR_MAX];
+        ret = gr_pmix_close(g->px, err, sizeof(err));
+        init_err[0] = '\0';
+        if (ret < 0)
+            fail(NULL, ret, "%s", err);
+        g->px = NULL;
+        gr_free(g);
+        return ret;
+    }
     id = g->next_id++;
     ret = request_ok(g, proto_pack("{s:s, s:I}", "type", "finalize", "id", id), id,
                      GR_REQUEST_TIMEOUT_MS, "finalize", g->sock);

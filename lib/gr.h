@@ -13,7 +13,27 @@
  * down. gr_strerror() describes the last failure in words ("kv_put 'k': value of 200000
  * bytes is over the store's limit of 196608"). After -ECONNRESET or -EPROTO the connection is
  * unusable: every later call returns the same error, and only gr_finalize() is left to do.
- * The library never raises SIGPIPE and retries system calls a signal interrupts. */
+ * The library never raises SIGPIPE and retries system calls a signal interrupts.
+ *
+ * Under PMIx. A rank that a PMIx launcher started without rendezvousd (`srun --mpi=pmix` in
+ * a user's own batch script, OpenMPI's mpirun), that is with PMIX_RANK and PMIX_NAMESPACE but
+ * no GPURUN_SOCK in its environment, runs on PMIx instead when the library was built with
+ * libpmix: gr_init takes the place from the job's PMIx data (rank, job size, local rank,
+ * local size, node id); a put is a PMIx put and commit; a get searches the ranks for the key
+ * (its owner is unknown to PMIx) until it turns up; a barrier is a fence that collects every
+ * rank's puts. What differs from the agent's store:
+ * - gr_kv_del is -EOPNOTSUPP: a put cannot be taken back.
+ * - A key should be put once, by one rank. A rank that already read a key may keep its old
+ *   value after a new put; which of several ranks' values a get returns is unspecified.
+ * - A get of a key put on another node without a barrier in between costs a request to each
+ *   rank of the other nodes until one has it (the rank named by a key ending in "/N" is asked
+ *   first); after a barrier, or for keys of this node's ranks, it costs no request at all.
+ *   Fine for the keys of a start-up, not a store for heavy use.
+ * - Barrier names are not compared: ranks must call barriers in the same order. A barrier
+ *   given up on (-ETIMEDOUT) stays counted, and the next barrier first waits for it.
+ * - gr_report does nothing (there is no agent to tell) and returns 0.
+ * - Errors: -ECONNREFUSED from gr_init when the PMIx server cannot be reached; -EIO when PMIx
+ *   refuses a put or a fence. */
 #ifndef GPURUN_GR_H
 #define GPURUN_GR_H
 
