@@ -14,6 +14,13 @@ CFLAGS   ?= -O2 -g
 override CFLAGS += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wno-missing-field-initializers -fno-strict-aliasing -MMD -MP
 LDLIBS   += $(shell $(PKG) --libs $(LIBS_PC) 2>/dev/null) -lm
+# libslurm (no pkg-config file): gpurun submits through it. Without its header gpurun still
+# builds, and says so when asked for Slurm.
+SLURM_H    := $(wildcard /usr/include/slurm/slurm.h)
+SLURM_LIBS := $(if $(SLURM_H),-lslurm)
+ifeq ($(SLURM_H),)
+CPPFLAGS += -DGPURUN_NO_LIBSLURM
+endif
 
 ifeq ($(V),1)
 Q :=
@@ -79,7 +86,7 @@ $(RENDEZVOUSD): $(call obj,$(DAEMON_SRC)) $(LIB_A)
 
 $(GPURUN): $(call obj,$(CLIENT_SRC)) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(SLURM_LIBS)
 
 $(GR_EXAMPLE): $(call obj,tests/gr_example.c) $(GR_A)
 	@$(if $(Q),echo "  LD      $@")
@@ -107,7 +114,7 @@ $(BUILD)/gpurun-train: $(call obj,$(KERNEL_SRC)) $(GR_A) $(LIB_A)
 
 $(RUNNER): $(call obj,tests/runner.c tests/wire.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(KERNEL_MODS) $(wildcard lib/gr.c lib/gr_pmix.c)) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS) $(SLURM_LIBS)
 
 $(LOADGEN): $(call obj,bench/loadgen.c) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")

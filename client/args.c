@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "traincfg.h"
 #include "banned.h"
 
 struct cmd_row {
@@ -21,21 +22,32 @@ struct cmd_row {
 };
 
 static const struct cmd_row cmds[CMD_COUNT] = {
-    [CMD_RUN] = {"gpurun", "gpurun --help", "gpurun [options] (train.cfg | -- CMD [ARGS...])",
-                 "Runs CMD as every rank of a distributed job, with RANK, WORLD_SIZE, MASTER_ADDR\n"
-                 "and the rest of torch's env:// variables set. With --local the job runs on\n"
-                 "this machine: one rendezvousd per node, all on loopback.\n"
+    [CMD_RUN] = {"gpurun", "gpurun --help",
+                 "gpurun [options] (train.cfg [section.key=value...] | -- CMD [ARGS...])",
+                 "Runs CMD (or gpurun-train with the train.cfg) as every rank of a distributed\n"
+                 "job, with RANK, WORLD_SIZE, MASTER_ADDR and the rest of torch's env://\n"
+                 "variables set. Submits the job to Slurm through libslurm and prints\n"
+                 "\"Submitted job ID\"; --wait stays until it ends. With --local the job runs\n"
+                 "on this machine: one rendezvousd per node, all on loopback. A train.cfg's\n"
+                 "[job] keys (nodes, gpus_per_node, time, partition, account, job_name,\n"
+                 "output, max_restarts) apply where no option is given.\n"
                  "Subcommands: gpurun status|logs|cancel --help."},
     [CMD_STATUS] = {"status", "gpurun status --help",
-                    "gpurun status [JOBID | --job-dir DIR] [--json]",
-                    "Asks the job's leader for its live view: state, nodes, and every rank's\n"
-                    "phase and progress. After the job has ended, prints its summary."},
-    [CMD_LOGS] =
-        {"logs", "gpurun logs --help", "gpurun logs [JOBID | --job-dir DIR] [--rank R]",
-         "Prints the job's rank logs: every rank's lines prefixed \"[R] \", or one rank's\n"
-         "log as it was written."},
+                    "gpurun status [JOBID | --job-dir DIR] [--json] [--watch]",
+                    "Slurm's view of the job (state, reason while pending, nodes, elapsed, time\n"
+                    "limit) and, while it runs, its leader's live view: every rank's phase,\n"
+                    "step, loss and tokens/s, and a progress bar. After the job has ended,\n"
+                    "its summary: outcome, first failure, phase timings. Without a JOBID:\n"
+                    "your gpurun jobs, one per line. The --json layout is documented in\n"
+                    "README.md (\"gpurun status --json\") and only grows."},
+    [CMD_LOGS] = {"logs", "gpurun logs --help",
+                  "gpurun logs [JOBID | --job-dir DIR] [--rank R] [-f]",
+                  "Prints the job's rank logs: every rank's lines prefixed \"[R] \", or one\n"
+                  "rank's log as it was written. -f keeps printing until the job ends."},
     [CMD_CANCEL] = {"cancel", "gpurun cancel --help", "gpurun cancel JOBID",
-                    "Cancels a Slurm job (not implemented yet)."},
+                    "Cancels a job: a Slurm job through slurm_kill_job (every node's\n"
+                    "rendezvousd tears its ranks down: SIGTERM, then SIGKILL), a local one by\n"
+                    "SIGTERM to its leader. Returns once the job's processes are gone."},
 };
 
 enum arg_kind {
@@ -46,7 +58,6 @@ enum arg_kind {
     ARG_STRING,   /* non-empty const char *, borrowed from argv */
     ARG_EXPORT,   /* NAME=VALUE appended to spec.env */
     ARG_LOGLEVEL, /* error|warn|info|debug */
-    ARG_LATER,    /* named in DESIGN.md, not implemented yet: refused with a clear message */
 };
 
 #define ON_RUN    (1u << CMD_RUN)
@@ -79,16 +90,26 @@ static const struct opt_row opts[] = {
      "nodes to run on: one rendezvousd each"},
     {0, "gpus-per-node", ARG_INT, FIELD(spec.nprocs), 1, 1024, ON_RUN, "N",
      "ranks per node, one GPU each"},
+    {0, "cpus-per-gpu", ARG_INT, FIELD(cpus_per_gpu), 1, 1024, ON_RUN, "N",
+     "CPUs Slurm gives each rank"},
+    {0, "no-gpus", ARG_FLAG, FIELD(no_gpus), 0, 0, ON_RUN, NULL,
+     "ask Slurm for no GPUs: the ranks run on CPUs"},
     {'t', "time", ARG_TIME, FIELD(time_limit_s), 0, 0, ON_RUN, "TIME",
      "time limit as for sbatch (90, 1:30:00, 2-0...); exit 124 past it"},
     {'p', "partition", ARG_STRING, FIELD(partition), 0, 0, ON_RUN, "NAME", "Slurm partition"},
     {'A', "account", ARG_STRING, FIELD(account), 0, 0, ON_RUN, "NAME", "Slurm account"},
     {'J', "job-name", ARG_STRING, FIELD(job_name), 0, 0, ON_RUN, "NAME", "job name"},
     {'o', "output", ARG_STRING, FIELD(output), 0, 0, ON_RUN, "FILE",
-     "the merged \"[R] line\" stream to FILE, not the terminal"},
+     "the merged \"[R] line\" stream to FILE (%j: job id)"},
+    {0, "max-restarts", ARG_INT, FIELD(spec.max_restarts), 0, 1000, ON_RUN, "N",
+     "restart the ranks up to N times after a failure"},
+    {0, "wait", ARG_FLAG, FIELD(wait), 0, 0, ON_RUN, NULL,
+     "stay until the job ends, print its output, exit with its status"},
+    {0, "emit-sbatch", ARG_FLAG, FIELD(emit_sbatch), 0, 0, ON_RUN, NULL,
+     "print the batch script instead of submitting it"},
     {0, "local", ARG_FLAG, FIELD(local), 0, 0, ON_RUN, NULL, "run on this machine, without Slurm"},
     {0, "job-dir", ARG_STRING, FIELD(job_dir), 0, 0, ON_ALL, "DIR",
-     "the job directory (default ~/.gpurun/jobs/<id>/)"},
+     "the job directory (default $GPURUN_JOBS/<id>/, ~/.gpurun/jobs)"},
     {0, "hang-timeout", ARG_SECONDS, FIELD(spec.hang_timeout_ms), 0, 86400000, ON_RUN, "SEC",
      "fail the job when no rank reports progress for SEC (0: never)"},
     {0, "kill-grace", ARG_SECONDS, FIELD(spec.kill_grace_ms), 0, 600000, ON_RUN, "SEC",
@@ -101,18 +122,21 @@ static const struct opt_row opts[] = {
      "how long the leader waits for every node to join"},
     {0, "export", ARG_EXPORT, 0, 0, 0, ON_RUN, "K=V",
      "add K=V to every rank's environment (repeatable)"},
-    {0, "emit-sbatch", ARG_LATER, 0, 0, 0, ON_RUN, NULL,
-     "print the batch script instead of submitting it"},
     {0, "json", ARG_FLAG, FIELD(json), 0, 0, ON_STATUS, NULL, "print the status as JSON"},
-    {'w', "watch", ARG_LATER, 0, 0, 0, ON_STATUS, NULL, "refresh the status until the job ends"},
+    {'w', "watch", ARG_FLAG, FIELD(watch), 0, 0, ON_STATUS, NULL,
+     "refresh the status every 2 s until the job ends"},
     {0, "rank", ARG_INT, FIELD(rank), 0, RANK_MAX, ON_LOGS, "R", "print only rank R's log"},
-    {'f', "follow", ARG_LATER, 0, 0, 0, ON_LOGS, NULL, "keep printing as the logs grow"},
+    {'f', "follow", ARG_FLAG, FIELD(follow), 0, 0, ON_LOGS, NULL,
+     "keep printing as the logs grow, until the job ends"},
     {0, "log-level", ARG_LOGLEVEL, FIELD(log_level), 0, 0, ON_ALL, "LEVEL",
      "error, warn, info or debug (for gpurun and its daemons)"},
     {'h', "help", ARG_FLAG, FIELD(help), 0, 0, ON_ALL, NULL, "print this help"},
     {0, "version", ARG_FLAG, FIELD(version), 0, 0, ON_RUN, NULL, "print gpurun's version"},
 };
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))
+
+/* args.given has one bit per row. */
+_Static_assert(N_OPTS <= 64, "more option rows than bits in gpurun_args.given");
 
 /* Names the daemon sets for each rank: an --export of one of them would lie to the rank. */
 static const char *const reserved_env[] = {
@@ -125,6 +149,7 @@ void args_init(struct gpurun_args *args)
     jobspec_init(&args->spec);
     args->cmd = CMD_RUN;
     args->rank = -1;
+    args->cpus_per_gpu = 1;
     args->log_level = LOG_WARN;
     args->log_level_name = "warn";
 }
@@ -349,8 +374,6 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
             return fail(err, "--%s: '%s' is not error, warn, info or debug", name, val);
         args->log_level_name = val;
         return 0;
-    case ARG_LATER:
-        return fail(err, "--%s: not implemented yet", name);
     }
     return fail(err, "--%s: bad option row", name);
 }
@@ -373,7 +396,7 @@ static const struct opt_row *find_short(char c)
 
 static bool takes_value(const struct opt_row *o)
 {
-    return o->kind != ARG_FLAG && o->kind != ARG_LATER;
+    return o->kind != ARG_FLAG;
 }
 
 /* Handles the option at argv[*i] (which starts with '-' and is not "--" or "-"), taking its
@@ -412,12 +435,20 @@ static int parse_option(struct gpurun_args *args, int argc, char **argv, int *i,
     }
     if (o->offset == FIELD(spec.hb_timeout_ms) && o->kind == ARG_SECONDS)
         *hb_seen = true;
+    args->given |= 1ull << (o - opts);
     return set_value(args, o, val, err);
 }
 
-/* The positional arguments: run takes one train.cfg, the others one JOBID. */
+/* The positional arguments: run takes one train.cfg and its "section.key=value" overrides,
+ * the others one JOBID. */
 static int parse_positional(struct gpurun_args *args, const char *word, struct args_error *err)
 {
+    if (args->cmd == CMD_RUN && traincfg_is_override(word)) {
+        if (args->n_overrides == ARGS_MAX_OVERRIDES)
+            return fail(err, "more than %d overrides", ARGS_MAX_OVERRIDES);
+        args->overrides[args->n_overrides++] = word;
+        return 0;
+    }
     if (args->target)
         return fail(err,
                     args->cmd == CMD_RUN ? "unexpected argument '%s' (to run a command, put it "
@@ -483,6 +514,9 @@ int args_parse(struct gpurun_args *args, int argc, char **argv, struct args_erro
                     return r;
         } else if (args->target) {
             return fail(err, "give a train.cfg or '-- CMD', not both");
+        } else if (args->n_overrides > 0) {
+            return fail(err, "'%s': overrides are for a train.cfg, not for '-- CMD'",
+                        args->overrides[0]);
         } else {
             args->cmd_argv = argv + i;
             args->cmd_argc = argc - i;
@@ -491,6 +525,13 @@ int args_parse(struct gpurun_args *args, int argc, char **argv, struct args_erro
         return fail(err, "nothing after '--': name the command to run");
     }
     return finish_heartbeat(args, hb_seen, err);
+}
+
+bool args_given(const struct gpurun_args *args, const char *long_name)
+{
+    const struct opt_row *o = find_long(long_name, strlen(long_name));
+
+    return o && (args->given & (1ull << (o - opts)));
 }
 
 void args_usage(FILE *out, enum gpurun_cmd cmd)
@@ -517,8 +558,7 @@ void args_usage(FILE *out, enum gpurun_cmd cmd)
             snprintf(dflt, sizeof(dflt), " [%s]", s);
         } else if (o->kind == ARG_LOGLEVEL)
             snprintf(dflt, sizeof(dflt), " [%s]", def.log_level_name);
-        fprintf(out, "  %-28s %s%s%s\n", left, o->help, dflt,
-                o->kind == ARG_LATER ? " (not implemented yet)" : "");
+        fprintf(out, "  %-28s %s%s\n", left, o->help, dflt);
     }
     if (cmd == CMD_RUN)
         fprintf(out, "\nexit status: the job's own; 124 time limit, 125 gpurun failed, 126 cannot\n"

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <time.h>
 
 #include <uv.h>
 
@@ -128,5 +130,156 @@ out:
     free(ranks);
     if (d)
         closedir(d);
+    return ret;
+}
+
+/* --- following ----------------------------------------------------------------------------- */
+
+/* One rank's log being followed: where reading stopped, and a line not yet ended. */
+struct tail {
+    int rank;
+    long long off;
+    char *part; /* bytes after the last newline printed; NULL: none */
+    size_t npart;
+};
+
+struct follow {
+    struct tail *t;
+    int n, cap;
+};
+
+static struct tail *tail_of(struct follow *f, int rank)
+{
+    for (int i = 0; i < f->n; i++)
+        if (f->t[i].rank == rank)
+            return &f->t[i];
+    if (f->n == f->cap) {
+        int cap = f->cap ? f->cap * 2 : 64;
+        struct tail *nt = realloc(f->t, (size_t)cap * sizeof(*nt));
+        if (!nt)
+            return NULL;
+        f->t = nt;
+        f->cap = cap;
+    }
+    f->t[f->n] = (struct tail){.rank = rank};
+    return &f->t[f->n++];
+}
+
+/* Prints what rank's log gained since the last call: whole lines, each with prefix (NULL:
+ * none); with last, also a partial line, ended with a newline. */
+static int pump(FILE *out, const char *dir, struct tail *t, const char *prefix, bool last,
+                struct logs_error *err)
+{
+    char path[PATH_MAX + 32], buf[65536];
+    FILE *in;
+    size_t n;
+    int ret = 0;
+
+    snprintf(path, sizeof(path), "%s/rank-%d.log", dir, t->rank);
+    in = fopen(path, "re");
+    if (!in)
+        return errno == ENOENT
+                   ? 0
+                   : fail(err, -errno, "cannot open '%s': %s", path, uv_strerror(-errno));
+    if (fseeko(in, (off_t)t->off, SEEK_SET) < 0) {
+        fclose(in);
+        return fail(err, -errno, "cannot read '%s': %s", path, uv_strerror(-errno));
+    }
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0) {
+        char *p = buf, *nl;
+        t->off += (long long)n;
+        while ((nl = memchr(p, '\n', n - (size_t)(p - buf)))) {
+            if (prefix)
+                fputs(prefix, out);
+            if (t->npart)
+                fwrite(t->part, 1, t->npart, out);
+            fwrite(p, 1, (size_t)(nl - p) + 1, out);
+            t->npart = 0;
+            p = nl + 1;
+        }
+        if (p < buf + n) {
+            size_t more = (size_t)(buf + n - p);
+            char *np = realloc(t->part, t->npart + more);
+            if (!np) {
+                ret = fail(err, -ENOMEM, "out of memory");
+                break;
+            }
+            t->part = np;
+            memcpy(t->part + t->npart, p, more);
+            t->npart += more;
+        }
+    }
+    if (ferror(in) && ret == 0)
+        ret = fail(err, -EIO, "cannot read '%s': %s", path, uv_strerror(-EIO));
+    fclose(in);
+    if (last && t->npart && ret == 0) {
+        if (prefix)
+            fputs(prefix, out);
+        fwrite(t->part, 1, t->npart, out);
+        fputc('\n', out);
+        t->npart = 0;
+    }
+    return ret;
+}
+
+/* Adds the ranks whose logs exist now to f (in rank order of discovery). */
+static int discover(struct follow *f, const char *dir, int rank, struct logs_error *err)
+{
+    DIR *d;
+    struct dirent *e;
+
+    if (rank >= 0)
+        return tail_of(f, rank) ? 0 : fail(err, -ENOMEM, "out of memory");
+    d = opendir(dir);
+    if (!d)
+        return errno == ENOENT
+                   ? 0
+                   : fail(err, -errno, "cannot open '%s': %s", dir, uv_strerror(-errno));
+    while ((e = readdir(d))) {
+        int r = log_rank(e->d_name);
+        if (r >= 0 && !tail_of(f, r)) {
+            closedir(d);
+            return fail(err, -ENOMEM, "out of memory");
+        }
+    }
+    closedir(d);
+    return 0;
+}
+
+static int cmp_tail(const void *a, const void *b)
+{
+    return cmp_int(&((const struct tail *)a)->rank, &((const struct tail *)b)->rank);
+}
+
+int logs_follow(FILE *out, const char *job_dir, int rank, logs_ended_fn ended, void *arg,
+                struct logs_error *err)
+{
+    struct follow f = {0};
+    char dir[PATH_MAX], prefix[32];
+    struct timespec ts = {LOGS_POLL_MS / 1000, (LOGS_POLL_MS % 1000) * 1000000L};
+    bool last = false;
+    int ret = 0;
+
+    if (snprintf(dir, sizeof(dir), "%s/logs", job_dir) >= (int)sizeof(dir))
+        return fail(err, -ENAMETOOLONG, "job dir '%s': path too long", job_dir);
+    for (;;) {
+        /* Asked before reading: what the job wrote before it ended is read after. */
+        last = ended(arg);
+        ret = discover(&f, dir, rank, err);
+        if (ret < 0)
+            break;
+        qsort(f.t, (size_t)f.n, sizeof(*f.t), cmp_tail);
+        for (int i = 0; i < f.n && ret == 0; i++) {
+            snprintf(prefix, sizeof(prefix), "[%d] ", f.t[i].rank);
+            ret = pump(out, dir, &f.t[i], rank >= 0 ? NULL : prefix, last, err);
+        }
+        fflush(out);
+        if (ret < 0 || last)
+            break;
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < f.n; i++)
+        free(f.t[i].part);
+    free(f.t);
     return ret;
 }

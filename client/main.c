@@ -1,11 +1,14 @@
 /* gpurun: launches distributed jobs (DESIGN.md section 1). main() parses the command line
- * and hands it to the subcommand's row; the work lives in the client modules. */
+ * and hands it to the subcommand's row; the work lives in the client modules: local.c runs
+ * a job on this machine, sbatch.c writes the batch script, slurmlib.c talks to Slurm,
+ * submit.c waits for a Slurm job, view.c and status.c make the status, logs.c the logs. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,18 +16,39 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
 #include <uv.h>
 
 #include "args.h"
+#include "fsutil.h"
 #include "jobdir.h"
 #include "local.h"
 #include "logs.h"
+#include "sbatch.h"
+#include "slurmlib.h"
 #include "status.h"
+#include "submit.h"
+#include "traincfg.h"
+#include "view.h"
 #include "banned.h"
 
 /* How long status waits for the leader at each step: it answers from its event loop at once,
  * so seconds mean it is stuck or gone. */
 #define STATUS_TIMEOUT_MS 5000
+
+/* How long slurmctld has to answer gpurun's first call before gpurun says it is down. A
+ * controller that is up answers in milliseconds; libslurm itself would retry for
+ * MessageTimeout (10 s by default) before giving up. */
+#define SLURM_OPEN_TIMEOUT_S 3
+
+/* status --watch: the refresh period. */
+#define WATCH_PERIOD_MS 2000
+
+/* gpurun cancel waits this long for the job's processes to be gone. */
+#define CANCEL_WAIT_MS 60000
+
+/* status without a JOBID lists at most this many job dirs Slurm no longer knows. */
+#define LIST_DIRS_MAX 20
 
 static int error_out(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -52,96 +76,522 @@ static const char *home_dir(void)
     return pw ? pw->pw_dir : NULL;
 }
 
-/* The job dir a status/logs/cancel command means: --job-dir, else the local job JOBID's. */
-static int target_dir(const struct gpurun_args *args, char *buf, size_t n)
+static long long now_ms(void)
 {
-    const char *home = home_dir();
-    char spec[PATH_MAX + 16];
-    struct stat st;
+    struct timespec ts;
 
-    if (args->job_dir) {
-        if (snprintf(buf, n, "%s", args->job_dir) >= (int)n)
-            return error_out(EXIT_FAILED, "job dir '%s': path too long", args->job_dir);
-    } else if (!args->target) {
-        return error_out(EXIT_FAILED, "%s: name a JOBID or --job-dir DIR (see 'gpurun %s --help')",
-                         args_cmd_name(args->cmd), args_cmd_name(args->cmd));
-    } else if (!home || jobdir_default_path(buf, n, home, args->target) < 0) {
-        return error_out(EXIT_FAILED, "cannot find the job dir of '%s': no home directory",
-                         args->target);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* path made absolute against the working directory, into buf (n bytes). */
+static int absolute(const char *path, char *buf, size_t n)
+{
+    char cwd[PATH_MAX];
+
+    if (path[0] == '/')
+        return snprintf(buf, n, "%s", path) < (int)n ? 0 : -ENAMETOOLONG;
+    if (!getcwd(cwd, sizeof(cwd)))
+        return -errno;
+    return snprintf(buf, n, "%s/%s", cwd, path) < (int)n ? 0 : -ENAMETOOLONG;
+}
+
+/* Where job dirs live: $GPURUN_JOBS, else ~/.gpurun/jobs; absolute. */
+static int jobs_root(char *buf, size_t n)
+{
+    const char *env = getenv("GPURUN_JOBS"), *home;
+
+    if (env && *env) {
+        if (absolute(env, buf, n) < 0)
+            return error_out(EXIT_FAILED, "GPURUN_JOBS '%s': path too long", env);
+        return 0;
     }
-    if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode)) {
-        if (args->job_dir)
-            return error_out(EXIT_FAILED, "no job dir '%s'", buf);
-        return error_out(EXIT_FAILED,
-                         "no local job '%s' (no '%s'; Slurm jobs are not supported yet)",
-                         args->target, buf);
-    }
-    if (snprintf(spec, sizeof(spec), "%s/job.json", buf) >= (int)sizeof(spec) ||
-        access(spec, F_OK) < 0)
-        return error_out(EXIT_FAILED, "'%s' is not a job dir (no job.json)", buf);
+    home = home_dir();
+    if (!home || snprintf(buf, n, "%s/.gpurun/jobs", home) >= (int)n)
+        return error_out(EXIT_FAILED, "no home directory for the job dirs; set GPURUN_JOBS or "
+                                      "give --job-dir");
     return 0;
 }
 
-static int print_json(const json_t *v)
+/* "a/b" into buf (n bytes); false when it does not fit. */
+static bool join_path(char *buf, size_t n, const char *a, const char *b)
 {
-    if (json_dumpf(v, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) < 0)
+    int len = snprintf(buf, n, "%s/%s", a, b);
+
+    return len >= 0 && (size_t)len < n;
+}
+
+static bool is_dir(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* --- which job a status/logs/cancel command means ------------------------------------------ */
+
+struct target {
+    char id[256];   /* the job's id: Slurm's, or a local job's */
+    uint32_t slurm; /* the Slurm id; 0: a local job */
+    char dir[PATH_MAX];
+    bool has_dir; /* dir exists (a pending Slurm job has none yet) */
+};
+
+/* The job's id from DIR/job.json, into t->id. */
+static int id_from_dir(struct target *t)
+{
+    char path[PATH_MAX + 16];
+    json_error_t je;
+    json_t *spec;
+    const char *id;
+
+    snprintf(path, sizeof(path), "%s/job.json", t->dir);
+    spec = json_load_file(path, 0, &je);
+    id = json_string_value(json_object_get(spec, "job_id"));
+    if (!id) {
+        json_decref(spec);
+        return error_out(EXIT_FAILED, "'%s' is not a job dir (no job.json)", t->dir);
+    }
+    snprintf(t->id, sizeof(t->id), "%s", id);
+    json_decref(spec);
+    return 0;
+}
+
+/* Resolves --job-dir or JOBID. A numeric id is a Slurm job, whose dir may not exist yet; any
+ * other id must name a job dir. */
+static int resolve_target(const struct gpurun_args *args, struct target *t)
+{
+    char root[PATH_MAX];
+    int ret;
+
+    memset(t, 0, sizeof(*t));
+    if (args->job_dir) {
+        if (absolute(args->job_dir, t->dir, sizeof(t->dir)) < 0)
+            return error_out(EXIT_FAILED, "job dir '%s': path too long", args->job_dir);
+        if (!is_dir(t->dir))
+            return error_out(EXIT_FAILED, "no job dir '%s'", t->dir);
+        ret = id_from_dir(t);
+        if (ret)
+            return ret;
+        if (args->target && strcmp(args->target, t->id))
+            return error_out(EXIT_FAILED, "job dir '%s' holds job '%s', not '%s'", t->dir, t->id,
+                             args->target);
+        slurmlib_parse_id(t->id, &t->slurm);
+        t->has_dir = true;
+        return 0;
+    }
+    if (!args->target)
+        return error_out(EXIT_FAILED, "%s: name a JOBID or --job-dir DIR (see 'gpurun %s --help')",
+                         args_cmd_name(args->cmd), args_cmd_name(args->cmd));
+    ret = jobs_root(root, sizeof(root));
+    if (ret)
+        return ret;
+    snprintf(t->id, sizeof(t->id), "%s", args->target);
+    if (strchr(t->id, '/') || !strcmp(t->id, ".") || !strcmp(t->id, ".."))
+        return error_out(EXIT_FAILED, "'%s' is not a job id (for a directory use --job-dir)",
+                         t->id);
+    if (!join_path(t->dir, sizeof(t->dir), root, t->id))
+        return error_out(EXIT_FAILED, "job dir of '%s': path too long", t->id);
+    t->has_dir = is_dir(t->dir);
+    if (slurmlib_parse_id(t->id, &t->slurm) == 0)
+        return 0;
+    if (!t->has_dir)
+        return error_out(EXIT_FAILED, "no job '%s' (no '%s', and it is not a Slurm job id)", t->id,
+                         t->dir);
+    return 0;
+}
+
+/* Opens libslurm for a command; prints the one line of why not. */
+static int open_slurm(void)
+{
+    struct slurmlib_error err;
+
+    if (slurmlib_open(SLURM_OPEN_TIMEOUT_S, &err) < 0)
+        return error_out(EXIT_FAILED, "%s", err.text);
+    return 0;
+}
+
+/* --- status ---------------------------------------------------------------------------------- */
+
+static int print_json(const json_t *v, size_t flags)
+{
+    if (json_dumpf(v, stdout, flags | JSON_PRESERVE_ORDER) < 0)
         return -EIO;
     fputc('\n', stdout);
     return 0;
 }
 
-static int cmd_status(struct gpurun_args *args, int *fatal_signal)
+/* The view of target t now. Slurm must be open for a Slurm job (or have failed: then the view
+ * says why and shows what the job dir has). */
+static json_t *target_view(const struct target *t, bool slurm_open, const char *slurm_why)
 {
-    char dir[PATH_MAX];
-    struct status_error err;
-    json_t *v = NULL;
-    int ret, r;
+    struct slurmlib_job job;
+    struct slurmlib_error err;
+    struct view_input in = {
+        .job_id = t->id, .job_dir = t->has_dir ? t->dir : NULL, .timeout_ms = STATUS_TIMEOUT_MS};
+    json_t *v;
+    bool loaded = false;
 
-    (void)fatal_signal;
-    ret = target_dir(args, dir, sizeof(dir));
+    memset(&job, 0, sizeof(job));
+    if (t->slurm && slurm_open) {
+        int r = slurmlib_load(t->slurm, &job, &err);
+        if (r == 0)
+            loaded = true;
+        else if (r == -ENOENT)
+            in.slurm_error = "Slurm no longer knows the job (it forgets ended jobs after "
+                             "MinJobAge)";
+        else
+            in.slurm_error = err.text;
+    } else if (t->slurm) {
+        in.slurm_error = slurm_why;
+    }
+    in.slurm = loaded ? &job : NULL;
+    v = view_build(&in);
+    slurmlib_job_release(&job);
+    return v;
+}
+
+/* status without a JOBID: the user's gpurun jobs that Slurm knows, then the job dirs it does
+ * not (ended long ago, or local jobs), newest first. */
+static int status_list(const struct gpurun_args *args)
+{
+    struct slurmlib_job *jobs = NULL;
+    struct slurmlib_error err;
+    size_t n = 0;
+    char root[PATH_MAX], conf[PATH_MAX];
+    json_t *views = json_array();
+    struct dirent **ents = NULL;
+    int nents = 0, shown = 0, ret;
+
+    ret = jobs_root(root, sizeof(root));
     if (ret)
         return ret;
-    /* A job that has ended has a summary; one that runs has a leader to ask. Ask, and look
-     * for the summary again if the leader is gone, as it may have ended meanwhile. */
-    r = status_load_summary(dir, &v, &err);
-    if (r == -ENOENT) {
-        r = status_query(dir, STATUS_TIMEOUT_MS, &v, &err);
-        if (r < 0 && status_load_summary(dir, &v, &(struct status_error){{0}}) == 0)
-            r = 1;
-        if (r == -ENOENT)
-            return error_out(EXIT_FAILED, "job in '%s' has not started: no endpoint.json yet", dir);
-    } else if (r == 0) {
-        r = 1;
+    if (slurmlib_conf_path(conf, sizeof(conf)) == 0) {
+        if (slurmlib_open(SLURM_OPEN_TIMEOUT_S, &err) < 0 ||
+            slurmlib_list(getuid(), &jobs, &n, &err) < 0)
+            fprintf(stderr, "gpurun: %s\n", err.text);
     }
-    if (r < 0)
-        return error_out(EXIT_FAILED, "%s", err.text);
+    for (size_t i = 0; i < n; i++) {
+        struct target t = {.slurm = jobs[i].id};
+        struct view_input in = {.slurm = &jobs[i], .timeout_ms = 0};
+        snprintf(t.id, sizeof(t.id), "%u", jobs[i].id);
+        in.job_id = t.id;
+        /* The list asks no leader: one stuck node must not stall it. The dir's summary
+         * still says how an ended job ended. */
+        in.job_dir = NULL;
+        json_array_append_new(views, view_build(&in));
+    }
+    nents = scandir(root, &ents, NULL, NULL);
+    /* Newest first, by the job dir's modification time. */
+    if (nents > 0) {
+        struct {
+            double mtime;
+            int i;
+        } *order = calloc((size_t)nents, sizeof(*order));
+        int k = 0;
+        for (int i = 0; order && i < nents; i++) {
+            char path[PATH_MAX + 300];
+            struct stat st;
+            uint32_t id;
+            bool known = false;
+            snprintf(path, sizeof(path), "%s/%s/job.json", root, ents[i]->d_name);
+            if (ents[i]->d_name[0] == '.' || stat(path, &st) < 0)
+                continue;
+            if (slurmlib_parse_id(ents[i]->d_name, &id) == 0)
+                for (size_t j = 0; j < n; j++)
+                    known = known || jobs[j].id == id;
+            if (known)
+                continue;
+            order[k].mtime = (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9;
+            order[k++].i = i;
+        }
+        for (int a = 0; order && a < k; a++)
+            for (int b = a + 1; b < k; b++)
+                if (order[b].mtime > order[a].mtime) {
+                    double m = order[a].mtime;
+                    int i = order[a].i;
+                    order[a] = order[b];
+                    order[b].mtime = m;
+                    order[b].i = i;
+                }
+        for (int a = 0; order && a < k && shown < LIST_DIRS_MAX; a++, shown++) {
+            struct target t;
+            struct view_input in = {.timeout_ms = 0};
+            memset(&t, 0, sizeof(t));
+            snprintf(t.id, sizeof(t.id), "%s", ents[order[a].i]->d_name);
+            if (!join_path(t.dir, sizeof(t.dir), root, t.id))
+                continue;
+            in.job_id = t.id;
+            in.job_dir = t.dir;
+            in.timeout_ms = 1000;
+            json_array_append_new(views, view_build(&in));
+        }
+        free(order);
+    }
+    for (int i = 0; i < nents; i++)
+        free(ents[i]);
+    free(ents);
+    for (size_t i = 0; i < n; i++)
+        slurmlib_job_release(&jobs[i]);
+    free(jobs);
     if (args->json)
-        ret = print_json(v) < 0 ? EXIT_FAILED : 0;
-    else if (r == 1)
-        status_print_summary(stdout, v);
+        ret = print_json(views, JSON_INDENT(2)) < 0 ? EXIT_FAILED : 0;
+    else if (json_array_size(views) == 0)
+        printf("no gpurun jobs (Slurm's, or job dirs in '%s')\n", root);
     else
-        status_print(stdout, v);
-    json_decref(v);
+        view_print_list(stdout, views);
+    json_decref(views);
     return ret;
+}
+
+static int cmd_status(struct gpurun_args *args, int *fatal_signal)
+{
+    struct slurmlib_error err = {{0}};
+    struct target t;
+    bool slurm_open = false, tty = isatty(STDOUT_FILENO);
+    int ret;
+
+    (void)fatal_signal;
+    if (!args->target && !args->job_dir)
+        return status_list(args);
+    ret = resolve_target(args, &t);
+    if (ret)
+        return ret;
+    if (t.slurm) {
+        slurm_open = slurmlib_open(SLURM_OPEN_TIMEOUT_S, &err) == 0;
+        if (!slurm_open && !t.has_dir)
+            return error_out(EXIT_FAILED, "%s", err.text);
+    }
+    for (;;) {
+        json_t *v = target_view(&t, slurm_open, err.text);
+        const json_t *sl = json_object_get(v, "slurm");
+        bool ended;
+
+        if (!v)
+            return error_out(EXIT_FAILED, "out of memory");
+        if (t.slurm && !json_is_object(sl) && !t.has_dir) {
+            json_decref(v);
+            return error_out(EXIT_FAILED, "no job %s: Slurm does not know it and there is no '%s'",
+                             t.id, t.dir);
+        }
+        ended = view_ended(v);
+        if (args->watch && tty && !args->json)
+            fputs("\033[H\033[2J", stdout);
+        if (args->json)
+            ret = print_json(v, args->watch ? JSON_COMPACT : JSON_INDENT(2)) < 0 ? EXIT_FAILED : 0;
+        else
+            view_print(stdout, v);
+        json_decref(v);
+        fflush(stdout);
+        if (!args->watch || ended || ret)
+            break;
+        sleep_ms(WATCH_PERIOD_MS);
+        /* A job dir appears when a pending job starts. */
+        if (!t.has_dir)
+            t.has_dir = is_dir(t.dir);
+    }
+    slurmlib_close();
+    return ret;
+}
+
+/* --- logs ------------------------------------------------------------------------------------ */
+
+struct follow_state {
+    const struct target *t;
+    long long next_ms; /* when Slurm is asked again */
+    bool ended;
+};
+
+/* Whether the followed job is over: Slurm's word for a Slurm job (asked once a second), the
+ * summary and a gone leader for a local one. */
+static bool follow_ended(void *arg)
+{
+    struct follow_state *s = arg;
+    char path[PATH_MAX + 32];
+
+    if (s->ended)
+        return true;
+    if (s->t->slurm) {
+        struct slurmlib_job job;
+        struct slurmlib_error err;
+        int r;
+        if (now_ms() < s->next_ms)
+            return false;
+        s->next_ms = now_ms() + SUBMIT_POLL_MAX_MS;
+        r = slurmlib_load(s->t->slurm, &job, &err);
+        s->ended = r < 0 || job.ended;
+        slurmlib_job_release(&job);
+        return s->ended;
+    }
+    snprintf(path, sizeof(path), "%s/summary.json", s->t->dir);
+    if (access(path, F_OK) == 0) {
+        /* The leader writes the summary, then waits for every node to finish: give the
+         * followers' last lines the time of a poll. */
+        s->ended = s->next_ms != 0 && now_ms() >= s->next_ms;
+        if (!s->next_ms)
+            s->next_ms = now_ms() + LOGS_POLL_MS;
+    }
+    return s->ended;
 }
 
 static int cmd_logs(struct gpurun_args *args, int *fatal_signal)
 {
-    char dir[PATH_MAX];
+    struct follow_state fs = {0};
     struct logs_error err;
+    struct target t;
     int ret;
 
     (void)fatal_signal;
-    ret = target_dir(args, dir, sizeof(dir));
+    ret = resolve_target(args, &t);
     if (ret)
         return ret;
-    if (logs_print(stdout, dir, args->rank, &err) < 0)
+    fs.t = &t;
+    if (t.slurm && (args->follow || !t.has_dir)) {
+        ret = open_slurm();
+        if (ret)
+            return ret;
+    }
+    if (!t.has_dir && !args->follow) {
+        struct slurmlib_job job;
+        struct slurmlib_error serr;
+        if (slurmlib_load(t.slurm, &job, &serr) < 0)
+            return error_out(EXIT_FAILED, "%s", serr.text);
+        ret = error_out(EXIT_FAILED,
+                        "job %s has no logs yet (%s; its job dir '%s' is made when "
+                        "it starts; -f waits for them)",
+                        t.id, slurmlib_state_name(job.state), t.dir);
+        slurmlib_job_release(&job);
+        return ret;
+    }
+    if (args->follow)
+        ret = logs_follow(stdout, t.dir, args->rank, follow_ended, &fs, &err);
+    else
+        ret = logs_print(stdout, t.dir, args->rank, &err);
+    slurmlib_close();
+    if (ret < 0)
         return error_out(EXIT_FAILED, "%s", err.text);
     return 0;
 }
 
+/* --- cancel ---------------------------------------------------------------------------------- */
+
+/* A local job: SIGTERM to its leader (the node 0 rendezvousd), which ends the job on every
+ * node; returns once the leader is gone. */
+static int cancel_local(const struct target *t)
+{
+    char path[PATH_MAX + 32];
+    json_error_t je;
+    json_t *ep;
+    pid_t pid;
+    long long until;
+
+    snprintf(path, sizeof(path), "%s/summary.json", t->dir);
+    if (access(path, F_OK) == 0) {
+        fprintf(stderr, "gpurun: job %s has ended already\n", t->id);
+        return 0;
+    }
+    snprintf(path, sizeof(path), "%s/endpoint.json", t->dir);
+    ep = json_load_file(path, 0, &je);
+    pid = (pid_t)json_integer_value(json_object_get(ep, "pid"));
+    json_decref(ep);
+    if (pid <= 0)
+        return error_out(EXIT_FAILED, "job %s has no leader to stop (no '%s')", t->id, path);
+    if (kill(pid, SIGTERM) < 0)
+        return errno == ESRCH ? error_out(EXIT_FAILED, "the leader of job %s (pid %d) is gone",
+                                          t->id, (int)pid)
+                              : error_out(EXIT_FAILED, "cannot signal pid %d: %s", (int)pid,
+                                          uv_strerror(-errno));
+    for (until = now_ms() + CANCEL_WAIT_MS; now_ms() < until && kill(pid, 0) == 0;)
+        sleep_ms(50);
+    return 0;
+}
+
+static int cmd_cancel(struct gpurun_args *args, int *fatal_signal)
+{
+    struct slurmlib_error err;
+    struct slurmlib_job job;
+    struct target t;
+    long long until;
+    int ret, r;
+
+    (void)fatal_signal;
+    if (args->job_dir && !args->target)
+        return error_out(EXIT_FAILED, "cancel: name the JOBID");
+    ret = resolve_target(args, &t);
+    if (ret)
+        return ret;
+    if (!t.slurm)
+        return cancel_local(&t);
+    ret = open_slurm();
+    if (ret)
+        return ret;
+    r = slurmlib_kill(t.slurm, &err);
+    if (r == -EALREADY) {
+        fprintf(stderr, "gpurun: %s\n", err.text);
+        ret = 0;
+        goto out;
+    }
+    if (r < 0) {
+        ret = error_out(EXIT_FAILED, "%s", err.text);
+        goto out;
+    }
+    /* Slurm says CANCELLED at once; the processes go over KillWait. Return when they have. */
+    for (until = now_ms() + CANCEL_WAIT_MS;; sleep_ms(SUBMIT_POLL_MIN_MS)) {
+        r = slurmlib_load(t.slurm, &job, &err);
+        bool ended = r < 0 || job.ended;
+        slurmlib_job_release(&job);
+        if (ended)
+            break;
+        if (now_ms() >= until) {
+            fprintf(stderr, "gpurun: job %s is still completing after %d s\n", t.id,
+                    CANCEL_WAIT_MS / 1000);
+            break;
+        }
+    }
+out:
+    slurmlib_close();
+    return ret;
+}
+
+/* --- run ------------------------------------------------------------------------------------- */
+
+/* The path of the running gpurun, or NULL. */
+static const char *self_path(char *buf, size_t n)
+{
+    ssize_t len = readlink("/proc/self/exe", buf, n - 1);
+
+    if (len <= 0)
+        return NULL;
+    buf[len] = '\0';
+    return buf;
+}
+
+/* Finds a program gpurun ships: beside gpurun, else on PATH. Writes an absolute path. */
+static int find_program(const char *name, char *out, size_t n)
+{
+    char self[PATH_MAX], found[PATH_MAX];
+    const char *s = self_path(self, sizeof(self)), *slash = s ? strrchr(s, '/') : NULL;
+
+    if (slash &&
+        snprintf(found, sizeof(found), "%.*s/%s", (int)(slash - s), s, name) < (int)sizeof(found) &&
+        access(found, X_OK) == 0)
+        return realpath(found, out) ? 0 : -errno;
+    if (local_resolve(name, getenv("PATH"), found, sizeof(found)) < 0)
+        return -ENOENT;
+    (void)n;
+    return realpath(found, out) ? 0 : -errno;
+}
+
 /* Checks CMD the way the daemons will exec it, so that a typo fails here with 127 before a
- * job dir or a daemon exists. */
+ * job dir, a daemon or a Slurm job exists. */
 static int check_command(const char *cmd)
 {
     char found[PATH_MAX];
@@ -157,73 +607,148 @@ static int check_command(const char *cmd)
     return 0;
 }
 
-/* Fills in what the options do not say: the job id, the command, loopback, the workdir. */
-static int local_spec(struct gpurun_args *args, const char *job_id)
-{
-    struct jobspec *spec = &args->spec;
-    char cwd[PATH_MAX];
+/* What a run needs besides the options: the ranks' command and, for a train.cfg, the
+ * configuration whose strings the options borrow. */
+struct run_plan {
+    struct traincfg cfg;
+    bool have_cfg;
+    char **argv; /* NULL-terminated; new, strings borrowed or in store */
+    int argc;
+    char train[PATH_MAX], cfg_path[PATH_MAX];
+    char job_name[256];
+};
 
-    spec->job_id = strdup(job_id);
-    if (!spec->job_id || jobspec_set_argv(spec, args->cmd_argc, args->cmd_argv) < 0)
-        return -ENOMEM;
-    spec->loopback = true;
-    if (getcwd(cwd, sizeof(cwd))) {
-        spec->workdir = strdup(cwd);
-        if (!spec->workdir)
-            return -ENOMEM;
+static void plan_release(struct run_plan *p)
+{
+    if (p->have_cfg)
+        traincfg_release(&p->cfg);
+    free(p->argv);
+}
+
+/* A train.cfg: its [job] keys where no flag is given, and gpurun-train as the command. */
+static int plan_cfg(struct gpurun_args *args, struct run_plan *p)
+{
+    struct traincfg_error terr;
+    struct traincfg *c = &p->cfg;
+    const char *base;
+    size_t len;
+
+    if (access(args->target, F_OK) < 0)
+        return error_out(EXIT_FAILED,
+                         "'%s': no such file (to run a command, put it after '--': gpurun "
+                         "[options] -- %s)",
+                         args->target, args->target);
+    if (traincfg_read(c, args->target, args->overrides, (size_t)args->n_overrides, &terr) < 0)
+        return error_out(EXIT_FAILED, "%s", terr.text);
+    p->have_cfg = true;
+    if (!args_given(args, "nodes")) {
+        if (c->nodes > 65536)
+            return error_out(EXIT_FAILED, "%s: [job] nodes: must be 1..65536", args->target);
+        args->spec.nnodes = c->nodes;
+    }
+    if (!args_given(args, "gpus-per-node"))
+        args->spec.nprocs = c->gpus_per_node;
+    if (!args_given(args, "time") && c->time_min > 0)
+        args->time_limit_s = (long)c->time_min * 60;
+    if (!args_given(args, "partition") && c->partition)
+        args->partition = c->partition;
+    if (!args_given(args, "account") && c->account)
+        args->account = c->account;
+    if (!args_given(args, "output") && c->output)
+        args->output = c->output;
+    if (!args_given(args, "max-restarts"))
+        args->spec.max_restarts = c->max_restarts;
+    if (!args_given(args, "no-gpus") && c->device == TRAINCFG_DEVICE_CPU)
+        args->no_gpus = true;
+    if (!args_given(args, "job-name")) {
+        if (c->job_name) {
+            args->job_name = c->job_name;
+        } else {
+            base = strrchr(args->target, '/');
+            base = base ? base + 1 : args->target;
+            len = strlen(base);
+            if (len > 4 && !strcmp(base + len - 4, ".cfg"))
+                len -= 4;
+            snprintf(p->job_name, sizeof(p->job_name), "%.*s", (int)len, base);
+            args->job_name = p->job_name;
+        }
+    }
+    if (find_program("gpurun-train", p->train, sizeof(p->train)) < 0)
+        return error_out(EXIT_NOT_FOUND, "cannot find 'gpurun-train' beside gpurun or on PATH");
+    if (!realpath(args->target, p->cfg_path))
+        return error_out(EXIT_FAILED, "cannot resolve '%s': %s", args->target, uv_strerror(-errno));
+    p->argc = 2 + args->n_overrides;
+    p->argv = calloc((size_t)p->argc + 1, sizeof(*p->argv));
+    if (!p->argv)
+        return error_out(EXIT_FAILED, "out of memory");
+    p->argv[0] = p->train;
+    p->argv[1] = p->cfg_path;
+    for (int i = 0; i < args->n_overrides; i++)
+        p->argv[2 + i] = (char *)args->overrides[i];
+    return 0;
+}
+
+static int plan_run(struct gpurun_args *args, struct run_plan *p)
+{
+    const char *base;
+    int ret;
+
+    if (args->target)
+        return plan_cfg(args, p);
+    if (args->n_overrides > 0)
+        return error_out(EXIT_FAILED, "'%s': an override needs a train.cfg to apply to",
+                         args->overrides[0]);
+    if (!args->cmd_argv)
+        return error_out(EXIT_FAILED, "no command to run: give a train.cfg or '-- CMD ARGS...' "
+                                      "(see 'gpurun --help')");
+    ret = check_command(args->cmd_argv[0]);
+    if (ret)
+        return ret;
+    p->argv = calloc((size_t)args->cmd_argc + 1, sizeof(*p->argv));
+    if (!p->argv)
+        return error_out(EXIT_FAILED, "out of memory");
+    memcpy(p->argv, args->cmd_argv, (size_t)args->cmd_argc * sizeof(*p->argv));
+    p->argc = args->cmd_argc;
+    if (!args->job_name) {
+        base = strrchr(args->cmd_argv[0], '/');
+        snprintf(p->job_name, sizeof(p->job_name), "%s", base ? base + 1 : args->cmd_argv[0]);
+        args->job_name = p->job_name;
     }
     return 0;
 }
 
-static int cmd_run(struct gpurun_args *args, int *fatal_signal)
+static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
 {
-    char self[PATH_MAX], daemon[PATH_MAX], job_id[128], dir[PATH_MAX], abs_dir[PATH_MAX];
+    char daemon[PATH_MAX], job_id[128], dir[PATH_MAX], root[PATH_MAX], cwd[PATH_MAX];
+    char abs_dir[PATH_MAX];
     struct local_job job = {.out_fd = -1};
     struct jobdir_error jerr;
-    const char *home;
-    ssize_t n;
+    struct jobspec *spec = &args->spec;
     int ret;
 
-    if (!args->cmd_argv && !args->target)
-        return error_out(EXIT_FAILED, "no command to run: give a train.cfg or '-- CMD ARGS...' "
-                                      "(see 'gpurun --help')");
-    if (args->target) {
-        if (access(args->target, F_OK) < 0)
-            return error_out(EXIT_FAILED,
-                             "'%s': no such file (to run a command, put it after '--': gpurun "
-                             "[options] -- %s)",
-                             args->target, args->target);
-        return error_out(EXIT_FAILED,
-                         "'%s': train.cfg jobs need the training core, which this gpurun "
-                         "lacks; use '-- CMD'",
-                         args->target);
-    }
-    if (!args->local)
-        return error_out(EXIT_FAILED, "Slurm submission is not implemented yet; add --local to "
-                                      "run on this machine");
-    ret = check_command(args->cmd_argv[0]);
-    if (ret)
-        return ret;
+    if (args->emit_sbatch)
+        return error_out(EXIT_FAILED, "--emit-sbatch writes a Slurm batch script: drop --local");
     if (args->partition || args->account)
         log_info("--partition and --account are for Slurm: ignored with --local");
-
-    n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    self[n > 0 ? n : 0] = '\0';
-    if (local_find_daemon(n > 0 ? self : NULL, getenv("PATH"), daemon, sizeof(daemon)) < 0)
-        return error_out(EXIT_FAILED, "cannot find 'rendezvousd' beside '%s' or on PATH",
-                         n > 0 ? self : "gpurun");
-
+    if (find_program("rendezvousd", daemon, sizeof(daemon)) < 0)
+        return error_out(EXIT_FAILED, "cannot find 'rendezvousd' beside gpurun or on PATH");
     if (jobdir_local_id(job_id, sizeof(job_id), time(NULL), (long)getpid()) < 0)
         return error_out(EXIT_FAILED, "cannot make a job id");
     if (args->job_dir) {
         if (snprintf(dir, sizeof(dir), "%s", args->job_dir) >= (int)sizeof(dir))
             return error_out(EXIT_FAILED, "job dir '%s': path too long", args->job_dir);
     } else {
-        home = home_dir();
-        if (!home || jobdir_default_path(dir, sizeof(dir), home, job_id) < 0)
-            return error_out(EXIT_FAILED, "no home directory for the job dir; give --job-dir");
+        ret = jobs_root(root, sizeof(root));
+        if (ret)
+            return ret;
+        if (snprintf(dir, sizeof(dir), "%s/%s", root, job_id) >= (int)sizeof(dir))
+            return error_out(EXIT_FAILED, "job dir '%s/%s': path too long", root, job_id);
     }
-    if (local_spec(args, job_id) < 0)
+    spec->job_id = strdup(job_id);
+    if (!spec->job_id || jobspec_set_argv(spec, p->argc, p->argv) < 0)
+        return error_out(EXIT_FAILED, "out of memory");
+    spec->loopback = true;
+    if (getcwd(cwd, sizeof(cwd)) && !(spec->workdir = strdup(cwd)))
         return error_out(EXIT_FAILED, "out of memory");
 
     /* Opened before the job dir exists, so that a bad path leaves nothing behind. O_APPEND
@@ -234,7 +759,7 @@ static int cmd_run(struct gpurun_args *args, int *fatal_signal)
             return error_out(EXIT_FAILED, "cannot open '%s': %s", args->output,
                              uv_strerror(-errno));
     }
-    if (jobdir_create(dir, &args->spec, &jerr) < 0) {
+    if (jobdir_create(dir, spec, &jerr) < 0) {
         ret = error_out(EXIT_FAILED, "%s", jerr.text);
         goto out;
     }
@@ -248,9 +773,9 @@ static int cmd_run(struct gpurun_args *args, int *fatal_signal)
     job.job_dir = abs_dir;
     job.daemon = daemon;
     job.log_level = args->log_level_name;
-    job.nnodes = args->spec.nnodes;
+    job.nnodes = spec->nnodes;
     job.time_limit_s = args->time_limit_s;
-    job.kill_grace_ms = args->spec.kill_grace_ms;
+    job.kill_grace_ms = spec->kill_grace_ms;
     ret = local_run(&job, fatal_signal);
     if (ret != 0 && !*fatal_signal)
         fprintf(stderr, "gpurun: job '%s' exited with status %d; logs in '%s/logs'\n", job_id, ret,
@@ -261,11 +786,132 @@ out:
     return ret;
 }
 
-static int cmd_cancel(struct gpurun_args *args, int *fatal_signal)
+/* job.json's text for spec (job_id empty: the script fills it in), through jobspec_save so
+ * that the daemons read what the one writer of job.json writes. */
+static int spec_text(const struct jobspec *spec, char **text)
 {
-    (void)args;
-    (void)fatal_signal;
-    return error_out(EXIT_FAILED, "cancel: not implemented yet (it needs the Slurm support)");
+    char tmpl[PATH_MAX], path[PATH_MAX + 16];
+    const char *tmp = getenv("TMPDIR");
+    size_t len;
+    int ret;
+
+    snprintf(tmpl, sizeof(tmpl), "%s/gpurun-spec.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(tmpl))
+        return -errno;
+    snprintf(path, sizeof(path), "%s/job.json", tmpl);
+    ret = jobspec_save(spec, path);
+    if (ret == 0)
+        ret = fs_read_all(path, 4 * 1024 * 1024, text, &len);
+    unlink(path);
+    rmdir(tmpl);
+    return ret;
+}
+
+static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
+{
+    char cwd[PATH_MAX], root[PATH_MAX], job_dir[PATH_MAX], output[PATH_MAX], daemon[PATH_MAX];
+    char dir[PATH_MAX];
+    struct jobspec *spec = &args->spec;
+    struct sbatch_job job = {0};
+    struct sbatch_error berr;
+    struct slurmlib_error serr;
+    char *json = NULL, *script = NULL;
+    uint32_t id;
+    int ret, r;
+
+    if (!getcwd(cwd, sizeof(cwd)))
+        return error_out(EXIT_FAILED, "cannot get the working directory: %s", uv_strerror(-errno));
+    ret = jobs_root(root, sizeof(root));
+    if (ret)
+        return ret;
+    if (args->job_dir && absolute(args->job_dir, job_dir, sizeof(job_dir)) < 0)
+        return error_out(EXIT_FAILED, "job dir '%s': path too long", args->job_dir);
+    if (args->output ? absolute(args->output, output, sizeof(output)) < 0
+                     : snprintf(output, sizeof(output), "%s/%%j.out", root) >= (int)sizeof(output))
+        return error_out(EXIT_FAILED, "output '%s': path too long", args->output);
+    if (find_program("rendezvousd", daemon, sizeof(daemon)) < 0)
+        return error_out(EXIT_FAILED, "cannot find 'rendezvousd' beside gpurun or on PATH");
+    if (jobspec_set_argv(spec, p->argc, p->argv) < 0 || !(spec->workdir = strdup(cwd)))
+        return error_out(EXIT_FAILED, "out of memory");
+    spec->loopback = false;
+    r = spec_text(spec, &json);
+    if (r < 0)
+        return error_out(EXIT_FAILED, "cannot write the job spec: %s",
+                         r == -EINVAL ? "a string is not UTF-8" : uv_strerror(r));
+
+    job.job_name = args->job_name;
+    job.nodes = spec->nnodes;
+    job.ranks_per_node = spec->nprocs;
+    job.gpus_per_node = args->no_gpus ? 0 : spec->nprocs;
+    job.cpus_per_task = args->cpus_per_gpu * spec->nprocs;
+    job.time_limit_min = sbatch_time_minutes(args->time_limit_s);
+    job.signal_before_s = sbatch_signal_before(job.time_limit_min);
+    job.partition = args->partition;
+    job.account = args->account;
+    job.output = output;
+    job.work_dir = cwd;
+    job.rendezvousd = daemon;
+    job.jobs_root = root;
+    job.job_dir = args->job_dir ? job_dir : NULL;
+    job.log_level = args->log_level_name;
+    job.spec_json = json;
+    job.argv = p->argv;
+    if (job.cpus_per_task > 65535) {
+        ret = error_out(EXIT_FAILED, "--cpus-per-gpu: %d CPUs per node is more than Slurm takes",
+                        job.cpus_per_task);
+        goto out;
+    }
+    if (sbatch_render(&job, &script, &berr) < 0) {
+        ret = error_out(EXIT_FAILED, "%s", berr.text);
+        goto out;
+    }
+    /* Slurm opens the batch output before the script runs: its directory must exist. */
+    if (!args->output && (r = fs_mkdirs(root, 0700)) < 0) {
+        ret = error_out(EXIT_FAILED, "cannot create '%s': %s", root, uv_strerror(r));
+        goto out;
+    }
+    if (args->emit_sbatch) {
+        fputs(script, stdout);
+        ret = 0;
+        goto out;
+    }
+    ret = open_slurm();
+    if (ret)
+        goto out;
+    if (slurmlib_check(&job, script, &serr) < 0 || slurmlib_submit(&job, script, &id, &serr) < 0) {
+        ret = error_out(EXIT_FAILED, "%s; nothing submitted", serr.text);
+        goto out;
+    }
+    printf("Submitted job %u\n", id);
+    fflush(stdout);
+    if (args->wait) {
+        char num[16];
+        snprintf(num, sizeof(num), "%u", id);
+        if (args->job_dir)
+            snprintf(dir, sizeof(dir), "%s", job_dir);
+        else if (!join_path(dir, sizeof(dir), root, num))
+            dir[0] = '\0';
+        ret = submit_wait(id, dir[0] ? dir : NULL, fatal_signal);
+    }
+out:
+    slurmlib_close();
+    free(script);
+    free(json);
+    return ret;
+}
+
+static int cmd_run(struct gpurun_args *args, int *fatal_signal)
+{
+    struct run_plan plan;
+    int ret;
+
+    memset(&plan, 0, sizeof(plan));
+    ret = plan_run(args, &plan);
+    if (ret == 0)
+        ret = args->local ? run_local(args, &plan, fatal_signal)
+                          : run_slurm(args, &plan, fatal_signal);
+    plan_release(&plan);
+    return ret;
 }
 
 /* Indexed by enum gpurun_cmd. */

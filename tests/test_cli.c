@@ -121,7 +121,10 @@ TEST(cli_args_defaults)
     CHECK_EQ(a.spec.hang_timeout_ms, def.hang_timeout_ms);
     CHECK_EQ(a.time_limit_s, 0);
     CHECK(a.local);
-    CHECK(!a.help && !a.version && !a.json);
+    CHECK(!a.help && !a.version && !a.json && !a.wait && !a.emit_sbatch && !a.no_gpus);
+    CHECK_EQ(a.cpus_per_gpu, 1);
+    CHECK_EQ(a.spec.max_restarts, 0);
+    CHECK(args_given(&a, "local") && !args_given(&a, "nodes"));
     CHECK(a.job_dir == NULL && a.output == NULL && a.target == NULL);
     CHECK_STR(a.log_level_name, "warn");
     CHECK_EQ(a.cmd_argc, 1);
@@ -141,7 +144,8 @@ TEST(cli_args_every_run_option)
                         "-J", "tiny", "-o", "out.txt", "--local", "--job-dir", "/tmp/j",
                         "--hang-timeout", "60", "--kill-grace=0.25", "--heartbeat", "0.5",
                         "--join-timeout", "12.5", "--export", "A=1", "--export=B=x=y",
-                        "--log-level", "debug", "--", "prog", "--nodes", "x"));
+                        "--log-level", "debug", "--max-restarts", "2", "--cpus-per-gpu", "3",
+                        "--no-gpus", "--wait", "--emit-sbatch", "--", "prog", "--nodes", "x"));
 
     CHECK_EQ(r, 0);
     CHECK_EQ(a.spec.nnodes, 3);
@@ -163,6 +167,11 @@ TEST(cli_args_every_run_option)
     CHECK(a.spec.env[2] == NULL);
     CHECK_EQ(a.log_level, LOG_DEBUG);
     CHECK_STR(a.log_level_name, "debug");
+    CHECK_EQ(a.spec.max_restarts, 2);
+    CHECK_EQ(a.cpus_per_gpu, 3);
+    CHECK(a.no_gpus && a.wait && a.emit_sbatch);
+    CHECK(args_given(&a, "nodes") && args_given(&a, "time") && args_given(&a, "no-gpus"));
+    CHECK(!args_given(&a, "help") && !args_given(&a, "bogus"));
     /* Everything after "--" is the command's, options included. */
     CHECK_EQ(a.cmd_argc, 3);
     CHECK_STR(a.cmd_argv[0], "prog");
@@ -241,7 +250,13 @@ TEST(cli_args_refused_with_messages)
          "--export: 'WORLD_SIZE' is set by gpurun for every rank"},
         {WORDS("--log-level", "loud"), "--log-level: 'loud' is not error, warn, info or debug"},
         {WORDS("--job-dir", ""), "--job-dir: empty value"},
-        {WORDS("--emit-sbatch", "x.cfg"), "--emit-sbatch: not implemented yet"},
+        {WORDS("--emit-sbatch=1"), "option '--emit-sbatch' takes no value"},
+        {WORDS("--max-restarts", "1001"), "--max-restarts: must be 0..1000"},
+        {WORDS("--cpus-per-gpu", "0"), "--cpus-per-gpu: must be 1..1024"},
+        {WORDS("train.steps=3", "--", "true"),
+         "'train.steps=3': overrides are for a train.cfg, not for '-- CMD'"},
+        {WORDS("--wait", "--watch"),
+         "option '--watch' does not apply to 'gpurun' (see 'gpurun --help')"},
         {WORDS("--local", "--"), "nothing after '--': name the command to run"},
         {WORDS("a.cfg", "b.cfg"), "unexpected argument 'b.cfg' (to run a command, put it after "
                                   "'--': gpurun [options] -- CMD ARGS...)"},
@@ -252,7 +267,9 @@ TEST(cli_args_refused_with_messages)
         {WORDS("status", "--bogus"), "unknown option '--bogus' (see 'gpurun status --help')"},
         {WORDS("status", "a", "b"), "unexpected argument 'b'"},
         {WORDS("logs", "--rank", "x"), "--rank: 'x' is not a number"},
-        {WORDS("logs", "-f"), "--follow: not implemented yet"},
+        {WORDS("logs", "-f=1"), "option '--follow' takes no value"},
+        {WORDS("status", "--follow"),
+         "option '--follow' does not apply to 'status' (see 'gpurun status --help')"},
         {WORDS("logs", "--json"),
          "option '--json' does not apply to 'logs' (see 'gpurun logs --help')"},
     };
@@ -340,7 +357,9 @@ TEST(cli_args_usage_lists_the_rows)
     capture_begin(&f, &buf, &len);
     args_usage(f, CMD_RUN);
     fclose(f);
-    CHECK_CONTAINS(buf, "usage: gpurun [options] (train.cfg | -- CMD [ARGS...])");
+    CHECK_CONTAINS(buf, "usage: gpurun [options] (train.cfg [section.key=value...] | -- CMD [ARGS...])");
+    CHECK_CONTAINS(buf, "--emit-sbatch");
+    CHECK_CONTAINS(buf, "--max-restarts N");
     CHECK_CONTAINS(buf, "-N, --nodes N");
     CHECK_CONTAINS(buf, "--gpus-per-node N");
     CHECK_CONTAINS(buf, "--kill-grace SEC");
@@ -852,4 +871,23 @@ TEST(cli_status_query_live_leader)
     kill(pid, SIGTERM);
     CHECK_EQ(waitpid(pid, &st, 0), pid);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+}
+
+TEST(cli_args_overrides_beside_a_cfg)
+{
+    struct gpurun_args a;
+    struct args_error err;
+
+    CHECK_EQ(parse(&a, &err, WORDS("train.steps=3", "-N", "2", "jobs/x.cfg", "job.nodes=4")), 0);
+    CHECK_STR(a.target, "jobs/x.cfg");
+    CHECK_EQ(a.n_overrides, 2);
+    CHECK_STR(a.overrides[0], "train.steps=3");
+    CHECK_STR(a.overrides[1], "job.nodes=4");
+    CHECK(a.cmd_argv == NULL);
+    args_release(&a);
+    /* A JOBID of status is never an override. */
+    CHECK_EQ(parse(&a, &err, WORDS("status", "a.b=c")), 0);
+    CHECK_STR(a.target, "a.b=c");
+    CHECK_EQ(a.n_overrides, 0);
+    args_release(&a);
 }

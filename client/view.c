@@ -1,0 +1,578 @@
+/* Building and printing a job's status view. Every number a person sees is taken from the
+ * JSON view, so that --json and the text say the same; the text only formats. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "jobspec.h"
+#include "status.h"
+#include "traincfg.h"
+#include "view.h"
+#include "banned.h"
+
+/* --- building ------------------------------------------------------------------------------ */
+
+static json_t *str_or_null(const char *s)
+{
+    return s ? json_string(s) : json_null();
+}
+
+static json_t *time_or_null(time_t t)
+{
+    return t > 0 ? json_integer((json_int_t)t) : json_null();
+}
+
+static json_t *slurm_json(const struct slurmlib_job *j)
+{
+    json_t *o = json_object(), *nodes = json_array();
+
+    for (int i = 0; i < j->n_nodes && j->nodes; i++)
+        json_array_append_new(nodes, json_string(j->nodes[i]));
+    json_object_set_new(o, "state", json_string(slurmlib_state_name(j->state)));
+    json_object_set_new(o, "completing", json_boolean(j->completing));
+    json_object_set_new(o, "reason", str_or_null(j->reason));
+    json_object_set_new(o, "name", str_or_null(j->name));
+    json_object_set_new(o, "partition", str_or_null(j->partition));
+    json_object_set_new(o, "nodelist", str_or_null(j->nodelist));
+    json_object_set_new(o, "nodes", nodes);
+    json_object_set_new(o, "num_nodes", json_integer(j->n_nodes));
+    json_object_set_new(o, "batch_host", str_or_null(j->batch_host));
+    json_object_set_new(o, "submit_time", time_or_null(j->submit_time));
+    json_object_set_new(o, "start_time", time_or_null(j->start_time));
+    json_object_set_new(o, "end_time", time_or_null(j->end_time));
+    json_object_set_new(o, "elapsed_s", json_integer(j->elapsed_s));
+    json_object_set_new(o, "time_limit_s",
+                        j->time_limit_min > 0 ? json_integer(j->time_limit_min * 60) : json_null());
+    json_object_set_new(o, "exit_code",
+                        j->exit_code >= 0 ? json_integer(j->exit_code) : json_null());
+    json_object_set_new(o, "exit_signal",
+                        j->exit_signal ? json_integer(j->exit_signal) : json_null());
+    json_object_set_new(o, "output", str_or_null(j->std_out));
+    return o;
+}
+
+/* Reads DIR/NAME as JSON; NULL when it is missing or unreadable. */
+static json_t *load_file(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    json_error_t je;
+
+    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
+        return NULL;
+    return json_load_file(path, 0, &je);
+}
+
+/* The modification time of DIR/NAME in seconds since the epoch, or 0. */
+static double mtime_of(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    struct stat st;
+
+    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path) ||
+        stat(path, &st) < 0)
+        return 0;
+    return (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9;
+}
+
+long view_total_steps(const char *job_dir)
+{
+    char path[PATH_MAX];
+    struct jobspec spec;
+    struct jobspec_error jerr;
+    struct traincfg cfg;
+    struct traincfg_error terr;
+    const char *base;
+    long steps = 0;
+    int argc = 0;
+
+    if (snprintf(path, sizeof(path), "%s/job.json", job_dir) >= (int)sizeof(path))
+        return 0;
+    jobspec_init(&spec);
+    if (jobspec_load(&spec, path, &jerr) < 0)
+        goto out;
+    while (spec.argv[argc])
+        argc++;
+    base = strrchr(spec.argv[0], '/');
+    base = base ? base + 1 : spec.argv[0];
+    if (strcmp(base, "gpurun-train") || argc < 2)
+        goto out;
+    if (traincfg_init(&cfg) < 0)
+        goto out;
+    if (traincfg_load(&cfg, spec.argv[1], &terr) == 0) {
+        int i;
+        for (i = 2; i < argc; i++)
+            if (traincfg_is_override(spec.argv[i]) &&
+                traincfg_override(&cfg, spec.argv[i], &terr) < 0)
+                break;
+        if (i == argc)
+            steps = cfg.steps;
+    }
+    traincfg_release(&cfg);
+out:
+    jobspec_release(&spec);
+    return steps;
+}
+
+/* Counts of phases, the step range, the mean loss and the total rate of a ranks array. */
+static json_t *progress_json(const json_t *ranks, long total)
+{
+    long counts[4] = {0, 0, 0, 0}, smin = LONG_MAX, smax = -1;
+    static const char *const phases[4] = {"pending", "joined", "running", "exited"};
+    double loss = 0, tps = 0;
+    int nloss = 0;
+    size_t i;
+    json_t *r, *o;
+
+    if (!json_is_array(ranks) || json_array_size(ranks) == 0)
+        return json_null();
+    json_array_foreach(ranks, i, r)
+    {
+        const char *ph = json_string_value(json_object_get(r, "phase"));
+        long step = (long)json_integer_value(json_object_get(r, "step"));
+        double l = json_number_value(json_object_get(r, "loss"));
+        for (int k = 0; k < 4; k++)
+            if (ph && !strcmp(ph, phases[k]))
+                counts[k]++;
+        if (step < smin)
+            smin = step;
+        if (step > smax)
+            smax = step;
+        if (step > 0 && isfinite(l)) {
+            loss += l;
+            nloss++;
+        }
+        if (ph && !strcmp(ph, "running"))
+            tps += json_number_value(json_object_get(r, "tokens_per_s"));
+    }
+    o = json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:f}", "ranks",
+                  (int)json_array_size(ranks), "pending", (json_int_t)counts[0], "joined",
+                  (json_int_t)counts[1], "running", (json_int_t)counts[2], "exited",
+                  (json_int_t)counts[3], "step_min", (json_int_t)smin, "step_max", (json_int_t)smax,
+                  "steps_total", total > 0 ? json_integer(total) : json_null(), "loss_mean",
+                  nloss ? json_real(loss / nloss) : json_null(), "tokens_per_s", tps);
+    return o;
+}
+
+/* The phase timeline: absolute times where known, and the durations between them. Slurm's
+ * times have whole seconds; the job dir's files give the rest to the millisecond: the key is
+ * the first thing the batch script (or gpurun --local) writes, endpoint.json the leader's
+ * first act once it listens. */
+static json_t *timings_json(const struct view_input *in, const json_t *summary)
+{
+    const json_t *t = json_object_get(summary, "timings");
+    double submitted = 0, allocated = 0, started = 0, up = 0, rdv = 0, first = 0, ended = 0;
+    json_int_t rdv_ms = json_integer_value(json_object_get(t, "rendezvous_ms"));
+    json_int_t first_ms = json_integer_value(json_object_get(t, "first_step_ms"));
+    json_int_t total_ms = json_integer_value(json_object_get(t, "total_ms"));
+    json_t *o = json_object(), *d = json_object();
+
+    if (in->slurm) {
+        submitted = (double)in->slurm->submit_time;
+        allocated = (double)in->slurm->start_time;
+    }
+    if (in->job_dir) {
+        started = mtime_of(in->job_dir, "key");
+        up = mtime_of(in->job_dir, "endpoint.json");
+    }
+    if (up > 0 && json_is_object(t)) {
+        if (rdv_ms >= 0 && json_object_get(t, "rendezvous_ms"))
+            rdv = up + rdv_ms / 1000.0;
+        if (first_ms >= 0 && json_object_get(t, "first_step_ms"))
+            first = up + first_ms / 1000.0;
+        if (total_ms > 0)
+            ended = up + total_ms / 1000.0;
+    }
+    if (!ended && in->slurm && in->slurm->end_time)
+        ended = (double)in->slurm->end_time;
+#define AT(name, v) json_object_set_new(o, name, (v) > 0 ? json_real(v) : json_null())
+    AT("submitted", submitted);
+    AT("allocated", allocated);
+    AT("script_started", started);
+    AT("daemons_up", up);
+    AT("rendezvous_done", rdv);
+    AT("first_step", first);
+    AT("ended", ended);
+#undef AT
+#define SPAN(name, a, b)                                                                           \
+    json_object_set_new(d, name, (a) > 0 && (b) >= (a) ? json_real((b) - (a)) : json_null())
+    SPAN("queued_s", submitted, allocated);
+    SPAN("startup_s", started, up);
+    SPAN("rendezvous_s", up, rdv);
+    SPAN("first_step_s", rdv, first);
+    SPAN("run_s", up, ended);
+#undef SPAN
+    json_object_set_new(o, "durations", d);
+    return o;
+}
+
+json_t *view_build(const struct view_input *in)
+{
+    json_t *v = json_object(), *summary = NULL, *live = NULL, *ranks;
+    struct status_error serr;
+    const char *state = "UNKNOWN";
+    bool ended = false;
+    int exit_status = -1;
+
+    if (!v)
+        return NULL;
+    if (in->job_dir) {
+        summary = load_file(in->job_dir, "summary.json");
+        /* A job that has ended has a summary; one that runs has a leader to ask. Ask, and
+         * look for the summary again if the leader is gone, as it may have ended meanwhile. */
+        if (!summary && (!in->slurm || !in->slurm->ended) &&
+            mtime_of(in->job_dir, "endpoint.json") > 0) {
+            if (status_query(in->job_dir, in->timeout_ms, &live, &serr) < 0) {
+                summary = load_file(in->job_dir, "summary.json");
+                if (!summary)
+                    json_object_set_new(v, "live_error", json_string(serr.text));
+            }
+        }
+    }
+    json_object_set_new(v, "version", json_integer(VIEW_VERSION));
+    json_object_set_new(v, "job_id", json_string(in->job_id));
+    json_object_set_new(v, "job_dir", str_or_null(in->job_dir));
+    json_object_set_new(v, "slurm", in->slurm ? slurm_json(in->slurm) : json_null());
+    if (in->slurm_error)
+        json_object_set_new(v, "slurm_error", json_string(in->slurm_error));
+
+    /* The state: Slurm's when it knows the job; else the leader's or the summary's. */
+    if (in->slurm) {
+        state = slurmlib_state_name(in->slurm->state);
+        ended = in->slurm->ended;
+        if (ended)
+            exit_status = slurmlib_exit_status(in->slurm);
+    } else if (summary) {
+        const char *oc = json_string_value(json_object_get(summary, "outcome"));
+        state = oc && !strcmp(oc, "completed")   ? "COMPLETED"
+                : oc && !strcmp(oc, "cancelled") ? "CANCELLED"
+                                                 : "FAILED";
+        ended = true;
+        exit_status = (int)json_integer_value(json_object_get(summary, "exit_status"));
+    } else if (live) {
+        state = "RUNNING";
+    } else if (in->job_dir && !json_object_get(v, "live_error")) {
+        state = "STARTING";
+    }
+    json_object_set_new(v, "state", json_string(state));
+    json_object_set_new(v, "ended", json_boolean(ended));
+    json_object_set_new(v, "exit_status",
+                        exit_status >= 0 ? json_integer(exit_status) : json_null());
+    json_object_set_new(v, "live", live ? live : json_null());
+    json_object_set_new(v, "summary", summary ? summary : json_null());
+    json_object_set(v, "first_failure",
+                    summary && json_object_get(summary, "first_failure")
+                        ? json_object_get(summary, "first_failure")
+                        : json_null());
+    ranks = json_object_get(live ? live : summary, "ranks");
+    json_object_set_new(v, "progress",
+                        progress_json(ranks, in->job_dir ? view_total_steps(in->job_dir) : 0));
+    json_object_set_new(v, "timings", timings_json(in, summary));
+    return v;
+}
+
+bool view_ended(const json_t *view)
+{
+    return json_is_true(json_object_get(view, "ended"));
+}
+
+/* --- printing ------------------------------------------------------------------------------ */
+
+void view_duration(char *buf, size_t n, long s)
+{
+    if (s < 0)
+        snprintf(buf, n, "-");
+    else if (s >= 86400)
+        snprintf(buf, n, "%ld-%02ld:%02ld:%02ld", s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+    else
+        snprintf(buf, n, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+}
+
+void view_bar(char *buf, size_t n, long step, long total)
+{
+    char bar[VIEW_BAR_WIDTH + 1];
+    long fill;
+    double frac;
+
+    if (total <= 0) {
+        snprintf(buf, n, "-");
+        return;
+    }
+    frac = step <= 0 ? 0 : step >= total ? 1 : (double)step / (double)total;
+    fill = (long)(frac * VIEW_BAR_WIDTH + 0.5);
+    for (int i = 0; i < VIEW_BAR_WIDTH; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[VIEW_BAR_WIDTH] = '\0';
+    snprintf(buf, n, "[%s] %3d%% (%ld/%ld)", bar, (int)(frac * 100), step, total);
+}
+
+static const char *sget(const json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+
+static long iget(const json_t *o, const char *k, long dflt)
+{
+    const json_t *v = json_object_get(o, k);
+    return json_is_integer(v) ? (long)json_integer_value(v) : dflt;
+}
+
+/* "1.5s" for milliseconds; "-" for a negative age. */
+static void age(char *buf, size_t n, long ms)
+{
+    if (ms < 0)
+        snprintf(buf, n, "-");
+    else if (ms < 10000)
+        snprintf(buf, n, "%.1fs", ms / 1000.0);
+    else
+        snprintf(buf, n, "%lds", ms / 1000);
+}
+
+/* How a rank ended, for the table: "-" while it runs. */
+static void exit_cause(char *buf, size_t n, const json_t *r)
+{
+    const char *ph = sget(r, "phase");
+    long code = iget(r, "code", 0), sig = iget(r, "signal", 0);
+    bool killed = json_is_true(json_object_get(r, "killed"));
+
+    if (!ph || strcmp(ph, "exited"))
+        snprintf(buf, n, "-");
+    else if (json_is_true(json_object_get(r, "oom")))
+        snprintf(buf, n, "out of memory");
+    else if (sig)
+        snprintf(buf, n, "signal %ld%s", sig, killed ? " (torn down)" : "");
+    else
+        snprintf(buf, n, "exit %ld%s", code, killed ? " (torn down)" : "");
+}
+
+#define NCOL 10
+
+static void print_ranks(FILE *out, const json_t *job)
+{
+    static const char *const head[NCOL] = {"rank", "node",     "host",      "phase",  "step",
+                                           "loss", "tokens/s", "heartbeat", "report", "exit"};
+    const json_t *ranks = json_object_get(job, "ranks"), *nodes = json_object_get(job, "nodes");
+    size_t nr = json_array_size(ranks), i;
+    int width[NCOL];
+    char(*cells)[NCOL][48];
+
+    if (nr == 0)
+        return;
+    cells = calloc(nr, sizeof(*cells));
+    if (!cells)
+        return;
+    for (int c = 0; c < NCOL; c++)
+        width[c] = (int)strlen(head[c]);
+    for (i = 0; i < nr; i++) {
+        const json_t *r = json_array_get(ranks, i);
+        long node = iget(r, "node", -1);
+        const json_t *nd = NULL;
+        size_t k;
+        json_t *x;
+        char *row[NCOL];
+        double loss = json_number_value(json_object_get(r, "loss"));
+
+        json_array_foreach(nodes, k, x) if (iget(x, "node", -2) == node) nd = x;
+        for (int c = 0; c < NCOL; c++)
+            row[c] = cells[i][c];
+        snprintf(row[0], 48, "%ld", iget(r, "rank", -1));
+        snprintf(row[1], 48, "%ld", node);
+        snprintf(row[2], 48, "%s", nd && sget(nd, "hostname") ? sget(nd, "hostname") : "-");
+        snprintf(row[3], 48, "%s", sget(r, "phase") ? sget(r, "phase") : "-");
+        snprintf(row[4], 48, "%ld", iget(r, "step", 0));
+        if (iget(r, "step", 0) > 0 && isfinite(loss))
+            snprintf(row[5], 48, "%.4f", loss);
+        else
+            snprintf(row[5], 48, "-");
+        snprintf(row[6], 48, "%.0f", json_number_value(json_object_get(r, "tokens_per_s")));
+        age(row[7], 48, nd ? iget(nd, "hb_age_ms", -1) : -1);
+        age(row[8], 48, iget(r, "report_age_ms", -1));
+        exit_cause(row[9], 48, r);
+        for (int c = 0; c < NCOL; c++)
+            if ((int)strlen(row[c]) > width[c])
+                width[c] = (int)strlen(row[c]);
+    }
+    fprintf(out, "\n");
+    for (int c = 0; c < NCOL; c++)
+        fprintf(out, "%-*s%s", c + 1 < NCOL ? width[c] : 0, head[c], c + 1 < NCOL ? "  " : "\n");
+    for (i = 0; i < nr; i++)
+        for (int c = 0; c < NCOL; c++)
+            fprintf(out, "%-*s%s", c + 1 < NCOL ? width[c] : 0, cells[i][c],
+                    c + 1 < NCOL ? "  " : "\n");
+    free(cells);
+}
+
+static void print_progress(FILE *out, const json_t *p)
+{
+    long total = iget(p, "steps_total", 0), smin = iget(p, "step_min", 0),
+         smax = iget(p, "step_max", 0);
+    const json_t *loss = json_object_get(p, "loss_mean");
+    char bar[VIEW_BAR_WIDTH + 64];
+
+    if (!json_is_object(p))
+        return;
+    fprintf(out, "ranks: %ld running, %ld exited, %ld joined, %ld pending (of %ld)\n",
+            iget(p, "running", 0), iget(p, "exited", 0), iget(p, "joined", 0),
+            iget(p, "pending", 0), iget(p, "ranks", 0));
+    if (smax > 0) {
+        fprintf(out, "step: %ld", smax);
+        if (smin != smax)
+            fprintf(out, " (slowest rank %ld)", smin);
+        if (total > 0)
+            fprintf(out, " of %ld", total);
+        if (json_is_number(loss))
+            fprintf(out, ", loss %.4f", json_number_value(loss));
+        fprintf(out, ", %.0f tokens/s\n", json_number_value(json_object_get(p, "tokens_per_s")));
+    }
+    if (total > 0) {
+        view_bar(bar, sizeof(bar), smin, total);
+        fprintf(out, "progress: %s\n", bar);
+    }
+}
+
+static void print_failure(FILE *out, const json_t *ff)
+{
+    const char *tail = sget(ff, "tail"), *cause = sget(ff, "cause"), *host = sget(ff, "hostname");
+    long code = iget(ff, "code", 0), sig = iget(ff, "signal", 0);
+
+    if (!json_is_object(ff))
+        return;
+    fprintf(out, "first failure: rank %ld on node %ld", iget(ff, "rank", -1), iget(ff, "node", -1));
+    if (host && *host)
+        fprintf(out, " (%s)", host);
+    if (sig)
+        fprintf(out, ": killed by signal %ld%s%s", sig, sget(ff, "signal_name") ? " " : "",
+                sget(ff, "signal_name") ? sget(ff, "signal_name") : "");
+    else if (code)
+        fprintf(out, ": exited with status %ld", code);
+    if (cause && *cause)
+        fprintf(out, " [%s]", cause);
+    fprintf(out, "\n");
+    if (tail && *tail) {
+        fprintf(out, "last lines of its log:\n");
+        for (const char *p = tail; *p;) {
+            size_t n = strcspn(p, "\n");
+            fprintf(out, "  %.*s\n", (int)n, p);
+            p += n + (p[n] == '\n');
+        }
+    }
+}
+
+static void print_timings(FILE *out, const json_t *t)
+{
+    static const char *const rows[][2] = {
+        {"queued_s", "queued"},
+        {"startup_s", "daemons up"},
+        {"rendezvous_s", "rendezvous"},
+        {"first_step_s", "first step"},
+        {"run_s", "run"},
+    };
+    const json_t *d = json_object_get(t, "durations");
+    bool any = false;
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const json_t *v = json_object_get(d, rows[i][0]);
+        if (!json_is_number(v))
+            continue;
+        fprintf(out, "%s%s %.*f s", any ? ", " : "timings: ", rows[i][1], i == 0 ? 0 : 3,
+                json_number_value(v));
+        any = true;
+    }
+    if (any)
+        fprintf(out, "\n");
+}
+
+void view_print(FILE *out, const json_t *v)
+{
+    const json_t *sl = json_object_get(v, "slurm"), *live = json_object_get(v, "live");
+    const json_t *summary = json_object_get(v, "summary"), *es = json_object_get(v, "exit_status");
+    const char *name = sget(sl, "name"), *reason = sget(sl, "reason");
+    char a[64], b[64];
+
+    fprintf(out, "job: %s", sget(v, "job_id"));
+    if (name)
+        fprintf(out, " (%s)", name);
+    fprintf(out, "\nstate: %s", sget(v, "state"));
+    if (json_is_true(json_object_get(sl, "completing")))
+        fprintf(out, " (completing)");
+    if (reason && !strcmp(sget(v, "state"), "PENDING"))
+        fprintf(out, " (%s)", reason);
+    if (json_is_integer(es))
+        fprintf(out, ", exit status %lld", (long long)json_integer_value(es));
+    fprintf(out, "\n");
+    if (json_is_object(summary) && sget(summary, "outcome"))
+        fprintf(out, "outcome: %s\n", sget(summary, "outcome"));
+    if (json_is_object(sl)) {
+        const char *nodelist = sget(sl, "nodelist");
+        if (nodelist)
+            fprintf(out, "nodes: %s (%lld)\n", nodelist,
+                    (long long)json_array_size(json_object_get(sl, "nodes")));
+        else
+            fprintf(out, "nodes: %ld asked for\n", iget(sl, "num_nodes", 0));
+        view_duration(a, sizeof(a), iget(sl, "elapsed_s", 0));
+        if (json_is_integer(json_object_get(sl, "time_limit_s")))
+            view_duration(b, sizeof(b), iget(sl, "time_limit_s", 0));
+        else
+            snprintf(b, sizeof(b), "none");
+        fprintf(out, "elapsed: %s, time limit %s\n", a, b);
+        if (sget(sl, "partition"))
+            fprintf(out, "partition: %s\n", sget(sl, "partition"));
+    } else if (sget(v, "slurm_error")) {
+        fprintf(out, "slurm: %s\n", sget(v, "slurm_error"));
+    }
+    if (sget(v, "job_dir"))
+        fprintf(out, "job dir: %s\n", sget(v, "job_dir"));
+    if (sget(v, "live_error"))
+        fprintf(out, "leader: %s\n", sget(v, "live_error"));
+    print_progress(out, json_object_get(v, "progress"));
+    print_failure(out, json_object_get(v, "first_failure"));
+    print_timings(out, json_object_get(v, "timings"));
+    print_ranks(out, json_is_object(live) ? live : summary);
+}
+
+void view_print_list(FILE *out, const json_t *views)
+{
+    static const char *const head[6] = {"jobid", "name",    "state",
+                                        "nodes", "elapsed", "nodelist(reason)"};
+    size_t n = json_array_size(views), i;
+    char(*cells)[6][128];
+    int width[6];
+
+    cells = calloc(n + 1, sizeof(*cells));
+    if (!cells)
+        return;
+    for (int c = 0; c < 6; c++)
+        width[c] = (int)strlen(head[c]);
+    for (i = 0; i < n; i++) {
+        const json_t *v = json_array_get(views, i), *sl = json_object_get(v, "slurm");
+        const char *state = sget(v, "state"), *reason = sget(sl, "reason");
+        snprintf(cells[i][0], 128, "%s", sget(v, "job_id"));
+        snprintf(cells[i][1], 128, "%s", sget(sl, "name") ? sget(sl, "name") : "-");
+        snprintf(cells[i][2], 128, "%s", state ? state : "-");
+        if (json_is_object(sl)) {
+            snprintf(cells[i][3], 128, "%ld", iget(sl, "num_nodes", 0));
+            view_duration(cells[i][4], 128, iget(sl, "elapsed_s", 0));
+            if (state && !strcmp(state, "PENDING"))
+                snprintf(cells[i][5], 128, "(%s)", reason ? reason : "-");
+            else
+                snprintf(cells[i][5], 128, "%s", sget(sl, "nodelist") ? sget(sl, "nodelist") : "-");
+        } else {
+            snprintf(cells[i][3], 128, "-");
+            snprintf(cells[i][4], 128, "-");
+            snprintf(cells[i][5], 128, "%s", sget(v, "job_dir") ? sget(v, "job_dir") : "-");
+        }
+        for (int c = 0; c < 6; c++)
+            if ((int)strlen(cells[i][c]) > width[c])
+                width[c] = (int)strlen(cells[i][c]);
+    }
+    for (int c = 0; c < 6; c++)
+        fprintf(out, "%-*s%s", c + 1 < 6 ? width[c] : 0, head[c], c + 1 < 6 ? "  " : "\n");
+    for (i = 0; i < n; i++)
+        for (int c = 0; c < 6; c++)
+            fprintf(out, "%-*s%s", c + 1 < 6 ? width[c] : 0, cells[i][c], c + 1 < 6 ? "  " : "\n");
+    free(cells);
+}

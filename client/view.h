@@ -1,0 +1,58 @@
+/* gpurun status's view of one job: Slurm's record, the leader's live per-rank view while
+ * the job runs, and summary.json once it has ended, merged into one JSON object (the stable
+ * --json layout, documented in README.md) and printed for a person from that object. */
+#ifndef GPURUN_CLIENT_VIEW_H
+#define GPURUN_CLIENT_VIEW_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "slurmlib.h"
+
+/* The format's version, "version" in every view: bumped only if a field changes meaning. */
+#define VIEW_VERSION 1
+
+/* Width of the progress bar, in characters between the brackets. */
+#define VIEW_BAR_WIDTH 40
+
+/* What a view is made of. All borrowed. */
+struct view_input {
+    const char *job_id;               /* Slurm's id or a local job's */
+    const struct slurmlib_job *slurm; /* NULL: not a Slurm job, or Slurm has forgotten it */
+    const char *slurm_error;          /* why slurm is NULL for a Slurm job; NULL: none */
+    const char *job_dir;              /* NULL: none yet (a pending Slurm job) */
+    int timeout_ms;                   /* bound on each step of the leader query */
+};
+
+/* Builds the view of one job: {"version", "job_id", "job_dir", "slurm": {...} | null,
+ * "state", "ended", "exit_status", "live": leader's job | null, "live_error", "summary":
+ * summary.json | null, "progress": {...} | null, "timings": {...}, "first_failure"}. Never
+ * fails but for memory (NULL). The job is asked over the network only when it has a job dir
+ * with an endpoint and no summary. Returns a new reference. */
+json_t *view_build(const struct view_input *in);
+
+/* Whether the view is of a job that will not change any more. */
+bool view_ended(const json_t *view);
+
+/* Prints a view (borrowed) for a person: a header of "key: value" lines (job, state, nodes,
+ * elapsed, ranks, progress bar; outcome, first failure and timings once ended), then the
+ * ranks' table. */
+void view_print(FILE *out, const json_t *view);
+
+/* Prints the one-line-per-job table of a list of views (borrowed array). */
+void view_print_list(FILE *out, const json_t *views);
+
+/* The progress bar: "[#####.....]  12% (122/1000)" into buf (n bytes) for step of total. */
+void view_bar(char *buf, size_t n, long step, long total);
+
+/* Total optimizer steps of a job from its job.json (borrowed dir): the [train] steps of the
+ * train.cfg when the ranks run gpurun-train, with the command's overrides. Returns the
+ * count, or 0 when unknown. */
+long view_total_steps(const char *job_dir);
+
+/* "1:02:03" or "2-01:02:03" for seconds into buf; "-" for a negative value. */
+void view_duration(char *buf, size_t n, long seconds);
+
+#endif
