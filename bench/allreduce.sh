@@ -1,0 +1,127 @@
+#!/bin/bash
+# The allreduce benchmark: the collectives' tcp backend (build/bench/allreduce under
+# `gpurun --local`) against OpenMPI's MPI_Allreduce (build/bench/mpi_allreduce under mpirun),
+# in place, sum of floats, 1 MiB to 256 MiB, with 2 and 4 ranks on this machine. Each runs
+# twice: as it runs by default (the ring's links between ranks of one machine go through
+# shared memory; OpenMPI picks its shared-memory transport), and with every byte over TCP on
+# loopback (GPURUN_COLL_SHM=0; --mca btl tcp,self), the transport between nodes. Prints one
+# markdown table; the target is the ring at least as fast as OpenMPI, like for like.
+#
+# Bus bandwidth = 2(W-1)/W * bytes / time: what each rank moves over its links, comparable
+# across rank counts (nccl-tests' busbw). Each time is the mean per call of the slowest rank in
+# the fastest of three batches.
+#
+# Environment (all optional):
+#   BUILD                   build dir (default build/ of the source tree)
+#   BENCH_AR_WORLDS         rank counts (default "2 4")
+#   BENCH_AR_MIN_BYTES      smallest buffer (default 1 MiB)
+#   BENCH_AR_MAX_BYTES      largest buffer (default 256 MiB); sizes go up by 4x
+#   BENCH_SKIP_ANCHORS=1    measure the tcp ring only
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-build}
+[[ $BUILD == /* ]] || BUILD=$root/$BUILD
+WORLDS=${BENCH_AR_WORLDS:-2 4}
+MIN_BYTES=${BENCH_AR_MIN_BYTES:-1048576}
+MAX_BYTES=${BENCH_AR_MAX_BYTES:-268435456}
+SKIP_ANCHORS=${BENCH_SKIP_ANCHORS:-0}
+# A bound on every run: the whole benchmark takes about a minute here.
+LIMIT=${BENCH_AR_LIMIT:-300}
+
+for p in gpurun rendezvousd bench/allreduce; do
+    if [ ! -x "$BUILD/$p" ]; then
+        echo "allreduce.sh: '$BUILD/$p' is not built (run 'make all')" >&2
+        exit 1
+    fi
+done
+no_mpi=
+if [ "$SKIP_ANCHORS" = 1 ]; then
+    no_mpi="skipped: BENCH_SKIP_ANCHORS=1"
+elif ! command -v mpirun >/dev/null; then
+    no_mpi="skipped: no mpirun (OpenMPI) installed"
+elif [ ! -x "$BUILD/bench/mpi_allreduce" ]; then
+    no_mpi="skipped: '$BUILD/bench/mpi_allreduce' is not built (no mpicc)"
+fi
+
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/gr-bench-ar.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+mkdir -p "$scratch/home"
+
+args=(--min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES")
+
+# ours W NAME SHM: the ring's lines in $scratch/NAME-W, with GPURUN_COLL_SHM=SHM.
+ours() {
+    local w=$1 name=$2 rc=0
+    GPURUN_COLL_SHM=$3 HOME=$scratch/home timeout -k 5 "$LIMIT" "$BUILD/gpurun" --local \
+        --gpus-per-node "$w" --job-dir "$scratch/job-$name-$w" -- "$BUILD/bench/allreduce" \
+        "${args[@]}" >"$scratch/$name-$w.out" 2>"$scratch/$name-$w.err" </dev/null || rc=$?
+    sed -n 's/^\[0\] \(allreduce .*\)/\1/p' "$scratch/$name-$w.out" >"$scratch/$name-$w"
+    if [ "$rc" != 0 ]; then
+        echo "allreduce.sh: the ring ($name) with $w ranks failed (status $rc):" >&2
+        tail -n 5 "$scratch/$name-$w.out" "$scratch/$name-$w.err" >&2
+    fi
+}
+
+# mpi W NAME MCA...: OpenMPI's lines in $scratch/NAME-W.
+mpi() {
+    local w=$1 name=$2 rc=0
+    shift 2
+    [ -z "$no_mpi" ] || return 0
+    timeout -k 5 "$LIMIT" mpirun --allow-run-as-root --oversubscribe "$@" -np "$w" \
+        "$BUILD/bench/mpi_allreduce" "${args[@]}" >"$scratch/$name-$w" 2>"$scratch/$name-$w.err" \
+        </dev/null || rc=$?
+    if [ "$rc" != 0 ]; then
+        echo "allreduce.sh: OpenMPI ($name) with $w ranks failed (status $rc):" >&2
+        tail -n 5 "$scratch/$name-$w.err" >&2
+        : >"$scratch/$name-$w"
+    fi
+}
+
+# field FILE BYTES KEY: KEY's value on FILE's line for BYTES, or nothing.
+field() {
+    [ -f "$1" ] || return 0
+    sed -n "s/^allreduce bytes=$2 .*[ ]$3=\([^ ]*\).*/\1/p" "$1"
+}
+
+for w in $WORLDS; do
+    ours "$w" ring 1
+    mpi "$w" mpi-sm
+    ours "$w" ring-tcp 0
+    mpi "$w" mpi-tcp --mca btl tcp,self --mca btl_tcp_if_include lo
+done
+
+load=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "## Allreduce bandwidth (sum of fp32, in place; $(nproc) CPUs, load $load)"
+echo
+echo "Bus bandwidth in GB/s: 2(W-1)/W x bytes / time per call (slowest rank, fastest of 3 batches)."
+echo "Default: the ring with its shared-memory links on one machine, OpenMPI with its defaults"
+echo "(shared memory)."
+echo "TCP: every byte over loopback TCP (GPURUN_COLL_SHM=0; --mca btl tcp,self)."
+echo "Target: the ring at least as fast as OpenMPI's MPI_Allreduce."
+echo
+echo "| size | ranks | ring ms | ring busbw | OpenMPI busbw | ring vs OpenMPI | ring TCP busbw | OpenMPI TCP busbw | ring vs OpenMPI, TCP |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+for w in $WORLDS; do
+    for ((bytes = MIN_BYTES; bytes <= MAX_BYTES; bytes *= 4)); do
+        awk -v b="$bytes" -v w="$w" -v none="${no_mpi:-failed}" \
+            -v t="$(field "$scratch/ring-$w" "$bytes" time_us)" \
+            -v bw="$(field "$scratch/ring-$w" "$bytes" busbw_gbs)" \
+            -v sm="$(field "$scratch/mpi-sm-$w" "$bytes" busbw_gbs)" \
+            -v bwt="$(field "$scratch/ring-tcp-$w" "$bytes" busbw_gbs)" \
+            -v tcp="$(field "$scratch/mpi-tcp-$w" "$bytes" busbw_gbs)" '
+            function ratio(a, r) {
+                if (a == "" || r == "") return "";
+                return sprintf("%.2fx %s", a / r, a >= r ? "met" : "**missed**");
+            }
+            BEGIN {
+                size = b >= 1048576 ? sprintf("%d MiB", b / 1048576) : sprintf("%d KiB", b / 1024);
+                printf "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", size, w,
+                    t == "" ? "failed" : sprintf("%.2f", t / 1000), bw == "" ? "failed" : bw,
+                    sm == "" ? none : sm, ratio(bw, sm), bwt == "" ? "failed" : bwt,
+                    tcp == "" ? none : tcp, ratio(bwt, tcp);
+            }'
+    done
+done
