@@ -382,6 +382,14 @@ static int cmd_status(struct gpurun_args *args, int *fatal_signal)
             return error_out(EXIT_FAILED, "no job %s: Slurm does not know it and there is no '%s'",
                              t.id, t.dir);
         }
+        /* Without Slurm's record and a summary, the leader's answer is all there is: its
+         * failure is the command's. */
+        if (!json_is_object(sl) && json_is_null(json_object_get(v, "summary")) &&
+            json_object_get(v, "live_error")) {
+            ret = error_out(EXIT_FAILED, "%s", json_string_value(json_object_get(v, "live_error")));
+            json_decref(v);
+            return ret;
+        }
         ended = view_ended(v);
         if (args->watch && tty && !args->json)
             fputs("\033[H\033[2J", stdout);

@@ -51,16 +51,16 @@ expect_err "gpurun: unknown option '--frob' (see 'gpurun --help')"
 run --local
 expect_rc 125 "no command"
 grep -q "no command to run" "$work/err" || fail "no message for a missing command"
-run -- true
-expect_rc 125 "no launch mode"
-expect_err "gpurun: Slurm submission is not implemented yet; add --local to run on this machine"
+SLURM_CONF=$work/no-slurm.conf run -- true
+expect_rc 125 "no Slurm"
+expect_err "gpurun: no Slurm configuration: SLURM_CONF names '$work/no-slurm.conf', which does not exist"
 printf '[job]\n' >"$work/tiny.cfg"
 run --local "$work/tiny.cfg"
-expect_rc 125 "a train.cfg"
-grep -q "train.cfg jobs need the training core" "$work/err" || fail "no message for a train.cfg"
-run cancel 42
-expect_rc 125 "cancel"
-expect_err "gpurun: cancel: not implemented yet (it needs the Slurm support)"
+expect_rc 125 "a train.cfg without data"
+expect_err "gpurun: $work/tiny.cfg: [data] train is not set"
+SLURM_CONF=$work/no-slurm.conf run cancel 42
+expect_rc 125 "cancel without Slurm"
+expect_err "gpurun: no Slurm configuration: SLURM_CONF names '$work/no-slurm.conf', which does not exist"
 
 # The daemon's own failure is gpurun's: a job dir that is not empty is refused up front.
 mkdir -p "$work/full" && touch "$work/full/something"

@@ -48,15 +48,15 @@ grep -q "no log of rank 7" "$work/err" || fail "no message for a rank without a 
 # status after the end: the summary.
 run status "$id"
 expect_rc 0 "gpurun status JOBID"
-expect_out_line "job_id: $id"
+expect_out_line "job: $id"
+expect_out_line "state: COMPLETED, exit status 0"
 expect_out_line "outcome: completed"
-expect_out_line "exit_status: 0"
 run status --job-dir "$dir" --json
 expect_rc 0 "gpurun status --json"
 grep -qF '"outcome": "completed"' "$work/out" || fail "status --json lacks the outcome"
 run status local-no-such-job
 expect_rc 125 "status of an unknown job"
-grep -q "no local job 'local-no-such-job'" "$work/err" || fail "no message for an unknown job"
+grep -q "no job 'local-no-such-job'" "$work/err" || fail "no message for an unknown job"
 
 # --job-dir: made where asked (parents too), private whatever the umask.
 umask 000
@@ -74,7 +74,8 @@ expect_rc 9 "a failing job"
 run status --job-dir "$work/failed"
 expect_rc 0 "status of a failed job"
 expect_out_line "outcome: failed"
-expect_out_line "exit_status: 9"
-expect_out_line "first failure:"
-grep -qxF "last words" "$work/out" || fail "status does not show the failing rank's last lines"
+expect_out_line "state: FAILED, exit status 9"
+grep -qE "^first failure: rank 0 on node 0 \(.*\): exited with status 9" "$work/out" ||
+    fail "status does not name the failing rank"
+grep -qxF "  last words" "$work/out" || fail "status does not show the failing rank's last lines"
 echo "# job dir modes, job.json, logs and status after the job ok"

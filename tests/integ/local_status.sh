@@ -19,13 +19,13 @@ id=${dir##*/}
 
 run status --job-dir "$dir"
 expect_rc 0 "gpurun status --job-dir"
-expect_out_line "job_id: $id"
-expect_out_line "world_size: 4"
-expect_out_line "nnodes: 2"
-grep -qE '^state: ' "$work/out" || fail "status shows no state"
-grep -qE '^rank +node +phase' "$work/out" || fail "status shows no rank table"
+expect_out_line "job: $id"
+expect_out_line "state: RUNNING"
+expect_out_line "ranks: 4 running, 0 exited, 0 joined, 0 pending (of 4)"
+grep -qE '^rank +node +host +phase +step' "$work/out" || fail "status shows no rank table"
 for r in 0 1 2 3; do
-    grep -qE "^$r +$((r / 2)) +running " "$work/out" || fail "status shows no running rank $r on node $((r / 2))"
+    grep -qE "^$r +$((r / 2)) +[^ ]+ +running " "$work/out" ||
+        fail "status shows no running rank $r on node $((r / 2))"
 done
 
 run status "$id" --json
