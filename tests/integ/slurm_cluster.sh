@@ -73,16 +73,15 @@ fi
 
 # --- up again while a job runs: a clean cluster, the job and its tasks gone ---------------------
 job=$(sbatch --parsable -N1 -o /dev/null --wrap 'srun sleep 300')
+sleepers=
 for ((i = 0; i < 100; i++)); do
-    [ "$(squeue -h -j "$job" -o %T)" = RUNNING ] && pgrep -x sleep >/dev/null && break
+    for p in $(grs__ns_pids); do
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = sleep ] && sleepers+=" $p"
+    done
+    [ -n "$sleepers" ] && break
     sleep 0.1
 done
-[ "$i" -lt 100 ] || grs_fail "the sleeper job $job did not start within 10 s"
-sleepers=
-for p in $(grs__ns_pids); do
-    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = sleep ] && sleepers+=" $p"
-done
-[ -n "$sleepers" ] || grs_fail "no sleep task of job $job inside the nodes"
+[ -n "$sleepers" ] || grs_fail "no sleep task of job $job inside the nodes within 10 s"
 t1=$(grs_now_ms)
 "$here/../slurm/up.sh" >up2.out 2>&1 || grs_fail "up.sh on a running cluster failed: $(tail -n 3 up2.out)"
 echo "# restart_ms=$(($(grs_now_ms) - t1))"
