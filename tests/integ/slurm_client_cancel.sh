@@ -1,0 +1,54 @@
+#!/bin/bash
+# Cancelling on the Slurm test cluster: gpurun cancel of a running 2-node job returns once
+# its processes are gone; status says CANCELLED, no rank and no rendezvousd of the job is
+# left on any node. Then ^C on gpurun --wait cancels its job too, and gpurun dies of SIGINT.
+# timeout: 120
+set -euo pipefail
+# shellcheck source=slurm_client_common.sh
+. "$(dirname "$0")/slurm_client_common.sh"
+
+# shellcheck disable=SC2016 # expanded by each rank
+run sub.out sub.err -N 2 --gpus-per-node 2 --kill-grace 1 -- sh -c 'echo "up $RANK"; exec sleep 3005'
+expect_rc "gpurun" 0
+id=$(job_id sub.out)
+wait_running "$id" 4
+[ "$(pgrep -fc '^sleep 3005$')" = 4 ] || grs_fail "not 4 rank processes: $(pgrep -af 'sleep 3005')"
+t0=$(grs_now_ms)
+run cancel.out cancel.err cancel "$id"
+echo "# cancel_ms=$(($(grs_now_ms) - t0))"
+expect_rc "gpurun cancel" 0
+if pgrep -f '^sleep 3005$' >/dev/null || pgrep -f "rendezvousd --job-dir $GPURUN_JOBS/$id " >/dev/null; then
+    grs_fail "processes of job $id left after cancel: $(pgrep -af "sleep 3005|$GPURUN_JOBS/$id ")"
+fi
+run st.json st.err status "$id" --json
+expect_rc "gpurun status --json" 0
+[ "$(json st.json 'v["state"], v["ended"]')" = "('CANCELLED', True)" ] ||
+    grs_fail "status after cancel: $(json st.json 'v["state"], v["slurm"]')"
+run st.txt st.err status "$id"
+grep -q "^state: CANCELLED" st.txt || grs_fail "status text after cancel: $(head -n 2 st.txt)"
+run again.out again.err cancel "$id"
+expect_rc "gpurun cancel of an ended job" 0
+grep -q "has ended already" again.err || grs_fail "cancel of an ended job says: $(cat again.err)"
+run none.out none.err cancel 4000000
+expect_rc "gpurun cancel of an unknown job" 125
+
+# ^C on --wait: the job is cancelled, gpurun streams to its end and dies of SIGINT.
+# shellcheck disable=SC2016 # expanded by each rank
+"$gpurun" --wait -N 2 --gpus-per-node 1 --kill-grace 1 -- sh -c 'echo "up $RANK"; exec sleep 3006' \
+    >wait.out 2>wait.err </dev/null &
+pid=$!
+for ((i = 0; i < 150; i++)); do
+    [ "$(grep -c '^\[[01]\] up' wait.out)" = 2 ] && break
+    sleep 0.2
+done
+[ "$(grep -c '^\[[01]\] up' wait.out)" = 2 ] || grs_fail "--wait streamed no rank lines: $(cat wait.out)"
+id=$(job_id wait.out)
+kill -INT "$pid"
+rc=0
+wait "$pid" || rc=$?
+expect_rc "gpurun --wait after SIGINT" 130
+grep -q "cancelling job $id" wait.err || grs_fail "no word of the cancel: $(cat wait.err)"
+run st.json st.err status "$id" --json
+[ "$(json st.json 'v["state"]')" = CANCELLED ] || grs_fail "job $id after ^C: $(json st.json 'v["state"]')"
+! pgrep -f '^sleep 3006$' >/dev/null || grs_fail "ranks left after ^C: $(pgrep -af 'sleep 3006')"
+echo "# cancel and ^C on --wait: CANCELLED, nothing left on the nodes"

@@ -1,0 +1,38 @@
+#!/bin/bash
+# A failing rank on the Slurm test cluster: rank 3, on the second node, exits 3 while the
+# others sleep. gpurun --wait exits 3, with the daemon's line naming the rank and node in the
+# stream; status names the first failure (rank, node, host, code, last lines) as text and
+# JSON, and Slurm's state is FAILED; no rank is left on any node.
+# timeout: 120
+set -euo pipefail
+# shellcheck source=slurm_client_common.sh
+. "$(dirname "$0")/slurm_client_common.sh"
+
+t0=$(grs_now_ms)
+# shellcheck disable=SC2016 # expanded by each rank
+run wait.out wait.err --wait -N 2 --gpus-per-node 2 --kill-grace 1 -- sh -c \
+    'echo "up $RANK"; if [ "$RANK" = 3 ]; then echo "rank 3 gives up"; exit 3; fi; exec sleep 3003'
+echo "# fail_ms=$(($(grs_now_ms) - t0))"
+expect_rc "gpurun --wait of a failing job" 3
+id=$(job_id wait.out)
+grep -qF "job failed: rank 3 on node 1 ('node2') exited with status 3" wait.out ||
+    grs_fail "the stream does not name the failing rank: $(grep -v '^\[' wait.out | head -n 5)"
+grep -qF "gpurun: job $id FAILED with exit status 3" wait.err ||
+    grs_fail "gpurun's last line: $(tail -n 1 wait.err)"
+
+run st.txt st.err status "$id"
+expect_rc "gpurun status" 0
+grep -qxF "state: FAILED, exit status 3" st.txt || grs_fail "status: $(head -n 2 st.txt)"
+grep -qF "first failure: rank 3 on node 1 (node2): exited with status 3" st.txt ||
+    grs_fail "status names no first failure: $(grep -i fail st.txt)"
+grep -qxF "  rank 3 gives up" st.txt || grs_fail "status lacks the failing rank's last lines"
+run st.json st.err status "$id" --json
+expect_rc "gpurun status --json" 0
+[ "$(json st.json 'v["slurm"]["state"], v["exit_status"], v["summary"]["outcome"]')" = \
+    "('FAILED', 3, 'failed')" ] || grs_fail "status --json: state, exit status or outcome"
+ff=$(json st.json '[v["first_failure"][k] for k in ("rank", "node", "hostname", "code")]')
+[ "$ff" = "[3, 1, 'node2', 3]" ] || grs_fail "status --json first_failure: $ff"
+if pgrep -f 'sleep 3003$' >/dev/null; then
+    grs_fail "ranks left after the failure: $(pgrep -af 'sleep 3003')"
+fi
+echo "# a failing rank: --wait 3, status names rank 3 on node 1 (node2)"
