@@ -563,46 +563,75 @@ static int evaluate(struct run *r, float *val_loss)
     return 0;
 }
 
-/* Rank 0: the text of n sampled tokens, starting from the first token of the training data,
- * printed as bytes (a byte-level vocabulary) with what is not printable escaped, or as token
- * ids. */
+/* Length of the well-formed UTF-8 sequence at p (n bytes left) that encodes a character past
+ * ASCII, or 0: a lead byte, its continuation bytes, no overlong form or surrogate. */
+static int utf8_len(const int *p, int n)
+{
+    int len = p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 ? 2 : 0;
+    int cp;
+
+    if (p[0] >= 0xf5 || len == 0 || len > n)
+        return 0;
+    cp = p[0] & (0x7f >> len);
+    for (int i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return len;
+}
+
+/* Prints n tokens: with a byte-level vocabulary as text (well-formed UTF-8, newlines and tabs
+ * as they are, any other byte as \xNN so that the terminal sees only printable text), else
+ * as token ids. */
+static void print_tokens(const int *tok, int n, int vocab_size)
+{
+    for (int i = 0; i < n; i++) {
+        int len;
+        if (vocab_size > 256) {
+            printf("%s%d", i ? " " : "", tok[i]);
+        } else if ((tok[i] >= 0x20 && tok[i] < 0x7f) || tok[i] == '\n' || tok[i] == '\t') {
+            putchar(tok[i]);
+        } else if ((len = utf8_len(tok + i, n - i)) > 0) {
+            for (int k = 0; k < len; k++)
+                putchar(tok[i + k]);
+            i += len - 1;
+        } else {
+            printf("\\x%02x", tok[i]);
+        }
+    }
+    putchar('\n');
+}
+
+/* Rank 0: n tokens sampled after the first token of the training data, each from the
+ * window of the last seq_len tokens (the context the model was trained on), printed. */
 static int sample(struct run *r, int n)
 {
     int T = r->cfg.seq_len, V = r->mcfg.vocab_size, Vp = r->mcfg.padded_vocab_size;
     int *ctx = malloc((size_t)(n + 1) * sizeof(int));
-    int len = 1, ret = -1;
+    int ret;
 
     if (!ctx)
         return fail(r, -ENOMEM, "sample: out of memory");
     ctx[0] = r->train_ds->shards[0].tokens[0];
-    printf("sample (%d tokens, temperature %.1f):\n", n, (double)SAMPLE_TEMPERATURE);
-    for (int i = 0; i <= n; i++) {
-        int tok = ctx[len - 1];
-        if (V <= 256) {
-            if ((tok >= 0x20 && tok < 0x7f) || tok == '\n' || tok == '\t')
-                putchar(tok);
-            else
-                printf("\\x%02x", tok);
-        } else {
-            printf("%s%d", i ? " " : "", tok);
-        }
-        if (i == n)
-            break;
-        /* The window of the last T tokens: the context the model was trained on. */
+    for (int len = 1; len <= n; len++) {
         int t = len < T ? len : T;
         ret = gpt2_forward(&r->model, ctx + len - t, NULL, 1, t, NULL);
         if (ret < 0) {
-            fail(r, ret, "sample: forward failed: %s", strerror(-ret));
-            goto out;
+            free(ctx);
+            return fail(r, ret, "sample: forward failed: %s", strerror(-ret));
         }
-        ctx[len++] = gpt2_sample_next(gpt2_logits(&r->model) + (size_t)(t - 1) * (size_t)Vp, V,
-                                      SAMPLE_TEMPERATURE, &r->rng);
+        ctx[len] = gpt2_sample_next(gpt2_logits(&r->model) + (size_t)(t - 1) * (size_t)Vp, V,
+                                    SAMPLE_TEMPERATURE, &r->rng);
     }
-    printf("\n");
-    ret = 0;
-out:
+    printf("sample after step %" PRIu64 " (%d tokens, temperature %.1f):\n", r->step, n,
+           (double)SAMPLE_TEMPERATURE);
+    print_tokens(ctx, n + 1, V);
     free(ctx);
-    return ret;
+    return 0;
 }
 
 /* Rank 0 writes the checkpoint of the state before step r->step; every rank then waits for it
@@ -773,7 +802,8 @@ static int train(struct run *r)
                 .step = (int64_t)s.step,
                 .loss = s.loss,
                 .lr = s.lr,
-                .tokens_per_s = s.tokens_per_s,
+                /* This rank's share: gpurun status adds the ranks' up. */
+                .tokens_per_s = s.tokens_per_s / r->world,
                 .grad_norm = s.grad_norm,
             };
             gr_report(r->g, &p);
