@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Data parallel: the global batch of a step is the same sequences whatever the number of
+# ranks, and the gradients are averaged over the ranks, so 1 rank x batch 4, 2 ranks x batch
+# 2 (gpurun --local), 1 rank x batch 2 x grad_accum 2 and 2 nodes x 2 ranks x batch 1 write
+# the same loss after 6 steps, within 1e-4 relative (the sums' order differs).
+# timeout: 240
+set -euo pipefail
+# shellcheck source=train_common.sh
+. "$(dirname "$0")/train_common.sh"
+
+six=(train.steps=6 train.eval_every=0 data.val=)
+
+# within A B: |A - B| <= 1e-4 |A|
+within() {
+    awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a;
+        exit !(d <= 1e-4 * m) }'
+}
+
+run --local --gpus-per-node 1 "$cfg" "${six[@]}" train.batch_size=4 train.out_dir="$work/w1"
+expect_rc 0 "1 rank x batch 4"
+ref=$(loss_at "$work/w1/metrics.jsonl" 6)
+
+check_run() {
+    local name=$1 dir=$2 got
+    expect_rc 0 "$name"
+    got=$(loss_at "$dir/metrics.jsonl" 6)
+    within "$ref" "$got" || fail "$name: loss $got after 6 steps, 1 rank x batch 4 gave $ref"
+    echo "# $name: loss $got after 6 steps (1 rank x batch 4: $ref)"
+}
+
+run --local --gpus-per-node 2 "$cfg" "${six[@]}" train.batch_size=2 train.out_dir="$work/w2"
+check_run "2 ranks x batch 2" "$work/w2"
+grep -q '^\[0\] run: .*tcp ring of 2 ranks' "$work/out" || fail "2 ranks did not train over the tcp ring"
+grep -q '^\[1\] ' "$work/out" && fail "rank 1 printed lines: $(grep '^\[1\] ' "$work/out" | head -n 3)"
+
+train "$cfg" "${six[@]}" train.batch_size=2 train.grad_accum=2 train.out_dir="$work/acc"
+check_run "1 rank x batch 2 x grad_accum 2" "$work/acc"
+
+run --local --nodes 2 --gpus-per-node 2 "$cfg" "${six[@]}" train.batch_size=1 \
+    train.out_dir="$work/w4"
+check_run "2 nodes x 2 ranks x batch 1" "$work/w4"
+
+# Every step on the way, not only the sixth.
+for d in w2 acc w4; do
+    for s in 1 2 3 4 5; do
+        within "$(loss_at "$work/w1/metrics.jsonl" $s)" "$(loss_at "$work/$d/metrics.jsonl" $s)" ||
+            fail "$d: the loss of step $s differs from 1 rank x batch 4's"
+    done
+done
