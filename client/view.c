@@ -441,7 +441,12 @@ static void print_failure(FILE *out, const json_t *ff)
 
     if (!json_is_object(ff))
         return;
-    fprintf(out, "first failure: rank %ld on node %ld", iget(ff, "rank", -1), iget(ff, "node", -1));
+    /* A cancelled job's first "failure" is a node's, without a rank. */
+    if (iget(ff, "rank", -1) >= 0)
+        fprintf(out, "first failure: rank %ld on node %ld", iget(ff, "rank", -1),
+                iget(ff, "node", -1));
+    else
+        fprintf(out, "first failure: node %ld", iget(ff, "node", -1));
     if (host && *host)
         fprintf(out, " (%s)", host);
     if (sig)

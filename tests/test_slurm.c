@@ -1,0 +1,613 @@
+/* Tests of gpurun's Slurm side that need no cluster: the batch script (directives, quoting,
+ * refusals, bash syntax), the job descriptor filled from the same job (held against the
+ * script's directives), the exit status of each end state, job ids, hostlists through
+ * libslurm, and the status view (state, progress bar, timings, text) and logs -f. The
+ * cluster itself is tests/integ/slurm_client_*.sh's. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#ifndef GPURUN_NO_LIBSLURM
+#include <slurm/slurm.h>
+#endif
+
+#include "../client/logs.h"
+#include "../client/sbatch.h"
+#include "../client/slurmlib.h"
+#include "../client/view.h"
+#include "test.h"
+#include "banned.h"
+
+static const char SPEC[] = "{\n  \"argv\": [\n    \"true\"\n  ],\n  \"job_id\": \"\",\n"
+                           "  \"nnodes\": 2\n}\n";
+
+static char *const ARGV[] = {(char *)"python3", (char *)"train.py", (char *)"--lr",
+                             (char *)"3e-4",    (char *)"it's",     NULL};
+
+static struct sbatch_job full_job(void)
+{
+    return (struct sbatch_job){.job_name = "tiny",
+                               .nodes = 2,
+                               .ranks_per_node = 4,
+                               .gpus_per_node = 4,
+                               .cpus_per_task = 8,
+                               .time_limit_min = 90,
+                               .signal_before_s = 120,
+                               .partition = "gpu",
+                               .account = "proj",
+                               .output = "/home/u/.gpurun/jobs/%j.out",
+                               .work_dir = "/home/u/work dir",
+                               .rendezvousd = "/opt/gpurun/bin/rendezvousd",
+                               .jobs_root = "/home/u/.gpurun/jobs",
+                               .log_level = "warn",
+                               .spec_json = SPEC,
+                               .argv = ARGV};
+}
+
+static char *render_ok(const struct sbatch_job *job)
+{
+    struct sbatch_error err = {{0}};
+    char *text = NULL;
+    int r = sbatch_render(job, &text, &err);
+
+    if (r != 0)
+        test_fail(__FILE__, __LINE__, "sbatch_render: %d: %s", r, err.text);
+    return text;
+}
+
+/* The value of "#SBATCH --NAME=VALUE" in text (quotes removed) into buf, or NULL. */
+static const char *directive(const char *text, const char *name, char *buf, size_t n)
+{
+    char key[64];
+    const char *p;
+    size_t len;
+
+    snprintf(key, sizeof(key), "\n#SBATCH --%s=", name);
+    p = strstr(text, key);
+    if (!p)
+        return NULL;
+    p += strlen(key);
+    len = strcspn(p, "\n");
+    if (len >= 2 && p[0] == '"' && p[len - 1] == '"')
+        p++, len -= 2;
+    snprintf(buf, n, "%.*s", (int)len, p);
+    return buf;
+}
+
+static long num(const char *s)
+{
+    return s ? strtol(s, NULL, 10) : -1;
+}
+
+/* --- the script ---------------------------------------------------------------------------- */
+
+TEST(slurm_time_and_signal)
+{
+    char buf[32];
+
+    CHECK_EQ(sbatch_time_minutes(0), 0);
+    CHECK_EQ(sbatch_time_minutes(1), 1);
+    CHECK_EQ(sbatch_time_minutes(60), 1);
+    CHECK_EQ(sbatch_time_minutes(90), 2);
+    CHECK_EQ(sbatch_time_minutes(2 * 86400), 2880);
+    CHECK_EQ(sbatch_signal_before(0), 120);
+    CHECK_EQ(sbatch_signal_before(600), 120);
+    CHECK_EQ(sbatch_signal_before(8), 120);
+    CHECK_EQ(sbatch_signal_before(4), 60);
+    CHECK_EQ(sbatch_signal_before(1), 15);
+    sbatch_format_time(buf, sizeof(buf), 90);
+    CHECK_STR(buf, "1:30:00");
+    sbatch_format_time(buf, sizeof(buf), 5);
+    CHECK_STR(buf, "0:05:00");
+    sbatch_format_time(buf, sizeof(buf), 2 * 1440 + 61);
+    CHECK_STR(buf, "2-01:01:00");
+}
+
+TEST(slurm_script_directives_and_body)
+{
+    struct sbatch_job job = full_job();
+    char *text = render_ok(&job);
+
+    CHECK(!strncmp(text, "#!/bin/bash\n#SBATCH --job-name=tiny\n", 36));
+    CHECK_CONTAINS(text, "\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"
+                         "#SBATCH --cpus-per-task=8\n#SBATCH --gpus-per-node=4\n"
+                         "#SBATCH --time=1:30:00\n#SBATCH --partition=gpu\n"
+                         "#SBATCH --account=proj\n#SBATCH --output=/home/u/.gpurun/jobs/%j.out\n"
+                         "#SBATCH --chdir=\"/home/u/work dir\"\n#SBATCH --signal=B:USR1@120\n"
+                         "#SBATCH --no-requeue\n#SBATCH --comment=gpurun\n");
+    /* The command in the header, quoted as a shell would need it. */
+    CHECK_CONTAINS(text, "each starting 4 ranks of:\n#   python3 train.py --lr 3e-4 'it'\\''s'\n");
+    CHECK_CONTAINS(text, "\nset -euo pipefail\n");
+    CHECK_CONTAINS(text, "rendezvousd=${GPURUN_RENDEZVOUSD:-/opt/gpurun/bin/rendezvousd}\n");
+    CHECK_CONTAINS(text, "jobs=${GPURUN_JOBS:-/home/u/.gpurun/jobs}\ndir=$jobs/$SLURM_JOB_ID\n");
+    CHECK_CONTAINS(text, "<<'GPURUN_JOB_JSON'\n{\n  \"argv\"");
+    CHECK_CONTAINS(text, "\"nnodes\": 2\n}\nGPURUN_JOB_JSON\n");
+    CHECK_CONTAINS(text, "srun --ntasks-per-node=1 --kill-on-bad-exit=0 \"$rendezvousd\" "
+                         "--job-dir \"$dir\" --log-level warn &\n");
+    CHECK_CONTAINS(text, "trap 'kill -USR1 \"$srun_pid\" 2>/dev/null || true' USR1\n");
+    CHECK(!strstr(text, "/tmp"));
+    free(text);
+
+    /* The optional ones go; a fixed job dir replaces the jobs root. */
+    job.gpus_per_node = 0;
+    job.time_limit_min = 0;
+    job.signal_before_s = 0;
+    job.partition = job.account = NULL;
+    job.job_dir = "/scratch/it's here";
+    job.ranks_per_node = 1;
+    text = render_ok(&job);
+    CHECK(!strstr(text, "#SBATCH --gpus-per-node") && !strstr(text, "#SBATCH --time=") &&
+          !strstr(text, "#SBATCH --partition") && !strstr(text, "#SBATCH --account") &&
+          !strstr(text, "#SBATCH --signal"));
+    CHECK(!strstr(text, "GPURUN_JOBS:-"));
+    CHECK_CONTAINS(text, "\ndir='/scratch/it'\\''s here'\n");
+    CHECK_CONTAINS(text, "each starting 1 rank of:");
+    free(text);
+}
+
+TEST(slurm_script_refusals)
+{
+    struct sbatch_job job = full_job();
+    struct sbatch_error err;
+    char *text = (char *)"untouched";
+
+    job.job_name = "a\"b";
+    CHECK_EQ(sbatch_render(&job, &text, &err), -EINVAL);
+    CHECK(text == NULL);
+    CHECK_STR(err.text, "--job-name: 'a\"b' cannot be written as an #SBATCH directive");
+    job = full_job();
+    job.output = "/x/out\n#SBATCH --nodes=100";
+    CHECK_EQ(sbatch_render(&job, &text, &err), -EINVAL);
+    CHECK_CONTAINS(err.text, "--output: ");
+    job = full_job();
+    job.spec_json = "{\"job_id\": \"42\"}";
+    CHECK_EQ(sbatch_render(&job, &text, &err), -EINVAL);
+    CHECK_STR(err.text, "the job spec lacks an empty job_id");
+    job.spec_json = "{\"job_id\": \"\",\n\"x\": [\n\"\nGPURUN_JOB_JSON\n\"]}";
+    CHECK_EQ(sbatch_render(&job, &text, &err), -EINVAL);
+}
+
+/* The rendered script is valid bash (bash -n), with the hardest values in it. */
+TEST(slurm_script_parses_as_bash)
+{
+    struct sbatch_job job = full_job();
+    char path[PATH_MAX];
+    char *text;
+    FILE *f;
+    int st;
+    pid_t pid;
+
+    job.rendezvousd = "/opt/$(rm -rf x)/`y`/it's \\ here";
+    job.jobs_root = "/home/u/\"quoted\" $HOME";
+    text = render_ok(&job);
+    snprintf(path, sizeof(path), "%s/job.sh", test_tmpdir());
+    f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs(text, f);
+    fclose(f);
+    CHECK_CONTAINS(text, "rendezvousd=${GPURUN_RENDEZVOUSD:-'/opt/$(rm -rf x)/`y`/it'\\''s \\ "
+                         "here'}\n");
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, STDERR_FILENO);
+        execlp("bash", "bash", "-n", path, (char *)NULL);
+        _exit(127);
+    }
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
+        test_skip("no bash here");
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+    free(text);
+}
+
+/* --- the job descriptor -------------------------------------------------------------------- */
+
+#ifndef GPURUN_NO_LIBSLURM
+/* What slurmctld gets is what the script's directives say, field by field. */
+TEST(slurm_desc_matches_the_directives)
+{
+    struct sbatch_job job = full_job();
+    char *env[] = {(char *)"A=1", (char *)"B=2", NULL};
+    char *text = render_ok(&job), buf[256], tres[64];
+    job_desc_msg_t d;
+
+    slurmlib_fill_desc(&job, text, env, 2, &d);
+    CHECK_STR(d.name, directive(text, "job-name", buf, sizeof(buf)));
+    CHECK_EQ(d.min_nodes, num(directive(text, "nodes", buf, sizeof(buf))));
+    CHECK_EQ(d.max_nodes, d.min_nodes);
+    CHECK_EQ(d.num_tasks, d.min_nodes);
+    CHECK_EQ(d.ntasks_per_node, num(directive(text, "ntasks-per-node", buf, sizeof(buf))));
+    CHECK_EQ(d.cpus_per_task, num(directive(text, "cpus-per-task", buf, sizeof(buf))));
+    snprintf(tres, sizeof(tres), "gres:gpu:%s", directive(text, "gpus-per-node", buf, sizeof(buf)));
+    CHECK_STR(d.tres_per_node, tres);
+    CHECK_EQ(d.time_limit, 90);
+    CHECK_STR(directive(text, "time", buf, sizeof(buf)), "1:30:00");
+    CHECK_STR(d.partition, directive(text, "partition", buf, sizeof(buf)));
+    CHECK_STR(d.account, directive(text, "account", buf, sizeof(buf)));
+    CHECK_STR(d.std_out, directive(text, "output", buf, sizeof(buf)));
+    CHECK_STR(d.std_err, d.std_out);
+    CHECK_STR(d.work_dir, directive(text, "chdir", buf, sizeof(buf)));
+    CHECK_STR(directive(text, "signal", buf, sizeof(buf)), "B:USR1@120");
+    CHECK_EQ(d.warn_signal, SIGUSR1);
+    CHECK_EQ(d.warn_time, 120);
+    CHECK_EQ(d.warn_flags, KILL_JOB_BATCH);
+    CHECK(strstr(text, "\n#SBATCH --no-requeue\n") && d.requeue == 0);
+    CHECK_STR(d.comment, directive(text, "comment", buf, sizeof(buf)));
+    CHECK(d.script == text);
+    CHECK(d.environment == env && d.env_size == 2);
+    CHECK_EQ(d.user_id, getuid());
+    CHECK_EQ(d.group_id, getgid());
+    free(text);
+
+    /* No GPUs, no limit, no signal: slurm_init_job_desc_msg's "unset" stays. */
+    job.gpus_per_node = 0;
+    job.time_limit_min = 0;
+    job.signal_before_s = 0;
+    job.partition = NULL;
+    slurmlib_fill_desc(&job, "#!/bin/bash\n", env, 2, &d);
+    CHECK(d.tres_per_node == NULL);
+    CHECK_EQ(d.time_limit, NO_VAL);
+    {
+        job_desc_msg_t fresh;
+        slurm_init_job_desc_msg(&fresh);
+        CHECK_EQ(d.warn_signal, fresh.warn_signal);
+        CHECK_EQ(d.warn_time, fresh.warn_time);
+    }
+    CHECK(d.partition == NULL);
+}
+
+TEST(slurm_hostlists_through_libslurm)
+{
+    char **names = NULL;
+    int n = -1;
+
+    CHECK_EQ(slurmlib_hostlist_expand("node[1-3],gpu07", &names, &n), 0);
+    CHECK_EQ(n, 4);
+    CHECK_STR(names[0], "node1");
+    CHECK_STR(names[2], "node3");
+    CHECK_STR(names[3], "gpu07");
+    CHECK(names[4] == NULL);
+    slurmlib_names_free(names);
+    CHECK_EQ(slurmlib_hostlist_expand("a[01-02]", &names, &n), 0);
+    CHECK_EQ(n, 2);
+    CHECK_STR(names[1], "a02");
+    slurmlib_names_free(names);
+}
+#endif
+
+/* --- states, statuses, ids ----------------------------------------------------------------- */
+
+TEST(slurm_exit_status_of_each_end)
+{
+    static const struct {
+        enum slurmlib_state state;
+        int code, sig, want;
+    } cases[] = {
+        {SLURMLIB_COMPLETED, 0, 0, 0},     {SLURMLIB_FAILED, 3, 0, 3},
+        {SLURMLIB_FAILED, 0, 0, 125},      {SLURMLIB_FAILED, -1, 9, 137},
+        {SLURMLIB_CANCELLED, -1, 15, 143}, {SLURMLIB_CANCELLED, 0, 0, 143},
+        {SLURMLIB_CANCELLED, 7, 0, 7},     {SLURMLIB_TIMEOUT, 0, 15, 124},
+        {SLURMLIB_OOM, 0, 0, 137},         {SLURMLIB_NODE_FAIL, 0, 0, 125},
+        {SLURMLIB_BOOT_FAIL, 0, 0, 125},   {SLURMLIB_PREEMPTED, 0, 0, 125},
+        {SLURMLIB_DEADLINE, 0, 0, 125},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct slurmlib_job j = {
+            .state = cases[i].state, .exit_code = cases[i].code, .exit_signal = cases[i].sig};
+        int got = slurmlib_exit_status(&j);
+        if (got != cases[i].want)
+            test_fail(__FILE__, __LINE__, "%s code %d signal %d: %d, not %d",
+                      slurmlib_state_name(cases[i].state), cases[i].code, cases[i].sig, got,
+                      cases[i].want);
+    }
+    CHECK_STR(slurmlib_state_name(SLURMLIB_NODE_FAIL), "NODE_FAIL");
+    CHECK_STR(slurmlib_state_name(SLURMLIB_STATE_COUNT), "UNKNOWN");
+}
+
+TEST(slurm_job_ids)
+{
+    static const char *const bad[] = {"",    "0",   "-1",         "12a",         "1_2",
+                                      "3+0", " 12", "4294967294", "99999999999", "local-1"};
+    uint32_t id = 0;
+
+    CHECK_EQ(slurmlib_parse_id("1", &id), 0);
+    CHECK_EQ(id, 1);
+    CHECK_EQ(slurmlib_parse_id("4294967293", &id), 0);
+    CHECK_EQ(id, 4294967293u);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (slurmlib_parse_id(bad[i], &id) == 0)
+            test_fail(__FILE__, __LINE__, "'%s' taken as job id %u", bad[i], id);
+}
+
+TEST(slurm_conf_path)
+{
+    char buf[PATH_MAX], conf[PATH_MAX];
+
+    snprintf(conf, sizeof(conf), "%s/slurm.conf", test_tmpdir());
+    setenv("SLURM_CONF", conf, 1);
+    CHECK_EQ(slurmlib_conf_path(buf, sizeof(buf)), -ENOENT);
+    CHECK_STR(buf, conf);
+    close(open(conf, O_WRONLY | O_CREAT, 0644));
+    CHECK_EQ(slurmlib_conf_path(buf, sizeof(buf)), 0);
+    unsetenv("SLURM_CONF");
+    slurmlib_conf_path(buf, sizeof(buf));
+    CHECK_STR(buf, "/etc/slurm/slurm.conf");
+}
+
+/* A missing slurm.conf is one error, at once, and libslurm is never called. */
+TEST(slurm_open_without_configuration)
+{
+    struct slurmlib_error err;
+    char conf[PATH_MAX];
+
+    snprintf(conf, sizeof(conf), "%s/none.conf", test_tmpdir());
+    setenv("SLURM_CONF", conf, 1);
+#ifdef GPURUN_NO_LIBSLURM
+    CHECK_EQ(slurmlib_open(3, &err), -ENOSYS);
+#else
+    CHECK_EQ(slurmlib_open(3, &err), -ENOENT);
+    CHECK_CONTAINS(err.text, "no Slurm configuration: SLURM_CONF names '");
+    CHECK_CONTAINS(err.text, "none.conf', which does not exist");
+#endif
+}
+
+/* --- the status view ----------------------------------------------------------------------- */
+
+static void write_text(const char *dir, const char *name, const char *text)
+{
+    char path[PATH_MAX];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+TEST(slurm_view_bar_and_durations)
+{
+    char buf[128];
+
+    view_bar(buf, sizeof(buf), 25, 100);
+    CHECK_STR(buf, "[##########..............................]  25% (25/100)");
+    view_bar(buf, sizeof(buf), 0, 10);
+    CHECK_STR(buf, "[........................................]   0% (0/10)");
+    view_bar(buf, sizeof(buf), 12, 10);
+    CHECK_STR(buf, "[########################################] 100% (12/10)");
+    view_bar(buf, sizeof(buf), 5, 0);
+    CHECK_STR(buf, "-");
+    view_duration(buf, sizeof(buf), 3723);
+    CHECK_STR(buf, "1:02:03");
+    view_duration(buf, sizeof(buf), 2 * 86400 + 5);
+    CHECK_STR(buf, "2-00:00:05");
+    view_duration(buf, sizeof(buf), -1);
+    CHECK_STR(buf, "-");
+}
+
+TEST(slurm_view_total_steps_of_gpurun_train)
+{
+    const char *t = test_tmpdir();
+    char text[2 * PATH_MAX];
+
+    write_text(t, "run.cfg", "[train]\nsteps = 50\n");
+    snprintf(text, sizeof(text),
+             "{\"job_id\": \"1\", \"argv\": [\"/opt/bin/gpurun-train\", \"%s/run.cfg\", "
+             "\"train.steps=70\"]}",
+             t);
+    write_text(t, "job.json", text);
+    CHECK_EQ(view_total_steps(t), 70);
+    snprintf(text, sizeof(text),
+             "{\"job_id\": \"1\", \"argv\": [\"gpurun-train\", \"%s/run.cfg\"]}", t);
+    write_text(t, "job.json", text);
+    CHECK_EQ(view_total_steps(t), 50);
+    write_text(t, "job.json", "{\"job_id\": \"1\", \"argv\": [\"python3\", \"x.cfg\"]}");
+    CHECK_EQ(view_total_steps(t), 0);
+}
+
+/* An ended Slurm job: Slurm's state and status, the summary's failure and ranks, the
+ * timings from the job dir's files; and the text made of it. */
+TEST(slurm_view_of_an_ended_job)
+{
+    const char *t = test_tmpdir();
+    char *nodes[] = {(char *)"node1", (char *)"node2", NULL};
+    struct slurmlib_job sj = {.id = 12,
+                              .name = (char *)"tiny",
+                              .partition = (char *)"debug",
+                              .nodelist = (char *)"node[1-2]",
+                              .nodes = nodes,
+                              .n_nodes = 2,
+                              .state = SLURMLIB_FAILED,
+                              .ended = true,
+                              .submit_time = 1000,
+                              .start_time = 1002,
+                              .end_time = 1010,
+                              .elapsed_s = 8,
+                              .time_limit_min = 10,
+                              .exit_code = 3};
+    struct view_input in = {.job_id = "12", .slurm = &sj, .job_dir = t, .timeout_ms = 100};
+    json_t *v;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    write_text(t, "key", "k");
+    write_text(t, "endpoint.json", "{\"host\": \"127.0.0.1\", \"port\": 1, \"pid\": 1}");
+    write_text(
+        t, "summary.json",
+        "{\"job_id\": \"12\", \"outcome\": \"failed\", \"exit_status\": 3,"
+        " \"nodes\": [{\"node\": 0, \"hostname\": \"node1\", \"hb_age_ms\": 5},"
+        "             {\"node\": 1, \"hostname\": \"node2\", \"hb_age_ms\": 7}],"
+        " \"ranks\": [{\"rank\": 0, \"node\": 0, \"phase\": \"exited\", \"step\": 7,"
+        "              \"loss\": 2.5, \"signal\": 15, \"killed\": true},"
+        "             {\"rank\": 1, \"node\": 1, \"phase\": \"exited\", \"step\": 5,"
+        "              \"loss\": 2.75, \"code\": 3}],"
+        " \"first_failure\": {\"rank\": 1, \"node\": 1, \"hostname\": \"node2\","
+        "     \"code\": 3, \"signal\": 0, \"cause\": \"exit\", \"tail\": \"boom\\nbang\"},"
+        " \"timings\": {\"rendezvous_ms\": 20, \"first_step_ms\": 120, \"total_ms\": 1500}}");
+    v = view_build(&in);
+    CHECK(v != NULL);
+    CHECK_STR(json_string_value(json_object_get(v, "state")), "FAILED");
+    CHECK(view_ended(v));
+    CHECK_EQ(json_integer_value(json_object_get(v, "exit_status")), 3);
+    CHECK(json_is_null(json_object_get(v, "live")));
+    CHECK_EQ(json_integer_value(json_object_get(json_object_get(v, "first_failure"), "rank")), 1);
+    {
+        json_t *p = json_object_get(v, "progress");
+        CHECK_EQ(json_integer_value(json_object_get(p, "exited")), 2);
+        CHECK_EQ(json_integer_value(json_object_get(p, "step_min")), 5);
+        CHECK_EQ(json_integer_value(json_object_get(p, "step_max")), 7);
+        CHECK(json_real_value(json_object_get(p, "loss_mean")) == 2.625);
+    }
+    {
+        json_t *d = json_object_get(json_object_get(v, "timings"), "durations");
+        CHECK(json_real_value(json_object_get(d, "queued_s")) == 2.0);
+        CHECK(json_real_value(json_object_get(d, "rendezvous_s")) > 0.0199 &&
+              json_real_value(json_object_get(d, "rendezvous_s")) < 0.0201);
+        CHECK(json_real_value(json_object_get(d, "run_s")) > 1.4999 &&
+              json_real_value(json_object_get(d, "run_s")) < 1.5001);
+    }
+    CHECK_EQ(json_integer_value(json_object_get(json_object_get(v, "slurm"), "time_limit_s")), 600);
+
+    f = open_memstream(&buf, &len);
+    view_print(f, v);
+    fclose(f);
+    CHECK(!strncmp(buf,
+                   "job: 12 (tiny)\nstate: FAILED, exit status 3\noutcome: failed\n"
+                   "nodes: node[1-2] (2)\nelapsed: 0:00:08, time limit 0:10:00\n",
+                   strlen("job: 12 (tiny)\nstate: FAILED, exit status 3\noutcome: failed\n"
+                          "nodes: node[1-2] (2)\nelapsed: 0:00:08, time limit 0:10:00\n")));
+    CHECK_CONTAINS(buf, "first failure: rank 1 on node 1 (node2): exited with status 3 [exit]\n"
+                        "last lines of its log:\n  boom\n  bang\n");
+    CHECK_CONTAINS(buf, "timings: queued 2 s, ");
+    CHECK_CONTAINS(buf,
+                   "rank  node  host   phase   step  loss    tokens/s  heartbeat  report  exit\n");
+    CHECK_CONTAINS(buf, "\n0     0     node1  exited  7     2.5000  0         0.0s       -       "
+                        "signal 15 (torn down)\n");
+    CHECK_CONTAINS(buf, "\n1     1     node2  exited  5     2.7500  0         0.0s       -       "
+                        "exit 3\n");
+    free(buf);
+    json_decref(v);
+}
+
+/* A pending Slurm job: no job dir yet, the reason shown. */
+TEST(slurm_view_of_a_pending_job)
+{
+    struct slurmlib_job sj = {.id = 5,
+                              .name = (char *)"big",
+                              .reason = (char *)"Resources",
+                              .n_nodes = 4,
+                              .state = SLURMLIB_PENDING,
+                              .submit_time = 1000,
+                              .exit_code = -1};
+    struct view_input in = {.job_id = "5", .slurm = &sj};
+    json_t *v = view_build(&in), *views = json_array();
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    CHECK_STR(json_string_value(json_object_get(v, "state")), "PENDING");
+    CHECK(!view_ended(v));
+    CHECK(json_is_null(json_object_get(v, "exit_status")));
+    CHECK(json_is_null(json_object_get(v, "progress")));
+    f = open_memstream(&buf, &len);
+    view_print(f, v);
+    fclose(f);
+    CHECK_CONTAINS(buf, "state: PENDING (Resources)\nnodes: 4 asked for\n");
+    free(buf);
+    json_array_append(views, v);
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    view_print_list(f, views);
+    fclose(f);
+    CHECK_STR(buf, "jobid  name  state    nodes  elapsed  nodelist(reason)\n"
+                   "5      big   PENDING  4      0:00:00  (Resources)\n");
+    free(buf);
+    json_decref(views);
+    json_decref(v);
+}
+
+/* --- logs -f ------------------------------------------------------------------------------- */
+
+static void append_text(const char *dir, const char *name, const char *text)
+{
+    char path[PATH_MAX];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "a");
+    CHECK(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+struct follow_script {
+    const char *dir;
+    int calls;
+};
+
+/* The job, one step per poll: logs/ appears with a line and a half; the half line ends and
+ * two more ranks appear (10 sorts after 1); then a last line without its newline, and the
+ * job ends. */
+static bool follow_step(void *arg)
+{
+    struct follow_script *s = arg;
+    char logs[PATH_MAX];
+
+    switch (s->calls++) {
+    case 0:
+        return false;
+    case 1:
+        snprintf(logs, sizeof(logs), "%s/logs", s->dir);
+        CHECK_EQ(mkdir(logs, 0700), 0);
+        append_text(s->dir, "logs/rank-0.log", "a0\nb0 part");
+        return false;
+    case 2:
+        append_text(s->dir, "logs/rank-0.log", "ial\n");
+        append_text(s->dir, "logs/rank-10.log", "x\n");
+        append_text(s->dir, "logs/rank-1.log", "a1\n");
+        return false;
+    default:
+        append_text(s->dir, "logs/rank-1.log", "tail without newline");
+        return true;
+    }
+}
+
+TEST(slurm_logs_follow)
+{
+    struct follow_script s = {.dir = test_tmpdir()};
+    struct logs_error err;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+
+    CHECK_EQ(logs_follow(f, s.dir, -1, follow_step, &s, &err), 0);
+    fclose(f);
+    CHECK_EQ(s.calls, 4);
+    CHECK_STR(buf, "[0] a0\n[0] b0 partial\n[1] a1\n[10] x\n[1] tail without newline\n");
+    free(buf);
+
+    /* One rank: its log as written (the job appended to its unended line), the last line
+     * ended. */
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    s.calls = 3;
+    CHECK_EQ(logs_follow(f, s.dir, 1, follow_step, &s, &err), 0);
+    fclose(f);
+    CHECK_STR(buf, "a1\ntail without newlinetail without newline\n");
+    free(buf);
+}
