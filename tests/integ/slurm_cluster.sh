@@ -101,7 +101,7 @@ for p in $pids; do
     ! grs_alive "$p" || grs_fail "process $p ($(cat "/proc/$p/comm" 2>/dev/null)) survived down.sh"
 done
 expect "namespaces after down" "" "$(grs__namespaces)"
-ip link show "$GRS_BRIDGE" >/dev/null 2>&1 && grs_fail "bridge '$GRS_BRIDGE' survived down.sh"
+ip link show "$GRS_HOST_VETH" >/dev/null 2>&1 && grs_fail "link '$GRS_HOST_VETH' survived down.sh"
 expect "tagged /etc/hosts lines after down" 0 "$(grep -c "$GRS_HOSTS_TAG" /etc/hosts || true)"
 "$here/../slurm/down.sh" || grs_fail "down.sh on a cluster that is down failed"
 echo "# the cluster: up, srun, GPUs, sbatch, node exec, restart and down ok"

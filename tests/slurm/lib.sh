@@ -18,8 +18,8 @@
 #   GR_SLURM_NODES    number of nodes, named node1..nodeN (default 3)
 #   GR_SLURM_CPUS     CPUs each node advertises, real cores or not (default 8)
 #   GR_SLURM_GPUS     fake GPUs per node, 0 for none (default 8)
-#   GR_SLURM_SUBNET   three octets of the private /24 (default 10.214.ID): the host side of
-#                     the bridge is .1, slurmctld .2, node K .(10+K)
+#   GR_SLURM_SUBNET   three octets of the private /24 (default 10.214.ID): the host is .1,
+#                     slurmctld .2, node K .(10+K)
 #   GR_SLURM_HOSTS    1: add "ADDRESS nodeK" lines to /etc/hosts (tagged, removed by down.sh;
 #                     default 1 for ID 0, else 0: node names are the same in every instance)
 #   GR_SLURM_WAIT     seconds up.sh waits for every node to be idle (default 20)
@@ -59,16 +59,17 @@ GRS_WAIT=${GR_SLURM_WAIT:-20}
 # host (a real Slurm included).
 GRS_CTLD_PORT=6817
 GRS_SLURMD_PORT=6818
-# Interface and namespace names, at most 15 bytes: grs<ID>b the bridge, grs<ID>c the
-# controller's namespace, grs<ID>n<K> node K's, grs<ID>v<K> and grs<ID>vc the host ends.
-GRS_BRIDGE=grs${GRS_ID}b
+# Namespace and interface names, at most 15 bytes: grs<ID>s the switch (a namespace with
+# the bridge), grs<ID>c the controller's namespace, grs<ID>n<K> node K's, grs<ID>h the host's
+# link to the switch.
+GRS_SWITCH_NS=grs${GRS_ID}s
+GRS_HOST_VETH=grs${GRS_ID}h
 GRS_CTLD_NS=grs${GRS_ID}c
 GRS_HOSTS_TAG="# gpurun-slurm-$GRS_ID"
 GRS_CTLD_ADDR=$GRS_SUBNET.2
 
 grs_node_name() { echo "node$1"; }
 grs_node_ns() { echo "grs${GRS_ID}n$1"; }
-grs_node_veth() { echo "grs${GRS_ID}v$1"; }
 grs_node_addr() { echo "$GRS_SUBNET.$((10 + $1))"; }
 
 grs__err() {
@@ -175,7 +176,7 @@ grs_exec() {
 # The namespaces of this instance that exist now.
 grs__namespaces() {
     local ns
-    for ns in /run/netns/grs"${GRS_ID}"c /run/netns/grs"${GRS_ID}"n*; do
+    for ns in /run/netns/grs"${GRS_ID}"[cs] /run/netns/grs"${GRS_ID}"n*; do
         [ -e "$ns" ] && echo "${ns##*/}"
     done
     return 0
@@ -210,7 +211,8 @@ grs__stop_pids() {
     done
 }
 
-# Stops everything up.sh started, by pid, and removes the namespaces, the bridge and the
+# Stops everything up.sh started, by pid, and removes the namespaces (the bridge and links go
+# with them) and the
 # /etc/hosts lines: jobs are cancelled first (their steps and tasks end), then the slurmds,
 # slurmctld and munged get SIGTERM, and whatever still runs in the namespaces SIGKILL.
 # Idempotent; a no-op when nothing is up. Keeps the work dir (logs) for a look afterwards.
@@ -250,8 +252,9 @@ grs_down() {
     for ns in $(grs__namespaces); do
         ip netns del "$ns" 2>/dev/null || grs__err "cannot delete namespace '$ns'"
     done
-    if ip link show "$GRS_BRIDGE" >/dev/null 2>&1; then
-        ip link del "$GRS_BRIDGE" 2>/dev/null || grs__err "cannot delete bridge '$GRS_BRIDGE'"
+    # The host's end of its link to the switch goes with the switch's namespace.
+    if ip link show "$GRS_HOST_VETH" >/dev/null 2>&1; then
+        ip link del "$GRS_HOST_VETH" 2>/dev/null || grs__err "cannot delete link '$GRS_HOST_VETH'"
     fi
     grs__hosts_remove
     rm -f "$GRS_DIR/env.sh"

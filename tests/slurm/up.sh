@@ -18,8 +18,10 @@ rc=0
 grs_check || rc=$?
 [ "$rc" = 0 ] || exit "$rc"
 
+# A start that failed leaves nothing running (the work dir stays, with the logs).
 die() {
     grs__err "$*"
+    grs_down
     exit 1
 }
 
@@ -50,14 +52,21 @@ touch "$GRS_DIR/.gpurun-slurm"
 install -d -m 0755 "$GRS_DIR/munge"
 install -d -m 0700 "$GRS_DIR/munge/private"
 
-# --- 2. network: a bridge, the controller's namespace, one per node -------------------------
-# No default route anywhere: traffic between the daemons never leaves the machine.
-# add_ns NS VETH ADDR: a namespace with lo up and eth0 at ADDR, its peer VETH on the bridge.
+# --- 2. network: a switch, the controller's namespace, one per node ----------------------------
+# The bridge lives in a namespace of its own (the switch), not in the host's: traffic between
+# the nodes is then forwarded by a namespace whose firewall is empty, whatever the host's
+# FORWARD chain says (Docker's DROP policy with br_netfilter would cut the nodes apart). The
+# host reaches the switch through one link of its own. No default route anywhere: traffic
+# between the daemons never leaves the machine.
+sw() {
+    ip -n "$GRS_SWITCH_NS" "$@"
+}
+# add_ns NS PORT ADDR: a namespace with lo up and eth0 at ADDR, its peer PORT on the bridge.
 add_ns() {
     ip netns add "$1" &&
-        ip link add "$2" type veth peer name eth0 netns "$1" &&
-        ip link set "$2" master "$GRS_BRIDGE" &&
-        ip link set "$2" up &&
+        sw link add "$2" type veth peer name eth0 netns "$1" &&
+        sw link set "$2" master br0 &&
+        sw link set "$2" up &&
         ip -n "$1" addr add "$3/24" dev eth0 &&
         ip -n "$1" link set eth0 up &&
         ip -n "$1" link set lo up
@@ -66,14 +75,18 @@ if ip -4 route show to match "$GRS_SUBNET.1" 2>/dev/null | grep -qv '^default'; 
     die "subnet '$GRS_SUBNET.0/24' is already routed here: set GR_SLURM_SUBNET (or GR_SLURM_ID)"
 fi
 {
-    ip link add "$GRS_BRIDGE" type bridge &&
-        ip addr add "$GRS_SUBNET.1/24" dev "$GRS_BRIDGE" &&
-        ip link set "$GRS_BRIDGE" up
-} || die "cannot create bridge '$GRS_BRIDGE'"
-add_ns "$GRS_CTLD_NS" "grs${GRS_ID}vc" "$GRS_CTLD_ADDR" ||
-    die "cannot create namespace '$GRS_CTLD_NS'"
+    ip netns add "$GRS_SWITCH_NS" &&
+        sw link add br0 type bridge &&
+        sw link set br0 up &&
+        ip link add "$GRS_HOST_VETH" type veth peer name host netns "$GRS_SWITCH_NS" &&
+        sw link set host master br0 &&
+        sw link set host up &&
+        ip addr add "$GRS_SUBNET.1/24" dev "$GRS_HOST_VETH" &&
+        ip link set "$GRS_HOST_VETH" up
+} || die "cannot create the switch (namespace '$GRS_SWITCH_NS')"
+add_ns "$GRS_CTLD_NS" vc "$GRS_CTLD_ADDR" || die "cannot create namespace '$GRS_CTLD_NS'"
 for ((k = 1; k <= GRS_NODES; k++)); do
-    add_ns "$(grs_node_ns "$k")" "$(grs_node_veth "$k")" "$(grs_node_addr "$k")" ||
+    add_ns "$(grs_node_ns "$k")" "v$k" "$(grs_node_addr "$k")" ||
         die "cannot create namespace '$(grs_node_ns "$k")'"
 done
 
@@ -214,7 +227,9 @@ for ((k = 1; k <= GRS_NODES; k++)); do
     }
 done
 
-[ "$GRS_HOSTS" = 1 ] && grs__hosts_add
+if [ "$GRS_HOSTS" = 1 ] && ! grs__hosts_add 2>/dev/null; then
+    grs__err "cannot write /etc/hosts: node names will not resolve (addresses do)"
+fi
 
 # --- 5. wait until every node is idle -----------------------------------------------------------
 # A client call to a slurmctld that is gone hangs for MessageTimeout: look at the daemons
