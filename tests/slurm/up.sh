@@ -161,7 +161,8 @@ if [ "$GRS_GPUS" -gt 0 ]; then
     # no CUDA_VISIBLE_DEVICES). Major 195 is nvidia's; with no driver, opening them fails.
     # The digits that end each name become the CUDA_VISIBLE_DEVICES indices.
     for ((g = 0; g < GRS_GPUS; g++)); do
-        mknod -m 0666 "$GRS_DIR/dev/nvidia$g" c 195 "$g"
+        mknod -m 0666 "$GRS_DIR/dev/nvidia$g" c 195 "$g" ||
+            die "cannot make the fake GPU '$GRS_DIR/dev/nvidia$g' (set GR_SLURM_GPUS=0 for none)"
     done
     {
         echo "AutoDetect=off"
