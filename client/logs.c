@@ -268,7 +268,8 @@ int logs_follow(FILE *out, const char *job_dir, int rank, logs_ended_fn ended, v
         ret = discover(&f, dir, rank, err);
         if (ret < 0)
             break;
-        qsort(f.t, (size_t)f.n, sizeof(*f.t), cmp_tail);
+        if (f.n > 1)
+            qsort(f.t, (size_t)f.n, sizeof(*f.t), cmp_tail);
         for (int i = 0; i < f.n && ret == 0; i++) {
             snprintf(prefix, sizeof(prefix), "[%d] ", f.t[i].rank);
             ret = pump(out, dir, &f.t[i], rank >= 0 ? NULL : prefix, last, err);

@@ -357,7 +357,8 @@ TEST(cli_args_usage_lists_the_rows)
     capture_begin(&f, &buf, &len);
     args_usage(f, CMD_RUN);
     fclose(f);
-    CHECK_CONTAINS(buf, "usage: gpurun [options] (train.cfg [section.key=value...] | -- CMD [ARGS...])");
+    CHECK_CONTAINS(buf,
+                   "usage: gpurun [options] (train.cfg [section.key=value...] | -- CMD [ARGS...])");
     CHECK_CONTAINS(buf, "--emit-sbatch");
     CHECK_CONTAINS(buf, "--max-restarts N");
     CHECK_CONTAINS(buf, "-N, --nodes N");
