@@ -18,11 +18,11 @@
 #include "gr.h"
 #include "banned.h"
 
-/* The schedule both benchmarks share: about 512 MiB of buffer reduced per size (at least 3
+/* The schedule both benchmarks share: about 256 MiB of buffer reduced per size (at least 3
  * and at most 50 timed iterations) in BATCHES batches, of which the fastest counts (its mean
  * per call on the slowest rank), so that a burst of other work on a shared machine does not
  * decide a row; after one untimed warm-up that also checks the result. */
-#define BYTES_PER_SIZE (512.0 * 1024 * 1024)
+#define BYTES_PER_SIZE (256.0 * 1024 * 1024)
 #define ITERS_MIN      3
 #define ITERS_MAX      50
 #define BATCHES        3

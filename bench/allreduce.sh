@@ -9,13 +9,16 @@
 #
 # Bus bandwidth = 2(W-1)/W * bytes / time: what each rank moves over its links, comparable
 # across rank counts (nccl-tests' busbw). Each time is the mean per call of the slowest rank in
-# the fastest of three batches.
+# the fastest of three batches, and the best of the rounds: this machine may be shared with
+# other work, which should not decide a row for one side.
 #
 # Environment (all optional):
 #   BUILD                   build dir (default build/ of the source tree)
 #   BENCH_AR_WORLDS         rank counts (default "2 4")
 #   BENCH_AR_MIN_BYTES      smallest buffer (default 1 MiB)
 #   BENCH_AR_MAX_BYTES      largest buffer (default 256 MiB); sizes go up by 4x
+#   BENCH_AR_ROUNDS         rounds of every run, alternating ring and OpenMPI; each row
+#                           shows the best round (default 2)
 #   BENCH_SKIP_ANCHORS=1    measure the tcp ring only
 set -euo pipefail
 
@@ -25,6 +28,7 @@ BUILD=${BUILD:-build}
 WORLDS=${BENCH_AR_WORLDS:-2 4}
 MIN_BYTES=${BENCH_AR_MIN_BYTES:-1048576}
 MAX_BYTES=${BENCH_AR_MAX_BYTES:-268435456}
+ROUNDS=${BENCH_AR_ROUNDS:-2}
 SKIP_ANCHORS=${BENCH_SKIP_ANCHORS:-0}
 # A bound on every run: the whole benchmark takes about a minute here.
 LIMIT=${BENCH_AR_LIMIT:-300}
@@ -52,51 +56,56 @@ mkdir -p "$scratch/home"
 
 args=(--min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES")
 
-# ours W NAME SHM: the ring's lines in $scratch/NAME-W, with GPURUN_COLL_SHM=SHM.
+# ours W NAME SHM: the ring's lines appended to $scratch/NAME-W, with GPURUN_COLL_SHM=SHM.
 ours() {
     local w=$1 name=$2 rc=0
     GPURUN_COLL_SHM=$3 HOME=$scratch/home timeout -k 5 "$LIMIT" "$BUILD/gpurun" --local \
-        --gpus-per-node "$w" --job-dir "$scratch/job-$name-$w" -- "$BUILD/bench/allreduce" \
+        --gpus-per-node "$w" --job-dir "$scratch/job-$name-$w-$round" -- "$BUILD/bench/allreduce" \
         "${args[@]}" >"$scratch/$name-$w.out" 2>"$scratch/$name-$w.err" </dev/null || rc=$?
-    sed -n 's/^\[0\] \(allreduce .*\)/\1/p' "$scratch/$name-$w.out" >"$scratch/$name-$w"
+    sed -n 's/^\[0\] \(allreduce .*\)/\1/p' "$scratch/$name-$w.out" >>"$scratch/$name-$w"
     if [ "$rc" != 0 ]; then
         echo "allreduce.sh: the ring ($name) with $w ranks failed (status $rc):" >&2
         tail -n 5 "$scratch/$name-$w.out" "$scratch/$name-$w.err" >&2
     fi
 }
 
-# mpi W NAME MCA...: OpenMPI's lines in $scratch/NAME-W.
+# mpi W NAME MCA...: OpenMPI's lines appended to $scratch/NAME-W.
 mpi() {
     local w=$1 name=$2 rc=0
     shift 2
     [ -z "$no_mpi" ] || return 0
     timeout -k 5 "$LIMIT" mpirun --allow-run-as-root --oversubscribe "$@" -np "$w" \
-        "$BUILD/bench/mpi_allreduce" "${args[@]}" >"$scratch/$name-$w" 2>"$scratch/$name-$w.err" \
-        </dev/null || rc=$?
+        "$BUILD/bench/mpi_allreduce" "${args[@]}" >"$scratch/$name-$w.out" \
+        2>"$scratch/$name-$w.err" </dev/null || rc=$?
+    grep '^allreduce ' "$scratch/$name-$w.out" >>"$scratch/$name-$w" || true
     if [ "$rc" != 0 ]; then
         echo "allreduce.sh: OpenMPI ($name) with $w ranks failed (status $rc):" >&2
         tail -n 5 "$scratch/$name-$w.err" >&2
-        : >"$scratch/$name-$w"
     fi
 }
 
-# field FILE BYTES KEY: KEY's value on FILE's line for BYTES, or nothing.
+# field FILE BYTES KEY: KEY's value on FILE's line for BYTES of the best round (the one with
+# the highest bus bandwidth), or nothing.
 field() {
     [ -f "$1" ] || return 0
-    sed -n "s/^allreduce bytes=$2 .*[ ]$3=\([^ ]*\).*/\1/p" "$1"
+    grep "^allreduce bytes=$2 " "$1" | sort -t= -k7 -g -r | head -n 1 |
+        sed -n "s/.*[ ]$3=\([^ ]*\).*/\1/p"
 }
 
-for w in $WORLDS; do
-    ours "$w" ring 1
-    mpi "$w" mpi-sm
-    ours "$w" ring-tcp 0
-    mpi "$w" mpi-tcp --mca btl tcp,self --mca btl_tcp_if_include lo
+for ((round = 0; round < ROUNDS; round++)); do
+    for w in $WORLDS; do
+        ours "$w" ring 1
+        mpi "$w" mpi-sm
+        ours "$w" ring-tcp 0
+        mpi "$w" mpi-tcp --mca btl tcp,self --mca btl_tcp_if_include lo
+    done
 done
 
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "## Allreduce bandwidth (sum of fp32, in place; $(nproc) CPUs, load $load)"
 echo
-echo "Bus bandwidth in GB/s: 2(W-1)/W x bytes / time per call (slowest rank, fastest of 3 batches)."
+echo "Bus bandwidth in GB/s: 2(W-1)/W x bytes / time per call (slowest rank, fastest of 3"
+echo "batches, best of $ROUNDS rounds)."
 echo "Default: the ring with its shared-memory links on one machine, OpenMPI with its defaults"
 echo "(shared memory)."
 echo "TCP: every byte over loopback TCP (GPURUN_COLL_SHM=0; --mca btl tcp,self)."
