@@ -55,10 +55,11 @@ MPI_HELLO  := $(if $(MPICC),$(BUILD)/tests/mpi_hello)
 HAVE_PMIX  := $(shell $(PKG) --exists pmix 2>/dev/null && echo 1)
 GR_LIBS    := $(if $(HAVE_PMIX),$(shell $(PKG) --libs pmix))
 GR_PMIX_CHECK := $(if $(HAVE_PMIX),$(BUILD)/tests/gr_pmix_check)
+BENCH_STEP := $(BUILD)/bench/train_step
 TRAIN      := $(if $(wildcard kernels/train.c),$(BUILD)/gpurun-train)
 PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN) $(TRAIN) $(COLL_RANK) \
               $(MPI_HELLO) $(GR_PMIX_CHECK) \
-              $(BENCH_AR) $(BENCH_MPI)
+              $(BENCH_AR) $(BENCH_MPI) $(BENCH_STEP)
 
 .PHONY: all run test test-gpu bench fuzz fuzz-build asan memcheck install clean deps format format-check
 
@@ -130,6 +131,14 @@ $(COLL_RANK): $(call obj,tests/coll_rank.c kernels/coll.c) $(GR_A)
 $(BENCH_AR): $(call obj,bench/allreduce.c kernels/coll.c) $(GR_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# The CPU training step benchmark: the model, its ops and AdamW.
+$(call obj,bench/train_step.c): CPPFLAGS += -Ikernels
+# The model's maths never reads errno: without it sqrtf is one instruction and vectorises.
+$(call obj,kernels/ops.c kernels/gpt2.c kernels/optim.c): CFLAGS += -fno-math-errno
+$(call obj,bench/train_step.c): CFLAGS += -fopenmp
+$(BENCH_STEP): $(call obj,bench/train_step.c kernels/ops.c kernels/gpt2.c kernels/optim.c)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ -lm
 $(BUILD)/bench/mpi_allreduce: bench/mpi_allreduce.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")

@@ -91,12 +91,12 @@ static inline float tanh_inline(float u)
  * B(p,j) = b[p*b_rs + j*b_cs], so one routine serves out = inp W^T (B is W read across its
  * rows), dinp = dout W, dW = dout^T inp and the attention's products without transposing copies.
  *
- * K is cut into blocks of at most KC_MAX; for each block, B is packed into panels of NR columns
- * (p-major, NR contiguous floats per p) and A into panels of MR rows (MR contiguous floats per
- * p), zero-padded at the edges, and the micro-kernel accumulates an MR x NR tile of C in
- * registers over the block, then stores it (first block, when not accumulating) or adds it to C.
- * An element of C thus sums its products in p order within a block and adds the blocks in
- * order: the result depends on K (and the kernel) only, never on M, N or how rows are split
+ * B is packed into panels of NR columns (p-major: NR contiguous floats per p) and A into
+ * panels of MR rows (MR contiguous floats per p), zero-padded at the edges; K is cut into
+ * blocks of at most KC_MAX, and the micro-kernel accumulates an MR x NR tile of C in registers
+ * over one block, then stores it (first block, when not accumulating) or adds it to C. An
+ * element of C thus sums its products in p order within a block and adds the blocks in order:
+ * the result depends on K (and the kernel) only, never on M, N or how the work is split
  * between threads. */
 #define KC_MAX     256 /* a packed B panel (KC_MAX x NR floats, 32 KiB for NR 32) stays in L1 */
 #define MR_MAX     12
@@ -105,11 +105,14 @@ static inline float tanh_inline(float u)
 
 typedef void (*gemm_kernel_fn)(int kc, const float *a, const float *b, float *c, ptrdiff_t ldc,
                                bool accumulate);
+typedef void (*gemm_pack_fn)(float *dst, const float *x, ptrdiff_t ls, ptrdiff_t ps, int w,
+                             int valid, int kc);
 
 struct gemm_kernel {
     const char *name;
     int mr, nr;
     gemm_kernel_fn fn;
+    gemm_pack_fn pack; /* packs one panel of A or B (pack_panel's contract) */
 };
 
 struct gemm {
@@ -122,6 +125,135 @@ struct gemm {
     ptrdiff_t ldc;
     bool accumulate; /* C += A B, else C = A B */
 };
+
+/* Packs one panel: w lines (A's rows or B's columns), `valid` of them real and the rest
+ * zero, kc deep, element (line l, depth p) at x[l*ls + p*ps], into dst[p*w + l]. w is a
+ * constant in each caller below, so that the loops unroll. */
+static inline __attribute__((always_inline)) void pack_panel_w(float *restrict dst,
+                                                               const float *restrict x,
+                                                               ptrdiff_t ls, ptrdiff_t ps, int w,
+                                                               int valid, int kc)
+{
+    if (valid < w)
+        memset(dst, 0, (size_t)kc * w * sizeof(float));
+    if (ls == 1) {
+        /* Lines adjacent (B = W in dinp, a transposed A): w contiguous floats per p. */
+        if (valid == w) {
+            /* A constant size: the copy is inlined as vector moves. */
+            for (int p = 0; p < kc; p++)
+                memcpy(dst + (size_t)p * w, x + (ptrdiff_t)p * ps, (size_t)w * sizeof(float));
+        } else {
+            for (int p = 0; p < kc; p++) {
+                const float *s = x + (ptrdiff_t)p * ps;
+                for (int l = 0; l < valid; l++)
+                    dst[(size_t)p * w + l] = s[l];
+            }
+        }
+        return;
+    }
+    /* Lines apart (A = inp, B = W^T in the forward): a transposition, in slabs of 16 deep so
+     * that each line is read in whole cache lines and the writes stay in L1. */
+    for (int p0 = 0; p0 < kc; p0 += 16) {
+        int n = kc - p0 < 16 ? kc - p0 : 16;
+        for (int l = 0; l < valid; l++) {
+            const float *s = x + (ptrdiff_t)l * ls + (ptrdiff_t)p0 * ps;
+            for (int k = 0; k < n; k++)
+                dst[(size_t)(p0 + k) * w + l] = s[(ptrdiff_t)k * ps];
+        }
+    }
+}
+
+OPS_CLONES static void pack_panel(float *dst, const float *x, ptrdiff_t ls, ptrdiff_t ps, int w,
+                                  int valid, int kc)
+{
+    switch (w) {
+    case 4:
+        pack_panel_w(dst, x, ls, ps, 4, valid, kc);
+        break;
+    case 6:
+        pack_panel_w(dst, x, ls, ps, 6, valid, kc);
+        break;
+    case 12:
+        pack_panel_w(dst, x, ls, ps, 12, valid, kc);
+        break;
+    case 16:
+        pack_panel_w(dst, x, ls, ps, 16, valid, kc);
+        break;
+    case 32:
+        pack_panel_w(dst, x, ls, ps, 32, valid, kc);
+        break;
+    default:
+        pack_panel_w(dst, x, ls, ps, w, valid, kc);
+        break;
+    }
+}
+
+#ifdef OPS_X86
+/* Transposes the 16 x 16 block r in registers (r[i] lane j becomes r[j] lane i): pairs of
+ * rows, then 64-bit pairs, then 128-bit and 256-bit lanes. */
+__attribute__((target("avx512f"))) static inline void transpose16(__m512 r[16])
+{
+    __m512 t[16];
+    const __m512i lo128 =
+        _mm512_set_epi32(27, 26, 25, 24, 11, 10, 9, 8, 19, 18, 17, 16, 3, 2, 1, 0);
+    const __m512i hi128 =
+        _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 23, 22, 21, 20, 7, 6, 5, 4);
+
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_permutex2var_ps(r[i], lo128, r[i + 4]);
+        t[i + 4] = _mm512_permutex2var_ps(r[i], hi128, r[i + 4]);
+        t[i + 8] = _mm512_permutex2var_ps(r[i + 8], lo128, r[i + 12]);
+        t[i + 12] = _mm512_permutex2var_ps(r[i + 8], hi128, r[i + 12]);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+}
+
+/* pack_panel for the AVX-512 kernel: the transposing case (lines apart, depth contiguous) in
+ * 16 x 16 blocks through registers, masked at the edges; the others as pack_panel. */
+__attribute__((target("avx512f"))) static void
+pack_panel_avx512(float *dst, const float *x, ptrdiff_t ls, ptrdiff_t ps, int w, int valid, int kc)
+{
+    if (ps != 1 || ls == 1) {
+        pack_panel(dst, x, ls, ps, w, valid, kc);
+        return;
+    }
+    for (int p0 = 0; p0 < kc; p0 += 16) {
+        int n = kc - p0 < 16 ? kc - p0 : 16;
+        __mmask16 in = (__mmask16)((1u << n) - 1);
+
+        for (int l0 = 0; l0 < w; l0 += 16) {
+            int nl = w - l0 < 16 ? w - l0 : 16;
+            __mmask16 out = (__mmask16)((1u << nl) - 1);
+            __m512 r[16];
+
+            for (int l = 0; l < 16; l++) {
+                /* The lines are far apart (one row each): fetch the slab after next. */
+                if (l0 + l < valid && p0 + 32 < kc)
+                    _mm_prefetch((const char *)(x + (ptrdiff_t)(l0 + l) * ls + p0 + 32),
+                                 _MM_HINT_T0);
+                r[l] = l0 + l < valid ? _mm512_maskz_loadu_ps(in, x + (ptrdiff_t)(l0 + l) * ls + p0)
+                                      : _mm512_setzero_ps();
+            }
+            transpose16(r);
+            for (int k = 0; k < n; k++)
+                _mm512_mask_storeu_ps(dst + (size_t)(p0 + k) * w + l0, out, r[k]);
+        }
+    }
+}
+#endif
 
 /* The portable micro-kernel: MR 4, NR 16, plain loops the compiler vectorises as it can. */
 static void kernel_generic(int kc, const float *restrict a, const float *restrict b,
@@ -216,10 +348,10 @@ __attribute__((target("avx512f"))) static void kernel_avx512(int kc, const float
 
 static const struct gemm_kernel kernels[] = {
 #ifdef OPS_X86
-    {"avx512", 12, 32, kernel_avx512},
-    {"avx2", 6, 16, kernel_avx2},
+    {"avx512", 12, 32, kernel_avx512, pack_panel_avx512},
+    {"avx2", 6, 16, kernel_avx2, pack_panel},
 #endif
-    {"generic", 4, 16, kernel_generic},
+    {"generic", 4, 16, kernel_generic, pack_panel},
 };
 #define N_KERNELS (sizeof(kernels) / sizeof(kernels[0]))
 
@@ -284,52 +416,30 @@ static int gemm_kc(int K)
     return blocks ? (K + blocks - 1) / blocks : 0;
 }
 
-/* Packs B's rows [p0, p0+kc) for the column panels [panel0, panel1) into dst, panel q at
- * dst + (q - panel0) * kc * nr. */
-static void pack_b(const struct gemm *g, int nr, int p0, int kc, int panel0, int panel1, float *dst)
+/* Packs B's column panels [panel0, panel1), all K deep, into dst: panel q at
+ * dst + (q - panel0) * K * nr, its K block from p0 at + p0 * nr. */
+static void pack_b(const struct gemm_kernel *k, const struct gemm *g, int panel0, int panel1,
+                   float *dst)
 {
-    for (int q = panel0; q < panel1; q++) {
-        float *d = dst + (size_t)(q - panel0) * kc * nr;
-        int j0 = q * nr, nj = g->N - j0 < nr ? g->N - j0 : nr;
+    int nr = k->nr;
 
-        if (g->b_cs == 1) {
-            for (int p = 0; p < kc; p++) {
-                const float *s = g->b + (ptrdiff_t)(p0 + p) * g->b_rs + j0;
-                memcpy(d + (size_t)p * nr, s, (size_t)nj * sizeof(float));
-                for (int j = nj; j < nr; j++)
-                    d[(size_t)p * nr + j] = 0.0f;
-            }
-        } else {
-            for (int j = 0; j < nr; j++) {
-                if (j < nj) {
-                    const float *s = g->b + (ptrdiff_t)(j0 + j) * g->b_cs + (ptrdiff_t)p0 * g->b_rs;
-                    for (int p = 0; p < kc; p++)
-                        d[(size_t)p * nr + j] = s[(ptrdiff_t)p * g->b_rs];
-                } else {
-                    for (int p = 0; p < kc; p++)
-                        d[(size_t)p * nr + j] = 0.0f;
-                }
-            }
-        }
+    for (int q = panel0; q < panel1; q++) {
+        int j0 = q * nr, nj = g->N - j0 < nr ? g->N - j0 : nr;
+        k->pack(dst + (size_t)(q - panel0) * g->K * nr, g->b + (ptrdiff_t)j0 * g->b_cs, g->b_cs,
+                g->b_rs, nr, nj, g->K);
     }
 }
 
-/* Packs A's rows [i0, i1) (i1 - i0 rounded up to mr, zero rows past M) and columns
- * [p0, p0+kc) into dst, panel r at dst + r * kc * mr. */
-static void pack_a(const struct gemm *g, int mr, int i0, int i1, int p0, int kc, float *dst)
+/* Packs A's rows [i0, i1) (i1 - i0 rounded up to mr, zero rows past M), all K deep, into
+ * dst: panel r at dst + r * K * mr, its K block from p0 at + p0 * mr. */
+static void pack_a(const struct gemm_kernel *k, const struct gemm *g, int i0, int i1, float *dst)
 {
+    int mr = k->mr;
+
     for (int r0 = i0; r0 < i1; r0 += mr) {
-        float *d = dst + (size_t)(r0 - i0) * kc;
-        for (int i = 0; i < mr; i++) {
-            if (r0 + i < g->M) {
-                const float *s = g->a + (ptrdiff_t)(r0 + i) * g->a_rs + (ptrdiff_t)p0 * g->a_cs;
-                for (int p = 0; p < kc; p++)
-                    d[(size_t)p * mr + i] = s[(ptrdiff_t)p * g->a_cs];
-            } else {
-                for (int p = 0; p < kc; p++)
-                    d[(size_t)p * mr + i] = 0.0f;
-            }
-        }
+        int mi = g->M - r0 < mr ? g->M - r0 : mr;
+        k->pack(dst + (size_t)(r0 - i0) * g->K, g->a + (ptrdiff_t)r0 * g->a_rs, g->a_rs, g->a_cs,
+                mr, mi, g->K);
     }
 }
 
@@ -356,32 +466,52 @@ static void gemm_tile(const struct gemm_kernel *k, const struct gemm *g, int kc,
     }
 }
 
-/* Rows [i0, i1) times column panels [panel0, panel1) for one K block, B already packed from
- * panel 0 at bpack: packs A into apack, then each B panel (kept in L1) meets every A panel. */
-static void gemm_unit(const struct gemm_kernel *k, const struct gemm *g, int p0, int kc,
-                      const float *bpack, float *apack, int i0, int i1, int panel0, int panel1)
+/* Rows [i0, i1) times column panels [panel0, panel1), B packed at bpack from panel q_base:
+ * packs A into apack, then per B panel and K block, the block's B panel (kept in L1) meets
+ * every A panel, the C tiles (in L1 or L2) taking the blocks' sums in order. */
+static void gemm_unit(const struct gemm_kernel *k, const struct gemm *g, const float *bpack,
+                      int q_base, float *apack, int i0, int i1, int panel0, int panel1)
 {
-    bool accumulate = g->accumulate || p0 > 0;
+    int kc_max = gemm_kc(g->K);
 
-    pack_a(g, k->mr, i0, i1, p0, kc, apack);
+    pack_a(k, g, i0, i1, apack);
     for (int q = panel0; q < panel1; q++) {
-        const float *bp = bpack + (size_t)q * kc * k->nr;
-        for (int r0 = i0; r0 < i1; r0 += k->mr)
-            gemm_tile(k, g, kc, apack + (size_t)(r0 - i0) * kc, bp, r0, q * k->nr, accumulate);
+        const float *bq = bpack + (size_t)(q - q_base) * g->K * k->nr;
+        for (int p0 = 0; p0 < g->K; p0 += kc_max) {
+            int kc = g->K - p0 < kc_max ? g->K - p0 : kc_max;
+            bool accumulate = g->accumulate || p0 > 0;
+
+            for (int r0 = i0; r0 < i1; r0 += k->mr) {
+                /* The first block fetches the next tile's rows of C (a wide C has been
+                 * evicted since they were last written) while this tile computes. */
+                if (!p0 && r0 + k->mr < i1) {
+                    for (int i = 0; i < k->mr && r0 + k->mr + i < g->M; i++) {
+                        const float *c = g->c + (ptrdiff_t)(r0 + k->mr + i) * g->ldc + q * k->nr;
+                        __builtin_prefetch(c, 1);
+                        __builtin_prefetch(c + k->nr - 1, 1);
+                    }
+                }
+                gemm_tile(k, g, kc, apack + (size_t)(r0 - i0) * g->K + (size_t)p0 * k->mr,
+                          bq + (size_t)p0 * k->nr, r0, q * k->nr, accumulate);
+            }
+        }
     }
 }
 
 /* Rows per A block: enough B-panel reuse, a block (MC x KC) that stays in L2. */
-#define MC_TARGET 96
+#define MC_TARGET      96
+/* Floats of packed B per column chunk (4 MiB): B is packed for all of K at once, in chunks
+ * of columns when K x N is larger. */
+#define B_CHUNK_FLOATS (1 << 20)
 
-/* The GEMM with the calling thread's OpenMP team: B packed by all, then (row block, panel
- * group) units shared out statically. Returns 0 or -ENOMEM. */
+/* The GEMM with the calling thread's OpenMP team: per column chunk, B packed by all, then
+ * (row block, panel group) units shared out statically. Returns 0 or -ENOMEM. */
 static int gemm_parallel(const struct gemm *g)
 {
     const struct gemm_kernel *k = kernel;
-    int kc_max = gemm_kc(g->K), nth = team_size();
+    int nth = team_size();
     int n_panels = (g->N + k->nr - 1) / k->nr, m_tiles = (g->M + k->mr - 1) / k->mr;
-    int m_blocks, n_groups, n_units;
+    int chunk_panels, m_blocks, max_rows;
     float *bpack = NULL;
     int err = 0;
 
@@ -395,25 +525,23 @@ static int gemm_parallel(const struct gemm *g)
         }
         return 0;
     }
+    chunk_panels = B_CHUNK_FLOATS / ((size_t)g->K * k->nr);
+    chunk_panels = chunk_panels < 1 ? 1 : chunk_panels > n_panels ? n_panels : chunk_panels;
     /* Row blocks of about MC_TARGET rows, their count a multiple of the team so that the
-     * static schedule is balanced; panel groups when there are too few row blocks. */
+     * static schedule is balanced. */
     m_blocks = (m_tiles * k->mr + MC_TARGET - 1) / MC_TARGET;
     m_blocks = (int)round_up((size_t)m_blocks, (size_t)nth);
     if (m_blocks > m_tiles)
         m_blocks = m_tiles;
-    n_groups = 1;
-    while (m_blocks * n_groups < 2 * nth && n_groups < n_panels)
-        n_groups++;
-    n_units = m_blocks * n_groups;
+    max_rows = ((m_tiles + m_blocks - 1) / m_blocks) * k->mr;
 
-    bpack = pack_alloc((size_t)n_panels * k->nr * kc_max);
+    bpack = pack_alloc((size_t)chunk_panels * k->nr * g->K);
     if (!bpack)
         return -ENOMEM;
 
 #pragma omp parallel
     {
-        int max_rows = ((m_tiles + m_blocks - 1) / m_blocks) * k->mr;
-        float *apack = pack_alloc((size_t)max_rows * kc_max);
+        float *apack = pack_alloc((size_t)max_rows * g->K);
 
         if (!apack) {
 #pragma omp atomic write
@@ -423,24 +551,29 @@ static int gemm_parallel(const struct gemm *g)
         int failed;
 #pragma omp atomic read
         failed = err;
-        for (int p0 = 0; !failed && p0 < g->K; p0 += kc_max) {
-            int kc = g->K - p0 < kc_max ? g->K - p0 : kc_max;
+        for (int c0 = 0; !failed && c0 < n_panels; c0 += chunk_panels) {
+            int c1 = c0 + chunk_panels < n_panels ? c0 + chunk_panels : n_panels;
+            /* Panel groups when there are too few row blocks for the team. */
+            int n_groups = 1;
+            while (m_blocks * n_groups < 2 * nth && n_groups < c1 - c0)
+                n_groups++;
+            int n_units = m_blocks * n_groups;
 
 #pragma omp for schedule(static)
-            for (int q = 0; q < n_panels; q++)
-                pack_b(g, k->nr, p0, kc, q, q + 1, bpack + (size_t)q * kc * k->nr);
+            for (int q = c0; q < c1; q++)
+                pack_b(k, g, q, q + 1, bpack + (size_t)(q - c0) * g->K * k->nr);
 
 #pragma omp for schedule(static)
             for (int u = 0; u < n_units; u++) {
                 int mb = u / n_groups, ng = u % n_groups;
                 int t0 = (int)((long)mb * m_tiles / m_blocks);
                 int t1 = (int)((long)(mb + 1) * m_tiles / m_blocks);
-                int q0 = (int)((long)ng * n_panels / n_groups);
-                int q1 = (int)((long)(ng + 1) * n_panels / n_groups);
+                int q0 = c0 + (int)((long)ng * (c1 - c0) / n_groups);
+                int q1 = c0 + (int)((long)(ng + 1) * (c1 - c0) / n_groups);
                 int i1 = t1 * k->mr < g->M ? t1 * k->mr : g->M;
 
                 if (t1 > t0 && q1 > q0)
-                    gemm_unit(k, g, p0, kc, bpack, apack, t0 * k->mr, i1, q0, q1);
+                    gemm_unit(k, g, bpack, c0, apack, t0 * k->mr, i1, q0, q1);
             }
         }
         free(apack);
@@ -449,20 +582,22 @@ static int gemm_parallel(const struct gemm *g)
     return err ? -ENOMEM : 0;
 }
 
-/* Packing space for gemm_serial: A up to `rows` rows, B up to `cols` columns, KC_MAX deep. */
+/* Packing space for gemm_serial: A up to `rows` rows, B up to `cols` columns, both up to
+ * `depth` deep. */
 struct gemm_ws {
     float *apack, *bpack;
-    int rows, cols;
+    int rows, cols, depth;
 };
 
-static int gemm_ws_init(struct gemm_ws *ws, int rows, int cols)
+static int gemm_ws_init(struct gemm_ws *ws, int rows, int cols, int depth)
 {
     const struct gemm_kernel *k = kernel;
 
     ws->rows = (int)round_up((size_t)rows, (size_t)k->mr);
     ws->cols = (int)round_up((size_t)cols, (size_t)k->nr);
-    ws->apack = pack_alloc((size_t)ws->rows * KC_MAX);
-    ws->bpack = pack_alloc((size_t)ws->cols * KC_MAX);
+    ws->depth = depth;
+    ws->apack = pack_alloc((size_t)ws->rows * depth);
+    ws->bpack = pack_alloc((size_t)ws->cols * depth);
     if (!ws->apack || !ws->bpack) {
         free(ws->apack);
         free(ws->bpack);
@@ -478,12 +613,12 @@ static void gemm_ws_release(struct gemm_ws *ws)
     free(ws->bpack);
 }
 
-/* The GEMM on the calling thread alone (inside a parallel region), M and N within the
- * workspace's rows and cols. */
+/* The GEMM on the calling thread alone (inside a parallel region), M, N and K within the
+ * workspace's rows, cols and depth. */
 static void gemm_serial(const struct gemm *g, struct gemm_ws *ws)
 {
     const struct gemm_kernel *k = kernel;
-    int kc_max = gemm_kc(g->K), n_panels = (g->N + k->nr - 1) / k->nr;
+    int n_panels = (g->N + k->nr - 1) / k->nr;
 
     if (g->M <= 0 || g->N <= 0)
         return;
@@ -494,12 +629,8 @@ static void gemm_serial(const struct gemm *g, struct gemm_ws *ws)
         }
         return;
     }
-    for (int p0 = 0; p0 < g->K; p0 += kc_max) {
-        int kc = g->K - p0 < kc_max ? g->K - p0 : kc_max;
-
-        pack_b(g, k->nr, p0, kc, 0, n_panels, ws->bpack);
-        gemm_unit(k, g, p0, kc, ws->bpack, ws->apack, 0, g->M, 0, n_panels);
-    }
+    pack_b(k, g, 0, n_panels, ws->bpack);
+    gemm_unit(k, g, ws->bpack, 0, ws->apack, 0, g->M, 0, n_panels);
 }
 
 /* ---- matmul ------------------------------------------------------------------------------- */
@@ -769,7 +900,7 @@ int ops_attention_forward(float *out, float *att, const float *qkv, int B, int T
 #pragma omp parallel
     {
         struct gemm_ws ws;
-        int failed = gemm_ws_init(&ws, ATT_ROWS, T > hs ? T : hs) < 0;
+        int failed = gemm_ws_init(&ws, ATT_ROWS, T > hs ? T : hs, T > hs ? T : hs) < 0;
 
         if (failed) {
 #pragma omp atomic write
@@ -833,7 +964,7 @@ int ops_attention_backward(float *dqkv, const float *dout, const float *qkv, con
     {
         struct gemm_ws ws;
         float *ds = malloc((size_t)T * T * sizeof(float));
-        int failed = !ds || gemm_ws_init(&ws, ATT_ROWS, T > hs ? T : hs) < 0;
+        int failed = !ds || gemm_ws_init(&ws, ATT_ROWS, T > hs ? T : hs, T > hs ? T : hs) < 0;
 
         if (failed) {
 #pragma omp atomic write

@@ -10,6 +10,14 @@
 /* Gradients per partial sum of the norm: fixed, so that the summation order is too. */
 #define NORM_CHUNK 16384
 
+/* The loops below, one copy per x86-64 ISA level (as in ops.c). Each element's arithmetic is
+ * the same in every copy (no FMA contraction in ISO C mode), so the results are too. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define OPTIM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define OPTIM_CLONES
+#endif
+
 int adamw_init(struct adamw *opt, size_t n, const struct adamw_config *cfg,
                const struct optim_span *spans, size_t n_spans)
 {
@@ -50,10 +58,31 @@ void adamw_release(struct adamw *opt)
     memset(opt, 0, sizeof(*opt));
 }
 
+OPTIM_CLONES static void adamw_span(float *restrict params, const float *restrict grads,
+                                    float *restrict m, float *restrict v, size_t n,
+                                    const struct adamw_config *c, float lr, float grad_scale,
+                                    float wd, float corr1, float corr2)
+{
+    float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
+
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i] * grad_scale;
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        float mhat = mi / corr1, vhat = vi / corr2;
+        m[i] = mi;
+        v[i] = vi;
+        params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * params[i]);
+    }
+}
+
+/* Elements per thread chunk of the update. */
+#define UPDATE_CHUNK 8192
+
 void adamw_update(struct adamw *opt, float *params, const float *grads, float lr, float grad_scale)
 {
     const struct adamw_config *c = &opt->cfg;
-    float *m = opt->m, *v = opt->v;
 
     opt->step++;
     /* Bias corrections in double: beta^t for t in the millions stays accurate. */
@@ -63,19 +92,34 @@ void adamw_update(struct adamw *opt, float *params, const float *grads, float lr
     for (size_t s = 0; s < opt->n_spans; s++) {
         const struct optim_span *sp = &opt->spans[s];
         float wd = sp->decay ? c->weight_decay : 0.0f;
-        long lo = (long)sp->offset, hi = (long)(sp->offset + sp->count);
+        long chunks = (long)((sp->count + UPDATE_CHUNK - 1) / UPDATE_CHUNK);
 
-#pragma omp parallel for simd schedule(static)
-        for (long i = lo; i < hi; i++) {
-            float g = grads[i] * grad_scale;
-            float mi = c->beta1 * m[i] + (1.0f - c->beta1) * g;
-            float vi = c->beta2 * v[i] + (1.0f - c->beta2) * g * g;
-            float mhat = mi / corr1, vhat = vi / corr2;
-            m[i] = mi;
-            v[i] = vi;
-            params[i] -= lr * (mhat / (sqrtf(vhat) + c->eps) + wd * params[i]);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+        for (long q = 0; q < chunks; q++) {
+            size_t i0 = sp->offset + (size_t)q * UPDATE_CHUNK;
+            size_t n = sp->count - (size_t)q * UPDATE_CHUNK;
+            n = n < UPDATE_CHUNK ? n : UPDATE_CHUNK;
+            adamw_span(params + i0, grads + i0, opt->m + i0, opt->v + i0, n, c, lr, grad_scale, wd,
+                       corr1, corr2);
         }
     }
+}
+
+/* Sum of squares of n gradients in double, in a fixed order: 8 interleaved partial sums
+ * (so that the loop vectorises the same way in every ISA copy), added in order at the end. */
+OPTIM_CLONES static double sum_squares(const float *g, size_t n)
+{
+    double acc[8] = {0};
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+#pragma omp simd
+        for (int k = 0; k < 8; k++)
+            acc[k] += (double)g[i + k] * g[i + k];
+    }
+    for (int k = 0; i < n; i++, k++)
+        acc[k] += (double)g[i] * g[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 double optim_grad_norm(const float *grads, size_t n)
@@ -87,20 +131,15 @@ double optim_grad_norm(const float *grads, size_t n)
     if (!part) {
         /* No memory for the partial sums: the same sums, one thread. */
         for (long q = 0; q < chunks; q++) {
-            double s = 0.0;
-            for (size_t i = (size_t)q * NORM_CHUNK; i < n && i < (size_t)(q + 1) * NORM_CHUNK; i++)
-                s += (double)grads[i] * grads[i];
-            total += s;
+            size_t i0 = (size_t)q * NORM_CHUNK;
+            total += sum_squares(grads + i0, n - i0 < NORM_CHUNK ? n - i0 : NORM_CHUNK);
         }
         return sqrt(total);
     }
 #pragma omp parallel for schedule(static)
     for (long q = 0; q < chunks; q++) {
-        size_t i0 = (size_t)q * NORM_CHUNK, i1 = i0 + NORM_CHUNK < n ? i0 + NORM_CHUNK : n;
-        double s = 0.0;
-        for (size_t i = i0; i < i1; i++)
-            s += (double)grads[i] * grads[i];
-        part[q] = s;
+        size_t i0 = (size_t)q * NORM_CHUNK;
+        part[q] = sum_squares(grads + i0, n - i0 < NORM_CHUNK ? n - i0 : NORM_CHUNK);
     }
     for (long q = 0; q < chunks; q++)
         total += part[q];
