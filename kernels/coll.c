@@ -197,7 +197,6 @@ struct xfer {
     /* The operation's own data. */
     char *buf;
     size_t n;
-    int root;
     /* Progress: send step and offset; receive step, offset and the part reduced. */
     int st, rt;
     size_t so, ro, rc;
@@ -556,10 +555,10 @@ static int xfer_run(struct xfer *x)
                         c->next_addr, c->timeout_ms, x->what);
             return ring_fail(c, -ETIMEDOUT);
         }
-        /* The link from rank-1 while this rank waits for it: its data, or its doorbells. The link
-         * to rank+1 only while there is something left to send it (once it has all it needs from us
-         * it may finish and close before this rank has its own part): room over TCP, doorbells over
-         * a shared ring, and its end closing. */
+        /* The link from rank-1 while this rank waits for it: its data, or its doorbells.
+         * The link to rank+1 only while there is something left to send it (once it has all
+         * it needs from us it may finish and close before this rank has its own part): room
+         * over TCP, doorbells over a shared ring, and its end closing. */
         pfd[0] =
             (struct pollfd){.fd = want_recv && !c->prev_closed ? c->recv_fd : -1, .events = POLLIN};
         pfd[1] = (struct pollfd){.fd = -1};
@@ -586,8 +585,7 @@ static int xfer_run(struct xfer *x)
     return 0;
 }
 
-/* --- tcp: allreduce and broadcast --------------------------------------------------------------
- */
+/* --- tcp: allreduce and broadcast ----------------------------------------------------------- */
 
 /* Segment k of the buffer: the n elements split into world parts, the first n % world one
  * element longer. */
@@ -662,14 +660,12 @@ static int tcp_broadcast(struct coll *c, void *buf, size_t bytes, int root)
         .elem = 1,
         .buf = buf,
         .n = bytes,
-        .root = root,
     };
 
     return xfer_run(&x);
 }
 
-/* --- tcp: set-up -------------------------------------------------------------------------------
- */
+/* --- tcp: set-up ------------------------------------------------------------------------------ */
 
 static void put_u32(unsigned char *p, uint32_t v)
 {
