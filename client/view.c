@@ -426,7 +426,9 @@ static void print_progress(FILE *out, const json_t *p)
             fprintf(out, " of %ld", total);
         if (json_is_number(loss))
             fprintf(out, ", loss %.4f", json_number_value(loss));
-        fprintf(out, ", %.0f tokens/s\n", json_number_value(json_object_get(p, "tokens_per_s")));
+        if (iget(p, "running", 0) > 0)
+            fprintf(out, ", %.0f tokens/s", json_number_value(json_object_get(p, "tokens_per_s")));
+        fprintf(out, "\n");
     }
     if (total > 0) {
         view_bar(bar, sizeof(bar), smin, total);
