@@ -2,6 +2,8 @@
 # Cancelling on the Slurm test cluster: gpurun cancel of a running 2-node job returns once
 # its processes are gone; status says CANCELLED, no rank and no rendezvousd of the job is
 # left on any node. Then ^C on gpurun --wait cancels its job too, and gpurun dies of SIGINT.
+# Last, SIGUSR1 to the batch shell (the route of the pre-timeout --signal=B:USR1) reaches
+# every rank on every node, which end the job cleanly.
 # timeout: 120
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
@@ -51,4 +53,20 @@ grep -q "cancelling job $id" wait.err || grs_fail "no word of the cancel: $(cat 
 run st.json st.err status "$id" --json
 [ "$(json st.json 'v["state"]')" = CANCELLED ] || grs_fail "job $id after ^C: $(json st.json 'v["state"]')"
 ! pgrep -f '^sleep 3006$' >/dev/null || grs_fail "ranks left after ^C: $(pgrep -af 'sleep 3006')"
-echo "# cancel and ^C on --wait: CANCELLED, nothing left on the nodes"
+
+# SIGUSR1 to the batch shell only, as Slurm sends the pre-timeout signal: the shell hands it
+# to srun, srun to each rendezvousd, each rendezvousd to its ranks.
+# shellcheck disable=SC2016 # expanded by each rank
+run sub.out sub.err -N 2 --gpus-per-node 1 -- bash -c \
+    'trap "echo checkpoint \$RANK; exit 0" USR1; echo "up $RANK"; sleep 3007 & wait'
+expect_rc "gpurun" 0
+id=$(job_id sub.out)
+wait_running "$id" 2
+scancel --signal=USR1 --batch "$id"
+state=$(grs_job_wait "$id" 30) || grs_fail "job $id did not end within 30 s of SIGUSR1"
+[ "$state" = COMPLETED ] || grs_fail "job $id after SIGUSR1 is $state: $(cat "$GPURUN_JOBS/$id.out")"
+for r in 0 1; do
+    grep -qxF "[$r] checkpoint $r" "$GPURUN_JOBS/$id.out" || grs_fail "rank $r got no SIGUSR1"
+done
+! pgrep -f '^sleep 3007$' >/dev/null || grs_fail "the ranks' children outlived the job"
+echo "# cancel and ^C on --wait: CANCELLED, nothing left on the nodes; SIGUSR1 reaches the ranks"
