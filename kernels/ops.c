@@ -105,6 +105,8 @@ static inline float tanh_inline(float u)
 
 typedef void (*gemm_kernel_fn)(int kc, const float *a, const float *b, float *c, ptrdiff_t ldc,
                                bool accumulate);
+typedef void (*gemm_rows_fn)(int kc, const float *a, ptrdiff_t lda, const float *b, float *c,
+                             ptrdiff_t ldc, bool accumulate);
 typedef void (*gemm_pack_fn)(float *dst, const float *x, ptrdiff_t ls, ptrdiff_t ps, int w,
                              int valid, int kc);
 
@@ -113,6 +115,7 @@ struct gemm_kernel {
     int mr, nr;
     gemm_kernel_fn fn;
     gemm_pack_fn pack; /* packs one panel of A or B (pack_panel's contract) */
+    gemm_rows_fn rows; /* fn with A read from rows lda apart, unpacked; or NULL */
 };
 
 struct gemm {
@@ -124,6 +127,10 @@ struct gemm {
     float *c;
     ptrdiff_t ldc;
     bool accumulate; /* C += A B, else C = A B */
+    /* Causal: only C(i, j) with j <= i + diag is wanted; micro-tiles wholly above that
+     * diagonal are skipped (left as they were). */
+    bool causal;
+    int diag;
 };
 
 /* Packs one panel: w lines (A's rows or B's columns), `valid` of them real and the rest
@@ -239,17 +246,20 @@ pack_panel_avx512(float *dst, const float *x, ptrdiff_t ls, ptrdiff_t ps, int w,
             __mmask16 out = (__mmask16)((1u << nl) - 1);
             __m512 r[16];
 
+            /* Rows past `valid` load nothing (an empty mask); the lines are far apart (one
+             * row each), so the next slab is fetched meanwhile. */
+#pragma GCC unroll 16
             for (int l = 0; l < 16; l++) {
-                /* The lines are far apart (one row each): fetch the slab after next. */
-                if (l0 + l < valid && p0 + 32 < kc)
-                    _mm_prefetch((const char *)(x + (ptrdiff_t)(l0 + l) * ls + p0 + 32),
-                                 _MM_HINT_T0);
-                r[l] = l0 + l < valid ? _mm512_maskz_loadu_ps(in, x + (ptrdiff_t)(l0 + l) * ls + p0)
-                                      : _mm512_setzero_ps();
+                const float *src = x + (ptrdiff_t)(l0 + l < valid ? l0 + l : 0) * ls + p0;
+                r[l] = _mm512_maskz_loadu_ps(l0 + l < valid ? in : 0, src);
+                _mm_prefetch((const char *)(src + 16), _MM_HINT_T0);
             }
             transpose16(r);
-            for (int k = 0; k < n; k++)
-                _mm512_mask_storeu_ps(dst + (size_t)(p0 + k) * w + l0, out, r[k]);
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++) {
+                if (k < n)
+                    _mm512_mask_storeu_ps(dst + (size_t)(p0 + k) * w + l0, out, r[k]);
+            }
         }
     }
 }
@@ -311,11 +321,13 @@ __attribute__((target("avx2,fma"))) static void kernel_avx2(int kc, const float 
     }
 }
 
-/* AVX-512: 12 x 32, 24 zmm accumulators (of 32), two B loads and twelve broadcasts per p. */
-__attribute__((target("avx512f"))) static void kernel_avx512(int kc, const float *restrict a,
-                                                             const float *restrict b,
-                                                             float *restrict c, ptrdiff_t ldc,
-                                                             bool accumulate)
+/* AVX-512: 12 x 32, 24 zmm accumulators (of 32), two B loads and twelve broadcasts per p.
+ * A is read at a[i * a_is + p * a_ps]: packed (a_ps 12, a_is 1) or straight from row-major
+ * rows (a_ps 1, a_is the row stride), so that A needs no transposing copy when its rows are
+ * contiguous. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+kernel_avx512_body(int kc, const float *restrict a, ptrdiff_t a_ps, ptrdiff_t a_is,
+                   const float *restrict b, float *restrict c, ptrdiff_t ldc, bool accumulate)
 {
     __m512 c0[12], c1[12];
 
@@ -326,11 +338,11 @@ __attribute__((target("avx512f"))) static void kernel_avx512(int kc, const float
         __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 12
         for (int i = 0; i < 12; i++) {
-            __m512 ai = _mm512_set1_ps(a[i]);
+            __m512 ai = _mm512_set1_ps(a[i * a_is]);
             c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
             c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
         }
-        a += 12;
+        a += a_ps;
         b += 32;
     }
 #pragma GCC unroll 12
@@ -344,14 +356,29 @@ __attribute__((target("avx512f"))) static void kernel_avx512(int kc, const float
         _mm512_storeu_ps(ci + 16, c1[i]);
     }
 }
+
+__attribute__((target("avx512f"))) static void kernel_avx512(int kc, const float *restrict a,
+                                                             const float *restrict b,
+                                                             float *restrict c, ptrdiff_t ldc,
+                                                             bool accumulate)
+{
+    kernel_avx512_body(kc, a, 12, 1, b, c, ldc, accumulate);
+}
+
+__attribute__((target("avx512f"))) static void
+kernel_avx512_rows(int kc, const float *restrict a, ptrdiff_t lda, const float *restrict b,
+                   float *restrict c, ptrdiff_t ldc, bool accumulate)
+{
+    kernel_avx512_body(kc, a, 1, lda, b, c, ldc, accumulate);
+}
 #endif
 
 static const struct gemm_kernel kernels[] = {
 #ifdef OPS_X86
-    {"avx512", 12, 32, kernel_avx512, pack_panel_avx512},
-    {"avx2", 6, 16, kernel_avx2, pack_panel},
+    {"avx512", 12, 32, kernel_avx512, pack_panel_avx512, kernel_avx512_rows},
+    {"avx2", 6, 16, kernel_avx2, pack_panel, NULL},
 #endif
-    {"generic", 4, 16, kernel_generic, pack_panel},
+    {"generic", 4, 16, kernel_generic, pack_panel, NULL},
 };
 #define N_KERNELS (sizeof(kernels) / sizeof(kernels[0]))
 
@@ -416,6 +443,14 @@ static int gemm_kc(int K)
     return blocks ? (K + blocks - 1) / blocks : 0;
 }
 
+/* Fetches the first cache line of n lines `stride` floats apart (the next panel's, while
+ * this one is packed). */
+static void prefetch_lines(const float *x, ptrdiff_t stride, int n)
+{
+    for (int l = 0; l < n; l++)
+        __builtin_prefetch(x + (ptrdiff_t)l * stride);
+}
+
 /* Packs B's column panels [panel0, panel1), all K deep, into dst: panel q at
  * dst + (q - panel0) * K * nr, its K block from p0 at + p0 * nr. */
 static void pack_b(const struct gemm_kernel *k, const struct gemm *g, int panel0, int panel1,
@@ -425,6 +460,9 @@ static void pack_b(const struct gemm_kernel *k, const struct gemm *g, int panel0
 
     for (int q = panel0; q < panel1; q++) {
         int j0 = q * nr, nj = g->N - j0 < nr ? g->N - j0 : nr;
+        if (q + 1 < panel1)
+            prefetch_lines(g->b + (ptrdiff_t)(j0 + nr) * g->b_cs, g->b_cs,
+                           g->N - j0 - nr < nr ? g->N - j0 - nr : nr);
         k->pack(dst + (size_t)(q - panel0) * g->K * nr, g->b + (ptrdiff_t)j0 * g->b_cs, g->b_cs,
                 g->b_rs, nr, nj, g->K);
     }
@@ -438,26 +476,33 @@ static void pack_a(const struct gemm_kernel *k, const struct gemm *g, int i0, in
 
     for (int r0 = i0; r0 < i1; r0 += mr) {
         int mi = g->M - r0 < mr ? g->M - r0 : mr;
+        prefetch_lines(g->a + (ptrdiff_t)(r0 + mr) * g->a_rs, g->a_rs,
+                       r0 + 2 * mr < i1 ? mr : i1 - r0 - mr);
         k->pack(dst + (size_t)(r0 - i0) * g->K, g->a + (ptrdiff_t)r0 * g->a_rs, g->a_rs, g->a_cs,
                 mr, mi, g->K);
     }
 }
 
-/* One micro-tile at C(i0, j0): the kernel straight into C when the tile is whole, else into a
+/* One micro-tile at C(i0, j0), A packed at ap (lda 0) or read from rows lda apart (the
+ * kernel's rows variant): the kernel straight into C when the tile is whole, else into a
  * scratch tile whose valid part is then stored or added, with the same arithmetic. */
 static void gemm_tile(const struct gemm_kernel *k, const struct gemm *g, int kc, const float *ap,
-                      const float *bp, int i0, int j0, bool accumulate)
+                      ptrdiff_t lda, const float *bp, int i0, int j0, bool accumulate)
 {
     float *c = g->c + (ptrdiff_t)i0 * g->ldc + j0;
     int mi = g->M - i0 < k->mr ? g->M - i0 : k->mr;
     int nj = g->N - j0 < k->nr ? g->N - j0 : k->nr;
     float tile[MR_MAX * NR_MAX] __attribute__((aligned(PACK_ALIGN)));
+    bool whole = mi == k->mr && nj == k->nr;
+    float *dst = whole ? c : tile;
+    ptrdiff_t ldd = whole ? g->ldc : k->nr;
 
-    if (mi == k->mr && nj == k->nr) {
-        k->fn(kc, ap, bp, c, g->ldc, accumulate);
+    if (lda)
+        k->rows(kc, ap, lda, bp, dst, ldd, whole && accumulate);
+    else
+        k->fn(kc, ap, bp, dst, ldd, whole && accumulate);
+    if (whole)
         return;
-    }
-    k->fn(kc, ap, bp, tile, k->nr, false);
     for (int i = 0; i < mi; i++) {
         for (int j = 0; j < nj; j++) {
             float *ci = c + (ptrdiff_t)i * g->ldc + j;
@@ -466,22 +511,38 @@ static void gemm_tile(const struct gemm_kernel *k, const struct gemm *g, int kc,
     }
 }
 
-/* Rows [i0, i1) times column panels [panel0, panel1), B packed at bpack from panel q_base:
- * packs A into apack, then per B panel and K block, the block's B panel (kept in L1) meets
- * every A panel, the C tiles (in L1 or L2) taking the blocks' sums in order. */
+/* Rows [i0, i1) times column panels [panel0, panel1), B packed at bpack from panel q_base
+ * with b_stride floats from one panel to the next: packs A into apack, then per B panel and K
+ * block, the block's B panel (kept in L1) meets every A panel, the C tiles (in L1 or L2)
+ * taking the blocks' sums in order. */
 static void gemm_unit(const struct gemm_kernel *k, const struct gemm *g, const float *bpack,
-                      int q_base, float *apack, int i0, int i1, int panel0, int panel1)
+                      size_t b_stride, int q_base, float *apack, int i0, int i1, int panel0,
+                      int panel1)
 {
     int kc_max = gemm_kc(g->K);
+    /* A with contiguous rows goes to the kernel unpacked where it has a rows variant: only a
+     * last, partial row tile is packed (zero rows past M), into apack's first panel. */
+    bool rows = k->rows && g->a_cs == 1;
+    int full_end = rows ? i0 + (i1 - i0) / k->mr * k->mr : i0;
 
-    pack_a(k, g, i0, i1, apack);
+    if (!rows)
+        pack_a(k, g, i0, i1, apack);
+    else if (full_end < i1)
+        pack_a(k, g, full_end, i1, apack);
     for (int q = panel0; q < panel1; q++) {
-        const float *bq = bpack + (size_t)(q - q_base) * g->K * k->nr;
+        const float *bq = bpack + (size_t)(q - q_base) * b_stride;
+        /* Causal: the first row tile with a wanted column in this panel. */
+        int r_first = i0;
+        if (g->causal && q * k->nr - g->diag > i0)
+            r_first = i0 + (q * k->nr - g->diag - i0) / k->mr * k->mr;
         for (int p0 = 0; p0 < g->K; p0 += kc_max) {
             int kc = g->K - p0 < kc_max ? g->K - p0 : kc_max;
             bool accumulate = g->accumulate || p0 > 0;
 
-            for (int r0 = i0; r0 < i1; r0 += k->mr) {
+            for (int r0 = r_first; r0 < i1; r0 += k->mr) {
+                const float *ap;
+                ptrdiff_t lda = 0;
+
                 /* The first block fetches the next tile's rows of C (a wide C has been
                  * evicted since they were last written) while this tile computes. */
                 if (!p0 && r0 + k->mr < i1) {
@@ -491,8 +552,13 @@ static void gemm_unit(const struct gemm_kernel *k, const struct gemm *g, const f
                         __builtin_prefetch(c + k->nr - 1, 1);
                     }
                 }
-                gemm_tile(k, g, kc, apack + (size_t)(r0 - i0) * g->K + (size_t)p0 * k->mr,
-                          bq + (size_t)p0 * k->nr, r0, q * k->nr, accumulate);
+                if (r0 < full_end) {
+                    ap = g->a + (ptrdiff_t)r0 * g->a_rs + p0;
+                    lda = g->a_rs;
+                } else {
+                    ap = apack + (size_t)(r0 - (rows ? full_end : i0)) * g->K + (size_t)p0 * k->mr;
+                }
+                gemm_tile(k, g, kc, ap, lda, bq + (size_t)p0 * k->nr, r0, q * k->nr, accumulate);
             }
         }
     }
@@ -573,7 +639,7 @@ static int gemm_parallel(const struct gemm *g)
                 int i1 = t1 * k->mr < g->M ? t1 * k->mr : g->M;
 
                 if (t1 > t0 && q1 > q0)
-                    gemm_unit(k, g, bpack, c0, apack, t0 * k->mr, i1, q0, q1);
+                    gemm_unit(k, g, bpack, (size_t)g->K * k->nr, c0, apack, t0 * k->mr, i1, q0, q1);
             }
         }
         free(apack);
@@ -582,43 +648,25 @@ static int gemm_parallel(const struct gemm *g)
     return err ? -ENOMEM : 0;
 }
 
-/* Packing space for gemm_serial: A up to `rows` rows, B up to `cols` columns, both up to
- * `depth` deep. */
-struct gemm_ws {
-    float *apack, *bpack;
-    int rows, cols, depth;
-};
-
-static int gemm_ws_init(struct gemm_ws *ws, int rows, int cols, int depth)
+/* Packs all of B (columns [0, N), depth [0, K)) into dst as panels `depth_cap` deep: panel q
+ * at dst + q * depth_cap * nr, so that a product over a prefix or a suffix of K can use it
+ * (pointer + p0 * nr, same stride). */
+static void pack_b_whole(const struct gemm_kernel *k, float *dst, const float *b, ptrdiff_t b_rs,
+                         ptrdiff_t b_cs, int N, int K, int depth_cap)
 {
-    const struct gemm_kernel *k = kernel;
-
-    ws->rows = (int)round_up((size_t)rows, (size_t)k->mr);
-    ws->cols = (int)round_up((size_t)cols, (size_t)k->nr);
-    ws->depth = depth;
-    ws->apack = pack_alloc((size_t)ws->rows * depth);
-    ws->bpack = pack_alloc((size_t)ws->cols * depth);
-    if (!ws->apack || !ws->bpack) {
-        free(ws->apack);
-        free(ws->bpack);
-        ws->apack = ws->bpack = NULL;
-        return -ENOMEM;
+    for (int q = 0; q * k->nr < N; q++) {
+        int nj = N - q * k->nr < k->nr ? N - q * k->nr : k->nr;
+        k->pack(dst + (size_t)q * depth_cap * k->nr, b + (ptrdiff_t)q * k->nr * b_cs, b_cs, b_rs,
+                k->nr, nj, K);
     }
-    return 0;
 }
 
-static void gemm_ws_release(struct gemm_ws *ws)
-{
-    free(ws->apack);
-    free(ws->bpack);
-}
-
-/* The GEMM on the calling thread alone (inside a parallel region), M, N and K within the
- * workspace's rows, cols and depth. */
-static void gemm_serial(const struct gemm *g, struct gemm_ws *ws)
+/* The GEMM on the calling thread alone (inside a parallel region), with B already packed
+ * (pack_b_whole; bpack at the depth where g's K starts, b_stride floats between panels) and
+ * A packed into apack (room for M x K). */
+static void gemm_serial(const struct gemm *g, const float *bpack, size_t b_stride, float *apack)
 {
     const struct gemm_kernel *k = kernel;
-    int n_panels = (g->N + k->nr - 1) / k->nr;
 
     if (g->M <= 0 || g->N <= 0)
         return;
@@ -629,8 +677,7 @@ static void gemm_serial(const struct gemm *g, struct gemm_ws *ws)
         }
         return;
     }
-    pack_b(k, g, 0, n_panels, ws->bpack);
-    gemm_unit(k, g, ws->bpack, 0, ws->apack, 0, g->M, 0, n_panels);
+    gemm_unit(k, g, bpack, b_stride, 0, apack, 0, g->M, 0, (g->N + k->nr - 1) / k->nr);
 }
 
 /* ---- matmul ------------------------------------------------------------------------------- */
@@ -847,11 +894,50 @@ void ops_layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
     }
 }
 
-/* ---- attention ---------------------------------------------------------------------------- */
+/* ---- attention ----------------------------------------------------------------------------
+ * Per (batch, head), on one thread: the head's operands are packed once (K^T and V, and in the
+ * backward V^T, K, Q and dY), then query rows go by blocks of ATT_ROWS: the score products
+ * skip the micro-tiles above the diagonal, and the products over keys stop at the block's
+ * last row. */
 
-/* Query rows per block: the products of a block only reach the key columns up to its last
- * row, so the causal half is skipped up to one block's triangle. */
-#define ATT_ROWS 64
+/* Query rows per block: a multiple of every kernel's MR and NR, so that block edges are tile
+ * edges. */
+#define ATT_ROWS 96
+
+/* One thread's packing space: up to four packed head operands and an A block. */
+struct att_ws {
+    float *b[4];
+    size_t b_stride_t, b_stride_hs; /* panel strides: operands T deep, hs deep */
+    float *apack;
+};
+
+static int att_ws_init(struct att_ws *ws, int bufs, int T, int hs)
+{
+    const struct gemm_kernel *k = kernel;
+    size_t t_pad = round_up((size_t)T, (size_t)k->nr), hs_pad = round_up((size_t)hs, (size_t)k->nr);
+    size_t size = t_pad * hs > hs_pad * T ? t_pad * hs : hs_pad * T;
+    size_t rows = round_up(ATT_ROWS, (size_t)k->mr);
+    int ret = 0;
+
+    memset(ws, 0, sizeof(*ws));
+    ws->b_stride_t = (size_t)T * k->nr;
+    ws->b_stride_hs = (size_t)hs * k->nr;
+    for (int i = 0; i < bufs; i++) {
+        if (!(ws->b[i] = pack_alloc(size)))
+            ret = -ENOMEM;
+    }
+    /* A blocks: up to ATT_ROWS rows, up to T (or hs) deep. */
+    if (!(ws->apack = pack_alloc(rows * (size_t)(T > hs ? T : hs))))
+        ret = -ENOMEM;
+    return ret;
+}
+
+static void att_ws_release(struct att_ws *ws)
+{
+    for (int i = 0; i < 4; i++)
+        free(ws->b[i]);
+    free(ws->apack);
+}
 
 /* Row t of one head's scores s (length T, valid up to t) becomes its softmax in place, scaled
  * by `scale` inside the exp, with zeros after t. */
@@ -893,14 +979,15 @@ OPS_CLONES static void attention_dsoftmax_row(float *dp, const float *p, int t, 
 
 int ops_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
+    const struct gemm_kernel *k = kernel;
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     int err = 0;
 
 #pragma omp parallel
     {
-        struct gemm_ws ws;
-        int failed = gemm_ws_init(&ws, ATT_ROWS, T > hs ? T : hs, T > hs ? T : hs) < 0;
+        struct att_ws ws;
+        int failed = att_ws_init(&ws, 2, T, hs) < 0;
 
         if (failed) {
 #pragma omp atomic write
@@ -912,7 +999,12 @@ int ops_attention_forward(float *out, float *att, const float *qkv, int B, int T
             const float *q = qkv + (size_t)b * T * C3 + h * hs;
             float *a = att + (size_t)bh * T * T;
 
-            for (int i0 = 0; !failed && i0 < T; i0 += ATT_ROWS) {
+            if (failed)
+                continue;
+            /* ws.b[0] = K^T (T columns, hs deep), ws.b[1] = V (hs columns, T deep). */
+            pack_b_whole(k, ws.b[0], q + C, 1, C3, T, hs, hs);
+            pack_b_whole(k, ws.b[1], q + 2 * C, C3, 1, hs, T, T);
+            for (int i0 = 0; i0 < T; i0 += ATT_ROWS) {
                 int i1 = i0 + ATT_ROWS < T ? i0 + ATT_ROWS : T;
                 struct gemm s = {
                     .M = i1 - i0,
@@ -921,11 +1013,10 @@ int ops_attention_forward(float *out, float *att, const float *qkv, int B, int T
                     .a = q + (size_t)i0 * C3,
                     .a_rs = C3,
                     .a_cs = 1,
-                    .b = q + C,
-                    .b_rs = 1,
-                    .b_cs = C3,
                     .c = a + (size_t)i0 * T,
                     .ldc = T,
+                    .causal = true,
+                    .diag = i0,
                 };
                 struct gemm y = {
                     .M = i1 - i0,
@@ -934,21 +1025,17 @@ int ops_attention_forward(float *out, float *att, const float *qkv, int B, int T
                     .a = a + (size_t)i0 * T,
                     .a_rs = T,
                     .a_cs = 1,
-                    .b = q + 2 * C,
-                    .b_rs = C3,
-                    .b_cs = 1,
                     .c = out + ((size_t)b * T + i0) * C + h * hs,
                     .ldc = C,
                 };
 
-                gemm_serial(&s, &ws);
+                gemm_serial(&s, ws.b[0], ws.b_stride_hs, ws.apack);
                 for (int t = i0; t < i1; t++)
                     attention_softmax_row(a + (size_t)t * T, t, T, scale);
-                gemm_serial(&y, &ws);
+                gemm_serial(&y, ws.b[1], ws.b_stride_t, ws.apack);
             }
         }
-        if (!failed)
-            gemm_ws_release(&ws);
+        att_ws_release(&ws);
     }
     return err ? -ENOMEM : 0;
 }
@@ -956,15 +1043,16 @@ int ops_attention_forward(float *out, float *att, const float *qkv, int B, int T
 int ops_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                            int B, int T, int C, int NH)
 {
+    const struct gemm_kernel *k = kernel;
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     int err = 0;
 
 #pragma omp parallel
     {
-        struct gemm_ws ws;
+        struct att_ws ws;
         float *ds = malloc((size_t)T * T * sizeof(float));
-        int failed = !ds || gemm_ws_init(&ws, ATT_ROWS, T > hs ? T : hs, T > hs ? T : hs) < 0;
+        int failed = att_ws_init(&ws, 4, T, hs) < 0 || !ds;
 
         if (failed) {
 #pragma omp atomic write
@@ -980,6 +1068,11 @@ int ops_attention_backward(float *dqkv, const float *dout, const float *qkv, con
 
             if (failed)
                 continue;
+            /* V^T (T columns, hs deep); K, Q and dY (hs columns, T deep). */
+            pack_b_whole(k, ws.b[0], q + 2 * C, 1, C3, T, hs, hs);
+            pack_b_whole(k, ws.b[1], q + C, C3, 1, hs, T, T);
+            pack_b_whole(k, ws.b[2], q, C3, 1, hs, T, T);
+            pack_b_whole(k, ws.b[3], dy, C, 1, hs, T, T);
             /* Row blocks: dP = dY V^T, then dS in place, then dQ = dS K. */
             for (int i0 = 0; i0 < T; i0 += ATT_ROWS) {
                 int i1 = i0 + ATT_ROWS < T ? i0 + ATT_ROWS : T;
@@ -990,11 +1083,10 @@ int ops_attention_backward(float *dqkv, const float *dout, const float *qkv, con
                     .a = dy + (size_t)i0 * C,
                     .a_rs = C,
                     .a_cs = 1,
-                    .b = q + 2 * C,
-                    .b_rs = 1,
-                    .b_cs = C3,
                     .c = ds + (size_t)i0 * T,
                     .ldc = T,
+                    .causal = true,
+                    .diag = i0,
                 };
                 struct gemm dqg = {
                     .M = i1 - i0,
@@ -1003,17 +1095,14 @@ int ops_attention_backward(float *dqkv, const float *dout, const float *qkv, con
                     .a = ds + (size_t)i0 * T,
                     .a_rs = T,
                     .a_cs = 1,
-                    .b = q + C,
-                    .b_rs = C3,
-                    .b_cs = 1,
                     .c = dq + (size_t)i0 * C3,
                     .ldc = C3,
                 };
 
-                gemm_serial(&dp, &ws);
+                gemm_serial(&dp, ws.b[0], ws.b_stride_hs, ws.apack);
                 for (int t = i0; t < i1; t++)
                     attention_dsoftmax_row(ds + (size_t)t * T, a + (size_t)t * T, t, i1, scale);
-                gemm_serial(&dqg, &ws);
+                gemm_serial(&dqg, ws.b[1], ws.b_stride_t, ws.apack);
             }
             /* Key blocks [j0, j1): dK = dS^T Q and dV = P^T dY over the queries t >= j0 (the
              * entries above the diagonal inside the block are zero in both dS and P). */
@@ -1026,9 +1115,6 @@ int ops_attention_backward(float *dqkv, const float *dout, const float *qkv, con
                     .a = ds + (size_t)j0 * T + j0,
                     .a_rs = 1,
                     .a_cs = T,
-                    .b = q + (size_t)j0 * C3,
-                    .b_rs = C3,
-                    .b_cs = 1,
                     .c = dq + (size_t)j0 * C3 + C,
                     .ldc = C3,
                 };
@@ -1039,19 +1125,15 @@ int ops_attention_backward(float *dqkv, const float *dout, const float *qkv, con
                     .a = a + (size_t)j0 * T + j0,
                     .a_rs = 1,
                     .a_cs = T,
-                    .b = dy + (size_t)j0 * C,
-                    .b_rs = C,
-                    .b_cs = 1,
                     .c = dq + (size_t)j0 * C3 + 2 * C,
                     .ldc = C3,
                 };
 
-                gemm_serial(&dk, &ws);
-                gemm_serial(&dv, &ws);
+                gemm_serial(&dk, ws.b[2] + (size_t)j0 * k->nr, ws.b_stride_t, ws.apack);
+                gemm_serial(&dv, ws.b[3] + (size_t)j0 * k->nr, ws.b_stride_t, ws.apack);
             }
         }
-        if (ds && ws.apack)
-            gemm_ws_release(&ws);
+        att_ws_release(&ws);
         free(ds);
     }
     return err ? -ENOMEM : 0;
