@@ -945,6 +945,7 @@ OPS_CLONES static void attention_softmax_row(float *s, int t, int T, float scale
 {
     float max = s[0], sum = 0.0f;
 
+#pragma omp simd reduction(max : max)
     for (int j = 1; j <= t; j++)
         max = s[j] > max ? s[j] : max;
 #pragma omp simd reduction(+ : sum)
@@ -1215,6 +1216,7 @@ OPS_CLONES static float logsumexp_row(const float *x, int V)
 {
     float max = x[0], sum = 0.0f;
 
+#pragma omp simd reduction(max : max)
     for (int j = 1; j < V; j++)
         max = x[j] > max ? x[j] : max;
 #pragma omp simd reduction(+ : sum)
