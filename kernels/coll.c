@@ -692,12 +692,13 @@ static void format_addr(const struct sockaddr *sa, char *out, size_t cap)
 
 /* The address this rank listens on. The agent's GPURUN_NODE_ADDR is the address its node
  * reaches the leader from, which the other nodes can reach too. Without it (a rank started
- * some other way), the interface the kernel routes MASTER_ADDR through: a UDP connect sends
- * nothing and picks the interface as a real connection would, across subnets and network
- * namespaces alike. */
+ * some other way), the interface the kernel routes MASTER_ADDR (or, without that, this
+ * node's own name) through: a UDP connect sends nothing and picks the interface as a real
+ * connection would, across subnets and network namespaces alike. */
 static void own_addr(char *host, size_t cap)
 {
     const char *node = getenv("GPURUN_NODE_ADDR"), *master = getenv("MASTER_ADDR");
+    char self[256];
     struct addrinfo hints = {.ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICSERV}, *ai = NULL;
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
@@ -708,6 +709,11 @@ static void own_addr(char *host, size_t cap)
         return;
     }
     snprintf(host, cap, "127.0.0.1");
+    /* Neither (srun --mpi=pmix, say): what this node's name resolves to, as MPI does. */
+    if ((!master || !*master) && gethostname(self, sizeof(self)) == 0) {
+        self[sizeof(self) - 1] = '\0';
+        master = self;
+    }
     if (!master || !*master || getaddrinfo(master, "9", &hints, &ai) || !ai)
         goto out;
     fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
