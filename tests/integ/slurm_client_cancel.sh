@@ -61,7 +61,11 @@ run sub.out sub.err -N 2 --gpus-per-node 1 -- bash -c \
     'trap "echo checkpoint \$RANK; exit 0" USR1; echo "up $RANK"; sleep 3007 & wait'
 expect_rc "gpurun" 0
 id=$(job_id sub.out)
-wait_running "$id" 2
+# A rank prints its line once its trap is set: before, USR1 would simply kill it.
+for ((i = 0; i < 150; i++)); do
+    [ "$(grep -c '^\[[01]\] up' "$GPURUN_JOBS/$id.out" 2>/dev/null)" = 2 ] && break
+    sleep 0.2
+done
 scancel --signal=USR1 --batch "$id"
 state=$(grs_job_wait "$id" 30) || grs_fail "job $id did not end within 30 s of SIGUSR1"
 [ "$state" = COMPLETED ] || grs_fail "job $id after SIGUSR1 is $state: $(cat "$GPURUN_JOBS/$id.out")"
