@@ -136,9 +136,9 @@ $(call obj,bench/train_step.c): CPPFLAGS += -Ikernels
 # The model's maths never reads errno: without it sqrtf is one instruction and vectorises.
 $(call obj,kernels/ops.c kernels/gpt2.c kernels/optim.c): CFLAGS += -fno-math-errno
 $(call obj,bench/train_step.c): CFLAGS += -fopenmp
-$(BENCH_STEP): $(call obj,bench/train_step.c kernels/ops.c kernels/gpt2.c kernels/optim.c)
+$(BENCH_STEP): $(call obj,bench/train_step.c kernels/ops.c kernels/gpt2.c kernels/optim.c) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ -lm
+	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/bench/mpi_allreduce: bench/mpi_allreduce.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")

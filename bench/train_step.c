@@ -4,18 +4,23 @@
  * shapes (and a plain reference loop's). Prints markdown tables and a verdict against the
  * target: a step within 1.5x of FLOPs / matmul throughput.
  *
- * usage: train_step [--threads 1,2] [--reps N] [--quick] */
+ * usage: train_step [--cfg jobs/tiny.cfg] [--threads 1,2] [--reps N] [--quick]
+ * The tiny model's shape and per-rank batch come from --cfg ([model] and [train] batch_size);
+ * without the file, jobs/tiny.cfg's values as of this writing. */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <omp.h>
 
 #include "gpt2.h"
 #include "ops.h"
 #include "optim.h"
+#include "traincfg.h"
 #include "banned.h"
 
 /* The target: a step within this factor of its FLOPs at the matmul throughput. */
@@ -259,8 +264,14 @@ int main(int argc, char **argv)
     double bound[2][MAX_THREADS];
     struct step_times st[2][MAX_THREADS];
 
+    const char *cfg_path = "jobs/tiny.cfg";
+    bool cfg_given = false;
+
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+        if (!strcmp(argv[i], "--cfg") && i + 1 < argc) {
+            cfg_path = argv[++i];
+            cfg_given = true;
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             if ((n_threads = parse_threads(argv[++i], threads)) <= 0) {
                 fprintf(stderr, "train_step: bad --threads '%s'\n", argv[i]);
                 return 2;
@@ -275,16 +286,42 @@ int main(int argc, char **argv)
             reps_override = 2;
             mm_reps = 2;
         } else {
-            fprintf(stderr, "usage: train_step [--threads 1,2] [--reps N] [--quick]\n");
+            fprintf(stderr,
+                    "usage: train_step [--cfg FILE] [--threads 1,2] [--reps N] [--quick]\n");
             return 2;
         }
+    }
+    if (cfg_given || access(cfg_path, R_OK) == 0) {
+        struct traincfg tc;
+        struct traincfg_error terr;
+        static char name[160];
+
+        if (traincfg_init(&tc) < 0 || traincfg_load(&tc, cfg_path, &terr) < 0) {
+            fprintf(stderr, "train_step: %s\n", terr.text);
+            return 2;
+        }
+        cases[0].cfg = (struct gpt2_config){
+            .max_seq_len = tc.seq_len,
+            .vocab_size = tc.vocab_size,
+            .padded_vocab_size = gpt2_padded_vocab(tc.vocab_size),
+            .n_layer = tc.n_layer,
+            .n_head = tc.n_head,
+            .n_embd = tc.n_embd,
+        };
+        cases[0].B = tc.batch_size;
+        cases[0].T = tc.seq_len;
+        snprintf(name, sizeof(name), "%s (%dL/%d, T %d, B %d)", cfg_path, tc.n_layer, tc.n_embd,
+                 tc.seq_len, tc.batch_size);
+        cases[0].name = name;
+        traincfg_release(&tc);
     }
     if (reps_override)
         cases[0].reps = cases[1].reps = reps_override;
 
-    printf("Matmul kernel: %s. FLOPs per step: 6 x (matmul parameters: 12 L C^2 + Vp C) x "
-           "tokens + 6 L C T(T+1)/2 x 2 x B (the causal attention products, forward and "
-           "backward); embeddings, LayerNorm, GELU, softmax and AdamW are not counted.\n\n",
+    printf("Matmul kernel: %s. FLOPs per step: 6 x (matmul parameters: 12 L C^2 + Vp C) x B T "
+           "(2 per multiply-add forward, 4 backward) + 6 L C T (T+1) x B (the causal attention "
+           "products QK^T and att V, T (T+1) / 2 dot products of C each, the same 3x); "
+           "embeddings, LayerNorm, GELU, softmax and AdamW are not counted.\n\n",
            ops_matmul_kernel());
 
     printf("Matmul throughput on each model's shapes (N = B x T rows; GFLOP/s, best of %d; "
