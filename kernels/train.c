@@ -371,7 +371,7 @@ static bool is_ckpt_name(const char *name)
 
 /* Rank 0, starting afresh: an earlier run's checkpoints and metrics in out_dir would be taken
  * for this run's (a later resume, the pruning of old checkpoints): remove them. */
-static int clear_out_dir(struct run *r)
+static int clear_out_dir(struct run *r, bool resume)
 {
     char path[PATH_MAX];
     struct dirent *de;
@@ -398,9 +398,9 @@ static int clear_out_dir(struct run *r)
     if (unlink(path) < 0 && errno != ENOENT)
         return fail(r, -errno, "cannot remove '%s': %s", path, strerror(errno));
     if (removed)
-        printf("out_dir '%s': starting afresh (train.resume is off): removed %d checkpoint%s of "
-               "an earlier run\n",
-               r->cfg.out_dir, removed, removed == 1 ? "" : "s");
+        printf("out_dir '%s': starting afresh (%s): removed %d checkpoint%s of an earlier run\n",
+               r->cfg.out_dir, resume ? "no readable checkpoint" : "train.resume is off", removed,
+               removed == 1 ? "" : "s");
     return 0;
 }
 
@@ -475,7 +475,7 @@ static int setup_start(struct run *r)
             }
         }
         if (ret >= 0)
-            ret = st.from == START_CKPT ? trim_metrics(r, st.step) : clear_out_dir(r);
+            ret = st.from == START_CKPT ? trim_metrics(r, st.step) : clear_out_dir(r, resume);
         if (ret >= 0 && (ret = fs_mkdirs(r->cfg.out_dir, 0755)) < 0)
             fail(r, ret, "cannot create '%s': %s", r->cfg.out_dir, strerror(-ret));
         st.status = ret < 0 ? ret : 0;
