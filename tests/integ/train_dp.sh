@@ -2,7 +2,8 @@
 # Data parallel: the global batch of a step is the same sequences whatever the number of
 # ranks, and the gradients are averaged over the ranks, so 1 rank x batch 4, 2 ranks x batch
 # 2 (gpurun --local), 1 rank x batch 2 x grad_accum 2 and 2 nodes x 2 ranks x batch 1 write
-# the same loss after 6 steps, within 1e-4 relative (the sums' order differs).
+# the same loss after 6 steps, within 1e-4 relative (the sums' order differs). The ranks come
+# from the train.cfg's [job] keys, which gpurun's flags override.
 # timeout: 240
 set -euo pipefail
 # shellcheck source=train_common.sh
@@ -16,8 +17,10 @@ within() {
         exit !(d <= 1e-4 * m) }'
 }
 
+# --gpus-per-node overrides the file's [job] gpus_per_node (2).
 run --local --gpus-per-node 1 "$cfg" "${six[@]}" train.batch_size=4 train.out_dir="$work/w1"
 expect_rc 0 "1 rank x batch 4"
+grep -q '^\[0\] run: .*single: one rank' "$work/out" || fail "--gpus-per-node 1 did not make one rank"
 ref=$(loss_at "$work/w1/metrics.jsonl" 6)
 
 check_run() {
@@ -28,7 +31,8 @@ check_run() {
     echo "# $name: loss $got after 6 steps (1 rank x batch 4: $ref)"
 }
 
-run --local --gpus-per-node 2 "$cfg" "${six[@]}" train.batch_size=2 train.out_dir="$work/w2"
+# The file's [job] gpus_per_node: 2 ranks.
+run --local "$cfg" "${six[@]}" train.batch_size=2 train.out_dir="$work/w2"
 check_run "2 ranks x batch 2" "$work/w2"
 grep -q '^\[0\] run: .*tcp ring of 2 ranks' "$work/out" || fail "2 ranks did not train over the tcp ring"
 grep -q '^\[1\] ' "$work/out" && fail "rank 1 printed lines: $(grep '^\[1\] ' "$work/out" | head -n 3)"
@@ -36,9 +40,12 @@ grep -q '^\[1\] ' "$work/out" && fail "rank 1 printed lines: $(grep '^\[1\] ' "$
 train "$cfg" "${six[@]}" train.batch_size=2 train.grad_accum=2 train.out_dir="$work/acc"
 check_run "1 rank x batch 2 x grad_accum 2" "$work/acc"
 
-run --local --nodes 2 --gpus-per-node 2 "$cfg" "${six[@]}" train.batch_size=1 \
-    train.out_dir="$work/w4"
+# [job] keys set on the command line: two local nodes of two ranks; every link over TCP.
+run --local --export GPURUN_COLL_SHM=0 "$cfg" "${six[@]}" job.nodes=2 job.gpus_per_node=2 \
+    train.batch_size=1 train.out_dir="$work/w4"
 check_run "2 nodes x 2 ranks x batch 1" "$work/w4"
+grep -q '^\[0\] run: .*tcp ring of 4 ranks: to rank 1 ([^)]*) over tcp' "$work/out" ||
+    fail "job.nodes=2 with GPURUN_COLL_SHM=0 did not make a ring of 4 over tcp: $(grep '^\[0\] run:' "$work/out")"
 
 # Every step on the way, not only the sixth.
 for d in w2 acc w4; do
