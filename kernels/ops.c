@@ -105,8 +105,8 @@ static inline float tanh_inline(float u)
 
 typedef void (*gemm_kernel_fn)(int kc, const float *a, const float *b, float *c, ptrdiff_t ldc,
                                bool accumulate);
-typedef void (*gemm_rows_fn)(int kc, const float *a, ptrdiff_t lda, const float *b, float *c,
-                             ptrdiff_t ldc, bool accumulate);
+typedef void (*gemm_direct_fn)(int kc, const float *a, ptrdiff_t a_ps, ptrdiff_t a_is,
+                               const float *b, float *c, ptrdiff_t ldc, bool accumulate);
 typedef void (*gemm_pack_fn)(float *dst, const float *x, ptrdiff_t ls, ptrdiff_t ps, int w,
                              int valid, int kc);
 
@@ -115,7 +115,8 @@ struct gemm_kernel {
     int mr, nr;
     gemm_kernel_fn fn;
     gemm_pack_fn pack; /* packs one panel of A or B (pack_panel's contract) */
-    gemm_rows_fn rows; /* fn with A read from rows lda apart, unpacked; or NULL */
+    /* fn with A read unpacked, A(i, p) at a[i*a_is + p*a_ps] with a_ps or a_is 1; or NULL */
+    gemm_direct_fn direct;
 };
 
 struct gemm {
@@ -365,17 +366,22 @@ __attribute__((target("avx512f"))) static void kernel_avx512(int kc, const float
     kernel_avx512_body(kc, a, 12, 1, b, c, ldc, accumulate);
 }
 
+/* A unpacked: contiguous rows (a_ps 1: inp, dout, P, dS) or contiguous columns (a_is 1: the
+ * transposed dout^T, dS^T, P^T); each a constant in its copy of the loop. */
 __attribute__((target("avx512f"))) static void
-kernel_avx512_rows(int kc, const float *restrict a, ptrdiff_t lda, const float *restrict b,
-                   float *restrict c, ptrdiff_t ldc, bool accumulate)
+kernel_avx512_direct(int kc, const float *restrict a, ptrdiff_t a_ps, ptrdiff_t a_is,
+                     const float *restrict b, float *restrict c, ptrdiff_t ldc, bool accumulate)
 {
-    kernel_avx512_body(kc, a, 1, lda, b, c, ldc, accumulate);
+    if (a_ps == 1)
+        kernel_avx512_body(kc, a, 1, a_is, b, c, ldc, accumulate);
+    else
+        kernel_avx512_body(kc, a, a_ps, 1, b, c, ldc, accumulate);
 }
 #endif
 
 static const struct gemm_kernel kernels[] = {
 #ifdef OPS_X86
-    {"avx512", 12, 32, kernel_avx512, pack_panel_avx512, kernel_avx512_rows},
+    {"avx512", 12, 32, kernel_avx512, pack_panel_avx512, kernel_avx512_direct},
     {"avx2", 6, 16, kernel_avx2, pack_panel, NULL},
 #endif
     {"generic", 4, 16, kernel_generic, pack_panel, NULL},
@@ -483,11 +489,13 @@ static void pack_a(const struct gemm_kernel *k, const struct gemm *g, int i0, in
     }
 }
 
-/* One micro-tile at C(i0, j0), A packed at ap (lda 0) or read from rows lda apart (the
- * kernel's rows variant): the kernel straight into C when the tile is whole, else into a
- * scratch tile whose valid part is then stored or added, with the same arithmetic. */
+/* One micro-tile at C(i0, j0), A packed at ap (a_ps 0) or read unpacked at a[i*a_is +
+ * p*a_ps] (the kernel's direct variant): the kernel straight into C when the tile is whole,
+ * else into a scratch tile whose valid part is then stored or added, with the same
+ * arithmetic. */
 static void gemm_tile(const struct gemm_kernel *k, const struct gemm *g, int kc, const float *ap,
-                      ptrdiff_t lda, const float *bp, int i0, int j0, bool accumulate)
+                      ptrdiff_t a_ps, ptrdiff_t a_is, const float *bp, int i0, int j0,
+                      bool accumulate)
 {
     float *c = g->c + (ptrdiff_t)i0 * g->ldc + j0;
     int mi = g->M - i0 < k->mr ? g->M - i0 : k->mr;
@@ -497,8 +505,8 @@ static void gemm_tile(const struct gemm_kernel *k, const struct gemm *g, int kc,
     float *dst = whole ? c : tile;
     ptrdiff_t ldd = whole ? g->ldc : k->nr;
 
-    if (lda)
-        k->rows(kc, ap, lda, bp, dst, ldd, whole && accumulate);
+    if (a_ps)
+        k->direct(kc, ap, a_ps, a_is, bp, dst, ldd, whole && accumulate);
     else
         k->fn(kc, ap, bp, dst, ldd, whole && accumulate);
     if (whole)
@@ -520,12 +528,14 @@ static void gemm_unit(const struct gemm_kernel *k, const struct gemm *g, const f
                       int panel1)
 {
     int kc_max = gemm_kc(g->K);
-    /* A with contiguous rows goes to the kernel unpacked where it has a rows variant: only a
-     * last, partial row tile is packed (zero rows past M), into apack's first panel. */
-    bool rows = k->rows && g->a_cs == 1;
-    int full_end = rows ? i0 + (i1 - i0) / k->mr * k->mr : i0;
+    /* A with contiguous rows or columns goes to the kernel unpacked where it has a direct
+     * variant: only a last, partial row tile is packed (zero rows past M), into apack's first
+     * panel. */
+    bool direct = k->direct && (g->a_cs == 1 || g->a_rs == 1);
+    int full_end = direct ? i0 + (i1 - i0) / k->mr * k->mr : i0;
+    ptrdiff_t a_ps = g->a_cs == 1 ? 1 : g->a_cs, a_is = g->a_cs == 1 ? g->a_rs : 1;
 
-    if (!rows)
+    if (!direct)
         pack_a(k, g, i0, i1, apack);
     else if (full_end < i1)
         pack_a(k, g, full_end, i1, apack);
@@ -541,7 +551,6 @@ static void gemm_unit(const struct gemm_kernel *k, const struct gemm *g, const f
 
             for (int r0 = r_first; r0 < i1; r0 += k->mr) {
                 const float *ap;
-                ptrdiff_t lda = 0;
 
                 /* The first block fetches the next tile's rows of C (a wide C has been
                  * evicted since they were last written) while this tile computes. */
@@ -553,12 +562,15 @@ static void gemm_unit(const struct gemm_kernel *k, const struct gemm *g, const f
                     }
                 }
                 if (r0 < full_end) {
-                    ap = g->a + (ptrdiff_t)r0 * g->a_rs + p0;
-                    lda = g->a_rs;
+                    ap = g->a + (ptrdiff_t)r0 * g->a_rs + (ptrdiff_t)p0 * g->a_cs;
+                    gemm_tile(k, g, kc, ap, a_ps, a_is, bq + (size_t)p0 * k->nr, r0, q * k->nr,
+                              accumulate);
                 } else {
-                    ap = apack + (size_t)(r0 - (rows ? full_end : i0)) * g->K + (size_t)p0 * k->mr;
+                    ap =
+                        apack + (size_t)(r0 - (direct ? full_end : i0)) * g->K + (size_t)p0 * k->mr;
+                    gemm_tile(k, g, kc, ap, 0, 0, bq + (size_t)p0 * k->nr, r0, q * k->nr,
+                              accumulate);
                 }
-                gemm_tile(k, g, kc, ap, lda, bq + (size_t)p0 * k->nr, r0, q * k->nr, accumulate);
             }
         }
     }
@@ -939,43 +951,103 @@ static void att_ws_release(struct att_ws *ws)
     free(ws->apack);
 }
 
+/* The attention's row loops go by blocks of ROW_W columns with a fixed-length inner loop
+ * (one vector on AVX-512), the columns past the row's end masked inside it, and their partial
+ * sums in ROW_W accumulators added in a fixed order: no scalar remainder loop, and the same
+ * order of additions in every ISA copy. Blocks that would run past the buffer's row (T not a
+ * multiple of ROW_W) go one column at a time. */
+#define ROW_W 16
+
+static float sum_lanes(const float acc[ROW_W])
+{
+    float s = 0.0f;
+    for (int k = 0; k < ROW_W; k++)
+        s += acc[k];
+    return s;
+}
+
 /* Row t of one head's scores s (length T, valid up to t) becomes its softmax in place, scaled
  * by `scale` inside the exp, with zeros after t. */
 OPS_CLONES static void attention_softmax_row(float *s, int t, int T, float scale)
 {
-    float max = s[0], sum = 0.0f;
+    int n = t + 1, vec = (n + ROW_W - 1) / ROW_W * ROW_W;
+    float mx[ROW_W], acc[ROW_W] = {0}, max, sum, tail = 0.0f;
 
-#pragma omp simd reduction(max : max)
-    for (int j = 1; j <= t; j++)
-        max = s[j] > max ? s[j] : max;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j <= t; j++) {
-        float e = exp_inline((s[j] - max) * scale);
-        s[j] = e;
-        sum += e;
-    }
-    float inv = 1.0f / sum;
+    vec = vec <= T / ROW_W * ROW_W ? vec : n / ROW_W * ROW_W;
+    for (int k = 0; k < ROW_W; k++)
+        mx[k] = -INFINITY;
+    for (int j0 = 0; j0 < vec; j0 += ROW_W) {
 #pragma omp simd
-    for (int j = 0; j <= t; j++)
+        for (int k = 0; k < ROW_W; k++) {
+            float v = j0 + k < n ? s[j0 + k] : -INFINITY;
+            mx[k] = v > mx[k] ? v : mx[k];
+        }
+    }
+    max = mx[0];
+    for (int k = 1; k < ROW_W; k++)
+        max = mx[k] > max ? mx[k] : max;
+    for (int j = vec; j < n; j++)
+        max = s[j] > max ? s[j] : max;
+
+    for (int j0 = 0; j0 < vec; j0 += ROW_W) {
+#pragma omp simd
+        for (int k = 0; k < ROW_W; k++) {
+            bool in = j0 + k < n;
+            float e = exp_inline(in ? (s[j0 + k] - max) * scale : EXP_LO);
+            e = in ? e : 0.0f;
+            s[j0 + k] = e;
+            acc[k] += e;
+        }
+    }
+    for (int j = vec; j < n; j++) {
+        s[j] = exp_inline((s[j] - max) * scale);
+        tail += s[j];
+    }
+    sum = sum_lanes(acc) + tail;
+
+    float inv = 1.0f / sum;
+    for (int j0 = 0; j0 < vec; j0 += ROW_W) {
+#pragma omp simd
+        for (int k = 0; k < ROW_W; k++)
+            s[j0 + k] *= inv;
+    }
+    for (int j = vec; j < n; j++)
         s[j] *= inv;
-    for (int j = t + 1; j < T; j++)
-        s[j] = 0.0f;
+    int z = vec > n ? vec : n;
+    if (z < T)
+        memset(s + z, 0, (size_t)(T - z) * sizeof(float));
 }
 
-/* Row t of dP becomes dS = scale * P * (dP - sum_j P dP) in place, zero from t+1 to `end`. */
-OPS_CLONES static void attention_dsoftmax_row(float *dp, const float *p, int t, int end,
+/* Row t of dP becomes dS = scale * P * (dP - sum_j P dP) in place, zero from t+1 to `end`
+ * (<= T, the row's length; P is zero past t, dP undefined there). */
+OPS_CLONES static void attention_dsoftmax_row(float *dp, const float *p, int t, int end, int T,
                                               float scale)
 {
-    float dot = 0.0f;
+    int n = t + 1, vec = (n + ROW_W - 1) / ROW_W * ROW_W;
+    float acc[ROW_W] = {0}, dot, tail = 0.0f;
 
-#pragma omp simd reduction(+ : dot)
-    for (int j = 0; j <= t; j++)
-        dot += p[j] * dp[j];
+    vec = vec <= T / ROW_W * ROW_W ? vec : n / ROW_W * ROW_W;
+    for (int j0 = 0; j0 < vec; j0 += ROW_W) {
 #pragma omp simd
-    for (int j = 0; j <= t; j++)
+        for (int k = 0; k < ROW_W; k++)
+            acc[k] += j0 + k < n ? p[j0 + k] * dp[j0 + k] : 0.0f;
+    }
+    for (int j = vec; j < n; j++)
+        tail += p[j] * dp[j];
+    dot = sum_lanes(acc) + tail;
+
+    for (int j0 = 0; j0 < vec; j0 += ROW_W) {
+#pragma omp simd
+        for (int k = 0; k < ROW_W; k++) {
+            float d = scale * p[j0 + k] * (dp[j0 + k] - dot);
+            dp[j0 + k] = j0 + k < n ? d : 0.0f;
+        }
+    }
+    for (int j = vec; j < n; j++)
         dp[j] = scale * p[j] * (dp[j] - dot);
-    for (int j = t + 1; j < end; j++)
-        dp[j] = 0.0f;
+    int z = vec > n ? vec : n;
+    if (z < end)
+        memset(dp + z, 0, (size_t)(end - z) * sizeof(float));
 }
 
 int ops_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
@@ -1102,7 +1174,7 @@ int ops_attention_backward(float *dqkv, const float *dout, const float *qkv, con
 
                 gemm_serial(&dp, ws.b[0], ws.b_stride_hs, ws.apack);
                 for (int t = i0; t < i1; t++)
-                    attention_dsoftmax_row(ds + (size_t)t * T, a + (size_t)t * T, t, i1, scale);
+                    attention_dsoftmax_row(ds + (size_t)t * T, a + (size_t)t * T, t, i1, T, scale);
                 gemm_serial(&dqg, ws.b[1], ws.b_stride_t, ws.apack);
             }
             /* Key blocks [j0, j1): dK = dS^T Q and dV = P^T dY over the queries t >= j0 (the
