@@ -258,9 +258,9 @@ int main(int argc, char **argv)
           .n_embd = 384},
          4,
          256,
-         5},
+         10},
     };
-    int threads[MAX_THREADS] = {1, 2}, n_threads = 2, mm_reps = 5, reps_override = 0;
+    int threads[MAX_THREADS] = {1, 2}, n_threads = 2, mm_reps = 15, reps_override = 0;
     double bound[2][MAX_THREADS];
     struct step_times st[2][MAX_THREADS];
 

@@ -8,7 +8,7 @@
 # Environment (all optional):
 #   BUILD                 build dir (default build/ of the source tree)
 #   BENCH_STEP_THREADS    OpenMP thread counts (default 1,2)
-#   BENCH_STEP_REPS       timed steps per row, the best reported (default 20 tiny, 5 6L/384)
+#   BENCH_STEP_REPS       timed steps per row, the best reported (default 20 tiny, 10 6L/384)
 #   BENCH_STEP_CFG        the tiny model's config (default jobs/tiny.cfg)
 set -euo pipefail
 
@@ -16,13 +16,18 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-build}
 [[ $BUILD == /* ]] || BUILD=$root/$BUILD
 THREADS=${BENCH_STEP_THREADS:-1,2}
-CFG=${BENCH_STEP_CFG:-$root/jobs/tiny.cfg}
+CFG=${BENCH_STEP_CFG:-}
+if [ -n "$CFG" ]; then
+    CFG=$(realpath -- "$CFG")
+fi
 
 if [ ! -x "$BUILD/bench/train_step" ]; then
     echo "train_step.sh: '$BUILD/bench/train_step' is not built (run 'make all')" >&2
     exit 1
 fi
-args=(--threads "$THREADS" --cfg "$CFG")
+# From the source tree, so that the table names jobs/tiny.cfg as the repository does.
+cd "$root"
+args=(--threads "$THREADS" --cfg "${CFG:-jobs/tiny.cfg}")
 if [ -n "${BENCH_STEP_REPS:-}" ]; then
     args+=(--reps "$BENCH_STEP_REPS")
 fi
