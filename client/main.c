@@ -284,9 +284,8 @@ static int status_list(const struct gpurun_args *args)
         struct view_input in = {.slurm = &jobs[i], .timeout_ms = 0};
         snprintf(t.id, sizeof(t.id), "%u", jobs[i].id);
         in.job_id = t.id;
-        /* The list asks no leader: one stuck node must not stall it. The dir's summary
-         * still says how an ended job ended. */
-        in.job_dir = NULL;
+        in.job_dir = join_path(t.dir, sizeof(t.dir), root, t.id) && is_dir(t.dir) ? t.dir : NULL;
+        in.no_live = true;
         json_array_append_new(views, view_build(&in));
     }
     nents = scandir(root, &ents, NULL, NULL);
@@ -331,7 +330,7 @@ static int status_list(const struct gpurun_args *args)
                 continue;
             in.job_id = t.id;
             in.job_dir = t.dir;
-            in.timeout_ms = 1000;
+            in.no_live = true;
             json_array_append_new(views, view_build(&in));
         }
         free(order);

@@ -96,7 +96,8 @@ struct job_descriptor; /* libslurm's job_desc_msg_t */
 /* Fills desc (libslurm's job_desc_msg_t, initialised here) from job: the fields the script's
  * #SBATCH directives name, plus script (borrowed), env (borrowed, env_size entries: sbatch
  * passes its whole environment, and slurmctld refuses a batch job without one) and the
- * caller's uid and gid. Pointers in desc are borrowed from job, script and env. */
+ * caller's uid and gid. Pointers in desc are borrowed from job, script and env, but for
+ * tres_per_node, which points to this module's static storage until the next call. */
 void slurmlib_fill_desc(const struct sbatch_job *job, const char *script, char **env,
                         uint32_t env_size, struct job_descriptor *desc);
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +211,18 @@ static json_t *timings_json(const struct view_input *in, const json_t *summary)
     return o;
 }
 
+/* Whether the leader of a job on this machine (endpoint.json on loopback) still runs. */
+static bool local_leader_alive(const char *dir)
+{
+    json_t *ep = load_file(dir, "endpoint.json");
+    const char *host = json_string_value(json_object_get(ep, "host"));
+    json_int_t pid = json_integer_value(json_object_get(ep, "pid"));
+    bool alive = host && !strcmp(host, "127.0.0.1") && pid > 0 && kill((pid_t)pid, 0) == 0;
+
+    json_decref(ep);
+    return alive;
+}
+
 json_t *view_build(const struct view_input *in)
 {
     json_t *v = json_object(), *summary = NULL, *live = NULL, *ranks;
@@ -224,7 +237,7 @@ json_t *view_build(const struct view_input *in)
         summary = load_file(in->job_dir, "summary.json");
         /* A job that has ended has a summary; one that runs has a leader to ask. Ask, and
          * look for the summary again if the leader is gone, as it may have ended meanwhile. */
-        if (!summary && (!in->slurm || !in->slurm->ended) &&
+        if (!summary && !in->no_live && (!in->slurm || !in->slurm->ended) &&
             mtime_of(in->job_dir, "endpoint.json") > 0) {
             if (status_query(in->job_dir, in->timeout_ms, &live, &serr) < 0) {
                 summary = load_file(in->job_dir, "summary.json");
@@ -255,6 +268,8 @@ json_t *view_build(const struct view_input *in)
         exit_status = (int)json_integer_value(json_object_get(summary, "exit_status"));
     } else if (live) {
         state = "RUNNING";
+    } else if (in->job_dir && in->no_live) {
+        state = local_leader_alive(in->job_dir) ? "RUNNING" : "UNKNOWN";
     } else if (in->job_dir && !json_object_get(v, "live_error")) {
         state = "STARTING";
     }

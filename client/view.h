@@ -24,6 +24,8 @@ struct view_input {
     const char *slurm_error;          /* why slurm is NULL for a Slurm job; NULL: none */
     const char *job_dir;              /* NULL: none yet (a pending Slurm job) */
     int timeout_ms;                   /* bound on each step of the leader query */
+    bool no_live; /* ask no leader (lists: one stuck node must not stall them); a local job's
+                   * leader is checked by its pid */
 };
 
 /* Builds the view of one job: {"version", "job_id", "job_dir", "slurm": {...} | null,
