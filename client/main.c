@@ -341,6 +341,7 @@ static int status_list(const struct gpurun_args *args)
     for (size_t i = 0; i < n; i++)
         slurmlib_job_release(&jobs[i]);
     free(jobs);
+    slurmlib_close();
     if (args->json)
         ret = print_json(views, JSON_INDENT(2)) < 0 ? EXIT_FAILED : 0;
     else if (json_array_size(views) == 0)
