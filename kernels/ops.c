@@ -127,7 +127,8 @@ struct gemm {
     ptrdiff_t b_rs, b_cs;
     float *c;
     ptrdiff_t ldc;
-    bool accumulate; /* C += A B, else C = A B */
+    bool accumulate;   /* C += A B, else C = A B (+ bias) */
+    const float *bias; /* without accumulate: C(i, j) = A B + bias[j] (the sum, then bias) */
     /* Causal: only C(i, j) with j <= i + diag is wanted; micro-tiles wholly above that
      * diagonal are skipped (left as they were). */
     bool causal;
@@ -519,6 +520,21 @@ static void gemm_tile(const struct gemm_kernel *k, const struct gemm *g, int kc,
     }
 }
 
+/* C(i, j) += bias[j] over the micro-tile at (i0, j0), just stored (in L1). */
+OPS_CLONES static void tile_add_bias(const struct gemm_kernel *k, const struct gemm *g, int i0,
+                                     int j0)
+{
+    int mi = g->M - i0 < k->mr ? g->M - i0 : k->mr;
+    int nj = g->N - j0 < k->nr ? g->N - j0 : k->nr;
+
+    for (int i = 0; i < mi; i++) {
+        float *c = g->c + (ptrdiff_t)(i0 + i) * g->ldc + j0;
+#pragma omp simd
+        for (int j = 0; j < nj; j++)
+            c[j] += g->bias[j0 + j];
+    }
+}
+
 /* Rows [i0, i1) times column panels [panel0, panel1), B packed at bpack from panel q_base
  * with b_stride floats from one panel to the next: packs A into apack, then per B panel and K
  * block, the block's B panel (kept in L1) meets every A panel, the C tiles (in L1 or L2)
@@ -571,8 +587,24 @@ static void gemm_unit(const struct gemm_kernel *k, const struct gemm *g, const f
                     gemm_tile(k, g, kc, ap, 0, 0, bq + (size_t)p0 * k->nr, r0, q * k->nr,
                               accumulate);
                 }
+                if (!accumulate && g->bias)
+                    tile_add_bias(k, g, r0, q * k->nr);
             }
         }
+    }
+}
+
+/* C = bias (or 0) for an empty K; nothing when accumulating. */
+static void gemm_empty(const struct gemm *g)
+{
+    if (g->accumulate)
+        return;
+    for (int i = 0; i < g->M; i++) {
+        float *c = g->c + (ptrdiff_t)i * g->ldc;
+        if (g->bias)
+            memcpy(c, g->bias, (size_t)g->N * sizeof(float));
+        else
+            memset(c, 0, (size_t)g->N * sizeof(float));
     }
 }
 
@@ -596,11 +628,7 @@ static int gemm_parallel(const struct gemm *g)
     if (g->M <= 0 || g->N <= 0)
         return 0;
     if (g->K == 0) {
-        /* An empty sum: C = 0, or C unchanged. */
-        if (!g->accumulate) {
-            for (int i = 0; i < g->M; i++)
-                memset(g->c + (ptrdiff_t)i * g->ldc, 0, (size_t)g->N * sizeof(float));
-        }
+        gemm_empty(g);
         return 0;
     }
     chunk_panels = B_CHUNK_FLOATS / ((size_t)g->K * k->nr);
@@ -683,10 +711,7 @@ static void gemm_serial(const struct gemm *g, const float *bpack, size_t b_strid
     if (g->M <= 0 || g->N <= 0)
         return;
     if (g->K == 0) {
-        if (!g->accumulate) {
-            for (int i = 0; i < g->M; i++)
-                memset(g->c + (ptrdiff_t)i * g->ldc, 0, (size_t)g->N * sizeof(float));
-        }
+        gemm_empty(g);
         return;
     }
     gemm_unit(k, g, bpack, b_stride, 0, apack, 0, g->M, 0, (g->N + k->nr - 1) / k->nr);
@@ -709,14 +734,9 @@ int ops_matmul_forward(float *out, const float *inp, const float *weight, const 
         .b_cs = C,
         .c = out,
         .ldc = OC,
-        .accumulate = bias != NULL,
+        .bias = bias,
     };
 
-    if (bias) {
-#pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++)
-            memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
-    }
     return gemm_parallel(&g);
 }
 
