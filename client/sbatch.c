@@ -199,10 +199,13 @@ static void body(FILE *f, const struct sbatch_job *j)
     fprintf(f,
             "GPURUN_JOB_JSON\n"
             "cp \"$0\" \"$dir/job.sbatch\"\n\n"
-            "# scancel's SIGTERM and the pre-timeout SIGUSR1 (--signal=B:...) reach this shell:\n"
-            "# srun passes them to every node's rendezvousd, which hands USR1 to the ranks.\n"
-            "srun --ntasks-per-node=1 --kill-on-bad-exit=0 \"$rendezvousd\" --job-dir \"$dir\" "
-            "--log-level %s &\n"
+            "# One rendezvousd per node with all the node's CPUs for its ranks (srun 22.05 no\n"
+            "# longer takes --cpus-per-task from the job). scancel's SIGTERM and the pre-timeout\n"
+            "# SIGUSR1 (--signal=B:...) reach this shell: srun passes them to every node's\n"
+            "# rendezvousd, which hands USR1 to the ranks.\n"
+            "srun --ntasks-per-node=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-%d}\" "
+            "--kill-on-bad-exit=0 \\\n"
+            "    \"$rendezvousd\" --job-dir \"$dir\" --log-level %s &\n"
             "srun_pid=$!\n"
             "trap 'kill -USR1 \"$srun_pid\" 2>/dev/null || true' USR1\n"
             "trap 'kill -TERM \"$srun_pid\" 2>/dev/null || true' TERM INT HUP\n"
@@ -214,7 +217,7 @@ static void body(FILE *f, const struct sbatch_job *j)
             "    wait \"$srun_pid\" || status=$?\n"
             "done\n"
             "exit \"$status\"\n",
-            j->log_level);
+            j->cpus_per_task, j->log_level);
 }
 
 int sbatch_render(const struct sbatch_job *job, char **out, struct sbatch_error *err)

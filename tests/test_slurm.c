@@ -132,8 +132,9 @@ TEST(slurm_script_directives_and_body)
     CHECK_CONTAINS(text, "jobs=${GPURUN_JOBS:-/home/u/.gpurun/jobs}\ndir=$jobs/$SLURM_JOB_ID\n");
     CHECK_CONTAINS(text, "<<'GPURUN_JOB_JSON'\n{\n  \"argv\"");
     CHECK_CONTAINS(text, "\"nnodes\": 2\n}\nGPURUN_JOB_JSON\n");
-    CHECK_CONTAINS(text, "srun --ntasks-per-node=1 --kill-on-bad-exit=0 \"$rendezvousd\" "
-                         "--job-dir \"$dir\" --log-level warn &\n");
+    CHECK_CONTAINS(text, "srun --ntasks-per-node=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-8}\" "
+                         "--kill-on-bad-exit=0 \\\n    \"$rendezvousd\" --job-dir \"$dir\" "
+                         "--log-level warn &\n");
     CHECK_CONTAINS(text, "trap 'kill -USR1 \"$srun_pid\" 2>/dev/null || true' USR1\n");
     CHECK(!strstr(text, "/tmp"));
     free(text);
