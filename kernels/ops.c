@@ -104,9 +104,10 @@ static inline float tanh_inline(float u)
 #define PACK_ALIGN 64 /* cache line: the micro-kernels use aligned vector loads */
 
 typedef void (*gemm_kernel_fn)(int kc, const float *a, const float *b, float *c, ptrdiff_t ldc,
-                               bool accumulate);
+                               bool accumulate, const float *init);
 typedef void (*gemm_direct_fn)(int kc, const float *a, ptrdiff_t a_ps, ptrdiff_t a_is,
-                               const float *b, float *c, ptrdiff_t ldc, bool accumulate);
+                               const float *b, float *c, ptrdiff_t ldc, bool accumulate,
+                               const float *init);
 typedef void (*gemm_pack_fn)(float *dst, const float *x, ptrdiff_t ls, ptrdiff_t ps, int w,
                              int valid, int kc);
 
@@ -128,7 +129,8 @@ struct gemm {
     float *c;
     ptrdiff_t ldc;
     bool accumulate;   /* C += A B, else C = A B (+ bias) */
-    const float *bias; /* without accumulate: C(i, j) = A B + bias[j] (the sum, then bias) */
+    const float *bias; /* without accumulate: C(i, j) = bias[j] + sum_p A(i,p) B(p,j), the sum
+                        * starting from the bias (as llm.c's matmul) */
     /* Causal: only C(i, j) with j <= i + diag is wanted; micro-tiles wholly above that
      * diagonal are skipped (left as they were). */
     bool causal;
@@ -269,11 +271,15 @@ pack_panel_avx512(float *dst, const float *x, ptrdiff_t ls, ptrdiff_t ps, int w,
 
 /* The portable micro-kernel: MR 4, NR 16, plain loops the compiler vectorises as it can. */
 static void kernel_generic(int kc, const float *restrict a, const float *restrict b,
-                           float *restrict c, ptrdiff_t ldc, bool accumulate)
+                           float *restrict c, ptrdiff_t ldc, bool accumulate,
+                           const float *restrict init)
 {
     float acc[4][16];
 
-    memset(acc, 0, sizeof(acc));
+    for (int i = 0; i < 4; i++) {
+        for (int j = 0; j < 16; j++)
+            acc[i][j] = init ? init[j] : 0.0f;
+    }
     for (int p = 0; p < kc; p++) {
         for (int i = 0; i < 4; i++) {
             float ai = a[p * 4 + i];
@@ -290,16 +296,19 @@ static void kernel_generic(int kc, const float *restrict a, const float *restric
 #ifdef OPS_X86
 /* AVX2 + FMA: 6 x 16, twelve ymm accumulators (of 16 registers), two B loads and six
  * broadcasts per p. */
-__attribute__((target("avx2,fma"))) static void kernel_avx2(int kc, const float *restrict a,
-                                                            const float *restrict b,
-                                                            float *restrict c, ptrdiff_t ldc,
-                                                            bool accumulate)
+__attribute__((target("avx2,fma"))) static void
+kernel_avx2(int kc, const float *restrict a, const float *restrict b, float *restrict c,
+            ptrdiff_t ldc, bool accumulate, const float *restrict init)
 {
     __m256 c0[6], c1[6];
+    __m256 i0 = init ? _mm256_loadu_ps(init) : _mm256_setzero_ps();
+    __m256 i1 = init ? _mm256_loadu_ps(init + 8) : _mm256_setzero_ps();
 
 #pragma GCC unroll 6
-    for (int i = 0; i < 6; i++)
-        c0[i] = c1[i] = _mm256_setzero_ps();
+    for (int i = 0; i < 6; i++) {
+        c0[i] = i0;
+        c1[i] = i1;
+    }
     for (int p = 0; p < kc; p++) {
         __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
@@ -329,13 +338,18 @@ __attribute__((target("avx2,fma"))) static void kernel_avx2(int kc, const float 
  * contiguous. */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 kernel_avx512_body(int kc, const float *restrict a, ptrdiff_t a_ps, ptrdiff_t a_is,
-                   const float *restrict b, float *restrict c, ptrdiff_t ldc, bool accumulate)
+                   const float *restrict b, float *restrict c, ptrdiff_t ldc, bool accumulate,
+                   const float *restrict init)
 {
     __m512 c0[12], c1[12];
+    __m512 i0 = init ? _mm512_loadu_ps(init) : _mm512_setzero_ps();
+    __m512 i1 = init ? _mm512_loadu_ps(init + 16) : _mm512_setzero_ps();
 
 #pragma GCC unroll 12
-    for (int i = 0; i < 12; i++)
-        c0[i] = c1[i] = _mm512_setzero_ps();
+    for (int i = 0; i < 12; i++) {
+        c0[i] = i0;
+        c1[i] = i1;
+    }
     for (int p = 0; p < kc; p++) {
         __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 12
@@ -359,24 +373,24 @@ kernel_avx512_body(int kc, const float *restrict a, ptrdiff_t a_ps, ptrdiff_t a_
     }
 }
 
-__attribute__((target("avx512f"))) static void kernel_avx512(int kc, const float *restrict a,
-                                                             const float *restrict b,
-                                                             float *restrict c, ptrdiff_t ldc,
-                                                             bool accumulate)
+__attribute__((target("avx512f"))) static void
+kernel_avx512(int kc, const float *restrict a, const float *restrict b, float *restrict c,
+              ptrdiff_t ldc, bool accumulate, const float *restrict init)
 {
-    kernel_avx512_body(kc, a, 12, 1, b, c, ldc, accumulate);
+    kernel_avx512_body(kc, a, 12, 1, b, c, ldc, accumulate, init);
 }
 
 /* A unpacked: contiguous rows (a_ps 1: inp, dout, P, dS) or contiguous columns (a_is 1: the
  * transposed dout^T, dS^T, P^T); each a constant in its copy of the loop. */
 __attribute__((target("avx512f"))) static void
 kernel_avx512_direct(int kc, const float *restrict a, ptrdiff_t a_ps, ptrdiff_t a_is,
-                     const float *restrict b, float *restrict c, ptrdiff_t ldc, bool accumulate)
+                     const float *restrict b, float *restrict c, ptrdiff_t ldc, bool accumulate,
+                     const float *restrict init)
 {
     if (a_ps == 1)
-        kernel_avx512_body(kc, a, 1, a_is, b, c, ldc, accumulate);
+        kernel_avx512_body(kc, a, 1, a_is, b, c, ldc, accumulate, init);
     else
-        kernel_avx512_body(kc, a, a_ps, 1, b, c, ldc, accumulate);
+        kernel_avx512_body(kc, a, a_ps, 1, b, c, ldc, accumulate, init);
 }
 #endif
 
@@ -502,14 +516,25 @@ static void gemm_tile(const struct gemm_kernel *k, const struct gemm *g, int kc,
     int mi = g->M - i0 < k->mr ? g->M - i0 : k->mr;
     int nj = g->N - j0 < k->nr ? g->N - j0 : k->nr;
     float tile[MR_MAX * NR_MAX] __attribute__((aligned(PACK_ALIGN)));
+    float init_pad[NR_MAX];
     bool whole = mi == k->mr && nj == k->nr;
     float *dst = whole ? c : tile;
     ptrdiff_t ldd = whole ? g->ldc : k->nr;
+    const float *init = NULL;
 
+    /* The bias starts the first block's sums (padded with zeros past N at an edge). */
+    if (!accumulate && g->bias) {
+        init = g->bias + j0;
+        if (nj < k->nr) {
+            memset(init_pad, 0, sizeof(init_pad));
+            memcpy(init_pad, init, (size_t)nj * sizeof(float));
+            init = init_pad;
+        }
+    }
     if (a_ps)
-        k->direct(kc, ap, a_ps, a_is, bp, dst, ldd, whole && accumulate);
+        k->direct(kc, ap, a_ps, a_is, bp, dst, ldd, whole && accumulate, init);
     else
-        k->fn(kc, ap, bp, dst, ldd, whole && accumulate);
+        k->fn(kc, ap, bp, dst, ldd, whole && accumulate, init);
     if (whole)
         return;
     for (int i = 0; i < mi; i++) {
@@ -517,21 +542,6 @@ static void gemm_tile(const struct gemm_kernel *k, const struct gemm *g, int kc,
             float *ci = c + (ptrdiff_t)i * g->ldc + j;
             *ci = accumulate ? *ci + tile[i * k->nr + j] : tile[i * k->nr + j];
         }
-    }
-}
-
-/* C(i, j) += bias[j] over the micro-tile at (i0, j0), just stored (in L1). */
-OPS_CLONES static void tile_add_bias(const struct gemm_kernel *k, const struct gemm *g, int i0,
-                                     int j0)
-{
-    int mi = g->M - i0 < k->mr ? g->M - i0 : k->mr;
-    int nj = g->N - j0 < k->nr ? g->N - j0 : k->nr;
-
-    for (int i = 0; i < mi; i++) {
-        float *c = g->c + (ptrdiff_t)(i0 + i) * g->ldc + j0;
-#pragma omp simd
-        for (int j = 0; j < nj; j++)
-            c[j] += g->bias[j0 + j];
     }
 }
 
@@ -587,8 +597,6 @@ static void gemm_unit(const struct gemm_kernel *k, const struct gemm *g, const f
                     gemm_tile(k, g, kc, ap, 0, 0, bq + (size_t)p0 * k->nr, r0, q * k->nr,
                               accumulate);
                 }
-                if (!accumulate && g->bias)
-                    tile_add_bias(k, g, r0, q * k->nr);
             }
         }
     }
