@@ -44,20 +44,25 @@ static int team_size(void)
  * a high part exact in float and a low part: Cody and Waite), exp(r) = 1 + r + r^2 P(r) with
  * Cephes' degree-5 minimax P (relative error under 1.2e-7 on that interval). The clamp keeps
  * 2^n a normal float (n in [-126, 127]). Branch-free, so that loops over it vectorise. */
-#define EXP_LO      -87.0f
-#define EXP_HI      88.0f
-#define LOG2E       1.44269504088896341f
-#define LN2_HI      0.693359375f
-#define LN2_LO      -2.12194440e-4f
-/* 1.5 * 2^23: adding and subtracting it rounds a float of magnitude < 2^22 to an integer
- * (round to nearest even, the default mode) without a call to rintf. */
-#define ROUND_MAGIC 12582912.0f
+#define EXP_LO           -87.0f
+#define EXP_HI           88.0f
+#define LOG2E            1.44269504088896341f
+#define LN2_HI           0.693359375f
+#define LN2_LO           -2.12194440e-4f
+/* 1.5 * 2^23: adding it rounds a float of magnitude < 2^22 to an integer (round to nearest
+ * even, the default mode) without a call to rintf, and leaves that integer in the low bits of
+ * the sum: bits(sum) = ROUND_MAGIC_BITS + n. */
+#define ROUND_MAGIC      12582912.0f
+#define ROUND_MAGIC_BITS 0x4b400000u
 
 static inline float exp_inline(float x)
 {
     x = x < EXP_LO ? EXP_LO : x;
     x = x > EXP_HI ? EXP_HI : x;
-    float n = (x * LOG2E + ROUND_MAGIC) - ROUND_MAGIC;
+    float m = x * LOG2E + ROUND_MAGIC;
+    float n = m - ROUND_MAGIC;
+    uint32_t mbits;
+    memcpy(&mbits, &m, sizeof(mbits));
     float r = x - n * LN2_HI;
     r = r - n * LN2_LO;
     float p = 1.9875691500e-4f;
@@ -67,7 +72,9 @@ static inline float exp_inline(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * (r * r) + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
+    /* 2^n from n's bits, in unsigned arithmetic: no conversion or shift that a NaN input
+     * (a diverged run) could make undefined. */
+    uint32_t bits = (mbits - ROUND_MAGIC_BITS + 127u) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof(scale));
     return p * scale;
@@ -91,13 +98,15 @@ static inline float tanh_inline(float u)
  * B(p,j) = b[p*b_rs + j*b_cs], so one routine serves out = inp W^T (B is W read across its
  * rows), dinp = dout W, dW = dout^T inp and the attention's products without transposing copies.
  *
- * B is packed into panels of NR columns (p-major: NR contiguous floats per p) and A into
- * panels of MR rows (MR contiguous floats per p), zero-padded at the edges; K is cut into
- * blocks of at most KC_MAX, and the micro-kernel accumulates an MR x NR tile of C in registers
- * over one block, then stores it (first block, when not accumulating) or adds it to C. An
- * element of C thus sums its products in p order within a block and adds the blocks in order:
- * the result depends on K (and the kernel) only, never on M, N or how the work is split
- * between threads. */
+ * B is packed into panels of NR columns (p-major: NR contiguous floats per p), all of K at
+ * once, and A into panels of MR rows (MR contiguous floats per p), zero-padded at the edges
+ * (the AVX-512 kernel reads A where it lies instead when its rows or its columns are
+ * contiguous, packing only a last partial row tile). K is cut into blocks of at most KC_MAX;
+ * the micro-kernel accumulates an MR x NR tile of C in registers over one block, starting
+ * from zero or the bias, then stores it (first block, when not accumulating) or adds it to C.
+ * An element of C thus sums its products in p order within a block and adds the blocks in
+ * order: the result depends on K (and the kernel) only, never on M, N, the packing or how the
+ * work is split between threads. */
 #define KC_MAX     256 /* a packed B panel (KC_MAX x NR floats, 32 KiB for NR 32) stays in L1 */
 #define MR_MAX     12
 #define NR_MAX     32
@@ -111,6 +120,9 @@ typedef void (*gemm_direct_fn)(int kc, const float *a, ptrdiff_t a_ps, ptrdiff_t
 typedef void (*gemm_pack_fn)(float *dst, const float *x, ptrdiff_t ls, ptrdiff_t ps, int w,
                              int valid, int kc);
 
+/* A micro-kernel: fn computes the MR x NR tile from kc packed A and B floats per p into c
+ * (row stride ldc), adding to c when accumulate, else starting from init (NR floats, the
+ * bias) or zero. */
 struct gemm_kernel {
     const char *name;
     int mr, nr;

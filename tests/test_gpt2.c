@@ -389,16 +389,17 @@ TEST(gpt2_initial_loss_is_log_vocab)
     gpt2_release(&m);
 }
 
-/* Loss, logits and gradients identical bit for bit across runs and for 1, 2 and 3 threads. */
+/* Loss and gradients identical bit for bit across runs and for 1, 2 and 3 threads. */
 TEST(gpt2_deterministic_across_threads)
 {
-    struct gpt2_config cfg = {.max_seq_len = 80,
+    /* T over one attention row block (96), rows over several matmul row blocks. */
+    struct gpt2_config cfg = {.max_seq_len = 112,
                               .vocab_size = 200,
                               .padded_vocab_size = 256,
                               .n_layer = 2,
                               .n_head = 4,
                               .n_embd = 48};
-    int B = 3, T = 70, in[3 * 70], tg[3 * 70];
+    int B = 3, T = 110, in[3 * 110], tg[3 * 110];
     float loss[4];
     float *grads[4];
     struct gpt2 m;
