@@ -1410,6 +1410,11 @@ void agent_signal(struct agent *a, int sig)
     char cause[256], sn[SIGNAME_LEN];
 
     if (sig == SIGUSR1 || sig == SIGUSR2) {
+        /* Inside a Slurm step, slurmstepd signals every process of the step itself (srun's
+         * forwarding, scancel --signal): passing it on would deliver it twice, and a rank
+         * would checkpoint twice. */
+        if (getenv("SLURM_STEP_ID"))
+            return;
         for (int i = 0; i < a->nranks; i++)
             signal_group(&a->ranks[i], sig);
         return;

@@ -18,8 +18,12 @@
 #define SHIM_PDEATH_SIG (SIGRTMIN + 1)
 
 /* Signals the agent sends to the whole group: the rank gets them directly, the shim must
- * survive them to report the rank's status. */
+ * survive them to report the rank's status. The shim keeps them blocked, not ignored: an
+ * ignored signal is inherited as ignored by the child until it resets it, so a SIGTERM in
+ * that window would be lost and the rank would live on until SIGKILL. A blocked one waits. */
 static const int group_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGQUIT};
+/* Of those, the ones that mean "stop". */
+static const int stop_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
 
 /* The agent is gone: nobody will tear this rank down, so do it now, group and all (the
  * shim included). kill() is async-signal-safe. */
@@ -31,8 +35,6 @@ static void on_pdeath(int sig)
 
 static void exec_child(char **cmd, const sigset_t *old)
 {
-    for (size_t i = 0; i < sizeof(group_signals) / sizeof(group_signals[0]); i++)
-        signal(group_signals[i], SIG_DFL);
     signal(SHIM_PDEATH_SIG, SIG_DFL);
     sigprocmask(SIG_SETMASK, old, NULL);
     execvp(cmd[0], cmd);
@@ -40,16 +42,25 @@ static void exec_child(char **cmd, const sigset_t *old)
     _exit(errno == ENOENT ? 127 : 126);
 }
 
-static int pass_status(int status)
+/* A stop signal pending in the shim: one sent to the group before the rank existed, or in
+ * the instant around the fork. Returns it, or 0. */
+static int pending_stop(void)
+{
+    sigset_t pend;
+
+    sigpending(&pend);
+    for (size_t i = 0; i < sizeof(stop_signals) / sizeof(stop_signals[0]); i++)
+        if (sigismember(&pend, stop_signals[i]))
+            return stop_signals[i];
+    return 0;
+}
+
+/* Dies of sig (the shim's own pending copies included), so that the agent sees what the rank
+ * saw; the rank already dumped core if it was going to, the shim must not add one. */
+static int die_of(int sig)
 {
     struct rlimit none = {0, 0};
-    int sig;
 
-    if (WIFEXITED(status))
-        return WEXITSTATUS(status);
-    sig = WTERMSIG(status);
-    /* Die of the same signal so the agent sees what the rank saw; the rank already dumped
-     * core if it was going to, the shim must not add one of its own. */
     setrlimit(RLIMIT_CORE, &none);
     signal(sig, SIG_DFL);
     sigset_t set;
@@ -60,13 +71,20 @@ static int pass_status(int status)
     return 128 + sig;
 }
 
+static int pass_status(int status)
+{
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    return die_of(WTERMSIG(status));
+}
+
 int shim_main(int argc, char **argv)
 {
     sigset_t block, old;
     char *end;
     long agent;
     pid_t child;
-    int status = 0;
+    int status = 0, sig;
 
     if (argc < 5 || strcmp(argv[3], "--")) {
         fprintf(stderr, "rendezvousd: usage: %s AGENT_PID -- CMD [ARGS...]\n", SHIM_FLAG);
@@ -84,11 +102,14 @@ int shim_main(int argc, char **argv)
     /* The agent may have died before the request above: then our parent is someone else. */
     if (getppid() != (pid_t)agent)
         return 125;
-    for (size_t i = 0; i < sizeof(group_signals) / sizeof(group_signals[0]); i++)
-        signal(group_signals[i], SIG_IGN);
     sigemptyset(&block);
+    for (size_t i = 0; i < sizeof(group_signals) / sizeof(group_signals[0]); i++)
+        sigaddset(&block, group_signals[i]);
     sigaddset(&block, SIGCHLD);
     sigprocmask(SIG_BLOCK, &block, &old);
+    /* Told to stop before the rank started: do not start it. */
+    if ((sig = pending_stop()) != 0)
+        return die_of(sig);
     child = fork();
     if (child < 0) {
         fprintf(stderr, "gpurun: cannot fork: %s\n", strerror(errno));
@@ -96,7 +117,13 @@ int shim_main(int argc, char **argv)
     }
     if (child == 0)
         exec_child(argv + 4, &old);
-    sigprocmask(SIG_SETMASK, &old, NULL);
+    /* A stop that reached only the shim, just before the fork, goes on to the rank; one that
+     * reached both arrives twice, which a stop signal tolerates. */
+    if ((sig = pending_stop()) != 0)
+        kill(child, sig);
+    sigemptyset(&block);
+    sigaddset(&block, SIGCHLD);
+    sigprocmask(SIG_UNBLOCK, &block, NULL);
     for (;;) {
         pid_t got = waitpid(child, &status, 0);
         if (got == child)
