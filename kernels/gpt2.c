@@ -139,7 +139,8 @@ struct acts {
     float *att;                       /* (L,B,NH,T,T) */
     float *residual2;                 /* (L,B,T,C) = residual + attention projection */
     float *ln2, *ln2_mean, *ln2_rstd; /* (L,B,T,C), (L,B,T), (L,B,T) */
-    float *fch, *fch_gelu;            /* (L,B,T,4C) each */
+    float *fch, *fch_gelu;            /* (L,B,T,4C) each; fch ends up holding GELU's
+                                       * derivative at itself (ops_gelu_forward_grad) */
     float *residual3;                 /* (L,B,T,C) = residual2 + MLP projection */
     float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
     float *logits;                    /* (B,T,Vp) */
@@ -394,7 +395,8 @@ int gpt2_forward(struct gpt2 *m, const int *inputs, const int *targets, int B, i
         if ((err = ops_matmul_forward(fch, ln2, tensor(m, p, T_FCW, l), tensor(m, p, T_FCB, l),
                                       (int)bt, C, 4 * C)) < 0)
             return err;
-        ops_gelu_forward(fch_gelu, fch, 4 * btc);
+        /* fch keeps GELU's derivative from here on: the backward needs nothing else. */
+        ops_gelu_forward_grad(fch_gelu, fch, fch, 4 * btc);
         if ((err = ops_matmul_forward(res3, fch_gelu, tensor(m, p, T_FCPROJW, l),
                                       tensor(m, p, T_FCPROJB, l), (int)bt, 4 * C, C)) < 0)
             return err;
@@ -475,7 +477,7 @@ int gpt2_backward(struct gpt2 *m, float grad_scale)
                                        tensor(m, g, T_FCPROJB, l), d.dres, fch_gelu,
                                        tensor(m, p, T_FCPROJW, l), (int)bt, 4 * C, C)) < 0)
             return err;
-        ops_gelu_backward(d.dfch, fch, d.dfch, 4 * btc);
+        ops_gelu_backward_grad(d.dfch, fch, d.dfch, 4 * btc);
         if ((err = ops_matmul_backward(d.dbuf, tensor(m, g, T_FCW, l), tensor(m, g, T_FCB, l),
                                        d.dfch, ln2, tensor(m, p, T_FCW, l), (int)bt, C, 4 * C)) < 0)
             return err;

@@ -493,7 +493,7 @@ static void pack_b(const struct gemm_kernel *k, const struct gemm *g, int panel0
 
     for (int q = panel0; q < panel1; q++) {
         int j0 = q * nr, nj = g->N - j0 < nr ? g->N - j0 : nr;
-        if (q + 1 < panel1)
+        if (j0 + nr < g->N)
             prefetch_lines(g->b + (ptrdiff_t)(j0 + nr) * g->b_cs, g->b_cs,
                            g->N - j0 - nr < nr ? g->N - j0 - nr : nr);
         k->pack(dst + (size_t)(q - panel0) * g->K * nr, g->b + (ptrdiff_t)j0 * g->b_cs, g->b_cs,
@@ -1282,6 +1282,26 @@ OPS_CLONES static void gelu_backward_span(float *dinp, const float *inp, const f
     }
 }
 
+OPS_CLONES static void gelu_forward_grad_span(float *out, float *grad, const float *inp, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+        float th = tanh_inline(u);
+        float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+        out[i] = 0.5f * x * (1.0f + th);
+        grad[i] = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+    }
+}
+
+OPS_CLONES static void mul_span(float *out, const float *a, const float *b, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++)
+        out[i] = b[i] * a[i];
+}
+
 void ops_gelu_forward(float *out, const float *inp, size_t n)
 {
     long chunks = (long)((n + ELEM_CHUNK - 1) / ELEM_CHUNK);
@@ -1301,6 +1321,28 @@ void ops_gelu_backward(float *dinp, const float *inp, const float *dout, size_t 
     for (long q = 0; q < chunks; q++) {
         size_t i0 = (size_t)q * ELEM_CHUNK, len = n - i0 < ELEM_CHUNK ? n - i0 : ELEM_CHUNK;
         gelu_backward_span(dinp + i0, inp + i0, dout + i0, len);
+    }
+}
+
+void ops_gelu_forward_grad(float *out, float *grad, const float *inp, size_t n)
+{
+    long chunks = (long)((n + ELEM_CHUNK - 1) / ELEM_CHUNK);
+
+#pragma omp parallel for schedule(static)
+    for (long q = 0; q < chunks; q++) {
+        size_t i0 = (size_t)q * ELEM_CHUNK, len = n - i0 < ELEM_CHUNK ? n - i0 : ELEM_CHUNK;
+        gelu_forward_grad_span(out + i0, grad + i0, inp + i0, len);
+    }
+}
+
+void ops_gelu_backward_grad(float *dinp, const float *grad, const float *dout, size_t n)
+{
+    long chunks = (long)((n + ELEM_CHUNK - 1) / ELEM_CHUNK);
+
+#pragma omp parallel for schedule(static)
+    for (long q = 0; q < chunks; q++) {
+        size_t i0 = (size_t)q * ELEM_CHUNK, len = n - i0 < ELEM_CHUNK ? n - i0 : ELEM_CHUNK;
+        mul_span(dinp + i0, grad + i0, dout + i0, len);
     }
 }
 

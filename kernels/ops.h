@@ -81,6 +81,12 @@ void ops_gelu_forward(float *out, const float *inp, size_t n);
 /* dinp = dout * (0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx), overwritten; dinp may be
  * dout (in place). */
 void ops_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+/* The pair the model uses: the forward also stores GELU's derivative at each input,
+ * grad = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx (grad may be inp: the pre-activation
+ * is not needed afterwards), so that the backward is dinp = dout * grad without a second tanh.
+ * Bit for bit the same results as ops_gelu_forward and ops_gelu_backward. dinp may be dout. */
+void ops_gelu_forward_grad(float *out, float *grad, const float *inp, size_t n);
+void ops_gelu_backward_grad(float *dinp, const float *grad, const float *dout, size_t n);
 
 /* Residual: out = a + b over n elements (out may be a or b). */
 void ops_residual_forward(float *out, const float *a, const float *b, size_t n);

@@ -586,6 +586,14 @@ TEST(ops_gelu_grad)
     check_close("out", out, ref, n);
     ops_gelu_backward(dx, x, dout, n);
     check_grads(&fc, 300);
+    /* The model's pair gives the same bits: the derivative saved by the forward (in place of
+     * the input), times dout. */
+    float *out2 = fzeros(n), *grad = fzeros(n), *dx2 = fzeros(n);
+    memcpy(grad, x, n * sizeof(float));
+    ops_gelu_forward_grad(out2, grad, grad, n);
+    CHECK(!memcmp(out2, out, n * sizeof(float)));
+    ops_gelu_backward_grad(dx2, grad, dout, n);
+    CHECK(!memcmp(dx2, dx, n * sizeof(float)));
     /* In place: dinp == dout. */
     ops_gelu_backward(dout, x, dout, n);
     CHECK(!memcmp(dout, dx, n * sizeof(float)));
