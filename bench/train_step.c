@@ -4,7 +4,7 @@
  * shapes (and a plain reference loop's). Prints markdown tables and a verdict against the
  * target: a step within 1.5x of FLOPs / matmul throughput.
  *
- * usage: train_step [--cfg jobs/tiny.cfg] [--threads 1,2] [--reps N] [--quick]
+ * usage: train_step [--cfg jobs/tiny.cfg] [--threads 1,2] [--reps N] [--rounds N] [--quick]
  * The tiny model's shape and per-rank batch come from --cfg ([model] and [train] batch_size);
  * without the file, jobs/tiny.cfg's values as of this writing. */
 #include <errno.h>
@@ -144,9 +144,31 @@ static double reference_gflops(int N, int C, int OC)
     return 2.0 * N * C * OC / t / 1e9;
 }
 
+/* Best seconds so far of each of a model's matmul shapes, forward and backward. */
+struct mm_times {
+    double fwd[5], bwd[5];
+};
+
+/* Times a model's matmuls at N = B x T rows (reps each), keeping the best in *mt. */
+static void time_model_matmuls(const struct model_case *mc, int reps, struct mm_times *mt)
+{
+    struct mm_shape s[5];
+    int N = mc->B * mc->T;
+
+    model_shapes(&mc->cfg, s);
+    for (int i = 0; i < 5; i++) {
+        double fwd, bwd;
+        time_matmul(N, s[i].C, s[i].OC, reps, &fwd, &bwd);
+        mt->fwd[i] = fwd < mt->fwd[i] ? fwd : mt->fwd[i];
+        mt->bwd[i] = bwd < mt->bwd[i] ? bwd : mt->bwd[i];
+    }
+}
+
 /* The matmul throughput of a model's step: its matmuls (forward and backward, each shape as
- * often as a step runs it) at N rows, in GFLOP/s; with a table row per shape when print. */
-static double matmul_bound(const struct model_case *mc, int threads, int reps, int print)
+ * often as a step runs it) at their best times, in GFLOP/s; with a table row per shape when
+ * print. */
+static double matmul_bound(const struct model_case *mc, int threads, const struct mm_times *mt,
+                           int print)
 {
     struct mm_shape s[5];
     int N = mc->B * mc->T;
@@ -154,13 +176,12 @@ static double matmul_bound(const struct model_case *mc, int threads, int reps, i
 
     model_shapes(&mc->cfg, s);
     for (int i = 0; i < 5; i++) {
-        double fwd, bwd, f = 2.0 * N * s[i].C * s[i].OC;
-        time_matmul(N, s[i].C, s[i].OC, reps, &fwd, &bwd);
+        double f = 2.0 * N * s[i].C * s[i].OC;
         flops += 3.0 * f * s[i].per_step;
-        secs += (fwd + bwd) * s[i].per_step;
+        secs += (mt->fwd[i] + mt->bwd[i]) * s[i].per_step;
         if (print)
             printf("| %s | %d | %s %d x %d -> %d | %.1f | %.1f |\n", mc->name, threads, s[i].name,
-                   N, s[i].C, s[i].OC, f / fwd / 1e9, 2.0 * f / bwd / 1e9);
+                   N, s[i].C, s[i].OC, f / mt->fwd[i] / 1e9, 2.0 * f / mt->bwd[i] / 1e9);
     }
     return flops / secs / 1e9;
 }
@@ -209,10 +230,11 @@ static void time_steps(const struct model_case *mc, struct step_times *st)
         if (r >= 0)
             tf[r] = t1 - t0, tb[r] = t2 - t1, tu[r] = t3 - t2, ts[r] = t3 - t0;
     }
-    st->fwd = best(tf, reps);
-    st->bwd = best(tb, reps);
-    st->update = best(tu, reps);
-    st->step = best(ts, reps);
+    /* Keep the best of this and earlier rounds. */
+    st->fwd = fmin(st->fwd, best(tf, reps));
+    st->bwd = fmin(st->bwd, best(tb, reps));
+    st->update = fmin(st->update, best(tu, reps));
+    st->step = fmin(st->step, best(ts, reps));
     adamw_release(&opt);
     gpt2_release(&m);
     free(tokens);
@@ -260,7 +282,9 @@ int main(int argc, char **argv)
          256,
          10},
     };
-    int threads[MAX_THREADS] = {1, 2}, n_threads = 2, mm_reps = 15, reps_override = 0;
+    int threads[MAX_THREADS] = {1, 2}, n_threads = 2, mm_reps = 5, reps_override = 0;
+    int rounds = 3;
+    struct mm_times mt[2][MAX_THREADS];
     double bound[2][MAX_THREADS];
     struct step_times st[2][MAX_THREADS];
 
@@ -282,12 +306,20 @@ int main(int argc, char **argv)
                 fprintf(stderr, "train_step: bad --reps '%s' (1..64)\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
+            rounds = (int)strtol(argv[++i], NULL, 10);
+            if (rounds < 1 || rounds > 100) {
+                fprintf(stderr, "train_step: bad --rounds '%s' (1..100)\n", argv[i]);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--quick")) {
             reps_override = 2;
             mm_reps = 2;
+            rounds = 1;
         } else {
             fprintf(stderr,
-                    "usage: train_step [--cfg FILE] [--threads 1,2] [--reps N] [--quick]\n");
+                    "usage: train_step [--cfg FILE] [--threads 1,2] [--reps N] [--rounds N] "
+                    "[--quick]\n");
             return 2;
         }
     }
@@ -324,24 +356,40 @@ int main(int argc, char **argv)
            "embeddings, LayerNorm, GELU, softmax and AdamW are not counted.\n\n",
            ops_matmul_kernel());
 
-    printf("Matmul throughput on each model's shapes (N = B x T rows; GFLOP/s, best of %d; "
-           "backward = dinp and dweight):\n\n",
-           mm_reps);
-    printf("| model | threads | matmul | forward | backward |\n|---|---:|---|---:|---:|\n");
+    /* Rounds over every case, the best of each measure kept: a burst of other work on the
+     * machine then spoils one round, not a row. */
     for (int c = 0; c < 2; c++) {
         for (int t = 0; t < n_threads; t++) {
-            omp_set_num_threads(threads[t]);
-            bound[c][t] = matmul_bound(&cases[c], threads[t], mm_reps, 1);
+            for (int i = 0; i < 5; i++)
+                mt[c][t].fwd[i] = mt[c][t].bwd[i] = INFINITY;
+            st[c][t] = (struct step_times){INFINITY, INFINITY, INFINITY, INFINITY, 0.0f};
         }
+    }
+    for (int r = 0; r < rounds; r++) {
+        for (int c = 0; c < 2; c++) {
+            for (int t = 0; t < n_threads; t++) {
+                omp_set_num_threads(threads[t]);
+                time_model_matmuls(&cases[c], mm_reps, &mt[c][t]);
+                time_steps(&cases[c], &st[c][t]);
+            }
+        }
+    }
+
+    printf("Matmul throughput on each model's shapes (N = B x T rows; GFLOP/s, best of %d x %d; "
+           "backward = dinp and dweight):\n\n",
+           rounds, mm_reps);
+    printf("| model | threads | matmul | forward | backward |\n|---|---:|---|---:|---:|\n");
+    for (int c = 0; c < 2; c++) {
+        for (int t = 0; t < n_threads; t++)
+            bound[c][t] = matmul_bound(&cases[c], threads[t], &mt[c][t], 1);
     }
     printf("| plain triple loop (reference), 1 thread | 1 | fc %d x %d -> %d | %.1f | |\n\n", 1024,
            384, 1536, reference_gflops(1024, 384, 1536));
 
-    printf("Training step (forward, backward, grad norm, AdamW; best of %d and %d steps). Bound = "
-           "the model's "
-           "matmuls, forward and backward as a step runs them, timed alone; ideal = FLOPs / "
-           "bound. Target: step <= %.1f x ideal.\n\n",
-           cases[0].reps, cases[1].reps, TARGET_RATIO);
+    printf("Training step (forward, backward, grad norm, AdamW; best of %d rounds of %d and %d "
+           "steps). Bound = the model's matmuls, forward and backward as a step runs them, timed "
+           "alone; ideal = FLOPs / bound. Target: step <= %.1f x ideal.\n\n",
+           rounds, cases[0].reps, cases[1].reps, TARGET_RATIO);
     printf("| model | threads | params | GFLOP/step | forward ms | backward ms | update ms | "
            "step ms | tokens/s | GFLOP/s | bound GFLOP/s | step / ideal | target |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
@@ -353,8 +401,6 @@ int main(int argc, char **argv)
 
         for (int t = 0; t < n_threads; t++) {
             struct step_times *s = &st[c][t];
-            omp_set_num_threads(threads[t]);
-            time_steps(mc, s);
             double ideal = flops / (bound[c][t] * 1e9), ratio = s->step / ideal;
             int met = ratio <= TARGET_RATIO;
             printf("| %s | %d | %.2fM | %.2f | %.1f | %.1f | %.1f | **%.1f** | %.0f | %.1f | "

@@ -3,7 +3,8 @@
 # and a 6-layer/384-wide model at seq 256, with 1 and 2 OpenMP threads, next to the matmul
 # throughput of the same machine on the same shapes. Prints two markdown tables (matmul
 # GFLOP/s per shape; step time, tokens/s and the step against FLOPs / matmul throughput) and
-# the verdict against the target (a step within 1.5x). Takes about half a minute here.
+# the verdict against the target (a step within 1.5x). Takes about half a minute here: three
+# rounds over every case, the best of each measure kept, against bursts of other work.
 #
 # Environment (all optional):
 #   BUILD                 build dir (default build/ of the source tree)
