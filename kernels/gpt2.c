@@ -430,9 +430,19 @@ const float *gpt2_logits(const struct gpt2 *m)
     return a.logits;
 }
 
+/* Floats per thread chunk of gpt2_zero_grad. */
+#define ZERO_CHUNK 65536
+
 void gpt2_zero_grad(struct gpt2 *m)
 {
-    memset(m->grads, 0, m->n_params * sizeof(float));
+    long chunks = (long)((m->n_params + ZERO_CHUNK - 1) / ZERO_CHUNK);
+
+#pragma omp parallel for schedule(static)
+    for (long q = 0; q < chunks; q++) {
+        size_t i0 = (size_t)q * ZERO_CHUNK;
+        size_t n = m->n_params - i0 < ZERO_CHUNK ? m->n_params - i0 : ZERO_CHUNK;
+        memset(m->grads + i0, 0, n * sizeof(float));
+    }
 }
 
 int gpt2_backward(struct gpt2 *m, float grad_scale)

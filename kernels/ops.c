@@ -1008,7 +1008,8 @@ static float sum_lanes(const float acc[ROW_W])
 
 /* Row t of one head's scores s (length T, valid up to t) becomes its softmax in place, scaled
  * by `scale` inside the exp, with zeros after t. */
-OPS_CLONES static void attention_softmax_row(float *s, int t, int T, float scale)
+static inline __attribute__((always_inline)) void attention_softmax_row(float *s, int t, int T,
+                                                                        float scale)
 {
     int n = t + 1, vec = (n + ROW_W - 1) / ROW_W * ROW_W;
     float mx[ROW_W], acc[ROW_W] = {0}, max, sum, tail = 0.0f;
@@ -1060,8 +1061,8 @@ OPS_CLONES static void attention_softmax_row(float *s, int t, int T, float scale
 
 /* Row t of dP becomes dS = scale * P * (dP - sum_j P dP) in place, zero from t+1 to `end`
  * (<= T, the row's length; P is zero past t, dP undefined there). */
-OPS_CLONES static void attention_dsoftmax_row(float *dp, const float *p, int t, int end, int T,
-                                              float scale)
+static inline __attribute__((always_inline)) void
+attention_dsoftmax_row(float *dp, const float *p, int t, int end, int T, float scale)
 {
     int n = t + 1, vec = (n + ROW_W - 1) / ROW_W * ROW_W;
     float acc[ROW_W] = {0}, dot, tail = 0.0f;
@@ -1088,6 +1089,20 @@ OPS_CLONES static void attention_dsoftmax_row(float *dp, const float *p, int t, 
     int z = vec > n ? vec : n;
     if (z < end)
         memset(dp + z, 0, (size_t)(end - z) * sizeof(float));
+}
+
+/* Rows [t0, t1) of a head's T x T scores at s: one call per block, the rows in one ISA copy. */
+OPS_CLONES static void attention_softmax_rows(float *s, int t0, int t1, int T, float scale)
+{
+    for (int t = t0; t < t1; t++)
+        attention_softmax_row(s + (size_t)t * T, t, T, scale);
+}
+
+OPS_CLONES static void attention_dsoftmax_rows(float *dp, const float *p, int t0, int t1, int T,
+                                               float scale)
+{
+    for (int t = t0; t < t1; t++)
+        attention_dsoftmax_row(dp + (size_t)t * T, p + (size_t)t * T, t, t1, T, scale);
 }
 
 int ops_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
@@ -1143,8 +1158,7 @@ int ops_attention_forward(float *out, float *att, const float *qkv, int B, int T
                 };
 
                 gemm_serial(&s, ws.b[0], ws.b_stride_hs, ws.apack);
-                for (int t = i0; t < i1; t++)
-                    attention_softmax_row(a + (size_t)t * T, t, T, scale);
+                attention_softmax_rows(a, i0, i1, T, scale);
                 gemm_serial(&y, ws.b[1], ws.b_stride_t, ws.apack);
             }
         }
@@ -1213,8 +1227,7 @@ int ops_attention_backward(float *dqkv, const float *dout, const float *qkv, con
                 };
 
                 gemm_serial(&dp, ws.b[0], ws.b_stride_hs, ws.apack);
-                for (int t = i0; t < i1; t++)
-                    attention_dsoftmax_row(ds + (size_t)t * T, a + (size_t)t * T, t, i1, T, scale);
+                attention_dsoftmax_rows(ds, a, i0, i1, T, scale);
                 gemm_serial(&dqg, ws.b[1], ws.b_stride_t, ws.apack);
             }
             /* Key blocks [j0, j1): dK = dS^T Q and dV = P^T dY over the queries t >= j0 (the
