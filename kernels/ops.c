@@ -629,13 +629,15 @@ static void gemm_empty(const struct gemm *g)
 }
 
 /* Rows per A block: enough B-panel reuse, a block (MC x KC) that stays in L2. */
-#define MC_TARGET      96
+#define MC_TARGET        96
+/* Work units per thread a GEMM aims at (when it has enough panels), for balance. */
+#define UNITS_PER_THREAD 4
 /* Floats of packed B per column chunk (4 MiB): B is packed for all of K at once, in chunks
  * of columns when K x N is larger. */
-#define B_CHUNK_FLOATS (1 << 20)
+#define B_CHUNK_FLOATS   (1 << 20)
 
 /* The GEMM with the calling thread's OpenMP team: per column chunk, B packed by all, then
- * (row block, panel group) units shared out statically. Returns 0 or -ENOMEM. */
+ * (row block, panel group) units handed out to the threads. Returns 0 or -ENOMEM. */
 static int gemm_parallel(const struct gemm *g)
 {
     const struct gemm_kernel *k = kernel;
@@ -653,10 +655,8 @@ static int gemm_parallel(const struct gemm *g)
     }
     chunk_panels = B_CHUNK_FLOATS / ((size_t)g->K * k->nr);
     chunk_panels = chunk_panels < 1 ? 1 : chunk_panels > n_panels ? n_panels : chunk_panels;
-    /* Row blocks of about MC_TARGET rows, their count a multiple of the team so that the
-     * static schedule is balanced. */
+    /* Row blocks of about MC_TARGET rows. */
     m_blocks = (m_tiles * k->mr + MC_TARGET - 1) / MC_TARGET;
-    m_blocks = (int)round_up((size_t)m_blocks, (size_t)nth);
     if (m_blocks > m_tiles)
         m_blocks = m_tiles;
     max_rows = ((m_tiles + m_blocks - 1) / m_blocks) * k->mr;
@@ -679,9 +679,11 @@ static int gemm_parallel(const struct gemm *g)
         failed = err;
         for (int c0 = 0; !failed && c0 < n_panels; c0 += chunk_panels) {
             int c1 = c0 + chunk_panels < n_panels ? c0 + chunk_panels : n_panels;
-            /* Panel groups when there are too few row blocks for the team. */
+            /* Panel groups too, so that there are several units per thread to even out their
+             * sizes (handed out dynamically: which thread computes a unit does not change its
+             * result). */
             int n_groups = 1;
-            while (m_blocks * n_groups < 2 * nth && n_groups < c1 - c0)
+            while (m_blocks * n_groups < UNITS_PER_THREAD * nth && n_groups < c1 - c0)
                 n_groups++;
             int n_units = m_blocks * n_groups;
 
@@ -689,7 +691,7 @@ static int gemm_parallel(const struct gemm *g)
             for (int q = c0; q < c1; q++)
                 pack_b(k, g, q, q + 1, bpack + (size_t)(q - c0) * g->K * k->nr);
 
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
             for (int u = 0; u < n_units; u++) {
                 int mb = u / n_groups, ng = u % n_groups;
                 int t0 = (int)((long)mb * m_tiles / m_blocks);

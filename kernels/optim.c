@@ -83,25 +83,32 @@ OPTIM_CLONES static void adamw_span(float *restrict params, const float *restric
 void adamw_update(struct adamw *opt, float *params, const float *grads, float lr, float grad_scale)
 {
     const struct adamw_config *c = &opt->cfg;
+    long total = 0;
 
     opt->step++;
     /* Bias corrections in double: beta^t for t in the millions stays accurate. */
     float corr1 = (float)(1.0 - pow(c->beta1, (double)opt->step));
     float corr2 = (float)(1.0 - pow(c->beta2, (double)opt->step));
 
-    for (size_t s = 0; s < opt->n_spans; s++) {
-        const struct optim_span *sp = &opt->spans[s];
-        float wd = sp->decay ? c->weight_decay : 0.0f;
-        long chunks = (long)((sp->count + UPDATE_CHUNK - 1) / UPDATE_CHUNK);
-
-#pragma omp parallel for schedule(static) if (chunks > 1)
-        for (long q = 0; q < chunks; q++) {
-            size_t i0 = sp->offset + (size_t)q * UPDATE_CHUNK;
-            size_t n = sp->count - (size_t)q * UPDATE_CHUNK;
-            n = n < UPDATE_CHUNK ? n : UPDATE_CHUNK;
-            adamw_span(params + i0, grads + i0, opt->m + i0, opt->v + i0, n, c, lr, grad_scale, wd,
-                       corr1, corr2);
+    /* One parallel loop over every span's chunks (chunk q of the whole list: the span whose
+     * first chunk index is the last one <= q), not a loop per span: small spans (biases,
+     * LayerNorms) would leave the team idle. */
+    for (size_t sp = 0; sp < opt->n_spans; sp++)
+        total += (long)((opt->spans[sp].count + UPDATE_CHUNK - 1) / UPDATE_CHUNK);
+#pragma omp parallel for schedule(static)
+    for (long q = 0; q < total; q++) {
+        size_t sp = 0;
+        long first = 0, n_sp;
+        while ((n_sp = (long)((opt->spans[sp].count + UPDATE_CHUNK - 1) / UPDATE_CHUNK)) <=
+               q - first) {
+            first += n_sp;
+            sp++;
         }
+        const struct optim_span *span = &opt->spans[sp];
+        size_t off = (size_t)(q - first) * UPDATE_CHUNK, i0 = span->offset + off;
+        size_t n = span->count - off < UPDATE_CHUNK ? span->count - off : UPDATE_CHUNK;
+        adamw_span(params + i0, grads + i0, opt->m + i0, opt->v + i0, n, c, lr, grad_scale,
+                   span->decay ? c->weight_decay : 0.0f, corr1, corr2);
     }
 }
 
