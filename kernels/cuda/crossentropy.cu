@@ -1,0 +1,183 @@
+/* Softmax + cross-entropy on the GPU (cuda_ops.h; reference: ops_crossentropy_forward/
+ * backward). Over the first V of each row's Vp logits:
+ *   lse[n] = log sum_{j<V} exp(logits[n,j]),  losses[n] = lse[n] - logits[n, targets[n]],
+ *   dlogits[n,j] = dloss (exp(logits[n,j] - lse[n]) - [j == targets[n]]) for j < V, 0 beyond.
+ * One block per row. The forward is one pass: each thread keeps a running max m and sum s of
+ * exp(x - m) over its strided elements (online softmax: when x exceeds m, s is rescaled by
+ * exp(m - x)), then the block combines the (m, s) pairs in a fixed order. The probabilities
+ * are never stored: the backward recomputes each from lse as it writes the gradient. The
+ * fused kernel does both, reading the row twice and writing it once, in place. */
+#include <errno.h>
+#include <math.h>
+
+#include "common.cuh"
+#include "banned.h"
+
+#define CE_THREADS 512
+#define CE_WARPS   (CE_THREADS / WARP_SIZE)
+
+struct max_sum {
+    float m, s;
+};
+
+/* The pair for the union of two sets of logits; exact in either order (m is a max, and the
+ * sum of the two rescaled terms commutes), so every lane of a butterfly ends equal. */
+__device__ __forceinline__ max_sum combine(max_sum a, max_sum b)
+{
+    if (a.m == -INFINITY)
+        return b;
+    if (b.m == -INFINITY)
+        return a;
+    float m = fmaxf(a.m, b.m);
+    return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+/* The block's pair, in every thread. Ends with a barrier after the last read of the row's
+ * first pass, so that the fused kernel may then overwrite the row. */
+__device__ max_sum block_combine(max_sum x)
+{
+    __shared__ float sm[CE_WARPS], ss[CE_WARPS];
+    for (int o = WARP_SIZE / 2; o > 0; o /= 2) {
+        max_sum y = {__shfl_xor_sync(FULL_MASK, x.m, o), __shfl_xor_sync(FULL_MASK, x.s, o)};
+        x = combine(x, y);
+    }
+    if (threadIdx.x % WARP_SIZE == 0) {
+        sm[threadIdx.x / WARP_SIZE] = x.m;
+        ss[threadIdx.x / WARP_SIZE] = x.s;
+    }
+    __syncthreads();
+    max_sum r = {sm[0], ss[0]};
+    for (int w = 1; w < CE_WARPS; w++)
+        r = combine(r, max_sum{sm[w], ss[w]});
+    return r;
+}
+
+template <typename T>
+__device__ void write_grad(T *drow, const T *row, float lse, int target, int V, int Vp, float dloss)
+{
+    for (int j = threadIdx.x; j < Vp; j += CE_THREADS) {
+        float d = 0.0f;
+        if (j < V)
+            d = dloss * (expf(ldx(row + j) - lse) - (j == target ? 1.0f : 0.0f));
+        stx(drow + j, d);
+    }
+}
+
+/* FUSED: also the gradient, into the logits. */
+template <typename T, bool FUSED>
+__global__ void __launch_bounds__(CE_THREADS)
+    crossentropy_forward_kernel(float *losses, float *lse, T *logits, const int *targets, int V,
+                                int Vp, float dloss)
+{
+    size_t n = blockIdx.x;
+    T *row = logits + n * Vp;
+    max_sum acc = {-INFINITY, 0.0f};
+    for (int j = threadIdx.x; j < V; j += CE_THREADS) {
+        float x = ldx(row + j);
+        if (x > acc.m) {
+            acc.s = acc.s * expf(acc.m - x) + 1.0f;
+            acc.m = x;
+        } else {
+            acc.s += expf(x - acc.m);
+        }
+    }
+    acc = block_combine(acc);
+    float l = acc.m + logf(acc.s);
+    int t = targets[n];
+    bool valid = t >= 0 && t < V;
+    if (threadIdx.x == 0) {
+        lse[n] = l;
+        losses[n] = valid ? l - ldx(row + t) : NAN;
+    }
+    if (FUSED) {
+        __syncthreads(); /* thread 0's read of row[t] before anyone overwrites it */
+        write_grad(row, row, l, valid ? t : -1, V, Vp, dloss);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(CE_THREADS)
+    crossentropy_backward_kernel(T *dlogits, const T *logits, const float *lse, const int *targets,
+                                 int V, int Vp, float dloss)
+{
+    size_t n = blockIdx.x;
+    int t = targets[n];
+    write_grad(dlogits + n * Vp, logits + n * Vp, lse[n], (t >= 0 && t < V) ? t : -1, V, Vp, dloss);
+}
+
+static int check_shape(struct gpu_ctx *ctx, const char *op, int N, int V, int Vp)
+{
+    if (N <= 0 || V <= 0 || Vp < V)
+        return ctx_fail(ctx, -EINVAL, op, "N (%d) and V (%d) must be positive and Vp (%d) >= V", N,
+                        V, Vp);
+    return 0;
+}
+
+template <typename T, bool FUSED>
+static int crossentropy_forward(struct gpu_ctx *ctx, const char *op, float *losses, float *lse,
+                                void *logits, const int *targets, int N, int V, int Vp, float dloss)
+{
+    crossentropy_forward_kernel<T, FUSED><<<(unsigned)N, CE_THREADS, 0, ctx->stream>>>(
+        losses, lse, (T *)logits, targets, V, Vp, dloss);
+    return ctx_launched(ctx, op);
+}
+
+template <typename T>
+static int forward_only(struct gpu_ctx *ctx, const char *op, float *losses, float *lse,
+                        void *logits, const int *targets, int N, int V, int Vp, float dloss)
+{
+    return crossentropy_forward<T, false>(ctx, op, losses, lse, logits, targets, N, V, Vp, dloss);
+}
+
+template <typename T>
+static int fused(struct gpu_ctx *ctx, const char *op, float *losses, float *lse, void *logits,
+                 const int *targets, int N, int V, int Vp, float dloss)
+{
+    return crossentropy_forward<T, true>(ctx, op, losses, lse, logits, targets, N, V, Vp, dloss);
+}
+
+int gpu_crossentropy_forward(struct gpu_ctx *ctx, enum gpu_dtype dt, float *losses, float *lse,
+                             const void *logits, const int *targets, int N, int V, int Vp)
+{
+    const char *op = "crossentropy_forward";
+    int ret = check_shape(ctx, op, N, V, Vp);
+    if (ret < 0)
+        return ret;
+    /* The non-fused kernel never writes the logits. */
+    DISPATCH_DTYPE(ctx, op, dt, ret, forward_only, ctx, op, losses, lse, (void *)logits, targets, N,
+                   V, Vp, 0.0f);
+    return ret;
+}
+
+int gpu_crossentropy_fused(struct gpu_ctx *ctx, enum gpu_dtype dt, float *losses, float *lse,
+                           void *logits, const int *targets, int N, int V, int Vp, float dloss)
+{
+    const char *op = "crossentropy_fused";
+    int ret = check_shape(ctx, op, N, V, Vp);
+    if (ret < 0)
+        return ret;
+    DISPATCH_DTYPE(ctx, op, dt, ret, fused, ctx, op, losses, lse, logits, targets, N, V, Vp, dloss);
+    return ret;
+}
+
+template <typename T>
+static int crossentropy_backward(struct gpu_ctx *ctx, void *dlogits, const void *logits,
+                                 const float *lse, const int *targets, int N, int V, int Vp,
+                                 float dloss)
+{
+    crossentropy_backward_kernel<T><<<(unsigned)N, CE_THREADS, 0, ctx->stream>>>(
+        (T *)dlogits, (const T *)logits, lse, targets, V, Vp, dloss);
+    return ctx_launched(ctx, "crossentropy_backward");
+}
+
+int gpu_crossentropy_backward(struct gpu_ctx *ctx, enum gpu_dtype dt, void *dlogits,
+                              const void *logits, const float *lse, const int *targets, int N,
+                              int V, int Vp, float dloss)
+{
+    int ret = check_shape(ctx, "crossentropy_backward", N, V, Vp);
+    if (ret < 0)
+        return ret;
+    DISPATCH_DTYPE(ctx, "crossentropy_backward", dt, ret, crossentropy_backward, ctx, dlogits,
+                   logits, lse, targets, N, V, Vp, dloss);
+    return ret;
+}

@@ -1,0 +1,801 @@
+/* Tests of the CUDA backend (kernels/cuda/): every launcher against the CPU ops of kernels/ops.c
+ * and kernels/optim.c on fresh random inputs, in fp32 and in bf16 storage, outputs poisoned
+ * with NaN beforehand so that an element left unwritten fails. Without a CUDA device the kernel
+ * tests skip; the "no CUDA device available" check is tested on every machine (with no device
+ * visible). The seed is printed; GPURUN_TEST_SEED=N repeats a run.
+ *
+ * Tolerance: an element passes when |gpu - ref| <= atol + rtol |ref| with atol = arel max|ref|
+ * over the tensor (near-zero elements of a sum are judged against the tensor's scale).
+ * fp32: rtol 1e-4, arel 1e-5 (sums in another order, expf/tanhf within 2 ulp of the CPU's).
+ * bf16: rtol 1e-2, arel 1e-2. The inputs are bf16 values on both sides, so the difference is
+ * the GPU's bf16 rounding of outputs and stored intermediates (2^-9 relative each). Outputs
+ * that are fp32 in both modes (mean, rstd, losses, lse, AdamW's state) use fp32's. */
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda/cuda_ops.h"
+#include "ops.h"
+#include "optim.h"
+#include "test.h"
+#include "banned.h"
+
+/* ---- harness ------------------------------------------------------------------------------- */
+
+struct tol {
+    double rtol, arel;
+};
+
+static const struct tol TOL_F32 = {1e-4, 1e-5};
+static const struct tol TOL_BF16 = {1e-2, 1e-2};
+
+static struct tol tol_of(enum gpu_dtype dt)
+{
+    return dt == GPU_BF16 ? TOL_BF16 : TOL_F32;
+}
+
+static struct gpu_ctx *ctx;
+static uint64_t rng_state;
+
+/* Every host and device buffer of a test is tracked and freed by finish(). */
+#define MAX_TRACKED 512
+static void *host_bufs[MAX_TRACKED], *dev_bufs[MAX_TRACKED];
+static int n_host, n_dev;
+
+#define CHECK_GPU(call)                                                                            \
+    do {                                                                                           \
+        int r_ = (call);                                                                           \
+        if (r_ < 0)                                                                                \
+            test_fail(__FILE__, __LINE__, "%s: %d (%s)", #call, r_, gpu_ctx_error(ctx));           \
+    } while (0)
+
+/* Skips without a device; else a context on device 0 and the seed. */
+static void setup(void)
+{
+    char err[256];
+    const char *s = getenv("GPURUN_TEST_SEED");
+
+    if (gpu_require_device(err, sizeof(err)) < 0)
+        test_skip("%s", err);
+    ctx = gpu_ctx_new(0, err, sizeof(err));
+    if (!ctx)
+        test_fail(__FILE__, __LINE__, "%s", err);
+    if (s && *s) {
+        rng_state = strtoull(s, NULL, 10);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        rng_state = (uint64_t)ts.tv_sec * 1000000007ull + (uint64_t)ts.tv_nsec;
+    }
+    fprintf(stderr, "seed %llu (GPURUN_TEST_SEED repeats it)\n", (unsigned long long)rng_state);
+}
+
+static void finish(void)
+{
+    CHECK_GPU(gpu_ctx_sync(ctx));
+    while (n_dev)
+        gpu_free(ctx, dev_bufs[--n_dev]);
+    while (n_host)
+        free(host_bufs[--n_host]);
+    gpu_ctx_free(ctx);
+    ctx = NULL;
+}
+
+static void *hmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    CHECK(p);
+    CHECK_INT(n_host, <, MAX_TRACKED);
+    host_bufs[n_host++] = p;
+    return p;
+}
+
+static void *dmalloc(size_t bytes)
+{
+    void *p = NULL;
+    CHECK_GPU(gpu_alloc(ctx, &p, bytes));
+    CHECK_INT(n_dev, <, MAX_TRACKED);
+    dev_bufs[n_dev++] = p;
+    return p;
+}
+
+/* splitmix64 */
+static uint64_t next_u64(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double urand(void)
+{
+    return (double)(next_u64() >> 11) / 9007199254740992.0;
+}
+
+static int irand(int n)
+{
+    return (int)(next_u64() % (uint64_t)n);
+}
+
+/* bf16 on the host: round to nearest even (NaN stays a quiet NaN). */
+static uint16_t bf16_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_float(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+static float round_dt(enum gpu_dtype dt, float x)
+{
+    return dt == GPU_BF16 ? bf16_float(bf16_bits(x)) : x;
+}
+
+/* n floats uniform in [offset - scale, offset + scale], each a value of dt. */
+static float *hrand_off(enum gpu_dtype dt, size_t n, float scale, float offset)
+{
+    float *x = hmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        x[i] = round_dt(dt, offset + (float)((2.0 * urand() - 1.0) * scale));
+    return x;
+}
+
+static float *hrand(enum gpu_dtype dt, size_t n, float scale)
+{
+    return hrand_off(dt, n, scale, 0.0f);
+}
+
+/* A device copy of n host floats, stored as dt (exact: they are dt values). */
+static void *dput(enum gpu_dtype dt, const float *h, size_t n)
+{
+    void *d = dmalloc(n * gpu_dtype_size(dt));
+    if (dt == GPU_BF16) {
+        uint16_t *b = hmalloc(n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++)
+            b[i] = bf16_bits(h[i]);
+        CHECK_GPU(gpu_upload(ctx, d, b, n * sizeof(uint16_t)));
+    } else {
+        CHECK_GPU(gpu_upload(ctx, d, h, n * sizeof(float)));
+    }
+    return d;
+}
+
+static float *dputf(const float *h, size_t n)
+{
+    return dput(GPU_F32, h, n);
+}
+
+static int *dputi(const int *h, size_t n)
+{
+    int *d = dmalloc(n * sizeof(int));
+    CHECK_GPU(gpu_upload(ctx, d, h, n * sizeof(int)));
+    return d;
+}
+
+/* n elements of dt, all NaN. */
+static void *dnan(enum gpu_dtype dt, size_t n)
+{
+    void *d = dmalloc(n * gpu_dtype_size(dt));
+    CHECK_GPU(gpu_fill_bytes(ctx, d, 0xff, n * gpu_dtype_size(dt)));
+    return d;
+}
+
+/* The n elements of dt at d, as host floats. */
+static float *dget(enum gpu_dtype dt, const void *d, size_t n)
+{
+    float *h = hmalloc(n * sizeof(float));
+    if (dt == GPU_BF16) {
+        uint16_t *b = hmalloc(n * sizeof(uint16_t));
+        CHECK_GPU(gpu_download(ctx, b, d, n * sizeof(uint16_t)));
+        for (size_t i = 0; i < n; i++)
+            h[i] = bf16_float(b[i]);
+    } else {
+        CHECK_GPU(gpu_download(ctx, h, d, n * sizeof(float)));
+    }
+    return h;
+}
+
+static float *dgetf(const float *d, size_t n)
+{
+    return dget(GPU_F32, d, n);
+}
+
+#define COMPARE(what, got, ref, n, tol) compare(__FILE__, __LINE__, what, got, ref, n, tol)
+
+/* Fails when an element of got is outside the tolerance of ref (NaN always is), after
+ * printing the first mismatches and the relative L2 error. */
+static void compare(const char *file, int line, const char *what, const float *got,
+                    const float *ref, size_t n, struct tol t)
+{
+    double maxref = 0.0, num = 0.0, den = 0.0, atol;
+    size_t bad = 0;
+
+    for (size_t i = 0; i < n; i++)
+        maxref = fabs(ref[i]) > maxref ? fabs(ref[i]) : maxref;
+    atol = t.arel * maxref;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - ref[i]), lim = atol + t.rtol * fabs(ref[i]);
+        if (!(e <= lim)) {
+            if (bad < 8)
+                fprintf(stderr, "%s[%zu]: gpu %.9g vs cpu %.9g (|diff| %.3g > %.3g)\n", what, i,
+                        (double)got[i], (double)ref[i], e, lim);
+            bad++;
+        }
+        if (isfinite(e))
+            num += e * e;
+        den += (double)ref[i] * ref[i];
+    }
+    if (bad)
+        test_fail(file, line,
+                  "%s: %zu of %zu elements outside rtol %g + atol %g; relative L2 error %.3g", what,
+                  bad, n, t.rtol, atol, den > 0 ? sqrt(num / den) : sqrt(num));
+}
+
+/* Runs body(dt) as two tests, one per storage type. */
+#define CUDA_TEST(name)                                                                            \
+    static void name(enum gpu_dtype dt);                                                           \
+    TEST(cuda_##name##_f32)                                                                        \
+    {                                                                                              \
+        setup();                                                                                   \
+        name(GPU_F32);                                                                             \
+        finish();                                                                                  \
+    }                                                                                              \
+    TEST(cuda_##name##_bf16)                                                                       \
+    {                                                                                              \
+        setup();                                                                                   \
+        name(GPU_BF16);                                                                            \
+        finish();                                                                                  \
+    }                                                                                              \
+    static void name(enum gpu_dtype dt)
+
+/* ---- device check -------------------------------------------------------------------------- */
+
+/* With no device visible (on any machine): no device, and gpurun-train's one line. */
+TEST(cuda_no_device_message)
+{
+    char err[256] = "";
+
+    /* Before this process's first CUDA call: the runtime reads it once. */
+    CHECK_EQ(setenv("CUDA_VISIBLE_DEVICES", "", 1), 0);
+    CHECK_EQ(gpu_device_count(), 0);
+    CHECK_EQ(gpu_require_device(err, sizeof(err)), -ENODEV);
+    CHECK_STR(err, "no CUDA device available");
+}
+
+TEST(cuda_device_context)
+{
+    char err[256] = "";
+
+    setup();
+    CHECK_INT(gpu_device_count(), >=, 1);
+    CHECK_EQ(gpu_require_device(err, sizeof(err)), 0);
+    CHECK(gpu_ctx_stream(ctx) != NULL);
+    CHECK_STR(gpu_ctx_error(ctx), "");
+    finish();
+}
+
+/* Launchers refuse bad shapes before launching, naming the op. */
+TEST(cuda_shape_errors)
+{
+    setup();
+    void *buf = dmalloc(1 << 16);
+    CHECK_EQ(gpu_layernorm_forward(ctx, GPU_F32, buf, NULL, NULL, buf, buf, buf, 0, 8), -EINVAL);
+    CHECK_CONTAINS(gpu_ctx_error(ctx), "layernorm_forward: N (0)");
+    CHECK_EQ(gpu_matmul_forward(ctx, GPU_BF16, buf, NULL, buf, buf, NULL, 4, 12, 8), -EINVAL);
+    CHECK_CONTAINS(gpu_ctx_error(ctx), "multiples of 8");
+    CHECK_EQ(gpu_attention_forward(ctx, GPU_F32, buf, buf, buf, 1, 4, 258, 2), -EINVAL);
+    CHECK_CONTAINS(gpu_ctx_error(ctx), "head size 129");
+    CHECK_EQ(gpu_attention_forward(ctx, GPU_F32, buf, buf, buf, 1, 4, 96, 5), -EINVAL);
+    CHECK_EQ(gpu_crossentropy_forward(ctx, GPU_F32, buf, buf, buf, buf, 4, 10, 8), -EINVAL);
+    CHECK_EQ(gpu_adamw_update(ctx, GPU_BF16, buf, NULL, buf, buf, buf, NULL, 0,
+                              &(struct adamw_config){0.9f, 0.95f, 1e-8f, 0.1f}, 1, 1e-3f, 1.0f),
+             -EINVAL);
+    CHECK_CONTAINS(gpu_ctx_error(ctx), "master");
+    finish();
+}
+
+/* fp32 -> bf16 rounds to nearest even, bf16 -> fp32 is exact; ties, NaN, infinities. */
+TEST(cuda_convert)
+{
+    size_t n = 4096;
+    float *x;
+    uint16_t *b;
+
+    setup();
+    x = hmalloc(n * sizeof(float));
+    b = hmalloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)next_u64();
+        if (i % 4 == 1)
+            u = (u & 0xffff0000u) | 0x8000u; /* an exact tie */
+        if (i % 4 == 2)
+            u &= 0xbfffffffu; /* a moderate exponent */
+        memcpy(&x[i], &u, sizeof(u));
+    }
+    x[0] = NAN, x[4] = INFINITY, x[8] = -INFINITY, x[12] = -0.0f, x[16] = 3.4028235e38f;
+    float *d32 = dputf(x, n);
+    void *d16 = dnan(GPU_BF16, n);
+    CHECK_GPU(gpu_convert(ctx, GPU_BF16, d16, GPU_F32, d32, n));
+    CHECK_GPU(gpu_download(ctx, b, d16, n * sizeof(uint16_t)));
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(x[i])) {
+            CHECK(isnan(bf16_float(b[i])));
+            continue;
+        }
+        if (b[i] != bf16_bits(x[i]))
+            test_fail(__FILE__, __LINE__, "bf16(%a) [%zu]: gpu 0x%04x vs 0x%04x", (double)x[i], i,
+                      b[i], bf16_bits(x[i]));
+    }
+    float *back = dnan(GPU_F32, n);
+    CHECK_GPU(gpu_convert(ctx, GPU_F32, back, GPU_BF16, d16, n));
+    float *h = dgetf(back, n);
+    for (size_t i = 0; i < n; i++) {
+        float want = bf16_float(b[i]);
+        CHECK(memcmp(&h[i], &want, sizeof(float)) == 0 || (isnan(h[i]) && isnan(want)));
+    }
+    finish();
+}
+
+/* ---- encoder ------------------------------------------------------------------------------- */
+
+CUDA_TEST(encoder)
+{
+    int B = 3, T = 37, C = 72, V = 11, maxT = 40; /* V small: tokens repeat */
+    size_t nout = (size_t)B * T * C;
+    float *wte = hrand(dt, (size_t)V * C, 1.0f), *wpe = hrand(dt, (size_t)maxT * C, 1.0f);
+    int *inp = hmalloc((size_t)B * T * sizeof(int));
+    for (int i = 0; i < B * T; i++)
+        inp[i] = irand(V);
+    inp[0] = V - 1;
+
+    float *ref = hmalloc(nout * sizeof(float));
+    ops_encoder_forward(ref, inp, wte, wpe, B, T, C);
+    int *dinp = dputi(inp, (size_t)B * T);
+    void *out = dnan(dt, nout);
+    CHECK_GPU(gpu_encoder_forward(ctx, dt, out, dinp, dput(dt, wte, (size_t)V * C),
+                                  dput(dt, wpe, (size_t)maxT * C), B, T, C));
+    COMPARE("out", dget(dt, out, nout), ref, nout, tol_of(dt));
+
+    float *dout = hrand(dt, nout, 1.0f);
+    float *dwte = hrand(dt, (size_t)V * C, 1.0f), *dwpe = hrand(dt, (size_t)maxT * C, 1.0f);
+    void *g_dwte = dput(dt, dwte, (size_t)V * C), *g_dwpe = dput(dt, dwpe, (size_t)maxT * C);
+    ops_encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    CHECK_GPU(gpu_encoder_backward(ctx, dt, g_dwte, g_dwpe, dput(dt, dout, nout), inp, B, T, C, V));
+    COMPARE("dwte", dget(dt, g_dwte, (size_t)V * C), dwte, (size_t)V * C, tol_of(dt));
+    COMPARE("dwpe", dget(dt, g_dwpe, (size_t)maxT * C), dwpe, (size_t)maxT * C, tol_of(dt));
+
+    inp[5] = V;
+    CHECK_EQ(gpu_encoder_backward(ctx, dt, g_dwte, g_dwpe, dput(dt, dout, nout), inp, B, T, C, V),
+             -EINVAL);
+    CHECK_CONTAINS(gpu_ctx_error(ctx), "outside [0, 11)");
+}
+
+/* ---- layernorm ----------------------------------------------------------------------------- */
+
+CUDA_TEST(layernorm)
+{
+    int N = 300, C = 200; /* rows in 3 chunks of the weight-gradient sum; C not a multiple of 32 */
+    size_t n = (size_t)N * C;
+    float *x = hrand_off(dt, n, 2.0f, 0.7f), *w = hrand_off(dt, C, 0.5f, 1.0f);
+    float *b = hrand(dt, C, 0.5f);
+    float *out = hmalloc(n * sizeof(float)), *mean = hmalloc(N * sizeof(float));
+    float *rstd = hmalloc(N * sizeof(float));
+
+    ops_layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    void *g_x = dput(dt, x, n), *g_w = dput(dt, w, C), *g_b = dput(dt, b, C);
+    void *g_out = dnan(dt, n);
+    float *g_mean = dnan(GPU_F32, N), *g_rstd = dnan(GPU_F32, N);
+    CHECK_GPU(gpu_layernorm_forward(ctx, dt, g_out, g_mean, g_rstd, g_x, g_w, g_b, N, C));
+    COMPARE("out", dget(dt, g_out, n), out, n, tol_of(dt));
+    COMPARE("mean", dgetf(g_mean, N), mean, N, TOL_F32);
+    COMPARE("rstd", dgetf(g_rstd, N), rstd, N, TOL_F32);
+
+    /* Backward from the CPU's mean and rstd; all three gradients accumulate. */
+    float *dout = hrand(dt, n, 1.0f), *dinp = hrand(dt, n, 1.0f);
+    float *dw = hrand(dt, C, 1.0f), *db = hrand(dt, C, 1.0f);
+    void *g_dinp = dput(dt, dinp, n), *g_dw = dput(dt, dw, C), *g_db = dput(dt, db, C);
+    ops_layernorm_backward(dinp, dw, db, dout, x, w, mean, rstd, N, C);
+    CHECK_GPU(gpu_layernorm_backward(ctx, dt, g_dinp, g_dw, g_db, dput(dt, dout, n), g_x, g_w,
+                                     dputf(mean, N), dputf(rstd, N), N, C));
+    COMPARE("dinp", dget(dt, g_dinp, n), dinp, n, tol_of(dt));
+    COMPARE("dweight", dget(dt, g_dw, C), dw, C, tol_of(dt));
+    COMPARE("dbias", dget(dt, g_db, C), db, C, tol_of(dt));
+}
+
+/* residual = a + b stored in dt, then the LayerNorm of the stored values; also in place over a. */
+CUDA_TEST(residual_layernorm)
+{
+    int N = 77, C = 136;
+    size_t n = (size_t)N * C;
+    float *a = hrand_off(dt, n, 1.0f, 0.3f), *b = hrand(dt, n, 1.0f);
+    float *w = hrand_off(dt, C, 0.5f, 1.0f), *bias = hrand(dt, C, 0.5f);
+    float *res = hmalloc(n * sizeof(float)), *out = hmalloc(n * sizeof(float));
+    float *mean = hmalloc(N * sizeof(float)), *rstd = hmalloc(N * sizeof(float));
+
+    ops_residual_forward(res, a, b, n);
+    for (size_t i = 0; i < n; i++)
+        res[i] = round_dt(dt, res[i]);
+    ops_layernorm_forward(out, mean, rstd, res, w, bias, N, C);
+
+    void *g_a = dput(dt, a, n), *g_b = dput(dt, b, n), *g_w = dput(dt, w, C);
+    void *g_bias = dput(dt, bias, C), *g_res = dnan(dt, n), *g_out = dnan(dt, n);
+    float *g_mean = dnan(GPU_F32, N), *g_rstd = dnan(GPU_F32, N);
+    CHECK_GPU(gpu_residual_layernorm_forward(ctx, dt, g_res, g_out, g_mean, g_rstd, g_a, g_b, g_w,
+                                             g_bias, N, C));
+    COMPARE("residual", dget(dt, g_res, n), res, n, tol_of(dt));
+    COMPARE("out", dget(dt, g_out, n), out, n, tol_of(dt));
+    COMPARE("mean", dgetf(g_mean, N), mean, N, TOL_F32);
+    COMPARE("rstd", dgetf(g_rstd, N), rstd, N, TOL_F32);
+
+    g_out = dnan(dt, n);
+    CHECK_GPU(gpu_residual_layernorm_forward(ctx, dt, g_a, g_out, NULL, NULL, g_a, g_b, g_w, g_bias,
+                                             N, C));
+    COMPARE("residual in a", dget(dt, g_a, n), res, n, tol_of(dt));
+    COMPARE("out (in place)", dget(dt, g_out, n), out, n, tol_of(dt));
+}
+
+/* ---- residual, gelu ------------------------------------------------------------------------ */
+
+CUDA_TEST(residual)
+{
+    size_t n = 5000 + 13;
+    float *a = hrand(dt, n, 1.0f), *b = hrand(dt, n, 1.0f), *out = hmalloc(n * sizeof(float));
+    void *g_out = dnan(dt, n);
+
+    ops_residual_forward(out, a, b, n);
+    CHECK_GPU(gpu_residual_forward(ctx, dt, g_out, dput(dt, a, n), dput(dt, b, n), n));
+    COMPARE("out", dget(dt, g_out, n), out, n, tol_of(dt));
+
+    float *dout = hrand(dt, n, 1.0f), *da = hrand(dt, n, 1.0f), *db = hrand(dt, n, 1.0f);
+    void *g_da = dput(dt, da, n), *g_db = dput(dt, db, n);
+    ops_residual_backward(da, db, dout, n);
+    CHECK_GPU(gpu_residual_backward(ctx, dt, g_da, g_db, dput(dt, dout, n), n));
+    COMPARE("da", dget(dt, g_da, n), da, n, tol_of(dt));
+    COMPARE("db", dget(dt, g_db, n), db, n, tol_of(dt));
+}
+
+CUDA_TEST(gelu)
+{
+    size_t n = 10000 + 7;
+    float *x = hrand(dt, n, 5.0f), *out = hmalloc(n * sizeof(float));
+    float *dout = hrand(dt, n, 1.0f), *dinp = hmalloc(n * sizeof(float));
+    void *g_x = dput(dt, x, n), *g_out = dnan(dt, n);
+
+    ops_gelu_forward(out, x, n);
+    CHECK_GPU(gpu_gelu_forward(ctx, dt, g_out, g_x, n));
+    COMPARE("out", dget(dt, g_out, n), out, n, tol_of(dt));
+
+    ops_gelu_backward(dinp, x, dout, n);
+    void *g_dinp = dnan(dt, n), *g_dout = dput(dt, dout, n);
+    CHECK_GPU(gpu_gelu_backward(ctx, dt, g_dinp, g_x, g_dout, n));
+    COMPARE("dinp", dget(dt, g_dinp, n), dinp, n, tol_of(dt));
+
+    /* In place: out over inp, dinp over dout. */
+    CHECK_GPU(gpu_gelu_backward(ctx, dt, g_dout, g_x, g_dout, n));
+    COMPARE("dinp in place", dget(dt, g_dout, n), dinp, n, tol_of(dt));
+    CHECK_GPU(gpu_gelu_forward(ctx, dt, g_x, g_x, n));
+    COMPARE("out in place", dget(dt, g_x, n), out, n, tol_of(dt));
+}
+
+/* ---- matmul -------------------------------------------------------------------------------- */
+
+/* Forward with and without bias and GELU, through cuBLASLt's epilogues and through our own. */
+static void matmul_forward_case(enum gpu_dtype dt, int N, int C, int OC, bool bias, bool gelu,
+                                bool fusion)
+{
+    size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    float scale = 1.0f / sqrtf((float)C);
+    float *inp = hrand(dt, ni, 1.0f), *w = hrand(dt, nw, 2.0f * scale);
+    float *b = bias ? hrand(dt, OC, 0.5f) : NULL;
+    float *pre = hmalloc(no * sizeof(float)), *out = hmalloc(no * sizeof(float));
+    char what[64];
+
+    CHECK_EQ(ops_matmul_forward(pre, inp, w, b, N, C, OC), 0);
+    if (gelu)
+        ops_gelu_forward(out, pre, no);
+    void *g_out = dnan(dt, no), *g_pre = gelu ? dnan(dt, no) : NULL;
+    gpu_ctx_set_fusion(ctx, fusion);
+    CHECK_GPU(gpu_matmul_forward(ctx, dt, g_out, g_pre, dput(dt, inp, ni), dput(dt, w, nw),
+                                 bias ? dput(dt, b, OC) : NULL, N, C, OC));
+    snprintf(what, sizeof(what), "out (%dx%dx%d%s%s%s)", N, C, OC, bias ? " bias" : "",
+             gelu ? " gelu" : "", fusion ? " fused" : "");
+    COMPARE(what, dget(dt, g_out, no), gelu ? out : pre, no, tol_of(dt));
+    if (gelu) {
+        snprintf(what, sizeof(what), "pre_gelu (%dx%dx%d%s%s)", N, C, OC, bias ? " bias" : "",
+                 fusion ? " fused" : "");
+        COMPARE(what, dget(dt, g_pre, no), pre, no, tol_of(dt));
+    }
+}
+
+CUDA_TEST(matmul_forward)
+{
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 4; k++) {
+            matmul_forward_case(dt, 45, 64, 96, k & 1, k & 2, f);
+            matmul_forward_case(dt, 150, 136, 200, k & 1, k & 2, f);
+        }
+}
+
+/* Backward: dinp overwritten (or skipped), dweight and dbias accumulate; with pre_gelu the
+ * GELU gradient on dinp, by cuBLASLt's DGELU epilogue or our kernel. */
+static void matmul_backward_case(enum gpu_dtype dt, int N, int C, int OC, bool bias, bool gelu,
+                                 bool want_dinp, bool fusion)
+{
+    size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    float scale = 1.0f / sqrtf((float)C);
+    float *pre = gelu ? hrand(dt, ni, 3.0f) : NULL, *inp = hrand(dt, ni, 1.0f);
+    float *w = hrand(dt, nw, 2.0f * scale), *dout = hrand(dt, no, 1.0f);
+    float *dinp = hmalloc(ni * sizeof(float)), *dw = hrand(dt, nw, 1.0f);
+    float *db = bias ? hrand(dt, OC, 1.0f) : NULL;
+    char what[80];
+
+    if (gelu) {
+        ops_gelu_forward(inp, pre, ni);
+        for (size_t i = 0; i < ni; i++)
+            inp[i] = round_dt(dt, inp[i]);
+    }
+    void *g_dw = dput(dt, dw, nw), *g_db = bias ? dput(dt, db, OC) : NULL;
+    void *g_dinp = want_dinp ? dnan(dt, ni) : NULL;
+    CHECK_EQ(ops_matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC), 0);
+    if (gelu)
+        ops_gelu_backward(dinp, pre, dinp, ni);
+    gpu_ctx_set_fusion(ctx, fusion);
+    CHECK_GPU(gpu_matmul_backward(ctx, dt, g_dinp, g_dw, g_db, dput(dt, dout, no),
+                                  dput(dt, inp, ni), dput(dt, w, nw),
+                                  gelu ? dput(dt, pre, ni) : NULL, N, C, OC));
+    snprintf(what, sizeof(what), "(%dx%dx%d%s%s%s)", N, C, OC, bias ? " bias" : "",
+             gelu ? " gelu" : "", fusion ? " fused" : "");
+    if (want_dinp) {
+        char w2[96];
+        snprintf(w2, sizeof(w2), "dinp %s", what);
+        COMPARE(w2, dget(dt, g_dinp, ni), dinp, ni, tol_of(dt));
+    }
+    char w3[96];
+    snprintf(w3, sizeof(w3), "dweight %s", what);
+    COMPARE(w3, dget(dt, g_dw, nw), dw, nw, tol_of(dt));
+    if (bias) {
+        snprintf(w3, sizeof(w3), "dbias %s", what);
+        COMPARE(w3, dget(dt, g_db, OC), db, OC, tol_of(dt));
+    }
+}
+
+CUDA_TEST(matmul_backward)
+{
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 4; k++) {
+            matmul_backward_case(dt, 45, 64, 96, k & 1, k & 2, true, f);
+            matmul_backward_case(dt, 300, 136, 200, k & 1, k & 2, true, f);
+        }
+    matmul_backward_case(dt, 45, 64, 96, true, false, false, true);
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------------- */
+
+static void crossentropy_case(enum gpu_dtype dt, int N, int V, int Vp)
+{
+    size_t n = (size_t)N * Vp;
+    float *logits = hrand(dt, n, 4.0f), dloss = 1.0f / (float)N;
+    int *targets = hmalloc((size_t)N * sizeof(int));
+    float *losses = hmalloc(N * sizeof(float)), *lse = hmalloc(N * sizeof(float));
+    float *dlogits = hmalloc(n * sizeof(float));
+
+    for (int i = 0; i < N; i++)
+        targets[i] = irand(V);
+    targets[0] = V - 1;
+    ops_crossentropy_forward(losses, lse, logits, targets, N, V, Vp);
+    ops_crossentropy_backward(dlogits, logits, lse, targets, N, V, Vp, dloss);
+
+    void *g_logits = dput(dt, logits, n);
+    int *g_targets = dputi(targets, N);
+    float *g_losses = dnan(GPU_F32, N), *g_lse = dnan(GPU_F32, N);
+    CHECK_GPU(gpu_crossentropy_forward(ctx, dt, g_losses, g_lse, g_logits, g_targets, N, V, Vp));
+    COMPARE("losses", dgetf(g_losses, N), losses, N, TOL_F32);
+    COMPARE("lse", dgetf(g_lse, N), lse, N, TOL_F32);
+
+    void *g_d = dnan(dt, n);
+    CHECK_GPU(gpu_crossentropy_backward(ctx, dt, g_d, g_logits, dputf(lse, N), g_targets, N, V, Vp,
+                                        dloss));
+    COMPARE("dlogits", dget(dt, g_d, n), dlogits, n, tol_of(dt));
+
+    /* Fused, in place over a copy of the logits. */
+    g_losses = dnan(GPU_F32, N), g_lse = dnan(GPU_F32, N);
+    void *g_inplace = dput(dt, logits, n);
+    CHECK_GPU(
+        gpu_crossentropy_fused(ctx, dt, g_losses, g_lse, g_inplace, g_targets, N, V, Vp, dloss));
+    COMPARE("fused losses", dgetf(g_losses, N), losses, N, TOL_F32);
+    COMPARE("fused lse", dgetf(g_lse, N), lse, N, TOL_F32);
+    COMPARE("fused dlogits", dget(dt, g_inplace, n), dlogits, n, tol_of(dt));
+
+    /* The separate backward in place. */
+    CHECK_GPU(gpu_crossentropy_backward(ctx, dt, g_logits, g_logits, dputf(lse, N), g_targets, N, V,
+                                        Vp, dloss));
+    COMPARE("dlogits in place", dget(dt, g_logits, n), dlogits, n, tol_of(dt));
+}
+
+CUDA_TEST(crossentropy)
+{
+    crossentropy_case(dt, 37, 1003, 1024);
+    crossentropy_case(dt, 3, 50257, 50304);
+    crossentropy_case(dt, 5, 7, 7);
+}
+
+/* ---- attention ----------------------------------------------------------------------------- */
+
+/* log sum_t2<=t exp(q[t].k[t2] / sqrt(hs)) in double. */
+static void ref_lse(float *lse, const float *qkv, int B, int T, int C, int NH)
+{
+    int hs = C / NH;
+    double *s = malloc((size_t)T * sizeof(double));
+    CHECK(s);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                double m = -INFINITY, sum = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    double d = 0.0;
+                    for (int i = 0; i < hs; i++)
+                        d += (double)q[i] * k[i];
+                    s[t2] = d / sqrt((double)hs);
+                    m = s[t2] > m ? s[t2] : m;
+                }
+                for (int t2 = 0; t2 <= t; t2++)
+                    sum += exp(s[t2] - m);
+                lse[((size_t)b * NH + h) * T + t] = (float)(m + log(sum));
+            }
+    free(s);
+}
+
+static void attention_case(enum gpu_dtype dt, int B, int T, int C, int NH)
+{
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = hrand(dt, nqkv, 1.5f), *dout = hrand(dt, nout, 1.0f);
+    float *out = hmalloc(nout * sizeof(float)), *att = hmalloc(nl * T * sizeof(float));
+    float *lse = hmalloc(nl * sizeof(float)), *dqkv = hmalloc(nqkv * sizeof(float));
+    char what[64];
+
+    CHECK_EQ(ops_attention_forward(out, att, qkv, B, T, C, NH), 0);
+    ref_lse(lse, qkv, B, T, C, NH);
+    CHECK_EQ(ops_attention_backward(dqkv, dout, qkv, att, B, T, C, NH), 0);
+
+    void *g_qkv = dput(dt, qkv, nqkv), *g_out = dnan(dt, nout);
+    float *g_lse = dnan(GPU_F32, nl);
+    CHECK_GPU(gpu_attention_forward(ctx, dt, g_out, g_lse, g_qkv, B, T, C, NH));
+    snprintf(what, sizeof(what), "out (B %d T %d C %d NH %d)", B, T, C, NH);
+    COMPARE(what, dget(dt, g_out, nout), out, nout, tol_of(dt));
+    snprintf(what, sizeof(what), "lse (B %d T %d C %d NH %d)", B, T, C, NH);
+    COMPARE(what, dgetf(g_lse, nl), lse, nl, TOL_F32);
+
+    /* The backward from the GPU's own out and lse, as in training. */
+    void *g_dqkv = dnan(dt, nqkv);
+    CHECK_GPU(gpu_attention_backward(ctx, dt, g_dqkv, dput(dt, dout, nout), g_qkv, g_out, g_lse, B,
+                                     T, C, NH));
+    snprintf(what, sizeof(what), "dqkv (B %d T %d C %d NH %d)", B, T, C, NH);
+    COMPARE(what, dget(dt, g_dqkv, nqkv), dqkv, nqkv, tol_of(dt));
+}
+
+CUDA_TEST(attention)
+{
+    attention_case(dt, 2, 70, 96, 3);   /* hs 32; T across tiles and row blocks */
+    attention_case(dt, 1, 129, 128, 2); /* hs 64 */
+    attention_case(dt, 2, 33, 128, 1);  /* hs 128 */
+    attention_case(dt, 1, 41, 80, 2);   /* hs 40: part of a lane's dims unused */
+    attention_case(dt, 3, 1, 64, 4);    /* one position */
+}
+
+/* ---- optimizer ----------------------------------------------------------------------------- */
+
+CUDA_TEST(adamw)
+{
+    struct optim_span spans[] = {
+        {0, 1000, true}, {1000, 37, false}, {1037, 4000, true}, {5037, 3, false}};
+    size_t n = 5040, ns = sizeof(spans) / sizeof(spans[0]);
+    struct adamw_config cfg = {0.9f, 0.95f, 1e-8f, 0.1f};
+    struct adamw opt;
+    uint64_t t = 5;
+    float lr = 1e-2f, scale = 0.5f;
+    float *params = hrand(GPU_F32, n, 1.0f), *grads = hrand(dt, n, 1.0f);
+    float *m = hrand(GPU_F32, n, 0.1f), *v = hmalloc(n * sizeof(float));
+
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)(urand() * urand() * 0.01);
+    float *g_master = dt == GPU_BF16 ? dputf(params, n) : NULL;
+    void *g_params = dt == GPU_BF16 ? dnan(dt, n) : dputf(params, n);
+    float *g_m = dputf(m, n), *g_v = dputf(v, n);
+
+    CHECK_EQ(adamw_init(&opt, n, &cfg, spans, ns), 0);
+    memcpy(opt.m, m, n * sizeof(float));
+    memcpy(opt.v, v, n * sizeof(float));
+    opt.step = t - 1;
+    adamw_update(&opt, params, grads, lr, scale);
+    CHECK_GPU(gpu_adamw_update(ctx, dt, g_params, g_master, dput(dt, grads, n), g_m, g_v, spans, ns,
+                               &cfg, t, lr, scale));
+    COMPARE("m", dgetf(g_m, n), opt.m, n, TOL_F32);
+    COMPARE("v", dgetf(g_v, n), opt.v, n, TOL_F32);
+    if (dt == GPU_BF16) {
+        float *master = dgetf(g_master, n), *p = dget(dt, g_params, n);
+        COMPARE("master", master, params, n, TOL_F32);
+        for (size_t i = 0; i < n; i++)
+            if (p[i] != round_dt(GPU_BF16, master[i]))
+                test_fail(__FILE__, __LINE__, "params[%zu] %.9g is not bf16(master %.9g)", i,
+                          (double)p[i], (double)master[i]);
+    } else {
+        COMPARE("params", dgetf(g_params, n), params, n, TOL_F32);
+    }
+    adamw_release(&opt);
+}
+
+CUDA_TEST(grad_norm)
+{
+    size_t sizes[] = {1, 255, 100003, 3000017};
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t n = sizes[k];
+        float *g = hrand(dt, n, 1.0f);
+        double got = -1.0, want = optim_grad_norm(g, n);
+        CHECK_GPU(gpu_grad_norm(ctx, dt, dput(dt, g, n), n, &got));
+        if (!(fabs(got - want) <= 1e-12 * want))
+            test_fail(__FILE__, __LINE__, "norm of %zu: gpu %.17g vs cpu %.17g", n, got, want);
+    }
+}
+
+/* ---- determinism ---------------------------------------------------------------------------- */
+
+static void same_bits(const char *what, const void *a, const void *b, size_t bytes)
+{
+    if (memcmp(a, b, bytes))
+        test_fail(__FILE__, __LINE__, "%s: two runs on the same inputs differ", what);
+}
+
+/* The kernels with reductions of our own, twice on the same inputs: identical bits. */
+CUDA_TEST(deterministic)
+{
+    int N = 500, C = 96, B = 2, T = 100, NH = 3, V = 7;
+    size_t n = (size_t)N * C;
+    float *x = hrand(dt, n, 1.0f), *w = hrand(dt, C, 1.0f), *dout = hrand(dt, n, 1.0f);
+    float *mean = hrand(GPU_F32, N, 0.1f), *rstd = hrand_off(GPU_F32, N, 0.1f, 1.0f);
+    float *qkv = hrand(dt, (size_t)B * T * 3 * C, 1.0f);
+    int *tok = hmalloc((size_t)B * T * sizeof(int));
+    void *res[2][4];
+
+    for (int i = 0; i < B * T; i++)
+        tok[i] = irand(V);
+    void *g_x = dput(dt, x, n), *g_w = dput(dt, w, C), *g_dout = dput(dt, dout, n);
+    float *g_mean = dputf(mean, N), *g_rstd = dputf(rstd, N);
+    void *g_qkv = dput(dt, qkv, (size_t)B * T * 3 * C);
+    for (int r = 0; r < 2; r++) {
+        void *dinp = dput(dt, x, n), *dw = dput(dt, w, C), *db = dput(dt, w, C);
+        CHECK_GPU(
+            gpu_layernorm_backward(ctx, dt, dinp, dw, db, g_dout, g_x, g_w, g_mean, g_rstd, N, C));
+        void *dwte = dput(dt, x, (size_t)V * C), *dwpe = dput(dt, x, (size_t)T * C);
+        CHECK_GPU(gpu_encoder_backward(ctx, dt, dwte, dwpe, g_dout, tok, B, T, C, V));
+        void *out = dnan(dt, (size_t)B * T * C), *dqkv = dnan(dt, (size_t)B * T * 3 * C);
+        float *lse = dnan(GPU_F32, (size_t)B * NH * T);
+        CHECK_GPU(gpu_attention_forward(ctx, dt, out, lse, g_qkv, B, T, C, NH));
+        CHECK_GPU(gpu_attention_backward(ctx, dt, dqkv, g_dout, g_qkv, out, lse, B, T, C, NH));
+        res[r][0] = dget(dt, dw, C);
+        res[r][1] = dget(dt, dwte, (size_t)V * C);
+        res[r][2] = dget(dt, dwpe, (size_t)T * C);
+        res[r][3] = dget(dt, dqkv, (size_t)B * T * 3 * C);
+    }
+    same_bits("layernorm dweight", res[0][0], res[1][0], C * sizeof(float));
+    same_bits("encoder dwte", res[0][1], res[1][1], (size_t)V * C * sizeof(float));
+    same_bits("encoder dwpe", res[0][2], res[1][2], (size_t)T * C * sizeof(float));
+    same_bits("attention dqkv", res[0][3], res[1][3], (size_t)B * T * 3 * C * sizeof(float));
+}
