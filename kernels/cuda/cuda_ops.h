@@ -12,8 +12,9 @@
  * Errors: a launcher checks its shapes (-EINVAL), queues its kernels on the context's stream
  * and checks cudaGetLastError() (-EIO); on failure gpu_ctx_error() says what failed in one
  * lowercase line. Kernels run asynchronously: a fault inside one surfaces at the next
- * gpu_ctx_sync, download or launch. Results are deterministic: no atomics, every sum in a
- * fixed order for a given shape.
+ * gpu_ctx_sync, download or launch. Results are deterministic: our kernels use no atomics
+ * and add every sum in a fixed order for a given shape; cuBLASLt's products repeat bit for bit
+ * on the same GPU model and toolkit (NVIDIA's documented guarantee for cuBLAS).
  *
  * Thread context: one host thread drives a context (it makes the context's device current at
  * gpu_ctx_new and the launchers do not switch devices).
