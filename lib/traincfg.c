@@ -28,6 +28,7 @@
 #define OFF(field) offsetof(struct traincfg, field)
 
 static const char *const device_names[] = {"cpu", "cuda", NULL};
+static const char *const dtype_names[] = {"bf16", "fp32", NULL};
 
 /* The rows. Defaults follow llm.c and nanoGPT's GPT-2 runs where they have one; the model's
  * shape defaults to GPT-2 small with the byte-level vocabulary of `gpurun-train prep`. */
@@ -90,6 +91,10 @@ static const struct traincfg_key keys[] = {
      "continue from the newest checkpoint in out_dir"},
     {"train", "seed", TRAINCFG_INT, OFF(seed), "1337", 0, INT_MAX, NULL, "random seed"},
     {"train", "device", TRAINCFG_ENUM, OFF(device), "cpu", 0, 0, device_names, "cpu or cuda"},
+    {"train", "dtype", TRAINCFG_ENUM, OFF(dtype), "bf16", 0, 0, dtype_names,
+     "cuda's parameters and activations: bf16 (fp32 master weights) or fp32"},
+    {"train", "zero", TRAINCFG_INT, OFF(zero), "0", 0, 1, NULL,
+     "1: ZeRO-1, the optimizer state sharded over the ranks (cuda)"},
     {"train", "threads", TRAINCFG_INT, OFF(threads), "0", 0, 4096, NULL,
      "OpenMP threads per rank; 0: OMP_NUM_THREADS"},
     {"train", "sample_every", TRAINCFG_INT, OFF(sample_every), "0", 0, 1000000000, NULL,
@@ -650,6 +655,22 @@ int traincfg_check(const struct traincfg *cfg, struct traincfg_error *err)
         return fail(err, "%s: vocab_size (%d) must fit uint16 tokens",
                     where(cfg, o, wbuf, sizeof(wbuf)), cfg->vocab_size);
     }
+    /* The cpu backend computes in fp32 and keeps all of AdamW's state on every rank: the
+     * cuda-only keys are refused rather than ignored. dtype's default is the cuda backend's,
+     * so only an explicit bf16 is an error. */
+    if (cfg->device == TRAINCFG_DEVICE_CPU && cfg->dtype == TRAINCFG_DTYPE_BF16 &&
+        origin_of(cfg, "train", "dtype") != TRAINCFG_FROM_DEFAULT) {
+        o = later(origin_of(cfg, "train", "dtype"), origin_of(cfg, "train", "device"));
+        return fail(err, "%s: dtype 'bf16' needs device 'cuda' (the cpu backend computes in fp32)",
+                    where(cfg, o, wbuf, sizeof(wbuf)));
+    }
+    if (cfg->device == TRAINCFG_DEVICE_CPU && cfg->zero) {
+        o = later(origin_of(cfg, "train", "zero"), origin_of(cfg, "train", "device"));
+        return fail(err,
+                    "%s: zero (%d) needs device 'cuda' (ZeRO-1 shards the cuda backend's "
+                    "optimizer state)",
+                    where(cfg, o, wbuf, sizeof(wbuf)), cfg->zero);
+    }
     if (!cfg->train)
         return fail(err, "%s: [data] train is not set", cfg->path ? cfg->path : "command line");
     return 0;
@@ -675,6 +696,8 @@ int traincfg_read(struct traincfg *cfg, const char *path, const char *const *ove
             goto out;
     }
     ret = traincfg_check(cfg, err);
+    if (ret == 0 && cfg->device == TRAINCFG_DEVICE_CPU)
+        cfg->dtype = TRAINCFG_DTYPE_FP32;
 out:
     if (ret < 0)
         traincfg_release(cfg);

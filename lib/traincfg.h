@@ -15,6 +15,9 @@
 #define TRAINCFG_MAX_KEYS 64
 
 enum traincfg_device { TRAINCFG_DEVICE_CPU = 0, TRAINCFG_DEVICE_CUDA = 1 };
+/* Storage of the cuda backend's parameters, gradients and activations (fp32 master weights and
+ * AdamW moments either way); the cpu backend is fp32 only. */
+enum traincfg_dtype { TRAINCFG_DTYPE_BF16 = 0, TRAINCFG_DTYPE_FP32 = 1 };
 
 /* Where a key's value came from, in origin[] below. */
 #define TRAINCFG_FROM_DEFAULT 0  /* the table's default */
@@ -69,6 +72,8 @@ struct traincfg {
     bool resume;       /* continue from the newest checkpoint of out_dir when there is one */
     int seed;          /* initialisation and sampling RNG */
     int device;        /* enum traincfg_device */
+    int dtype;         /* enum traincfg_dtype: cuda only; a cpu run's reads fp32 (below) */
+    int zero;          /* 1: ZeRO-1, the optimizer state sharded over the ranks (cuda only) */
     int threads;       /* OpenMP threads per rank; 0: OMP_NUM_THREADS or the runtime's */
     int sample_every;  /* steps between text samples; 0: only at the end */
     int sample_tokens; /* tokens of a sample; 0: no sample */
@@ -132,12 +137,14 @@ bool traincfg_is_override(const char *arg);
 
 /* The checks between keys, each error naming the line of the key at fault (the one set
  * last when both are set): n_head divides n_embd, min_lr <= lr, beta1 and beta2 below 1,
- * eps above 0, batch_size x seq_len within int, [data] train given. Returns 0 or -EINVAL with err
+ * eps above 0, batch_size x seq_len within int, [data] train given, and the cuda-only keys
+ * (dtype bf16 set explicitly, zero 1) refused with device cpu. Returns 0 or -EINVAL with err
  * filled. */
 int traincfg_check(const struct traincfg *cfg, struct traincfg_error *err);
 
-/* The usual sequence: init, load path (NULL: no file), apply n overrides, check. On failure
- * cfg is released. Returns 0 or a negative errno with err filled. */
+/* The usual sequence: init, load path (NULL: no file), apply n overrides, check; then the
+ * effective values: a cpu run's dtype becomes fp32 (the default bf16 is the cuda backend's).
+ * On failure cfg is released. Returns 0 or a negative errno with err filled. */
 int traincfg_read(struct traincfg *cfg, const char *path, const char *const *overrides, size_t n,
                   struct traincfg_error *err);
 

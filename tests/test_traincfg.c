@@ -76,6 +76,8 @@ static const char good_cfg[] = "# a small job\n"
                                "resume = yes\n"
                                "seed = 7\n"
                                "device = cuda\n"
+                               "dtype = fp32\n"
+                               "zero = 1\n"
                                "threads = 2\n"
                                "sample_tokens = 0\n";
 
@@ -114,6 +116,8 @@ TEST(traincfg_good_file)
     CHECK(cfg.resume);
     CHECK_EQ(cfg.seed, 7);
     CHECK_EQ(cfg.device, TRAINCFG_DEVICE_CUDA);
+    CHECK_EQ(cfg.dtype, TRAINCFG_DTYPE_FP32);
+    CHECK_EQ(cfg.zero, 1);
     CHECK_EQ(cfg.threads, 2);
     CHECK_EQ(cfg.sample_tokens, 0);
     CHECK_STR(cfg.path, CFG);
@@ -143,6 +147,8 @@ TEST(traincfg_defaults)
     CHECK_STR(cfg.out_dir, "out");
     CHECK(!cfg.resume);
     CHECK_EQ(cfg.device, TRAINCFG_DEVICE_CPU);
+    CHECK_EQ(cfg.dtype, TRAINCFG_DTYPE_BF16); /* the cuda backend's default */
+    CHECK_EQ(cfg.zero, 0);
     CHECK_EQ(cfg.log_every, 1);
     CHECK(cfg.train == NULL && cfg.val == NULL && cfg.init_from == NULL && cfg.path == NULL);
     /* Without [data] train the defaults alone are not a job. */
@@ -216,6 +222,9 @@ TEST(traincfg_file_errors)
                          "on/off, 1/0)");
     CHECK_LOAD_ERROR("[train]\ndevice = gpu\n",
                      CFG ":2: 'train.device': 'gpu' is not one of cpu, cuda");
+    CHECK_LOAD_ERROR("[train]\ndtype = fp16\n",
+                     CFG ":2: 'train.dtype': 'fp16' is not one of bf16, fp32");
+    CHECK_LOAD_ERROR("[train]\nzero = 2\n", CFG ":2: 'train.zero': 2 is out of range 0..1");
     CHECK_LOAD_ERROR("[job]\ntime = 1:2:3:4\n",
                      CFG ":2: 'job.time': '1:2:3:4' is not a time (MINUTES, MM:SS, HH:MM:SS, "
                          "D-HH[:MM[:SS]])");
@@ -256,6 +265,49 @@ TEST(traincfg_cross_key_errors)
                      "65536\n",
                      CFG ":6: batch_size (65536) times seq_len (65536) is too large");
     CHECK_LOAD_ERROR("[model]\nn_layer = 2\n", CFG ": [data] train is not set");
+}
+
+/* dtype and zero belong to the cuda backend: set with device cpu they are errors naming the
+ * key set last; dtype's default (bf16) is not, and a cpu run reads fp32. */
+TEST(traincfg_cuda_keys)
+{
+    struct traincfg cfg;
+    struct traincfg_error err = {0};
+    const char *cpu[] = {"train.device=cpu"};
+    json_t *j;
+
+    CHECK_LOAD_ERROR("[data]\ntrain = x.bin\n[train]\ndtype = bf16\n",
+                     CFG ":4: dtype 'bf16' needs device 'cuda' (the cpu backend computes in fp32)");
+    CHECK_LOAD_ERROR("[data]\ntrain = x.bin\n[train]\ndtype = bf16\ndevice = cpu\n",
+                     CFG ":5: dtype 'bf16' needs device 'cuda' (the cpu backend computes in fp32)");
+    CHECK_LOAD_ERROR("[data]\ntrain = x.bin\n[train]\nzero = 1\n",
+                     CFG ":4: zero (1) needs device 'cuda' (ZeRO-1 shards the cuda backend's "
+                         "optimizer state)");
+    CHECK_EQ(load_text("[data]\ntrain = x.bin\n[train]\ndtype = fp32\nzero = 0\n", &err), 0);
+    CHECK_EQ(
+        load_text("[data]\ntrain = x.bin\n[train]\ndevice = cuda\ndtype = bf16\nzero = 1\n", &err),
+        0);
+
+    /* An override that turns a cuda file into a cpu run: the command line is named. */
+    write_cfg(good_cfg);
+    CHECK_EQ(traincfg_read(&cfg, CFG, cpu, 1, &err), -EINVAL);
+    CHECK_STR(err.text, "command line: zero (1) needs device 'cuda' (ZeRO-1 shards the cuda "
+                        "backend's optimizer state)");
+
+    /* The effective dtype of a cpu run, also in the JSON a checkpoint keeps. */
+    write_cfg("[data]\ntrain = x.bin\n");
+    CHECK_EQ(traincfg_read(&cfg, CFG, NULL, 0, &err), 0);
+    CHECK_EQ(cfg.dtype, TRAINCFG_DTYPE_FP32);
+    j = traincfg_to_json(&cfg);
+    CHECK(j != NULL);
+    CHECK_STR(json_string_value(json_object_get(json_object_get(j, "train"), "dtype")), "fp32");
+    json_decref(j);
+    traincfg_release(&cfg);
+    write_cfg("[data]\ntrain = x.bin\n[train]\ndevice = cuda\n");
+    CHECK_EQ(traincfg_read(&cfg, CFG, NULL, 0, &err), 0);
+    CHECK_EQ(cfg.dtype, TRAINCFG_DTYPE_BF16);
+    CHECK_EQ(cfg.zero, 0);
+    traincfg_release(&cfg);
 }
 
 TEST(traincfg_missing_file)
