@@ -213,6 +213,11 @@ int gpu_adamw_update(struct gpu_ctx *ctx, enum gpu_dtype dt, void *params, float
  * n), into *norm (host). Synchronises the stream. */
 int gpu_grad_norm(struct gpu_ctx *ctx, enum gpu_dtype dt, const void *grads, size_t n,
                   double *norm);
+/* The sum of squares of n floatX gradients into *sumsq (host), with gpu_grad_norm's order of
+ * additions (so that gpu_grad_norm's result is sqrt of it): a shard's part of a global norm,
+ * to be summed across ranks. Synchronises the stream. */
+int gpu_sum_squares(struct gpu_ctx *ctx, enum gpu_dtype dt, const void *grads, size_t n,
+                    double *sumsq);
 
 #endif /* GPURUN_CUDA */
 

@@ -125,9 +125,9 @@ __global__ void norm_final_kernel(double *out, const double *part, int blocks)
 }
 
 template <typename T>
-static int grad_norm(struct gpu_ctx *ctx, const void *grads, size_t n, double *norm)
+static int sum_squares(struct gpu_ctx *ctx, const char *op, const void *grads, size_t n,
+                       double *sumsq)
 {
-    const char *op = "grad_norm";
     size_t want = (n + NORM_THREADS - 1) / NORM_THREADS;
     int blocks = (int)(want < NORM_BLOCKS ? (want ? want : 1) : NORM_BLOCKS);
     void *part = NULL;
@@ -148,16 +148,33 @@ static int grad_norm(struct gpu_ctx *ctx, const void *grads, size_t n, double *n
     ret = ctx_cuda(ctx, cudaStreamSynchronize(ctx->stream), op, "stream synchronize");
     if (ret < 0)
         return ret;
-    *norm = sqrt(sum);
+    *sumsq = sum;
     return 0;
+}
+
+int gpu_sum_squares(struct gpu_ctx *ctx, enum gpu_dtype dt, const void *grads, size_t n,
+                    double *sumsq)
+{
+    const char *op = "sum_squares";
+    int ret;
+    *sumsq = 0.0;
+    if (!n)
+        return 0;
+    DISPATCH_DTYPE(ctx, op, dt, ret, sum_squares, ctx, op, grads, n, sumsq);
+    return ret;
 }
 
 int gpu_grad_norm(struct gpu_ctx *ctx, enum gpu_dtype dt, const void *grads, size_t n, double *norm)
 {
+    const char *op = "grad_norm";
+    double sumsq = 0.0;
     int ret;
     *norm = 0.0;
     if (!n)
         return 0;
-    DISPATCH_DTYPE(ctx, "grad_norm", dt, ret, grad_norm, ctx, grads, n, norm);
-    return ret;
+    DISPATCH_DTYPE(ctx, op, dt, ret, sum_squares, ctx, op, grads, n, &sumsq);
+    if (ret < 0)
+        return ret;
+    *norm = sqrt(sumsq);
+    return 0;
 }
