@@ -134,11 +134,17 @@ $(BUILD)/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  NVCC    $<")
 	$(Q)$(NVCC) $(NVCCFLAGS) -c -o $@ $<
-$(TRAIN) $(RUNNER): $(CUDA_OBJS)
+# The backend's plain C (the GPU model over the launchers): $(CC), no CUDA headers.
+CUDA_C_OBJS := $(patsubst kernels/cuda/%.c,$(BUILD)/cuda/%.o,$(wildcard kernels/cuda/*.c))
+$(CUDA_C_OBJS): $(BUILD)/cuda/%.o: kernels/cuda/%.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -DGPURUN_CUDA -c -o $@ $<
+$(TRAIN) $(RUNNER): $(CUDA_OBJS) $(CUDA_C_OBJS)
 $(TRAIN) $(RUNNER): LDLIBS += $(CUDA_LIBS)
-$(call obj,tests/test_cuda_ops.c): CPPFLAGS += -Ikernels
+$(call obj,tests/test_cuda_ops.c tests/test_cuda_model.c): CPPFLAGS += -Ikernels
 else
-TEST_SRC    := $(filter-out tests/test_cuda_ops.c,$(TEST_SRC))
+TEST_SRC    := $(filter-out tests/test_cuda_ops.c tests/test_cuda_model.c,$(TEST_SRC))
 endif
 
 $(RUNNER): $(call obj,tests/runner.c tests/wire.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(KERNEL_MODS) $(wildcard lib/gr.c lib/gr_pmix.c)) $(LIB_A)
@@ -233,10 +239,11 @@ bench: deps
 # on a machine without a device.
 ifeq ($(CUDA),1)
 test-gpu: $(RUNNER)
-	$(Q)BUILD=$(BUILD) tests/run cuda_ops
+	$(Q)BUILD=$(BUILD) tests/run cuda_ops cuda_model
 else
 test-gpu:
 	@echo "ok 1 - cuda_ops # SKIP built without the CUDA backend (nvcc not found)"
+	@echo "ok 2 - cuda_model # SKIP built without the CUDA backend (nvcc not found)"
 endif
 
 install: all

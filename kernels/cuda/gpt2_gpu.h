@@ -32,22 +32,23 @@
 struct gpt2_gpu;
 
 struct gpt2_gpu_opts {
-    enum gpu_dtype dt;      /* GPU_BF16 or GPU_F32 (above) */
-    int batch_cap, seq_cap; /* activations for up to batch_cap sequences of seq_cap <= max_seq_len */
-    size_t n_pad;           /* elements of the parameter and gradient buffers: 0 means n_params,
-                             * else >= n_params */
-    size_t opt_lo, opt_hi;  /* the optimizer's shard of [0, n_pad); both 0 means [0, n_params) */
+    enum gpu_dtype dt; /* GPU_BF16 or GPU_F32 (above) */
+    int batch_cap,
+        seq_cap;           /* activations for up to batch_cap sequences of seq_cap <= max_seq_len */
+    size_t n_pad;          /* elements of the parameter and gradient buffers: 0 means n_params,
+                            * else >= n_params */
+    size_t opt_lo, opt_hi; /* the optimizer's shard of [0, n_pad); both 0 means [0, n_params) */
     struct adamw_config adamw;
 };
 
 /* Device buffers of a model (borrowed: valid until gpt2_gpu_free). Collectives work on them
  * in place. */
 struct gpt2_gpu_bufs {
-    void *params;          /* n_pad elements of the model's dtype */
-    void *grads;           /* n_pad elements of the model's dtype */
-    float *master;         /* opt_hi - opt_lo fp32 master weights; NULL with GPU_F32 (params
-                            * are the master) */
-    float *m, *v;          /* opt_hi - opt_lo fp32 each: AdamW's moments for the shard */
+    void *params;  /* n_pad elements of the model's dtype */
+    void *grads;   /* n_pad elements of the model's dtype */
+    float *master; /* opt_hi - opt_lo fp32 master weights; NULL with GPU_F32 (params
+                    * are the master) */
+    float *m, *v;  /* opt_hi - opt_lo fp32 each: AdamW's moments for the shard */
     size_t n_params, n_pad, opt_lo, opt_hi;
     enum gpu_dtype dt;
 };
