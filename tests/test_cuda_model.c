@@ -33,7 +33,7 @@ static const struct tol TOL_F32 = {1e-4, 1e-5};
 /* bf16 activations: see bf16_step. */
 static const struct tol TOL_BF16_GRAD = {5e-2, 5e-2};
 /* Relative L2 error of a whole bf16 gradient tensor (see bf16_step). */
-#define BF16_GRAD_L2   2e-2
+#define BF16_GRAD_L2   3e-2
 #define BF16_LOSS_RTOL 1e-2
 
 /* Two layers of four heads of 16; V = 100 pads to Vp = 128; wpe has rows the batch never
@@ -327,7 +327,7 @@ TEST_T(cuda_model_accumulation_f32, 120)
  * them in fp32. The loss moves by a few of those roundings (rtol 1e-2). A gradient element is
  * a long chain of rounded products and of sums that partly cancel, so single elements can be
  * off by several percent of their own size: each element within 5% of itself plus 5% of its
- * tensor's largest, and the tensor as a whole within 2% in L2 norm (what catches a bug: a
+ * tensor's largest, and the tensor as a whole within 3% in L2 norm (what catches a bug: a
  * wrong term shifts the whole tensor, not a few elements). */
 TEST_T(cuda_model_step_bf16, 120)
 {

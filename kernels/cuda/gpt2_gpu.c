@@ -648,7 +648,7 @@ int gpt2_gpu_forward_backward(struct gpt2_gpu *m, const int *inputs, const int *
     if (gpu_crossentropy_fused(ctx, dt, a.losses, a.ce_lse, a.logits, a.targets, (int)bt, V, Vp,
                                grad_scale / (float)bt) < 0)
         return fail_ctx(m, -EIO);
-    if ((ret = mean_loss(m, a.losses, bt, loss)) < 0)
+    if (loss && (ret = mean_loss(m, a.losses, bt, loss)) < 0)
         return ret;
 
     void *res3_last = at(m, a.residual3, (L - 1) * btc);

@@ -97,12 +97,13 @@ int gpt2_gpu_zero_grad(struct gpt2_gpu *m);
 int gpt2_gpu_forward_backward(struct gpt2_gpu *m, const int *inputs, const int *targets, int B,
                               int T, float grad_scale, float *loss);
 
-/* Forward only (evaluation and sampling): with targets, *loss gets the mean loss; without
- * (targets NULL), the logits are kept for gpt2_gpu_logits_row. Returns 0, -EINVAL, -EIO. */
+/* Forward only (evaluation and sampling): with targets, *loss gets the mean loss (may be
+ * NULL); with or without them (targets NULL), the logits are kept for gpt2_gpu_logits_row
+ * until the next forward_backward or set_params. Returns 0, -EINVAL, -EIO. */
 int gpt2_gpu_forward(struct gpt2_gpu *m, const int *inputs, const int *targets, int B, int T,
                      float *loss);
-/* Row (b, t) of the last forward's logits (a forward without targets) as padded_vocab_size
- * fp32 into row (host). Returns 0, -EINVAL (no such row, or no logits), -EIO. */
+/* Row (b, t) of the last gpt2_gpu_forward's logits as padded_vocab_size fp32 into row (host).
+ * Returns 0, -EINVAL (no such row, or no logits), -EIO. */
 int gpt2_gpu_logits_row(struct gpt2_gpu *m, int b, int t, float *row);
 
 /* The sum of squares of the gradients [lo, hi) of [0, n_pad), in double (a fixed order of
