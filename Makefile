@@ -246,6 +246,24 @@ test-gpu:
 	@echo "ok 2 - cuda_model # SKIP built without the CUDA backend (nvcc not found)"
 endif
 
+# The CUDA training step benchmark (bench/README.md section 7): tokens/s and MFU of one GPU
+# for jobs/gpt2-124m.cfg's model; it prints a SKIP line where there is no device.
+.PHONY: bench-gpu
+ifeq ($(CUDA),1)
+BENCH_GPU := $(BUILD)/bench/train_gpu
+$(call obj,bench/train_gpu.c): CPPFLAGS += -Ikernels -I$(CUDA_HOME)/include
+$(BENCH_GPU): $(call obj,bench/train_gpu.c kernels/gpt2.c kernels/ops.c kernels/optim.c) \
+              $(CUDA_OBJS) $(CUDA_C_OBJS) $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+all: $(BENCH_GPU)
+bench-gpu: $(BENCH_GPU)
+	$(Q)$(BENCH_GPU)
+else
+bench-gpu:
+	@echo "SKIP train_gpu: built without the CUDA backend (nvcc not found)"
+endif
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
 	install -m 0755 $(GPURUN) $(RENDEZVOUSD) $(DESTDIR)$(PREFIX)/bin

@@ -1,0 +1,301 @@
+/* build/bench/train_gpu (make bench-gpu): the CUDA backend's training step on one GPU for the
+ * model of jobs/gpt2-124m.cfg (GPT-2 small) at seq 1024, batch 16, 32 and 64, bf16: tokens/s
+ * and MFU against the H100's bf16 dense peak, as a markdown table. A step is what
+ * gpurun-train runs on each rank without its collectives: zero the gradients, forward and
+ * backward, the gradient norm, AdamW. Without a device it prints one SKIP line and exits 0.
+ *
+ * usage: train_gpu [--cfg jobs/gpt2-124m.cfg] [--batches 16,32,64] [--seq 1024]
+ *                  [--warmup N] [--steps N] [--dtype bf16|fp32] [--smoke]
+ * --smoke: a 2-layer, 64-wide model at seq 32, batch 2, 1 warm-up and 2 timed steps, so that
+ * the program itself can run under cudasim (whose timings mean nothing). */
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/cuda_ops.h"
+#include "cuda/gpt2_gpu.h"
+#include "gpt2.h"
+#include "optim.h"
+#include "traincfg.h"
+#include "banned.h"
+
+#define PROG        "train_gpu"
+/* NVIDIA H100 SXM's dense bf16 tensor-core peak (the data sheet's 1979 TFLOP/s is with 2:4
+ * sparsity), the denominator of MFU. */
+#define PEAK_FLOPS  989e12
+#define MAX_BATCHES 8
+/* The learning rate of the timed steps: any rate does; this is GPT-2 small's. */
+#define BENCH_LR    6e-4f
+#define BENCH_CLIP  1.0f
+
+struct opts {
+    const char *cfg_path;
+    int batches[MAX_BATCHES], n_batches;
+    int seq, warmup, steps;
+    enum gpu_dtype dt;
+    bool smoke;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: " PROG " [--cfg FILE] [--batches B,B,...] [--seq T] [--warmup N] "
+                    "[--steps N] [--dtype bf16|fp32] [--smoke]\n");
+    return 1;
+}
+
+/* A positive int from s, or -1. */
+static int positive(const char *s)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+
+    return *s && !*end && v > 0 && v <= 1 << 20 ? (int)v : -1;
+}
+
+static int parse_batches(struct opts *o, const char *s)
+{
+    char buf[128];
+    char *p = buf, *comma;
+
+    snprintf(buf, sizeof(buf), "%s", s);
+    o->n_batches = 0;
+    for (;;) {
+        comma = strchr(p, ',');
+        if (comma)
+            *comma = '\0';
+        if (o->n_batches == MAX_BATCHES || (o->batches[o->n_batches++] = positive(p)) < 0)
+            return -EINVAL;
+        if (!comma)
+            return 0;
+        p = comma + 1;
+    }
+}
+
+static int parse_args(struct opts *o, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--smoke")) {
+            o->smoke = true;
+            continue;
+        }
+        if (!v)
+            return -EINVAL;
+        i++;
+        if (!strcmp(a, "--cfg"))
+            o->cfg_path = v;
+        else if (!strcmp(a, "--batches") && parse_batches(o, v) == 0)
+            continue;
+        else if (!strcmp(a, "--seq") && (o->seq = positive(v)) > 0)
+            continue;
+        else if (!strcmp(a, "--warmup") && (o->warmup = positive(v)) > 0)
+            continue;
+        else if (!strcmp(a, "--steps") && (o->steps = positive(v)) > 0)
+            continue;
+        else if (!strcmp(a, "--dtype") && (!strcmp(v, "bf16") || !strcmp(v, "fp32")))
+            o->dt = !strcmp(v, "bf16") ? GPU_BF16 : GPU_F32;
+        else
+            return -EINVAL;
+    }
+    return 0;
+}
+
+/* The model: --cfg's [model] (its seq_len replaced by --seq), or the smoke model. */
+static int model_config(const struct opts *o, struct gpt2_config *mc)
+{
+    struct traincfg cfg;
+    struct traincfg_error err;
+    char why[256];
+    int ret;
+
+    if (o->smoke) {
+        *mc = (struct gpt2_config){.max_seq_len = o->seq,
+                                   .vocab_size = 256,
+                                   .padded_vocab_size = gpt2_padded_vocab(256),
+                                   .n_layer = 2,
+                                   .n_head = 2,
+                                   .n_embd = 64};
+        return 0;
+    }
+    ret = traincfg_init(&cfg);
+    if (ret == 0)
+        ret = traincfg_load(&cfg, o->cfg_path, &err);
+    if (ret < 0) {
+        fprintf(stderr, PROG ": %s\n", ret == -ENOMEM ? "out of memory" : err.text);
+        traincfg_release(&cfg);
+        return ret;
+    }
+    *mc = (struct gpt2_config){.max_seq_len = o->seq,
+                               .vocab_size = cfg.vocab_size,
+                               .padded_vocab_size = gpt2_padded_vocab(cfg.vocab_size),
+                               .n_layer = cfg.n_layer,
+                               .n_head = cfg.n_head,
+                               .n_embd = cfg.n_embd};
+    traincfg_release(&cfg);
+    if (!gpt2_config_valid(mc, why, sizeof(why))) {
+        fprintf(stderr, PROG ": '%s': %s\n", o->cfg_path, why);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* One step as gpurun-train runs it on a rank of its own. */
+static int step(struct gpt2_gpu *m, const int *inp, const int *tgt, int B, int T, uint64_t t,
+                size_t n_params, float *loss)
+{
+    double sumsq;
+    int ret = gpt2_gpu_zero_grad(m);
+
+    if (ret == 0)
+        ret = gpt2_gpu_forward_backward(m, inp, tgt, B, T, 1.0f, loss);
+    if (ret == 0)
+        ret = gpt2_gpu_grad_sumsq(m, 0, n_params, &sumsq);
+    if (ret == 0)
+        ret = gpt2_gpu_update(m, t, BENCH_LR, optim_clip_scale(sqrt(sumsq), BENCH_CLIP));
+    return ret;
+}
+
+/* One row of the table: batch B, or a row saying why it could not run (out of device memory
+ * is a result, not a failure). Returns 0 or a negative errno for a failure. */
+static int bench_batch(struct gpu_ctx *ctx, const struct opts *o, const struct gpt2_config *mc,
+                       const float *params, size_t n_params, int B)
+{
+    struct gpt2_gpu_opts go = {
+        .dt = o->dt,
+        .batch_cap = B,
+        .seq_cap = o->seq,
+        .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+    };
+    size_t bt = (size_t)B * (size_t)o->seq;
+    int *tok = malloc((bt + 1) * sizeof(int));
+    struct gpt2_gpu *m = NULL;
+    uint64_t rng = 42, t = 0;
+    double t0, dt, flops;
+    float loss = NAN;
+    char err[512];
+    int ret = -ENOMEM;
+
+    if (!tok) {
+        fprintf(stderr, PROG ": out of memory for %zu tokens\n", bt);
+        goto out;
+    }
+    m = gpt2_gpu_new(ctx, mc, &go, err, sizeof(err));
+    if (!m) {
+        if (strstr(err, "out of device memory")) {
+            printf("| %d | %d | out of device memory | | | | |\n", B, o->seq);
+            ret = 0;
+        } else {
+            fprintf(stderr, PROG ": batch %d: %s\n", B, err);
+            ret = -EINVAL;
+        }
+        goto out;
+    }
+    /* Random tokens: the speed of a step does not depend on which. */
+    for (size_t i = 0; i <= bt; i++)
+        tok[i] = (int)(gpt2_rng_next(&rng) % (uint64_t)mc->vocab_size);
+    ret = gpt2_gpu_set_params(m, params);
+    for (int i = 0; ret == 0 && i < o->warmup; i++)
+        ret = step(m, tok, tok + 1, B, o->seq, ++t, n_params, &loss);
+    if (ret == 0)
+        ret = gpu_ctx_sync(ctx);
+    t0 = now_s();
+    for (int i = 0; ret == 0 && i < o->steps; i++)
+        ret = step(m, tok, tok + 1, B, o->seq, ++t, n_params, &loss);
+    if (ret == 0)
+        ret = gpu_ctx_sync(ctx);
+    if (ret < 0) {
+        fprintf(stderr, PROG ": batch %d: %s\n", B, err);
+        goto out;
+    }
+    dt = (now_s() - t0) / o->steps;
+    flops = gpt2_flops_per_sequence(mc, o->seq) * B;
+    printf("| %d | %d | %.1f | %.0f | %.1f | **%.1f%%** | %.3f |\n", B, o->seq, 1e3 * dt,
+           (double)bt / dt, flops / dt / 1e12, 100.0 * flops / dt / PEAK_FLOPS, (double)loss);
+    ret = 0;
+out:
+    gpt2_gpu_free(m);
+    free(tok);
+    return ret;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {.cfg_path = "jobs/gpt2-124m.cfg",
+                     .batches = {16, 32, 64},
+                     .n_batches = 3,
+                     .seq = 1024,
+                     .warmup = 3,
+                     .steps = 10,
+                     .dt = GPU_BF16};
+    struct gpt2_config mc;
+    struct gpt2 init = {0};
+    struct gpu_ctx *ctx = NULL;
+    struct cudaDeviceProp prop;
+    char err[512];
+    int ret = 1;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (parse_args(&o, argc, argv) < 0)
+        return usage();
+    if (o.smoke) {
+        o.seq = 32;
+        o.batches[0] = 2;
+        o.n_batches = 1;
+        o.warmup = 1;
+        o.steps = 2;
+    }
+    if (gpu_require_device(err, sizeof(err)) < 0) {
+        printf("SKIP " PROG ": %s\n", err);
+        return 0;
+    }
+    if (model_config(&o, &mc) < 0)
+        return 1;
+    ctx = gpu_ctx_new(0, err, sizeof(err));
+    if (!ctx) {
+        fprintf(stderr, PROG ": %s\n", err);
+        return 1;
+    }
+    /* GPT-2's initialisation, as gpurun-train starts a run. */
+    if (gpt2_init(&init, &mc, 1, 1) < 0) {
+        fprintf(stderr, PROG ": out of memory for the parameters\n");
+        goto out;
+    }
+    gpt2_init_random(&init, 1337);
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
+        snprintf(prop.name, sizeof(prop.name), "CUDA device 0");
+    printf("GPT-2 training step on %s: %d layers, %d heads, %d channels, vocabulary %d "
+           "(padded %d), %.1fM parameters, %s; %d warm-up then %d timed steps per row\n",
+           prop.name, mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, mc.padded_vocab_size,
+           (double)init.n_params / 1e6, o.dt == GPU_BF16 ? "bf16 (fp32 master weights)" : "fp32",
+           o.warmup, o.steps);
+    printf("FLOPs per sequence = 6 x (12 L C^2 + Vp C) x T + 6 L C T (T + 1) = %.1f GFLOP "
+           "(matmul weights, 2 forward + 4 backward per weight and token, plus causal "
+           "attention); MFU = FLOPs per sequence x B / step time / %.0f TFLOP/s (H100 SXM bf16 "
+           "dense peak)\n\n",
+           gpt2_flops_per_sequence(&mc, o.seq) / 1e9, PEAK_FLOPS / 1e12);
+    printf("| batch | seq | ms/step | tokens/s | TFLOP/s | MFU | loss |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < o.n_batches; i++)
+        if (bench_batch(ctx, &o, &mc, init.params, init.n_params, o.batches[i]) < 0)
+            goto out;
+    ret = 0;
+out:
+    gpt2_release(&init);
+    gpu_ctx_free(ctx);
+    return ret;
+}
