@@ -147,6 +147,26 @@ else
 TEST_SRC    := $(filter-out tests/test_cuda_ops.c tests/test_cuda_model.c,$(TEST_SRC))
 endif
 
+# The nccl collectives backend (kernels/coll_nccl.c, plain C on the CUDA runtime and NCCL):
+# built with NCCL where CUDA=1 and nccl.h is in the toolkit or the system, and then every
+# program that links kernels/coll.c (gpurun-train, the test runner, coll_rank, the allreduce
+# benchmark) links libnccl and cudart through the rpath. Elsewhere the same file builds as a
+# backend that answers "nccl: built without NCCL", so those programs link the same objects
+# either way. The toolkit's headers are a system directory: nccl.h's old-style prototypes
+# must not trip -Wstrict-prototypes. NCCL_CPPFLAGS is what a C file that calls NCCL needs.
+ifeq ($(CUDA),1)
+NCCL_H      := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
+endif
+ifneq ($(NCCL_H),)
+NCCL_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_LIBDIR)/libnccl.so \
+               /usr/lib/x86_64-linux-gnu/libnccl.so /usr/lib64/libnccl.so) $(CUDA_LIBDIR)/)))
+NCCL_CPPFLAGS := -DGPURUN_NCCL -isystem $(CUDA_HOME)/include
+NCCL_LIBS   := -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl \
+               -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart
+$(call obj,kernels/coll_nccl.c tests/coll_rank.c tests/test_coll_nccl.c): CPPFLAGS += $(NCCL_CPPFLAGS)
+$(TRAIN) $(RUNNER) $(COLL_RANK) $(BENCH_AR): LDLIBS += $(NCCL_LIBS)
+endif
+
 $(RUNNER): $(call obj,tests/runner.c tests/wire.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(KERNEL_MODS) $(wildcard lib/gr.c lib/gr_pmix.c)) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS) $(SLURM_LIBS)
@@ -156,13 +176,13 @@ $(LOADGEN): $(call obj,bench/loadgen.c) $(LIB_A)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The collectives' rank programs: the multi-rank tests and the allreduce benchmark, on the
-# rank library and kernels/coll.c alone; the benchmark's anchor is built with OpenMPI's mpicc
+# rank library and kernels/coll*.c alone; the benchmark's anchor is built with OpenMPI's mpicc
 # where one is installed.
-$(call obj,tests/coll_rank.c bench/allreduce.c tests/test_coll.c): CPPFLAGS += -Ikernels
-$(COLL_RANK): $(call obj,tests/coll_rank.c kernels/coll.c) $(GR_A)
+$(call obj,tests/coll_rank.c bench/allreduce.c tests/test_coll.c tests/test_coll_nccl.c): CPPFLAGS += -Ikernels
+$(COLL_RANK): $(call obj,tests/coll_rank.c kernels/coll.c kernels/coll_nccl.c) $(GR_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
-$(BENCH_AR): $(call obj,bench/allreduce.c kernels/coll.c) $(GR_A)
+$(BENCH_AR): $(call obj,bench/allreduce.c kernels/coll.c kernels/coll_nccl.c) $(GR_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
 # The CPU training step benchmark: the model, its ops and AdamW.
@@ -235,15 +255,16 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)bench/run
 
-# The CUDA kernels' tests alone (tests/test_cuda_ops.c through the runner): each one SKIPs
-# on a machine without a device.
+# The CUDA backend's tests alone (the kernels, the model, the nccl collectives' unit tests and
+# integ/coll_nccl, through tests/run): each one SKIPs on a machine without a device.
 ifeq ($(CUDA),1)
-test-gpu: $(RUNNER)
-	$(Q)BUILD=$(BUILD) tests/run cuda_ops cuda_model
+test-gpu: $(RUNNER) $(COLL_RANK) $(GPURUN) $(RENDEZVOUSD)
+	$(Q)BUILD=$(BUILD) tests/run cuda_ops cuda_model coll_nccl
 else
 test-gpu:
 	@echo "ok 1 - cuda_ops # SKIP built without the CUDA backend (nvcc not found)"
 	@echo "ok 2 - cuda_model # SKIP built without the CUDA backend (nvcc not found)"
+	@echo "ok 3 - coll_nccl # SKIP built without the CUDA backend (nvcc not found)"
 endif
 
 # The CUDA training step benchmark (bench/README.md section 7): tokens/s and MFU of one GPU

@@ -1,7 +1,8 @@
-/* Collectives between ranks: the backend table, the world-of-one shortcut, and the tcp
- * backend's ring (connection set-up through the rank library's store, shared-memory rings for
- * the links between ranks of one machine, then one non-blocking engine that moves every
- * collective's bytes around the ring in pipelined chunks). */
+/* Collectives between ranks: the backend table, the world-of-one shortcut, the checks every
+ * backend shares, and the tcp backend's ring (connection set-up through the rank library's
+ * store, shared-memory rings for the links between ranks of one machine, then one non-blocking
+ * engine that moves every collective's bytes around the ring in pipelined chunks). The nccl
+ * backend is kernels/coll_nccl.c. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include "coll.h"
+#include "coll_backend.h"
 #include "gr.h"
 #include "banned.h"
 
@@ -78,17 +80,6 @@ struct shm_ring {
 #define SHM_DATA_OFF  4096
 #define SHM_MAP_BYTES (SHM_DATA_OFF + SHM_RING_BYTES)
 
-/* A backend: what coll_open does after the common part, and the operations for a world of
- * more than one rank (a world of one never reaches them). */
-struct coll_backend {
-    const char *name;
-    int (*open)(struct coll *c, struct gr *g);
-    int (*allreduce)(struct coll *c, void *buf, size_t n, size_t elem,
-                     void (*add)(void *dst, const void *src, size_t n));
-    int (*broadcast)(struct coll *c, void *buf, size_t bytes, int root);
-    void (*close)(struct coll *c);
-};
-
 struct coll {
     const struct coll_backend *be;
     int rank;
@@ -111,6 +102,8 @@ struct coll {
     char prev_addr[INET6_ADDRSTRLEN + 8];
     unsigned char *scratch;
     char describe[256];
+    /* A backend of another file: its own state (coll_state). */
+    void *state;
 };
 
 /* The process-wide count of coll_open calls: the "<seq>" of the store keys. */
@@ -119,6 +112,15 @@ static unsigned open_seq;
 static void set_err(struct coll *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void set_err(struct coll *c, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof(c->err), fmt, ap);
+    va_end(ap);
+}
+
+void coll_set_err(struct coll *c, const char *fmt, ...)
 {
     va_list ap;
 
@@ -176,6 +178,15 @@ static void add_f64(void *dst, const void *src, size_t n)
     for (size_t i = 0; i < n; i++)
         d[i] = d[i] + s[i];
 }
+
+/* The host allreduces' element types, for the ring. */
+static const struct {
+    size_t elem;
+    void (*add)(void *dst, const void *src, size_t n);
+} host_types[] = {
+    [COLL_HOST_F32] = {sizeof(float), add_f32},
+    [COLL_HOST_F64] = {sizeof(double), add_f64},
+};
 
 /* --- the ring engine ------------------------------------------------------------------------- */
 
@@ -618,8 +629,7 @@ static bool allreduce_reduces(const struct xfer *x, int t)
     return t < x->c->world - 1;
 }
 
-static int tcp_allreduce(struct coll *c, void *buf, size_t n, size_t elem,
-                         void (*add)(void *dst, const void *src, size_t n))
+static int tcp_allreduce(struct coll *c, void *buf, size_t n, enum coll_host_type t)
 {
     struct xfer x = {
         .c = c,
@@ -629,8 +639,8 @@ static int tcp_allreduce(struct coll *c, void *buf, size_t n, size_t elem,
         .lag = 1,
         .span = allreduce_span,
         .reduce_step = allreduce_reduces,
-        .add = add,
-        .elem = elem,
+        .add = host_types[t].add,
+        .elem = host_types[t].elem,
         .buf = buf,
         .n = n,
     };
@@ -1046,7 +1056,7 @@ static int tcp_open(struct coll *c, struct gr *g)
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE},
                     *ai = NULL;
-    unsigned seq = __atomic_fetch_add(&open_seq, 1, __ATOMIC_RELAXED);
+    unsigned seq = coll_next_seq();
     unsigned char token[TOKEN_BYTES], ack[ACK_BYTES], boot_id[BOOT_ID_BYTES], yes = 0;
     char host[INET6_ADDRSTRLEN], key[64], value[ADDR_VALUE_MAX], *v, shm_name[SHM_NAME_BYTES] = "";
     struct sockaddr_storage ss;
@@ -1165,10 +1175,62 @@ static int single_open(struct coll *c, struct gr *g)
 
 /* --- the interface --------------------------------------------------------------------------- */
 
-static const struct coll_backend backends[] = {
-    {"single", single_open, NULL, NULL, NULL},
-    {"tcp", tcp_open, tcp_allreduce, tcp_broadcast, tcp_close},
+static const struct coll_backend single_backend = {
+    .name = "single",
+    .open = single_open,
 };
+
+static const struct coll_backend tcp_backend = {
+    .name = "tcp",
+    .open = tcp_open,
+    .allreduce = tcp_allreduce,
+    .broadcast = tcp_broadcast,
+    .close = tcp_close,
+};
+
+static const struct coll_backend *const backends[] = {
+    &single_backend,
+    &tcp_backend,
+    &coll_nccl_backend,
+};
+
+#define N_BACKENDS (sizeof(backends) / sizeof(backends[0]))
+
+unsigned coll_next_seq(void)
+{
+    return __atomic_fetch_add(&open_seq, 1, __ATOMIC_RELAXED);
+}
+
+int coll_fail(struct coll *c, int err)
+{
+    c->broken = err;
+    return err;
+}
+
+int coll_timeout_ms(const struct coll *c)
+{
+    return c->timeout_ms;
+}
+
+void **coll_state(struct coll *c)
+{
+    return &c->state;
+}
+
+void coll_set_describe(struct coll *c, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(c->describe, sizeof(c->describe), fmt, ap);
+    va_end(ap);
+}
+
+/* Whether c's operations are no-ops: one rank, on a backend that does not run alone. */
+static bool trivial(const struct coll *c)
+{
+    return c->world == 1 && !c->be->alone;
+}
 
 int coll_open(const char *backend, struct gr *g, struct coll **out, char *err, size_t errlen)
 {
@@ -1188,20 +1250,25 @@ int coll_open(const char *backend, struct gr *g, struct coll **out, char *err, s
     c->timeout_ms = COLL_TIMEOUT_MS_DEFAULT;
     c->rank = g ? gr_rank(g) : 0;
     c->world = g ? gr_world_size(g) : 1;
-    for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
-        if (backend && !strcmp(backend, backends[i].name))
-            c->be = &backends[i];
+    for (size_t i = 0; i < N_BACKENDS; i++)
+        if (backend && !strcmp(backend, backends[i]->name))
+            c->be = backends[i];
     if (!c->be) {
-        set_err(c, "unknown collectives backend '%s' (single, tcp)", backend ? backend : "");
+        char names[64] = "";
+        for (size_t i = 0, len = 0; i < N_BACKENDS && len < sizeof(names); i++)
+            len += (size_t)snprintf(names + len, sizeof(names) - len, "%s%s", i ? ", " : "",
+                                    backends[i]->name);
+        set_err(c, "unknown collectives backend '%s' (%s)", backend ? backend : "", names);
         ret = -EINVAL;
         goto out;
     }
-    if (c->world > 1 || c->be->open == single_open)
+    if (c->world > 1 || c->be->alone || c->be == &single_backend)
         if ((ret = c->be->open(c, g)) < 0)
             goto out;
-    if (c->world == 1)
+    /* A backend of another file describes itself. */
+    if (!c->describe[0] && c->world == 1)
         snprintf(c->describe, sizeof(c->describe), "%s: one rank", c->be->name);
-    else
+    else if (!c->describe[0])
         snprintf(c->describe, sizeof(c->describe),
                  "%s ring of %d ranks: to rank %d (%s) over %s, from rank %d (%s) over %s",
                  c->be->name, c->world, next_rank(c), c->next_addr,
@@ -1242,25 +1309,24 @@ void coll_set_timeout(struct coll *c, int timeout_ms)
         c->timeout_ms = timeout_ms;
 }
 
-static int coll_allreduce(struct coll *c, void *buf, size_t n, size_t elem,
-                          void (*add)(void *dst, const void *src, size_t n))
+static int coll_allreduce(struct coll *c, void *buf, size_t n, enum coll_host_type t)
 {
     if (c->broken)
         return c->broken;
-    if (c->world == 1 || n == 0)
+    if (trivial(c) || n == 0)
         return 0;
     c->err[0] = '\0';
-    return c->be->allreduce(c, buf, n, elem, add);
+    return c->be->allreduce(c, buf, n, t);
 }
 
 int coll_allreduce_sum_f32(struct coll *c, float *buf, size_t n)
 {
-    return coll_allreduce(c, buf, n, sizeof(float), add_f32);
+    return coll_allreduce(c, buf, n, COLL_HOST_F32);
 }
 
 int coll_allreduce_avg_f32(struct coll *c, float *buf, size_t n)
 {
-    int ret = coll_allreduce(c, buf, n, sizeof(float), add_f32);
+    int ret = coll_allreduce(c, buf, n, COLL_HOST_F32);
     float w = (float)c->world;
 
     if (ret < 0 || c->world == 1)
@@ -1273,7 +1339,7 @@ int coll_allreduce_avg_f32(struct coll *c, float *buf, size_t n)
 
 int coll_allreduce_sum_f64(struct coll *c, double *buf, size_t n)
 {
-    return coll_allreduce(c, buf, n, sizeof(double), add_f64);
+    return coll_allreduce(c, buf, n, COLL_HOST_F64);
 }
 
 int coll_broadcast(struct coll *c, void *buf, size_t bytes, int root)
@@ -1284,7 +1350,7 @@ int coll_broadcast(struct coll *c, void *buf, size_t bytes, int root)
         set_err(c, "broadcast from rank %d: no such rank in a world of %d", root, c->world);
         return -EINVAL;
     }
-    if (c->world == 1 || bytes == 0)
+    if (trivial(c) || bytes == 0)
         return 0;
     c->err[0] = '\0';
     return c->be->broadcast(c, buf, bytes, root);
@@ -1297,10 +1363,97 @@ int coll_barrier(struct coll *c)
 
     if (c->broken)
         return c->broken;
-    if (c->world == 1)
+    if (trivial(c))
         return 0;
     c->err[0] = '\0';
-    return c->be->allreduce(c, &one, 1, sizeof(one), add_f32);
+    return c->be->allreduce(c, &one, 1, COLL_HOST_F32);
+}
+
+/* The checks every device operation starts with: 0 to go on, or the error to return. */
+static int dev_check(struct coll *c, const char *what, bool has_op)
+{
+    if (c->broken)
+        return c->broken;
+    if (!has_op) {
+        set_err(c, "%s: the %s backend has no device-memory operations (nccl has)", what,
+                c->be->name);
+        return -ENOTSUP;
+    }
+    c->err[0] = '\0';
+    return 0;
+}
+
+static int dev_check_dtype(struct coll *c, const char *what, bool has_op, enum coll_dtype dt)
+{
+    int ret = dev_check(c, what, has_op);
+
+    if (ret == 0 && dt != COLL_F32 && dt != COLL_BF16) {
+        set_err(c, "%s: unknown dtype %d", what, (int)dt);
+        return -EINVAL;
+    }
+    return ret;
+}
+
+static int null_buffer(struct coll *c, const char *what)
+{
+    set_err(c, "%s: a null buffer", what);
+    return -EINVAL;
+}
+
+int coll_dev_allreduce_avg(struct coll *c, void *buf, size_t n, enum coll_dtype dt, void *stream)
+{
+    const char *what = "device allreduce";
+    int ret = dev_check_dtype(c, what, c->be->dev_allreduce_avg != NULL, dt);
+
+    if (ret < 0 || n == 0)
+        return ret;
+    if (!buf)
+        return null_buffer(c, what);
+    return c->be->dev_allreduce_avg(c, buf, n, dt, stream);
+}
+
+int coll_dev_reduce_scatter_avg(struct coll *c, const void *send, void *recv, size_t count,
+                                enum coll_dtype dt, void *stream)
+{
+    const char *what = "device reduce-scatter";
+    int ret = dev_check_dtype(c, what, c->be->dev_reduce_scatter_avg != NULL, dt);
+
+    if (ret < 0 || count == 0)
+        return ret;
+    if (!send || !recv)
+        return null_buffer(c, what);
+    return c->be->dev_reduce_scatter_avg(c, send, recv, count, dt, stream);
+}
+
+int coll_dev_all_gather(struct coll *c, const void *send, void *recv, size_t count,
+                        enum coll_dtype dt, void *stream)
+{
+    const char *what = "device all-gather";
+    int ret = dev_check_dtype(c, what, c->be->dev_all_gather != NULL, dt);
+
+    if (ret < 0 || count == 0)
+        return ret;
+    if (!send || !recv)
+        return null_buffer(c, what);
+    return c->be->dev_all_gather(c, send, recv, count, dt, stream);
+}
+
+int coll_dev_broadcast(struct coll *c, void *buf, size_t bytes, int root, void *stream)
+{
+    const char *what = "device broadcast";
+    int ret = dev_check(c, what, c->be->dev_broadcast != NULL);
+
+    if (ret < 0)
+        return ret;
+    if (root < 0 || root >= c->world) {
+        set_err(c, "%s from rank %d: no such rank in a world of %d", what, root, c->world);
+        return -EINVAL;
+    }
+    if (bytes == 0)
+        return 0;
+    if (!buf)
+        return null_buffer(c, what);
+    return c->be->dev_broadcast(c, buf, bytes, root, stream);
 }
 
 void coll_close(struct coll *c)

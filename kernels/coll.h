@@ -16,6 +16,16 @@
  *             ring instead, with only wake-ups over its TCP connection: no kernel copies.
  *             GPURUN_COLL_SHM=0 in the environment keeps every link on TCP. With one rank,
  *             no socket is opened.
+ *   "nccl"    NVIDIA's NCCL between the ranks' GPUs, one GPU per rank: the device that is
+ *             current on the calling thread when coll_open runs (the caller made it current,
+ *             e.g. with gpu_ctx_new) is the rank's. Rank 0 draws the ncclUniqueId and
+ *             publishes it (hex) under the store key "coll/<seq>/nccl_id" (the same <seq> as
+ *             tcp); the others read it from there. A world of one is a real communicator of
+ *             one rank (g may be NULL then: no store is needed) and its operations run through
+ *             NCCL like any other. Besides the host-memory operations below (staged through a
+ *             device buffer in chunks) it has the coll_dev_* operations on device memory.
+ *             Without a CUDA device coll_open fails with -ENODEV, "nccl: no CUDA device
+ *             available"; in a build without NCCL with -ENOTSUP, "nccl: built without NCCL".
  *
  * Allreduce is a ring reduce-scatter followed by a ring all-gather: each rank sends and
  * receives 2(W-1)/W of the buffer, in chunks, sending a chunk on while the next is still
@@ -31,8 +41,17 @@
  * see the failure at once) and every later call returns the same error; only coll_close() is
  * left to do. Calls retry what a signal interrupts and never raise SIGPIPE.
  *
+ * The nccl backend never hangs either: its set-up and every operation are queued without
+ * blocking and then watched, NCCL's asynchronous error polled, against the timeout (set-up:
+ * COLL_TIMEOUT_MS_DEFAULT; operations: coll_set_timeout). An NCCL error (-ECONNRESET for
+ * NCCL's remote error, -EINVAL for an invalid argument or usage, -EIO otherwise), a CUDA error
+ * of the stream (-EIO) or no completion within the timeout (-ETIMEDOUT) aborts the
+ * communicator (ncclCommAbort): the collectives are broken as above, and coll_strerror says
+ * which operation and why ("nccl allreduce of 124439808 bf16: no completion within 600 s:
+ * communicator aborted").
+ *
  * Thread context: a struct coll is used by one thread at a time; calls block until the
- * operation is complete on this rank. */
+ * operation is complete on this rank. With nccl, that thread has the rank's device current. */
 #ifndef GPURUN_COLL_H
 #define GPURUN_COLL_H
 
@@ -53,22 +72,26 @@ struct gr;
  * COLL_TIMEOUT_MS_DEFAULT for the others. On success *out is new (the caller ends it with
  * coll_close); on failure *out is NULL, err (errlen bytes; may be NULL) holds the message and
  * the return is -EINVAL for an unknown backend or "single" with more than one rank, the
- * store's error (gr.h), -ETIMEDOUT, -ECONNREFUSED, -EPROTO or another socket error. */
+ * store's error (gr.h), -ETIMEDOUT, -ECONNREFUSED, -EPROTO or another socket error; for nccl
+ * also -ENODEV (no CUDA device), -ENOTSUP (built without NCCL), -ENOMEM, -EIO (a CUDA or NCCL
+ * failure) and -ETIMEDOUT ("nccl: rank 3 did not join within 600 s"). */
 int coll_open(const char *backend, struct gr *g, struct coll **out, char *err, size_t errlen);
 
 /* This rank's place, as coll_open found it. */
 int coll_rank(const struct coll *c);
 int coll_world_size(const struct coll *c);
 
-/* The backend's name ("single", "tcp"; borrowed static storage). */
+/* The backend's name ("single", "tcp", "nccl"; borrowed static storage). */
 const char *coll_backend(const struct coll *c);
 
 /* What the collectives run on, in words, for a log line (borrowed: valid until coll_close):
  * "tcp ring of 4 ranks: to rank 1 (10.0.0.2:41234) over shared memory, from rank 3
- * (10.0.0.4:40112) over tcp". */
+ * (10.0.0.4:40112) over tcp", "nccl: 8 ranks, rank 0 on CUDA device 0 (NVIDIA H100 80GB
+ * HBM3), NCCL 2.28.9". */
 const char *coll_describe(const struct coll *c);
 
-/* How long a call waits for a peer that sends nothing (ms > 0), from the next call on. */
+/* How long a call waits for a peer that sends nothing (ms > 0), from the next call on; with
+ * nccl, how long an operation may take before it is given up on. */
 void coll_set_timeout(struct coll *c, int timeout_ms);
 
 /* Replaces each of the n elements of buf (borrowed; n may be 0) by its sum over all ranks. */
@@ -86,6 +109,45 @@ int coll_broadcast(struct coll *c, void *buf, size_t bytes, int root);
 
 /* Returns once every rank has called coll_barrier. */
 int coll_barrier(struct coll *c);
+
+/* --- device memory (nccl only) ------------------------------------------------------------
+ *
+ * Collectives on buffers in the memory of the rank's GPU, for the CUDA training backend. Every
+ * pointer is a device pointer (borrowed for the call); stream is the cudaStream_t (void * so
+ * that this header needs no CUDA header) the operation is queued on, after the work already
+ * queued there; NULL is the legacy default stream. The call returns once the operation (and
+ * so everything queued before it on stream) is complete, or with the error that broke the
+ * collectives (see above). A count of 0 queues nothing and returns 0. Every rank calls each
+ * operation in the same order with the same count, dtype (and root), or the ranks wait until
+ * the timeout. The other backends return -ENOTSUP (with a message) and stay usable; a dtype
+ * other than these, or a NULL buffer with a count, is -EINVAL.
+ *
+ * Averages are NCCL's ncclAvg: the same bits on every rank; a value whose sum over the ranks
+ * is exact and divisible by the world size (in the dtype) comes out exact, others within
+ * NCCL's rounding (bf16 data is reduced in fp32 at each step and rounded to bf16 in
+ * between). */
+enum coll_dtype {
+    COLL_F32,
+    COLL_BF16,
+};
+
+/* Replaces each of the n elements of buf by its mean over all ranks. */
+int coll_dev_allreduce_avg(struct coll *c, void *buf, size_t n, enum coll_dtype dt, void *stream);
+
+/* send holds count * world elements; the mean over all ranks of block r (elements
+ * [r * count, (r + 1) * count)) lands in rank r's recv (count elements). In place when
+ * recv == send + r * count (in elements); otherwise send and recv must not overlap. */
+int coll_dev_reduce_scatter_avg(struct coll *c, const void *send, void *recv, size_t count,
+                                enum coll_dtype dt, void *stream);
+
+/* Every rank's send (count elements) lands at recv + r * count on every rank (recv holds
+ * count * world elements). In place when send == recv + r * count. */
+int coll_dev_all_gather(struct coll *c, const void *send, void *recv, size_t count,
+                        enum coll_dtype dt, void *stream);
+
+/* Copies the bytes bytes of root's buf into buf on every other rank. -EINVAL for a root out of
+ * range, as coll_broadcast. */
+int coll_dev_broadcast(struct coll *c, void *buf, size_t bytes, int root, void *stream);
 
 /* Closes the connections and frees c (c may be NULL). Not collective: a rank may close while
  * the others still run, and they see it as a closed connection in their next operation. */

@@ -16,7 +16,22 @@
  *           others must fail with ETIMEDOUT or ECONNRESET (a rank whose own neighbour gave up
  *           sees the closed ring). Prints "rank R/W: error seen: MESSAGE".
  *
- * usage: coll_rank check|die|stall   Exits 0 when the mode's checks passed, 1 otherwise. */
+ * The nccl backend (one GPU per rank: device LOCAL_RANK of those visible, or the only one):
+ *   nccl-check  on device memory, allreduce and reduce-scatter averages of values whose sums
+ *           are exact (each rank's value is the world size times a small integer: every sum
+ *           and every average is exact in f32 and bf16, whatever NCCL's order and rounding),
+ *           checked bitwise, in place and out of place, f32 and bf16, for many sizes;
+ *           all-gathers and broadcasts from every root checked bitwise; the host operations
+ *           (staged through the backend's device buffer) as in check; hashes compared as in
+ *           check. Prints "rank R/W: all nccl checks passed".
+ *   nccl-die    as die, on device memory: the others' allreduce (2 s timeout) must fail within
+ *           seconds (a timeout, or NCCL's error) and the next call give the same error.
+ *   devices     not a rank: prints "nccl VERSION devices N name NAME" (N CUDA devices visible,
+ *           the first one's name) or "nccl none: REASON", for the test script to decide what
+ *           it can run.
+ *
+ * usage: coll_rank check|die|stall|nccl-check|nccl-die|devices   Exits 0 when the mode's
+ * checks passed, 1 otherwise. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -27,18 +42,26 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef GPURUN_NCCL
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#endif
+
 #include "coll.h"
 #include "gr.h"
 #include "banned.h"
 
-#define WAIT_MS      (60 * 1000)
+#define WAIT_MS           (60 * 1000)
 /* The late rank's delay in the barrier check, and how long the others must have waited. */
-#define LATE_MS      300
-#define LATE_SEEN_MS 200
+#define LATE_MS           300
+#define LATE_SEEN_MS      200
 /* How soon a dead peer must be noticed, and how long a stalled rank stays quiet (over the
  * others' 1 s timeout) before it leaves. */
-#define DEAD_SEEN_MS 5000
-#define STALL_MS     3000
+#define DEAD_SEEN_MS      5000
+#define STALL_MS          3000
+/* nccl-die: the others' 2 s timeout, and time for NCCL's abort (it stops its threads and
+ * kernels). */
+#define NCCL_DEAD_SEEN_MS 20000
 
 static int rank = -1, world = 0;
 
@@ -338,23 +361,361 @@ static void run_failure(struct coll *c, bool stall)
     free(buf);
 }
 
+/* --- nccl ----------------------------------------------------------------------------------- */
+
+#ifdef GPURUN_NCCL
+
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            die("%s: %s", #call, cudaGetErrorString(e_));                                          \
+    } while (0)
+
+static cudaStream_t stream;
+
+/* A small integer, the same on every rank for (r, i): world * k sums and averages exactly. */
+static int small_int(int r, size_t i, uint64_t seed)
+{
+    return (int)(mix(seed + (uint64_t)r * 0x100000001ULL + i) % 33) - 16;
+}
+
+static size_t dt_size(enum coll_dtype dt)
+{
+    return dt == COLL_BF16 ? 2 : 4;
+}
+
+static const char *dt_name(enum coll_dtype dt)
+{
+    return dt == COLL_BF16 ? "bf16" : "f32";
+}
+
+/* Stores v (an exact small value in both types) as element i of p. */
+static void put_val(void *p, enum coll_dtype dt, size_t i, float v)
+{
+    uint32_t bits;
+
+    memcpy(&bits, &v, sizeof(bits));
+    if (dt == COLL_BF16) {
+        uint16_t h = (uint16_t)(bits >> 16);
+        memcpy((char *)p + 2 * i, &h, 2);
+    } else {
+        memcpy((char *)p + 4 * i, &bits, 4);
+    }
+}
+
+static float get_val(const void *p, enum coll_dtype dt, size_t i)
+{
+    uint32_t bits = 0;
+    float v;
+
+    if (dt == COLL_BF16) {
+        uint16_t h;
+        memcpy(&h, (const char *)p + 2 * i, 2);
+        bits = (uint32_t)h << 16;
+    } else {
+        memcpy(&bits, (const char *)p + 4 * i, 4);
+    }
+    memcpy(&v, &bits, sizeof(v));
+    return v;
+}
+
+/* The bytes of want against got: the first element that differs fails the rank. */
+static void expect_same(const char *what, const void *got, const void *want, size_t n,
+                        enum coll_dtype dt)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp((const char *)got + i * dt_size(dt), (const char *)want + i * dt_size(dt),
+                   dt_size(dt)))
+            die("%s: element %zu of %zu is %g, expected %g", what, i, n, get_val(got, dt, i),
+                get_val(want, dt, i));
+}
+
+/* Allreduce average of n elements, in place. */
+static void nccl_allreduce(struct coll *c, size_t n, enum coll_dtype dt, void *d, void *h,
+                           void *want)
+{
+    uint64_t seed = n * 131 + (uint64_t)dt;
+    char what[96];
+
+    snprintf(what, sizeof(what), "device allreduce of %zu %s", n, dt_name(dt));
+    for (size_t i = 0; i < n; i++) {
+        int sum = 0;
+        for (int r = 0; r < world; r++)
+            sum += small_int(r, i, seed);
+        put_val(h, dt, i, (float)(world * small_int(rank, i, seed)));
+        put_val(want, dt, i, (float)sum);
+    }
+    CUDA_OK(cudaMemcpy(d, h, n * dt_size(dt), cudaMemcpyHostToDevice));
+    if (coll_dev_allreduce_avg(c, d, n, dt, stream) < 0)
+        die("%s: %s", what, coll_strerror(c));
+    CUDA_OK(cudaMemcpy(h, d, n * dt_size(dt), cudaMemcpyDeviceToHost));
+    expect_same(what, h, want, n, dt);
+    hash_bytes(h, n * dt_size(dt));
+}
+
+/* Reduce-scatter average of count elements per rank, in place (recv inside send) or not. */
+static void nccl_reduce_scatter(struct coll *c, size_t count, enum coll_dtype dt, bool in_place,
+                                void *d, void *d2, void *h, void *want)
+{
+    uint64_t seed = count * 177 + (uint64_t)dt + (in_place ? 7 : 0);
+    size_t es = dt_size(dt), total = count * (size_t)world;
+    void *recv = in_place ? (char *)d + (size_t)rank * count * es : d2;
+    char what[128];
+
+    snprintf(what, sizeof(what), "device reduce-scatter of %zu %s per rank%s", count, dt_name(dt),
+             in_place ? " in place" : "");
+    for (size_t i = 0; i < total; i++)
+        put_val(h, dt, i, (float)(world * small_int(rank, i, seed)));
+    for (size_t i = 0; i < count; i++) {
+        int sum = 0;
+        for (int r = 0; r < world; r++)
+            sum += small_int(r, (size_t)rank * count + i, seed);
+        put_val(want, dt, i, (float)sum);
+    }
+    CUDA_OK(cudaMemcpy(d, h, total * es, cudaMemcpyHostToDevice));
+    if (!in_place)
+        CUDA_OK(cudaMemset(d2, 0xff, count * es));
+    if (coll_dev_reduce_scatter_avg(c, d, recv, count, dt, stream) < 0)
+        die("%s: %s", what, coll_strerror(c));
+    CUDA_OK(cudaMemcpy(h, recv, count * es, cudaMemcpyDeviceToHost));
+    expect_same(what, h, want, count, dt);
+    hash_bytes(h, count * es);
+}
+
+/* All-gather of count elements per rank, in place (send inside recv) or not. */
+static void nccl_all_gather(struct coll *c, size_t count, enum coll_dtype dt, bool in_place,
+                            void *d, void *d2, void *h, void *want)
+{
+    uint64_t seed = count * 191 + (uint64_t)dt + (in_place ? 5 : 0);
+    size_t es = dt_size(dt), total = count * (size_t)world;
+    void *send = in_place ? (char *)d + (size_t)rank * count * es : d2;
+    char what[128];
+
+    snprintf(what, sizeof(what), "device all-gather of %zu %s per rank%s", count, dt_name(dt),
+             in_place ? " in place" : "");
+    for (size_t i = 0; i < total; i++)
+        put_val(want, dt, i, random_val((int)(i / count), i % count, seed));
+    CUDA_OK(cudaMemset(d, 0xff, total * es));
+    CUDA_OK(cudaMemcpy(send, (char *)want + (size_t)rank * count * es, count * es,
+                       cudaMemcpyHostToDevice));
+    if (coll_dev_all_gather(c, send, d, count, dt, stream) < 0)
+        die("%s: %s", what, coll_strerror(c));
+    CUDA_OK(cudaMemcpy(h, d, total * es, cudaMemcpyDeviceToHost));
+    expect_same(what, h, want, total, dt);
+    hash_bytes(h, total * es);
+}
+
+static void nccl_broadcast(struct coll *c, size_t bytes, int root, void *d, unsigned char *h)
+{
+    char what[96];
+
+    snprintf(what, sizeof(what), "device broadcast of %zu bytes from rank %d", bytes, root);
+    for (size_t i = 0; i < bytes; i++)
+        h[i] = rank == root ? (unsigned char)mix(i + (size_t)root * 3) : 0xee;
+    CUDA_OK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    if (coll_dev_broadcast(c, d, bytes, root, NULL) < 0)
+        die("%s: %s", what, coll_strerror(c));
+    CUDA_OK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < bytes; i++)
+        if (h[i] != (unsigned char)mix(i + (size_t)root * 3))
+            die("%s: byte %zu is 0x%02x, expected 0x%02x", what, i, h[i],
+                (unsigned char)mix(i + (size_t)root * 3));
+    hash_bytes(h, bytes);
+}
+
+/* The host operations on nccl: exact sums (the random ones' order is NCCL's, not the ring's),
+ * averages of multiples of the world size, broadcasts across the staging piece, barriers. */
+static void nccl_host_ops(struct coll *c)
+{
+    const size_t sizes[] = {1, 3, 1031, 1048576 + 5};
+    const size_t bsizes[] = {1, 4096, (4u << 20) + 7};
+
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t n = sizes[k];
+        float *buf = malloc(n * sizeof(float));
+        if (!buf)
+            die("out of memory for %zu floats", n);
+        for (size_t i = 0; i < n; i++)
+            buf[i] = exact_val(rank, i);
+        if (coll_allreduce_sum_f32(c, buf, n) < 0)
+            die("host allreduce of %zu floats: %s", n, coll_strerror(c));
+        for (size_t i = 0; i < n; i++) {
+            float want = 0;
+            for (int r = 0; r < world; r++)
+                want += exact_val(r, i);
+            if (buf[i] != want)
+                die("host allreduce of %zu floats: element %zu is %g, expected %g", n, i, buf[i],
+                    want);
+        }
+        for (size_t i = 0; i < n; i++)
+            buf[i] = (float)(world * small_int(rank, i, n));
+        if (coll_allreduce_avg_f32(c, buf, n) < 0)
+            die("host allreduce avg of %zu floats: %s", n, coll_strerror(c));
+        for (size_t i = 0; i < n; i++) {
+            int sum = 0;
+            for (int r = 0; r < world; r++)
+                sum += small_int(r, i, n);
+            if (buf[i] != (float)sum)
+                die("host allreduce avg of %zu floats: element %zu is %g, expected %d", n, i,
+                    buf[i], sum);
+        }
+        hash_bytes(buf, n * sizeof(float));
+        free(buf);
+    }
+    check_sum_f64(c, 5);
+    check_sum_f64(c, 256);
+    for (int root = 0; root < world; root++)
+        for (size_t i = 0; i < sizeof(bsizes) / sizeof(bsizes[0]); i++)
+            check_broadcast(c, bsizes[i], root);
+    if (coll_broadcast(c, &rank, sizeof(rank), world) != -EINVAL)
+        die("broadcast from rank %d of %d was not refused", world, world);
+    check_barrier(c);
+}
+
+static void run_nccl_check(struct gr *g, struct coll *c)
+{
+    const size_t counts[] = {1, 2, 3, 7, 1031, 65537, 1000003};
+    const size_t bsizes[] = {1, 4097, (1u << 20) + 3};
+    const enum coll_dtype dts[] = {COLL_F32, COLL_BF16};
+    size_t max = 1000003 * (size_t)world * sizeof(float) + 64;
+    void *d = NULL, *d2 = NULL, *h = malloc(max), *want = malloc(max);
+
+    if (!h || !want)
+        die("out of memory for %zu bytes", max);
+    CUDA_OK(cudaMalloc(&d, max));
+    CUDA_OK(cudaMalloc(&d2, max));
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
+        for (size_t t = 0; t < 2; t++) {
+            nccl_allreduce(c, counts[k], dts[t], d, h, want);
+            nccl_reduce_scatter(c, counts[k], dts[t], false, d, d2, h, want);
+            nccl_reduce_scatter(c, counts[k], dts[t], true, d, d2, h, want);
+            nccl_all_gather(c, counts[k], dts[t], false, d, d2, h, want);
+            nccl_all_gather(c, counts[k], dts[t], true, d, d2, h, want);
+        }
+    for (int root = 0; root < world; root++)
+        for (size_t i = 0; i < sizeof(bsizes) / sizeof(bsizes[0]); i++)
+            nccl_broadcast(c, bsizes[i], root, d, h);
+    if (coll_dev_broadcast(c, d, 4, world, stream) != -EINVAL)
+        die("device broadcast from rank %d of %d was not refused", world, world);
+    nccl_host_ops(c);
+    CUDA_OK(cudaFree(d));
+    CUDA_OK(cudaFree(d2));
+    free(h);
+    free(want);
+    compare_hashes(g);
+}
+
+/* nccl-die: the last rank leaves once the communicator has worked; the others must see an
+ * error within seconds, from their timeout or from NCCL. */
+static void run_nccl_die(struct coll *c)
+{
+    size_t n = 1 << 20;
+    void *d = NULL;
+    int64_t t0;
+    int ret;
+
+    CUDA_OK(cudaMalloc(&d, n * sizeof(float)));
+    CUDA_OK(cudaMemset(d, 0, n * sizeof(float)));
+    if (coll_dev_allreduce_avg(c, d, 1024, COLL_F32, stream) < 0)
+        die("allreduce before the failure: %s", coll_strerror(c));
+    if (rank == world - 1)
+        _exit(0);
+    coll_set_timeout(c, 2000);
+    t0 = now_ms();
+    ret = coll_dev_allreduce_avg(c, d, n, COLL_F32, stream);
+    if (ret == 0)
+        die("allreduce succeeded without rank %d", world - 1);
+    if (now_ms() - t0 > NCCL_DEAD_SEEN_MS)
+        die("the failure took %lld ms to be seen", (long long)(now_ms() - t0));
+    if (ret != -ETIMEDOUT && ret != -ECONNRESET && ret != -EIO)
+        die("allreduce returned %d (%s), not ETIMEDOUT, ECONNRESET or EIO", ret, coll_strerror(c));
+    if (!strstr(coll_strerror(c), "communicator aborted"))
+        die("the error does not say the communicator was aborted: %s", coll_strerror(c));
+    if (coll_barrier(c) != ret || coll_dev_allreduce_avg(c, d, 1, COLL_BF16, stream) != ret)
+        die("a broken communicator's next call returned another error than %d", ret);
+    printf("rank %d/%d: error seen: %s\n", rank, world, coll_strerror(c));
+}
+
+/* Device LOCAL_RANK of those visible (the agent gives each rank its own GPU through
+ * CUDA_VISIBLE_DEVICES, so that is usually the only one). */
+static void nccl_device(struct gr *g)
+{
+    int n = 0;
+
+    CUDA_OK(cudaGetDeviceCount(&n));
+    CUDA_OK(cudaSetDevice(gr_local_rank(g) % n));
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+}
+
+static int run_devices(void)
+{
+    struct cudaDeviceProp prop;
+    int n = 0, version = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+
+    ncclGetVersion(&version);
+    if (e != cudaSuccess || n == 0) {
+        printf("nccl %d devices 0 name -\n", version);
+        return 0;
+    }
+    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+    printf("nccl %d devices %d name %s\n", version, n, prop.name);
+    return 0;
+}
+
+#else
+
+static void nccl_device(struct gr *g)
+{
+    (void)g;
+}
+
+static void run_nccl_check(struct gr *g, struct coll *c)
+{
+    (void)g;
+    (void)c;
+}
+
+static void run_nccl_die(struct coll *c)
+{
+    (void)c;
+}
+
+static int run_devices(void)
+{
+    printf("nccl none: built without NCCL\n");
+    return 0;
+}
+
+#endif
+
 int main(int argc, char **argv)
 {
+    static const char *const modes[] = {"check",      "die",      "stall",
+                                        "nccl-check", "nccl-die", "devices"};
     struct gr *g = NULL;
     struct coll *c = NULL;
     char err[512];
     const char *mode = argc == 2 ? argv[1] : "";
+    bool known = false, nccl = !strncmp(mode, "nccl-", 5);
 
-    if (strcmp(mode, "check") && strcmp(mode, "die") && strcmp(mode, "stall")) {
-        fprintf(stderr, "usage: coll_rank check|die|stall\n");
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+        known |= !strcmp(mode, modes[i]);
+    if (!known) {
+        fprintf(stderr, "usage: coll_rank check|die|stall|nccl-check|nccl-die|devices\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!strcmp(mode, "devices"))
+        return run_devices();
     if (gr_init(&g) < 0)
         die("cannot start: %s", gr_strerror(NULL));
     rank = gr_rank(g);
     world = gr_world_size(g);
-    if (coll_open("tcp", g, &c, err, sizeof(err)) < 0)
+    if (nccl)
+        nccl_device(g);
+    if (coll_open(nccl ? "nccl" : "tcp", g, &c, err, sizeof(err)) < 0)
         die("cannot open the collectives: %s", err);
     if (coll_rank(c) != rank || coll_world_size(c) != world)
         die("coll has rank %d of %d", coll_rank(c), coll_world_size(c));
@@ -362,6 +723,11 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "check")) {
         run_check(g, c);
         printf("rank %d/%d: all checks passed\n", rank, world);
+    } else if (!strcmp(mode, "nccl-check")) {
+        run_nccl_check(g, c);
+        printf("rank %d/%d: all nccl checks passed\n", rank, world);
+    } else if (!strcmp(mode, "nccl-die")) {
+        run_nccl_die(c);
     } else {
         run_failure(c, !strcmp(mode, "stall"));
     }

@@ -1,6 +1,8 @@
 /* Tests of the collectives (kernels/coll.h) in a world of one rank: every operation leaves the
- * data as it is and opens no socket, whichever backend; the errors of a bad backend or root.
- * The ring itself runs with real ranks in tests/integ/coll_*.sh (tests/coll_rank.c). */
+ * data as it is and opens no socket, whichever backend; the errors of a bad backend or root;
+ * the device-memory operations refused by the backends without them. The ring itself runs
+ * with real ranks in tests/integ/coll_*.sh (tests/coll_rank.c); the nccl backend has
+ * tests/test_coll_nccl.c. */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -89,7 +91,7 @@ TEST(coll_unknown_backend)
 
     CHECK_EQ(coll_open("nccl2", NULL, &c, err, sizeof(err)), -EINVAL);
     CHECK(c == NULL);
-    CHECK_STR(err, "unknown collectives backend 'nccl2' (single, tcp)");
+    CHECK_STR(err, "unknown collectives backend 'nccl2' (single, tcp, nccl)");
     CHECK_EQ(coll_open(NULL, NULL, &c, err, sizeof(err)), -EINVAL);
     CHECK(c == NULL);
     /* Without an error buffer the return still says it. */
@@ -118,4 +120,36 @@ TEST(coll_close_and_strerror_take_null)
 {
     coll_close(NULL);
     CHECK_STR(coll_strerror(NULL), "");
+}
+
+/* single and tcp have no device memory: each device operation is refused with -ENOTSUP and a
+ * message, before any argument is looked at, and the collectives stay usable. */
+TEST(coll_dev_ops_need_nccl)
+{
+    const char *backends[] = {"single", "tcp"};
+    float x = 2.5f;
+
+    for (int i = 0; i < 2; i++) {
+        struct coll *c = NULL;
+        char err[256], want[128];
+
+        CHECK_EQ(coll_open(backends[i], NULL, &c, err, sizeof(err)), 0);
+        snprintf(want, sizeof(want), "the %s backend has no device-memory operations", backends[i]);
+        CHECK_EQ(coll_dev_allreduce_avg(c, &x, 1, COLL_F32, NULL), -ENOTSUP);
+        CHECK_CONTAINS(coll_strerror(c), "device allreduce: ");
+        CHECK_CONTAINS(coll_strerror(c), want);
+        CHECK_EQ(coll_dev_reduce_scatter_avg(c, &x, &x, 1, COLL_BF16, NULL), -ENOTSUP);
+        CHECK_CONTAINS(coll_strerror(c), "device reduce-scatter: ");
+        CHECK_EQ(coll_dev_all_gather(c, &x, &x, 1, (enum coll_dtype)7, NULL), -ENOTSUP);
+        CHECK_CONTAINS(coll_strerror(c), "device all-gather: ");
+        CHECK_EQ(coll_dev_broadcast(c, &x, sizeof(x), 0, NULL), -ENOTSUP);
+        CHECK_CONTAINS(coll_strerror(c), "device broadcast: ");
+        CHECK_CONTAINS(coll_strerror(c), want);
+        CHECK_EQ(coll_dev_allreduce_avg(c, NULL, 0, COLL_F32, NULL), -ENOTSUP);
+        CHECK(x == 2.5f);
+        CHECK_EQ(coll_barrier(c), 0);
+        CHECK_EQ(coll_allreduce_avg_f32(c, &x, 1), 0);
+        CHECK(x == 2.5f);
+        coll_close(c);
+    }
 }

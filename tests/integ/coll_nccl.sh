@@ -1,0 +1,155 @@
+#!/bin/bash
+# The collectives' nccl backend with real ranks: `gpurun --local` runs tests/coll_rank
+# nccl-check (device allreduce and reduce-scatter averages checked bitwise against exact sums,
+# all-gathers and broadcasts from every root, in place and not, f32 and bf16; the host
+# operations through the staging buffer; every rank's results hashed and compared through the
+# store) with 1, 2 and 3 ranks, one GPU each, and nccl-die (the last rank leaves: the others
+# must fail within seconds with the communicator aborted, never hang).
+#
+# Real NCCL refuses two ranks on one GPU, so a world larger than the machine's device count is
+# skipped with that reason. Without a device, the CUDA emulation's build of coll_rank runs
+# the same checks where it is built (GPURUN_COLL_RANK_SIM, else $BUILD/sim/tests/coll_rank):
+# a run on the CPU, labelled cudasim, which says nothing about NCCL's own transports.
+# timeout: 300
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${BUILD:-build}
+[[ $build == /* ]] || build=$root/$build
+
+skip() {
+    echo "# SKIP $*"
+    exit 77
+}
+fail() {
+    echo "FAIL: $*"
+    for f in "$work/gpurun.out" "$work/gpurun.err"; do
+        [ -s "$f" ] || continue
+        echo "# --- ${f##*/} (last 30 lines)"
+        tail -n 30 "$f" | sed 's/^/# /'
+    done
+    exit 1
+}
+
+for p in gpurun rendezvousd tests/coll_rank; do
+    [ -x "$build/$p" ] || skip "'$build/$p' is not built"
+done
+
+# devices BIN: sets nccl, ndev and devname from BIN's "devices" line.
+devices() {
+    local line
+    line=$("$1" devices) || fail "'$1 devices' failed"
+    case $line in
+    "nccl none: "*)
+        nccl=none ndev=0 devname=-
+        why=${line#nccl none: }
+        ;;
+    "nccl "*" devices "*" name "*)
+        read -r _ nccl _ ndev _ devname <<<"$line"
+        ;;
+    *) fail "'$1 devices' printed '$line'" ;;
+    esac
+}
+
+# The real build on a real device first; else the emulation's build.
+bin=$build/tests/coll_rank
+label=
+why=
+devices "$bin"
+if [ "$nccl" = none ] || [ "$ndev" = 0 ]; then
+    reason=${why:-no CUDA device available}
+    sim=${GPURUN_COLL_RANK_SIM:-$build/sim/tests/coll_rank}
+    [[ $sim == /* ]] || sim=$root/$sim
+    [ -x "$sim" ] || skip "$reason (and no cudasim build of coll_rank at '$sim')"
+    bin=$sim
+    devices "$bin"
+    [ "$nccl" != none ] || skip "the cudasim build of coll_rank has no NCCL"
+    [ "$devname" = cudasim ] || fail "'$bin' is not a cudasim build (device '$devname')"
+    label="cudasim: "
+fi
+echo "# ${label}coll_rank with NCCL $nccl, $ndev device(s) ($devname)"
+
+work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gr-coll-nccl.XXXXXX")
+cleanup() {
+    local rc=$?
+    if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
+        rm -rf "$work"
+    else
+        echo "# scratch kept: $work"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+
+# fits WORLD: whether WORLD ranks can run, one GPU each (the emulation has no such limit).
+skipped=()
+fits() {
+    [ -n "$label" ] && return 0
+    [ "$ndev" -ge "$1" ] && return 0
+    skipped+=("$1 ranks: NCCL refuses two ranks on one GPU and this machine has $ndev")
+    return 1
+}
+
+# job NAME NPROCS MODE LIMIT: one gpurun job of coll_rank MODE; sets rc.
+job() {
+    local name=$1 nprocs=$2 mode=$3 limit=$4 t0
+    rc=0
+    t0=$(date +%s%N)
+    timeout -k 5 "$limit" "$build/gpurun" --local --gpus-per-node "$nprocs" \
+        --job-dir "$work/$name" -- "$bin" "$mode" \
+        >"$work/gpurun.out" 2>"$work/gpurun.err" </dev/null || rc=$?
+    echo "# ${label}${name}_job_ms=$((($(date +%s%N) - t0) / 1000000))"
+    [ "$rc" != 124 ] || fail "$name: gpurun did not finish within $limit s"
+}
+
+# check WORLD: nccl-check with WORLD ranks; every rank passed, described its communicator,
+# and the results hash the same everywhere (compared in the job through the store) and as in
+# an earlier job of the same world size.
+declare -A hashes
+check() {
+    local world=$1 r line hash what="ranks, rank"
+    fits "$world" || return 0
+    job "check$world" "$world" nccl-check 240
+    [ "$rc" = 0 ] || fail "nccl-check with $world ranks: gpurun exited with status $rc"
+    [ "$world" = 1 ] && what="rank on CUDA device"
+    for ((r = 0; r < world; r++)); do
+        line="rank $r/$world: all nccl checks passed"
+        grep -qxF "[$r] $line" "$work/gpurun.out" || fail "$world ranks: output lacks '[$r] $line'"
+        grep -qE "^\[$r\] rank $r/$world: nccl: (one|$world) $what" "$work/gpurun.out" ||
+            fail "$world ranks: rank $r did not describe an nccl communicator"
+    done
+    hash=$(sed -n 's/^\[0\] hash \([0-9a-f]\{16\}\)$/\1/p' "$work/gpurun.out")
+    [ -n "$hash" ] || fail "$world ranks: rank 0 printed no hash"
+    if [ -n "${hashes[$world]:-}" ] && [ "${hashes[$world]}" != "$hash" ]; then
+        fail "$world ranks: hash $hash, where an earlier job of $world ranks gave ${hashes[$world]}"
+    fi
+    hashes[$world]=$hash
+    grep -F "[0] rank 0/$world: nccl" "$work/gpurun.out" | sed 's/^/# /'
+    echo "# ${label}$world rank(s): device allreduce, reduce-scatter, all-gather, broadcast," \
+        "host operations ok (hash $hash)"
+}
+
+# die WORLD: every rank but the last reports the error it saw, the communicator aborted.
+die() {
+    local world=$1 r
+    fits "$world" || return 0
+    job "die$world" "$world" nccl-die 60
+    [ "$rc" = 0 ] || fail "nccl-die with $world ranks: gpurun exited with status $rc"
+    for ((r = 0; r < world - 1; r++)); do
+        grep -qE "^\[$r\] rank $r/$world: error seen: nccl .*: communicator aborted$" \
+            "$work/gpurun.out" || fail "nccl-die with $world ranks: rank $r reported no error"
+    done
+    grep -E '^\[[0-9]+\] rank [0-9]+/[0-9]+: error seen' "$work/gpurun.out" | sed 's/^/# /'
+}
+
+check 1
+check 2
+check 3
+check 3
+die 2
+die 3
+
+if [ ${#skipped[@]} -gt 0 ]; then
+    printf '# %s\n' "${skipped[@]}"
+    skip "${skipped[0]}"
+fi
