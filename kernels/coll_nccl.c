@@ -387,7 +387,8 @@ static int publish_id(struct coll *c, struct gr *g, const char *key, const ncclU
         for (size_t i = 0; i < sizeof(id->internal); i++)
             v += snprintf(v, 3, "%02x", (unsigned char)id->internal[i]);
     } else {
-        snprintf(value, sizeof(value), "error: %s", coll_strerror(c));
+        const char *why = coll_strerror(c);
+        snprintf(value, sizeof(value), "error: %s", why + (strncmp(why, "nccl: ", 6) ? 0 : 6));
     }
     ret = gr_kv_put(g, key, value, strlen(value));
     if (ret < 0 && id)

@@ -25,13 +25,15 @@
  *           (staged through the backend's device buffer) as in check; hashes compared as in
  *           check. Prints "rank R/W: all nccl checks passed".
  *   nccl-die    as die, on device memory: the others' allreduce (2 s timeout) must fail within
- *           seconds (a timeout, or NCCL's error) and the next call give the same error.
+ *           seconds (a timeout, or NCCL's error), say that the communicator was aborted, and
+ *           the next call give the same error. Prints "rank R/W: error seen: MESSAGE".
+ *   nccl-stall  the same with the last rank alive but quiet for NCCL_STALL_MS.
  *   devices     not a rank: prints "nccl VERSION devices N name NAME" (N CUDA devices visible,
  *           the first one's name) or "nccl none: REASON", for the test script to decide what
  *           it can run.
  *
- * usage: coll_rank check|die|stall|nccl-check|nccl-die|devices   Exits 0 when the mode's
- * checks passed, 1 otherwise. */
+ * usage: coll_rank check|die|stall|nccl-check|nccl-die|nccl-stall|devices   Exits 0 when
+ * the mode's checks passed, 1 otherwise. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -60,8 +62,9 @@
 #define DEAD_SEEN_MS      5000
 #define STALL_MS          3000
 /* nccl-die: the others' 2 s timeout, and time for NCCL's abort (it stops its threads and
- * kernels). */
+ * kernels); nccl-stall: the quiet rank stays longer than that timeout. */
 #define NCCL_DEAD_SEEN_MS 20000
+#define NCCL_STALL_MS     6000
 
 static int rank = -1, world = 0;
 
@@ -479,8 +482,8 @@ static void nccl_reduce_scatter(struct coll *c, size_t count, enum coll_dtype dt
     if (coll_dev_reduce_scatter_avg(c, d, recv, count, dt, stream) < 0)
         die("%s: %s", what, coll_strerror(c));
     CUDA_OK(cudaMemcpy(h, recv, count * es, cudaMemcpyDeviceToHost));
+    /* Each rank has its own block: checked, not hashed. */
     expect_same(what, h, want, count, dt);
-    hash_bytes(h, count * es);
 }
 
 /* All-gather of count elements per rank, in place (send inside recv) or not. */
@@ -606,9 +609,9 @@ static void run_nccl_check(struct gr *g, struct coll *c)
     compare_hashes(g);
 }
 
-/* nccl-die: the last rank leaves once the communicator has worked; the others must see an
- * error within seconds, from their timeout or from NCCL. */
-static void run_nccl_die(struct coll *c)
+/* nccl-die and nccl-stall: the last rank leaves, or goes quiet, once the communicator has
+ * worked; the others must see an error within seconds, from their timeout or from NCCL. */
+static void run_nccl_die(struct coll *c, bool stall)
 {
     size_t n = 1 << 20;
     void *d = NULL;
@@ -619,8 +622,12 @@ static void run_nccl_die(struct coll *c)
     CUDA_OK(cudaMemset(d, 0, n * sizeof(float)));
     if (coll_dev_allreduce_avg(c, d, 1024, COLL_F32, stream) < 0)
         die("allreduce before the failure: %s", coll_strerror(c));
-    if (rank == world - 1)
-        _exit(0);
+    if (rank == world - 1) {
+        if (!stall)
+            _exit(0);
+        sleep_ms(NCCL_STALL_MS);
+        exit(0);
+    }
     coll_set_timeout(c, 2000);
     t0 = now_ms();
     ret = coll_dev_allreduce_avg(c, d, n, COLL_F32, stream);
@@ -656,11 +663,13 @@ static int run_devices(void)
 
     ncclGetVersion(&version);
     if (e != cudaSuccess || n == 0) {
-        printf("nccl %d devices 0 name -\n", version);
+        printf("nccl %d.%d.%d devices 0 name -\n", version / 10000, version / 100 % 100,
+               version % 100);
         return 0;
     }
     CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-    printf("nccl %d devices %d name %s\n", version, n, prop.name);
+    printf("nccl %d.%d.%d devices %d name %s\n", version / 10000, version / 100 % 100,
+           version % 100, n, prop.name);
     return 0;
 }
 
@@ -677,9 +686,10 @@ static void run_nccl_check(struct gr *g, struct coll *c)
     (void)c;
 }
 
-static void run_nccl_die(struct coll *c)
+static void run_nccl_die(struct coll *c, bool stall)
 {
     (void)c;
+    (void)stall;
 }
 
 static int run_devices(void)
@@ -692,8 +702,8 @@ static int run_devices(void)
 
 int main(int argc, char **argv)
 {
-    static const char *const modes[] = {"check",      "die",      "stall",
-                                        "nccl-check", "nccl-die", "devices"};
+    static const char *const modes[] = {"check",    "die",        "stall",  "nccl-check",
+                                        "nccl-die", "nccl-stall", "devices"};
     struct gr *g = NULL;
     struct coll *c = NULL;
     char err[512];
@@ -703,7 +713,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
         known |= !strcmp(mode, modes[i]);
     if (!known) {
-        fprintf(stderr, "usage: coll_rank check|die|stall|nccl-check|nccl-die|devices\n");
+        fprintf(stderr,
+                "usage: coll_rank check|die|stall|nccl-check|nccl-die|nccl-stall|devices\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -726,8 +737,8 @@ int main(int argc, char **argv)
     } else if (!strcmp(mode, "nccl-check")) {
         run_nccl_check(g, c);
         printf("rank %d/%d: all nccl checks passed\n", rank, world);
-    } else if (!strcmp(mode, "nccl-die")) {
-        run_nccl_die(c);
+    } else if (nccl) {
+        run_nccl_die(c, !strcmp(mode, "nccl-stall"));
     } else {
         run_failure(c, !strcmp(mode, "stall"));
     }

@@ -3,8 +3,9 @@
 # nccl-check (device allreduce and reduce-scatter averages checked bitwise against exact sums,
 # all-gathers and broadcasts from every root, in place and not, f32 and bf16; the host
 # operations through the staging buffer; every rank's results hashed and compared through the
-# store) with 1, 2 and 3 ranks, one GPU each, and nccl-die (the last rank leaves: the others
-# must fail within seconds with the communicator aborted, never hang).
+# store) with 1, 2 and 3 ranks, one GPU each; nccl-die and nccl-stall (the last rank leaves,
+# or stays but goes quiet: the others must fail within seconds with the communicator aborted,
+# never hang).
 #
 # Real NCCL refuses two ranks on one GPU, so a world larger than the machine's device count is
 # skipped with that reason. Without a device, the CUDA emulation's build of coll_rank runs
@@ -90,13 +91,16 @@ fits() {
     return 1
 }
 
-# job NAME NPROCS MODE LIMIT: one gpurun job of coll_rank MODE; sets rc.
+# job NAME NPROCS MODE LIMIT: one gpurun job of coll_rank MODE (in a job dir of its own);
+# sets rc.
+jobs=0
 job() {
     local name=$1 nprocs=$2 mode=$3 limit=$4 t0
     rc=0
+    jobs=$((jobs + 1))
     t0=$(date +%s%N)
     timeout -k 5 "$limit" "$build/gpurun" --local --gpus-per-node "$nprocs" \
-        --job-dir "$work/$name" -- "$bin" "$mode" \
+        --job-dir "$work/$jobs-$name" -- "$bin" "$mode" \
         >"$work/gpurun.out" 2>"$work/gpurun.err" </dev/null || rc=$?
     echo "# ${label}${name}_job_ms=$((($(date +%s%N) - t0) / 1000000))"
     [ "$rc" != 124 ] || fail "$name: gpurun did not finish within $limit s"
@@ -129,15 +133,18 @@ check() {
         "host operations ok (hash $hash)"
 }
 
-# die WORLD: every rank but the last reports the error it saw, the communicator aborted.
-die() {
-    local world=$1 r
+# fault MODE WORLD: every rank but the last reports the error it saw, the communicator
+# aborted. The emulation's NCCL gives up on a quiet peer after CUDASIM_NCCL_TIMEOUT_MS (its
+# calls block inside themselves, out of the backend's watch); real NCCL's wait is the
+# backend's 2 s watch.
+fault() {
+    local mode=$1 world=$2 r
     fits "$world" || return 0
-    job "die$world" "$world" nccl-die 60
-    [ "$rc" = 0 ] || fail "nccl-die with $world ranks: gpurun exited with status $rc"
+    CUDASIM_NCCL_TIMEOUT_MS=2000 job "$mode$world" "$world" "nccl-$mode" 60
+    [ "$rc" = 0 ] || fail "nccl-$mode with $world ranks: gpurun exited with status $rc"
     for ((r = 0; r < world - 1; r++)); do
         grep -qE "^\[$r\] rank $r/$world: error seen: nccl .*: communicator aborted$" \
-            "$work/gpurun.out" || fail "nccl-die with $world ranks: rank $r reported no error"
+            "$work/gpurun.out" || fail "nccl-$mode with $world ranks: rank $r reported no error"
     done
     grep -E '^\[[0-9]+\] rank [0-9]+/[0-9]+: error seen' "$work/gpurun.out" | sed 's/^/# /'
 }
@@ -146,8 +153,10 @@ check 1
 check 2
 check 3
 check 3
-die 2
-die 3
+fault die 2
+fault die 3
+fault stall 2
+fault stall 3
 
 if [ ${#skipped[@]} -gt 0 ]; then
     printf '# %s\n' "${skipped[@]}"
