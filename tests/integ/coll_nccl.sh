@@ -63,6 +63,9 @@ if [ "$nccl" = none ] || [ "$ndev" = 0 ]; then
     [[ $sim == /* ]] || sim=$root/$sim
     [ -x "$sim" ] || skip "$reason (and no cudasim build of coll_rank at '$sim')"
     bin=$sim
+    # Four emulated devices, so that each of three ranks has its own, as on a real machine
+    # (the agent gives rank i device i through CUDA_VISIBLE_DEVICES).
+    export CUDASIM_DEVICES=4
     devices "$bin"
     [ "$nccl" != none ] || skip "the cudasim build of coll_rank has no NCCL"
     [ "$devname" = cudasim ] || fail "'$bin' is not a cudasim build (device '$devname')"
@@ -82,10 +85,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# fits WORLD: whether WORLD ranks can run, one GPU each (the emulation has no such limit).
+# fits WORLD: whether WORLD ranks can run, one GPU each.
 skipped=()
 fits() {
-    [ -n "$label" ] && return 0
     [ "$ndev" -ge "$1" ] && return 0
     skipped+=("$1 ranks: NCCL refuses two ranks on one GPU and this machine has $ndev")
     return 1
