@@ -285,6 +285,27 @@ bench-gpu:
 	@echo "SKIP train_gpu: built without the CUDA backend (nvcc not found)"
 endif
 
+# cudasim's cuBLASLt and NCCL on their own (tests/cudasim/libs_test.c, run by
+# tests/integ/cudasim_libs.sh): plain host code against the toolkit's headers, part of `make
+# sim`. The toolkit's headers are system headers (old-style prototypes in nccl.h, cublasLt.h).
+ifeq ($(CUDA),1)
+SIM_LIBS_TEST := $(BUILD)/sim/libs_test
+SIM_LIBS_DIR  := $(BUILD)/sim/libs_test.objs
+$(SIM_LIBS_DIR)/%.o: tests/cudasim/%.cc
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CXX     $<")
+	$(Q)$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -MMD -MP -isystem $(CUDA_HOME)/include \
+	    -Ilib -c -o $@ $<
+$(SIM_LIBS_DIR)/libs_test.o: tests/cudasim/libs_test.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -isystem $(CUDA_HOME)/include -c -o $@ $<
+$(SIM_LIBS_TEST): $(addprefix $(SIM_LIBS_DIR)/,libs_test.o cublaslt.o nccl.o)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $^ -lm -lpthread
+sim: $(SIM_LIBS_TEST)
+endif
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
 	install -m 0755 $(GPURUN) $(RENDEZVOUSD) $(DESTDIR)$(PREFIX)/bin
