@@ -1,7 +1,9 @@
-/* gpurun-train: trains the GPT-2 of a train.cfg on the CPU backend, alone (a world of one) or
- * as one rank of a gpurun job (data parallel over the collectives' tcp ring), with
- * checkpoints that a resumed run continues from bit for bit; and `gpurun-train prep`, the
- * byte-level tokenizer that makes token shards from text. DESIGN.md section 7. */
+/* gpurun-train: trains the GPT-2 of a train.cfg on the CPU backend (data parallel over the
+ * collectives' tcp ring) or on one GPU per rank (train.device = cuda: kernels/cuda/gpt2_gpu.h,
+ * NCCL, optionally ZeRO-1), alone (a world of one) or as one rank of a gpurun job, with
+ * checkpoints that a resumed run continues from bit for bit and that either device reads;
+ * and `gpurun-train prep`, the byte-level tokenizer that makes token shards from text.
+ * DESIGN.md section 7. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +28,10 @@
 
 #include "ckpt.h"
 #include "coll.h"
+#include "cuda/cuda_ops.h"
+#ifdef GPURUN_CUDA
+#include "cuda/gpt2_gpu.h"
+#endif
 #include "data.h"
 #include "fsutil.h"
 #include "gpt2.h"
@@ -52,6 +58,11 @@
 #define SAMPLE_RNG_SALT    0x9e3779b97f4a7c15ull
 /* The default share of the text `prep` keeps for validation. */
 #define PREP_VAL_FRACTION  0.05
+/* ZeRO-1 pads the parameter and gradient buffers to a multiple of world x this many elements:
+ * every rank's shard is then the same size (what reduce-scatter and all-gather need) and
+ * starts 128 elements (256 bytes in bf16, 512 in fp32) after the previous one, so that each
+ * shard keeps cudaMalloc's 256-byte alignment for the vectorised kernels and NCCL. */
+#define ZERO_PAD_ELEMS     128
 
 /* SIGTERM or SIGUSR1 received: finish the step, save a checkpoint, exit 0. */
 static volatile sig_atomic_t stop_signal;
@@ -74,10 +85,23 @@ struct run {
     int *inputs, *targets; /* B*T each */
 
     struct gpt2_config mcfg;
-    struct gpt2 model;
+    size_t n_params;
+    struct gpt2 model; /* cpu */
     bool model_ready;
-    struct adamw opt;
+    struct adamw opt; /* cpu */
     bool opt_ready;
+    bool cuda; /* cfg.device is cuda: the gpu fields below, not model and opt */
+#ifdef GPURUN_CUDA
+    int device;          /* within CUDA_VISIBLE_DEVICES */
+    struct gpu_ctx *gpu; /* the rank's device context */
+    struct gpt2_gpu *gm; /* the model on it */
+    struct gpt2_gpu_bufs gb;
+    enum gpu_dtype dt;
+    enum coll_dtype cdt; /* the same, for the collectives */
+    float *logits_row;   /* rank 0's sampling: padded_vocab_size floats */
+    char gerr[512];      /* the gpu model's last failure */
+#endif
+    uint64_t gpu_opt_step; /* cuda: AdamW's update count (the cpu's is opt.step) */
     struct lr_schedule sched;
     uint64_t rng;        /* the sampling generator (checkpointed as rng[0]) */
     uint64_t step;       /* the next step to run (0-based); step s is printed as s + 1 */
@@ -147,9 +171,35 @@ static void fmt_float(char *buf, size_t n, float f)
 
 /* ---- set-up ------------------------------------------------------------------------------- */
 
-/* Joins the job (when started by rendezvousd or a PMIx launcher) and opens the collectives. */
+#ifdef GPURUN_CUDA
+/* cuda: the rank's GPU becomes current (NCCL's communicator binds to it). The agent gives each
+ * local rank its own device in CUDA_VISIBLE_DEVICES, so that is device 0; where several are
+ * visible (a launcher that does not split them), the local rank picks one. */
+static int setup_device(struct run *r)
+{
+    const char *env = getenv("LOCAL_RANK");
+    int count = gpu_device_count(), local = 0;
+    char err[512];
+
+    if (r->g) {
+        local = gr_local_rank(r->g);
+    } else if (env) {
+        long v = strtol(env, NULL, 10);
+        local = v > 0 && v < INT_MAX ? (int)v : 0;
+    }
+    r->device = count > 1 && local > 0 ? local % count : 0;
+    r->gpu = gpu_ctx_new(r->device, err, sizeof(err));
+    if (!r->gpu)
+        return fail(r, -ENODEV, "device 'cuda': cannot set up device %d: %s", r->device, err);
+    return 0;
+}
+#endif
+
+/* Joins the job (when started by rendezvousd or a PMIx launcher), takes its GPU (cuda) and
+ * opens the collectives: the tcp ring on cpu, NCCL on cuda (also for a world of one). */
 static int setup_world(struct run *r)
 {
+    const char *backend;
     char err[512];
     int ret;
 
@@ -162,7 +212,16 @@ static int setup_world(struct run *r)
         r->rank = gr_rank(r->g);
         r->world = gr_world_size(r->g);
     }
-    ret = coll_open(r->world > 1 ? "tcp" : "single", r->g, &r->coll, err, sizeof(err));
+    backend = r->world > 1 ? "tcp" : "single";
+#ifdef GPURUN_CUDA
+    if (r->cuda) {
+        ret = setup_device(r);
+        if (ret < 0)
+            return ret;
+        backend = "nccl";
+    }
+#endif
+    ret = coll_open(backend, r->g, &r->coll, err, sizeof(err));
     if (ret < 0)
         return fail(r, ret, "cannot open the collectives: %s", err);
     return 0;
@@ -200,6 +259,42 @@ static int setup_data(struct run *r)
     return 0;
 }
 
+#ifdef GPURUN_CUDA
+/* cuda: the model on the rank's device. With zero, the parameter and gradient buffers are
+ * padded (ZERO_PAD_ELEMS) and this rank's optimizer shard is [r n_pad / W, (r+1) n_pad / W). */
+static int setup_gpu_model(struct run *r, const struct adamw_config *acfg)
+{
+    struct gpt2_tensor t[GPT2_NUM_TENSORS];
+    struct gpt2_gpu_opts o = {
+        .dt = r->cfg.dtype == TRAINCFG_DTYPE_FP32 ? GPU_F32 : GPU_BF16,
+        .batch_cap = r->cfg.batch_size,
+        .seq_cap = r->cfg.seq_len,
+        .adamw = *acfg,
+    };
+
+    r->n_params = gpt2_tensors(&r->mcfg, t);
+    if (r->cfg.zero) {
+        size_t unit = (size_t)r->world * ZERO_PAD_ELEMS;
+        o.n_pad = (r->n_params + unit - 1) / unit * unit;
+        o.opt_lo = o.n_pad / (size_t)r->world * (size_t)r->rank;
+        o.opt_hi = o.opt_lo + o.n_pad / (size_t)r->world;
+    }
+    r->dt = o.dt;
+    r->cdt = o.dt == GPU_BF16 ? COLL_BF16 : COLL_F32;
+    r->gm = gpt2_gpu_new(r->gpu, &r->mcfg, &o, r->gerr, sizeof(r->gerr));
+    if (!r->gm)
+        return fail(r, -ENOMEM, "cannot set up the model on cuda device %d: %s", r->device,
+                    r->gerr);
+    gpt2_gpu_buffers(r->gm, &r->gb);
+    if (r->rank == 0) {
+        r->logits_row = malloc((size_t)r->mcfg.padded_vocab_size * sizeof(float));
+        if (!r->logits_row)
+            return fail(r, -ENOMEM, "out of memory for a row of logits");
+    }
+    return 0;
+}
+#endif
+
 static int setup_model(struct run *r)
 {
     struct optim_span spans[GPT2_NUM_TENSORS];
@@ -224,15 +319,6 @@ static int setup_model(struct run *r)
     if (!gpt2_config_valid(&r->mcfg, why, sizeof(why)))
         return fail(r, -EINVAL, "%s: %s", cfg_where(r, "model", "n_embd", where, sizeof(where)),
                     why);
-    ret = gpt2_init(&r->model, &r->mcfg, r->cfg.batch_size, r->cfg.seq_len);
-    if (ret < 0)
-        return fail(r, ret, "cannot set up the model: %s", strerror(-ret));
-    r->model_ready = true;
-    nspans = gpt2_optim_spans(&r->model, spans);
-    ret = adamw_init(&r->opt, r->model.n_params, &acfg, spans, nspans);
-    if (ret < 0)
-        return fail(r, ret, "cannot set up AdamW: %s", strerror(-ret));
-    r->opt_ready = true;
     r->sched = (struct lr_schedule){
         .lr = (float)r->cfg.lr,
         .min_lr = (float)r->cfg.min_lr,
@@ -240,6 +326,20 @@ static int setup_model(struct run *r)
         .total_steps = r->cfg.steps,
     };
     r->rng = (uint64_t)r->cfg.seed ^ SAMPLE_RNG_SALT;
+#ifdef GPURUN_CUDA
+    if (r->cuda)
+        return setup_gpu_model(r, &acfg);
+#endif
+    ret = gpt2_init(&r->model, &r->mcfg, r->cfg.batch_size, r->cfg.seq_len);
+    if (ret < 0)
+        return fail(r, ret, "cannot set up the model: %s", strerror(-ret));
+    r->model_ready = true;
+    r->n_params = r->model.n_params;
+    nspans = gpt2_optim_spans(&r->model, spans);
+    ret = adamw_init(&r->opt, r->model.n_params, &acfg, spans, nspans);
+    if (ret < 0)
+        return fail(r, ret, "cannot set up AdamW: %s", strerror(-ret));
+    r->opt_ready = true;
     return 0;
 }
 
@@ -265,9 +365,47 @@ struct start_state {
 };
 enum { START_RANDOM, START_LLMC, START_CKPT };
 
-/* Rank 0: init_from's llm.c checkpoint into the model's parameters, its shape checked against
+/* The model's state as flat fp32 host arrays in kernels/gpt2.h's layout, n_params floats each:
+ * what a checkpoint holds and what the start hands from rank 0 to the others. On cpu the
+ * model's and AdamW's own buffers (borrowed); on cuda staging buffers (owned: freed by
+ * host_state_release), the device keeps the state between uses. */
+struct host_state {
+    float *params, *m, *v;
+    bool owned;
+};
+
+/* Points hs at the state's host arrays, allocating them on cuda; a no-op when it already
+ * does. */
+static int host_state_open(struct run *r, struct host_state *hs)
+{
+    if (hs->params)
+        return 0;
+    if (!r->cuda) {
+        *hs = (struct host_state){.params = r->model.params, .m = r->opt.m, .v = r->opt.v};
+        return 0;
+    }
+    hs->owned = true;
+    hs->params = malloc(r->n_params * sizeof(float));
+    hs->m = malloc(r->n_params * sizeof(float));
+    hs->v = malloc(r->n_params * sizeof(float));
+    if (!hs->params || !hs->m || !hs->v)
+        return fail(r, -ENOMEM, "out of memory for a host copy of %zu parameters", r->n_params);
+    return 0;
+}
+
+static void host_state_release(struct host_state *hs)
+{
+    if (hs->owned) {
+        free(hs->params);
+        free(hs->m);
+        free(hs->v);
+    }
+    *hs = (struct host_state){0};
+}
+
+/* Rank 0: init_from's llm.c checkpoint into the parameters of hs, its shape checked against
  * [model]. */
-static int load_llmc(struct run *r)
+static int load_llmc(struct run *r, struct host_state *hs)
 {
     struct ckpt_model want = ckpt_shape(r), found;
     struct ckpt_error cerr;
@@ -300,28 +438,27 @@ static int load_llmc(struct run *r)
             goto out;
         }
     }
-    if (nparams != r->model.n_params) {
+    if (nparams != r->n_params) {
         ret = fail(r, -EINVAL, "'%s': %zu parameters, the model has %zu", r->cfg.init_from, nparams,
-                   r->model.n_params);
+                   r->n_params);
         goto out;
     }
-    memcpy(r->model.params, params, nparams * sizeof(float));
+    ret = host_state_open(r, hs);
+    if (ret < 0)
+        goto out;
+    memcpy(hs->params, params, nparams * sizeof(float));
     ret = 0;
 out:
     free(params);
     return ret;
 }
 
-/* Rank 0: the newest checkpoint of out_dir into the model and AdamW, when there is one.
- * Returns 1 when one was loaded, 0 when there is none. */
-static int load_ckpt(struct run *r, struct start_state *st)
+/* Rank 0: the newest checkpoint of out_dir into hs, when there is one. Returns 1 when one
+ * was loaded, 0 when there is none. */
+static int load_ckpt(struct run *r, struct start_state *st, struct host_state *hs)
 {
     struct ckpt_model shape = ckpt_shape(r);
-    struct ckpt_state cs = {
-        .params = r->model.params,
-        .m = r->opt.m,
-        .v = r->opt.v,
-    };
+    struct ckpt_state cs = {0};
     struct ckpt_error cerr;
     char *path = NULL;
     int ret;
@@ -331,7 +468,13 @@ static int load_ckpt(struct run *r, struct start_state *st)
         return fail(r, ret, "cannot resume: %s", cerr.text);
     if (!path)
         return 0;
-    ret = ckpt_load(path, &shape, r->model.n_params, &cs, NULL, &cerr);
+    ret = host_state_open(r, hs);
+    if (ret < 0)
+        goto out;
+    cs.params = hs->params;
+    cs.m = hs->m;
+    cs.v = hs->v;
+    ret = ckpt_load(path, &shape, r->n_params, &cs, NULL, &cerr);
     if (ret < 0) {
         ret = fail(r, ret, "cannot resume: %s", cerr.text);
         goto out;
@@ -449,12 +592,43 @@ out:
     return ret;
 }
 
+#ifdef GPURUN_CUDA
+/* cuda: the starting state onto the device: hs's parameters, and its moments when
+ * with_moments (else zero); or, hs NULL, the seed's initialisation, made on the host by the
+ * cpu model's code so that both devices start from the same parameters. */
+static int gpu_set_state(struct run *r, const struct host_state *hs, bool with_moments)
+{
+    struct gpt2 init;
+    int ret;
+
+    if (!hs) {
+        /* A model with room for one position: its parameter buffer is what is used. */
+        ret = gpt2_init(&init, &r->mcfg, 1, 1);
+        if (ret < 0)
+            return fail(r, ret, "cannot initialise the parameters: %s", strerror(-ret));
+        gpt2_init_random(&init, (uint64_t)r->cfg.seed);
+        ret = gpt2_gpu_set_params(r->gm, init.params);
+        gpt2_release(&init);
+    } else {
+        ret = gpt2_gpu_set_params(r->gm, hs->params);
+        if (ret == 0)
+            ret = gpt2_gpu_set_moments(r->gm, with_moments ? hs->m : NULL,
+                                       with_moments ? hs->v : NULL);
+    }
+    if (ret < 0)
+        return fail(r, ret, "cannot load the starting state onto cuda device %d: %s", r->device,
+                    r->gerr);
+    return 0;
+}
+#endif
+
 /* The run's starting point: rank 0 picks it (the newest checkpoint when resuming, else
  * init_from, else the seed) and the others take it, so that out_dir and init_from need only
  * be readable on rank 0's node. */
 static int setup_start(struct run *r)
 {
     struct start_state st = {.from = START_RANDOM};
+    struct host_state hs = {0};
     bool resume = r->cfg.resume;
     const char *restarts = getenv("GPURUN_RESTART_COUNT");
     int ret = 0;
@@ -465,12 +639,12 @@ static int setup_start(struct run *r)
         resume = true;
     if (r->rank == 0) {
         if (resume)
-            ret = load_ckpt(r, &st);
+            ret = load_ckpt(r, &st, &hs);
         if (ret == 1) {
             st.from = START_CKPT;
         } else if (ret == 0) {
             if (r->cfg.init_from) {
-                ret = load_llmc(r);
+                ret = load_llmc(r, &hs);
                 st.from = START_LLMC;
             }
         }
@@ -483,27 +657,45 @@ static int setup_start(struct run *r)
             snprintf(st.text, sizeof(st.text), "%s", r->err);
     }
     ret = coll_broadcast(r->coll, &st, sizeof(st), 0);
-    if (ret < 0)
-        return fail(r, ret, "cannot agree on the starting state: %s", coll_strerror(r->coll));
-    if (st.status < 0)
-        return fail(r, st.status, "%s", st.text);
-
-    if (st.from == START_RANDOM)
-        gpt2_init_random(&r->model, (uint64_t)r->cfg.seed);
-    else if (r->world > 1)
-        ret = coll_broadcast(r->coll, r->model.params, r->model.n_params * sizeof(float), 0);
-    if (ret == 0 && st.from == START_CKPT && r->world > 1) {
-        ret = coll_broadcast(r->coll, r->opt.m, r->opt.n * sizeof(float), 0);
-        if (ret == 0)
-            ret = coll_broadcast(r->coll, r->opt.v, r->opt.n * sizeof(float), 0);
+    if (ret < 0) {
+        ret = fail(r, ret, "cannot agree on the starting state: %s", coll_strerror(r->coll));
+        goto out;
     }
+    if (st.status < 0) {
+        ret = fail(r, st.status, "%s", st.text);
+        goto out;
+    }
+
+    if (st.from != START_RANDOM) {
+        ret = host_state_open(r, &hs);
+        if (ret < 0)
+            goto out;
+        if (r->world > 1)
+            ret = coll_broadcast(r->coll, hs.params, r->n_params * sizeof(float), 0);
+        if (ret == 0 && st.from == START_CKPT && r->world > 1) {
+            ret = coll_broadcast(r->coll, hs.m, r->n_params * sizeof(float), 0);
+            if (ret == 0)
+                ret = coll_broadcast(r->coll, hs.v, r->n_params * sizeof(float), 0);
+        }
+        if (ret < 0) {
+            fail(r, ret, "cannot share the starting state: %s", coll_strerror(r->coll));
+            goto out;
+        }
+    }
+#ifdef GPURUN_CUDA
+    if (r->cuda)
+        ret = gpu_set_state(r, st.from == START_RANDOM ? NULL : &hs, st.from == START_CKPT);
+#endif
+    if (!r->cuda && st.from == START_RANDOM)
+        gpt2_init_random(&r->model, (uint64_t)r->cfg.seed);
     if (ret < 0)
-        return fail(r, ret, "cannot share the starting state: %s", coll_strerror(r->coll));
+        goto out;
     r->saved_step = UINT64_MAX;
     if (st.from == START_CKPT) {
         r->step = st.step;
         r->saved_step = st.step;
         r->opt.step = st.opt_step;
+        r->gpu_opt_step = st.opt_step;
         r->rng = st.rng;
         data_loader_restore(&r->dl, &st.data);
     }
@@ -515,7 +707,10 @@ static int setup_start(struct run *r)
         else if (resume)
             printf("no checkpoint in '%s': starting from step 0\n", r->cfg.out_dir);
     }
-    return 0;
+    ret = 0;
+out:
+    host_state_release(&hs);
+    return ret;
 }
 
 static void print_setup(const struct run *r)
@@ -525,7 +720,7 @@ static void print_setup(const struct run *r)
     printf("model: GPT-2, %d layers, %d heads, %d channels, context %d, vocabulary %d "
            "(padded %d): %.2fM parameters\n",
            r->mcfg.n_layer, r->mcfg.n_head, r->mcfg.n_embd, r->mcfg.max_seq_len, r->mcfg.vocab_size,
-           r->mcfg.padded_vocab_size, (double)r->model.n_params / 1e6);
+           r->mcfg.padded_vocab_size, (double)r->n_params / 1e6);
     printf("data: %" PRIu64 " training tokens in %zu shard%s", r->train_ds->ntokens,
            r->train_ds->nshards, r->train_ds->nshards == 1 ? "" : "s");
     if (r->val_ds)
@@ -534,6 +729,17 @@ static void print_setup(const struct run *r)
            "is %" PRIu64 " steps\n",
            tokens_step, r->world, r->world == 1 ? "" : "s", r->cfg.batch_size, r->cfg.grad_accum,
            r->cfg.seq_len, r->dl.nseq / r->dl.G);
+#ifdef GPURUN_CUDA
+    if (r->cuda) {
+        printf("run: %d steps, cuda device %d per rank, %s", r->cfg.steps, r->device,
+               r->dt == GPU_BF16 ? "bf16 (fp32 master weights)" : "fp32");
+        if (r->cfg.zero)
+            printf(", ZeRO-1 (optimizer shard of %zu of %zu padded parameters)",
+                   r->gb.opt_hi - r->gb.opt_lo, r->gb.n_pad);
+        printf(", %s; out_dir '%s'\n", coll_describe(r->coll), r->cfg.out_dir);
+        return;
+    }
+#endif
     printf("run: %d steps, cpu, %d thread%s per rank, %s; out_dir '%s'\n", r->cfg.steps, r->threads,
            r->threads == 1 ? "" : "s", coll_describe(r->coll), r->cfg.out_dir);
 }
@@ -549,6 +755,16 @@ static int evaluate(struct run *r, float *val_loss)
 
     for (int e = 0; e < r->cfg.eval_batches; e++) {
         data_loader_val_batch(&r->dl_val, e, r->inputs, r->targets);
+#ifdef GPURUN_CUDA
+        if (r->cuda) {
+            ret = gpt2_gpu_forward(r->gm, r->inputs, r->targets, r->cfg.batch_size, r->cfg.seq_len,
+                                   &loss);
+            if (ret < 0)
+                return fail(r, ret, "validation forward failed: %s", r->gerr);
+            sum += loss;
+            continue;
+        }
+#endif
         ret = gpt2_forward(&r->model, r->inputs, r->targets, r->cfg.batch_size, r->cfg.seq_len,
                            &loss);
         if (ret < 0)
@@ -619,13 +835,27 @@ static int sample(struct run *r, int n)
     ctx[0] = r->train_ds->shards[0].tokens[0];
     for (int len = 1; len <= n; len++) {
         int t = len < T ? len : T;
+        const float *row;
+#ifdef GPURUN_CUDA
+        if (r->cuda) {
+            ret = gpt2_gpu_forward(r->gm, ctx + len - t, NULL, 1, t, NULL);
+            if (ret == 0)
+                ret = gpt2_gpu_logits_row(r->gm, 0, t - 1, r->logits_row);
+            if (ret < 0) {
+                free(ctx);
+                return fail(r, ret, "sample: forward failed: %s", r->gerr);
+            }
+            ctx[len] = gpt2_sample_next(r->logits_row, V, SAMPLE_TEMPERATURE, &r->rng);
+            continue;
+        }
+#endif
         ret = gpt2_forward(&r->model, ctx + len - t, NULL, 1, t, NULL);
         if (ret < 0) {
             free(ctx);
             return fail(r, ret, "sample: forward failed: %s", strerror(-ret));
         }
-        ctx[len] = gpt2_sample_next(gpt2_logits(&r->model) + (size_t)(t - 1) * (size_t)Vp, V,
-                                    SAMPLE_TEMPERATURE, &r->rng);
+        row = gpt2_logits(&r->model) + (size_t)(t - 1) * (size_t)Vp;
+        ctx[len] = gpt2_sample_next(row, V, SAMPLE_TEMPERATURE, &r->rng);
     }
     printf("sample after step %" PRIu64 " (%d tokens, temperature %.1f):\n", r->step, n,
            (double)SAMPLE_TEMPERATURE);
@@ -633,6 +863,49 @@ static int sample(struct run *r, int n)
     free(ctx);
     return 0;
 }
+
+#ifdef GPURUN_CUDA
+/* cuda: the fp32 master weights (the parameters in fp32 mode) and AdamW's moments into hs on
+ * rank 0 (the other ranks pass hs unopened). Without zero rank 0 holds them whole; with zero
+ * every rank's shard is gathered into a device buffer, one array at a time, and rank 0
+ * downloads the first n_params of it (the padding is no parameter). Collective with zero. */
+static int gpu_get_state(struct run *r, struct host_state *hs)
+{
+    const struct gpt2_gpu_bufs *b = &r->gb;
+    size_t count = b->opt_hi - b->opt_lo;
+    const float *src[3] = {b->master ? b->master : (const float *)b->params + b->opt_lo, b->m,
+                           b->v};
+    float *dst[3] = {hs->params, hs->m, hs->v};
+    void *all = NULL;
+    int ret;
+
+    if (!r->cfg.zero) {
+        ret = r->rank == 0 ? gpt2_gpu_get_shard(r->gm, hs->params, hs->m, hs->v) : 0;
+        return ret < 0 ? fail(r, ret, "cannot download the optimizer state: %s", r->gerr) : 0;
+    }
+    ret = gpu_alloc(r->gpu, &all, b->n_pad * sizeof(float));
+    if (ret < 0)
+        return fail(r, ret, "cannot gather the optimizer state for a checkpoint: %s",
+                    gpu_ctx_error(r->gpu));
+    for (int i = 0; i < 3; i++) {
+        ret = coll_dev_all_gather(r->coll, src[i], all, count, COLL_F32, gpu_ctx_stream(r->gpu));
+        if (ret < 0) {
+            fail(r, ret, "cannot gather the optimizer state for a checkpoint: %s",
+                 coll_strerror(r->coll));
+            goto out;
+        }
+        if (r->rank == 0 &&
+            (ret = gpu_download(r->gpu, dst[i], all, r->n_params * sizeof(float))) < 0) {
+            fail(r, ret, "cannot download the optimizer state: %s", gpu_ctx_error(r->gpu));
+            goto out;
+        }
+    }
+    ret = 0;
+out:
+    gpu_free(r->gpu, all);
+    return ret;
+}
+#endif
 
 /* Rank 0 writes the checkpoint of the state before step r->step; every rank then waits for it
  * at a barrier, so that none exits or goes on before the file is complete. */
@@ -644,14 +917,12 @@ static int save_ckpt(struct run *r)
         .batch_size = r->cfg.batch_size,
         .grad_accum = r->cfg.grad_accum,
         .step = r->step,
-        .opt_step = r->opt.step,
+        .opt_step = r->cuda ? r->gpu_opt_step : r->opt.step,
         .rng = {r->rng},
         .data = data_loader_pos(&r->dl, r->step),
-        .nparams = r->model.n_params,
-        .params = r->model.params,
-        .m = r->opt.m,
-        .v = r->opt.v,
+        .nparams = r->n_params,
     };
+    struct host_state hs = {0};
     struct ckpt_error cerr;
     char path[PATH_MAX];
     double t0 = now_s();
@@ -659,21 +930,37 @@ static int save_ckpt(struct run *r)
 
     if (r->saved_step == r->step)
         return 0;
+    if (r->rank == 0 && (ret = host_state_open(r, &hs)) < 0)
+        goto out;
+#ifdef GPURUN_CUDA
+    if (r->cuda && (ret = gpu_get_state(r, &hs)) < 0)
+        goto out;
+#endif
     if (r->rank == 0) {
+        cs.params = hs.params;
+        cs.m = hs.m;
+        cs.v = hs.v;
         ret = ckpt_save(r->cfg.out_dir, &cs, r->config_json, &cerr);
         if (ret == 0)
             ret = ckpt_prune(r->cfg.out_dir, CKPT_KEEP, &cerr);
-        if (ret < 0)
-            return fail(r, ret, "%s", cerr.text);
+        if (ret < 0) {
+            fail(r, ret, "%s", cerr.text);
+            goto out;
+        }
         ckpt_path(path, sizeof(path), r->cfg.out_dir, r->step);
-        printf("saved '%s' (%.1f MB in %.0f ms)\n", path, (double)r->model.n_params * 12.0 / 1e6,
+        printf("saved '%s' (%.1f MB in %.0f ms)\n", path, (double)r->n_params * 12.0 / 1e6,
                1e3 * (now_s() - t0));
     }
     ret = coll_barrier(r->coll);
-    if (ret < 0)
-        return fail(r, ret, "waiting for rank 0's checkpoint: %s", coll_strerror(r->coll));
+    if (ret < 0) {
+        fail(r, ret, "waiting for rank 0's checkpoint: %s", coll_strerror(r->coll));
+        goto out;
+    }
     r->saved_step = r->step;
-    return 0;
+    ret = 0;
+out:
+    host_state_release(&hs);
+    return ret;
 }
 
 /* What one step measured, for the metrics line, the printed line and the progress report. */
@@ -714,6 +1001,63 @@ static void print_step(const struct run *r, const struct step_stats *s)
            s->tokens_per_s, s->ms);
 }
 
+#ifdef GPURUN_CUDA
+/* train_step on cuda: the same step on the device, the gradients averaged by NCCL. With zero
+ * (ZeRO-1) the reduce-scatter leaves each rank the average of its own shard of them, in place,
+ * the norm is the sum of the shards' squares over the ranks, each rank updates its shard of
+ * the parameters and the all-gather hands every rank the others' (in place). */
+static int gpu_train_step(struct run *r, float *loss, float *lr, float *grad_norm)
+{
+    const struct gpt2_gpu_bufs *b = &r->gb;
+    void *stream = gpu_ctx_stream(r->gpu);
+    size_t esz = gpu_dtype_size(r->dt), count = b->opt_hi - b->opt_lo;
+    int accum = r->cfg.grad_accum;
+    double sum = 0.0, sumsq = 0.0;
+    float l;
+    int ret;
+
+    ret = gpt2_gpu_zero_grad(r->gm);
+    for (int micro = 0; ret == 0 && micro < accum; micro++) {
+        data_loader_batch(&r->dl, r->step, micro, r->inputs, r->targets);
+        ret = gpt2_gpu_forward_backward(r->gm, r->inputs, r->targets, r->cfg.batch_size,
+                                        r->cfg.seq_len, 1.0f / (float)accum, &l);
+        if (ret == 0)
+            sum += l;
+    }
+    if (ret < 0)
+        return fail(r, ret, "step %" PRIu64 ": forward/backward failed: %s", r->step + 1, r->gerr);
+    if (!r->cfg.zero)
+        ret = coll_dev_allreduce_avg(r->coll, b->grads, b->n_params, r->cdt, stream);
+    else
+        ret = coll_dev_reduce_scatter_avg(r->coll, b->grads, (char *)b->grads + b->opt_lo * esz,
+                                          count, r->cdt, stream);
+    if (ret < 0)
+        return fail(r, ret, "step %" PRIu64 ": gradient %s: %s", r->step + 1,
+                    r->cfg.zero ? "reduce-scatter" : "allreduce", coll_strerror(r->coll));
+    /* The shard's padding is zero: it adds nothing to the sum. */
+    ret = r->cfg.zero ? gpt2_gpu_grad_sumsq(r->gm, b->opt_lo, b->opt_hi, &sumsq)
+                      : gpt2_gpu_grad_sumsq(r->gm, 0, b->n_params, &sumsq);
+    if (ret < 0)
+        return fail(r, ret, "step %" PRIu64 ": gradient norm: %s", r->step + 1, r->gerr);
+    if (r->cfg.zero && (ret = coll_allreduce_sum_f64(r->coll, &sumsq, 1)) < 0)
+        return fail(r, ret, "step %" PRIu64 ": gradient norm: %s", r->step + 1,
+                    coll_strerror(r->coll));
+    *grad_norm = (float)sqrt(sumsq);
+    *lr = optim_lr(&r->sched, (long)r->step);
+    ret = gpt2_gpu_update(r->gm, r->gpu_opt_step + 1, *lr,
+                          optim_clip_scale(sqrt(sumsq), (float)r->cfg.grad_clip));
+    if (ret < 0)
+        return fail(r, ret, "step %" PRIu64 ": AdamW update failed: %s", r->step + 1, r->gerr);
+    r->gpu_opt_step++;
+    if (r->cfg.zero && (ret = coll_dev_all_gather(r->coll, (char *)b->params + b->opt_lo * esz,
+                                                  b->params, count, r->cdt, stream)) < 0)
+        return fail(r, ret, "step %" PRIu64 ": parameter all-gather: %s", r->step + 1,
+                    coll_strerror(r->coll));
+    *loss = (float)(sum / accum);
+    return 0;
+}
+#endif
+
 /* One optimizer step: grad_accum forward/backward pairs, the gradients averaged over the
  * ranks, clipped by their global norm, AdamW. Returns the rank's mean loss in *loss. */
 static int train_step(struct run *r, float *loss, float *lr, float *grad_norm)
@@ -722,6 +1066,11 @@ static int train_step(struct run *r, float *loss, float *lr, float *grad_norm)
     double sum = 0.0, norm;
     float l;
     int ret;
+
+#ifdef GPURUN_CUDA
+    if (r->cuda)
+        return gpu_train_step(r, loss, lr, grad_norm);
+#endif
 
     gpt2_zero_grad(&r->model);
     for (int micro = 0; micro < accum; micro++) {
@@ -852,11 +1201,19 @@ static void run_release(struct run *r)
         adamw_release(&r->opt);
     if (r->model_ready)
         gpt2_release(&r->model);
+#ifdef GPURUN_CUDA
+    gpt2_gpu_free(r->gm);
+    free(r->logits_row);
+#endif
     free(r->inputs);
     free(r->targets);
     data_close(r->train_ds);
     data_close(r->val_ds);
+    /* NCCL's communicator before the device context it runs on. */
     coll_close(r->coll);
+#ifdef GPURUN_CUDA
+    gpu_ctx_free(r->gpu);
+#endif
     if (r->g)
         gr_finalize(r->g);
     free(r->config_json);
@@ -890,11 +1247,24 @@ static int train_main(const char *path, const char *const *overrides, size_t n)
         return 1;
     }
     if (r.cfg.device == TRAINCFG_DEVICE_CUDA) {
+#ifdef GPURUN_CUDA
+        /* Before anything that takes time or joins the collectives: a rank without a GPU says
+         * so in one line. */
+        char why[512];
+        r.cuda = true;
+        ret = gpu_require_device(why, sizeof(why));
+        if (ret < 0) {
+            fail(&r, ret, "%s: device 'cuda': %s",
+                 cfg_where(&r, "train", "device", where, sizeof(where)), why);
+            goto out;
+        }
+#else
         ret = fail(&r, -ENOTSUP,
                    "%s: device 'cuda': this gpurun-train has no CUDA backend (built without "
                    "nvcc); use device = cpu",
                    cfg_where(&r, "train", "device", where, sizeof(where)));
         goto out;
+#endif
     }
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
