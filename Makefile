@@ -61,7 +61,7 @@ PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN) $(TRAI
               $(MPI_HELLO) $(GR_PMIX_CHECK) \
               $(BENCH_AR) $(BENCH_MPI) $(BENCH_STEP)
 
-.PHONY: all run test test-gpu bench fuzz fuzz-build asan memcheck install clean deps format format-check
+.PHONY: all run test test-gpu bench fuzz fuzz-build asan memcheck install clean deps format format-check sim
 
 all: $(PROGS)
 
@@ -167,9 +167,85 @@ $(call obj,kernels/coll_nccl.c tests/coll_rank.c tests/test_coll_nccl.c): CPPFLA
 $(TRAIN) $(RUNNER) $(COLL_RANK) $(BENCH_AR): LDLIBS += $(NCCL_LIBS)
 endif
 
-$(RUNNER): $(call obj,tests/runner.c tests/wire.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(KERNEL_MODS) $(wildcard lib/gr.c lib/gr_pmix.c)) $(LIB_A)
+RUNNER_OBJS := $(call obj,tests/runner.c tests/wire.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(KERNEL_MODS) $(wildcard lib/gr.c lib/gr_pmix.c)) $(LIB_A)
+$(RUNNER): $(RUNNER_OBJS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS) $(SLURM_LIBS)
+
+# cudasim (tests/cudasim/README.md): the CUDA backend on the CPU, so that its tests and a cuda
+# training run work in CI without a GPU. Where CUDA=1, `make sim` (and make test) builds
+# $(SIM)/: each .cu of kernels/cuda, and tests/cudasim/selftest.cu, rewritten by
+# tests/cudasim/rewrite (launches become calls) into $(SIM)/src/ and compiled by g++ with
+# tests/cudasim/sim.h force-included; libcudasim.a (fibers and launches, the runtime, cuBLASLt
+# and NCCL) in place of cudart, cuBLASLt and NCCL; and, linked with them, the real build's
+# objects as they are: gpurun-train, tests/runner (the real runner's tests plus the sim's
+# own) and tests/coll_rank. The other programs a test may start are links to the real ones.
+ifeq ($(CUDA),1)
+SIM          := $(BUILD)/sim
+SIM_CUDA_INC := $(CUDA_HOME)/include
+SIM_CU       := $(wildcard kernels/cuda/*.cu tests/cudasim/*.cu)
+SIM_GEN_CUH  := $(patsubst kernels/cuda/%,$(SIM)/src/%,$(wildcard kernels/cuda/*.cuh))
+SIM_CU_OBJS  := $(patsubst %.cu,$(SIM)/cu/%.o,$(notdir $(SIM_CU)))
+SIM_SELFTEST := $(SIM)/cu/selftest.o
+SIM_LIB      := $(SIM)/libcudasim.a
+SIM_LIB_OBJS := $(patsubst tests/cudasim/%.cc,$(SIM)/lib/%.o,$(wildcard tests/cudasim/*.cc))
+SIM_TRAIN    := $(SIM)/gpurun-train
+SIM_RUNNER   := $(SIM)/tests/runner
+SIM_COLL_RANK:= $(SIM)/tests/coll_rank
+SIM_LINKS    := $(SIM)/rendezvousd $(SIM)/gpurun
+# The kernels at -O1 with the CUDA qualifiers as plain C++; NVIDIA's headers as system
+# headers; quoted includes of a .cu resolve in its directory (the rewritten headers first).
+# The rewritten sources are kept (compiler messages point at the .cu, a debugger at them).
+SIM_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wextra -Werror -Wno-unknown-pragmas -MMD -MP \
+                -include tests/cudasim/sim.h -DGPURUN_CUDA -DGPURUN_CUDASIM \
+                -isystem $(SIM_CUDA_INC) -Ilib -iquote kernels/cuda -iquote tests/cudasim
+SIM_LIBFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Werror -MMD -MP -isystem $(SIM_CUDA_INC) -Ilib
+$(SIM)/src/%.cc: kernels/cuda/%.cu tests/cudasim/rewrite
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  REWRITE $<")
+	$(Q)tests/cudasim/rewrite $< $@
+$(SIM)/src/%.cc: tests/cudasim/%.cu tests/cudasim/rewrite
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  REWRITE $<")
+	$(Q)tests/cudasim/rewrite $< $@
+$(SIM)/src/%.cuh: kernels/cuda/%.cuh tests/cudasim/rewrite
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  REWRITE $<")
+	$(Q)tests/cudasim/rewrite $< $@
+.SECONDARY: $(patsubst %.cu,$(SIM)/src/%.cc,$(notdir $(SIM_CU))) $(SIM_GEN_CUH)
+$(SIM)/cu/%.o: $(SIM)/src/%.cc tests/cudasim/sim.h $(SIM_GEN_CUH)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CXX     $<")
+	$(Q)$(CXX) $(SIM_CXXFLAGS) -c -o $@ $<
+$(SIM)/lib/%.o: tests/cudasim/%.cc
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CXX     $<")
+	$(Q)$(CXX) $(SIM_LIBFLAGS) -c -o $@ $<
+$(SIM_LIB): $(SIM_LIB_OBJS)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+$(SIM_TRAIN) $(SIM_RUNNER) $(SIM_COLL_RANK): LDLIBS += $(GR_LIBS) -lstdc++ -lpthread
+$(call obj,tests/cudasim/test_cudasim.c): CPPFLAGS += -isystem $(SIM_CUDA_INC)
+$(SIM_TRAIN): $(call obj,$(KERNEL_SRC)) $(CUDA_C_OBJS) $(filter-out $(SIM_SELFTEST),$(SIM_CU_OBJS)) $(GR_A) $(LIB_A) $(SIM_LIB)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(SIM_RUNNER): $(RUNNER_OBJS) $(call obj,tests/cudasim/test_cudasim.c) $(CUDA_C_OBJS) $(SIM_CU_OBJS) $(SIM_LIB)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS) $(SLURM_LIBS)
+$(SIM_COLL_RANK): $(call obj,tests/coll_rank.c kernels/coll.c kernels/coll_nccl.c) $(GR_A) $(SIM_LIB)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(SIM_LINKS): $(SIM)/%: $(BUILD)/%
+	@mkdir -p $(@D)
+	$(Q)ln -sfn ../$* $@
+sim: $(SIM_TRAIN) $(SIM_RUNNER) $(SIM_COLL_RANK) $(SIM_LINKS)
+else
+sim:
+	@echo "cudasim: not built (CUDA=0: no CUDA toolkit headers)"
+endif
 
 $(LOADGEN): $(call obj,bench/loadgen.c) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
@@ -227,7 +303,7 @@ asan:
 # Everything make test runs is reported by tests/run as TAP with one summary line; `tests/run
 # NAME` runs one test again.
 test: deps
-	$(Q)$(MAKE) --no-print-directory all asan fuzz-build
+	$(Q)$(MAKE) --no-print-directory all asan fuzz-build $(if $(filter 1,$(CUDA)),sim)
 	$(Q)BUILD=$(BUILD) tests/run
 
 # --- fuzzing (libFuzzer, clang) --------------------------------------------------------------

@@ -1,0 +1,46 @@
+/* What cudasim's own files share (exec.cc, runtime.cc): the runtime's error state, device and
+ * stream checks and allocation table as the launcher needs them, and the launcher's state as
+ * the fault handler reports it. Not for kernels or callers. */
+#ifndef GPURUN_CUDASIM_INTERNAL_H
+#define GPURUN_CUDASIM_INTERNAL_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cudasim_site;
+
+/* ---- runtime.cc -------------------------------------------------------------------------- */
+
+/* Records e as the calling thread's last error (what cudaGetLastError returns) and returns
+ * it; cudaSuccess records nothing. */
+cudaError_t cudasim_record(cudaError_t e);
+/* cudaSuccess when the process sees a device (CUDASIM_DEVICES, CUDA_VISIBLE_DEVICES), else
+ * cudaErrorNoDevice. */
+cudaError_t cudasim_device_check(void);
+/* Whether s is 0, a special stream handle or a live stream of cudaStreamCreate*. */
+bool cudasim_stream_valid(cudaStream_t s);
+/* The dynamic shared memory a launch of fn may ask for (48 KiB unless cudaFuncSetAttribute
+ * raised it). */
+size_t cudasim_func_dyn_smem_limit(const void *fn);
+/* Whether p lies in a live allocation of cudaMalloc or cudaMallocHost, its end included.
+ * Otherwise why not, into why (len bytes): a freed allocation or no allocation at all. */
+bool cudasim_ptr_valid(const void *p, char *why, size_t len);
+/* Checks the bytes between each live allocation's end and its guard page, which only an
+ * overrun can change; on one, prints which allocation and what ran (after) and aborts. */
+void cudasim_check_canaries(const char *after);
+/* Installs the fault handler that names the allocation, stack or shared memory a bad access
+ * hit, with an alternate signal stack for the calling thread (once per thread). */
+void cudasim_fault_setup(void);
+
+/* ---- exec.cc ----------------------------------------------------------------------------- */
+
+/* The running kernel and thread, "kernel 'k' launched at file:line, block (x,y,z), thread
+ * (x,y,z)", into buf (len bytes); false outside a kernel. Async-signal-tolerant (no locks,
+ * no allocation). */
+bool cudasim_exec_where(char *buf, size_t len);
+/* What addr is, when it belongs to the launcher (a fiber stack's guard page, past the end of
+ * the dynamic shared memory), into buf; false otherwise. Async-signal-tolerant. */
+bool cudasim_exec_fault_what(uintptr_t addr, char *buf, size_t len);
+
+#endif
