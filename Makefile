@@ -179,7 +179,8 @@ $(RUNNER): $(RUNNER_OBJS)
 # tests/cudasim/sim.h force-included; libcudasim.a (fibers and launches, the runtime, cuBLASLt
 # and NCCL) in place of cudart, cuBLASLt and NCCL; and, linked with them, the real build's
 # objects as they are: gpurun-train, tests/runner (the real runner's tests plus the sim's
-# own) and tests/coll_rank. The other programs a test may start are links to the real ones.
+# own), tests/coll_rank and bench/train_gpu. The other programs a test may start are links to
+# the real ones.
 ifeq ($(CUDA),1)
 SIM          := $(BUILD)/sim
 SIM_CUDA_INC := $(CUDA_HOME)/include
@@ -238,10 +239,17 @@ $(SIM_COLL_RANK): $(call obj,tests/coll_rank.c kernels/coll.c kernels/coll_nccl.
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# The CUDA training step benchmark's smoke mode (bench/train_gpu.c --smoke) runs here too.
+SIM_BENCH_GPU:= $(SIM)/bench/train_gpu
+$(SIM_BENCH_GPU): LDLIBS += -lstdc++ -lpthread
+$(SIM_BENCH_GPU): $(call obj,bench/train_gpu.c kernels/gpt2.c kernels/ops.c kernels/optim.c) $(CUDA_C_OBJS) $(filter-out $(SIM_SELFTEST),$(SIM_CU_OBJS)) $(LIB_A) $(SIM_LIB)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(SIM_LINKS): $(SIM)/%: $(BUILD)/%
 	@mkdir -p $(@D)
 	$(Q)ln -sfn ../$* $@
-sim: $(SIM_TRAIN) $(SIM_RUNNER) $(SIM_COLL_RANK) $(SIM_LINKS)
+sim: $(SIM_TRAIN) $(SIM_RUNNER) $(SIM_COLL_RANK) $(SIM_BENCH_GPU) $(SIM_LINKS)
 else
 sim:
 	@echo "cudasim: not built (CUDA=0: no CUDA toolkit headers)"
