@@ -6,7 +6,7 @@
 # whose updates are all-gathered (zero 1), which agree with each other within 1e-5, in fp32
 # and in bf16. A ZeRO-1 checkpoint (the shards gathered on rank 0) resumes on 2 ranks bit for
 # bit and on 1 rank without ZeRO within the fp32 tolerance.
-# timeout: 900
+# timeout: 300
 set -euo pipefail
 # shellcheck source=train_cuda_common.sh
 . "$(dirname "$0")/train_cuda_common.sh"

@@ -2,9 +2,11 @@
 # Checkpoints on cuda: a run resumed from its step-5 checkpoint writes the same metrics and
 # the same step-10 checkpoint, bit for bit, as the run that went on (bf16, and fp32 with ZeRO-1
 # on one rank); and the format is the cpu's: a cpu checkpoint resumes on cuda and a cuda one on
-# cpu, each continuing the other's run within the fp32 tolerance of train_cuda_cpu.sh
-# (a constant learning rate, so that the schedules of 5 and 10 steps agree).
-# timeout: 900
+# cpu, each continuing the other's run within 1e-3 relative (fp32; a constant learning rate,
+# so that the schedules of 5 and 10 steps agree). An llm.c checkpoint starts a cuda run as it
+# starts a cpu one (within 1e-4). SIGTERM finishes the step, checkpoints and exits 0, and the
+# resumed run matches an uninterrupted one bit for bit.
+# timeout: 300
 set -euo pipefail
 # shellcheck source=train_cuda_common.sh
 . "$(dirname "$0")/train_cuda_common.sh"
@@ -62,3 +64,55 @@ train "$cfg" "${small[@]}" train.resume=1 train.steps=12 train.out_dir="$work/bf
 expect_rc 0 "cpu resuming the cuda bf16 run"
 expect_out_line "resuming from '$work/bf16/ckpt_00000010.bin' at step 10"
 ok "a bf16 checkpoint resumed on cpu: loss $(loss_at "$work/bf16/metrics.jsonl" 12) at step 12"
+
+# --- an llm.c checkpoint as init_from -----------------------------------------------------------
+# le32 N: N as 4 little-endian bytes.
+le32() {
+    printf '%b' "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 & 255)) $(($1 >> 8 & 255)) \
+        $(($1 >> 16 & 255)) $(($1 >> 24 & 255)))"
+}
+# The parameters of the cpu run's step-5 checkpoint in llm.c's layout (the model of
+# train_common.sh: maxT 32, V 256, L 2, NH 2, C 32, Vp 256).
+src=$work/c2g/ckpt_00000005.bin
+nparams=$(od -An -t u8 -j 56 -N 8 "$src" | tr -d ' ')
+clen=$(od -An -t u8 -j 144 -N 8 "$src" | tr -d ' ')
+{
+    for v in 20240326 3 32 256 2 2 32 256; do le32 "$v"; done
+    head -c $((1024 - 32)) /dev/zero
+    dd if="$src" iflag=skip_bytes,count_bytes skip=$((256 + clen)) count=$((4 * nparams)) \
+        status=none
+} >"$work/llmc.bin"
+train "$cfg" "${flat[@]}" train.steps=3 model.init_from="$work/llmc.bin" train.out_dir="$work/lc"
+expect_rc 0 "cpu from an llm.c checkpoint"
+train_cuda "$cfg" "${flat[@]}" train.dtype=fp32 train.steps=3 model.init_from="$work/llmc.bin" \
+    train.out_dir="$work/lg"
+expect_rc 0 "cuda from an llm.c checkpoint"
+expect_out_line "starting from '$work/llmc.bin' (llm.c checkpoint)"
+curves_close "$work/lc/metrics.jsonl" "$work/lg/metrics.jsonl" 1e-4 \
+    "3 steps from an llm.c checkpoint, cuda fp32 against cpu"
+
+# --- SIGTERM ----------------------------------------------------------------------------------
+# Finishes the step, saves, exits 0; the resumed run ends where an uninterrupted one does.
+"$cuda_bin" "$cfg" "${flat[@]}" train.device=cuda train.steps=1000000 train.log_every=1000 \
+    train.out_dir="$work/sig" >"$work/out" 2>"$work/err" </dev/null &
+pid=$!
+bg_pids+=("$pid")
+for ((i = 0; i < 600; i++)); do
+    [ -f "$work/sig/metrics.jsonl" ] && [ "$(wc -l <"$work/sig/metrics.jsonl")" -ge 3 ] && break
+    sleep 0.1
+done
+kill -TERM "$pid"
+rc=0
+wait "$pid" || rc=$?
+expect_rc 0 "cuda gpurun-train after SIGTERM"
+k=$(losses "$work/sig/metrics.jsonl" | tail -n 1 | cut -d' ' -f1)
+expect_out_line "stopped by a signal after step $k; continue with train.resume=1"
+[ -f "$(printf '%s/sig/ckpt_%08d.bin' "$work" "$k")" ] ||
+    fail "no checkpoint of step $k after SIGTERM: $(ls "$work/sig")"
+end=$((k + 3))
+train_cuda "$cfg" "${flat[@]}" train.steps="$end" train.resume=1 train.out_dir="$work/sig"
+expect_rc 0 "cuda, resumed after SIGTERM to step $end"
+train_cuda "$cfg" "${flat[@]}" train.steps="$end" train.out_dir="$work/nosig"
+expect_rc 0 "cuda, $end steps without a signal"
+same_losses "$work/nosig/metrics.jsonl" "$work/sig/metrics.jsonl" \
+    "stopped by SIGTERM after step $k and resumed to $end"
