@@ -97,6 +97,15 @@ static launch *L;
 static fiber *cur; /* the running fiber, NULL on the scheduler */
 static std::vector<fiber> fibers;
 static unsigned n_threads, live, waiting, exited, first_exited, bar_kind;
+/* Per warp: lanes waiting at a warp operation, and lanes that have exited (a bit each). */
+static unsigned warp_waiting[MAX_THREADS / WARP], warp_exited[MAX_THREADS / WARP];
+/* The fibers of this phase, in order (run_q from run_pos on), and those released for the
+ * next one (next_q, in release order: thread order within a release, or reverse). */
+static std::vector<unsigned> run_q, next_q;
+static size_t run_pos;
+static bool reverse_order;
+/* The stack of a fiber that just finished: back to the pool once we are off it. */
+static char *dead_stack;
 
 #if defined(__x86_64__)
 static void *sched_sp;
@@ -193,67 +202,85 @@ static char *stack_get(void)
 }
 
 static void thread_exit(fiber *f);
+static void leave(fiber *f);
+
+/* After every switch: the stack of a fiber that finished is free now that nobody runs on it. */
+static void after_switch(void)
+{
+    if (dead_stack) {
+        free_stacks.push_back(dead_stack);
+        dead_stack = NULL;
+    }
+}
 
 /* The first frame of every fiber: the kernel's body, then the exit checks; never returns. */
 static void fiber_entry(void)
 {
+    after_switch();
     fiber *f = cur;
     L->body(L->arg);
     thread_exit(f);
-#if defined(__x86_64__)
-    cudasim_switch(&f->sp, sched_sp);
-#else
-    swapcontext(&f->uc, &sched_uc);
-#endif
+    dead_stack = f->stack;
+    f->stack = NULL;
+    leave(f);
     die("a finished fiber was resumed");
 }
 
-/* Runs f until it parks or finishes. */
-static void resume(fiber *f)
+/* Makes f the running fiber, with a fresh stack frame if it has not started. */
+static void enter(fiber *f)
 {
     cur = f;
     cudasim_thread_idx = &f->tid;
-    if (!f->stack) {
-        f->stack = stack_get();
+    if (f->stack)
+        return;
+    f->stack = stack_get();
 #if defined(__x86_64__)
-        /* A fresh frame for cudasim_switch to pop: six zero registers, fiber_entry as the
-         * return address, and a null slot above it so that fiber_entry starts with the
-         * stack aligned as after a call. */
-        void **sp = (void **)(f->stack + STACK_SIZE);
+    /* A frame for cudasim_switch to pop: six zero registers, fiber_entry as the return
+     * address, and a null slot above it so that fiber_entry starts with the stack aligned as
+     * after a call. */
+    void **sp = (void **)(f->stack + STACK_SIZE);
+    *--sp = NULL;
+    *--sp = (void *)fiber_entry;
+    for (int i = 0; i < 6; i++)
         *--sp = NULL;
-        *--sp = (void *)fiber_entry;
-        for (int i = 0; i < 6; i++)
-            *--sp = NULL;
-        f->sp = sp;
+    f->sp = sp;
 #else
-        getcontext(&f->uc);
-        f->uc.uc_stack.ss_sp = f->stack;
-        f->uc.uc_stack.ss_size = STACK_SIZE;
-        f->uc.uc_link = NULL;
-        makecontext(&f->uc, fiber_entry, 0);
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = f->stack;
+    f->uc.uc_stack.ss_size = STACK_SIZE;
+    f->uc.uc_link = NULL;
+    makecontext(&f->uc, fiber_entry, 0);
 #endif
-    }
-#if defined(__x86_64__)
-    cudasim_switch(&sched_sp, f->sp);
-#else
-    swapcontext(&sched_uc, &f->uc);
-#endif
-    cur = NULL;
-    cudasim_thread_idx = &no_thread;
-    if (f->state == F_DONE) {
-        free_stacks.push_back(f->stack);
-        f->stack = NULL;
-    }
 }
 
-/* Back to the scheduler until released. */
+/* Switches from f (parked or finished) straight to the phase's next fiber, or to the scheduler
+ * when the phase is over; returns when f is resumed. */
+static void leave(fiber *f)
+{
+    fiber *n = run_pos < run_q.size() ? &fibers[run_q[run_pos++]] : NULL;
+    if (n)
+        enter(n);
+    else
+        cur = NULL;
+#if defined(__x86_64__)
+    cudasim_switch(&f->sp, n ? n->sp : sched_sp);
+#else
+    swapcontext(&f->uc, n ? &n->uc : &sched_uc);
+#endif
+    after_switch();
+}
+
+/* Queues g for the next phase. */
+static void release(fiber *g)
+{
+    g->state = F_READY;
+    next_q.push_back(g->index);
+}
+
+/* Parks f until a barrier releases it. */
 static void park(fiber *f)
 {
-#if defined(__x86_64__)
-    cudasim_switch(&f->sp, sched_sp);
-#else
-    swapcontext(&f->uc, &sched_uc);
-#endif
+    leave(f);
 }
 
 static fiber *need_fiber(const char *what)
@@ -271,15 +298,15 @@ static void release_block(void)
     for (unsigned i = 0; i < n_threads; i++)
         if (fibers[i].state == F_WAIT_BLOCK)
             count += fibers[i].value != 0;
-    for (unsigned i = 0; i < n_threads; i++) {
-        fiber *g = &fibers[i];
+    for (unsigned k = 0; k < n_threads; k++) {
+        fiber *g = &fibers[reverse_order ? n_threads - 1 - k : k];
         if (g->state != F_WAIT_BLOCK)
             continue;
         g->result = bar_kind == BAR_COUNT ? count
                     : bar_kind == BAR_AND ? count == waiting
                     : bar_kind == BAR_OR  ? count > 0
                                           : 0;
-        g->state = F_READY;
+        release(g);
     }
     waiting = 0;
 }
@@ -381,7 +408,8 @@ static unsigned shfl_source(const fiber *g, unsigned l)
     return s;
 }
 
-/* Releases f's group when every lane of its mask has arrived with the same operation. */
+/* Releases f's group when every lane of its mask has arrived with the same operation. Called
+ * when at least as many lanes of the warp wait as the mask names. */
 static void warp_try_release(fiber *f)
 {
     fiber *w = &fibers[f->warp * WARP];
@@ -391,9 +419,6 @@ static void warp_try_release(fiber *f)
         if (!(mask >> l & 1))
             continue;
         const fiber *g = &w[l];
-        if (g->state == F_DONE)
-            fail(f, "%s with mask 0x%08x: lane %u has exited (a mask must name live lanes only)",
-                 warp_names[f->op], mask, l);
         if (g->state != F_WAIT_WARP)
             return;
         if (g->mask != mask || g->op != f->op || g->width != f->width)
@@ -440,8 +465,13 @@ static void warp_try_release(fiber *f)
             break;
         }
         }
-        g->state = F_READY;
     }
+    for (unsigned k = 0; k < WARP; k++) {
+        unsigned l = reverse_order ? WARP - 1 - k : k;
+        if (mask >> l & 1)
+            release(&w[l]);
+    }
+    warp_waiting[f->warp] -= (unsigned)__builtin_popcount(mask);
 }
 
 uint64_t cudasim_warp_op(int kind, unsigned mask, uint64_t value, int arg, int width)
@@ -459,13 +489,17 @@ uint64_t cudasim_warp_op(int kind, unsigned mask, uint64_t value, int arg, int w
              "%s: mask 0x%08x names lanes that warp %u does not have (its lanes: 0x%08x; the "
              "block has %u threads)",
              warp_names[kind], mask, f->warp, have, n_threads);
+    if (mask & warp_exited[f->warp])
+        fail(f, "%s with mask 0x%08x: lane %d has exited (a mask must name live lanes only)",
+             warp_names[kind], mask, __builtin_ctz(mask & warp_exited[f->warp]));
     f->op = kind;
     f->mask = mask;
     f->value = value;
     f->arg = arg;
     f->width = width;
     f->state = F_WAIT_WARP;
-    warp_try_release(f);
+    if (++warp_waiting[f->warp] >= (unsigned)__builtin_popcount(mask))
+        warp_try_release(f);
     park(f);
     return f->result;
 }
@@ -493,6 +527,9 @@ static void thread_exit(fiber *f)
              "the thread exited while %u thread(s) of its block wait at %s (a barrier in "
              "divergent code: every thread of the block must reach it)",
              waiting, bar_names[bar_kind]);
+    warp_exited[f->warp] |= 1u << f->lane;
+    if (!warp_waiting[f->warp])
+        return;
     const fiber *w = &fibers[f->warp * WARP];
     for (unsigned l = 0; l < WARP && f->warp * WARP + l < n_threads; l++)
         if (w[l].state == F_WAIT_WARP && (w[l].mask >> f->lane & 1))
@@ -545,20 +582,31 @@ static void run_block(const launch *l)
     }
     live = n_threads;
     waiting = exited = 0;
-    for (;;) {
-        bool ran = false;
-        for (unsigned k = 0; k < n_threads; k++) {
-            fiber *f = &fibers[l->reverse ? n_threads - 1 - k : k];
-            if (f->state == F_READY) {
-                ran = true;
-                resume(f);
-            }
-        }
-        if (!live)
-            return;
-        if (!ran)
+    memset(warp_waiting, 0, sizeof(warp_waiting));
+    memset(warp_exited, 0, sizeof(warp_exited));
+    reverse_order = l->reverse;
+    run_q.resize(n_threads);
+    for (unsigned k = 0; k < n_threads; k++)
+        run_q[k] = l->reverse ? n_threads - 1 - k : k;
+    next_q.clear();
+    /* One phase per turn: its fibers run one after the other (each hands over to the next as
+     * it parks or finishes), those they release form the next phase. */
+    while (live) {
+        if (run_q.empty())
             deadlock();
+        run_pos = 1;
+        fiber *f = &fibers[run_q[0]];
+        enter(f);
+#if defined(__x86_64__)
+        cudasim_switch(&sched_sp, f->sp);
+#else
+        swapcontext(&sched_uc, &f->uc);
+#endif
+        after_switch();
+        std::swap(run_q, next_q);
+        next_q.clear();
     }
+    cudasim_thread_idx = &no_thread;
 }
 
 /* The dynamic shared memory of a launch of smem bytes: its end abuts a guard page. The mapping
