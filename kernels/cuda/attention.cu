@@ -9,115 +9,204 @@
  *   dP[t,t2] = dout[t].v[t2],  dS = P (dP - D[t]) / sqrt(hs),
  *   dq[t] = sum_t2 dS[t,t2] k[t2],  dk[t2] = sum_t dS[t,t2] q[t],  dv[t2] = sum_t P[t,t2] dout[t].
  *
- * Work split (simple rather than fast: fp32 FMAs from shared memory, no tensor cores):
- *  - forward: a block of ATT_WARPS warps takes ATT_WARPS consecutive query rows of one (b,h),
- *    one warp per row. Keys go through shared memory in tiles of 32; in a tile lane j scores
- *    key j (a whole dot product per lane), the warp's running max m and sum l are rescaled
- *    (online softmax), and each lane accumulates its own dims d = lane + 32i of the output
- *    (the tile's probabilities broadcast by shuffles).
- *  - backward: D per row first; then dq the same way over key tiles (one warp per query row),
- *    and dk, dv over query tiles (one warp per key row, queries t >= t2 only). Each output
- *    element has one owner thread and each sum a fixed order: deterministic, no atomics, at
- *    the price of computing P twice.
- * Shared tiles are fp32 with rows padded to hs + 1 floats, so that lanes reading 32 different
- * rows at one d hit 32 different banks (hs even). */
+ * Work split (fp32 FMAs from shared memory, no tensor cores). A block of ATT_WARPS warps owns
+ * ATT_TILE consecutive rows of one (b,h), ATT_RPW rows per warp; the other operand streams
+ * through shared memory in tiles of ATT_TILE rows, one per lane:
+ *  - forward: query rows; over the key tiles up to the block's last row, lane j scores key j
+ *    against the warp's ATT_RPW query rows (each key element read once for all of them), the
+ *    running max m and sum l of each row are rescaled (online softmax), the probabilities go
+ *    to the warp's slice of shared memory and each lane accumulates its dims d = lane + 32i
+ *    of the outputs.
+ *  - backward: D per row first; then dq the same way over key tiles, and dk, dv over query
+ *    tiles from the block's first key on (one warp per ATT_RPW key rows). Each output element
+ *    has one owner thread and each sum a fixed order: deterministic, no atomics, at the price
+ *    of computing P twice.
+ * Tile rows are padded to hs + 4 floats when hs is a multiple of 4 (dot products read float4:
+ * the 8 lanes of each phase hit distinct banks), else hs + 1 (scalar reads, 32 distinct
+ * banks for even hs). Rows past T are computed as copies of row T-1 and never stored, so
+ * that no row is empty. */
 #include <errno.h>
 #include <math.h>
 
 #include "common.cuh"
 #include "banned.h"
 
-#define ATT_WARPS   8
-#define ATT_THREADS (ATT_WARPS * WARP_SIZE)
-/* Keys (or queries) per shared tile: one per lane. */
-#define ATT_TILE    32
-#define ATT_MAX_HS  128
+#define ATT_WARPS        8
+#define ATT_THREADS      (ATT_WARPS * WARP_SIZE)
+/* Rows per shared tile (one per lane) and per block. */
+#define ATT_TILE         32
+/* Rows per warp: ATT_WARPS * ATT_RPW = ATT_TILE. Each element of the streamed tile is read
+ * from shared memory once for ATT_RPW rows. */
+#define ATT_RPW          (ATT_TILE / ATT_WARPS)
+#define ATT_MAX_HS       128
 /* Output dims per lane: d = lane + 32 i for i < ATT_DPL (register arrays, unrolled). */
-#define ATT_DPL     (ATT_MAX_HS / WARP_SIZE)
+#define ATT_DPL          (ATT_MAX_HS / WARP_SIZE)
+/* Blocks per SM the register budget is cut for: 2 x 256 threads at up to 128 registers, so
+ * that the kernels' per-row accumulators (ATT_RPW rows x ATT_DPL dims, twice in dkv) do not
+ * spill (ptxas -v shows 80 registers and spills at 3). */
+#define ATT_MIN_BLOCKS   2
+/* Shared memory a block may have without the opt-in attribute. */
+#define ATT_SMEM_DEFAULT (48 * 1024)
 
-/* Loads rows r0 .. r0 + ATT_TILE - 1 (those < rows) of one head's slice into a padded tile;
- * rows past the end read as 0. src points at row 0's first channel of the head; stride is
- * the row length (3C). */
-template <typename T>
-__device__ void load_tile(float *tile, const T *src, int r0, int rows, int hs, size_t stride)
+/* Row stride of the shared tiles (see the header comment). */
+__host__ __device__ __forceinline__ int tile_stride(int hs)
 {
-    for (int i = threadIdx.x; i < ATT_TILE * hs; i += blockDim.x) {
-        int r = i / hs, d = i % hs;
-        tile[r * (hs + 1) + d] = r0 + r < rows ? ldx(src + (size_t)(r0 + r) * stride + d) : 0.0f;
+    return hs % 4 == 0 ? hs + 4 : hs + 1;
+}
+
+/* Loads rows r0 .. r0 + ATT_TILE - 1 (those < rows) of one head's slice into a tile of row
+ * stride ks; rows past the end read as 0. src points at row 0's first channel of the head;
+ * stride is the row length in elements. One warp per row: coalesced. */
+template <typename T>
+__device__ void load_tile(float *tile, const T *src, int r0, int rows, int hs, int ks,
+                          size_t stride)
+{
+    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    for (int r = warp; r < ATT_TILE; r += ATT_WARPS) {
+        const T *s = src + (size_t)(r0 + r) * stride;
+        bool in = r0 + r < rows;
+        for (int d = lane; d < hs; d += WARP_SIZE)
+            tile[r * ks + d] = in ? ldx(s + d) : 0.0f;
     }
 }
 
-__device__ __forceinline__ float dot_smem(const float *a, const float *b, int hs)
+/* out[r] = a . b_r for the ATT_RPW rows b_r = b + r * bs (shared memory, read by every lane
+ * alike) and a the lane's own row, all hs long; float4 reads when hs is a multiple of 4 (then
+ * a, b and bs are 16-byte aligned). */
+__device__ __forceinline__ void dots(float out[ATT_RPW], const float *a, const float *b, int bs,
+                                     int hs)
 {
-    float s = 0.0f;
-    for (int d = 0; d < hs; d++)
-        s += a[d] * b[d];
-    return s;
-}
-
-/* grid (T / ATT_WARPS rounded up, NH, B). shared: K and V tiles, then each warp's q row. */
-template <typename T>
-__global__ void __launch_bounds__(ATT_THREADS)
-    attention_forward_kernel(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale)
-{
-    extern __shared__ float smem[];
-    int hs = C / NH, ks = hs + 1;
-    float *Ks = smem, *Vs = Ks + ATT_TILE * ks, *Qs = Vs + ATT_TILE * ks;
-    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    int h = blockIdx.y, b = blockIdx.z, t0 = blockIdx.x * ATT_WARPS, t = t0 + warp;
-    int last = min(t0 + ATT_WARPS, T_) - 1; /* the block's last query row, and key */
-    size_t stride = 3 * (size_t)C;
-    const T *base = qkv + (size_t)b * T_ * stride + h * hs;
-    float *q = Qs + warp * hs;
-    bool active = t < T_;
-
-    if (active)
-        for (int d = lane; d < hs; d += WARP_SIZE)
-            q[d] = ldx(base + (size_t)t * stride + d);
-    float m = -INFINITY, l = 0.0f, acc[ATT_DPL];
 #pragma unroll
-    for (int i = 0; i < ATT_DPL; i++)
-        acc[i] = 0.0f;
-
-    for (int k0 = 0; k0 <= last; k0 += ATT_TILE) {
-        __syncthreads(); /* the previous tile is consumed; q is written */
-        load_tile(Ks, base + C, k0, last + 1, hs, stride);
-        load_tile(Vs, base + 2 * C, k0, last + 1, hs, stride);
-        __syncthreads();
-        if (!active || k0 > t)
-            continue;
-        int kt = k0 + lane, nk = min(ATT_TILE, t - k0 + 1);
-        float s = kt <= t ? dot_smem(q, Ks + lane * ks, hs) * scale : -INFINITY;
-        float mnew = fmaxf(m, warp_max(s)); /* finite: key k0 <= t is in the tile */
-        float corr = expf(m - mnew);        /* 0 on the first tile */
-        float p = kt <= t ? expf(s - mnew) : 0.0f;
-        l = l * corr + warp_sum(p);
+    for (int r = 0; r < ATT_RPW; r++)
+        out[r] = 0.0f;
+    if (hs % 4 == 0) {
+        for (int d = 0; d < hs; d += 4) {
+            float4 x = *(const float4 *)(a + d);
 #pragma unroll
-        for (int i = 0; i < ATT_DPL; i++)
-            acc[i] *= corr;
-        for (int j = 0; j < nk; j++) {
-            float pj = __shfl_sync(FULL_MASK, p, j);
-#pragma unroll
-            for (int i = 0; i < ATT_DPL; i++) {
-                int d = lane + WARP_SIZE * i;
-                if (d < hs)
-                    acc[i] += pj * Vs[j * ks + d];
+            for (int r = 0; r < ATT_RPW; r++) {
+                float4 y = *(const float4 *)(b + r * bs + d);
+                out[r] += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
             }
         }
-        m = mnew;
-    }
-    if (!active)
-        return;
-    float inv = 1.0f / l;
-    T *o = out + ((size_t)b * T_ + t) * C + h * hs;
+    } else {
+        for (int d = 0; d < hs; d++) {
+            float x = a[d];
 #pragma unroll
-    for (int i = 0; i < ATT_DPL; i++) {
-        int d = lane + WARP_SIZE * i;
-        if (d < hs)
-            stx(o + d, acc[i] * inv);
+            for (int r = 0; r < ATT_RPW; r++)
+                out[r] += x * b[r * bs + d];
+        }
     }
-    if (lane == 0)
-        lse[((size_t)b * NH + h) * T_ + t] = m + logf(l);
+}
+
+/* acc[r][i] += sum_{j < n} w[r * ATT_TILE + j] * tile[j][lane + 32 i]: the weights (the warp's
+ * slice of shared memory, ATT_RPW rows of ATT_TILE, 16-byte aligned) times the tile's rows,
+ * into each lane's dims, j in order. The weights go by float4: j runs on to n rounded up to 4
+ * (within the tile), where the callers' weights are 0 and the tile's rows finite. */
+__device__ __forceinline__ void accumulate(float acc[ATT_RPW][ATT_DPL], const float *w,
+                                           const float *tile, int ks, int n, int hs)
+{
+    int lane = threadIdx.x % WARP_SIZE;
+    for (int j = 0; j < n; j += 4) {
+        float4 wj[ATT_RPW];
+#pragma unroll
+        for (int r = 0; r < ATT_RPW; r++)
+            wj[r] = *(const float4 *)(w + r * ATT_TILE + j);
+#pragma unroll
+        for (int i = 0; i < ATT_DPL; i++) {
+            int d = lane + WARP_SIZE * i;
+            if (d < hs) {
+                const float *x = tile + j * ks + d;
+                float x0 = x[0], x1 = x[ks], x2 = x[2 * ks], x3 = x[3 * ks];
+#pragma unroll
+                for (int r = 0; r < ATT_RPW; r++) {
+                    float a = acc[r][i];
+                    a += wj[r].x * x0;
+                    a += wj[r].y * x1;
+                    a += wj[r].z * x2;
+                    a += wj[r].w * x3;
+                    acc[r][i] = a;
+                }
+            }
+        }
+    }
+}
+
+/* grid (T / ATT_TILE rounded up, NH, B). shared: K and V tiles, the query rows, the
+ * probabilities (ATT_RPW x ATT_TILE per warp). */
+template <typename T>
+__global__ void __launch_bounds__(ATT_THREADS, ATT_MIN_BLOCKS)
+    attention_forward_kernel(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale)
+{
+    extern __shared__ float4 smem4[];
+    float *smem = (float *)smem4;
+    int hs = C / NH, ks = tile_stride(hs);
+    float *Ks = smem, *Vs = Ks + ATT_TILE * ks, *Qs = Vs + ATT_TILE * ks;
+    float *Ps = Qs + ATT_TILE * ks;
+    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    int h = blockIdx.y, b = blockIdx.z, t0 = blockIdx.x * ATT_TILE;
+    int last = min(t0 + ATT_TILE, T_) - 1; /* the block's last query row, and key */
+    int r0 = warp * ATT_RPW;               /* the warp's first row in the block */
+    size_t stride = 3 * (size_t)C;
+    const T *base = qkv + (size_t)b * T_ * stride + h * hs;
+    float *q = Qs + r0 * ks, *p = Ps + warp * ATT_RPW * ATT_TILE;
+    int t[ATT_RPW];
+#pragma unroll
+    for (int r = 0; r < ATT_RPW; r++)
+        t[r] = min(t0 + r0 + r, last);
+
+    load_tile(Qs, base, t0, last + 1, hs, ks, stride);
+    float m[ATT_RPW], l[ATT_RPW], acc[ATT_RPW][ATT_DPL];
+#pragma unroll
+    for (int r = 0; r < ATT_RPW; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f; /* this lane's share of the row's sum */
+#pragma unroll
+        for (int i = 0; i < ATT_DPL; i++)
+            acc[r][i] = 0.0f;
+    }
+
+    /* Every tile starts at or before the block's first row: each row has a key in it. */
+    for (int k0 = 0; k0 <= last; k0 += ATT_TILE) {
+        __syncthreads(); /* the previous tile is consumed */
+        load_tile(Ks, base + C, k0, last + 1, hs, ks, stride);
+        load_tile(Vs, base + 2 * C, k0, last + 1, hs, ks, stride);
+        __syncthreads();
+        int kt = k0 + lane;
+        float s[ATT_RPW];
+        dots(s, Ks + lane * ks, q, ks, hs);
+#pragma unroll
+        for (int r = 0; r < ATT_RPW; r++) {
+            float x = kt <= t[r] ? s[r] * scale : -INFINITY;
+            float mnew = fmaxf(m[r], warp_max(x)); /* finite: key k0 <= t[r] */
+            float corr = expf(m[r] - mnew);        /* 0 on the first tile */
+            float e = kt <= t[r] ? expf(x - mnew) : 0.0f;
+            l[r] = l[r] * corr + e;
+#pragma unroll
+            for (int i = 0; i < ATT_DPL; i++)
+                acc[r][i] *= corr;
+            m[r] = mnew;
+            p[r * ATT_TILE + lane] = e;
+        }
+        __syncwarp();
+        accumulate(acc, p, Vs, ks, min(ATT_TILE, t[ATT_RPW - 1] - k0 + 1), hs);
+        __syncwarp(); /* p is read before the next tile overwrites it */
+    }
+#pragma unroll
+    for (int r = 0; r < ATT_RPW; r++) {
+        float sum = warp_sum(l[r]);
+        if (t0 + r0 + r > last)
+            continue; /* a copy of row last */
+        float inv = 1.0f / sum;
+        T *o = out + ((size_t)b * T_ + t[r]) * C + h * hs;
+#pragma unroll
+        for (int i = 0; i < ATT_DPL; i++) {
+            int d = lane + WARP_SIZE * i;
+            if (d < hs)
+                stx(o + d, acc[r][i] * inv);
+        }
+        if (lane == 0)
+            lse[((size_t)b * NH + h) * T_ + t[r]] = m[r] + logf(sum);
+    }
 }
 
 /* D[b,h,t] = dout[b,t,h] . out[b,t,h]: one warp per (b,t,h) row. */
@@ -140,143 +229,156 @@ __global__ void attention_delta_kernel(float *D, const T *dout, const T *out, in
         D[(b * NH + h) * T_ + t] = s;
 }
 
-/* dq: grid as the forward; one warp per query row over the key tiles. shared: K and V tiles,
- * then each warp's q and dout rows. */
+/* dq: grid as the forward; ATT_RPW query rows per warp over the key tiles. shared: K and V
+ * tiles, the query and dout rows, dS (ATT_RPW x ATT_TILE per warp). */
 template <typename T>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(ATT_THREADS, ATT_MIN_BLOCKS)
     attention_dq_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *D,
                         int T_, int C, int NH, float scale)
 {
-    extern __shared__ float smem[];
-    int hs = C / NH, ks = hs + 1;
-    float *Ks = smem, *Vs = Ks + ATT_TILE * ks, *Qs = Vs + ATT_TILE * ks, *Os = Qs + ATT_WARPS * hs;
+    extern __shared__ float4 smem4[];
+    float *smem = (float *)smem4;
+    int hs = C / NH, ks = tile_stride(hs);
+    float *Ks = smem, *Vs = Ks + ATT_TILE * ks, *Qs = Vs + ATT_TILE * ks;
+    float *Os = Qs + ATT_TILE * ks, *Ss = Os + ATT_TILE * ks;
     int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    int h = blockIdx.y, b = blockIdx.z, t0 = blockIdx.x * ATT_WARPS, t = t0 + warp;
-    int last = min(t0 + ATT_WARPS, T_) - 1;
+    int h = blockIdx.y, b = blockIdx.z, t0 = blockIdx.x * ATT_TILE;
+    int last = min(t0 + ATT_TILE, T_) - 1;
+    int r0 = warp * ATT_RPW;
     size_t stride = 3 * (size_t)C;
     const T *base = qkv + (size_t)b * T_ * stride + h * hs;
-    float *q = Qs + warp * hs, *dO = Os + warp * hs;
-    bool active = t < T_;
-    float lse_t = 0.0f, D_t = 0.0f, dq[ATT_DPL];
+    const float *lrow = lse + ((size_t)b * NH + h) * T_, *drow = D + ((size_t)b * NH + h) * T_;
+    float *q = Qs + r0 * ks, *dO = Os + r0 * ks, *ds = Ss + warp * ATT_RPW * ATT_TILE;
+    int t[ATT_RPW];
+    float lse_t[ATT_RPW], D_t[ATT_RPW], dq[ATT_RPW][ATT_DPL];
 #pragma unroll
-    for (int i = 0; i < ATT_DPL; i++)
-        dq[i] = 0.0f;
-    if (active) {
-        for (int d = lane; d < hs; d += WARP_SIZE) {
-            q[d] = ldx(base + (size_t)t * stride + d);
-            dO[d] = ldx(dout + ((size_t)b * T_ + t) * C + h * hs + d);
-        }
-        lse_t = lse[((size_t)b * NH + h) * T_ + t];
-        D_t = D[((size_t)b * NH + h) * T_ + t];
+    for (int r = 0; r < ATT_RPW; r++) {
+        t[r] = min(t0 + r0 + r, last);
+        lse_t[r] = lrow[t[r]];
+        D_t[r] = drow[t[r]];
+#pragma unroll
+        for (int i = 0; i < ATT_DPL; i++)
+            dq[r][i] = 0.0f;
     }
+    load_tile(Qs, base, t0, last + 1, hs, ks, stride);
+    load_tile(Os, dout + (size_t)b * T_ * C + h * hs, t0, last + 1, hs, ks, (size_t)C);
 
     for (int k0 = 0; k0 <= last; k0 += ATT_TILE) {
         __syncthreads();
-        load_tile(Ks, base + C, k0, last + 1, hs, stride);
-        load_tile(Vs, base + 2 * C, k0, last + 1, hs, stride);
+        load_tile(Ks, base + C, k0, last + 1, hs, ks, stride);
+        load_tile(Vs, base + 2 * C, k0, last + 1, hs, ks, stride);
         __syncthreads();
-        if (!active || k0 > t)
-            continue;
-        int kt = k0 + lane, nk = min(ATT_TILE, t - k0 + 1);
-        float ds = 0.0f;
-        if (kt <= t) {
-            float p = expf(dot_smem(q, Ks + lane * ks, hs) * scale - lse_t);
-            float dp = dot_smem(dO, Vs + lane * ks, hs);
-            ds = p * (dp - D_t) * scale;
-        }
-        for (int j = 0; j < nk; j++) {
-            float dsj = __shfl_sync(FULL_MASK, ds, j);
+        int kt = k0 + lane;
+        float s[ATT_RPW], dp[ATT_RPW];
+        dots(s, Ks + lane * ks, q, ks, hs);
+        dots(dp, Vs + lane * ks, dO, ks, hs);
 #pragma unroll
-            for (int i = 0; i < ATT_DPL; i++) {
-                int d = lane + WARP_SIZE * i;
-                if (d < hs)
-                    dq[i] += dsj * Ks[j * ks + d];
+        for (int r = 0; r < ATT_RPW; r++) {
+            float x = 0.0f;
+            if (kt <= t[r]) {
+                float pr = expf(s[r] * scale - lse_t[r]);
+                x = pr * (dp[r] - D_t[r]) * scale;
             }
+            ds[r * ATT_TILE + lane] = x;
         }
+        __syncwarp();
+        accumulate(dq, ds, Ks, ks, min(ATT_TILE, t[ATT_RPW - 1] - k0 + 1), hs);
+        __syncwarp();
     }
-    if (!active)
-        return;
-    T *o = dqkv + ((size_t)b * T_ + t) * stride + h * hs;
 #pragma unroll
-    for (int i = 0; i < ATT_DPL; i++) {
-        int d = lane + WARP_SIZE * i;
-        if (d < hs)
-            stx(o + d, dq[i]);
+    for (int r = 0; r < ATT_RPW; r++) {
+        if (t0 + r0 + r > last)
+            continue;
+        T *o = dqkv + ((size_t)b * T_ + t[r]) * stride + h * hs;
+#pragma unroll
+        for (int i = 0; i < ATT_DPL; i++) {
+            int d = lane + WARP_SIZE * i;
+            if (d < hs)
+                stx(o + d, dq[r][i]);
+        }
     }
 }
 
-/* dk, dv: grid (T / ATT_WARPS rounded up, NH, B); one warp per key row j over the query tiles
+/* dk, dv: grid (T / ATT_TILE rounded up, NH, B); ATT_RPW key rows per warp over the query tiles
  * from the block's first key on (earlier queries do not see these keys). shared: Q and dout
- * tiles, the tile's lse and D, then each warp's k and v rows. */
+ * tiles, the tile's lse and D, the block's k and v rows, P and dS (ATT_RPW x ATT_TILE per
+ * warp each). */
 template <typename T>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(ATT_THREADS, ATT_MIN_BLOCKS)
     attention_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *D,
                          int T_, int C, int NH, float scale)
 {
-    extern __shared__ float smem[];
-    int hs = C / NH, ks = hs + 1;
-    float *Qt = smem, *Ot = Qt + ATT_TILE * ks, *Lt = Ot + ATT_TILE * ks, *Dt = Lt + ATT_TILE;
-    float *Kw = Dt + ATT_TILE, *Vw = Kw + ATT_WARPS * hs;
+    extern __shared__ float4 smem4[];
+    float *smem = (float *)smem4;
+    int hs = C / NH, ks = tile_stride(hs);
+    float *Qt = smem, *Ot = Qt + ATT_TILE * ks, *Kb = Ot + ATT_TILE * ks, *Vb = Kb + ATT_TILE * ks;
+    float *Lt = Vb + ATT_TILE * ks, *Dt = Lt + ATT_TILE, *Pw = Dt + ATT_TILE;
+    float *Sw = Pw + ATT_WARPS * ATT_RPW * ATT_TILE;
     int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    int h = blockIdx.y, b = blockIdx.z, j0 = blockIdx.x * ATT_WARPS, j = j0 + warp;
+    int h = blockIdx.y, b = blockIdx.z, j0 = blockIdx.x * ATT_TILE;
+    int jlast = min(j0 + ATT_TILE, T_) - 1;
+    int r0 = warp * ATT_RPW;
     size_t stride = 3 * (size_t)C;
     const T *base = qkv + (size_t)b * T_ * stride + h * hs;
     const T *dbase = dout + (size_t)b * T_ * C + h * hs;
     const float *lrow = lse + ((size_t)b * NH + h) * T_, *drow = D + ((size_t)b * NH + h) * T_;
-    float *k = Kw + warp * hs, *v = Vw + warp * hs;
-    bool active = j < T_;
-    float dk[ATT_DPL], dv[ATT_DPL];
+    float *k = Kb + r0 * ks, *v = Vb + r0 * ks;
+    float *p = Pw + warp * ATT_RPW * ATT_TILE, *ds = Sw + warp * ATT_RPW * ATT_TILE;
+    int j[ATT_RPW];
+    float dk[ATT_RPW][ATT_DPL], dv[ATT_RPW][ATT_DPL];
 #pragma unroll
-    for (int i = 0; i < ATT_DPL; i++)
-        dk[i] = dv[i] = 0.0f;
-    if (active)
-        for (int d = lane; d < hs; d += WARP_SIZE) {
-            k[d] = ldx(base + (size_t)j * stride + C + d);
-            v[d] = ldx(base + (size_t)j * stride + 2 * C + d);
-        }
+    for (int r = 0; r < ATT_RPW; r++) {
+        j[r] = min(j0 + r0 + r, jlast);
+#pragma unroll
+        for (int i = 0; i < ATT_DPL; i++)
+            dk[r][i] = dv[r][i] = 0.0f;
+    }
+    load_tile(Kb, base + C, j0, jlast + 1, hs, ks, stride);
+    load_tile(Vb, base + 2 * C, j0, jlast + 1, hs, ks, stride);
 
     for (int q0 = j0; q0 < T_; q0 += ATT_TILE) {
         __syncthreads();
-        load_tile(Qt, base, q0, T_, hs, stride);
-        load_tile(Ot, dbase, q0, T_, hs, (size_t)C);
+        load_tile(Qt, base, q0, T_, hs, ks, stride);
+        load_tile(Ot, dbase, q0, T_, hs, ks, (size_t)C);
         if (threadIdx.x < ATT_TILE) {
-            int r = q0 + threadIdx.x;
-            Lt[threadIdx.x] = r < T_ ? lrow[r] : 0.0f;
-            Dt[threadIdx.x] = r < T_ ? drow[r] : 0.0f;
+            int row = q0 + threadIdx.x;
+            Lt[threadIdx.x] = row < T_ ? lrow[row] : 0.0f;
+            Dt[threadIdx.x] = row < T_ ? drow[row] : 0.0f;
         }
         __syncthreads();
-        if (!active || q0 + ATT_TILE - 1 < j)
-            continue;
         int qi = q0 + lane;
-        float p = 0.0f, ds = 0.0f;
-        if (qi >= j && qi < T_) {
-            p = expf(dot_smem(Qt + lane * ks, k, hs) * scale - Lt[lane]);
-            float dp = dot_smem(Ot + lane * ks, v, hs);
-            ds = p * (dp - Dt[lane]) * scale;
-        }
-        /* Rows before j, and past T, have p = ds = 0: start at j, stop at the last row. */
-        int i0 = max(0, j - q0), i1 = min(ATT_TILE, T_ - q0);
-        for (int r = i0; r < i1; r++) {
-            float pr = __shfl_sync(FULL_MASK, p, r), dsr = __shfl_sync(FULL_MASK, ds, r);
+        float s[ATT_RPW], dp[ATT_RPW];
+        dots(s, Qt + lane * ks, k, ks, hs);
+        dots(dp, Ot + lane * ks, v, ks, hs);
 #pragma unroll
-            for (int i = 0; i < ATT_DPL; i++) {
-                int d = lane + WARP_SIZE * i;
-                if (d < hs) {
-                    dv[i] += pr * Ot[r * ks + d];
-                    dk[i] += dsr * Qt[r * ks + d];
-                }
+        for (int r = 0; r < ATT_RPW; r++) {
+            float pr = 0.0f, x = 0.0f;
+            if (qi >= j[r] && qi < T_) {
+                pr = expf(s[r] * scale - Lt[lane]);
+                x = pr * (dp[r] - Dt[lane]) * scale;
             }
+            p[r * ATT_TILE + lane] = pr;
+            ds[r * ATT_TILE + lane] = x;
         }
+        __syncwarp();
+        /* Rows past T have p = ds = 0: stop at the last one. */
+        int n = min(ATT_TILE, T_ - q0);
+        accumulate(dv, p, Ot, ks, n, hs);
+        accumulate(dk, ds, Qt, ks, n, hs);
+        __syncwarp();
     }
-    if (!active)
-        return;
-    T *o = dqkv + ((size_t)b * T_ + j) * stride + h * hs;
 #pragma unroll
-    for (int i = 0; i < ATT_DPL; i++) {
-        int d = lane + WARP_SIZE * i;
-        if (d < hs) {
-            stx(o + C + d, dk[i]);
-            stx(o + 2 * C + d, dv[i]);
+    for (int r = 0; r < ATT_RPW; r++) {
+        if (j0 + r0 + r > jlast)
+            continue;
+        T *o = dqkv + ((size_t)b * T_ + j[r]) * stride + h * hs;
+#pragma unroll
+        for (int i = 0; i < ATT_DPL; i++) {
+            int d = lane + WARP_SIZE * i;
+            if (d < hs) {
+                stx(o + C + d, dk[r][i]);
+                stx(o + 2 * C + d, dv[r][i]);
+            }
         }
     }
 }
@@ -297,18 +399,33 @@ static int check_shape(struct gpu_ctx *ctx, const char *op, int B, int T, int C,
 
 static dim3 att_grid(int B, int T, int NH)
 {
-    return dim3((unsigned)((T + ATT_WARPS - 1) / ATT_WARPS), (unsigned)NH, (unsigned)B);
+    return dim3((unsigned)((T + ATT_TILE - 1) / ATT_TILE), (unsigned)NH, (unsigned)B);
+}
+
+/* Lets kernel fn have smem bytes of dynamic shared memory (past the default 48 KiB for the
+ * largest head sizes). */
+static int allow_smem(struct gpu_ctx *ctx, const char *op, const void *fn, size_t smem)
+{
+    if (smem <= ATT_SMEM_DEFAULT)
+        return 0;
+    return ctx_cuda(
+        ctx, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), op,
+        "cudaFuncSetAttribute");
 }
 
 template <typename T>
 static int attention_forward(struct gpu_ctx *ctx, void *out, float *lse, const void *qkv, int B,
                              int T_, int C, int NH)
 {
+    const char *op = "attention_forward";
     int hs = C / NH;
-    size_t smem = (2 * ATT_TILE * (size_t)(hs + 1) + ATT_WARPS * (size_t)hs) * sizeof(float);
+    size_t smem = (3 * ATT_TILE * (size_t)tile_stride(hs) + ATT_TILE * ATT_TILE) * sizeof(float);
+    int ret = allow_smem(ctx, op, (const void *)attention_forward_kernel<T>, smem);
+    if (ret < 0)
+        return ret;
     attention_forward_kernel<T><<<att_grid(B, T_, NH), ATT_THREADS, smem, ctx->stream>>>(
         (T *)out, lse, (const T *)qkv, T_, C, NH, 1.0f / sqrtf((float)hs));
-    return ctx_launched(ctx, "attention_forward");
+    return ctx_launched(ctx, op);
 }
 
 int gpu_attention_forward(struct gpu_ctx *ctx, enum gpu_dtype dt, void *out, float *lse,
@@ -328,22 +445,25 @@ static int attention_backward(struct gpu_ctx *ctx, void *dqkv, const void *dout,
 {
     const char *op = "attention_backward";
     int hs = C / NH;
-    size_t rows = (size_t)B * T_ * NH;
+    size_t rows = (size_t)B * T_ * NH, tile = ATT_TILE * (size_t)tile_stride(hs) * sizeof(float);
+    size_t weights = ATT_TILE * ATT_TILE * sizeof(float); /* ATT_RPW x ATT_TILE per warp */
+    size_t smem_dq = 4 * tile + weights,
+           smem_dkv = 4 * tile + 2 * weights + 2 * ATT_TILE * sizeof(float);
     float scale = 1.0f / sqrtf((float)hs);
     void *D = NULL;
     int ret = ctx_scratch(ctx, rows * sizeof(float), &D, op);
     if (ret < 0)
         return ret;
+    if ((ret = allow_smem(ctx, op, (const void *)attention_dq_kernel<T>, smem_dq)) < 0 ||
+        (ret = allow_smem(ctx, op, (const void *)attention_dkv_kernel<T>, smem_dkv)) < 0)
+        return ret;
 
     attention_delta_kernel<T>
         <<<(unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS), ATT_THREADS, 0, ctx->stream>>>(
             (float *)D, (const T *)dout, (const T *)out, B, T_, C, NH);
-    size_t tiles = 2 * ATT_TILE * (size_t)(hs + 1) * sizeof(float);
-    size_t rows_w = 2 * ATT_WARPS * (size_t)hs * sizeof(float);
-    attention_dq_kernel<T><<<att_grid(B, T_, NH), ATT_THREADS, tiles + rows_w, ctx->stream>>>(
+    attention_dq_kernel<T><<<att_grid(B, T_, NH), ATT_THREADS, smem_dq, ctx->stream>>>(
         (T *)dqkv, (const T *)dout, (const T *)qkv, lse, (const float *)D, T_, C, NH, scale);
-    attention_dkv_kernel<T><<<att_grid(B, T_, NH), ATT_THREADS,
-                              tiles + rows_w + 2 * ATT_TILE * sizeof(float), ctx->stream>>>(
+    attention_dkv_kernel<T><<<att_grid(B, T_, NH), ATT_THREADS, smem_dkv, ctx->stream>>>(
         (T *)dqkv, (const T *)dout, (const T *)qkv, lse, (const float *)D, T_, C, NH, scale);
     return ctx_launched(ctx, op);
 }
