@@ -737,6 +737,8 @@ CUDA_TEST(attention)
     attention_case(dt, 2, 33, 128, 1);  /* hs 128 */
     attention_case(dt, 1, 41, 80, 2);   /* hs 40: part of a lane's dims unused */
     attention_case(dt, 3, 1, 64, 4);    /* one position */
+    attention_case(dt, 1, 45, 54, 2);   /* hs 27: not a multiple of 4 (scalar reads) */
+    attention_case(dt, 1, 300, 64, 1);  /* hs 64: ten tiles */
 }
 
 /* ---- optimizer ----------------------------------------------------------------------------- */
