@@ -14,6 +14,7 @@ cd "$work"
 sed 's/^threads = 1/device = cuda/' small.cfg >cuda.cfg
 line=$(grep -n '^device = cuda' cuda.cfg | cut -d: -f1)
 checked=()
+flavours=()
 
 # expect_error BIN LINE ARGS...: BIN ARGS fails with exit 1 and LINE as its whole stderr, and
 # has not created its out_dir.
@@ -52,6 +53,7 @@ if built_with_cuda "$train_bin" && [ "$(gpu_count)" = 0 ]; then
         expect_skip "$build/bench/train_gpu"
     fi
     checked+=("the real build without a GPU")
+    flavours+=(cuda)
 fi
 
 if [ -n "${GPURUN_TRAIN_SIM:-}" ] && [ -x "$GPURUN_TRAIN_SIM" ]; then
@@ -73,8 +75,10 @@ if [ -n "${GPURUN_TRAIN_SIM:-}" ] && [ -x "$GPURUN_TRAIN_SIM" ]; then
     fi
     unset CUDASIM_DEVICES
     checked+=("cudasim with CUDASIM_DEVICES=0")
+    flavours+=(cudasim)
 fi
 
 [ ${#checked[@]} -gt 0 ] ||
     skip "a GPU is present and there is no cudasim build: no 'no device' case to check here"
 echo "# no-device line and exit status 1: ${checked[*]}"
+echo "# flavour: $(IFS=,; echo "${flavours[*]}")"
