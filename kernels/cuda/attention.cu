@@ -143,7 +143,8 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_MIN_BLOCKS)
     float *Ks = smem, *Vs = Ks + ATT_TILE * ks, *Qs = Vs + ATT_TILE * ks;
     float *Ps = Qs + ATT_TILE * ks;
     int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    int h = blockIdx.y, b = blockIdx.z, t0 = blockIdx.x * ATT_TILE;
+    /* The last rows first: they have the most keys (a shorter tail of blocks). */
+    int h = blockIdx.y, b = blockIdx.z, t0 = (gridDim.x - 1 - blockIdx.x) * ATT_TILE;
     int last = min(t0 + ATT_TILE, T_) - 1; /* the block's last query row, and key */
     int r0 = warp * ATT_RPW;               /* the warp's first row in the block */
     size_t stride = 3 * (size_t)C;
@@ -242,7 +243,8 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_MIN_BLOCKS)
     float *Ks = smem, *Vs = Ks + ATT_TILE * ks, *Qs = Vs + ATT_TILE * ks;
     float *Os = Qs + ATT_TILE * ks, *Ss = Os + ATT_TILE * ks;
     int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    int h = blockIdx.y, b = blockIdx.z, t0 = blockIdx.x * ATT_TILE;
+    /* The last rows first: they have the most keys (a shorter tail of blocks). */
+    int h = blockIdx.y, b = blockIdx.z, t0 = (gridDim.x - 1 - blockIdx.x) * ATT_TILE;
     int last = min(t0 + ATT_TILE, T_) - 1;
     int r0 = warp * ATT_RPW;
     size_t stride = 3 * (size_t)C;
