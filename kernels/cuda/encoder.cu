@@ -35,6 +35,9 @@ __global__ void encoder_dwte_kernel(T *dwte, const T *dout, const int *tokens, c
     if (c >= C)
         return;
     float sum = 0.0f;
+    /* Unrolled so that several rows' loads are in flight (a frequent token has thousands of
+     * positions); the additions stay in position order. */
+#pragma unroll 8
     for (int k = starts[u]; k < starts[u + 1]; k++)
         sum += ldx(dout + (size_t)positions[k] * C + c);
     T *row = dwte + (size_t)tokens[u] * C;
