@@ -97,6 +97,10 @@ static launch *L;
 static fiber *cur; /* the running fiber, NULL on the scheduler */
 static std::vector<fiber> fibers;
 static unsigned n_threads, live, waiting, exited, first_exited, bar_kind;
+/* Where the threads waiting at the block barrier called it from (one source line for all). */
+static const char *bar_file;
+static int bar_line;
+static unsigned bar_first;
 /* Per warp: lanes waiting at a warp operation, and lanes that have exited (a bit each). */
 static unsigned warp_waiting[MAX_THREADS / WARP], warp_exited[MAX_THREADS / WARP];
 /* The fibers of this phase, in order (run_q from run_pos on), and those released for the
@@ -311,7 +315,9 @@ static void release_block(void)
     waiting = 0;
 }
 
-static int block_barrier(int kind, int pred)
+/* file, line: the call's source line. Threads meeting at __syncthreads from two different
+ * lines (the two branches of an if) are in divergent code, which a GPU may hang on. */
+static int block_barrier(int kind, int pred, const char *file, int line)
 {
     fiber *f = need_fiber(bar_names[kind]);
     if (exited)
@@ -320,11 +326,19 @@ static int block_barrier(int kind, int pred)
              "code: every thread of the block must reach it)",
              bar_names[kind], fibers[first_exited].tid.x, fibers[first_exited].tid.y,
              fibers[first_exited].tid.z);
-    if (waiting == 0)
+    if (waiting == 0) {
         bar_kind = (unsigned)kind;
-    else if (bar_kind != (unsigned)kind)
-        fail(f, "%s reached while other threads of the block wait at %s", bar_names[kind],
-             bar_names[bar_kind]);
+        bar_file = file;
+        bar_line = line;
+        bar_first = f->index;
+    } else if (bar_kind != (unsigned)kind || bar_line != line || strcmp(bar_file, file)) {
+        const fiber *g = &fibers[bar_first];
+        fail(f,
+             "%s at %s:%d reached while thread (%u,%u,%u) waits at %s at %s:%d (a barrier in "
+             "divergent code: every thread of the block must reach the same one)",
+             bar_names[kind], file, line, g->tid.x, g->tid.y, g->tid.z, bar_names[bar_kind],
+             bar_file, bar_line);
+    }
     f->state = F_WAIT_BLOCK;
     f->value = pred != 0;
     waiting++;
@@ -334,24 +348,24 @@ static int block_barrier(int kind, int pred)
     return (int)f->result;
 }
 
-void __syncthreads(void)
+void cudasim_syncthreads(const char *file, int line)
 {
-    block_barrier(BAR_SYNC, 0);
+    block_barrier(BAR_SYNC, 0, file, line);
 }
 
-int __syncthreads_count(int pred)
+int cudasim_syncthreads_count(int pred, const char *file, int line)
 {
-    return block_barrier(BAR_COUNT, pred);
+    return block_barrier(BAR_COUNT, pred, file, line);
 }
 
-int __syncthreads_and(int pred)
+int cudasim_syncthreads_and(int pred, const char *file, int line)
 {
-    return block_barrier(BAR_AND, pred);
+    return block_barrier(BAR_AND, pred, file, line);
 }
 
-int __syncthreads_or(int pred)
+int cudasim_syncthreads_or(int pred, const char *file, int line)
 {
-    return block_barrier(BAR_OR, pred);
+    return block_barrier(BAR_OR, pred, file, line);
 }
 
 void __threadfence(void)

@@ -223,6 +223,25 @@ void selftest_divergent_barrier(void)
     cudaFree(d);
 }
 
+__global__ void two_barriers_kernel(int *out)
+{
+    int t = threadIdx.x;
+    if (t % 2) {
+        out[t] = 1;
+        __syncthreads();
+    } else {
+        out[t] = 2;
+        __syncthreads();
+    }
+}
+
+void selftest_two_barriers(void)
+{
+    int *d = (int *)dev_copy(NULL, 64 * sizeof(int));
+    two_barriers_kernel<<<1, 64>>>(d);
+    cudaFree(d);
+}
+
 __global__ void exited_lane_kernel(int *out)
 {
     int t = threadIdx.x;

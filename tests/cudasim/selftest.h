@@ -44,6 +44,8 @@ void selftest_overrun(size_t n, size_t index);
 void selftest_host_pointer(void);
 /* a __syncthreads that half of the block never reaches (those threads have returned); */
 void selftest_divergent_barrier(void);
+/* two groups of the block at two different __syncthreads (an if and its else); */
+void selftest_two_barriers(void);
 /* a shuffle whose mask names a lane that has returned. */
 void selftest_exited_lane(void);
 

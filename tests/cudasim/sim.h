@@ -73,12 +73,17 @@ void *cudasim_dyn_smem(void);
 
 /* ---- barriers, warp exchange ---------------------------------------------------------------- */
 
-/* Every live thread of the block must reach the same barrier; a thread that exits while others
- * wait (or will wait) is reported as the kernel's bug and the process aborts. */
-void __syncthreads(void);
-int __syncthreads_count(int pred);
-int __syncthreads_and(int pred);
-int __syncthreads_or(int pred);
+/* Every live thread of the block must reach the same barrier (the same source line); a thread
+ * that exits while others wait (or will wait), or threads at two different lines, are reported
+ * as the kernel's bug and the process aborts. */
+void cudasim_syncthreads(const char *file, int line);
+int cudasim_syncthreads_count(int pred, const char *file, int line);
+int cudasim_syncthreads_and(int pred, const char *file, int line);
+int cudasim_syncthreads_or(int pred, const char *file, int line);
+#define __syncthreads()           cudasim_syncthreads(__FILE__, __LINE__)
+#define __syncthreads_count(pred) cudasim_syncthreads_count((pred), __FILE__, __LINE__)
+#define __syncthreads_and(pred)   cudasim_syncthreads_and((pred), __FILE__, __LINE__)
+#define __syncthreads_or(pred)    cudasim_syncthreads_or((pred), __FILE__, __LINE__)
 /* Memory fences: a no-op here (one thread runs at a time), kept as compiler barriers. */
 void __threadfence(void);
 void __threadfence_block(void);

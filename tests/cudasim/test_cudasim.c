@@ -296,6 +296,11 @@ TEST(cudasim_divergent_barrier)
     expect_death(selftest_divergent_barrier, SIGABRT, "a barrier in divergent code");
 }
 
+TEST(cudasim_two_barriers)
+{
+    expect_death(selftest_two_barriers, SIGABRT, "must reach the same one");
+}
+
 TEST(cudasim_exited_lane)
 {
     expect_death(selftest_exited_lane, SIGABRT, "exited while lane");
