@@ -54,6 +54,7 @@ devices() {
 
 # The real build on a real device first; else the emulation's build.
 bin=$build/tests/coll_rank
+flavour=cuda
 label=
 why=
 devices "$bin"
@@ -69,9 +70,10 @@ if [ "$nccl" = none ] || [ "$ndev" = 0 ]; then
     devices "$bin"
     [ "$nccl" != none ] || skip "the cudasim build of coll_rank has no NCCL"
     [ "$devname" = cudasim ] || fail "'$bin' is not a cudasim build (device '$devname')"
+    flavour=cudasim
     label="cudasim: "
 fi
-echo "# ${label}coll_rank with NCCL $nccl, $ndev device(s) ($devname)"
+echo "# flavour: $flavour ($bin: NCCL $nccl, $ndev device(s), $devname)"
 
 work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gr-coll-nccl.XXXXXX")
 cleanup() {
