@@ -427,15 +427,16 @@ static int read_id(struct coll *c, struct gr *g, const char *key, ncclUniqueId *
     return 0;
 }
 
-/* After a set-up that ran out of time: which ranks never reached ncclCommInitRankConfig (each
- * publishes "coll/<seq>/nccl_join/<rank>" before it does), for the message. */
-static void say_missing(struct coll *c, struct gr *g, unsigned seq, int timeout_ms)
+/* After a failed set-up: the ranks that never reached ncclCommInitRankConfig (each publishes
+ * "coll/<seq>/nccl_join/<rank>" before it does), as "rank 3" or "ranks 2, 3" in out; "" when
+ * every rank did (or there is no store). */
+static void missing_ranks(struct coll *c, struct gr *g, unsigned seq, char *out, size_t cap)
 {
-    char key[64], list[128] = "", d[32];
+    char key[64], list[96] = "";
     size_t len = 0, vlen;
     int missing = 0;
 
-    for (int r = 0; g && r < coll_world_size(c); r++) {
+    for (int r = 0; g && coll_world_size(c) > 1 && r < coll_world_size(c); r++) {
         snprintf(key, sizeof(key), "coll/%u/nccl_join/%d", seq, r);
         if (gr_kv_get(g, key, NULL, 0, &vlen, 0) != -ENOENT)
             continue;
@@ -443,13 +444,9 @@ static void say_missing(struct coll *c, struct gr *g, unsigned seq, int timeout_
             len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%d", missing ? ", " : "", r);
         missing++;
     }
-    duration(timeout_ms, d, sizeof(d));
+    out[0] = '\0';
     if (missing)
-        coll_set_err(c, "nccl: rank%s %s%s did not join within %s", missing > 1 ? "s" : "", list,
-                     missing > 8 ? ", ..." : "", d);
-    else
-        coll_set_err(c, "nccl: the communicator of %d ranks was not ready within %s",
-                     coll_world_size(c), d);
+        snprintf(out, cap, "rank%s %s%s", missing > 1 ? "s" : "", list, missing > 8 ? ", ..." : "");
 }
 
 static int nccl_open(struct coll *c, struct gr *g)
@@ -464,7 +461,7 @@ static int nccl_open(struct coll *c, struct gr *g)
     ncclUniqueId id;
     ncclResult_t r;
     bool shared = world == 1;
-    char key[64], why[256];
+    char key[64], why[256], missing[128], d[32];
 
     if (!st) {
         coll_set_err(c, "nccl: out of memory");
@@ -503,17 +500,21 @@ static int nccl_open(struct coll *c, struct gr *g)
         if (ncclCommGetAsyncError(st->comm, &r) != ncclSuccess)
             r = ncclInternalError;
     }
-    if (r == ncclInProgress) {
-        say_missing(c, g, seq, timeout_ms);
-        abort_comm(st);
-        ret = -ETIMEDOUT;
-        goto out;
-    }
-    if (r != ncclSuccess) {
-        coll_set_err(c, "nccl: cannot create the communicator of %d ranks: %s", world,
+    if (r != ncclSuccess)
+        missing_ranks(c, g, seq, missing, sizeof(missing));
+    if (r == ncclInProgress && missing[0])
+        coll_set_err(c, "nccl: %s did not join within %s", missing,
+                     duration(timeout_ms, d, sizeof(d)));
+    else if (r == ncclInProgress)
+        coll_set_err(c, "nccl: the communicator of %d ranks was not ready within %s", world,
+                     duration(timeout_ms, d, sizeof(d)));
+    else if (r != ncclSuccess)
+        coll_set_err(c, "nccl: cannot create the communicator of %d ranks%s%s%s: %s", world,
+                     missing[0] ? " (" : "", missing, missing[0] ? " did not join)" : "",
                      nccl_why(st->comm, r, why, sizeof(why)));
+    if (r != ncclSuccess) {
         abort_comm(st);
-        ret = errno_of(r);
+        ret = r == ncclInProgress ? -ETIMEDOUT : errno_of(r);
         goto out;
     }
     ncclGetVersion(&version);

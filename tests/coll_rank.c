@@ -28,12 +28,15 @@
  *           seconds (a timeout, or NCCL's error), say that the communicator was aborted, and
  *           the next call give the same error. Prints "rank R/W: error seen: MESSAGE".
  *   nccl-stall  the same with the last rank alive but quiet for NCCL_STALL_MS.
+ *   nccl-nojoin the last rank never opens its collectives (it leaves after NCCL_STALL_MS): the
+ *           others' coll_open must fail, naming it ("rank 2 did not join"). NCCL's own wait
+ *           decides when: COLL_TIMEOUT_MS_DEFAULT, or the emulation's CUDASIM_NCCL_TIMEOUT_MS.
  *   devices     not a rank: prints "nccl VERSION devices N name NAME" (N CUDA devices visible,
  *           the first one's name) or "nccl none: REASON", for the test script to decide what
  *           it can run.
  *
- * usage: coll_rank check|die|stall|nccl-check|nccl-die|nccl-stall|devices   Exits 0 when
- * the mode's checks passed, 1 otherwise. */
+ * usage: coll_rank check|die|stall|nccl-check|nccl-die|nccl-stall|nccl-nojoin|devices
+ * Exits 0 when the mode's checks passed, 1 otherwise. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -644,6 +647,29 @@ static void run_nccl_die(struct coll *c, bool stall)
     printf("rank %d/%d: error seen: %s\n", rank, world, coll_strerror(c));
 }
 
+/* nccl-nojoin: every rank but the last must fail to open, naming the last one. */
+static int run_nccl_nojoin(struct gr *g)
+{
+    struct coll *c = NULL;
+    char err[512], want[64];
+    int ret;
+
+    if (rank == world - 1) {
+        sleep_ms(NCCL_STALL_MS);
+        exit(0);
+    }
+    ret = coll_open("nccl", g, &c, err, sizeof(err));
+    if (ret == 0)
+        die("the collectives opened without rank %d", world - 1);
+    snprintf(want, sizeof(want), "rank %d did not join", world - 1);
+    if (!strstr(err, want))
+        die("coll_open returned %d, '%s', which does not say '%s'", ret, err, want);
+    printf("rank %d/%d: error seen: %s\n", rank, world, err);
+    if (gr_finalize(g) < 0)
+        die("finalize: %s", gr_strerror(NULL));
+    return 0;
+}
+
 /* Device LOCAL_RANK of those visible (the agent gives each rank its own GPU through
  * CUDA_VISIBLE_DEVICES, so that is usually the only one). */
 static void nccl_device(struct gr *g)
@@ -692,6 +718,12 @@ static void run_nccl_die(struct coll *c, bool stall)
     (void)stall;
 }
 
+static int run_nccl_nojoin(struct gr *g)
+{
+    (void)g;
+    die("built without NCCL");
+}
+
 static int run_devices(void)
 {
     printf("nccl none: built without NCCL\n");
@@ -702,8 +734,8 @@ static int run_devices(void)
 
 int main(int argc, char **argv)
 {
-    static const char *const modes[] = {"check",    "die",        "stall",  "nccl-check",
-                                        "nccl-die", "nccl-stall", "devices"};
+    static const char *const modes[] = {"check",    "die",        "stall",       "nccl-check",
+                                        "nccl-die", "nccl-stall", "nccl-nojoin", "devices"};
     struct gr *g = NULL;
     struct coll *c = NULL;
     char err[512];
@@ -713,8 +745,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
         known |= !strcmp(mode, modes[i]);
     if (!known) {
-        fprintf(stderr,
-                "usage: coll_rank check|die|stall|nccl-check|nccl-die|nccl-stall|devices\n");
+        fprintf(stderr, "usage: coll_rank "
+                        "check|die|stall|nccl-check|nccl-die|nccl-stall|nccl-nojoin|devices\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -726,6 +758,8 @@ int main(int argc, char **argv)
     world = gr_world_size(g);
     if (nccl)
         nccl_device(g);
+    if (!strcmp(mode, "nccl-nojoin"))
+        return run_nccl_nojoin(g);
     if (coll_open(nccl ? "nccl" : "tcp", g, &c, err, sizeof(err)) < 0)
         die("cannot open the collectives: %s", err);
     if (coll_rank(c) != rank || coll_world_size(c) != world)

@@ -5,7 +5,9 @@
 # operations through the staging buffer; every rank's results hashed and compared through the
 # store) with 1, 2 and 3 ranks, one GPU each; nccl-die and nccl-stall (the last rank leaves,
 # or stays but goes quiet: the others must fail within seconds with the communicator aborted,
-# never hang).
+# never hang); under cudasim also nccl-nojoin (the last rank never opens its collectives: the
+# others' set-up fails naming it; with real NCCL that wait is COLL_TIMEOUT_MS_DEFAULT, 600 s,
+# too long for this test).
 #
 # Real NCCL refuses two ranks on one GPU, so a world larger than the machine's device count is
 # skipped with that reason. Without a device, the CUDA emulation's build of coll_rank runs
@@ -161,6 +163,24 @@ fault die 2
 fault die 3
 fault stall 2
 fault stall 3
+
+# nojoin WORLD: the set-up fails on every rank but the last, naming the last.
+nojoin() {
+    local world=$1 r last=$(($1 - 1))
+    fits "$world" || return 0
+    CUDASIM_NCCL_TIMEOUT_MS=2000 job "nojoin$world" "$world" nccl-nojoin 60
+    [ "$rc" = 0 ] || fail "nccl-nojoin with $world ranks: gpurun exited with status $rc"
+    for ((r = 0; r < last; r++)); do
+        grep -qE "^\[$r\] rank $r/$world: error seen: nccl: .*rank $last did not join" \
+            "$work/gpurun.out" || fail "nccl-nojoin with $world ranks: rank $r did not name rank $last"
+    done
+    grep -E '^\[[0-9]+\] rank [0-9]+/[0-9]+: error seen' "$work/gpurun.out" | sed 's/^/# /'
+}
+
+if [ "$flavour" = cudasim ]; then
+    nojoin 2
+    nojoin 3
+fi
 
 if [ ${#skipped[@]} -gt 0 ]; then
     printf '# %s\n' "${skipped[@]}"
