@@ -150,7 +150,9 @@ int coll_dev_all_gather(struct coll *c, const void *send, void *recv, size_t cou
 int coll_dev_broadcast(struct coll *c, void *buf, size_t bytes, int root, void *stream);
 
 /* Closes the connections and frees c (c may be NULL). Not collective: a rank may close while
- * the others still run, and they see it as a closed connection in their next operation. */
+ * the others still run, and they see it as a closed connection in their next operation. nccl
+ * lets the communicator finish its queued work for up to 10 s (ncclCommFinalize), then frees
+ * it, or aborts it when it did not finish. */
 void coll_close(struct coll *c);
 
 /* The text of c's last failure, or "" (borrowed: valid until the next call on c). */

@@ -461,7 +461,7 @@ static int nccl_open(struct coll *c, struct gr *g)
     ncclUniqueId id;
     ncclResult_t r;
     bool shared = world == 1;
-    char key[64], why[256], missing[128], d[32];
+    char key[64], why[256], missing[128] = "", d[32];
 
     if (!st) {
         coll_set_err(c, "nccl: out of memory");
