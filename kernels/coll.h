@@ -122,10 +122,11 @@ int coll_barrier(struct coll *c);
  * the timeout. The other backends return -ENOTSUP (with a message) and stay usable; a dtype
  * other than these, or a NULL buffer with a count, is -EINVAL.
  *
- * Averages are NCCL's ncclAvg: the same bits on every rank; a value whose sum over the ranks
- * is exact and divisible by the world size (in the dtype) comes out exact, others within
- * NCCL's rounding (bf16 data is reduced in fp32 at each step and rounded to bf16 in
- * between). */
+ * Averages are NCCL's ncclAvg, whose rounding is NCCL's: it may scale each rank's value by
+ * 1/world before adding, and round bf16 partial sums to bf16 between the steps of its
+ * algorithm, so a result may differ in its last bits from the sum divided by the world size
+ * (an allreduce still gives the same bits on every rank). Values that are each the world size
+ * times a small integer come out exact. */
 enum coll_dtype {
     COLL_F32,
     COLL_BF16,
