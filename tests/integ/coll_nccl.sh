@@ -13,6 +13,7 @@
 # skipped with that reason. Without a device, the CUDA emulation's build of coll_rank runs
 # the same checks where it is built (GPURUN_COLL_RANK_SIM, else $BUILD/sim/tests/coll_rank):
 # a run on the CPU, labelled cudasim, which says nothing about NCCL's own transports.
+# TRAIN_CUDA_FLAVOUR=cuda (make test-gpu: real devices only) leaves cudasim out.
 # timeout: 300
 set -euo pipefail
 
@@ -62,6 +63,7 @@ why=
 devices "$bin"
 if [ "$nccl" = none ] || [ "$ndev" = 0 ]; then
     reason=${why:-no CUDA device available}
+    [ "${TRAIN_CUDA_FLAVOUR:-}" != cuda ] || skip "$reason (real devices only: no cudasim)"
     sim=${GPURUN_COLL_RANK_SIM:-$build/sim/tests/coll_rank}
     [[ $sim == /* ]] || sim=$root/$sim
     [ -x "$sim" ] || skip "$reason (and no cudasim build of coll_rank at '$sim')"
