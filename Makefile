@@ -339,16 +339,18 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)bench/run
 
-# The CUDA backend's tests alone (the kernels, the model, the nccl collectives' unit tests and
-# integ/coll_nccl, through tests/run): each one SKIPs on a machine without a device.
+# The CUDA backend's tests alone (the kernels, the model, the nccl collectives' unit tests,
+# integ/coll_nccl and the cuda training runs of integ/train_cuda_*, through tests/run): each
+# one SKIPs on a machine without a device; TRAIN_CUDA_FLAVOUR=cuda keeps cudasim out.
 ifeq ($(CUDA),1)
-test-gpu: $(RUNNER) $(COLL_RANK) $(GPURUN) $(RENDEZVOUSD)
-	$(Q)BUILD=$(BUILD) tests/run cuda_ops cuda_model coll_nccl
+test-gpu: $(RUNNER) $(COLL_RANK) $(GPURUN) $(RENDEZVOUSD) $(TRAIN)
+	$(Q)BUILD=$(BUILD) TRAIN_CUDA_FLAVOUR=cuda tests/run cuda_ops cuda_model coll_nccl 'train_cuda_*'
 else
 test-gpu:
 	@echo "ok 1 - cuda_ops # SKIP built without the CUDA backend (nvcc not found)"
 	@echo "ok 2 - cuda_model # SKIP built without the CUDA backend (nvcc not found)"
 	@echo "ok 3 - coll_nccl # SKIP built without the CUDA backend (nvcc not found)"
+	@echo "ok 4 - train_cuda # SKIP built without the CUDA backend (nvcc not found)"
 endif
 
 # The CUDA training step benchmark (bench/README.md section 7): tokens/s and MFU of one GPU

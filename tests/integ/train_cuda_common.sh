@@ -4,7 +4,8 @@
 #   cudasim  else the cudasim build (GPURUN_TRAIN_SIM, which tests/run exports when it built
 #            one: the CUDA backend's own code on the CPU; it says nothing about speed, nor
 #            about the real cuBLASLt or NCCL);
-# else the script skips (pick_flavour). Every result line names the flavour.
+# else the script skips (pick_flavour). TRAIN_CUDA_FLAVOUR=cuda (make test-gpu) leaves cudasim
+# out. Every result line names the flavour.
 # shellcheck shell=bash
 # shellcheck source=train_common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/train_common.sh"
@@ -29,6 +30,8 @@ pick_flavour() {
     if [ "$gpus" -gt 0 ] && built_with_cuda "$train_bin"; then
         cuda_bin=$train_bin
         flavour=cuda
+    elif [ "${TRAIN_CUDA_FLAVOUR:-}" = cuda ]; then
+        skip "no CUDA device here (nvidia-smi -L) or a build without the CUDA backend"
     elif [ -n "${GPURUN_TRAIN_SIM:-}" ] && [ -x "$GPURUN_TRAIN_SIM" ]; then
         cuda_bin=$GPURUN_TRAIN_SIM
         flavour=cudasim

@@ -3,8 +3,8 @@
 # where device was set, "device 'cuda': no CUDA device available", and exit status 1, before
 # it reads data or writes anything; the GPU benchmark prints one SKIP line and exits 0. Checked
 # with the real build on a machine without a GPU, and with the cudasim build told that there
-# is none (CUDASIM_DEVICES=0), where the benchmark's smoke mode also runs for real. The
-# cuda-only keys are refused on cpu.
+# is none (CUDASIM_DEVICES=0; not with TRAIN_CUDA_FLAVOUR=cuda), where the benchmark's smoke
+# mode also runs for real. The cuda-only keys are refused on cpu.
 # timeout: 240
 set -euo pipefail
 # shellcheck source=train_cuda_common.sh
@@ -56,7 +56,8 @@ if built_with_cuda "$train_bin" && [ "$(gpu_count)" = 0 ]; then
     flavours+=(cuda)
 fi
 
-if [ -n "${GPURUN_TRAIN_SIM:-}" ] && [ -x "$GPURUN_TRAIN_SIM" ]; then
+if [ "${TRAIN_CUDA_FLAVOUR:-}" != cuda ] && [ -n "${GPURUN_TRAIN_SIM:-}" ] &&
+    [ -x "$GPURUN_TRAIN_SIM" ]; then
     export CUDASIM_DEVICES=0
     expect_error "$GPURUN_TRAIN_SIM" "cuda.cfg:$line: device 'cuda': no CUDA device available" \
         cuda.cfg
