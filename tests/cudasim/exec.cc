@@ -1,11 +1,12 @@
 /* cudasim's launcher (sim.h): runs a grid on the calling thread, one block after another,
  * each CUDA thread a fiber with a stack of its own. __syncthreads parks a fiber until every
  * live thread of its block has arrived; a warp operation parks it until the lanes of its mask
- * have arrived, then hands each lane its result. The fibers of each barrier phase run in
- * thread order, or in reverse order with CUDASIM_SCHEDULE=reverse (the blocks too): a kernel
- * whose result depends on the order has a race. A kernel bug the launcher can see (a barrier
- * in divergent code, a lane exiting while its warp waits for it, a deadlock) is reported with
- * the kernel, the launch site, the block and the thread, and the process aborts. */
+ * have arrived, then hands each lane its result. Between two __syncthreads each warp runs as
+ * far as it can before the next starts, warps and lanes in thread order, or in reverse order
+ * with CUDASIM_SCHEDULE=reverse (the blocks too): a kernel whose result depends on the order
+ * has a race (a barrier missing before a read, or before an overwrite). A kernel bug the launcher
+ * can see (a barrier in divergent code, a lane exiting while its warp waits for it, a deadlock) is
+ * reported with the kernel, the launch site, the block and the thread, and the process aborts. */
 #include <errno.h>
 #include <mutex>
 #include <stdarg.h>
@@ -103,10 +104,14 @@ static int bar_line;
 static unsigned bar_first;
 /* Per warp: lanes waiting at a warp operation, and lanes that have exited (a bit each). */
 static unsigned warp_waiting[MAX_THREADS / WARP], warp_exited[MAX_THREADS / WARP];
-/* The fibers of this phase, in order (run_q from run_pos on), and those released for the
- * next one (next_q, in release order: thread order within a release, or reverse). */
-static std::vector<unsigned> run_q, next_q;
-static size_t run_pos;
+/* The schedule. A phase runs from one __syncthreads to the next: its fibers in run_q (from
+ * run_pos on), in thread order or reverse. A warp whose lanes meet at a warp operation goes on
+ * at once (hot, from hot_pos on, ahead of run_q), so that each warp runs as far as it can, up
+ * to the block barrier, before the next warp starts: a warp reading what another has not
+ * written yet, or overwriting what another has not read yet, shows in one of the two orders.
+ * Fibers released by the block barrier form the next phase (next_q). */
+static std::vector<unsigned> run_q, next_q, hot;
+static size_t run_pos, hot_pos;
 static bool reverse_order;
 /* The stack of a fiber that just finished: back to the pool once we are off it. */
 static char *dead_stack;
@@ -261,7 +266,14 @@ static void enter(fiber *f)
  * when the phase is over; returns when f is resumed. */
 static void leave(fiber *f)
 {
-    fiber *n = run_pos < run_q.size() ? &fibers[run_q[run_pos++]] : NULL;
+    fiber *n = NULL;
+    if (hot_pos < hot.size()) {
+        n = &fibers[hot[hot_pos++]];
+        if (hot_pos == hot.size())
+            hot.clear(), hot_pos = 0;
+    } else if (run_pos < run_q.size()) {
+        n = &fibers[run_q[run_pos++]];
+    }
     if (n)
         enter(n);
     else
@@ -274,11 +286,12 @@ static void leave(fiber *f)
     after_switch();
 }
 
-/* Queues g for the next phase. */
-static void release(fiber *g)
+/* Queues g: next in this phase (a warp operation's group), or for the next phase (the block
+ * barrier). */
+static void release(fiber *g, bool now)
 {
     g->state = F_READY;
-    next_q.push_back(g->index);
+    (now ? hot : next_q).push_back(g->index);
 }
 
 /* Parks f until a barrier releases it. */
@@ -310,7 +323,7 @@ static void release_block(void)
                     : bar_kind == BAR_AND ? count == waiting
                     : bar_kind == BAR_OR  ? count > 0
                                           : 0;
-        release(g);
+        release(g, false);
     }
     waiting = 0;
 }
@@ -483,7 +496,7 @@ static void warp_try_release(fiber *f)
     for (unsigned k = 0; k < WARP; k++) {
         unsigned l = reverse_order ? WARP - 1 - k : k;
         if (mask >> l & 1)
-            release(&w[l]);
+            release(&w[l], true);
     }
     warp_waiting[f->warp] -= (unsigned)__builtin_popcount(mask);
 }
@@ -603,8 +616,10 @@ static void run_block(const launch *l)
     for (unsigned k = 0; k < n_threads; k++)
         run_q[k] = l->reverse ? n_threads - 1 - k : k;
     next_q.clear();
+    hot.clear();
+    hot_pos = 0;
     /* One phase per turn: its fibers run one after the other (each hands over to the next as
-     * it parks or finishes), those they release form the next phase. */
+     * it parks or finishes), those the block barrier releases form the next phase. */
     while (live) {
         if (run_q.empty())
             deadlock();
