@@ -295,7 +295,7 @@ run: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)scripts/demo.sh
 
-FORMAT_SRC = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null || find lib daemon client kernels tests bench -name '*.[ch]')
+FORMAT_SRC = $(shell git ls-files '*.c' '*.h' '*.cc' '*.cu' '*.cuh' 2>/dev/null || find lib daemon client kernels tests bench -name '*.[ch]' -o -name '*.cc')
 format:
 	$(Q)clang-format -i $(FORMAT_SRC)
 format-check:
