@@ -5,7 +5,8 @@
 # cpu, each continuing the other's run within 1e-3 relative (fp32; a constant learning rate,
 # so that the schedules of 5 and 10 steps agree). An llm.c checkpoint starts a cuda run as it
 # starts a cpu one (within 1e-4). SIGTERM finishes the step, checkpoints and exits 0, and the
-# resumed run matches an uninterrupted one bit for bit.
+# resumed run matches an uninterrupted one bit for bit. Under cudasim, a run with the threads of
+# each barrier phase in reverse order (CUDASIM_SCHEDULE) is bit-identical too: no races.
 # timeout: 300
 set -euo pipefail
 # shellcheck source=train_cuda_common.sh
@@ -37,6 +38,18 @@ resumed() {
 }
 resumed bf16
 resumed "fp32-zero" train.dtype=fp32 train.zero=1
+
+# Under cudasim, the whole step once more with each barrier phase's threads run in reverse
+# order: a kernel whose result depends on the order has a race, and the metrics would differ.
+if [ "$flavour" = cudasim ]; then
+    CUDASIM_SCHEDULE=reverse train_cuda "$cfg" "${small[@]}" train.ckpt_every=5 \
+        train.out_dir="$work/reverse"
+    expect_rc 0 "bf16, 10 steps, CUDASIM_SCHEDULE=reverse"
+    same_losses "$work/bf16/metrics.jsonl" "$work/reverse/metrics.jsonl" \
+        "bf16 under the reverse schedule"
+    cmp -s <(state_of "$work/bf16/ckpt_00000010.bin") <(state_of "$work/reverse/ckpt_00000010.bin") ||
+        fail "the step-10 checkpoints differ between cudasim's forward and reverse schedules"
+fi
 
 # --- across devices -------------------------------------------------------------------------
 flat=("${small[@]}" optim.min_lr=1e-3 optim.warmup_steps=0)
