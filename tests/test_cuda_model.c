@@ -574,6 +574,7 @@ static void update_shard(enum gpu_dtype dt, int rank)
 
     dev_floats(dt, pw, bw.params, n_pad);
     dev_floats(dt, ps, bs.params, n_pad);
+    size_t still = 0;
     for (size_t i = 0; i < n_pad; i++) {
         float init = i < np ? cpu.params[i] : 0.0f;
         float want = i >= lo && i < hi ? pw[i] : init;
@@ -581,10 +582,13 @@ static void update_shard(enum gpu_dtype dt, int rank)
             test_fail(__FILE__, __LINE__,
                       "shard [%zu, %zu) param %zu: %.9g, want %.9g (unsharded %.9g, before %.9g)",
                       lo, hi, i, (double)ps[i], (double)want, (double)pw[i], (double)init);
-        /* (bf16 parameters may not move by lr's small steps.) */
-        if (dt == GPU_F32 && i >= lo && i < hi && i < np && pw[i] == init)
-            test_fail(__FILE__, __LINE__, "param %zu did not move", i);
+        still += i >= lo && i < hi && i < np && pw[i] == init;
     }
+    /* fp32 parameters move, but for the rare one whose step (the Adam term less the decay)
+     * falls below half an ulp; bf16 ones may not move by lr's small steps. */
+    if (dt == GPU_F32 && still > (hi - lo) / 1000)
+        test_fail(__FILE__, __LINE__, "%zu of the shard's %zu parameters did not move", still,
+                  hi - lo);
     for (int k = 0; k < 3; k++) {
         sw[k] = hmalloc(np * sizeof(float));
         ss[k] = hmalloc(s * sizeof(float));
