@@ -731,7 +731,7 @@ static void print_setup(const struct run *r)
            r->cfg.seq_len, r->dl.nseq / r->dl.G);
 #ifdef GPURUN_CUDA
     if (r->cuda) {
-        printf("run: %d steps, cuda device %d per rank, %s", r->cfg.steps, r->device,
+        printf("run: %d steps, cuda, one GPU per rank, %s", r->cfg.steps,
                r->dt == GPU_BF16 ? "bf16 (fp32 master weights)" : "fp32");
         if (r->cfg.zero)
             printf(", ZeRO-1 (optimizer shard of %zu of %zu padded parameters)",

@@ -23,7 +23,7 @@ expect_rc 0 "cpu, 20 steps"
 train_cuda "$cfg" "${twenty[@]}" train.dtype=fp32 train.sample_tokens=16 \
     train.out_dir="$work/fp32"
 expect_rc 0 "cuda fp32, 20 steps"
-grep -q "^run: 20 steps, cuda device 0 per rank, fp32, nccl" "$work/out" ||
+grep -q "^run: 20 steps, cuda, one GPU per rank, fp32, nccl" "$work/out" ||
     fail "the run line does not name the device, fp32 and nccl: $(grep '^run:' "$work/out")"
 grep -q '^sample after step 20 (16 tokens, temperature 0\.8):$' "$work/out" ||
     fail "no sample at the end of the cuda run"
@@ -39,7 +39,7 @@ curves_close "$work/cpu/metrics.jsonl" "$work/fp32/metrics.jsonl" 1e-4 "cuda fp3
 
 train_cuda "$cfg" "${twenty[@]}" train.out_dir="$work/bf16"
 expect_rc 0 "cuda bf16, 20 steps"
-grep -q "^run: 20 steps, cuda device 0 per rank, bf16 (fp32 master weights), nccl" "$work/out" ||
+grep -q "^run: 20 steps, cuda, one GPU per rank, bf16 (fp32 master weights), nccl" "$work/out" ||
     fail "the run line does not name bf16: $(grep '^run:' "$work/out")"
 curves_close "$work/cpu/metrics.jsonl" "$work/bf16/metrics.jsonl" 1e-2 "cuda bf16 against cpu"
 first=$(loss_at "$work/bf16/metrics.jsonl" 1)
