@@ -11,7 +11,7 @@
  *   activation gradients        e N 9 C                           one set, reused by every layer
  *   staging                     4 MiB                             host conversions
  * plus the context's 32 MiB cuBLASLt workspace and its small scratch. GPT-2 124M (C 768, L 12,
- * NH 12, Vp 50304, P ~ S ~ 124.5M) at batch 64 x 1024 in bf16: 0.5 GB + 1.5 GB + 26.2 GB
+ * NH 12, Vp 50304, P ~ S ~ 124.5M) at batch 64 x 1024 in bf16: 0.5 GB + 1.5 GB + 26.1 GB
  * (of which the logits 6.6 GB) + 0.05 GB + 0.9 GB, about 29 GB of an H100's 80 (fp32 mode:
  * about 56 GB). */
 #include <errno.h>
