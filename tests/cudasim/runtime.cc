@@ -36,6 +36,11 @@
 /* Freed allocations keep their address range (PROT_NONE) until this much is kept: a stale
  * pointer then faults rather than reaching a later allocation. */
 #define QUARANTINE_BYTES (4 * GIB)
+/* ... and at most this many (each is a mapping; the kernel allows 65530 per process). */
+#define QUARANTINE_COUNT 8192
+/* CUDASIM_TIGHT=1: allocations aligned to this only, so that their end is the guard page
+ * itself and a read past the end faults too (cudaMalloc's 256 bytes are then not kept). */
+#define TIGHT_ALIGN      16u
 /* Dynamic shared memory a launch may use without cudaFuncSetAttribute, and with it. */
 #define DYN_SMEM_DEFAULT (48u << 10)
 #define DYN_SMEM_OPTIN   232448u
@@ -482,6 +487,16 @@ bool cudasim_ptr_valid(const void *p, char *why, size_t len)
     return false;
 }
 
+static bool tight(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *s = getenv("CUDASIM_TIGHT");
+        on = s && *s && strcmp(s, "0");
+    }
+    return on;
+}
+
 static cudaError_t map_alloc(void **out, size_t size, alloc_kind kind)
 {
     *out = NULL;
@@ -491,7 +506,8 @@ static cudaError_t map_alloc(void **out, size_t size, alloc_kind kind)
     if (size > DEVICE_MEM || (kind == DEVICE && used_bytes + size > DEVICE_MEM))
         return cudasim_record(cudaErrorMemoryAllocation);
     cudasim_fault_setup();
-    size_t data = (size + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
+    size_t align = tight() ? TIGHT_ALIGN : ALLOC_ALIGN;
+    size_t data = (size + align - 1) / align * align;
     size_t pages = (data + PAGE - 1) / PAGE * PAGE;
     alloc a;
     a.len = pages + 2 * PAGE;
@@ -581,7 +597,7 @@ static cudaError_t free_alloc(void *p, alloc_kind kind)
     mprotect(a.map, a.len, PROT_NONE);
     freed.push_back(a);
     freed_bytes += a.len;
-    while (freed_bytes > QUARANTINE_BYTES && !freed.empty()) {
+    while ((freed_bytes > QUARANTINE_BYTES || freed.size() > QUARANTINE_COUNT) && !freed.empty()) {
         munmap(freed.front().map, freed.front().len);
         freed_bytes -= freed.front().len;
         freed.pop_front();

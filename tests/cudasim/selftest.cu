@@ -201,6 +201,20 @@ void selftest_overrun(size_t n, size_t index)
     cudaFree(d);
 }
 
+__global__ void load_kernel(float *p, size_t index)
+{
+    if (threadIdx.x == 0)
+        p[0] = p[index];
+}
+
+void selftest_overread(size_t n, size_t index)
+{
+    float *d = (float *)dev_copy(NULL, n * sizeof(float));
+    load_kernel<<<1, 32>>>(d, index);
+    cudaDeviceSynchronize();
+    cudaFree(d);
+}
+
 void selftest_host_pointer(void)
 {
     float *h = (float *)malloc(64 * sizeof(float));

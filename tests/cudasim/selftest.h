@@ -40,6 +40,8 @@ int selftest_neighbour(int *out, int n, int with_barrier);
 /* Deliberate kernel bugs, each to run in a child process that cudasim ends with a message:
  * a write to element index of an allocation of n floats; */
 void selftest_overrun(size_t n, size_t index);
+/* a read of element index of an allocation of n floats; */
+void selftest_overread(size_t n, size_t index);
 /* a kernel argument that is host memory; */
 void selftest_host_pointer(void);
 /* a __syncthreads that half of the block never reaches (those threads have returned); */

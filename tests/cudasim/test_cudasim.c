@@ -35,6 +35,11 @@ static void overrun(void)
     selftest_overrun(overrun_n, overrun_index);
 }
 
+static void overread(void)
+{
+    selftest_overread(overrun_n, overrun_index);
+}
+
 /* Runs child_fn in a child process with its output captured into out (len bytes) and checks
  * that it died of signal sig and said `says`. */
 static void expect_death(void (*fn)(void), int sig, const char *says)
@@ -247,6 +252,9 @@ TEST(cudasim_memory_checks)
     float *d = NULL, host[80];
     struct cudaDeviceProp prop;
 
+    /* cudaMalloc's alignment (CUDASIM_TIGHT=1 gives it up, read at the first allocation). */
+    CHECK_EQ(unsetenv("CUDASIM_TIGHT"), 0);
+
     CHECK_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
     CHECK_STR(prop.name, "cudasim");
     CHECK_EQ(prop.major, 9);
@@ -269,6 +277,15 @@ TEST(cudasim_memory_checks)
 
 /* ---- kernel bugs cudasim stops ------------------------------------------------------------- */
 
+/* CUDASIM_TIGHT=1: an allocation ends at the guard page, so a read just past it faults. */
+TEST(cudasim_tight_read)
+{
+    CHECK_EQ(setenv("CUDASIM_TIGHT", "1", 1), 0);
+    overrun_n = 60;
+    overrun_index = 60;
+    expect_death(overread, SIGSEGV, "1 byte(s) beyond the last byte of a 240-byte allocation");
+}
+
 /* A write just past an allocation whose size is a multiple of 256 hits the guard page. */
 TEST(cudasim_guard_page)
 {
@@ -281,6 +298,7 @@ TEST(cudasim_guard_page)
 /* Past a 240-byte allocation, before the guard: the canary, checked after the launch. */
 TEST(cudasim_canary)
 {
+    CHECK_EQ(unsetenv("CUDASIM_TIGHT"), 0);
     overrun_n = 60;
     overrun_index = 61;
     expect_death(overrun, SIGABRT, "beyond the last byte of a 240-byte cudaMalloc allocation");
