@@ -344,7 +344,8 @@ static int block_barrier(int kind, int pred, const char *file, int line)
         bar_file = file;
         bar_line = line;
         bar_first = f->index;
-    } else if (bar_kind != (unsigned)kind || bar_line != line || strcmp(bar_file, file)) {
+    } else if (bar_kind != (unsigned)kind || bar_line != line ||
+               (bar_file != file && strcmp(bar_file, file))) {
         const fiber *g = &fibers[bar_first];
         fail(f,
              "%s at %s:%d reached while thread (%u,%u,%u) waits at %s at %s:%d (a barrier in "
@@ -403,6 +404,16 @@ void *cudasim_dyn_smem(void)
 }
 
 /* ---- warp operations ----------------------------------------------------------------------- */
+
+/* The number of lanes in mask (without the popcnt instruction, which is not baseline x86-64). */
+static inline unsigned lanes_in(unsigned mask)
+{
+    if (mask == 0xffffffffu)
+        return WARP;
+    mask = mask - ((mask >> 1) & 0x55555555u);
+    mask = (mask & 0x33333333u) + ((mask >> 2) & 0x33333333u);
+    return (((mask + (mask >> 4)) & 0x0f0f0f0fu) * 0x01010101u) >> 24;
+}
 
 /* The lanes warp w has (a block whose size is not a multiple of 32 has a short last warp). */
 static unsigned warp_lanes(unsigned w)
@@ -498,7 +509,7 @@ static void warp_try_release(fiber *f)
         if (mask >> l & 1)
             release(&w[l], true);
     }
-    warp_waiting[f->warp] -= (unsigned)__builtin_popcount(mask);
+    warp_waiting[f->warp] -= lanes_in(mask);
 }
 
 uint64_t cudasim_warp_op(int kind, unsigned mask, uint64_t value, int arg, int width)
@@ -525,7 +536,7 @@ uint64_t cudasim_warp_op(int kind, unsigned mask, uint64_t value, int arg, int w
     f->arg = arg;
     f->width = width;
     f->state = F_WAIT_WARP;
-    if (++warp_waiting[f->warp] >= (unsigned)__builtin_popcount(mask))
+    if (++warp_waiting[f->warp] >= lanes_in(mask))
         warp_try_release(f);
     park(f);
     return f->result;
