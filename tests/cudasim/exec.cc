@@ -17,7 +17,12 @@
 #include <unistd.h>
 #include <vector>
 
-#if !defined(__x86_64__)
+/* The context switch: hand-written for x86-64 (a few instructions, no system call);
+ * ucontext elsewhere, or with -DCUDASIM_UCONTEXT. */
+#if FAST_SWITCH && !defined(CUDASIM_UCONTEXT)
+#define FAST_SWITCH 1
+#else
+#define FAST_SWITCH 0
 #include <ucontext.h>
 #endif
 
@@ -58,7 +63,7 @@ enum fstate : uint8_t {
 };
 
 struct fiber {
-#if defined(__x86_64__)
+#if FAST_SWITCH
     void *sp; /* saved stack pointer while switched out */
 #else
     ucontext_t uc;
@@ -116,7 +121,7 @@ static bool reverse_order;
 /* The stack of a fiber that just finished: back to the pool once we are off it. */
 static char *dead_stack;
 
-#if defined(__x86_64__)
+#if FAST_SWITCH
 static void *sched_sp;
 /* Saves the callee-saved registers on the current stack, stores the stack pointer in *save,
  * switches to the stack `to` and restores the registers saved there (SysV x86-64 ABI). */
@@ -243,7 +248,7 @@ static void enter(fiber *f)
     if (f->stack)
         return;
     f->stack = stack_get();
-#if defined(__x86_64__)
+#if FAST_SWITCH
     /* A frame for cudasim_switch to pop: six zero registers, fiber_entry as the return
      * address, and a null slot above it so that fiber_entry starts with the stack aligned as
      * after a call. */
@@ -278,7 +283,7 @@ static void leave(fiber *f)
         enter(n);
     else
         cur = NULL;
-#if defined(__x86_64__)
+#if FAST_SWITCH
     cudasim_switch(&f->sp, n ? n->sp : sched_sp);
 #else
     swapcontext(&f->uc, n ? &n->uc : &sched_uc);
@@ -637,7 +642,7 @@ static void run_block(const launch *l)
         run_pos = 1;
         fiber *f = &fibers[run_q[0]];
         enter(f);
-#if defined(__x86_64__)
+#if FAST_SWITCH
         cudasim_switch(&sched_sp, f->sp);
 #else
         swapcontext(&sched_uc, &f->uc);
