@@ -434,4 +434,6 @@ static inline void cudasim_launch(const cudasim_site &site, const cudasim_config
                 (int)sizeof...(P));
 }
 
+#include "wmma.h" /* nvcuda::wmma, emulated per lane */
+
 #endif
