@@ -28,8 +28,16 @@
 #include <errno.h>
 #include <math.h>
 
+#include <type_traits>
+
 #include "common.cuh"
 #include "banned.h"
+
+/* The bf16 path on tensor cores (attention_tc.cu): the same contracts, after check_shape. */
+int attention_tc_forward(struct gpu_ctx *ctx, void *out, float *lse, const void *qkv, int B, int T,
+                         int C, int NH);
+int attention_tc_backward(struct gpu_ctx *ctx, void *dqkv, const void *dout, const void *qkv,
+                          const float *lse, const float *D, int B, int T, int C, int NH);
 
 #define ATT_WARPS        8
 #define ATT_THREADS      (ATT_WARPS * WARP_SIZE)
@@ -421,6 +429,8 @@ static int attention_forward(struct gpu_ctx *ctx, void *out, float *lse, const v
 {
     const char *op = "attention_forward";
     int hs = C / NH;
+    if constexpr (std::is_same<T, bf16>::value)
+        return attention_tc_forward(ctx, out, lse, qkv, B, T_, C, NH);
     size_t smem = (3 * ATT_TILE * (size_t)tile_stride(hs) + ATT_TILE * ATT_TILE) * sizeof(float);
     int ret = allow_smem(ctx, op, (const void *)attention_forward_kernel<T>, smem);
     if (ret < 0)
@@ -456,13 +466,15 @@ static int attention_backward(struct gpu_ctx *ctx, void *dqkv, const void *dout,
     int ret = ctx_scratch(ctx, rows * sizeof(float), &D, op);
     if (ret < 0)
         return ret;
+    attention_delta_kernel<T>
+        <<<(unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS), ATT_THREADS, 0, ctx->stream>>>(
+            (float *)D, (const T *)dout, (const T *)out, B, T_, C, NH);
+    if constexpr (std::is_same<T, bf16>::value)
+        return attention_tc_backward(ctx, dqkv, dout, qkv, lse, (const float *)D, B, T_, C, NH);
     if ((ret = allow_smem(ctx, op, (const void *)attention_dq_kernel<T>, smem_dq)) < 0 ||
         (ret = allow_smem(ctx, op, (const void *)attention_dkv_kernel<T>, smem_dkv)) < 0)
         return ret;
 
-    attention_delta_kernel<T>
-        <<<(unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS), ATT_THREADS, 0, ctx->stream>>>(
-            (float *)D, (const T *)dout, (const T *)out, B, T_, C, NH);
     attention_dq_kernel<T><<<att_grid(B, T_, NH), ATT_THREADS, smem_dq, ctx->stream>>>(
         (T *)dqkv, (const T *)dout, (const T *)qkv, lse, (const float *)D, T_, C, NH, scale);
     attention_dkv_kernel<T><<<att_grid(B, T_, NH), ATT_THREADS, smem_dkv, ctx->stream>>>(
