@@ -741,6 +741,53 @@ CUDA_TEST(attention)
     attention_case(dt, 1, 300, 64, 1);  /* hs 64: ten tiles */
 }
 
+/* Forward and backward twice on the same inputs: identical bits (under cudasim the second run
+ * takes the other schedule, as in the deterministic test). */
+static void attention_repeat(enum gpu_dtype dt, int B, int T, int C, int NH)
+{
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    void *qkv = dput(dt, hrand(dt, nqkv, 1.5f), nqkv),
+         *dout = dput(dt, hrand(dt, nout, 1.0f), nout);
+    float *got[2][3];
+
+    for (int r = 0; r < 2; r++) {
+        if (r == 1) {
+            const char *s = getenv("CUDASIM_SCHEDULE");
+            bool rev = s && !strcmp(s, "reverse");
+            CHECK_EQ(setenv("CUDASIM_SCHEDULE", rev ? "forward" : "reverse", 1), 0);
+        }
+        void *out = dnan(dt, nout), *dqkv = dnan(dt, nqkv);
+        float *lse = dnan(GPU_F32, nl);
+        CHECK_GPU(gpu_attention_forward(ctx, dt, out, lse, qkv, B, T, C, NH));
+        CHECK_GPU(gpu_attention_backward(ctx, dt, dqkv, dout, qkv, out, lse, B, T, C, NH));
+        got[r][0] = dget(dt, out, nout);
+        got[r][1] = dgetf(lse, nl);
+        got[r][2] = dget(dt, dqkv, nqkv);
+    }
+    if (memcmp(got[0][0], got[1][0], nout * sizeof(float)) ||
+        memcmp(got[0][1], got[1][1], nl * sizeof(float)) ||
+        memcmp(got[0][2], got[1][2], nqkv * sizeof(float)))
+        test_fail(__FILE__, __LINE__, "attention (B %d T %d C %d NH %d): two runs differ", B, T, C,
+                  NH);
+}
+
+/* bf16 runs on tensor cores (attention_tc.cu; the attention test covers other head sizes): the
+ * head sizes of its 64- and 128-wide kernels, T ragged across several 64-row tiles, a single
+ * tile, one position, a head size padded with zeros and read element by element. */
+TEST(cuda_attention_tc_bf16)
+{
+    setup();
+    attention_case(GPU_BF16, 2, 300, 128, 2); /* hs 64 (GPT-2's), five tiles, the last ragged */
+    attention_case(GPU_BF16, 1, 300, 256, 2); /* hs 128 */
+    attention_case(GPU_BF16, 1, 64, 256, 2);  /* hs 128, exactly one tile */
+    attention_case(GPU_BF16, 2, 1, 128, 2);   /* T 1 */
+    attention_case(GPU_BF16, 1, 1, 128, 1);   /* T 1, hs 128 */
+    attention_case(GPU_BF16, 1, 130, 20, 1);  /* hs 20: padded to 32, scalar loads */
+    attention_repeat(GPU_BF16, 1, 300, 256, 2);
+    attention_repeat(GPU_BF16, 2, 129, 128, 2);
+    finish();
+}
+
 /* ---- optimizer ----------------------------------------------------------------------------- */
 
 CUDA_TEST(adamw)
