@@ -9,6 +9,9 @@
  *   dP[t,t2] = dout[t].v[t2],  dS = P (dP - D[t]) / sqrt(hs),
  *   dq[t] = sum_t2 dS[t,t2] k[t2],  dk[t2] = sum_t dS[t,t2] q[t],  dv[t2] = sum_t P[t,t2] dout[t].
  *
+ * GPU_BF16 runs on tensor cores (attention_tc.cu, same contracts); the kernels here serve
+ * GPU_F32, with exact fp32 maths.
+ *
  * Work split (fp32 FMAs from shared memory, no tensor cores). A block of ATT_WARPS warps owns
  * ATT_TILE consecutive rows of one (b,h), ATT_RPW rows per warp; the other operand streams
  * through shared memory in tiles of ATT_TILE rows, one per lane:
