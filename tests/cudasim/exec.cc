@@ -19,7 +19,7 @@
 
 /* The context switch: hand-written for x86-64 (a few instructions, no system call);
  * ucontext elsewhere, or with -DCUDASIM_UCONTEXT. */
-#if FAST_SWITCH && !defined(CUDASIM_UCONTEXT)
+#if defined(__x86_64__) && !defined(CUDASIM_UCONTEXT)
 #define FAST_SWITCH 1
 #else
 #define FAST_SWITCH 0
