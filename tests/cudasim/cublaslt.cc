@@ -1,5 +1,6 @@
 /* cudasim's cuBLASLt: the subset kernels/cuda/matmul.cu calls, run on the CPU inside the call
- * (the sim's streams are synchronous and its device pointers are host pointers), behind
+ * (or, with CUDASIM_ASYNC=1 on a stream of cudaStreamCreate*, when that stream's queue runs;
+ * the sim's device pointers are host pointers), behind
  * NVIDIA's own cublasLt.h. The semantics are cuBLASLt's documented ones: column-major
  * matrices (rows, cols, ld), D (m,n) = alpha op(A) op(B) + beta C, then the epilogue, with fp32
  * accumulation in the order k = 0..k-1 (so a product repeats bit for bit) and fp32 or bf16
@@ -8,13 +9,25 @@
 #include <cublasLt.h>
 
 #include <math.h>
+#include <memory>
 #include <new>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "banned.h"
+
+/* Whether a stream defers its work (the sim's runtime, runtime.cc); linked without it (the
+ * library's own test), every stream is synchronous. */
+bool cudasim_stream_deferred(cudaStream_t s) __attribute__((weak));
+void cudasim_stream_submit(cudaStream_t s, std::function<void()> fn) __attribute__((weak));
+
+static bool deferred(cudaStream_t s)
+{
+    return &cudasim_stream_deferred && cudasim_stream_deferred(s);
+}
 
 /* Tags at the start of each object this file hands out, so that a pointer of the wrong kind
  * (or one already destroyed) is refused instead of read. */
@@ -888,7 +901,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
 {
     const char *fn = "cublasLtMatmul", *why = NULL;
     problem p;
-    (void)workspace, (void)workspaceSizeInBytes, (void)stream;
+    (void)workspace, (void)workspaceSizeInBytes;
 
     if (!handle_ok(lightHandle))
         return CUBLAS_STATUS_NOT_INITIALIZED;
@@ -937,5 +950,27 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         report(fn, CUBLAS_STATUS_INVALID_VALUE, "the epilogue's bias or aux pointer is NULL");
         return CUBLAS_STATUS_INVALID_VALUE;
     }
-    return run(&p, fa, A, B, fb, C, D);
+    if (!deferred(stream))
+        return run(&p, fa, A, B, fb, C, D);
+    /* Deferred (cudasim's CUDASIM_ASYNC=1): the descriptors may be destroyed once the call
+     * returns, so the work keeps copies. An allocation failure then aborts (nobody is left to
+     * return it to). */
+    struct saved {
+        lt_desc d;
+        lt_layout l[4];
+        problem p;
+    };
+    auto sv = std::make_shared<saved>();
+    sv->d = *p.d;
+    sv->l[0] = *p.la, sv->l[1] = *p.lb, sv->l[2] = *p.lc, sv->l[3] = *p.ld;
+    sv->p = p;
+    sv->p.d = &sv->d;
+    sv->p.la = &sv->l[0], sv->p.lb = &sv->l[1], sv->p.lc = &sv->l[2], sv->p.ld = &sv->l[3];
+    cudasim_stream_submit(stream, [sv, fa, A, B, fb, C, D] {
+        if (run(&sv->p, fa, A, B, fb, C, D) != CUBLAS_STATUS_SUCCESS) {
+            fputs("cudasim: cublasLtMatmul: out of memory in queued work\n", stderr);
+            abort();
+        }
+    });
+    return CUBLAS_STATUS_SUCCESS;
 }

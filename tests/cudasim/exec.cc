@@ -6,7 +6,9 @@
  * with CUDASIM_SCHEDULE=reverse (the blocks too): a kernel whose result depends on the order
  * has a race (a barrier missing before a read, or before an overwrite). A kernel bug the launcher
  * can see (a barrier in divergent code, a lane exiting while its warp waits for it, a deadlock) is
- * reported with the kernel, the launch site, the block and the thread, and the process aborts. */
+ * reported with the kernel, the launch site, the block and the thread, and the process aborts.
+ * A launch on a deferred stream (CUDASIM_ASYNC=1) is checked at once and runs later, from a
+ * copy of its arguments, when the runtime (runtime.cc) runs the stream's queue. */
 #include <errno.h>
 #include <mutex>
 #include <stdarg.h>
@@ -691,8 +693,41 @@ static bool bad_dims(dim3 grid, dim3 block)
            threads > MAX_THREADS;
 }
 
+/* Runs the grid of a launch that passed cudasim_run's checks. */
+static void execute(const cudasim_site &site, const cudasim_config &cfg, void (*body)(void *),
+                    void *arg)
+{
+    std::lock_guard<std::mutex> lock(launch_mu);
+    cudasim_fault_setup();
+    launch l = {&site, cfg.grid, cfg.block,         cfg.smem, dyn_region(cfg.smem),
+                body,  arg,      schedule_reverse()};
+    if (getenv("CUDASIM_TRACE"))
+        fprintf(stderr, "cudasim: %s at %s:%d grid (%u,%u,%u) block (%u,%u,%u) smem %zu%s\n",
+                site.kernel, site.file, site.line, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x,
+                cfg.block.y, cfg.block.z, cfg.smem, l.reverse ? " reverse" : "");
+    n_threads = cfg.block.x * cfg.block.y * cfg.block.z;
+    if (fibers.size() < n_threads)
+        fibers.resize(n_threads);
+    cudasim_grid_dim = cfg.grid;
+    cudasim_block_dim = cfg.block;
+    L = &l;
+    unsigned long long gx = cfg.grid.x, gxy = gx * cfg.grid.y, blocks = gxy * cfg.grid.z;
+    for (unsigned long long k = 0; k < blocks; k++) {
+        unsigned long long b = l.reverse ? blocks - 1 - k : k;
+        cudasim_block_idx = {(unsigned)(b % gx), (unsigned)(b % gxy / gx), (unsigned)(b / gxy)};
+        run_block(&l);
+    }
+    L = NULL;
+    cudasim_block_idx = {0, 0, 0};
+    char after[512];
+    snprintf(after, sizeof(after), "kernel '%s' launched at %s:%d", site.kernel, site.file,
+             site.line);
+    cudasim_check_canaries(after);
+}
+
 void cudasim_run(const cudasim_site &site, const cudasim_config &cfg, const void *fn,
-                 void (*body)(void *), void *arg, const void *const *ptrs, int n_ptrs)
+                 void (*body)(void *), void *arg, void *(*clone)(const void *),
+                 void (*drop)(void *), const void *const *ptrs, int n_ptrs)
 {
     cudaError_t e;
 
@@ -723,32 +758,19 @@ void cudasim_run(const cudasim_site &site, const cudasim_config &cfg, const void
                 site.kernel, site.file, site.line, i + 1, ptrs[i], why);
     }
 
-    std::lock_guard<std::mutex> lock(launch_mu);
-    cudasim_fault_setup();
-    launch l = {&site, cfg.grid, cfg.block,         cfg.smem, dyn_region(cfg.smem),
-                body,  arg,      schedule_reverse()};
-    if (getenv("CUDASIM_TRACE"))
-        fprintf(stderr, "cudasim: %s at %s:%d grid (%u,%u,%u) block (%u,%u,%u) smem %zu%s\n",
-                site.kernel, site.file, site.line, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x,
-                cfg.block.y, cfg.block.z, cfg.smem, l.reverse ? " reverse" : "");
-    n_threads = cfg.block.x * cfg.block.y * cfg.block.z;
-    if (fibers.size() < n_threads)
-        fibers.resize(n_threads);
-    cudasim_grid_dim = cfg.grid;
-    cudasim_block_dim = cfg.block;
-    L = &l;
-    unsigned long long gx = cfg.grid.x, gxy = gx * cfg.grid.y, blocks = gxy * cfg.grid.z;
-    for (unsigned long long k = 0; k < blocks; k++) {
-        unsigned long long b = l.reverse ? blocks - 1 - k : k;
-        cudasim_block_idx = {(unsigned)(b % gx), (unsigned)(b % gxy / gx), (unsigned)(b / gxy)};
-        run_block(&l);
+    if (!cudasim_stream_deferred(cfg.stream)) {
+        cudasim_stream_submit(cfg.stream, [&] { execute(site, cfg, body, arg); });
+        return;
     }
-    L = NULL;
-    cudasim_block_idx = {0, 0, 0};
-    char after[512];
-    snprintf(after, sizeof(after), "kernel '%s' launched at %s:%d", site.kernel, site.file,
-             site.line);
-    cudasim_check_canaries(after);
+    /* Deferred: the launch keeps copies of its site, configuration and arguments (by value,
+     * as CUDA captures them at the launch). */
+    void *copy = clone(arg);
+    cudasim_site s = site;
+    cudasim_config c = cfg;
+    cudasim_stream_submit(cfg.stream, [s, c, body, copy, drop] {
+        execute(s, c, body, copy);
+        drop(copy);
+    });
 }
 
 /* ---- the fault handler's questions --------------------------------------------------------- */

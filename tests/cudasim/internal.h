@@ -5,6 +5,7 @@
 #define GPURUN_CUDASIM_INTERNAL_H
 
 #include <cuda_runtime_api.h>
+#include <functional>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,16 @@ cudaError_t cudasim_record(cudaError_t e);
 cudaError_t cudasim_device_check(void);
 /* Whether s is 0, a special stream handle or a live stream of cudaStreamCreate*. */
 bool cudasim_stream_valid(cudaStream_t s);
+/* Whether work queued on s waits in its queue (CUDASIM_ASYNC=1 and s a live stream of
+ * cudaStreamCreate*) rather than running inside the call that queues it. */
+bool cudasim_stream_deferred(cudaStream_t s);
+/* Queues fn (new: the queue owns it) on s: on a deferred stream it runs when CUDA's rules
+ * force the stream's work to (a synchronisation...); on another stream it runs now, after the
+ * blocking streams' work for the legacy default stream. fn must not call back into the
+ * runtime's stream or event functions from another thread. */
+void cudasim_stream_submit(cudaStream_t s, std::function<void()> fn);
+/* Runs every stream's queued work (a device synchronisation); nothing in synchronous mode. */
+void cudasim_drain_all(void);
 /* The dynamic shared memory a launch of fn may ask for (48 KiB unless cudaFuncSetAttribute
  * raised it). */
 size_t cudasim_func_dyn_smem_limit(const void *fn);

@@ -1,6 +1,8 @@
 /* cudasim's NCCL: the subset kernels/coll_nccl.c calls, for ranks that are processes of this
  * machine, behind NVIDIA's own nccl.h. Every call runs to completion inside itself (the sim's
- * streams are synchronous and its device pointers are host pointers).
+ * streams are synchronous and its device pointers are host pointers), except a collective on a
+ * deferred stream (CUDASIM_ASYNC=1): its checks run in the call, the collective itself when the
+ * stream's queue runs (an error then becomes the communicator's asynchronous error).
  *
  * ncclGetUniqueId creates a POSIX shared-memory segment and writes its name into the id; each
  * rank maps it in ncclCommInitRank (the last to join unlinks the name; a world of one needs no
@@ -22,7 +24,10 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <math.h>
+#include <memory>
+#include <mutex>
 #include <new>
+#include <set>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -36,11 +41,32 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "banned.h"
 
-/* The sim's runtime (runtime.cc) says which device this process set; linked without it (the
- * library's own test), the device is 0. */
+/* The sim's runtime (runtime.cc) says which device this process set and whether a stream
+ * defers its work; linked without it (the library's own test), the device is 0 and every
+ * stream is synchronous. */
 #pragma weak cudaGetDevice
+bool cudasim_stream_deferred(cudaStream_t s) __attribute__((weak));
+void cudasim_stream_submit(cudaStream_t s, std::function<void()> fn) __attribute__((weak));
+void cudasim_drain_all(void) __attribute__((weak));
+
+static bool deferred(cudaStream_t s)
+{
+    return &cudasim_stream_deferred && cudasim_stream_deferred(s);
+}
+
+/* Communicators not yet freed: a collective queued on a deferred stream runs only while its
+ * communicator lives (ncclCommAbort drops the work queued for it). */
+static std::mutex live_mu;
+static std::set<const void *> live_comms;
+
+static bool comm_live(const void *c)
+{
+    std::lock_guard<std::mutex> lock(live_mu);
+    return live_comms.count(c) != 0;
+}
 
 #define MAX_RANKS          64        /* ranks a segment has room for */
 #define SLOT_BYTES         (1 << 20) /* staging bytes per rank per step of a collective */
@@ -360,6 +386,10 @@ out:
 
 static void comm_free(ncclComm *c)
 {
+    {
+        std::lock_guard<std::mutex> lock(live_mu);
+        live_comms.erase(c);
+    }
     if (c->seg)
         munmap(c->seg, SEG_SIZE);
     else
@@ -415,6 +445,10 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
             return ret;
         }
     }
+    {
+        std::lock_guard<std::mutex> lock(live_mu);
+        live_comms.insert(c);
+    }
     *comm = c;
     /* Non-blocking init answers "in progress" and lets ncclCommGetAsyncError say when it is
      * done, which here is already. */
@@ -462,6 +496,9 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm)
 {
     if (!comm)
         return fail(ncclInvalidArgument, "ncclCommFinalize: comm is NULL");
+    /* Finalizing completes the communicator's queued operations. */
+    if (&cudasim_drain_all)
+        cudasim_drain_all();
     comm->finalized = true;
     return ncclSuccess;
 }
@@ -481,6 +518,8 @@ static ncclResult_t comm_leave(ncclComm_t comm, rank_state state)
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
+    if (comm && &cudasim_drain_all)
+        cudasim_drain_all();
     return comm_leave(comm, RANK_LEFT);
 }
 
@@ -877,8 +916,10 @@ static ncclResult_t coll_run(ncclComm *c, coll *k)
     return ncclSuccess;
 }
 
-/* The checks NCCL makes before it enqueues anything. */
-static ncclResult_t coll_start(ncclComm *c, coll *k, bool reduces, bool recv_needed)
+/* The checks NCCL makes before it enqueues anything, then the collective: now, or queued on a
+ * deferred stream. */
+static ncclResult_t coll_start(ncclComm *c, coll *k, bool reduces, bool recv_needed,
+                               cudaStream_t stream)
 {
     ncclDataType_t t = (ncclDataType_t)k->op.dtype;
     ncclRedOp_t op = (ncclRedOp_t)k->op.op;
@@ -904,7 +945,17 @@ static ncclResult_t coll_start(ncclComm *c, coll *k, bool reduces, bool recv_nee
         return fail(ncclInvalidArgument, "%s: NULL buffer", k->what);
     if (k->op.count == 0)
         return ncclSuccess;
-    return coll_run(c, k);
+    if (!deferred(stream))
+        return coll_run(c, k);
+    coll q = *k;
+    cudasim_stream_submit(stream, [c, q]() mutable {
+        if (!comm_live(c) || c->async_error != ncclSuccess)
+            return;
+        ncclResult_t r = coll_run(c, &q);
+        if (r != ncclSuccess && c->async_error == ncclSuccess)
+            c->async_error = r;
+    });
+    return ncclSuccess;
 }
 
 static coll coll_make(const char *what, uint32_t kind, const void *send, void *recv, size_t count,
@@ -926,43 +977,38 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream)
 {
-    (void)stream;
     coll k = coll_make("ncclAllReduce", COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0);
-    return coll_start(comm, &k, true, true);
+    return coll_start(comm, &k, true, true, stream);
 }
 
 ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     coll k = coll_make("ncclReduce", COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root);
-    return coll_start(comm, &k, true, comm && comm->rank == root);
+    return coll_start(comm, &k, true, comm && comm->rank == root, stream);
 }
 
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     coll k = coll_make("ncclBroadcast", COLL_BROADCAST, sendbuff, recvbuff, count, datatype,
                        ncclSum, root);
-    return coll_start(comm, &k, false, true);
+    return coll_start(comm, &k, false, true, stream);
 }
 
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                cudaStream_t stream)
 {
-    (void)stream;
     coll k = coll_make("ncclReduceScatter", COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount,
                        datatype, op, 0);
-    return coll_start(comm, &k, true, true);
+    return coll_start(comm, &k, true, true, stream);
 }
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     coll k = coll_make("ncclAllGather", COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype,
                        ncclSum, 0);
-    return coll_start(comm, &k, false, true);
+    return coll_start(comm, &k, false, true, stream);
 }

@@ -4,14 +4,18 @@
  * 0xff (NaN in fp32 and bf16) so unwritten reads show, its end against a PROT_NONE page so an
  * overrun faults, and the few bytes between the end and that page checked after every launch.
  * Freed memory stays unmapped-in-place for a while, so a use after free faults too. Streams
- * are synchronous (work runs inside the call that queues it), events record the host clock.
+ * are synchronous (work runs inside the call that queues it), or with CUDASIM_ASYNC=1 defer
+ * their work until CUDA's rules force it (see "streams and events"); events record the host
+ * clock.
  *
  * The devices: CUDASIM_DEVICES of them (default 1; 0 makes every call answer
  * cudaErrorNoDevice), filtered by CUDA_VISIBLE_DEVICES as the real runtime does, each an
  * H100-like "cudasim" (compute capability 9.0, 80 GiB, 132 SMs). */
 #include <deque>
 #include <errno.h>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <signal.h>
@@ -21,6 +25,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -425,8 +430,10 @@ cudaError_t cudaDeviceGetLimit(size_t *value, enum cudaLimit limit)
 cudaError_t cudaDeviceSynchronize(void)
 {
     cudaError_t e = need_device();
-    if (!e)
-        cudasim_check_canaries("cudaDeviceSynchronize");
+    if (e)
+        return e;
+    cudasim_drain_all();
+    cudasim_check_canaries("cudaDeviceSynchronize");
     return e;
 }
 
@@ -613,11 +620,14 @@ cudaError_t cudaMalloc(void **p, size_t size)
     return map_alloc(p, size, DEVICE);
 }
 
+/* CUDA's cudaFree and cudaFreeHost synchronise the device first: queued work runs. */
 cudaError_t cudaFree(void *p)
 {
     cudaError_t e = need_device();
     if (e)
         return e;
+    if (p)
+        cudasim_drain_all();
     return free_alloc(p, DEVICE);
 }
 
@@ -654,6 +664,8 @@ cudaError_t cudaFreeHost(void *p)
     cudaError_t e = need_device();
     if (e)
         return e;
+    if (p)
+        cudasim_drain_all();
     return free_alloc(p, HOST);
 }
 
@@ -694,6 +706,8 @@ static bool in_alloc(const void *p, size_t n)
     return a && (uintptr_t)p + n <= (uintptr_t)a->ptr + a->size;
 }
 
+static cudaError_t copy_deferred(void *dst, const void *src, size_t n, cudaStream_t stream);
+
 /* A copy's device side must be device-accessible memory (cudaMalloc or cudaMallocHost) and
  * stay inside its allocation (the real runtime refuses a copy past an allocation's end);
  * its host side may be any memory. cudaMemcpyDefault infers each side from the pointer. */
@@ -730,8 +744,11 @@ static cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKin
     }
     if ((dst_dev && !in_alloc(dst, n)) || (src_dev && !in_alloc(src, n)))
         return cudasim_record(cudaErrorInvalidValue);
-    memmove(dst, src, n);
-    return cudaSuccess;
+    if (!cudasim_stream_deferred(stream)) {
+        cudasim_stream_submit(stream, [dst, src, n] { memmove(dst, src, n); });
+        return cudaSuccess;
+    }
+    return copy_deferred(dst, src, n, stream);
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
@@ -784,7 +801,7 @@ static cudaError_t fill(void *p, int value, size_t n, cudaStream_t stream)
         return cudaSuccess;
     if (!in_alloc(p, n))
         return cudasim_record(cudaErrorInvalidValue);
-    memset(p, value, n);
+    cudasim_stream_submit(stream, [p, value, n] { memset(p, value, n); });
     return cudaSuccess;
 }
 
@@ -800,28 +817,143 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t stream)
 
 /* ---- streams and events -------------------------------------------------------------------- */
 
+/* CUDASIM_ASYNC=1: the work queued on a stream of cudaStreamCreate* waits in the stream's queue
+ * until CUDA's rules force it to run (a synchronisation of the stream, of an event recorded on
+ * it or of the device, a cudaStreamQuery that finds it pending twice, a stream waiting on such
+ * an event, cudaFree, or an operation on the legacy default stream, which runs the queues of
+ * the blocking streams first and leaves the non-blocking ones pending). A host read of what
+ * the work writes before such a point sees the old data, as it may on a GPU. Otherwise (the
+ * default) every stream is synchronous: work runs inside the call that queues it. */
+struct sim_op {
+    std::function<void()> fn;
+    uint64_t seq;
+};
+
 struct sim_stream {
     uint32_t magic;
     unsigned flags;
     int priority;
+    uint64_t id;
+    std::deque<sim_op> q;  /* deferred work, oldest first */
+    uint64_t queued, done; /* sequence numbers of the last op queued and the last one run */
+    unsigned polls;        /* cudaStreamQuery calls that found work pending */
 };
 
 struct sim_event {
     uint32_t magic;
     unsigned flags;
     bool recorded;
-    double ms; /* host clock at the record */
+    double ms; /* host clock when the record ran */
+    uint64_t id;
+    /* A record still queued: its stream's id and sequence number (pend_seq 0: none). */
+    uint64_t pend_stream, pend_seq;
+    unsigned polls; /* cudaEventQuery calls that found it pending */
 };
 
-static std::mutex obj_mu;
+/* Guards the streams, the events and their queues; held while queued work runs (that work may
+ * run other streams' queues: a wait on an event), hence recursive. */
+static std::recursive_mutex obj_mu;
 static std::set<const void *> streams, events;
+static std::map<uint64_t, sim_stream *> streams_by_id; /* creation order */
+static uint64_t next_id;
+
+static bool async_mode(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *s = getenv("CUDASIM_ASYNC");
+        on = s && *s && strcmp(s, "0");
+    }
+    return on;
+}
 
 bool cudasim_stream_valid(cudaStream_t s)
 {
     if (s == 0 || s == cudaStreamLegacy || s == cudaStreamPerThread)
         return true;
-    std::lock_guard<std::mutex> lock(obj_mu);
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
     return streams.count(s) != 0;
+}
+
+/* The stream whose work s defers, or NULL (synchronous mode, or a default stream). Caller
+ * holds obj_mu. */
+static sim_stream *deferred_of(cudaStream_t s)
+{
+    if (!async_mode() || !s || s == cudaStreamLegacy || s == cudaStreamPerThread ||
+        !streams.count(s))
+        return NULL;
+    return (sim_stream *)s;
+}
+
+bool cudasim_stream_deferred(cudaStream_t s)
+{
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    return deferred_of(s) != NULL;
+}
+
+/* Runs st's queue up to the op numbered seq (included). Caller holds obj_mu. */
+static void drain_to(sim_stream *st, uint64_t seq)
+{
+    while (st->done < seq && !st->q.empty()) {
+        sim_op op = std::move(st->q.front());
+        st->q.pop_front();
+        op.fn();
+        st->done = op.seq;
+    }
+    if (st->q.empty())
+        st->polls = 0;
+}
+
+/* Runs the queues of every stream, or of the blocking ones only (what an operation on the
+ * legacy default stream waits for), in creation order. Caller holds obj_mu. */
+static void drain_streams(bool blocking_only)
+{
+    std::vector<sim_stream *> all;
+    for (const auto &it : streams_by_id)
+        if (!blocking_only || !(it.second->flags & cudaStreamNonBlocking))
+            all.push_back(it.second);
+    for (sim_stream *st : all)
+        if (streams_by_id.count(st->id))
+            drain_to(st, UINT64_MAX);
+}
+
+void cudasim_drain_all(void)
+{
+    if (!async_mode())
+        return;
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    drain_streams(false);
+}
+
+/* What must run before an operation on s that is not deferred: on the legacy default stream,
+ * the blocking streams' work. Caller holds obj_mu. */
+static void before_sync_op(cudaStream_t s)
+{
+    if (async_mode() && (s == 0 || s == cudaStreamLegacy))
+        drain_streams(true);
+}
+
+/* Queues fn on st and returns its sequence number. Caller holds obj_mu. */
+static uint64_t enqueue(sim_stream *st, std::function<void()> fn)
+{
+    st->q.push_back({std::move(fn), ++st->queued});
+    return st->queued;
+}
+
+void cudasim_stream_submit(cudaStream_t s, std::function<void()> fn)
+{
+    if (!async_mode()) {
+        fn();
+        return;
+    }
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    sim_stream *st = deferred_of(s);
+    if (st) {
+        enqueue(st, std::move(fn));
+        return;
+    }
+    before_sync_op(s);
+    fn();
 }
 
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, int priority)
@@ -831,10 +963,16 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, in
         return e;
     if (flags & ~(unsigned)cudaStreamNonBlocking)
         return cudasim_record(cudaErrorInvalidValue);
-    sim_stream *st =
-        new sim_stream{STREAM_MAGIC, flags, priority < -5 ? -5 : (priority > 0 ? 0 : priority)};
-    std::lock_guard<std::mutex> lock(obj_mu);
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    sim_stream *st = new sim_stream;
+    st->magic = STREAM_MAGIC;
+    st->flags = flags;
+    st->priority = priority < -5 ? -5 : (priority > 0 ? 0 : priority);
+    st->id = ++next_id;
+    st->queued = st->done = 0;
+    st->polls = 0;
     streams.insert(st);
+    streams_by_id[st->id] = st;
     *s = (cudaStream_t)st;
     return cudaSuccess;
 }
@@ -851,17 +989,20 @@ cudaError_t cudaStreamCreate(cudaStream_t *s)
 
 static sim_stream *stream_of(cudaStream_t s)
 {
-    std::lock_guard<std::mutex> lock(obj_mu);
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
     return streams.count(s) ? (sim_stream *)s : NULL;
 }
 
+/* CUDA lets the queued work finish after cudaStreamDestroy returns: here it runs first. */
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
     sim_stream *st = stream_of(s);
     if (!st)
         return cudasim_record(cudaErrorInvalidResourceHandle);
-    std::lock_guard<std::mutex> lock(obj_mu);
+    drain_to(st, UINT64_MAX);
     streams.erase(st);
+    streams_by_id.erase(st->id);
     st->magic = 0;
     delete st;
     return cudaSuccess;
@@ -874,14 +1015,36 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
         return e;
     if (!cudasim_stream_valid(s))
         return cudasim_record(cudaErrorInvalidResourceHandle);
+    {
+        std::lock_guard<std::recursive_mutex> lock(obj_mu);
+        sim_stream *st = deferred_of(s);
+        if (st)
+            drain_to(st, UINT64_MAX);
+        else
+            before_sync_op(s);
+    }
     cudasim_check_canaries("cudaStreamSynchronize");
     return cudaSuccess;
 }
 
+/* Pending work: "not ready" at the first query, run at the next, so that a polling loop ends
+ * and code that takes completion for granted without asking is caught. cudaErrorNotReady is
+ * not an error: it is not recorded. */
 cudaError_t cudaStreamQuery(cudaStream_t s)
 {
     if (!cudasim_stream_valid(s))
         return cudasim_record(cudaErrorInvalidResourceHandle);
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    sim_stream *st = deferred_of(s);
+    if (!st) {
+        before_sync_op(s);
+        return cudaSuccess;
+    }
+    if (st->q.empty())
+        return cudaSuccess;
+    if (st->polls++ == 0)
+        return cudaErrorNotReady;
+    drain_to(st, UINT64_MAX);
     return cudaSuccess;
 }
 
@@ -907,7 +1070,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *data)
 {
     if (!cudasim_stream_valid(s))
         return cudasim_record(cudaErrorInvalidResourceHandle);
-    fn(data);
+    cudasim_stream_submit(s, [fn, data] { fn(data); });
     return cudaSuccess;
 }
 
@@ -920,7 +1083,7 @@ static double now_ms(void)
 
 static sim_event *event_of(cudaEvent_t e)
 {
-    std::lock_guard<std::mutex> lock(obj_mu);
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
     return events.count(e) ? (sim_event *)e : NULL;
 }
 
@@ -931,8 +1094,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
         return r;
     if (flags & ~(unsigned)(cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess))
         return cudasim_record(cudaErrorInvalidValue);
-    sim_event *ev = new sim_event{EVENT_MAGIC, flags, false, 0.0};
-    std::lock_guard<std::mutex> lock(obj_mu);
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    sim_event *ev = new sim_event{EVENT_MAGIC, flags, false, 0.0, ++next_id, 0, 0, 0};
     events.insert(ev);
     *e = (cudaEvent_t)ev;
     return cudaSuccess;
@@ -943,26 +1106,52 @@ cudaError_t cudaEventCreate(cudaEvent_t *e)
     return cudaEventCreateWithFlags(e, cudaEventDefault);
 }
 
+/* A record still queued is dropped with its event (CUDA would complete it unseen). */
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
     sim_event *ev = event_of(e);
     if (!ev)
         return cudasim_record(cudaErrorInvalidResourceHandle);
-    std::lock_guard<std::mutex> lock(obj_mu);
     events.erase(ev);
     ev->magic = 0;
     delete ev;
     return cudaSuccess;
 }
 
+/* Whether ev (an id-checked pointer, for work queued before a destroy) is still live. */
+static sim_event *event_live(sim_event *ev, uint64_t id)
+{
+    return events.count(ev) && ev->id == id ? ev : NULL;
+}
+
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int flags)
 {
     (void)flags;
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
     sim_event *ev = event_of(e);
     if (!ev || !cudasim_stream_valid(s))
         return cudasim_record(cudaErrorInvalidResourceHandle);
-    ev->recorded = true;
-    ev->ms = now_ms();
+    sim_stream *st = deferred_of(s);
+    if (!st) {
+        before_sync_op(s);
+        ev->recorded = true;
+        ev->ms = now_ms();
+        ev->pend_seq = 0;
+        return cudaSuccess;
+    }
+    uint64_t id = ev->id, seq = st->queued + 1;
+    ev->pend_stream = st->id;
+    ev->pend_seq = seq;
+    ev->polls = 0;
+    enqueue(st, [ev, id, seq] {
+        sim_event *v = event_live(ev, id);
+        if (v && v->pend_seq == seq) {
+            v->recorded = true;
+            v->ms = now_ms();
+            v->pend_seq = 0;
+        }
+    });
     return cudaSuccess;
 }
 
@@ -971,36 +1160,105 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     return cudaEventRecordWithFlags(e, s, 0);
 }
 
+/* Runs the stream holding ev's pending record up to it. Caller holds obj_mu. */
+static void event_run(sim_event *ev)
+{
+    if (!ev->pend_seq)
+        return;
+    auto it = streams_by_id.find(ev->pend_stream);
+    if (it != streams_by_id.end())
+        drain_to(it->second, ev->pend_seq);
+    ev->pend_seq = 0; /* its stream is gone: destroying it ran its work */
+}
+
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
-    if (!event_of(e))
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    sim_event *ev = event_of(e);
+    if (!ev)
         return cudasim_record(cudaErrorInvalidResourceHandle);
+    event_run(ev);
     return cudaSuccess;
 }
 
+/* As cudaStreamQuery: a pending record is "not ready" once, then run. */
 cudaError_t cudaEventQuery(cudaEvent_t e)
 {
-    if (!event_of(e))
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    sim_event *ev = event_of(e);
+    if (!ev)
         return cudasim_record(cudaErrorInvalidResourceHandle);
+    if (!ev->pend_seq)
+        return cudaSuccess;
+    if (ev->polls++ == 0)
+        return cudaErrorNotReady;
+    event_run(ev);
     return cudaSuccess;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
     sim_event *a = event_of(start), *b = event_of(end);
     if (!a || !b || (a->flags & cudaEventDisableTiming) || (b->flags & cudaEventDisableTiming))
         return cudasim_record(cudaErrorInvalidResourceHandle);
+    if (a->pend_seq || b->pend_seq)
+        return cudaErrorNotReady;
     if (!a->recorded || !b->recorded)
         return cudasim_record(cudaErrorInvalidResourceHandle);
     *ms = (float)(b->ms - a->ms);
     return cudaSuccess;
 }
 
+/* s's later work runs after ev's pending record: a deferred s runs the recording stream up to
+ * it when s's queue reaches the wait; a default stream does it now. */
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
 {
     (void)flags;
-    if (!cudasim_stream_valid(s) || !event_of(e))
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    sim_event *ev = event_of(e);
+    if (!cudasim_stream_valid(s) || !ev)
         return cudasim_record(cudaErrorInvalidResourceHandle);
+    if (!ev->pend_seq)
+        return cudaSuccess;
+    sim_stream *st = deferred_of(s);
+    if (!st) {
+        event_run(ev);
+        return cudaSuccess;
+    }
+    uint64_t on = ev->pend_stream, seq = ev->pend_seq;
+    enqueue(st, [on, seq] {
+        auto it = streams_by_id.find(on);
+        if (it != streams_by_id.end())
+            drain_to(it->second, seq);
+    });
+    return cudaSuccess;
+}
+
+/* An asynchronous copy on a deferred stream, as CUDA treats pageable host memory (neither
+ * cudaMalloc nor cudaMallocHost): into it, the copy completes before the call returns (the
+ * stream runs up to it); from it, the source is staged at once and the caller may reuse it.
+ * Between device or pinned memory, the copy waits in the queue. */
+static cudaError_t copy_deferred(void *dst, const void *src, size_t n, cudaStream_t stream)
+{
+    bool dst_pageable, src_pageable;
+    {
+        std::lock_guard<std::recursive_mutex> lock(mem_mu);
+        dst_pageable = !find_alloc(dst);
+        src_pageable = !find_alloc(src);
+    }
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    sim_stream *st = deferred_of(stream);
+    if (!st) /* destroyed meanwhile by another thread */
+        return cudasim_record(cudaErrorInvalidResourceHandle);
+    if (dst_pageable) {
+        drain_to(st, enqueue(st, [dst, src, n] { memmove(dst, src, n); }));
+    } else if (src_pageable) {
+        auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
+        enqueue(st, [dst, staged] { memmove(dst, staged->data(), staged->size()); });
+    } else {
+        enqueue(st, [dst, src, n] { memmove(dst, src, n); });
+    }
     return cudaSuccess;
 }
 
@@ -1010,7 +1268,7 @@ static std::map<const void *, size_t> dyn_smem_limits;
 
 size_t cudasim_func_dyn_smem_limit(const void *fn)
 {
-    std::lock_guard<std::mutex> lock(obj_mu);
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
     auto it = dyn_smem_limits.find(fn);
     return it == dyn_smem_limits.end() ? DYN_SMEM_DEFAULT : it->second;
 }
@@ -1027,7 +1285,7 @@ cudaError_t cudaFuncSetAttribute(const void *fn, enum cudaFuncAttribute attr, in
         if (value < 0 || (unsigned)value > DYN_SMEM_OPTIN)
             return cudasim_record(cudaErrorInvalidValue);
         {
-            std::lock_guard<std::mutex> lock(obj_mu);
+            std::lock_guard<std::recursive_mutex> lock(obj_mu);
             dyn_smem_limits[fn] = (size_t)value;
         }
         return cudaSuccess;
@@ -1074,6 +1332,7 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, const voi
 
 cudaError_t cudaDeviceReset(void)
 {
+    cudasim_drain_all();
     {
         std::lock_guard<std::recursive_mutex> lock(mem_mu);
         while (!allocs.empty()) {
@@ -1081,12 +1340,13 @@ cudaError_t cudaDeviceReset(void)
             free_alloc(a.ptr, a.kind);
         }
     }
-    std::lock_guard<std::mutex> lock(obj_mu);
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
     for (const void *s : streams)
         delete (sim_stream *)s;
     for (const void *e : events)
         delete (sim_event *)e;
     streams.clear();
+    streams_by_id.clear();
     events.clear();
     dyn_smem_limits.clear();
     return cudaSuccess;

@@ -187,6 +187,72 @@ int selftest_neighbour(int *out, int n, int with_barrier)
     return finish(out, d, bytes);
 }
 
+__global__ void set_kernel(int *p, int *q, int v)
+{
+    if (threadIdx.x == 0) {
+        *p = v;
+        *q = v;
+    }
+}
+
+int selftest_async(int *obs)
+{
+    cudaStream_t nb = NULL, nb2 = NULL, bl = NULL;
+    cudaEvent_t ev = NULL;
+    int *pinned = NULL, *pinned2 = NULL, *d = NULL, *other = NULL, host = 0, v = 0, e;
+
+    if (cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking) ||
+        cudaStreamCreateWithFlags(&nb2, cudaStreamNonBlocking) || cudaStreamCreate(&bl) ||
+        cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) ||
+        cudaMallocHost((void **)&pinned, sizeof(int)) ||
+        cudaMallocHost((void **)&pinned2, sizeof(int)) || cudaMalloc((void **)&d, sizeof(int)) ||
+        cudaMalloc((void **)&other, sizeof(int)))
+        return (int)cudaGetLastError();
+    *pinned = *pinned2 = 0;
+    cudaMemcpy(d, &host, sizeof(int), cudaMemcpyHostToDevice);
+
+    /* A kernel on a non-blocking stream, then host reads without a synchronisation. */
+    set_kernel<<<1, 32, 0, nb>>>(pinned, d, 1);
+    obs[0] = *pinned;
+    obs[1] = (int)cudaStreamQuery(nb);
+    cudaMemcpy(other, &host, sizeof(int), cudaMemcpyHostToDevice); /* the legacy stream */
+    obs[2] = *pinned;
+    obs[3] = (int)cudaStreamQuery(nb);
+    obs[4] = *pinned;
+    /* A blocking stream: the legacy stream's next operation waits for it. */
+    set_kernel<<<1, 32, 0, bl>>>(pinned, d, 2);
+    cudaMemcpy(other, &host, sizeof(int), cudaMemcpyHostToDevice);
+    obs[5] = *pinned;
+    /* An event orders two non-blocking streams; a copy into pageable memory completes. */
+    set_kernel<<<1, 32, 0, nb>>>(pinned, d, 3);
+    cudaEventRecord(ev, nb);
+    cudaStreamWaitEvent(nb2, ev, 0);
+    cudaMemcpyAsync(&host, d, sizeof(int), cudaMemcpyDeviceToHost, nb2);
+    obs[6] = host;
+    /* A copy into pinned memory waits in the queue; one from pageable memory is staged. */
+    set_kernel<<<1, 32, 0, nb>>>(pinned, d, 4);
+    cudaMemcpyAsync(pinned2, d, sizeof(int), cudaMemcpyDeviceToHost, nb);
+    obs[7] = *pinned2;
+    v = 5;
+    cudaMemcpyAsync(d, &v, sizeof(int), cudaMemcpyHostToDevice, nb);
+    v = 6;
+    cudaStreamSynchronize(nb);
+    obs[8] = *pinned2;
+    cudaMemcpy(&host, d, sizeof(int), cudaMemcpyDeviceToHost);
+    obs[9] = host;
+
+    e = (int)cudaGetLastError();
+    cudaFree(d);
+    cudaFree(other);
+    cudaFreeHost(pinned);
+    cudaFreeHost(pinned2);
+    cudaEventDestroy(ev);
+    cudaStreamDestroy(nb);
+    cudaStreamDestroy(nb2);
+    cudaStreamDestroy(bl);
+    return e;
+}
+
 __global__ void store_kernel(float *p, size_t index)
 {
     if (threadIdx.x == 0)

@@ -36,6 +36,17 @@ int selftest_launch_smem(size_t smem, int raise);
 /* One block of n threads (n <= 64): out[t] = the value thread (t + 1) % n stored in shared
  * memory, read after a barrier or (with_barrier 0) without one: a race. */
 int selftest_neighbour(int *out, int n, int with_barrier);
+/* What the host sees of streams' work (CUDASIM_ASYNC=1 defers it), into obs[0..9]: a pinned
+ * int that a kernel on a non-blocking stream sets to 1, read at once (0), then
+ * cudaStreamQuery's answer (cudaErrorNotReady), the int after a cudaMemcpy on the legacy
+ * stream (still 0), the second query's answer (cudaSuccess) and the int after it (1); the int
+ * after a kernel on a blocking stream sets it to 2 and a legacy cudaMemcpy follows (2); a
+ * pageable cudaMemcpyAsync on a second non-blocking stream made to wait (an event) for a
+ * kernel setting 3 (3); a pinned int that a cudaMemcpyAsync on the first stream fills from a
+ * kernel's 4, read before (0) and after (4) cudaStreamSynchronize; the device int after a
+ * cudaMemcpyAsync from a pageable int that was changed right after the call (its old value,
+ * 5). Returns cudaGetLastError at the end. */
+int selftest_async(int *obs);
 
 /* Deliberate kernel bugs, each to run in a child process that cudasim ends with a message:
  * a write to element index of an allocation of n floats; */

@@ -5,8 +5,9 @@
  * every type (dim3, uint3, __nv_bfloat16, cudaStream_t...). exec.cc implements it; README.md
  * says what it can and cannot tell.
  *
- * Contract with exec.cc: a launch runs the whole grid before cudasim_launch returns, one block
- * at a time on the calling thread, each CUDA thread a fiber. Everything here that a kernel
+ * Contract with exec.cc: a launch runs the whole grid before cudasim_launch returns (or, on a
+ * deferred stream with CUDASIM_ASYNC=1, when the stream's queue runs), one block at a time on
+ * the calling thread, each CUDA thread a fiber. Everything here that a kernel
  * calls (the index variables, __syncthreads, the shuffles) is valid only inside a kernel
  * launched through cudasim_launch; called elsewhere it aborts with a message. */
 #ifndef GPURUN_CUDASIM_SIM_H
@@ -384,14 +385,25 @@ struct cudasim_config {
  * cudaGetLastError returns, as CUDA does, and runs nothing), checks that every pointer
  * argument (ptrs, n_ptrs; NULLs skipped) lies in memory from cudaMalloc or cudaMallocHost
  * (else aborts: the GPU would fault), then runs body(arg) once per thread of the grid. fn
- * identifies the kernel (cudaFuncSetAttribute's key). */
+ * identifies the kernel (cudaFuncSetAttribute's key). On a deferred stream (CUDASIM_ASYNC=1)
+ * the grid runs later, on clone(arg) (new, released with drop). */
 void cudasim_run(const cudasim_site &site, const cudasim_config &cfg, const void *fn,
-                 void (*body)(void *), void *arg, const void *const *ptrs, int n_ptrs);
+                 void (*body)(void *), void *arg, void *(*clone)(const void *),
+                 void (*drop)(void *), const void *const *ptrs, int n_ptrs);
 
 template <typename F, typename Tuple> struct cudasim_call {
     F fn;
     Tuple args;
 };
+
+template <typename C> static void *cudasim_clone(const void *p)
+{
+    return new C(*static_cast<const C *>(p));
+}
+template <typename C> static void cudasim_drop(void *p)
+{
+    delete static_cast<C *>(p);
+}
 
 /* Each thread calls the kernel with its own copies of the arguments, as CUDA passes them. */
 template <typename F, typename Tuple> static void cudasim_body(void *p)
@@ -430,8 +442,9 @@ static inline void cudasim_launch(const cudasim_site &site, const cudasim_config
     cudasim_call<void (*)(P...), Tuple> call{fn, Tuple(args...)};
     const void *ptrs[sizeof...(P) + 1] = {nullptr};
     cudasim_ptr_args(call.args, ptrs, std::index_sequence_for<P...>{});
-    cudasim_run(site, cfg, (const void *)fn, &cudasim_body<void (*)(P...), Tuple>, &call, ptrs,
-                (int)sizeof...(P));
+    using Call = cudasim_call<void (*)(P...), Tuple>;
+    cudasim_run(site, cfg, (const void *)fn, &cudasim_body<void (*)(P...), Tuple>, &call,
+                &cudasim_clone<Call>, &cudasim_drop<Call>, ptrs, (int)sizeof...(P));
 }
 
 #include "wmma.h" /* nvcuda::wmma, emulated per lane */

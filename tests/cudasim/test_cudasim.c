@@ -229,6 +229,21 @@ TEST(cudasim_race_detected)
     (void)in;
 }
 
+/* CUDASIM_ASYNC=1: a stream's work waits until CUDA's rules force it, so a host read without
+ * a synchronisation sees the old data; the legacy stream waits for blocking streams only. */
+TEST(cudasim_async_streams)
+{
+    static const int want[10] = {0, cudaErrorNotReady, 0, cudaSuccess, 1, 2, 3, 0, 4, 5};
+    int obs[10];
+
+    /* Before this process's first CUDA call: the runtime reads it once. */
+    CHECK_EQ(setenv("CUDASIM_ASYNC", "1", 1), 0);
+    memset(obs, 0xff, sizeof(obs));
+    CHECK_EQ(selftest_async(obs), cudaSuccess);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(obs[i], want[i]);
+}
+
 /* ---- the runtime ----------------------------------------------------------------------------- */
 
 /* CUDASIM_DEVICES=0: no device, as a machine without a GPU answers. */
