@@ -380,6 +380,14 @@ static void run_failure(struct coll *c, bool stall)
 
 static cudaStream_t stream;
 
+/* cudaMemcpy from pageable host memory may return before its copy has landed, and cudaMemset
+ * returns at once: both run on the legacy default stream, which `stream` (non-blocking) does
+ * not wait for. Called after them, before a collective on `stream` reads what they wrote. */
+static void device_idle(void)
+{
+    CUDA_OK(cudaDeviceSynchronize());
+}
+
 /* A small integer, the same on every rank for (r, i): world * k sums and averages exactly. */
 static int small_int(int r, size_t i, uint64_t seed)
 {
@@ -453,6 +461,7 @@ static void nccl_allreduce(struct coll *c, size_t n, enum coll_dtype dt, void *d
         put_val(want, dt, i, (float)sum);
     }
     CUDA_OK(cudaMemcpy(d, h, n * dt_size(dt), cudaMemcpyHostToDevice));
+    device_idle();
     if (coll_dev_allreduce_avg(c, d, n, dt, stream) < 0)
         die("%s: %s", what, coll_strerror(c));
     CUDA_OK(cudaMemcpy(h, d, n * dt_size(dt), cudaMemcpyDeviceToHost));
@@ -482,6 +491,7 @@ static void nccl_reduce_scatter(struct coll *c, size_t count, enum coll_dtype dt
     CUDA_OK(cudaMemcpy(d, h, total * es, cudaMemcpyHostToDevice));
     if (!in_place)
         CUDA_OK(cudaMemset(d2, 0xff, count * es));
+    device_idle();
     if (coll_dev_reduce_scatter_avg(c, d, recv, count, dt, stream) < 0)
         die("%s: %s", what, coll_strerror(c));
     CUDA_OK(cudaMemcpy(h, recv, count * es, cudaMemcpyDeviceToHost));
@@ -505,6 +515,7 @@ static void nccl_all_gather(struct coll *c, size_t count, enum coll_dtype dt, bo
     CUDA_OK(cudaMemset(d, 0xff, total * es));
     CUDA_OK(cudaMemcpy(send, (char *)want + (size_t)rank * count * es, count * es,
                        cudaMemcpyHostToDevice));
+    device_idle();
     if (coll_dev_all_gather(c, send, d, count, dt, stream) < 0)
         die("%s: %s", what, coll_strerror(c));
     CUDA_OK(cudaMemcpy(h, d, total * es, cudaMemcpyDeviceToHost));
@@ -623,6 +634,7 @@ static void run_nccl_die(struct coll *c, bool stall)
 
     CUDA_OK(cudaMalloc(&d, n * sizeof(float)));
     CUDA_OK(cudaMemset(d, 0, n * sizeof(float)));
+    device_idle();
     if (coll_dev_allreduce_avg(c, d, 1024, COLL_F32, stream) < 0)
         die("allreduce before the failure: %s", coll_strerror(c));
     if (rank == world - 1) {

@@ -69,6 +69,15 @@ static void need_device(void)
             test_fail(__FILE__, __LINE__, "%s: %s", #call, cudaGetErrorString(e_));                \
     } while (0)
 
+/* cudaMemcpy from pageable host memory may return before its copy has landed, and cudaMemset
+ * returns at once: both run on the legacy default stream, which a stream created with
+ * cudaStreamNonBlocking does not wait for. Called after them, before a collective queued on
+ * such a stream reads what they wrote. */
+static void device_idle(void)
+{
+    CHECK_CUDA(cudaDeviceSynchronize());
+}
+
 static struct coll *open_one(void)
 {
     struct coll *c = NULL;
@@ -149,6 +158,7 @@ TEST(coll_nccl_world_of_one_device_ops)
 
             fill_values(want, bytes);
             CHECK_CUDA(cudaMemcpy(d_a, want, bytes, cudaMemcpyHostToDevice));
+            device_idle();
             CHECK_EQ(coll_dev_allreduce_avg(c, d_a, n, dts[di], stream), 0);
             CHECK_CUDA(cudaMemcpy(got, d_a, bytes, cudaMemcpyDeviceToHost));
             CHECK_SAME(got, want, bytes);
@@ -163,10 +173,12 @@ TEST(coll_nccl_world_of_one_device_ops)
 
             /* Out of place: recv is overwritten whole. */
             CHECK_CUDA(cudaMemset(d_b, 0xff, bytes));
+            device_idle();
             CHECK_EQ(coll_dev_reduce_scatter_avg(c, d_a, d_b, n, dts[di], stream), 0);
             CHECK_CUDA(cudaMemcpy(got, d_b, bytes, cudaMemcpyDeviceToHost));
             CHECK_SAME(got, want, bytes);
             CHECK_CUDA(cudaMemset(d_b, 0xff, bytes));
+            device_idle();
             CHECK_EQ(coll_dev_all_gather(c, d_a, d_b, n, dts[di], stream), 0);
             CHECK_CUDA(cudaMemcpy(got, d_b, bytes, cudaMemcpyDeviceToHost));
             CHECK_SAME(got, want, bytes);
@@ -174,6 +186,7 @@ TEST(coll_nccl_world_of_one_device_ops)
         /* Bytes of any value, an odd count. */
         fill_values(want, counts[ci] * 3);
         CHECK_CUDA(cudaMemcpy(d_a, want, counts[ci] * 3, cudaMemcpyHostToDevice));
+        device_idle();
         CHECK_EQ(coll_dev_broadcast(c, d_a, counts[ci] * 3, 0, s), 0);
         CHECK_CUDA(cudaMemcpy(got, d_a, counts[ci] * 3, cudaMemcpyDeviceToHost));
         CHECK_SAME(got, want, counts[ci] * 3);
