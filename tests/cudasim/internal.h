@@ -29,6 +29,13 @@ bool cudasim_stream_deferred(cudaStream_t s);
  * blocking streams' work for the legacy default stream. fn must not call back into the
  * runtime's stream or event functions from another thread. */
 void cudasim_stream_submit(cudaStream_t s, std::function<void()> fn);
+/* Called by queued work that fails in a way that never completes on a GPU (an NCCL collective
+ * whose peer is gone: its kernel waits until the communicator is aborted): the stream running
+ * it stays at it, cudaStreamQuery answers cudaErrorNotReady, and a host wait for it aborts
+ * with a message naming what (it would hang), until cudasim_stream_release(owner). */
+void cudasim_stream_hang(const void *owner, const char *what);
+/* Lets the streams that owner's work hung go on (the communicator was aborted). */
+void cudasim_stream_release(const void *owner);
 /* Runs every stream's queued work (a device synchronisation); nothing in synchronous mode. */
 void cudasim_drain_all(void);
 /* The dynamic shared memory a launch of fn may ask for (48 KiB unless cudaFuncSetAttribute

@@ -51,6 +51,8 @@
 bool cudasim_stream_deferred(cudaStream_t s) __attribute__((weak));
 void cudasim_stream_submit(cudaStream_t s, std::function<void()> fn) __attribute__((weak));
 void cudasim_drain_all(void) __attribute__((weak));
+void cudasim_stream_hang(const void *owner, const char *what) __attribute__((weak));
+void cudasim_stream_release(const void *owner) __attribute__((weak));
 
 static bool deferred(cudaStream_t s)
 {
@@ -525,6 +527,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
 
 ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
+    if (comm && &cudasim_stream_release)
+        cudasim_stream_release(comm);
     if (comm && comm->seg) {
         int32_t none = 0;
         comm->seg->failed.compare_exchange_strong(none, comm->rank + 1);
@@ -954,6 +958,9 @@ static ncclResult_t coll_start(ncclComm *c, coll *k, bool reduces, bool recv_nee
         ncclResult_t r = coll_run(c, &q);
         if (r != ncclSuccess && c->async_error == ncclSuccess)
             c->async_error = r;
+        /* On a GPU the collective's kernel waits for its peers until ncclCommAbort. */
+        if (r != ncclSuccess && &cudasim_stream_hang)
+            cudasim_stream_hang(c, q.what);
     });
     return ncclSuccess;
 }

@@ -837,6 +837,10 @@ struct sim_stream {
     std::deque<sim_op> q;  /* deferred work, oldest first */
     uint64_t queued, done; /* sequence numbers of the last op queued and the last one run */
     unsigned polls;        /* cudaStreamQuery calls that found work pending */
+    /* An operation that never completes (a failed NCCL collective, whose kernel waits for
+     * its peers until the communicator is aborted): its owner and what it was, or NULL. */
+    const void *hung_owner;
+    char hung_what[160];
 };
 
 struct sim_event {
@@ -891,13 +895,34 @@ bool cudasim_stream_deferred(cudaStream_t s)
     return deferred_of(s) != NULL;
 }
 
-/* Runs st's queue up to the op numbered seq (included). Caller holds obj_mu. */
+/* The stream whose queued operation is running (NULL: none). */
+static sim_stream *running;
+
+/* Runs st's queue up to the op numbered seq (included). Caller holds obj_mu. A wait for an
+ * operation behind one that never completes would hang on a GPU: it aborts with a message. */
 static void drain_to(sim_stream *st, uint64_t seq)
 {
     while (st->done < seq && !st->q.empty()) {
+        if (st->hung_owner) {
+            fflush(stdout);
+            fprintf(stderr,
+                    "cudasim: the host waits for a stream behind a %s that failed: on a GPU "
+                    "this waits forever (abort the communicator first)\n",
+                    st->hung_what);
+            fflush(stderr);
+            abort();
+        }
         sim_op op = std::move(st->q.front());
         st->q.pop_front();
+        sim_stream *outer = running;
+        running = st;
         op.fn();
+        running = outer;
+        if (st->hung_owner) {
+            /* Not done: it blocks the rest of the queue until its owner lets it go. */
+            st->q.push_front({[] {}, op.seq});
+            break;
+        }
         st->done = op.seq;
     }
     if (st->q.empty())
@@ -915,6 +940,23 @@ static void drain_streams(bool blocking_only)
     for (sim_stream *st : all)
         if (streams_by_id.count(st->id))
             drain_to(st, UINT64_MAX);
+}
+
+void cudasim_stream_hang(const void *owner, const char *what)
+{
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    if (!running)
+        return;
+    running->hung_owner = owner;
+    snprintf(running->hung_what, sizeof(running->hung_what), "%s", what);
+}
+
+void cudasim_stream_release(const void *owner)
+{
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    for (const auto &it : streams_by_id)
+        if (it.second->hung_owner == owner)
+            it.second->hung_owner = NULL;
 }
 
 void cudasim_drain_all(void)
@@ -971,6 +1013,7 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, in
     st->id = ++next_id;
     st->queued = st->done = 0;
     st->polls = 0;
+    st->hung_owner = NULL;
     streams.insert(st);
     streams_by_id[st->id] = st;
     *s = (cudaStream_t)st;
@@ -1042,10 +1085,10 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
     }
     if (st->q.empty())
         return cudaSuccess;
-    if (st->polls++ == 0)
+    if (st->polls++ == 0 || st->hung_owner)
         return cudaErrorNotReady;
     drain_to(st, UINT64_MAX);
-    return cudaSuccess;
+    return st->hung_owner ? cudaErrorNotReady : cudaSuccess;
 }
 
 cudaError_t cudaStreamGetFlags(cudaStream_t s, unsigned int *flags)
@@ -1166,9 +1209,10 @@ static void event_run(sim_event *ev)
     if (!ev->pend_seq)
         return;
     auto it = streams_by_id.find(ev->pend_stream);
-    if (it != streams_by_id.end())
+    if (it == streams_by_id.end())
+        ev->pend_seq = 0; /* its stream is gone: destroying it ran its work */
+    else
         drain_to(it->second, ev->pend_seq);
-    ev->pend_seq = 0; /* its stream is gone: destroying it ran its work */
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
@@ -1190,10 +1234,11 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
         return cudasim_record(cudaErrorInvalidResourceHandle);
     if (!ev->pend_seq)
         return cudaSuccess;
-    if (ev->polls++ == 0)
+    auto it = streams_by_id.find(ev->pend_stream);
+    if (ev->polls++ == 0 || (it != streams_by_id.end() && it->second->hung_owner))
         return cudaErrorNotReady;
     event_run(ev);
-    return cudaSuccess;
+    return ev->pend_seq ? cudaErrorNotReady : cudaSuccess;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
