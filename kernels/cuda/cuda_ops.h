@@ -14,7 +14,8 @@
  * lowercase line. Kernels run asynchronously: a fault inside one surfaces at the next
  * gpu_ctx_sync, download or launch. Results are deterministic: our kernels use no atomics
  * and add every sum in a fixed order for a given shape; cuBLASLt's products repeat bit for bit
- * on the same GPU model and toolkit (NVIDIA's documented guarantee for cuBLAS).
+ * on GPUs of the same architecture and number of SMs, with the same toolkit and one stream
+ * (NVIDIA's documented guarantee for cuBLAS: an H100 PCIe and an H100 SXM may differ).
  *
  * Thread context: one host thread drives a context (it makes the context's device current at
  * gpu_ctx_new and the launchers do not switch devices).
