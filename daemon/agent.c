@@ -27,6 +27,7 @@
 #include "log.h"
 #include "peer.h"
 #include "proto.h"
+#include "rankenv.h"
 #include "shim.h"
 #include "signame.h"
 #include "banned.h"
@@ -129,12 +130,13 @@ struct agent {
     bool closing;
     int64_t t_start, teardown_ms, last_flush_ms, next_connect_ms;
 
-    int world_size, rank_base, master_port;
+    int world_size, rank_base, master_port, nnodes;
     int generation; /* the leader's: how many times the job was restarted */
     char master_addr[64];
     struct arank *ranks;
     int nranks, exited;
-    char self_exe[PATH_MAX]; /* this program, run as the rank shim (shim.h) */
+    char self_exe[PATH_MAX];   /* this program, run as the rank shim (shim.h) */
+    char python_dir[PATH_MAX]; /* the gpurun Python package's folder, or "" */
     char **spawn_argv;       /* self_exe --exec-rank PID -- argv... */
     char sockdir[PATH_MAX];
     char sockpath[PATH_MAX];
@@ -421,131 +423,76 @@ static void on_rank_exit(uv_process_t *p, int64_t status, int sig)
     check_done(a);
 }
 
-static char *env_entry(const char *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static char *env_entry(const char *k, const char *fmt, ...)
+/* The folder holding the gpurun Python package, found from this program's path: the source
+ * tree's lib/python (build/rendezvousd, build/asan/rendezvousd) or an installed
+ * PREFIX/lib/gpurun/python (PREFIX/bin/rendezvousd). Empty when none is there. */
+static void find_python_dir(struct agent *a)
 {
-    char val[PATH_MAX], *out;
-    va_list ap;
+    static const char *const rel[] = {"../lib/python", "../../lib/python", "../lib/gpurun/python"};
+    char dir[PATH_MAX], probe[PATH_MAX + 64];
+    const char *slash = strrchr(a->self_exe, '/');
 
-    va_start(ap, fmt);
-    vsnprintf(val, sizeof(val), fmt, ap);
-    va_end(ap);
-    if (asprintf(&out, "%s=%s", k, val) < 0)
-        return NULL;
-    return out;
-}
-
-/* Names of the variables the agent sets: inherited copies are dropped first. */
-static const char *const own_vars[] = {
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "NODE_RANK",
-    "GROUP_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "CUDA_VISIBLE_DEVICES",
-    "GPURUN_SOCK",
-    "GPURUN_TOKEN",
-    "GPURUN_JOB_DIR",
-    "GPURUN_JOB_ID",
-    "GPURUN_NODE_ADDR",
-    "GPURUN_RESTART_COUNT",
-    NULL,
-};
-
-static bool is_own_var(const char *kv)
-{
-    size_t n = strcspn(kv, "=");
-
-    for (const char *const *v = own_vars; *v; v++)
-        if (strlen(*v) == n && !strncmp(*v, kv, n))
-            return true;
-    return false;
-}
-
-/* The device a local rank gets: the n-th entry of the node's CUDA_VISIBLE_DEVICES (what
- * Slurm's GRES set for the allocation) when there is one, else the index itself. */
-static void pick_device(int local, char *out, size_t cap)
-{
-    const char *all = getenv("CUDA_VISIBLE_DEVICES");
-    int i = 0;
-
-    snprintf(out, cap, "%d", local);
-    if (!all || !*all)
+    a->python_dir[0] = '\0';
+    if (!slash)
         return;
-    for (const char *p = all; *p; i++) {
-        size_t n = strcspn(p, ",");
-        if (i == local) {
-            snprintf(out, cap, "%.*s", (int)n, p);
+    snprintf(dir, sizeof(dir), "%.*s", (int)(slash - a->self_exe), a->self_exe);
+    for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+        snprintf(probe, sizeof(probe), "%s/%s/gpurun/__init__.py", dir, rel[i]);
+        if (access(probe, R_OK) == 0) {
+            snprintf(probe, sizeof(probe), "%s/%s", dir, rel[i]);
+            if (!realpath(probe, a->python_dir))
+                a->python_dir[0] = '\0';
             return;
         }
-        p += n + (p[n] == ',');
     }
+}
+
+/* Where rank r's torch error file goes (TORCHELASTIC_ERROR_FILE): beside its log. */
+static void error_file_path(const struct agent *a, const struct arank *r, char *out, size_t cap)
+{
+    if (a->job_dir)
+        snprintf(out, cap, "%.4000s/logs/rank-%d.error.json", a->job_dir, r->rank);
+    else
+        snprintf(out, cap, "%.4000s/rank-%d.error.json", a->sockdir, r->rank);
 }
 
 static char **build_env(struct agent *a, struct arank *r)
 {
     extern char **environ;
-    size_t n = 0, i = 0;
-    char **env, dev[64];
+    char errfile[PATH_MAX];
     cpu_set_t set;
-    int cpus = 1;
+    struct rankenv_rank re = {
+        .spec = a->spec,
+        .rank = r->rank,
+        .local_rank = r->local,
+        .local_world_size = a->nranks,
+        .world_size = a->world_size,
+        .node_rank = a->node_rank,
+        .nnodes = a->nnodes,
+        .restart_count = a->generation,
+        .master_addr = a->master_addr,
+        .master_port = a->master_port,
+        .sock = a->sockpath,
+        .token = r->token,
+        .job_dir = a->job_dir,
+        .node_addr = a->advertise,
+        .hostname = a->hostname,
+        .error_file = errfile,
+        .python_dir = a->python_dir[0] ? a->python_dir : NULL,
+        .cpus = 1,
+    };
 
-    for (char **e = environ; *e; e++)
-        n++;
-    for (char **e = a->spec->env; e && *e; e++)
-        n++;
-    env = calloc(n + 20, sizeof(*env));
-    if (!env)
-        return NULL;
-    for (char **e = environ; *e; e++)
-        if (!is_own_var(*e) && !(a->spec->env && strncmp(*e, "OMP_NUM_THREADS=", 16) == 0 && 0))
-            env[i++] = strdup(*e);
-    for (char **e = a->spec->env; e && *e; e++)
-        env[i++] = strdup(*e);
-    pick_device(r->local, dev, sizeof(dev));
-    env[i++] = env_entry("RANK", "%d", r->rank);
-    env[i++] = env_entry("LOCAL_RANK", "%d", r->local);
-    env[i++] = env_entry("WORLD_SIZE", "%d", a->world_size);
-    env[i++] = env_entry("LOCAL_WORLD_SIZE", "%d", a->nranks);
-    env[i++] = env_entry("NODE_RANK", "%d", a->node_rank);
-    env[i++] = env_entry("GROUP_RANK", "%d", a->node_rank);
-    env[i++] = env_entry("MASTER_ADDR", "%s", a->master_addr);
-    env[i++] = env_entry("MASTER_PORT", "%d", a->master_port);
-    env[i++] = env_entry("CUDA_VISIBLE_DEVICES", "%s", dev);
-    env[i++] = env_entry("GPURUN_SOCK", "%s", a->sockpath);
-    env[i++] = env_entry("GPURUN_TOKEN", "%s", r->token);
-    env[i++] = env_entry("GPURUN_JOB_DIR", "%s", a->job_dir ? a->job_dir : "");
-    env[i++] = env_entry("GPURUN_JOB_ID", "%s", a->spec->job_id);
-    env[i++] = env_entry("GPURUN_NODE_ADDR", "%s", a->advertise);
-    env[i++] = env_entry("GPURUN_RESTART_COUNT", "%d", a->generation);
-    if (!getenv("OMP_NUM_THREADS")) {
-        /* Threads per rank: the node's CPUs shared out, as torchrun does, so that ranks do
-         * not oversubscribe the cores they share. */
-        if (sched_getaffinity(0, sizeof(set), &set) == 0)
-            cpus = CPU_COUNT(&set);
-        env[i++] = env_entry("OMP_NUM_THREADS", "%d", cpus / a->nranks > 0 ? cpus / a->nranks : 1);
-    }
-    env[i] = NULL;
-    for (size_t k = 0; k < i; k++) {
-        if (!env[k]) {
-            for (size_t j = 0; j < i; j++)
-                free(env[j]);
-            free(env);
-            return NULL;
-        }
-    }
-    return env;
+    error_file_path(a, r, errfile, sizeof(errfile));
+    /* A file an earlier generation's rank left must not be read as this one's failure. */
+    unlink(errfile);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        re.cpus = CPU_COUNT(&set);
+    return rankenv_build(&re, environ);
 }
 
 static void free_env(char **env)
 {
-    for (char **e = env; e && *e; e++)
-        free(*e);
-    free(env);
+    rankenv_free(env);
 }
 
 static int open_log(struct agent *a, int rank)
@@ -1011,6 +958,7 @@ static void on_assign(struct agent *a, struct msg *m)
     a->generation = m->generation;
     a->world_size = m->world_size;
     a->rank_base = m->rank_base;
+    a->nnodes = m->nnodes;
     a->master_port = m->master_port;
     snprintf(a->master_addr, sizeof(a->master_addr), "%s", m->master_addr);
     a->state = AG_RUNNING;
@@ -1329,6 +1277,7 @@ static int build_spawn_argv(struct agent *a)
     if (len <= 0)
         return -errno;
     a->self_exe[len] = '\0';
+    find_python_dir(a);
     snprintf(pid, sizeof(pid), "%ld", (long)getpid());
     while (a->spec->argv[n])
         n++;

@@ -23,7 +23,8 @@ struct int_key {
 };
 
 /* Defaults: a heartbeat a second and 10 s of silence before a node counts as lost tolerate
- * a loaded login node; kill_grace gives a rank time to checkpoint on SIGTERM. */
+ * a loaded login node; kill_grace gives a rank time to checkpoint on SIGTERM. The
+ * pre-timeout signal is SIGUSR1 (10 on Linux), as gpurun's batch script asks Slurm for. */
 static const struct int_key int_keys[] = {
     {"nnodes", offsetof(struct jobspec, nnodes), 1, 1, 65536},
     {"nprocs", offsetof(struct jobspec, nprocs), 1, 1, 1024},
@@ -33,6 +34,10 @@ static const struct int_key int_keys[] = {
     {"hang_timeout_ms", offsetof(struct jobspec, hang_timeout_ms), 0, 0, 86400000},
     {"kill_grace_ms", offsetof(struct jobspec, kill_grace_ms), 5000, 0, 600000},
     {"max_restarts", offsetof(struct jobspec, max_restarts), 0, 0, 1000},
+    {"gpu_bind", offsetof(struct jobspec, gpu_bind), GPU_BIND_NONE, GPU_BIND_NONE, GPU_BIND_SINGLE},
+    {"preempt_signal", offsetof(struct jobspec, preempt_signal), 10, 1, 64},
+    {"preempt_all", offsetof(struct jobspec, preempt_all), 0, 0, 1},
+    {"time_limit_s", offsetof(struct jobspec, time_limit_s), 0, 0, 366 * 86400},
 };
 #define N_INT_KEYS (sizeof(int_keys) / sizeof(int_keys[0]))
 

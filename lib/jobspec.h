@@ -18,8 +18,18 @@ struct jobspec {
     int hang_timeout_ms; /* no progress report for this long fails the job; 0: off */
     int kill_grace_ms;   /* SIGTERM to SIGKILL */
     int max_restarts;    /* generations the leader may start after a failure */
+    int gpu_bind;        /* GPU_BIND_NONE: every rank sees the node's GPUs (torchrun's way);
+                          * GPU_BIND_SINGLE: rank n sees the n-th of them only */
+    int preempt_signal;  /* the pre-timeout signal (SIGUSR1 unless --signal says otherwise) */
+    int preempt_all;     /* 1: the user asked for --signal, so every rank gets it; 0: only the
+                          * ranks that asked for it (gpurun.on_preempt, gr_on_preempt) */
+    int time_limit_s;    /* the job's time limit (0: none): a SIGTERM at it is a timeout */
     bool loopback;       /* --local: the leader binds 127.0.0.1 only */
 };
+
+/* jobspec.gpu_bind: srun's --gpu-bind names. */
+#define GPU_BIND_NONE   0
+#define GPU_BIND_SINGLE 1
 
 /* Where a spec failed to load: "DIR/job.json: 'nnodes' must be 1..65536". */
 struct jobspec_error {

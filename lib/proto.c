@@ -74,7 +74,8 @@ static int un_barrier_done(json_t *r, struct msg *m, const char *f, json_error_t
 static int un_report(json_t *r, struct msg *m, const char *f, json_error_t *je)
 {
     return UNPACK(r, je, f, "type", &(const char *){0}, "step", &m->step, "loss", &m->loss, "lr",
-                  &m->lr, "tokens_per_s", &m->tokens_per_s, "grad_norm", &m->grad_norm);
+                  &m->lr, "tokens_per_s", &m->tokens_per_s, "grad_norm", &m->grad_norm,
+                  "total_steps", &m->total_steps);
 }
 
 static int un_progress(json_t *r, struct msg *m, const char *f, json_error_t *je)
@@ -90,12 +91,19 @@ static int un_id(json_t *r, struct msg *m, const char *f, json_error_t *je)
 static int un_rank_exit(json_t *r, struct msg *m, const char *f, json_error_t *je)
 {
     return UNPACK(r, je, f, "type", &(const char *){0}, "rank", &m->rank, "code", &m->code,
-                  "signal", &m->signal, "oom", &m->oom, "killed", &m->killed, "tail", &m->value);
+                  "signal", &m->signal, "oom", &m->oom, "killed", &m->killed, "tail", &m->value,
+                  "stack", &m->stack, "error", &m->error);
 }
 
 static int un_abort(json_t *r, struct msg *m, const char *f, json_error_t *je)
 {
-    return UNPACK(r, je, f, "type", &(const char *){0}, "cause", &m->value, "status", &m->status);
+    return UNPACK(r, je, f, "type", &(const char *){0}, "cause", &m->value, "status", &m->status,
+                  "stacks", &m->stacks);
+}
+
+static int un_signal(json_t *r, struct msg *m, const char *f, json_error_t *je)
+{
+    return UNPACK(r, je, f, "type", &(const char *){0}, "id", &m->id, "signal", &m->signal);
 }
 
 static int un_finish(json_t *r, struct msg *m, const char *f, json_error_t *je)
@@ -130,11 +138,13 @@ static const struct proto_row rows[MSG_TYPE_COUNT] = {
     [MSG_KV_DEL] = {"kv_del", "{s:s, s:I, s:s}", un_id_key},
     [MSG_BARRIER] = {"barrier", "{s:s, s:I, s:s, s?i}", un_barrier},
     [MSG_BARRIER_DONE] = {"barrier_done", "{s:s, s:s}", un_barrier_done},
-    [MSG_REPORT] = {"report", "{s:s, s:I, s:F, s:F, s:F, s:F}", un_report},
+    [MSG_REPORT] = {"report", "{s:s, s:I, s:F, s:F, s:F, s:F, s?I}", un_report},
     [MSG_PROGRESS] = {"progress", "{s:s, s:o}", un_progress},
+    [MSG_PREEMPT] = {"preempt", "{s:s, s:I}", un_id},
+    [MSG_SIGNAL] = {"signal", "{s:s, s?I, s:i}", un_signal},
     [MSG_FINALIZE] = {"finalize", "{s:s, s:I}", un_id},
-    [MSG_RANK_EXIT] = {"rank_exit", "{s:s, s:i, s:i, s:i, s:b, s:b, s:s}", un_rank_exit},
-    [MSG_ABORT] = {"abort", "{s:s, s:s, s?i}", un_abort},
+    [MSG_RANK_EXIT] = {"rank_exit", "{s:s, s:i, s:i, s:i, s:b, s:b, s:s, s?s, s?o}", un_rank_exit},
+    [MSG_ABORT] = {"abort", "{s:s, s:s, s?i, s?b}", un_abort},
     [MSG_FINISH] = {"finish", "{s:s, s:i}", un_finish},
     [MSG_STATUS] = {"status", "{s:s, s:I}", un_id},
     [MSG_STATUS_REPLY] = {"status_reply", "{s:s, s:I, s:o}", un_status_reply},
@@ -180,6 +190,19 @@ static int check_limits(const struct msg *m, struct proto_error *err)
         snprintf(err->text, sizeof(err->text), "'%s': negative or out-of-range number", what);
         return -EBADMSG;
     }
+    if (m->stack && strlen(m->stack) > PROTO_STACK_MAX) {
+        snprintf(err->text, sizeof(err->text), "'%s': stack longer than %d bytes", what,
+                 PROTO_STACK_MAX);
+        return -EBADMSG;
+    }
+    if (m->error && !json_is_object(m->error)) {
+        snprintf(err->text, sizeof(err->text), "'%s': 'error' must be an object", what);
+        return -EBADMSG;
+    }
+    if (m->total_steps < 0 || (m->type == MSG_SIGNAL && m->signal == 0)) {
+        snprintf(err->text, sizeof(err->text), "'%s': negative or out-of-range number", what);
+        return -EBADMSG;
+    }
     if (m->type == MSG_PROGRESS && !json_is_array(m->array)) {
         snprintf(err->text, sizeof(err->text), "'%s': 'ranks' must be an array", what);
         return -EBADMSG;
@@ -192,7 +215,7 @@ static int check_limits(const struct msg *m, struct proto_error *err)
 }
 
 /* json_unpack's "i" keeps the low bits of a number an int cannot hold (4294967297 reads as
- * 1), so every integer field but the 64-bit ones (id, timeout_ms, step) is checked against
+ * 1), so every integer field but the 64-bit ones (id, timeout_ms, step, total_steps) is checked against
  * int's range before the row's format reads it. */
 static int check_int_range(json_t *root, const char *what, struct proto_error *err)
 {
@@ -204,7 +227,7 @@ static int check_int_range(json_t *root, const char *what, struct proto_error *e
         json_int_t x;
 
         if (!json_is_integer(v) || !strcmp(name, "id") || !strcmp(name, "timeout_ms") ||
-            !strcmp(name, "step"))
+            !strcmp(name, "step") || !strcmp(name, "total_steps"))
             continue;
         x = json_integer_value(v);
         if (x < INT_MIN || x > INT_MAX) {

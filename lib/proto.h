@@ -31,15 +31,30 @@
  * barrier       rank->agent       id, name
  *               agent->leader     id, name, count (how many ranks of that node arrived)
  * barrier_done  leader->agent     name: every rank of the world has arrived
- * report        rank->agent       step, loss, lr, tokens_per_s, grad_norm
- * progress      agent->leader     ranks [{rank, step, loss, lr, tokens_per_s, grad_norm}]
+ * report        rank->agent       step, loss, lr, tokens_per_s, grad_norm, total_steps
+ *                                 (optional: the step count the run aims at, for the
+ *                                 progress bar and ETA; 0 or absent: unknown)
+ * progress      agent->leader     ranks [{rank, step, loss, lr, tokens_per_s, grad_norm,
+ *                                 total_steps, age_ms}] (age_ms: how long before this frame
+ *                                 the rank's last report reached the agent, so that the
+ *                                 leader's report times are exact whatever the batching)
+ * preempt       rank->agent       id: this rank handles the pre-timeout signal (the signal
+ *                                 in its GPURUN_PREEMPT_SIGNAL): send it there. A rank that
+ *                                 never asks never gets it (DESIGN.md section 4)
+ * signal        client->leader    id, signal: deliver the pre-timeout signal now (the batch
+ *                                 script's trap sends it when Slurm signals the script)
+ *               leader->agent     signal: deliver it to the ranks that asked for it
  * finalize      rank->agent       id: the rank is done with the library
  * rank_exit     agent->leader     rank, code, signal, oom, killed (the agent's own teardown
  *                                 killed it: a consequence, not a failure), tail (last lines
- *                                 of its log)
- * abort         leader->agent     cause: kill every rank now
+ *                                 of its log), stack (optional: its stack as captured before
+ *                                 a hang's teardown), error (optional: the exception the rank
+ *                                 recorded in its TORCHELASTIC_ERROR_FILE, as an object
+ *                                 {type, message, file, line, traceback})
+ * abort         leader->agent     cause, stacks (optional, default false: capture every
+ *                                 rank's stack before killing it); kill every rank now
  *               agent->leader     cause, status: the agent saw a failure no rank_exit says
- *                                 (a hung rank: 124, a signal S to the daemon: 128+S)
+ *                                 (a signal S to the daemon: 128+S)
  * finish        leader->agent     status: the job is over; exit with this status
  * status        client->leader    id
  * status_reply  leader->client    id, job (an object: see the leader's status view)
@@ -64,6 +79,8 @@
 #define PROTO_STORE_KEYS_MAX 1000000
 #define PROTO_NAME_MAX       256
 #define PROTO_TAIL_MAX       4096
+/* A captured stack: every thread of a Python rank, or a native backtrace, trimmed at its end. */
+#define PROTO_STACK_MAX      (32 * 1024)
 
 enum msg_type {
     MSG_HELLO,
@@ -77,6 +94,8 @@ enum msg_type {
     MSG_BARRIER_DONE,
     MSG_REPORT,
     MSG_PROGRESS,
+    MSG_PREEMPT,
+    MSG_SIGNAL,
     MSG_FINALIZE,
     MSG_RANK_EXIT,
     MSG_ABORT,
@@ -98,12 +117,14 @@ struct msg {
     const char *key;   /* kv_*: key; barrier, barrier_done: name; error: code */
     const char *value; /* kv_put, kv_val: value; hello: token; error: msg; abort: cause;
                           rank_exit: tail */
+    const char *stack; /* rank_exit: the captured stack, or NULL */
     const char *hostname, *addr, *gpus, *master_addr;
     int node_rank, nprocs, rank, generation, world_size, rank_base, nnodes, master_port;
-    int count, code, signal, oom, killed, status;
-    json_int_t timeout_ms, step;
+    int count, code, signal, oom, killed, status, stacks;
+    json_int_t timeout_ms, step, total_steps;
     double loss, lr, tokens_per_s, grad_norm;
     json_t *array; /* progress: ranks; status_reply: job (an object) */
+    json_t *error; /* rank_exit: the recorded exception (an object), or NULL */
 };
 
 /* Where a decode failed and why, for one log line and one error frame. */

@@ -17,7 +17,7 @@
 struct example {
     enum msg_type type;
     const char *json;
-    const char *optional; /* a field the sender may leave out, or NULL */
+    const char *optional; /* the fields the sender may leave out, blank-separated, or NULL */
 };
 
 /* One row per message type, in enum order. */
@@ -39,15 +39,18 @@ static const struct example examples[] = {
     {MSG_BARRIER_DONE, "{\"type\":\"barrier_done\",\"name\":\"start\"}", NULL},
     {MSG_REPORT,
      "{\"type\":\"report\",\"step\":100,\"loss\":2.5,\"lr\":0.001,\"tokens_per_s\":12000.5,"
-     "\"grad_norm\":1.25}",
-     NULL},
+     "\"grad_norm\":1.25,\"total_steps\":5000000000}",
+     "total_steps"},
     {MSG_PROGRESS, "{\"type\":\"progress\",\"ranks\":[{\"rank\":0,\"step\":100}]}", NULL},
+    {MSG_PREEMPT, "{\"type\":\"preempt\",\"id\":20}", NULL},
+    {MSG_SIGNAL, "{\"type\":\"signal\",\"id\":21,\"signal\":10}", "id"},
     {MSG_FINALIZE, "{\"type\":\"finalize\",\"id\":15}", NULL},
     {MSG_RANK_EXIT,
      "{\"type\":\"rank_exit\",\"rank\":5,\"code\":7,\"signal\":0,\"oom\":true,\"killed\":false,"
-     "\"tail\":\"Traceback\"}",
-     NULL},
-    {MSG_ABORT, "{\"type\":\"abort\",\"cause\":\"rank 5 hung\",\"status\":124}", "status"},
+     "\"tail\":\"Traceback\",\"stack\":\"Thread 0x1\",\"error\":{\"type\":\"ValueError\"}}",
+     "stack error"},
+    {MSG_ABORT, "{\"type\":\"abort\",\"cause\":\"rank 5 hung\",\"status\":124,\"stacks\":true}",
+     "status stacks"},
     {MSG_FINISH, "{\"type\":\"finish\",\"status\":7}", NULL},
     {MSG_STATUS, "{\"type\":\"status\",\"id\":16}", NULL},
     {MSG_STATUS_REPLY, "{\"type\":\"status_reply\",\"id\":16,\"job\":{\"job_id\":\"j1\"}}", NULL},
@@ -58,7 +61,19 @@ static const struct example examples[] = {
 #define N_EXAMPLES (sizeof(examples) / sizeof(examples[0]))
 
 /* Fields that carry 64-bit integers; every other integer field is a C int. */
-static const char *const wide_fields[] = {"id", "timeout_ms", "step"};
+static const char *const wide_fields[] = {"id", "timeout_ms", "step", "total_steps"};
+
+/* Whether field is one of e's optional fields. */
+static bool is_optional(const struct example *e, const char *field)
+{
+    size_t n = strlen(field);
+
+    for (const char *p = e->optional; p && *p; p += strcspn(p, " "), p += *p == ' ') {
+        if (strcspn(p, " ") == n && !strncmp(p, field, n))
+            return true;
+    }
+    return false;
+}
 
 static json_t *parse(const char *text)
 {
@@ -264,7 +279,7 @@ TEST(proto_missing_field_refused)
             CHECK(copy);
             json_object_del(copy, field);
             snprintf(what, sizeof(what), "'%s' missing", field);
-            if (e->optional && !strcmp(field, e->optional))
+            if (is_optional(e, field))
                 expect_accepted(e, copy, what);
             else
                 expect_refused(e, copy, what);
@@ -380,6 +395,10 @@ TEST(proto_negative_counts_refused)
         "{\"type\":\"assign\",\"generation\":0,\"world_size\":-8,\"rank_base\":0,\"nnodes\":2,"
         "\"master_addr\":\"a\",\"master_port\":1}",
         "{\"type\":\"barrier\",\"id\":1,\"name\":\"b\",\"count\":-1}",
+        "{\"type\":\"report\",\"step\":1,\"loss\":1.0,\"lr\":0.0,\"tokens_per_s\":0.0,"
+        "\"grad_norm\":0.0,\"total_steps\":-1}",
+        "{\"type\":\"signal\",\"signal\":0}",
+        "{\"type\":\"signal\",\"signal\":128}",
     };
     struct proto_error err;
 

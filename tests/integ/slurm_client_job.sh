@@ -25,9 +25,10 @@ echo "# wait_ms=$(($(grs_now_ms) - t0))"
 expect_rc "gpurun --wait" 0
 id=$(job_id wait.out)
 [[ $id =~ ^[123]$ ]] || grs_fail "the first job of a fresh cluster is '$id'"
+# Every rank sees its node's whole allocation, as under torchrun: LOCAL_RANK picks one.
 for r in 0 1 2 3; do
     node=$((r / 2))
-    grep -qxF "[$r] env $r 4 $node $((r % 2)) node$((node + 1)) $((r % 2))" wait.out ||
+    grep -qxF "[$r] env $r 4 $node $((r % 2)) node$((node + 1)) 0,1" wait.out ||
         grs_fail "--wait output lacks rank $r's environment line: $(grep "^\[$r\]" wait.out)"
     grep -qxF "[$r] rank $r/4 local $((r % 2)) node $node: store ok, barrier ok" wait.out ||
         grs_fail "--wait output lacks rank $r's store and barrier line"
@@ -51,7 +52,7 @@ for r in 0 1 2 3; do
 done
 run logs2.out logs2.err logs "$id" --rank 2
 expect_rc "gpurun logs --rank 2" 0
-head -n 1 logs2.out | grep -qxF "env 2 4 1 0 node2 0" || grs_fail "logs --rank 2: $(head -n 1 logs2.out)"
+head -n 1 logs2.out | grep -qxF "env 2 4 1 0 node2 0,1" || grs_fail "logs --rank 2: $(head -n 1 logs2.out)"
 
 # status: COMPLETED, the nodes, the summary.
 run st.json st.err status "$id" --json

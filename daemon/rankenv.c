@@ -1,0 +1,235 @@
+/* The rank environment. Names and values follow torchrun's agent (see rankenv.h): a script
+ * that works under torchrun finds here what it read there, and a restart changes only what
+ * torchrun's does (TORCHELASTIC_RESTART_COUNT). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rankenv.h"
+#include "banned.h"
+
+/* torchrun runs one role; its name when none is given. */
+#define ROLE_NAME "default"
+
+static size_t name_len(const char *kv)
+{
+    return strcspn(kv, "=");
+}
+
+static char **find(const struct envv *e, const char *k)
+{
+    size_t n = strlen(k);
+
+    for (size_t i = 0; i < e->n; i++)
+        if (name_len(e->v[i]) == n && !strncmp(e->v[i], k, n))
+            return &e->v[i];
+    return NULL;
+}
+
+const char *envv_get(const struct envv *e, const char *k)
+{
+    char **slot = find(e, k);
+
+    return slot ? *slot + strlen(k) + 1 : NULL;
+}
+
+void envv_unset(struct envv *e, const char *k)
+{
+    char **slot = find(e, k);
+
+    if (!slot)
+        return;
+    free(*slot);
+    *slot = e->v[--e->n];
+    e->v[e->n] = NULL;
+}
+
+/* Takes kv (new) into e, replacing the entry of the same name. */
+static void put(struct envv *e, char *kv)
+{
+    char name[256], **slot;
+
+    if (!kv) {
+        e->oom = true;
+        return;
+    }
+    snprintf(name, sizeof(name), "%.*s", (int)name_len(kv), kv);
+    slot = find(e, name);
+    if (slot) {
+        free(*slot);
+        *slot = kv;
+        return;
+    }
+    if (e->n + 1 >= e->cap) {
+        size_t cap = e->cap ? 2 * e->cap : 64;
+        char **nv = realloc(e->v, cap * sizeof(*nv));
+        if (!nv) {
+            free(kv);
+            e->oom = true;
+            return;
+        }
+        e->v = nv;
+        e->cap = cap;
+    }
+    e->v[e->n++] = kv;
+    e->v[e->n] = NULL;
+}
+
+void envv_set(struct envv *e, const char *k, const char *fmt, ...)
+{
+    char *val = NULL, *kv = NULL;
+    va_list ap;
+    int r;
+
+    va_start(ap, fmt);
+    r = vasprintf(&val, fmt, ap);
+    va_end(ap);
+    if (r < 0 || asprintf(&kv, "%s=%s", k, val) < 0)
+        kv = NULL;
+    free(val);
+    put(e, kv);
+}
+
+void envv_release(struct envv *e)
+{
+    for (size_t i = 0; i < e->n; i++)
+        free(e->v[i]);
+    free(e->v);
+    memset(e, 0, sizeof(*e));
+}
+
+/* Sets k to v only where neither the agent's environment nor --export set it. */
+static void set_default(struct envv *e, const char *k, const char *v)
+{
+    if (!envv_get(e, k))
+        envv_set(e, k, "%s", v);
+}
+
+/* CUDA_VISIBLE_DEVICES. torchrun leaves it as the node has it, so that every local rank
+ * sees every GPU of the allocation and picks one with LOCAL_RANK (the universal
+ * torch.cuda.set_device(LOCAL_RANK)). --gpu-bind=single shows rank n only the n-th entry
+ * (or device n where the node names none). */
+static void set_gpus(struct envv *e, const struct rankenv_rank *r)
+{
+    const char *all = envv_get(e, "CUDA_VISIBLE_DEVICES");
+    int i = 0;
+
+    if (r->spec->gpu_bind != GPU_BIND_SINGLE)
+        return;
+    if (!all || !*all) {
+        envv_set(e, "CUDA_VISIBLE_DEVICES", "%d", r->local_rank);
+        return;
+    }
+    for (const char *p = all; *p; i++) {
+        size_t n = strcspn(p, ",");
+        if (i == r->local_rank) {
+            char dev[64];
+            snprintf(dev, sizeof(dev), "%.*s", (int)n, p);
+            envv_set(e, "CUDA_VISIBLE_DEVICES", "%s", dev);
+            return;
+        }
+        p += n + (p[n] == ',');
+    }
+    /* Fewer GPUs than ranks: the rank gets none rather than another rank's. */
+    envv_set(e, "CUDA_VISIBLE_DEVICES", "%s", "");
+}
+
+/* The gpurun package's folder first on PYTHONPATH, so `import gpurun` works in every rank
+ * with nothing installed; what the user had follows. */
+static void set_pythonpath(struct envv *e, const char *dir)
+{
+    const char *old = envv_get(e, "PYTHONPATH");
+    size_t n = strlen(dir);
+
+    if (!dir[0])
+        return;
+    if (old && !strncmp(old, dir, n) && (old[n] == ':' || old[n] == '\0'))
+        return;
+    if (old && *old) {
+        char *copy = strdup(old);
+        if (!copy) {
+            e->oom = true;
+            return;
+        }
+        envv_set(e, "PYTHONPATH", "%s:%s", dir, copy);
+        free(copy);
+    } else {
+        envv_set(e, "PYTHONPATH", "%s", dir);
+    }
+}
+
+char **rankenv_build(const struct rankenv_rank *r, char *const *base)
+{
+    const struct jobspec *s = r->spec;
+    struct envv e = {0};
+    int threads;
+
+    for (char *const *p = base; p && *p; p++)
+        put(&e, strdup(*p));
+    for (char **p = s->env; p && *p; p++)
+        put(&e, strdup(*p));
+
+    /* torchrun's contract, name for name. */
+    envv_set(&e, "RANK", "%d", r->rank);
+    envv_set(&e, "LOCAL_RANK", "%d", r->local_rank);
+    envv_set(&e, "WORLD_SIZE", "%d", r->world_size);
+    envv_set(&e, "LOCAL_WORLD_SIZE", "%d", r->local_world_size);
+    envv_set(&e, "GROUP_RANK", "%d", r->node_rank);
+    envv_set(&e, "GROUP_WORLD_SIZE", "%d", r->nnodes);
+    envv_set(&e, "ROLE_NAME", "%s", ROLE_NAME);
+    envv_set(&e, "ROLE_RANK", "%d", r->rank);
+    envv_set(&e, "ROLE_WORLD_SIZE", "%d", r->world_size);
+    envv_set(&e, "MASTER_ADDR", "%s", r->master_addr);
+    envv_set(&e, "MASTER_PORT", "%d", r->master_port);
+    envv_set(&e, "TORCHELASTIC_RESTART_COUNT", "%d", r->restart_count);
+    envv_set(&e, "TORCHELASTIC_MAX_RESTARTS", "%d", s->max_restarts);
+    envv_set(&e, "TORCHELASTIC_RUN_ID", "%s", s->job_id);
+    /* The ranks' own TCPStore: rank 0 serves it on MASTER_PORT, the others connect. "True"
+     * would make every rank a client of an agent store that gpurun does not run. */
+    envv_set(&e, "TORCHELASTIC_USE_AGENT_STORE", "%s", "False");
+    /* torchrun's default: a failed NCCL collective ends the process instead of hanging it. */
+    set_default(&e, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+    if (r->error_file)
+        envv_set(&e, "TORCHELASTIC_ERROR_FILE", "%s", r->error_file);
+    else
+        envv_unset(&e, "TORCHELASTIC_ERROR_FILE");
+    /* Not torchrun's, but what Lightning and many sbatch scripts read for the node. */
+    envv_set(&e, "NODE_RANK", "%d", r->node_rank);
+    set_gpus(&e, r);
+
+    /* Threads per rank: the CPUs this node's agent has, shared out, so that ranks neither
+     * oversubscribe the cores nor starve their data loaders with one thread. */
+    threads = r->cpus / (r->local_world_size > 0 ? r->local_world_size : 1);
+    if (!envv_get(&e, "OMP_NUM_THREADS"))
+        envv_set(&e, "OMP_NUM_THREADS", "%d", threads > 0 ? threads : 1);
+    /* Output reaches the log as it is printed, and a fatal signal (or the SIGABRT of a hang's
+     * stack capture) prints every thread's Python traceback. */
+    set_default(&e, "PYTHONUNBUFFERED", "1");
+    set_default(&e, "PYTHONFAULTHANDLER", "1");
+    if (r->python_dir)
+        set_pythonpath(&e, r->python_dir);
+
+    /* The rank library's. */
+    envv_set(&e, "GPURUN_SOCK", "%s", r->sock);
+    envv_set(&e, "GPURUN_TOKEN", "%s", r->token);
+    envv_set(&e, "GPURUN_JOB_DIR", "%s", r->job_dir ? r->job_dir : "");
+    envv_set(&e, "GPURUN_JOB_ID", "%s", s->job_id);
+    envv_set(&e, "GPURUN_NODE_ADDR", "%s", r->node_addr);
+    envv_set(&e, "GPURUN_RESTART_COUNT", "%d", r->restart_count);
+    envv_set(&e, "GPURUN_PREEMPT_SIGNAL", "%d", s->preempt_signal);
+
+    if (e.oom || !e.v) {
+        envv_release(&e);
+        return NULL;
+    }
+    return e.v;
+}
+
+void rankenv_free(char **env)
+{
+    for (char **p = env; p && *p; p++)
+        free(*p);
+    free(env);
+}

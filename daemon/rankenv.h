@@ -1,0 +1,58 @@
+/* A rank's environment: what the agent hands every rank it spawns. torchrun's whole contract
+ * (torch/distributed/elastic/agent/server/local_elastic_agent.py), the rank library's
+ * variables, the GPUs as the --gpu-bind mode shows them, and the Python settings a launched
+ * script expects. Pure: it reads nothing but its arguments, so every rule is testable. */
+#ifndef GPURUN_RANKENV_H
+#define GPURUN_RANKENV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "jobspec.h"
+
+/* The facts of one rank, all borrowed for the duration of rankenv_build(). */
+struct rankenv_rank {
+    const struct jobspec *spec;
+    int rank, local_rank, local_world_size, world_size;
+    int node_rank, nnodes;
+    int restart_count; /* the leader's generation */
+    const char *master_addr;
+    int master_port;
+    const char *sock, *token; /* the agent's Unix socket, this rank's secret (hex) */
+    const char *job_dir;      /* "" without one */
+    const char *node_addr;    /* this node's address, for rank-to-rank links */
+    const char *hostname;     /* this node's name */
+    const char *error_file;   /* TORCHELASTIC_ERROR_FILE for this rank; NULL: none */
+    const char *python_dir;   /* the folder holding the gpurun Python package; NULL: none */
+    int cpus;                 /* CPUs the agent may use (its affinity), >= 1 */
+};
+
+/* A growable NULL-terminated "K=V" vector. */
+struct envv {
+    char **v;
+    size_t n, cap;
+    bool oom; /* an allocation failed: the vector is incomplete */
+};
+
+/* Sets K=V (value formatted), replacing an existing K. Failures set e->oom. */
+void envv_set(struct envv *e, const char *k, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The value of k in e (borrowed), or NULL. */
+const char *envv_get(const struct envv *e, const char *k);
+
+/* Removes k from e; a missing k is not an error. */
+void envv_unset(struct envv *e, const char *k);
+
+/* Frees every string and the vector; e may be used again. */
+void envv_release(struct envv *e);
+
+/* The environment of rank r: base (the agent's own environment, borrowed, NULL-terminated)
+ * with the job's --export entries, then every variable rankenv sets. Returns a new vector
+ * (free with rankenv_free) or NULL when memory runs out. */
+char **rankenv_build(const struct rankenv_rank *r, char *const *base);
+
+/* Frees what rankenv_build returned. */
+void rankenv_free(char **env);
+
+#endif
