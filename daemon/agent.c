@@ -137,7 +137,7 @@ struct agent {
     int nranks, exited;
     char self_exe[PATH_MAX];   /* this program, run as the rank shim (shim.h) */
     char python_dir[PATH_MAX]; /* the gpurun Python package's folder, or "" */
-    char **spawn_argv;       /* self_exe --exec-rank PID -- argv... */
+    char **spawn_argv;         /* self_exe --exec-rank PID -- argv... */
     char sockdir[PATH_MAX];
     char sockpath[PATH_MAX];
 

@@ -215,8 +215,8 @@ static int check_limits(const struct msg *m, struct proto_error *err)
 }
 
 /* json_unpack's "i" keeps the low bits of a number an int cannot hold (4294967297 reads as
- * 1), so every integer field but the 64-bit ones (id, timeout_ms, step, total_steps) is checked against
- * int's range before the row's format reads it. */
+ * 1), so every integer field but the 64-bit ones (id, timeout_ms, step, total_steps) is checked
+ * against int's range before the row's format reads it. */
 static int check_int_range(json_t *root, const char *what, struct proto_error *err)
 {
     const char *name;
