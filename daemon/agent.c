@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -30,6 +31,7 @@
 #include "rankenv.h"
 #include "shim.h"
 #include "signame.h"
+#include "stacks.h"
 #include "banned.h"
 
 /* Deadline resolution: teardown escalation, hang detection, the leader's heartbeat. */
@@ -50,7 +52,17 @@
 /* Per-rank secret: 128 bits, shown to the rank in GPURUN_TOKEN. */
 #define TOKEN_BYTES       16
 
-enum agent_state { AG_FINDING, AG_JOINING, AG_RUNNING, AG_TEARDOWN, AG_DONE };
+/* FINDING -> JOINING -> RUNNING -> [CAPTURE ->] TEARDOWN -> DONE; a restart goes from
+ * TEARDOWN back to RUNNING. CAPTURE is a hang's: stacks are taken before the kill. */
+enum agent_state { AG_FINDING, AG_JOINING, AG_RUNNING, AG_CAPTURE, AG_TEARDOWN, AG_DONE };
+
+/* How long a hang's stack capture may take on this node before the teardown goes on
+ * without the stacks still missing (the leader waits a little longer: leader.c). */
+#define STACK_CAPTURE_MS 4000
+
+/* A rank's stack capture: none asked, SIGABRT sent to its Python process (the traceback
+ * comes on its stderr), a native tool running, or finished. */
+enum capture { CAP_NONE, CAP_PYTHON, CAP_TOOL, CAP_DONE };
 
 struct agent;
 struct arank;
@@ -61,6 +73,7 @@ struct ostream {
     uv_pipe_t pipe;
     struct agent *agent;
     struct arank *rank; /* NULL once detached from the rank (closing) */
+    bool is_err;        /* the rank's stderr */
     char line[LINE_MAX_LEN];
     size_t len;
 };
@@ -71,12 +84,17 @@ struct arank {
     struct ostream *out, *err; /* NULL when closed */
     int local, rank;
     bool spawned, exited, reported, killed, oom;
+    bool wants_preempt; /* asked for the pre-timeout signal (a "preempt" request) */
+    enum capture cap;
+    char *stack; /* the captured stack (PROTO_STACK_MAX bytes at most), or NULL */
+    size_t stack_len;
     int code, sig;
-    int64_t exit_ms, progress_ms;
+    int64_t exit_ms;
+    int64_t progress_ms; /* when its last report arrived; 0: it never reported */
     long oom_base;
     int logfd;
     char token[2 * TOKEN_BYTES + 1];
-    int64_t step;
+    int64_t step, total_steps;
     double loss, lr, tokens_per_s, grad_norm;
     bool dirty;
     char tail[TAIL_LINES][TAIL_LINE_MAX];
@@ -129,6 +147,8 @@ struct agent {
     int handles_open;
     bool closing;
     int64_t t_start, teardown_ms, last_flush_ms, next_connect_ms;
+    int64_t capture_until;              /* AG_CAPTURE's deadline */
+    char capture_cause[PROTO_TAIL_MAX]; /* the leader's abort cause, for the teardown after */
 
     int world_size, rank_base, master_port, nnodes;
     int generation; /* the leader's: how many times the job was restarted */
@@ -190,6 +210,29 @@ static void tail_join(const struct arank *r, char *out, size_t cap)
     }
 }
 
+/* Appends n bytes to r's captured stack; what passes PROTO_STACK_MAX is cut. JSON carries
+ * the stack: anything but printable ASCII, tabs and newlines becomes '?'. */
+static void stack_append(struct arank *r, const char *s, size_t n)
+{
+    if (!r->stack && !(r->stack = malloc(PROTO_STACK_MAX + 1)))
+        return;
+    if (r->stack_len + n > PROTO_STACK_MAX)
+        n = PROTO_STACK_MAX - r->stack_len;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        r->stack[r->stack_len + i] =
+            (c >= 0x20 && c < 0x7f) || c == '\t' || c == '\n' ? (char)c : '?';
+    }
+    r->stack_len += n;
+    r->stack[r->stack_len] = '\0';
+}
+
+static void stack_add(struct arank *r, const char *s, size_t n)
+{
+    stack_append(r, s, n);
+    stack_append(r, "\n", 1);
+}
+
 /* One merged-stream line "[R] text\n" in one write(2), so lines of ranks and of other
  * daemons sharing the terminal never interleave inside a line. */
 static void emit_line(struct arank *r, const char *s, size_t n)
@@ -216,6 +259,9 @@ static void stream_take(struct ostream *o, const char *data, size_t n)
         log_debug("cannot write rank %d's log: %s", r->rank, strerror(errno));
     for (size_t i = 0; i < n; i++) {
         if (data[i] == '\n' || o->len == sizeof(o->line)) {
+            /* After SIGABRT, what a Python rank writes on stderr is faulthandler's dump. */
+            if (o->is_err && r->cap == CAP_PYTHON)
+                stack_add(r, o->line, o->len);
             emit_line(r, o->line, o->len);
             o->len = 0;
             if (data[i] == '\n')
@@ -307,9 +353,12 @@ static int send_leader(struct agent *a, json_t *msg)
 
 static void flush_progress(struct agent *a);
 
+static json_t *read_error_file(struct agent *a, struct arank *r);
+
 static void report_exit(struct agent *a, struct arank *r)
 {
     char tail[PROTO_TAIL_MAX];
+    json_t *msg, *err = NULL;
 
     if (r->reported)
         return;
@@ -318,26 +367,37 @@ static void report_exit(struct agent *a, struct arank *r)
     if (r->dirty)
         flush_progress(a);
     tail_join(r, tail, sizeof(tail));
-    send_leader(a, proto_pack("{s:s, s:i, s:i, s:i, s:b, s:b, s:s}", "type", "rank_exit", "rank",
-                              r->rank, "code", r->code, "signal", r->sig, "oom", r->oom, "killed",
-                              r->killed, "tail", tail));
+    if ((r->code || r->sig) && !r->killed)
+        err = read_error_file(a, r);
+    msg = proto_pack("{s:s, s:i, s:i, s:i, s:b, s:b, s:s}", "type", "rank_exit", "rank", r->rank,
+                     "code", r->code, "signal", r->sig, "oom", r->oom, "killed", r->killed, "tail",
+                     tail);
+    if (msg && r->stack)
+        json_object_set_new(msg, "stack", json_string(r->stack));
+    if (msg && err)
+        json_object_set_new(msg, "error", err);
+    else
+        json_decref(err);
+    send_leader(a, msg);
 }
 
 static void flush_progress(struct agent *a)
 {
     json_t *arr = json_array();
+    int64_t t = now_ms(a);
 
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];
         if (!r->dirty)
             continue;
         r->dirty = false;
-        json_array_append_new(arr, json_pack("{s:i, s:I, s:f, s:f, s:f, s:f}", "rank", r->rank,
-                                             "step", (json_int_t)r->step, "loss", r->loss, "lr",
-                                             r->lr, "tokens_per_s", r->tokens_per_s, "grad_norm",
-                                             r->grad_norm));
+        json_array_append_new(
+            arr, json_pack("{s:i, s:I, s:f, s:f, s:f, s:f, s:I, s:I}", "rank", r->rank, "step",
+                           (json_int_t)r->step, "loss", r->loss, "lr", r->lr, "tokens_per_s",
+                           r->tokens_per_s, "grad_norm", r->grad_norm, "total_steps",
+                           (json_int_t)r->total_steps, "age_ms", (json_int_t)(t - r->progress_ms)));
     }
-    a->last_flush_ms = now_ms(a);
+    a->last_flush_ms = t;
     if (json_array_size(arr) == 0) {
         json_decref(arr);
         return;
@@ -495,6 +555,67 @@ static void free_env(char **env)
     rankenv_free(env);
 }
 
+/* The error file of torch's @record (torch/distributed/elastic/multiprocessing/errors):
+ * {"message": {"message": "Type: text", "extraInfo": {"py_callstack": "Traceback..."}}}, or
+ * "message" a plain string. Parsed into {type, message, file, line, traceback} for the
+ * leader; NULL when there is no file or it is not torch's. */
+#define ERROR_FILE_MAX (256 * 1024)
+
+static json_t *read_error_file(struct agent *a, struct arank *r)
+{
+    char path[PATH_MAX], where[PATH_MAX] = "";
+    json_t *root, *msg, *out = NULL;
+    const char *text = NULL, *stack = NULL, *colon;
+    long line = 0;
+    char *buf = NULL;
+    size_t len;
+
+    error_file_path(a, r, path, sizeof(path));
+    if (fs_read_all(path, ERROR_FILE_MAX, &buf, &len) < 0)
+        return NULL;
+    root = json_loadb(buf, len, 0, NULL);
+    free(buf);
+    msg = json_object_get(root, "message");
+    if (json_is_string(msg)) {
+        text = json_string_value(msg);
+    } else if (json_is_object(msg)) {
+        text = json_string_value(json_object_get(msg, "message"));
+        stack =
+            json_string_value(json_object_get(json_object_get(msg, "extraInfo"), "py_callstack"));
+    }
+    if (!text) {
+        log_warn("rank %d's error file '%s' is not torch's format: ignored", r->rank, path);
+        goto out;
+    }
+    /* The innermost frame of the traceback: its last 'File "X", line N' line. */
+    for (const char *p = stack; p && (p = strstr(p, "File \"")); p++) {
+        const char *q = strchr(p + 6, '"');
+        long n;
+        if (q && sscanf(q, "\", line %ld", &n) == 1) {
+            snprintf(where, sizeof(where), "%.*s", (int)(q - p - 6), p + 6);
+            line = n;
+        }
+    }
+    colon = strstr(text, ": ");
+    out = json_pack("{s:s%, s:s}", "type", text, colon ? (size_t)(colon - text) : strlen(text),
+                    "message", colon ? colon + 2 : "");
+    if (out && where[0]) {
+        json_object_set_new(out, "file", json_string(where));
+        json_object_set_new(out, "line", json_integer(line));
+    }
+    if (out && stack) {
+        size_t sl = strlen(stack);
+        /* The end of the traceback is what names the failure. */
+        json_object_set_new(out, "traceback",
+                            json_string(stack + (sl > PROTO_TAIL_MAX ? sl - PROTO_TAIL_MAX : 0)));
+    }
+    if (out)
+        log_info("rank %d recorded %s", r->rank, text);
+out:
+    json_decref(root);
+    return out;
+}
+
 static int open_log(struct agent *a, int rank)
 {
     char path[PATH_MAX];
@@ -521,13 +642,14 @@ static int spawn_rank(struct agent *a, struct arank *r)
         return -EIO;
     auth_hex(tok, sizeof(tok), r->token);
     r->logfd = open_log(a, r->rank);
-    r->progress_ms = now_ms(a);
     r->oom_base = oom_kills();
     env = build_env(a, r);
     if (!env)
         return -ENOMEM;
     r->out = stream_new(a, r);
     r->err = stream_new(a, r);
+    if (r->err)
+        r->err->is_err = true;
     if (!r->out || !r->err) {
         stream_close(&r->out);
         stream_close(&r->err);
@@ -707,8 +829,14 @@ static void on_rank_message(struct peer *p, struct msg *m)
         r->lr = m->lr;
         r->tokens_per_s = m->tokens_per_s;
         r->grad_norm = m->grad_norm;
+        if (m->total_steps > 0)
+            r->total_steps = m->total_steps;
         r->dirty = true;
         r->progress_ms = now_ms(a);
+        break;
+    case MSG_PREEMPT:
+        r->wants_preempt = true;
+        peer_send(p, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
         break;
     case MSG_FINALIZE:
         peer_send(p, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
@@ -813,6 +941,139 @@ static int listen_ranks(struct agent *a)
     if (ret < 0)
         log_error("cannot listen on '%s': %s", a->sockpath, uv_strerror(ret));
     return ret;
+}
+
+/* --- stack capture (a hang) -------------------------------------------------------------- */
+
+/* A native stack tool run for one rank: its stdout goes to the rank's stack and log. */
+struct stack_tool {
+    uv_process_t proc;
+    uv_pipe_t out;
+    struct agent *agent;
+    struct arank *rank;
+    int open; /* handles not yet closed */
+};
+
+static void on_tool_closed(uv_handle_t *h)
+{
+    struct stack_tool *t = h->data;
+    struct agent *a = t->agent;
+
+    a->handles_open--;
+    if (--t->open == 0)
+        free(t);
+    maybe_free(a);
+}
+
+static void on_tool_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct stack_tool *t = s->data;
+
+    if (nread > 0) {
+        stack_append(t->rank, buf->base, (size_t)nread);
+        if (t->rank->logfd >= 0 && write(t->rank->logfd, buf->base, (size_t)nread) < 0)
+            log_debug("cannot write rank %d's log: %s", t->rank->rank, strerror(errno));
+    } else if (nread < 0) {
+        uv_close((uv_handle_t *)&t->out, on_tool_closed);
+    }
+}
+
+static void on_tool_exit(uv_process_t *p, int64_t status, int sig)
+{
+    struct stack_tool *t = p->data;
+
+    (void)status;
+    (void)sig;
+    t->rank->cap = CAP_DONE;
+    uv_close((uv_handle_t *)p, on_tool_closed);
+}
+
+/* Runs eu-stack or gdb on pid for r; the capture is done when it exits. */
+static int run_stack_tool(struct agent *a, struct arank *r, pid_t pid)
+{
+    uv_process_options_t opt = {0};
+    uv_stdio_container_t stdio[3];
+    char buf[2 * PATH_MAX], *argv[12], head[128];
+    const char *tool;
+    struct stack_tool *t;
+    int ret;
+
+    if (stacks_tool_argv(pid, buf, sizeof(buf), argv, &tool) < 0)
+        return -ENOENT;
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return -ENOMEM;
+    t->agent = a;
+    t->rank = r;
+    uv_pipe_init(a->loop, &t->out, 0);
+    t->out.data = t->proc.data = t;
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[1].data.stream = (uv_stream_t *)&t->out;
+    stdio[2].flags = UV_IGNORE;
+    opt.file = argv[0];
+    opt.args = argv;
+    opt.stdio_count = 3;
+    opt.stdio = stdio;
+    opt.exit_cb = on_tool_exit;
+    ret = uv_spawn(a->loop, &t->proc, &opt);
+    t->open = 2;
+    a->handles_open += 2;
+    if (ret < 0) {
+        uv_close((uv_handle_t *)&t->proc, on_tool_closed);
+        uv_close((uv_handle_t *)&t->out, on_tool_closed);
+        return ret;
+    }
+    snprintf(head, sizeof(head), "--- stack of rank %d (pid %ld), by %s ---\n", r->rank, (long)pid,
+             tool);
+    stack_append(r, head, strlen(head));
+    if (r->logfd >= 0 && write(r->logfd, head, strlen(head)) < 0)
+        log_debug("cannot write rank %d's log: %s", r->rank, strerror(errno));
+    r->cap = CAP_TOOL;
+    uv_read_start((uv_stream_t *)&t->out, on_out_alloc, on_tool_read);
+    return 0;
+}
+
+/* Asks every live rank for its stack: SIGABRT to a Python rank with faulthandler (its
+ * traceback comes on stderr and it dies; it counts as killed by us), a native tool for any
+ * other. The teardown follows once every capture is done or STACK_CAPTURE_MS has passed. */
+static void capture_stacks(struct agent *a, const char *cause)
+{
+    struct stack_target t;
+
+    log_info("capturing the stacks of node %d's ranks: %s", a->node_rank, cause);
+    a->state = AG_CAPTURE;
+    a->capture_until = now_ms(a) + STACK_CAPTURE_MS;
+    snprintf(a->capture_cause, sizeof(a->capture_cause), "%s", cause);
+    for (int i = 0; i < a->nranks; i++) {
+        struct arank *r = &a->ranks[i];
+        r->cap = CAP_DONE;
+        if (!r->spawned || r->exited || stacks_find_target(r->proc.pid, &t) < 0)
+            continue;
+        if (t.python && t.faulthandler) {
+            /* No core file: a large process would take minutes to dump one. */
+            struct rlimit none = {0, 0};
+            prlimit(t.pid, RLIMIT_CORE, &none, NULL);
+            r->killed = true;
+            r->cap = CAP_PYTHON;
+            kill(t.pid, SIGCONT);
+            kill(t.pid, SIGABRT);
+        } else if (run_stack_tool(a, r, t.pid) < 0) {
+            log_warn("no stack of rank %d: neither eu-stack nor gdb is installed", r->rank);
+        }
+    }
+}
+
+/* Whether the capture is over: every rank exited (a Python rank after its dump) or its tool
+ * finished. */
+static bool capture_done(const struct agent *a)
+{
+    for (int i = 0; i < a->nranks; i++) {
+        const struct arank *r = &a->ranks[i];
+        if (r->cap == CAP_TOOL || (r->cap == CAP_PYTHON && !r->exited))
+            return false;
+    }
+    return true;
 }
 
 /* --- teardown ----------------------------------------------------------------------------- */
@@ -924,6 +1185,7 @@ static void reset_generation(struct agent *a)
 
         stream_close(&r->out);
         stream_close(&r->err);
+        free(r->stack);
         memset(r, 0, sizeof(*r));
         r->agent = a;
         r->local = i;
@@ -996,6 +1258,24 @@ static void on_assign(struct agent *a, struct msg *m)
     check_done(a);
 }
 
+/* The pre-timeout signal: to the ranks that asked for it ("preempt"), or to every rank when
+ * the user chose the signal (--signal: job.json's preempt_all). */
+static void deliver_preempt(struct agent *a, int sig)
+{
+    char sn[SIGNAME_LEN];
+    int n = 0;
+
+    for (int i = 0; i < a->nranks; i++) {
+        struct arank *r = &a->ranks[i];
+        if (!r->spawned || r->exited || !(r->wants_preempt || a->spec->preempt_all))
+            continue;
+        signal_group(r, sig);
+        n++;
+    }
+    log_info("node %d: %s to %d of %d ranks (the others did not ask for it)", a->node_rank,
+             signame(sig, sn), n, a->nranks);
+}
+
 static void on_leader_message(struct peer *p, struct msg *m)
 {
     struct agent *a = p->owner;
@@ -1029,7 +1309,13 @@ static void on_leader_message(struct peer *p, struct msg *m)
         barrier_release(a, m->key);
         break;
     case MSG_ABORT:
-        teardown(a, m->value);
+        if (m->stacks && a->state == AG_RUNNING)
+            capture_stacks(a, m->value);
+        else if (a->state != AG_CAPTURE)
+            teardown(a, m->value);
+        break;
+    case MSG_SIGNAL:
+        deliver_preempt(a, m->signal);
         break;
     case MSG_FINISH:
         a->finished = true;
@@ -1231,29 +1517,15 @@ static void on_tick(uv_timer_t *t)
                  now - a->leader->last_rx_ms);
         peer_close(a->leader, cause);
     }
-    if (a->state == AG_RUNNING && a->spec->hang_timeout_ms > 0) {
-        for (int i = 0; i < a->nranks; i++) {
-            struct arank *r = &a->ranks[i];
-            if (r->exited || now - r->progress_ms <= a->spec->hang_timeout_ms)
-                continue;
-            snprintf(cause, sizeof(cause),
-                     "rank %d on node %d ('%.64s') hung: no progress for %" PRId64 " ms", r->rank,
-                     a->node_rank, a->hostname, now - r->progress_ms);
-            a->failed_here = true;
-            a->status = 124;
-            send_leader(a, proto_pack("{s:s, s:s, s:i}", "type", "abort", "cause", cause, "status",
-                                      a->status));
-            teardown(a, cause);
-            break;
-        }
-    }
+    if (a->state == AG_CAPTURE && (capture_done(a) || now >= a->capture_until))
+        teardown(a, a->capture_cause);
     if (a->state == AG_TEARDOWN && now - a->teardown_ms >= a->spec->kill_grace_ms)
         for (int i = 0; i < a->nranks; i++)
             signal_group(&a->ranks[i], SIGKILL);
-    if ((a->state == AG_RUNNING || a->state == AG_TEARDOWN) &&
+    if ((a->state == AG_RUNNING || a->state == AG_CAPTURE || a->state == AG_TEARDOWN) &&
         now - a->last_flush_ms >= PROGRESS_FLUSH_MS)
         flush_progress(a);
-    if (a->state == AG_TEARDOWN || a->state == AG_RUNNING)
+    if (a->state == AG_TEARDOWN || a->state == AG_RUNNING || a->state == AG_CAPTURE)
         check_done(a);
 }
 
@@ -1359,11 +1631,16 @@ void agent_signal(struct agent *a, int sig)
     char cause[256], sn[SIGNAME_LEN];
 
     if (sig == SIGUSR1 || sig == SIGUSR2) {
-        /* Inside a Slurm step, slurmstepd signals every process of the step itself (srun's
-         * forwarding, scancel --signal): passing it on would deliver it twice, and a rank
-         * would checkpoint twice. */
+        /* Inside a Slurm step, slurmstepd signals every process of the step itself
+         * (`scancel --signal`): passing it on would deliver it twice. gpurun's own
+         * pre-timeout signal comes through the leader instead ("signal"), so that it
+         * reaches only the ranks that asked for it. */
         if (getenv("SLURM_STEP_ID"))
             return;
+        if (sig == a->spec->preempt_signal) {
+            deliver_preempt(a, sig);
+            return;
+        }
         for (int i = 0; i < a->nranks; i++)
             signal_group(&a->ranks[i], sig);
         return;
@@ -1388,9 +1665,11 @@ static void maybe_free(struct agent *a)
 {
     if (!a->closing || a->handles_open > 0 || a->rconns || a->leader)
         return;
-    for (int i = 0; i < a->nranks; i++)
+    for (int i = 0; i < a->nranks; i++) {
         if (a->ranks[i].logfd >= 0)
             close(a->ranks[i].logfd);
+        free(a->ranks[i].stack);
+    }
     while (a->bwaits) {
         struct bwait *w = a->bwaits;
         a->bwaits = w->next;

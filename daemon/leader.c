@@ -39,6 +39,12 @@
 #define FINISH_LINGER_MS     2000
 /* After "abort", agents get kill_grace plus this to report their ranks gone. */
 #define ABORT_SLACK_MS       3000
+/* A hang's teardown first captures every rank's stack: agents get this long for it. */
+#define STACK_CAPTURE_MS     5000
+/* A SIGTERM within this of the time limit is Slurm's (or gpurun --local's) time limit
+ * ending the job, not a cancel: Slurm never ends a job before its limit, and the daemons
+ * start a moment after the job does. */
+#define TIMEOUT_SLACK_MS     3000
 /* A store wait longer than this lasts as long as the job: it keeps now + timeout_ms, which
  * the wire allows up to INT64_MAX, from overflowing. */
 #define KV_WAIT_MAX_MS       (INT64_MAX / 2)
@@ -69,11 +75,13 @@ struct node {
 
 struct rank {
     enum rank_phase phase;
-    int64_t step;
+    int64_t step, total_steps;
     double loss, lr, tokens_per_s, grad_norm;
-    int64_t report_ms;
+    int64_t report_ms; /* when its last report reached its agent; 0: it never reported */
     int code, signal;
     bool oom, killed;
+    json_t *stack; /* a string: its stack as captured before a hang's teardown, or NULL */
+    json_t *error; /* the exception it recorded (TORCHELASTIC_ERROR_FILE), or NULL */
 };
 
 struct leader {
@@ -104,10 +112,13 @@ struct leader {
     const char *outcome;
     json_t *first_failure;
     int status;
-    bool restartable; /* the failure is one a new generation may get past */
-    int generation;   /* 0, then one more per restart (max_restarts) */
-    json_t *failures; /* the first failure of every earlier generation */
+    bool restartable;  /* the failure is one a new generation may get past */
+    bool abort_stacks; /* the abort asks agents to capture stacks first (a hang) */
+    bool hang_warned;  /* the "--hang-timeout cannot apply" warning is out */
+    int generation;    /* 0, then one more per restart (max_restarts) */
+    json_t *failures;  /* the first failure of every earlier generation */
     int64_t t_start, t_joined, t_first_step, t_abort, t_finish;
+    int64_t t_generation; /* when the current generation's ranks were assigned */
     bool closing, done_called;
 };
 
@@ -157,7 +168,8 @@ static void fail(struct leader *l, int status, const char *outcome, bool restart
     log_tail(json_string_value(json_object_get(failure, "tail")));
     l->state = JOB_ABORTING;
     l->t_abort = now_ms(l);
-    broadcast(l, proto_pack("{s:s, s:s}", "type", "abort", "cause", cause ? cause : "failure"));
+    broadcast(l, proto_pack("{s:s, s:s, s:b}", "type", "abort", "cause", cause ? cause : "failure",
+                            "stacks", l->abort_stacks));
 }
 
 static json_t *failure_new(const char *cause, int rank, int node, const char *host, int code,
@@ -170,19 +182,32 @@ static json_t *failure_new(const char *cause, int rank, int node, const char *ho
                      "signal_name", sig ? signame(sig, sn) : "", "tail", tail ? tail : "");
 }
 
-static json_t *rank_view(const struct leader *l, int r)
+static int node_of(const struct leader *l, int r)
 {
-    const struct rank *k = &l->ranks[r];
     int node = 0;
 
     while (node + 1 < l->spec->nnodes && l->nodes[node + 1].rank_base <= r)
         node++;
-    return json_pack("{s:i, s:i, s:s, s:I, s:f, s:f, s:f, s:f, s:I, s:i, s:i, s:b, s:b}", "rank", r,
-                     "node", node, "phase", phase_names[k->phase], "step", (json_int_t)k->step,
-                     "loss", k->loss, "lr", k->lr, "tokens_per_s", k->tokens_per_s, "grad_norm",
-                     k->grad_norm, "report_age_ms",
-                     (json_int_t)(k->report_ms ? now_ms(l) - k->report_ms : -1), "code", k->code,
-                     "signal", k->signal, "oom", k->oom, "killed", k->killed);
+    return node;
+}
+
+static json_t *rank_view(const struct leader *l, int r)
+{
+    const struct rank *k = &l->ranks[r];
+    json_t *v;
+
+    v = json_pack("{s:i, s:i, s:s, s:I, s:f, s:f, s:f, s:f, s:I, s:i, s:i, s:b, s:b, s:I, s:b}",
+                  "rank", r, "node", node_of(l, r), "phase", phase_names[k->phase], "step",
+                  (json_int_t)k->step, "loss", k->loss, "lr", k->lr, "tokens_per_s",
+                  k->tokens_per_s, "grad_norm", k->grad_norm, "report_age_ms",
+                  (json_int_t)(k->report_ms ? now_ms(l) - k->report_ms : -1), "code", k->code,
+                  "signal", k->signal, "oom", k->oom, "killed", k->killed, "total_steps",
+                  (json_int_t)k->total_steps, "reported", k->report_ms != 0);
+    if (v && k->stack)
+        json_object_set(v, "stack", k->stack);
+    if (v && k->error)
+        json_object_set(v, "error", k->error);
+    return v;
 }
 
 static json_t *job_view(struct leader *l, bool for_summary)
@@ -268,6 +293,16 @@ static bool all_nodes_done(const struct leader *l)
 static void on_store_ready(void *owner, int64_t id, const char *key, const char *value, void *arg);
 static void send_assign(struct leader *l);
 
+/* Drops what the ranks' records own (stacks, recorded exceptions). */
+static void ranks_release(struct leader *l)
+{
+    for (int r = 0; l->ranks && r < l->world_size; r++) {
+        json_decref(l->ranks[r].stack);
+        json_decref(l->ranks[r].error);
+        l->ranks[r].stack = l->ranks[r].error = NULL;
+    }
+}
+
 /* Generation g+1 in the same allocation: every rank is gone, the store and barriers start
  * empty (a rank of the new generation must not read the old NCCL id), and every agent gets
  * a new assign. The training core resumes from its last checkpoint. */
@@ -281,6 +316,7 @@ static void restart(struct leader *l)
     store_free(l->store);
     l->store = store_new(PROTO_STORE_MAX, PROTO_STORE_KEYS_MAX, on_store_ready, l);
     json_object_clear(l->barriers);
+    ranks_release(l);
     memset(l->ranks, 0, (size_t)l->world_size * sizeof(*l->ranks));
     for (int r = 0; r < l->world_size; r++)
         l->ranks[r].phase = PHASE_RUNNING;
@@ -292,7 +328,10 @@ static void restart(struct leader *l)
     l->status = 0;
     l->outcome = "running";
     l->restartable = false;
+    l->abort_stacks = false;
+    l->hang_warned = false;
     l->state = JOB_RUNNING;
+    l->t_generation = now_ms(l);
     if (!l->store) {
         fail(l, 125, "failed", false, failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
         return;
@@ -385,11 +424,11 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
     {
         int r;
         struct rank k = {0};
-        json_int_t step;
-        if (json_unpack(e, "{s:i, s:I, s:F, s:F, s:F, s:F}", "rank", &r, "step", &step, "loss",
-                        &k.loss, "lr", &k.lr, "tokens_per_s", &k.tokens_per_s, "grad_norm",
-                        &k.grad_norm) < 0 ||
-            r < l->nodes[c->node].rank_base ||
+        json_int_t step, total = 0, age = 0;
+        if (json_unpack(e, "{s:i, s:I, s:F, s:F, s:F, s:F, s?I, s?I}", "rank", &r, "step", &step,
+                        "loss", &k.loss, "lr", &k.lr, "tokens_per_s", &k.tokens_per_s, "grad_norm",
+                        &k.grad_norm, "total_steps", &total, "age_ms", &age) < 0 ||
+            age < 0 || age > INT32_MAX || r < l->nodes[c->node].rank_base ||
             r >= l->nodes[c->node].rank_base + l->nodes[c->node].nprocs) {
             log_warn("ignoring a bad progress entry from node %d", c->node);
             continue;
@@ -400,17 +439,40 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
         dst->lr = k.lr;
         dst->tokens_per_s = k.tokens_per_s;
         dst->grad_norm = k.grad_norm;
-        dst->report_ms = now_ms(l);
+        if (total > 0)
+            dst->total_steps = total;
+        /* The report's own time, not this frame's: agents batch reports, and the hang rule
+         * compares report times across nodes to the millisecond. */
+        dst->report_ms = now_ms(l) - age;
+        if (dst->report_ms <= 0)
+            dst->report_ms = 1;
         if (!l->t_first_step)
             l->t_first_step = dst->report_ms;
     }
+}
+
+/* "ValueError: bad input (train.py:42)" from a rank's recorded exception, in a static
+ * buffer (the leader is single-threaded). */
+static const char *error_line(json_t *err)
+{
+    static char line[400];
+    const char *type = json_string_value(json_object_get(err, "type"));
+    const char *msg = json_string_value(json_object_get(err, "message"));
+    const char *file = json_string_value(json_object_get(err, "file"));
+    json_int_t ln = json_integer_value(json_object_get(err, "line"));
+    int n = snprintf(line, sizeof(line), "%.80s%s%.200s", type ? type : "exception",
+                     msg && *msg ? ": " : "", msg ? msg : "");
+
+    if (file && n > 0 && (size_t)n < sizeof(line))
+        snprintf(line + n, sizeof(line) - (size_t)n, " (%.80s:%lld)", file, (long long)ln);
+    return line;
 }
 
 static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
 {
     struct node *n = &l->nodes[c->node];
     struct rank *k;
-    char cause[256], sn[SIGNAME_LEN];
+    char cause[768], sn[SIGNAME_LEN];
 
     if (m->rank < n->rank_base || m->rank >= n->rank_base + n->nprocs) {
         log_warn("node %d reported the exit of rank %d, which is not its own", c->node, m->rank);
@@ -424,20 +486,39 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
     k->signal = m->signal;
     k->oom = m->oom;
     k->killed = m->killed;
+    if (m->stack)
+        k->stack = json_string(m->stack);
+    if (m->error)
+        k->error = json_incref(m->error);
     l->exited++;
     if (++n->exited == n->nprocs)
         n->done = true;
     if ((m->code || m->signal) && !m->killed) {
+        json_t *f;
+        char what[420] = "";
+        if (m->error)
+            snprintf(what, sizeof(what), ": %s", error_line(m->error));
         if (m->signal)
             snprintf(cause, sizeof(cause),
-                     "rank %d on node %d ('%s') was killed by signal %d (%s)%s", m->rank, c->node,
+                     "rank %d on node %d ('%s') was killed by signal %d (%s)%s%s", m->rank, c->node,
                      n->hostname, m->signal, signame(m->signal, sn),
-                     m->oom ? ": out of memory" : "");
+                     m->oom ? ": out of memory" : "", what);
         else
-            snprintf(cause, sizeof(cause), "rank %d on node %d ('%s') exited with status %d",
-                     m->rank, c->node, n->hostname, m->code);
-        fail(l, m->signal ? 128 + m->signal : m->code, "failed", true,
-             failure_new(cause, m->rank, c->node, n->hostname, m->code, m->signal, m->value));
+            snprintf(cause, sizeof(cause), "rank %d on node %d ('%s') exited with status %d%s",
+                     m->rank, c->node, n->hostname, m->code, what);
+        f = failure_new(cause, m->rank, c->node, n->hostname, m->code, m->signal, m->value);
+        if (f && m->error)
+            json_object_set(f, "error", m->error);
+        fail(l, m->signal ? 128 + m->signal : m->code, "failed", true, f);
+    } else if (l->first_failure && m->killed) {
+        /* The blamed rank of a hang, killed by the teardown: its last lines and its stack
+         * complete the failure's record. */
+        json_t *fr = json_object_get(l->first_failure, "rank");
+        if (json_is_integer(fr) && json_integer_value(fr) == m->rank) {
+            json_object_set_new(l->first_failure, "tail", json_string(m->value));
+            if (k->stack)
+                json_object_set(l->first_failure, "stack", k->stack);
+        }
     }
     check_end(l);
 }
@@ -459,7 +540,7 @@ static void assign_all(struct leader *l)
     for (int r = 0; r < base; r++)
         l->ranks[r].phase = PHASE_RUNNING;
     l->state = JOB_RUNNING;
-    l->t_joined = now_ms(l);
+    l->t_joined = l->t_generation = now_ms(l);
     log_info("all %d nodes joined in %" PRId64 " ms: world size %d", l->spec->nnodes,
              l->t_joined - l->t_start, base);
     send_assign(l);
@@ -513,6 +594,34 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
         assign_all(l);
 }
 
+/* Whether the job has reached its time limit (job.json's time_limit_s), give or take the
+ * moment between the job's start and the leader's. */
+static bool at_time_limit(const struct leader *l)
+{
+    return l->spec->time_limit_s > 0 &&
+           now_ms(l) - l->t_start >= (int64_t)l->spec->time_limit_s * 1000 - TIMEOUT_SLACK_MS;
+}
+
+static const char *timeout_cause(const struct leader *l)
+{
+    static char cause[128];
+
+    snprintf(cause, sizeof(cause), "time limit of %d s reached: the ranks were stopped",
+             l->spec->time_limit_s);
+    return cause;
+}
+
+/* The pre-timeout signal, from a client (the batch script's trap): to every agent, which
+ * hands it to the ranks that asked for it. */
+static void do_signal(struct leader *l, struct conn *c, struct msg *m)
+{
+    char sn[SIGNAME_LEN];
+
+    log_info("delivering %s to the ranks that asked for it", signame(m->signal, sn));
+    broadcast(l, proto_pack("{s:s, s:i}", "type", "signal", "signal", m->signal));
+    peer_send(&c->peer, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
+}
+
 static void on_message(struct peer *p, struct msg *m)
 {
     struct conn *c = (struct conn *)p;
@@ -522,7 +631,7 @@ static void on_message(struct peer *p, struct msg *m)
         do_join(l, c, m);
         return;
     }
-    if (c->role == ROLE_NEW && m->type == MSG_STATUS) {
+    if (c->role == ROLE_NEW && (m->type == MSG_STATUS || m->type == MSG_SIGNAL)) {
         if (l->nclients >= CLIENTS_MAX) {
             peer_send_error(p, m->id, "denied", "too many status clients");
             peer_close(p, "too many status clients");
@@ -535,6 +644,10 @@ static void on_message(struct peer *p, struct msg *m)
     if (c->role == ROLE_CLIENT && m->type == MSG_STATUS) {
         peer_send(p, proto_pack("{s:s, s:I, s:o}", "type", "status_reply", "id", m->id, "job",
                                 job_view(l, l->state == JOB_FINISHED)));
+        return;
+    }
+    if (c->role == ROLE_CLIENT && m->type == MSG_SIGNAL) {
+        do_signal(l, c, m);
         return;
     }
     if (c->role != ROLE_AGENT) {
@@ -566,6 +679,11 @@ static void on_message(struct peer *p, struct msg *m)
         /* The agent's cause is its own text (bounded by the frame): keep it as it is. */
         bool cancel =
             m->status == 128 + SIGTERM || m->status == 128 + SIGINT || m->status == 128 + SIGHUP;
+        if (m->status == 128 + SIGTERM && at_time_limit(l)) {
+            fail(l, 124, "timeout", false,
+                 failure_new(timeout_cause(l), -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
+            break;
+        }
         fail(l, m->status ? m->status : 1, cancel ? "cancelled" : "failed", m->status == 124,
              failure_new(m->value, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
         break;
@@ -711,6 +829,56 @@ static void check_linger(struct leader *l)
     }
 }
 
+/* Hang detection (DESIGN.md section 4). A rank's clock starts at its first report: a rank
+ * that never reports is never called hung. The job hangs when the oldest last report among
+ * the running ranks is older than hang_timeout, and that rank is the one blamed: in a job
+ * whose ranks meet in collectives, the stalled rank's report is the oldest (the others
+ * reported the step it never finished, then wait for it). Equal report times go to the rank
+ * with the lower step. Every rank's stack is captured before the teardown. */
+static void check_hang(struct leader *l, int64_t now)
+{
+    int64_t hang = l->spec->hang_timeout_ms;
+    int blamed = -1;
+    int64_t max_step = 0;
+    char cause[400];
+    bool any = false;
+
+    if (hang <= 0 || l->state != JOB_RUNNING)
+        return;
+    for (int r = 0; r < l->world_size; r++) {
+        const struct rank *k = &l->ranks[r];
+        if (!k->report_ms)
+            continue;
+        any = true;
+        if (k->step > max_step)
+            max_step = k->step;
+        if (k->phase != PHASE_RUNNING)
+            continue;
+        if (blamed < 0 || k->report_ms < l->ranks[blamed].report_ms ||
+            (k->report_ms == l->ranks[blamed].report_ms && k->step < l->ranks[blamed].step))
+            blamed = r;
+    }
+    if (!any) {
+        if (!l->hang_warned && now - l->t_generation > hang) {
+            l->hang_warned = true;
+            log_warn("--hang-timeout %.1f s cannot apply: no rank has reported progress (report "
+                     "with gpurun.report() in Python or gr_report() in C)",
+                     (double)hang / 1000);
+        }
+        return;
+    }
+    if (blamed < 0 || now - l->ranks[blamed].report_ms <= hang)
+        return;
+    int node = node_of(l, blamed);
+    snprintf(cause, sizeof(cause),
+             "rank %d on node %d ('%s') hung: no progress report for %.1f s (its last step %" PRId64
+             ", the furthest rank's %" PRId64 ")",
+             blamed, node, l->nodes[node].hostname,
+             (double)(now - l->ranks[blamed].report_ms) / 1000, l->ranks[blamed].step, max_step);
+    l->abort_stacks = true;
+    fail(l, 124, "hung", true, failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""));
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct leader *l = t->data;
@@ -739,7 +907,10 @@ static void on_tick(uv_timer_t *t)
         fail(l, 124, "failed", false, failure_new(cause, -1, -1, "", 0, 0, ""));
         finish(l);
     }
-    if (l->state == JOB_ABORTING && now - l->t_abort > l->spec->kill_grace_ms + ABORT_SLACK_MS) {
+    check_hang(l, now);
+    if (l->state == JOB_ABORTING &&
+        now - l->t_abort >
+            l->spec->kill_grace_ms + ABORT_SLACK_MS + (l->abort_stacks ? STACK_CAPTURE_MS : 0)) {
         log_error("agents did not report their ranks gone in time; finishing");
         finish(l);
     }
@@ -774,6 +945,7 @@ static void maybe_free(struct leader *l)
     json_decref(l->failures);
     json_decref(l->first_failure);
     free(l->nodes);
+    ranks_release(l);
     free(l->ranks);
     free(l);
 }
@@ -906,7 +1078,10 @@ void leader_cancel(struct leader *l, const char *cause)
 {
     if (l->state == JOB_FINISHED)
         return;
-    fail(l, 143, "cancelled", false, failure_new(cause, -1, -1, "", 0, 0, ""));
+    if (at_time_limit(l))
+        fail(l, 124, "timeout", false, failure_new(timeout_cause(l), -1, -1, "", 0, 0, ""));
+    else
+        fail(l, 143, "cancelled", false, failure_new(cause, -1, -1, "", 0, 0, ""));
     check_end(l);
 }
 

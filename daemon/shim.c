@@ -33,9 +33,12 @@ static void on_pdeath(int sig)
     kill(0, SIGKILL);
 }
 
-static void exec_child(char **cmd, const sigset_t *old)
+static void exec_child(char **cmd, const sigset_t *old, pid_t agent)
 {
     signal(SHIM_PDEATH_SIG, SIG_DFL);
+    /* Where Yama restricts ptrace to ancestors, the agent and what it starts (the stack tool
+     * of a hang's capture, stacks.h) may still attach to the rank. EINVAL without Yama. */
+    prctl(PR_SET_PTRACER, (unsigned long)agent, 0, 0, 0);
     sigprocmask(SIG_SETMASK, old, NULL);
     execvp(cmd[0], cmd);
     fprintf(stderr, "gpurun: cannot execute '%s': %s\n", cmd[0], strerror(errno));
@@ -116,7 +119,7 @@ int shim_main(int argc, char **argv)
         return 126;
     }
     if (child == 0)
-        exec_child(argv + 4, &old);
+        exec_child(argv + 4, &old, (pid_t)agent);
     /* A stop that reached only the shim, just before the fork, goes on to the rank; one that
      * reached both arrives twice, which a stop signal tolerates. */
     if ((sig = pending_stop()) != 0)

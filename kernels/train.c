@@ -211,6 +211,17 @@ static int setup_world(struct run *r)
             return fail(r, ret, "cannot join the job: %s", gr_strerror(NULL));
         r->rank = gr_rank(r->g);
         r->world = gr_world_size(r->g);
+        /* The trainer checkpoints on the pre-timeout signal: ask for it (a rank that does not
+         * ask never gets it). Its handler is installed before setup_world runs. */
+        int sig;
+        ret = gr_on_preempt(r->g, &sig);
+        if (ret < 0)
+            return fail(r, ret, "cannot ask for the pre-timeout signal: %s", gr_strerror(r->g));
+        if (sig != SIGUSR1 && sig != SIGTERM) {
+            struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
+            sigemptyset(&sa.sa_mask);
+            sigaction(sig, &sa, NULL);
+        }
     }
     backend = r->world > 1 ? "tcp" : "single";
 #ifdef GPURUN_CUDA
@@ -1154,6 +1165,7 @@ static int train(struct run *r)
                 /* This rank's share: gpurun status adds the ranks' up. */
                 .tokens_per_s = s.tokens_per_s / r->world,
                 .grad_norm = s.grad_norm,
+                .total_steps = r->cfg.steps,
             };
             gr_report(r->g, &p);
         }

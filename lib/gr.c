@@ -2,6 +2,7 @@
  * frame of plain JSON (the socket's directory and SO_PEERCRED already keep strangers out, so
  * there is no sealing), and the reply with the same id is read before the call returns. */
 #include <errno.h>
+#include <signal.h>
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
@@ -749,13 +750,39 @@ int gr_report(struct gr *g, const struct gr_progress *p)
     /* Under PMIx there is no agent to tell. */
     if (g->px)
         return 0;
-    req =
-        proto_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "type", "report", "step", (json_int_t)p->step,
-                   "loss", finite_or(p->loss), "lr", finite_or(p->lr), "tokens_per_s",
-                   finite_or(p->tokens_per_s), "grad_norm", finite_or(p->grad_norm));
+    if (p->total_steps < 0)
+        return fail(g, -EINVAL, "report: total_steps %lld is negative", (long long)p->total_steps);
+    req = proto_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:I}", "type", "report", "step",
+                     (json_int_t)p->step, "loss", finite_or(p->loss), "lr", finite_or(p->lr),
+                     "tokens_per_s", finite_or(p->tokens_per_s), "grad_norm",
+                     finite_or(p->grad_norm), "total_steps", (json_int_t)p->total_steps);
     if (!req)
         return fail(g, -ENOMEM, "report: cannot build the message");
     return send_msg(g, req, "report");
+}
+
+int gr_on_preempt(struct gr *g, int *sig)
+{
+    const char *env = getenv("GPURUN_PREEMPT_SIGNAL");
+    json_int_t id;
+    long n = SIGUSR1;
+    char *end;
+
+    if (g->dead)
+        return g->dead;
+    if (env && *env) {
+        n = strtol(env, &end, 10);
+        if (*end || n < 1 || n > 64)
+            return fail(g, -EINVAL, "GPURUN_PREEMPT_SIGNAL '%s' is not a signal number", env);
+    }
+    if (sig)
+        *sig = (int)n;
+    /* Under PMIx the launcher's own signal rules apply. */
+    if (g->px)
+        return 0;
+    id = g->next_id++;
+    return request_ok(g, proto_pack("{s:s, s:I}", "type", "preempt", "id", id), id,
+                      GR_REQUEST_TIMEOUT_MS, "preempt", g->sock);
 }
 
 int gr_finalize(struct gr *g)

@@ -56,6 +56,7 @@ struct gr_progress {
     double lr;
     double tokens_per_s;
     double grad_norm;
+    int64_t total_steps; /* the steps the run aims at (progress bar and ETA); 0: unknown */
 };
 
 /* Connects to the agent named by the environment and introduces this rank. On success *out
@@ -97,6 +98,14 @@ int gr_barrier(struct gr *g, const char *name, int timeout_ms);
 /* Sends this rank's progress; the agent forwards it to the leader without blocking and does
  * not answer. A number that is not finite (a NaN loss) is sent as -1. */
 int gr_report(struct gr *g, const struct gr_progress *p);
+
+/* Asks for the pre-timeout signal: Slurm's warning before the time limit (or gpurun's own,
+ * in --local) reaches only the ranks that ask for it, so that a script that is not ready
+ * for it is never killed by it. Install the handler first (it must not kill the rank: set a
+ * flag, checkpoint, exit 0), then call this. *sig (may be NULL) receives the signal's number
+ * (GPURUN_PREEMPT_SIGNAL, SIGUSR1 unless the job's --signal chose another). Returns 0, or
+ * -EINVAL for a malformed GPURUN_PREEMPT_SIGNAL; under PMIx it only fills *sig. */
+int gr_on_preempt(struct gr *g, int *sig);
 
 /* Tells the agent this rank is done with the library, closes the connection and frees g
  * (g may be NULL). Returns the agent's answer; g is freed in every case, and the text of a
