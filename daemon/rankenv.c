@@ -185,11 +185,12 @@ static int parse_count(const char *s)
  * SLURM_TASKS_PER_NODE and SLURM_STEP_TASKS_PER_NODE are "G(xN)" ("G" on one node);
  * SLURM_GTIDS lists the node's global task ids; srun distributes more tasks than nodes in
  * blocks (SLURM_DISTRIBUTION=block), as many or fewer cyclically (the agent's step already).
- * The MPI plugins' rank numbers (pmi2's PMI_RANK and PMI_SIZE, pmix's PMIX_RANK) follow where
- * the agent has them; their server connections (PMI_FD, PMIX_SERVER_URI*) serve the agent's
- * step and stay as they are. Unchanged, because equal in both steps: the node, the
- * allocation, CPUs and GPUs of the node, SLURM_CPU_BIND* (copied from the request, not per
- * task). SLURM_TASK_PID is the rank's own pid: the shim sets it in the child (shim.c). */
+ * The MPI plugins' rank numbers and layout (pmi2's PMI_RANK and PMI_SIZE, pmix's PMIX_RANK
+ * and SLURM_PMIX_MAPPING_SERV) follow where the agent has them; their server connections
+ * (PMI_FD, PMIX_SERVER_URI*) serve the agent's step and stay as they are. Unchanged, because equal
+ * in both steps: the node, the allocation, CPUs and GPUs of the node, SLURM_CPU_BIND* (copied from
+ * the request, not per task). SLURM_TASK_PID is the rank's own pid: the shim sets it in the child
+ * (shim.c). */
 static void set_slurm(struct envv *e, const struct rankenv_rank *r)
 {
     int g = r->local_world_size > 0 ? r->local_world_size : 1;
@@ -232,6 +233,9 @@ static void set_slurm(struct envv *e, const struct rankenv_rank *r)
     envv_set(e, "SLURM_STEP_TASKS_PER_NODE", "%s", tpn);
     if (r->world_size > r->nnodes && envv_get(e, "SLURM_DISTRIBUTION"))
         envv_set(e, "SLURM_DISTRIBUTION", "%s", "block");
+    /* pmix's task map (pack_process_mapping): one bar of N nodes from node 0, G deep. */
+    if (envv_get(e, "SLURM_PMIX_MAPPING_SERV"))
+        envv_set(e, "SLURM_PMIX_MAPPING_SERV", "(vector,(0,%d,%d))", r->nnodes, g);
     gtids = malloc(cap);
     if (!gtids) {
         e->oom = true;

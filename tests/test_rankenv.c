@@ -17,11 +17,11 @@
 #include "banned.h"
 
 /* A variable's slot in a fake environment: room for the longest value a test writes. */
-#define VAR_MAX     64
+#define VAR_MAX    64
 /* Variables in a fake agent environment, at most. */
-#define BASE_MAX    48
+#define BASE_MAX   48
 /* Ranks per node of the widest layout tested: SLURM_GTIDS of a node far from the first. */
-#define WIDE_RANKS  100
+#define WIDE_RANKS 100
 
 /* A job of nnodes nodes with g ranks each, and the facts of rank r of it. */
 struct layout {
@@ -293,8 +293,8 @@ TEST(rankenv_slurm_gtids_wide)
     size_t len = 0;
 
     for (int i = 0; i < WIDE_RANKS; i++)
-        len += (size_t)snprintf(want + len, sizeof(want) - len, "%s%d", i ? "," : "",
-                                WIDE_RANKS + i);
+        len +=
+            (size_t)snprintf(want + len, sizeof(want) - len, "%s%d", i ? "," : "", WIDE_RANKS + i);
     layout_init(&l, 2, WIDE_RANKS, WIDE_RANKS + 37);
     base_slurm(&b, 2, 1, 2 * WIDE_RANKS, false);
     char **env = build(&l, &b);
@@ -317,7 +317,7 @@ TEST(rankenv_slurm_cpus_per_task)
         int g;
         const char *want; /* NULL: unset */
     } rows[] = {
-        {"8", 2, "4"}, {"9", 2, "4"}, {"2", 2, "1"}, {"1", 4, "1"},
+        {"8", 2, "4"}, {"9", 2, "4"}, {"2", 2, "1"},   {"1", 4, "1"},
         {"0", 2, "1"}, {"x", 2, "x"}, {"4x", 2, "4x"}, {NULL, 2, NULL},
     };
     struct layout l;
@@ -341,7 +341,7 @@ TEST(rankenv_slurm_cpus_per_task)
     }
 }
 
-/* pmix's rank follows; its namespace and server stay the agent's. */
+/* pmix's rank and task map follow; its namespace and server stay the agent's. */
 TEST(rankenv_slurm_pmix)
 {
     struct layout l;
@@ -352,8 +352,10 @@ TEST(rankenv_slurm_pmix)
     base_add(&b, "PMIX_RANK", "%d", 1);
     base_add(&b, "PMIX_NAMESPACE", "%s", "slurm.pmix.7.0");
     base_add(&b, "PMIX_SERVER_URI4", "%s", "pmix-server.1;tcp4://127.0.0.1:1");
+    base_add(&b, "SLURM_PMIX_MAPPING_SERV", "%s", "(vector,(0,2,1))");
     char **env = build(&l, &b);
     CHECK_STR(get(env, "PMIX_RANK"), "3");
+    CHECK_STR(get(env, "SLURM_PMIX_MAPPING_SERV"), "(vector,(0,2,2))");
     CHECK_STR(get(env, "PMIX_NAMESPACE"), "slurm.pmix.7.0");
     CHECK_STR(get(env, "PMIX_SERVER_URI4"), "pmix-server.1;tcp4://127.0.0.1:1");
     CHECK(get(env, "PMI_RANK") == NULL);
@@ -406,8 +408,14 @@ static void run_shim(char *const *env, const char *script, char *out, size_t siz
     pid_t child;
 
     snprintf(pid, sizeof(pid), "%d", (int)getpid());
-    char *argv[] = {(char *)test_build_path("rendezvousd"), "--exec-rank", pid, "--", "sh", "-c",
-                    (char *)script, NULL};
+    char *argv[] = {(char *)test_build_path("rendezvousd"),
+                    "--exec-rank",
+                    pid,
+                    "--",
+                    "sh",
+                    "-c",
+                    (char *)script,
+                    NULL};
     CHECK_EQ(pipe(fds), 0);
     child = fork();
     CHECK(child >= 0);
@@ -431,8 +439,8 @@ static void run_shim(char *const *env, const char *script, char *out, size_t siz
 /* Under Slurm the rank's SLURM_TASK_PID is its own pid, not the agent's (nor the shim's). */
 TEST(rankenv_slurm_task_pid)
 {
-    char *env[] = {"PATH=/usr/bin:/bin", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0",
-                   "SLURM_TASK_PID=4242", NULL};
+    char *env[] = {"PATH=/usr/bin:/bin", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", "SLURM_TASK_PID=4242",
+                   NULL};
     char out[128];
     long task_pid, rank_pid;
 
