@@ -2,6 +2,7 @@
  * that works under torchrun finds here what it read there, and a restart changes only what
  * torchrun's does (TORCHELASTIC_RESTART_COUNT). */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +161,93 @@ static void set_pythonpath(struct envv *e, const char *dir)
     }
 }
 
+/* The digits of a non-negative int in s, or -1. */
+static int parse_count(const char *s)
+{
+    char *end;
+    long v;
+
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    return *end || errno || v > INT_MAX ? -1 : (int)v;
+}
+
+/* Slurm's per-task variables. Under Slurm (the agent runs in a step: SLURM_JOB_ID and
+ * SLURM_STEP_ID) the agent is the one task per node of `srun --ntasks-per-node=1`, and its
+ * variables would make every rank of a node the same task. Each rank gets what
+ * `srun -n W --ntasks-per-node=G --cpus-per-task=C/G` gives the task of its rank in the same
+ * allocation (G ranks per node, W in all, C the agent's CPUs): block layout, so task r is on
+ * node r/G, as the ranks are. Slurm 22.05's rules (src/common/env.c setup_env() and
+ * env_array_for_step(), checked on the test cluster by tests/integ/slurm_taskenv.sh):
+ * SLURM_NTASKS, SLURM_NPROCS and SLURM_STEP_NUM_TASKS are the step's task count;
+ * SLURM_TASKS_PER_NODE and SLURM_STEP_TASKS_PER_NODE are "G(xN)" ("G" on one node);
+ * SLURM_GTIDS lists the node's global task ids; srun distributes more tasks than nodes in
+ * blocks (SLURM_DISTRIBUTION=block), as many or fewer cyclically (the agent's step already).
+ * The MPI plugins' rank numbers and layout (pmi2's PMI_RANK and PMI_SIZE, pmix's PMIX_RANK
+ * and SLURM_PMIX_MAPPING_SERV) follow where the agent has them; their server connections
+ * (PMI_FD, PMIX_SERVER_URI*) serve the agent's step and stay as they are. Unchanged, because equal
+ * in both steps: the node, the allocation, CPUs and GPUs of the node, SLURM_CPU_BIND* (copied from
+ * the request, not per task). SLURM_TASK_PID is the rank's own pid: the shim sets it in the child
+ * (shim.c). */
+static void set_slurm(struct envv *e, const struct rankenv_rank *r)
+{
+    int g = r->local_world_size > 0 ? r->local_world_size : 1;
+    int first = r->rank - r->local_rank, cpus = parse_count(envv_get(e, "SLURM_CPUS_PER_TASK"));
+    /* The agent's CPUs shared out, at least one each (srun refuses --cpus-per-task=0). */
+    int share = cpus < 0 ? -1 : cpus >= g ? cpus / g : 1;
+    const struct {
+        const char *name;
+        int value;
+        bool if_set; /* only where the agent has it: set by an option or a plugin */
+    } nums[] = {
+        {"SLURM_PROCID", r->rank, false},
+        {"SLURM_LOCALID", r->local_rank, false},
+        {"SLURM_NODEID", r->node_rank, false},
+        {"SLURM_NTASKS", r->world_size, false},
+        {"SLURM_NPROCS", r->world_size, false},
+        {"SLURM_STEP_NUM_TASKS", r->world_size, false},
+        {"SLURM_NTASKS_PER_NODE", g, false},
+        {"SLURM_CPUS_PER_TASK", share, true},
+        {"PMI_RANK", r->rank, true},
+        {"PMI_SIZE", r->world_size, true},
+        {"PMIX_RANK", r->rank, true},
+    };
+    char tpn[64], *gtids;
+    size_t len = 0, cap = (size_t)g * 12 + 1;
+
+    if (!envv_get(e, "SLURM_JOB_ID") || !envv_get(e, "SLURM_STEP_ID"))
+        return;
+    for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+        if (nums[i].value < 0 || (nums[i].if_set && !envv_get(e, nums[i].name)))
+            continue;
+        envv_set(e, nums[i].name, "%d", nums[i].value);
+    }
+    /* Slurm's compressed count list (uint16_array_to_str): "2(x3)" is 2,2,2. */
+    if (r->nnodes > 1)
+        snprintf(tpn, sizeof(tpn), "%d(x%d)", g, r->nnodes);
+    else
+        snprintf(tpn, sizeof(tpn), "%d", g);
+    envv_set(e, "SLURM_TASKS_PER_NODE", "%s", tpn);
+    envv_set(e, "SLURM_STEP_TASKS_PER_NODE", "%s", tpn);
+    if (r->world_size > r->nnodes && envv_get(e, "SLURM_DISTRIBUTION"))
+        envv_set(e, "SLURM_DISTRIBUTION", "%s", "block");
+    /* pmix's task map (pack_process_mapping): one bar of N nodes from node 0, G deep. */
+    if (envv_get(e, "SLURM_PMIX_MAPPING_SERV"))
+        envv_set(e, "SLURM_PMIX_MAPPING_SERV", "(vector,(0,%d,%d))", r->nnodes, g);
+    gtids = malloc(cap);
+    if (!gtids) {
+        e->oom = true;
+        return;
+    }
+    gtids[0] = '\0';
+    for (int i = 0; i < g; i++)
+        len += (size_t)snprintf(gtids + len, cap - len, "%s%d", i ? "," : "", first + i);
+    envv_set(e, "SLURM_GTIDS", "%s", gtids);
+    free(gtids);
+}
+
 char **rankenv_build(const struct rankenv_rank *r, char *const *base)
 {
     const struct jobspec *s = r->spec;
@@ -198,6 +286,7 @@ char **rankenv_build(const struct rankenv_rank *r, char *const *base)
     /* Not torchrun's, but what Lightning and many sbatch scripts read for the node. */
     envv_set(&e, "NODE_RANK", "%d", r->node_rank);
     set_gpus(&e, r);
+    set_slurm(&e, r);
 
     /* Threads per rank: the CPUs this node's agent has, shared out, so that ranks neither
      * oversubscribe the cores nor starve their data loaders with one thread. */

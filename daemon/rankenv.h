@@ -1,7 +1,9 @@
 /* A rank's environment: what the agent hands every rank it spawns. torchrun's whole contract
  * (torch/distributed/elastic/agent/server/local_elastic_agent.py), the rank library's
- * variables, the GPUs as the --gpu-bind mode shows them, and the Python settings a launched
- * script expects. Pure: it reads nothing but its arguments, so every rule is testable. */
+ * variables, the GPUs as the --gpu-bind mode shows them, the Python settings a launched
+ * script expects and, inside a Slurm step, Slurm's per-task variables as
+ * `srun --ntasks-per-node=<ranks per node>` gives them. Pure: it reads nothing but its
+ * arguments, so every rule is testable. */
 #ifndef GPURUN_RANKENV_H
 #define GPURUN_RANKENV_H
 
@@ -48,8 +50,11 @@ void envv_unset(struct envv *e, const char *k);
 void envv_release(struct envv *e);
 
 /* The environment of rank r: base (the agent's own environment, borrowed, NULL-terminated)
- * with the job's --export entries, then every variable rankenv sets. Returns a new vector
- * (free with rankenv_free) or NULL when memory runs out. */
+ * with the job's --export entries, then every variable rankenv sets. Where base has
+ * SLURM_JOB_ID and SLURM_STEP_ID, SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS and the other
+ * per-task variables describe rank r as the task of the same rank in a block layout of
+ * local_world_size tasks on each of nnodes nodes (SLURM_TASK_PID excepted: the shim sets it).
+ * Returns a new vector (free with rankenv_free) or NULL when memory runs out. */
 char **rankenv_build(const struct rankenv_rank *r, char *const *base);
 
 /* Frees what rankenv_build returned. */

@@ -35,6 +35,14 @@ static void on_pdeath(int sig)
 
 static void exec_child(char **cmd, const sigset_t *old, pid_t agent)
 {
+    char pid[24];
+
+    /* Under Slurm a task's SLURM_TASK_PID is its own pid, which only the child knows; the
+     * rest of Slurm's per-task variables come from rankenv.c. */
+    if (getenv("SLURM_TASK_PID") && getenv("SLURM_JOB_ID") && getenv("SLURM_STEP_ID")) {
+        snprintf(pid, sizeof(pid), "%d", (int)getpid());
+        setenv("SLURM_TASK_PID", pid, 1);
+    }
     signal(SHIM_PDEATH_SIG, SIG_DFL);
     /* Where Yama restricts ptrace to ancestors, the agent and what it starts (the stack tool
      * of a hang's capture, stacks.h) may still attach to the rank. EINVAL without Yama. */

@@ -1,6 +1,7 @@
 #!/bin/bash
 # gpurun on the real Slurm test cluster: a 2-node job with 2 ranks per node through libslurm
-# and --wait. Every rank sees its RANK, WORLD_SIZE, NODE_RANK, LOCAL_RANK, node and GPU;
+# and --wait. Every rank sees its RANK, WORLD_SIZE, NODE_RANK, LOCAL_RANK, node and GPU, and
+# the SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and SLURM_NODEID of its task under srun;
 # tests/gr_example's store and barriers work across the nodes; --wait streams every rank's
 # lines and exits 0; logs (merged and one rank), status (text, --json, the list) after the
 # end; logs -f and status --watch of a job while it runs; a stale dir of an earlier cluster's
@@ -19,7 +20,8 @@ done
 t0=$(grs_now_ms)
 # shellcheck disable=SC2016 # expanded by each rank
 run wait.out wait.err --wait -N 2 --gpus-per-node 2 -J envcheck -- sh -c \
-    'echo "env $RANK $WORLD_SIZE $NODE_RANK $LOCAL_RANK $(hostname) $CUDA_VISIBLE_DEVICES"; exec "$0" --steps 3' \
+    'echo "env $RANK $WORLD_SIZE $NODE_RANK $LOCAL_RANK $(hostname) $CUDA_VISIBLE_DEVICES"
+     echo "slurm $SLURM_PROCID $SLURM_NTASKS $SLURM_LOCALID $SLURM_NODEID"; exec "$0" --steps 3' \
     "$example"
 echo "# wait_ms=$(($(grs_now_ms) - t0))"
 expect_rc "gpurun --wait" 0
@@ -30,6 +32,8 @@ for r in 0 1 2 3; do
     node=$((r / 2))
     grep -qxF "[$r] env $r 4 $node $((r % 2)) node$((node + 1)) 0,1" wait.out ||
         grs_fail "--wait output lacks rank $r's environment line: $(grep "^\[$r\]" wait.out)"
+    grep -qxF "[$r] slurm $r 4 $((r % 2)) $node" wait.out ||
+        grs_fail "--wait output lacks rank $r's Slurm task line: $(grep "^\[$r\] slurm" wait.out)"
     grep -qxF "[$r] rank $r/4 local $((r % 2)) node $node: store ok, barrier ok" wait.out ||
         grs_fail "--wait output lacks rank $r's store and barrier line"
 done

@@ -1,0 +1,466 @@
+/* Tests of daemon/rankenv's Slurm rule: a rank of a gpurun job under Slurm sees the per-task
+ * variables that `srun --ntasks-per-node=G` gives the task of the same rank, built here from
+ * the environment an agent of `srun --ntasks-per-node=1` really has (the values were read on
+ * the test cluster, tests/integ/slurm_taskenv.sh checks them there); outside a Slurm step
+ * nothing changes. The last tests run the rank shim for SLURM_TASK_PID, the rank's own pid. */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../daemon/rankenv.h"
+#include "jobspec.h"
+#include "test.h"
+#include "banned.h"
+
+/* A variable's slot in a fake environment: room for the longest value a test writes. */
+#define VAR_MAX    64
+/* Variables in a fake agent environment, at most. */
+#define BASE_MAX   48
+/* Ranks per node of the widest layout tested: SLURM_GTIDS of a node far from the first. */
+#define WIDE_RANKS 100
+
+/* A job of nnodes nodes with g ranks each, and the facts of rank r of it. */
+struct layout {
+    struct jobspec spec;
+    struct rankenv_rank r;
+};
+
+static void layout_init(struct layout *l, int nnodes, int g, int rank)
+{
+    jobspec_init(&l->spec);
+    l->spec.nnodes = nnodes;
+    l->spec.nprocs = g;
+    memset(&l->r, 0, sizeof(l->r));
+    l->r.spec = &l->spec;
+    l->r.rank = rank;
+    l->r.local_rank = rank % g;
+    l->r.local_world_size = g;
+    l->r.world_size = nnodes * g;
+    l->r.node_rank = rank / g;
+    l->r.nnodes = nnodes;
+    l->r.master_addr = "10.0.0.1";
+    l->r.master_port = 29500;
+    l->r.sock = "/tmp/agent.sock";
+    l->r.token = "00";
+    l->r.job_dir = "";
+    l->r.node_addr = "10.0.0.2";
+    l->r.hostname = "node1";
+    l->r.cpus = 4;
+}
+
+/* A fake agent environment: "K=V" strings in fixed slots, NULL-terminated. */
+struct base {
+    char vars[BASE_MAX][VAR_MAX];
+    char *v[BASE_MAX + 1];
+    int n;
+};
+
+static void base_add(struct base *b, const char *k, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void base_add(struct base *b, const char *k, const char *fmt, ...)
+{
+    char val[VAR_MAX];
+    va_list ap;
+
+    if (b->n >= BASE_MAX)
+        test_fail(__FILE__, __LINE__, "more than %d variables in a fake environment", BASE_MAX);
+    va_start(ap, fmt);
+    vsnprintf(val, sizeof(val), fmt, ap);
+    va_end(ap);
+    if (snprintf(b->vars[b->n], VAR_MAX, "%s=%s", k, val) >= VAR_MAX)
+        test_fail(__FILE__, __LINE__, "'%s' is too long for a fake environment", k);
+    b->v[b->n] = b->vars[b->n];
+    b->v[++b->n] = NULL;
+}
+
+/* What the agent of node `node` of an nnodes-node job has in `srun --ntasks-per-node=1
+ * --cpus-per-task=cpus` (job 7, step 0), as read on the test cluster; with pmi2's variables
+ * when pmi, with a few that are not Slurm's. */
+static void base_slurm(struct base *b, int nnodes, int node, int cpus, bool pmi)
+{
+    memset(b, 0, sizeof(*b));
+    base_add(b, "HOME", "%s", "/root");
+    base_add(b, "PATH", "%s", "/usr/bin:/bin");
+    base_add(b, "SLURM_JOB_ID", "%d", 7);
+    base_add(b, "SLURM_JOBID", "%d", 7);
+    base_add(b, "SLURM_STEP_ID", "%d", 0);
+    base_add(b, "SLURM_STEPID", "%d", 0);
+    base_add(b, "SLURM_JOB_NODELIST", "%s", "node[1-2]");
+    base_add(b, "SLURM_JOB_NUM_NODES", "%d", nnodes);
+    base_add(b, "SLURM_NNODES", "%d", nnodes);
+    base_add(b, "SLURM_STEP_NUM_NODES", "%d", nnodes);
+    base_add(b, "SLURM_JOB_CPUS_PER_NODE", "%d(x%d)", cpus, nnodes);
+    base_add(b, "SLURM_CPUS_ON_NODE", "%d", cpus);
+    base_add(b, "SLURM_CPUS_PER_TASK", "%d", cpus);
+    base_add(b, "SLURM_DISTRIBUTION", "%s", "cyclic");
+    base_add(b, "SLURM_PROCID", "%d", node);
+    base_add(b, "SLURM_LOCALID", "%d", 0);
+    base_add(b, "SLURM_NODEID", "%d", node);
+    base_add(b, "SLURM_GTIDS", "%d", node);
+    base_add(b, "SLURM_NTASKS", "%d", nnodes);
+    base_add(b, "SLURM_NPROCS", "%d", nnodes);
+    base_add(b, "SLURM_NTASKS_PER_NODE", "%d", 1);
+    base_add(b, "SLURM_STEP_NUM_TASKS", "%d", nnodes);
+    base_add(b, "SLURM_STEP_TASKS_PER_NODE", "1(x%d)", nnodes);
+    base_add(b, "SLURM_TASKS_PER_NODE", "1(x%d)", nnodes);
+    base_add(b, "SLURM_TASK_PID", "%d", 4242);
+    base_add(b, "SLURM_SRUN_COMM_PORT", "%d", 42739);
+    base_add(b, "SLURM_STEP_GPUS", "%s", "0,1");
+    if (pmi) {
+        base_add(b, "PMI_FD", "%d", 11);
+        base_add(b, "PMI_JOBID", "%s", "7.0");
+        base_add(b, "PMI_RANK", "%d", node);
+        base_add(b, "PMI_SIZE", "%d", nnodes);
+    }
+}
+
+/* The value of k in env (borrowed), or NULL. */
+static const char *get(char **env, const char *k)
+{
+    size_t n = strlen(k);
+
+    for (char **p = env; p && *p; p++)
+        if (!strncmp(*p, k, n) && (*p)[n] == '=')
+            return *p + n + 1;
+    return NULL;
+}
+
+static char **build(const struct layout *l, const struct base *b)
+{
+    char **env = rankenv_build(&l->r, b->v);
+
+    CHECK(env != NULL);
+    return env;
+}
+
+/* Every name in env that starts with prefix and is absent from, or different in, the base:
+ * what rankenv changed of them. */
+static int changed(char **env, const struct base *b, const char *prefix, char *out, size_t n)
+{
+    int count = 0;
+    size_t len = 0;
+
+    out[0] = '\0';
+    for (char **p = env; *p; p++) {
+        bool same = false;
+        if (strncmp(*p, prefix, strlen(prefix)))
+            continue;
+        for (int i = 0; i < b->n; i++)
+            same |= !strcmp(*p, b->v[i]);
+        if (!same && len < n) {
+            len += (size_t)snprintf(out + len, n - len, " %s", *p);
+            count++;
+        }
+    }
+    return count;
+}
+
+/* One expected value of a variable for each rank of a 2x2 layout. */
+struct want {
+    const char *name;
+    const char *per_rank[4];
+};
+
+/* 2 nodes x 2 ranks, cpus-per-task 4 for the agent: what `srun -n4 --ntasks-per-node=2
+ * --cpus-per-task=2` gave its tasks on the test cluster. */
+static const struct want want_2x2[] = {
+    {"SLURM_PROCID", {"0", "1", "2", "3"}},
+    {"SLURM_LOCALID", {"0", "1", "0", "1"}},
+    {"SLURM_NODEID", {"0", "0", "1", "1"}},
+    {"SLURM_NTASKS", {"4", "4", "4", "4"}},
+    {"SLURM_NPROCS", {"4", "4", "4", "4"}},
+    {"SLURM_NTASKS_PER_NODE", {"2", "2", "2", "2"}},
+    {"SLURM_STEP_NUM_TASKS", {"4", "4", "4", "4"}},
+    {"SLURM_STEP_TASKS_PER_NODE", {"2(x2)", "2(x2)", "2(x2)", "2(x2)"}},
+    {"SLURM_TASKS_PER_NODE", {"2(x2)", "2(x2)", "2(x2)", "2(x2)"}},
+    {"SLURM_GTIDS", {"0,1", "0,1", "2,3", "2,3"}},
+    {"SLURM_CPUS_PER_TASK", {"2", "2", "2", "2"}},
+    {"SLURM_DISTRIBUTION", {"block", "block", "block", "block"}},
+    {"PMI_RANK", {"0", "1", "2", "3"}},
+    {"PMI_SIZE", {"4", "4", "4", "4"}},
+    /* The node's, the allocation's and the step's: the same in both steps. */
+    {"SLURM_STEP_ID", {"0", "0", "0", "0"}},
+    {"SLURM_CPUS_ON_NODE", {"4", "4", "4", "4"}},
+    {"SLURM_JOB_CPUS_PER_NODE", {"4(x2)", "4(x2)", "4(x2)", "4(x2)"}},
+    {"SLURM_STEP_NUM_NODES", {"2", "2", "2", "2"}},
+    {"SLURM_STEP_GPUS", {"0,1", "0,1", "0,1", "0,1"}},
+    /* The shim's to set, in the rank itself (shim.c). */
+    {"SLURM_TASK_PID", {"4242", "4242", "4242", "4242"}},
+    /* The MPI plugin's connection to its server is the agent's. */
+    {"PMI_FD", {"11", "11", "11", "11"}},
+};
+
+TEST(rankenv_slurm_2x2)
+{
+    struct layout l;
+    struct base b;
+
+    for (int r = 0; r < 4; r++) {
+        layout_init(&l, 2, 2, r);
+        base_slurm(&b, 2, r / 2, 4, true);
+        char **env = build(&l, &b);
+        for (size_t i = 0; i < sizeof(want_2x2) / sizeof(want_2x2[0]); i++) {
+            const char *got = get(env, want_2x2[i].name);
+            if (!got || strcmp(got, want_2x2[i].per_rank[r]))
+                test_fail(__FILE__, __LINE__, "rank %d: %s: expected '%s', got '%s'", r,
+                          want_2x2[i].name, want_2x2[i].per_rank[r], got ? got : "(unset)");
+        }
+        /* torchrun's view of the same rank agrees. */
+        CHECK_STR(get(env, "RANK"), get(env, "SLURM_PROCID"));
+        CHECK_STR(get(env, "LOCAL_RANK"), get(env, "SLURM_LOCALID"));
+        CHECK_STR(get(env, "WORLD_SIZE"), get(env, "SLURM_NTASKS"));
+        rankenv_free(env);
+        jobspec_release(&l.spec);
+    }
+}
+
+/* Only the per-task variables change: every other SLURM_* is the agent's, and nothing new
+ * appears but what srun sets for every task. */
+TEST(rankenv_slurm_changes_only_task_variables)
+{
+    struct layout l;
+    struct base b;
+    char diff[1024];
+
+    layout_init(&l, 2, 2, 3);
+    base_slurm(&b, 2, 1, 4, false);
+    char **env = build(&l, &b);
+    changed(env, &b, "SLURM_", diff, sizeof(diff));
+    CHECK_STR(diff, " SLURM_CPUS_PER_TASK=2 SLURM_DISTRIBUTION=block SLURM_PROCID=3"
+                    " SLURM_LOCALID=1 SLURM_GTIDS=2,3 SLURM_NTASKS=4 SLURM_NPROCS=4"
+                    " SLURM_NTASKS_PER_NODE=2 SLURM_STEP_NUM_TASKS=4"
+                    " SLURM_STEP_TASKS_PER_NODE=2(x2) SLURM_TASKS_PER_NODE=2(x2)");
+    /* No MPI plugin in the agent's step: none appears in the rank's. */
+    CHECK(get(env, "PMI_RANK") == NULL);
+    CHECK(get(env, "PMIX_RANK") == NULL);
+    CHECK(get(env, "PMI_SIZE") == NULL);
+    rankenv_free(env);
+    jobspec_release(&l.spec);
+}
+
+/* One node: Slurm writes a count without "(x1)". */
+TEST(rankenv_slurm_one_node)
+{
+    struct layout l;
+    struct base b;
+
+    layout_init(&l, 1, 3, 2);
+    base_slurm(&b, 1, 0, 3, false);
+    char **env = build(&l, &b);
+    CHECK_STR(get(env, "SLURM_TASKS_PER_NODE"), "3");
+    CHECK_STR(get(env, "SLURM_STEP_TASKS_PER_NODE"), "3");
+    CHECK_STR(get(env, "SLURM_GTIDS"), "0,1,2");
+    CHECK_STR(get(env, "SLURM_PROCID"), "2");
+    CHECK_STR(get(env, "SLURM_LOCALID"), "2");
+    CHECK_STR(get(env, "SLURM_NTASKS"), "3");
+    CHECK_STR(get(env, "SLURM_CPUS_PER_TASK"), "1");
+    CHECK_STR(get(env, "SLURM_DISTRIBUTION"), "block");
+    rankenv_free(env);
+    jobspec_release(&l.spec);
+}
+
+/* One rank per node: the agent's step is the rank's, distribution (cyclic: no more tasks
+ * than nodes) and CPUs included. */
+TEST(rankenv_slurm_one_rank_per_node)
+{
+    struct layout l;
+    struct base b;
+    char diff[1024];
+
+    layout_init(&l, 3, 1, 1);
+    base_slurm(&b, 3, 1, 8, false);
+    char **env = build(&l, &b);
+    CHECK_EQ(changed(env, &b, "SLURM_", diff, sizeof(diff)), 0);
+    CHECK_STR(get(env, "SLURM_DISTRIBUTION"), "cyclic");
+    CHECK_STR(get(env, "SLURM_TASKS_PER_NODE"), "1(x3)");
+    CHECK_STR(get(env, "SLURM_CPUS_PER_TASK"), "8");
+    CHECK_STR(get(env, "SLURM_GTIDS"), "1");
+    rankenv_free(env);
+    jobspec_release(&l.spec);
+}
+
+/* Many ranks per node: the node's whole list of global task ids, in order. */
+TEST(rankenv_slurm_gtids_wide)
+{
+    char want[WIDE_RANKS * 4 + 1];
+    struct layout l;
+    struct base b;
+    size_t len = 0;
+
+    for (int i = 0; i < WIDE_RANKS; i++)
+        len +=
+            (size_t)snprintf(want + len, sizeof(want) - len, "%s%d", i ? "," : "", WIDE_RANKS + i);
+    layout_init(&l, 2, WIDE_RANKS, WIDE_RANKS + 37);
+    base_slurm(&b, 2, 1, 2 * WIDE_RANKS, false);
+    char **env = build(&l, &b);
+    CHECK_STR(get(env, "SLURM_GTIDS"), want);
+    CHECK_STR(get(env, "SLURM_PROCID"), "137");
+    CHECK_STR(get(env, "SLURM_LOCALID"), "37");
+    CHECK_STR(get(env, "SLURM_NTASKS"), "200");
+    CHECK_STR(get(env, "SLURM_TASKS_PER_NODE"), "100(x2)");
+    CHECK_STR(get(env, "SLURM_CPUS_PER_TASK"), "2");
+    rankenv_free(env);
+    jobspec_release(&l.spec);
+}
+
+/* SLURM_CPUS_PER_TASK: the agent's CPUs shared out, rounded down, at least one; absent stays
+ * absent, and a value that is not a count stays as it is. */
+TEST(rankenv_slurm_cpus_per_task)
+{
+    static const struct {
+        const char *agent; /* NULL: unset */
+        int g;
+        const char *want; /* NULL: unset */
+    } rows[] = {
+        {"8", 2, "4"}, {"9", 2, "4"}, {"2", 2, "1"},   {"1", 4, "1"},
+        {"0", 2, "1"}, {"x", 2, "x"}, {"4x", 2, "4x"}, {NULL, 2, NULL},
+    };
+    struct layout l;
+    struct base b;
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        layout_init(&l, 2, rows[i].g, 0);
+        memset(&b, 0, sizeof(b));
+        base_add(&b, "SLURM_JOB_ID", "%d", 7);
+        base_add(&b, "SLURM_STEP_ID", "%d", 0);
+        if (rows[i].agent)
+            base_add(&b, "SLURM_CPUS_PER_TASK", "%s", rows[i].agent);
+        char **env = build(&l, &b);
+        const char *got = get(env, "SLURM_CPUS_PER_TASK");
+        if ((got == NULL) != (rows[i].want == NULL) || (got && strcmp(got, rows[i].want)))
+            test_fail(__FILE__, __LINE__, "agent '%s', %d ranks per node: expected '%s', got '%s'",
+                      rows[i].agent ? rows[i].agent : "(unset)", rows[i].g,
+                      rows[i].want ? rows[i].want : "(unset)", got ? got : "(unset)");
+        rankenv_free(env);
+        jobspec_release(&l.spec);
+    }
+}
+
+/* pmix's rank and task map follow; its namespace and server stay the agent's. */
+TEST(rankenv_slurm_pmix)
+{
+    struct layout l;
+    struct base b;
+
+    layout_init(&l, 2, 2, 3);
+    base_slurm(&b, 2, 1, 4, false);
+    base_add(&b, "PMIX_RANK", "%d", 1);
+    base_add(&b, "PMIX_NAMESPACE", "%s", "slurm.pmix.7.0");
+    base_add(&b, "PMIX_SERVER_URI4", "%s", "pmix-server.1;tcp4://127.0.0.1:1");
+    base_add(&b, "SLURM_PMIX_MAPPING_SERV", "%s", "(vector,(0,2,1))");
+    char **env = build(&l, &b);
+    CHECK_STR(get(env, "PMIX_RANK"), "3");
+    CHECK_STR(get(env, "SLURM_PMIX_MAPPING_SERV"), "(vector,(0,2,2))");
+    CHECK_STR(get(env, "PMIX_NAMESPACE"), "slurm.pmix.7.0");
+    CHECK_STR(get(env, "PMIX_SERVER_URI4"), "pmix-server.1;tcp4://127.0.0.1:1");
+    CHECK(get(env, "PMI_RANK") == NULL);
+    rankenv_free(env);
+    jobspec_release(&l.spec);
+}
+
+/* Outside a step nothing changes: an salloc shell has SLURM_JOB_ID but no SLURM_STEP_ID, a
+ * plain shell neither; their SLURM_* variables (describing something else) pass untouched
+ * and none is added. */
+TEST(rankenv_slurm_outside_a_step)
+{
+    struct layout l;
+    struct base b;
+    char diff[1024];
+
+    layout_init(&l, 2, 2, 3);
+    base_slurm(&b, 2, 1, 4, true);
+    /* The same agent environment, SLURM_STEP_ID removed. */
+    for (int i = 0; i < b.n; i++)
+        if (!strncmp(b.v[i], "SLURM_STEP_ID=", 14)) {
+            b.v[i] = b.v[--b.n];
+            b.v[b.n] = NULL;
+        }
+    char **env = build(&l, &b);
+    if (changed(env, &b, "SLURM_", diff, sizeof(diff)) != 0)
+        test_fail(__FILE__, __LINE__, "outside a step, expected no change, got:%s", diff);
+    CHECK_EQ(changed(env, &b, "PMI", diff, sizeof(diff)), 0);
+    CHECK_STR(get(env, "SLURM_PROCID"), "1");
+    CHECK_STR(get(env, "RANK"), "3");
+    rankenv_free(env);
+
+    memset(&b, 0, sizeof(b));
+    base_add(&b, "HOME", "%s", "/root");
+    env = build(&l, &b);
+    if (changed(env, &b, "SLURM_", diff, sizeof(diff)) != 0)
+        test_fail(__FILE__, __LINE__, "without Slurm, expected no SLURM_ variable, got:%s", diff);
+    rankenv_free(env);
+    jobspec_release(&l.spec);
+}
+
+/* Runs `rendezvousd --exec-rank OUR_PID -- sh -c SCRIPT` with env (the shim must be our
+ * child: it checks its parent) and puts what the rank printed in out. */
+static void run_shim(char *const *env, const char *script, char *out, size_t size)
+{
+    char pid[24];
+    int fds[2], status;
+    ssize_t n;
+    size_t len = 0;
+    pid_t child;
+
+    snprintf(pid, sizeof(pid), "%d", (int)getpid());
+    char *argv[] = {(char *)test_build_path("rendezvousd"),
+                    "--exec-rank",
+                    pid,
+                    "--",
+                    "sh",
+                    "-c",
+                    (char *)script,
+                    NULL};
+    CHECK_EQ(pipe(fds), 0);
+    child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        execve(argv[0], argv, env);
+        _exit(127);
+    }
+    close(fds[1]);
+    while (len + 1 < size && (n = read(fds[0], out + len, size - 1 - len)) > 0)
+        len += (size_t)n;
+    close(fds[0]);
+    out[len] = '\0';
+    CHECK_EQ(waitpid(child, &status, 0), child);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        test_fail(__FILE__, __LINE__, "the shim ended with status 0x%x, printed '%s'", status, out);
+}
+
+/* Under Slurm the rank's SLURM_TASK_PID is its own pid, not the agent's (nor the shim's). */
+TEST(rankenv_slurm_task_pid)
+{
+    char *env[] = {"PATH=/usr/bin:/bin", "SLURM_JOB_ID=7", "SLURM_STEP_ID=0", "SLURM_TASK_PID=4242",
+                   NULL};
+    char out[128];
+    long task_pid, rank_pid;
+
+    run_shim(env, "echo \"$SLURM_TASK_PID $$\"", out, sizeof(out));
+    if (sscanf(out, "%ld %ld", &task_pid, &rank_pid) != 2)
+        test_fail(__FILE__, __LINE__, "expected two pids from the rank, got '%s'", out);
+    CHECK(rank_pid > 1);
+    CHECK_EQ(task_pid, rank_pid);
+}
+
+/* Outside a step the shim leaves SLURM_TASK_PID as it is, and adds none. */
+TEST(rankenv_slurm_task_pid_outside_a_step)
+{
+    char *salloc[] = {"PATH=/usr/bin:/bin", "SLURM_JOB_ID=7", "SLURM_TASK_PID=4242", NULL};
+    char *plain[] = {"PATH=/usr/bin:/bin", NULL};
+    const char *script = "echo \"[${SLURM_TASK_PID-unset}]\"";
+    char out[128];
+
+    run_shim(salloc, script, out, sizeof(out));
+    CHECK_STR(out, "[4242]\n");
+    run_shim(plain, script, out, sizeof(out));
+    CHECK_STR(out, "[unset]\n");
+}
