@@ -1,14 +1,19 @@
 /* The command line as tables: one row per subcommand, one row per option with its kind, the
- * field it fills, its range and the subcommands that take it. Help is generated from the
- * same rows, so an option cannot exist without its help line. */
+ * field it fills, its range and the subcommands that take it, and one row per torchrun
+ * spelling (an alias of an option, or a refusal). Help is generated from the same rows, so
+ * an option cannot exist without its help line. */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "traincfg.h"
@@ -23,14 +28,20 @@ struct cmd_row {
 
 static const struct cmd_row cmds[CMD_COUNT] = {
     [CMD_RUN] = {"gpurun", "gpurun --help",
-                 "gpurun [options] (train.cfg [section.key=value...] | -- CMD [ARGS...])",
-                 "Runs CMD (or gpurun-train with the train.cfg) as every rank of a distributed\n"
-                 "job, with RANK, WORLD_SIZE, MASTER_ADDR and the rest of torch's env://\n"
-                 "variables set. Submits the job to Slurm through libslurm and prints\n"
-                 "\"Submitted job ID\"; --wait stays until it ends. With --local the job runs\n"
-                 "on this machine: one rendezvousd per node, all on loopback. A train.cfg's\n"
-                 "[job] keys (nodes, gpus_per_node, time, partition, account, job_name,\n"
-                 "output, max_restarts) apply where no option is given.\n"
+                 "gpurun [options] (train.cfg [section.key=value...] | SCRIPT.py [ARGS...] | "
+                 "-- CMD [ARGS...])",
+                 "Runs CMD (or gpurun-train with the train.cfg, or \"python3 SCRIPT.py ARGS\")\n"
+                 "as every rank of a distributed job, with RANK, WORLD_SIZE, MASTER_ADDR and\n"
+                 "the rest of torch's env:// variables set. Each node finds CMD and python3 on\n"
+                 "its PATH. As with torchrun, every word after SCRIPT.py is the script's, even\n"
+                 "one that starts with '-'. Submits the job to Slurm through libslurm and\n"
+                 "prints \"Submitted job ID\"; --wait stays until it ends. With --local the\n"
+                 "job runs on this machine (one rendezvousd per node, all on loopback) and\n"
+                 "gpurun says \"gpurun: job ID, job dir DIR\" on stderr as it starts. A\n"
+                 "train.cfg's [job] keys (nodes, gpus_per_node, time, partition, account,\n"
+                 "job_name, output, max_restarts) apply where no option is given. The job's\n"
+                 "name is -J's, else the train.cfg's job_name or its file name without .cfg,\n"
+                 "else the file name of the first word ending in .py, else the command's.\n"
                  "Subcommands: gpurun status|logs|cancel --help."},
     [CMD_STATUS] = {"status", "gpurun status --help",
                     "gpurun status [JOBID | --job-dir DIR] [--json] [--watch]",
@@ -58,6 +69,25 @@ enum arg_kind {
     ARG_STRING,   /* non-empty const char *, borrowed from argv */
     ARG_EXPORT,   /* NAME=VALUE appended to spec.env */
     ARG_LOGLEVEL, /* error|warn|info|debug */
+    ARG_CHOICE,   /* one word of the row's choices, stored as its int value */
+    ARG_SIGNAL,   /* --signal=[{R|B}:]SIG[@TIME] into struct args_signal, and the spec */
+};
+
+/* A word an ARG_CHOICE option takes, and the value it stands for. Unlisted words are other
+ * spellings of a listed one: taken, not named in help and messages. */
+struct choice {
+    const char *word;
+    int value;
+    bool listed;
+};
+
+/* srun's --gpu-bind values that mean something for one rank per GPU; "single:1" is srun's
+ * single with one task per GPU, which is what single means here. */
+static const struct choice gpu_bind_choices[] = {
+    {"none", GPU_BIND_NONE, true},
+    {"single", GPU_BIND_SINGLE, true},
+    {"single:1", GPU_BIND_SINGLE, false},
+    {NULL, 0, false},
 };
 
 #define ON_RUN    (1u << CMD_RUN)
@@ -82,7 +112,8 @@ struct opt_row {
     int min, max;  /* ARG_INT: the range; ARG_SECONDS: the range in milliseconds */
     unsigned cmds; /* ON_* of the subcommands that take it */
     const char *metavar;
-    const char *help;
+    const char *help;             /* a '\n' continues it on the next line, under the first */
+    const struct choice *choices; /* ARG_CHOICE: NULL-terminated */
 };
 
 static const struct opt_row opts[] = {
@@ -98,7 +129,8 @@ static const struct opt_row opts[] = {
      "time limit as for sbatch (90, 1:30:00, 2-0...); exit 124 past it"},
     {'p', "partition", ARG_STRING, FIELD(partition), 0, 0, ON_RUN, "NAME", "Slurm partition"},
     {'A', "account", ARG_STRING, FIELD(account), 0, 0, ON_RUN, "NAME", "Slurm account"},
-    {'J', "job-name", ARG_STRING, FIELD(job_name), 0, 0, ON_RUN, "NAME", "job name"},
+    {'J', "job-name", ARG_STRING, FIELD(job_name), 0, 0, ON_RUN, "NAME",
+     "job name, for Slurm and gpurun status (default: see above)"},
     {'o', "output", ARG_STRING, FIELD(output), 0, 0, ON_RUN, "FILE",
      "the merged \"[R] line\" stream to FILE (%j: job id)"},
     {0, "max-restarts", ARG_INT, FIELD(spec.max_restarts), 0, 1000, ON_RUN, "N",
@@ -122,6 +154,14 @@ static const struct opt_row opts[] = {
      "how long the leader waits for every node to join"},
     {0, "export", ARG_EXPORT, 0, 0, 0, ON_RUN, "K=V",
      "add K=V to every rank's environment (repeatable)"},
+    {0, "gpu-bind", ARG_CHOICE, FIELD(spec.gpu_bind), 0, 0, ON_RUN, "MODE",
+     "none: every rank sees all its node's GPUs, as with torchrun;\n"
+     "single (or single:1): local rank n sees the n-th GPU only",
+     gpu_bind_choices},
+    {0, "signal", ARG_SIGNAL, FIELD(signal), 0, 0, ON_RUN, "[B:]SIG[@TIME]",
+     "sbatch's --signal=[{R|B}:]SIG[@TIME]: SIG (USR1, 10...) to every\n"
+     "rank TIME s (default 60) before the time limit; without it, SIGUSR1\n"
+     "to the ranks that ask for it only (gpurun-train, gpurun.on_preempt)"},
     {0, "json", ARG_FLAG, FIELD(json), 0, 0, ON_STATUS, NULL, "print the status as JSON"},
     {'w', "watch", ARG_FLAG, FIELD(watch), 0, 0, ON_STATUS, NULL,
      "refresh the status every 2 s until the job ends"},
@@ -142,6 +182,75 @@ _Static_assert(N_OPTS <= 64, "more option rows than bits in gpurun_args.given");
 static const char *const reserved_env[] = {
     "RANK",        "LOCAL_RANK",  "WORLD_SIZE",  "LOCAL_WORLD_SIZE", "NODE_RANK",     "GROUP_RANK",
     "MASTER_ADDR", "MASTER_PORT", "GPURUN_SOCK", "GPURUN_TOKEN",     "GPURUN_JOB_DIR"};
+
+/* A torchrun value that gpurun reads its own way: may point *val at a rewritten value in buf
+ * (n bytes), or refuse it with err. spelling: the option's name as given, for messages. */
+typedef int (*alias_check)(const char *spelling, const char **val, char *buf, size_t n,
+                           struct args_error *err);
+
+static int fail(struct args_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* torchrun's "auto", "cpu" and "gpu" count the node's devices, which gpurun does not do. */
+static int check_nproc(const char *spelling, const char **val, char *buf, size_t n,
+                       struct args_error *err)
+{
+    static const char *const counted[] = {"auto", "cpu", "gpu"};
+
+    (void)buf;
+    (void)n;
+    for (size_t i = 0; i < sizeof(counted) / sizeof(counted[0]); i++)
+        if (!strcmp(*val, counted[i]))
+            return fail(err,
+                        "--%s: '%s' is not supported (gpurun does not count the node's devices): "
+                        "give the number of ranks per node, e.g. --%s 8",
+                        spelling, *val, spelling);
+    return 0;
+}
+
+/* torchrun's "MIN:MAX" asks for an elastic job; "N:N" is N nodes, which gpurun does. */
+static int check_nnodes(const char *spelling, const char **val, char *buf, size_t n,
+                        struct args_error *err)
+{
+    const char *colon = strchr(*val, ':');
+    size_t len;
+
+    if (!colon)
+        return 0;
+    len = (size_t)(colon - *val);
+    if (len > 0 && len < n && strlen(colon + 1) == len && !strncmp(*val, colon + 1, len)) {
+        snprintf(buf, n, "%.*s", (int)len, *val);
+        *val = buf;
+        return 0;
+    }
+    return fail(err,
+                "--%s: '%s' is an elastic range, which gpurun does not run: give one number of "
+                "nodes (--%s N), and --max-restarts N to survive failures",
+                spelling, *val, spelling);
+}
+
+/* torchrun's spellings. With a canonical name, an alias of that option row: the same field,
+ * value checks and given bit, after check. Without, a torchrun option gpurun has no use for,
+ * refused with the reason. Matched with '_' and '-' alike, as torchrun does. */
+struct alias_row {
+    const char *name;
+    const char *canonical; /* long name of the option row; NULL: refused */
+    alias_check check;     /* NULL: none */
+    const char *note;      /* help (alias) or the reason of the refusal */
+};
+
+static const struct alias_row aliases[] = {
+    {"nproc-per-node", "gpus-per-node", check_nproc, "a number: not gpu, cpu or auto"},
+    {"nnodes", "nodes", check_nnodes, "a number, or N:N: no elastic MIN:MAX range"},
+    {"standalone", NULL, NULL,
+     "gpurun sets up the rendezvous itself; drop it (--local runs the job on this machine)"},
+    {"node-rank", NULL, NULL, "gpurun numbers the nodes itself; drop it"},
+    {"master-addr", NULL, NULL, "gpurun sets MASTER_ADDR and MASTER_PORT itself; drop it"},
+    {"master-port", NULL, NULL, "gpurun sets MASTER_ADDR and MASTER_PORT itself; drop it"},
+    {"rdzv-backend", NULL, NULL, "gpurun runs the rendezvous itself; drop it"},
+    {"rdzv-endpoint", NULL, NULL, "gpurun runs the rendezvous itself; drop it"},
+    {"rdzv-id", NULL, NULL, "gpurun runs the rendezvous itself; drop it"},
+};
+#define N_ALIASES (sizeof(aliases) / sizeof(aliases[0]))
 
 void args_init(struct gpurun_args *args)
 {
@@ -164,8 +273,6 @@ const char *args_cmd_name(enum gpurun_cmd cmd)
 {
     return (unsigned)cmd < CMD_COUNT ? cmds[cmd].name : "?";
 }
-
-static int fail(struct args_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static int fail(struct args_error *err, const char *fmt, ...)
 {
@@ -319,12 +426,102 @@ static int set_export(struct gpurun_args *args, const char *name, const char *kv
     return 0;
 }
 
-/* Stores val (NULL for a flag) into the field of row o. */
-static int set_value(struct gpurun_args *args, const struct opt_row *o, const char *val,
-                     struct args_error *err)
+/* "a", "a or b", "a, b or c": the listed words of choices, into buf (n bytes). */
+static void choice_words(char *buf, size_t n, const struct choice *choices)
+{
+    size_t listed = 0, k = 0, len = 0;
+
+    buf[0] = '\0';
+    for (const struct choice *c = choices; c->word; c++)
+        listed += c->listed;
+    for (const struct choice *c = choices; c->word; c++) {
+        int r;
+        if (!c->listed)
+            continue;
+        k++;
+        r = snprintf(buf + len, n - len, "%s%s",
+                     k == 1        ? ""
+                     : k == listed ? " or "
+                                   : ", ",
+                     c->word);
+        if (r < 0 || (size_t)r >= n - len)
+            return;
+        len += (size_t)r;
+    }
+}
+
+/* SIG of --signal (len bytes of s): a number, or a name with or without "SIG" in either case.
+ * Returns the signal's number, or 0 when it is none. */
+static int signal_number(const char *s, size_t len)
+{
+    char word[16];
+    const char *bare;
+    long v;
+
+    if (len == 0 || len >= sizeof(word))
+        return 0;
+    snprintf(word, sizeof(word), "%.*s", (int)len, s);
+    if (isdigit((unsigned char)word[0]))
+        return parse_long(word, &v) == 0 && v >= 1 && v <= ARGS_SIGNAL_MAX ? (int)v : 0;
+    bare = strncasecmp(word, "SIG", 3) == 0 ? word + 3 : word;
+    for (int sig = 1; sig <= ARGS_SIGNAL_MAX; sig++) {
+        const char *abbrev = sigabbrev_np(sig);
+        if (abbrev && !strcasecmp(abbrev, bare))
+            return sig;
+    }
+    return 0;
+}
+
+/* The largest TIME of --signal: Slurm keeps it in 16 bits. */
+#define SIGNAL_TIME_MAX 65535
+
+int args_parse_signal(const char *s, struct args_signal *sig, struct args_error *err)
+{
+    struct args_signal out = {.text = s, .time_s = ARGS_SIGNAL_TIME_DEFAULT};
+    const char *p = s, *colon = strchr(s, ':'), *at;
+    size_t len;
+    long t;
+
+    /* The flags, as sbatch reads them: R, B, or both in either order. */
+    if (colon) {
+        for (const char *f = s; f < colon; f++) {
+            int c = toupper((unsigned char)*f);
+            if (c == 'R' && !out.reservation)
+                out.reservation = true;
+            else if (c == 'B' && !out.batch_only)
+                out.batch_only = true;
+            else
+                return fail(err,
+                            "--signal: '%.*s' is not R, B or RB (the flags before ':' in "
+                            "[{R|B}:]SIG[@TIME])",
+                            (int)(colon - s), s);
+        }
+        p = colon + 1;
+    }
+    at = strchr(p, '@');
+    len = at ? (size_t)(at - p) : strlen(p);
+    out.sig = signal_number(p, len);
+    if (!out.sig)
+        return fail(err,
+                    "--signal: '%.*s' is not a signal (a number 1..%d, or a name such as USR1 "
+                    "or SIGUSR1)",
+                    (int)len, p, ARGS_SIGNAL_MAX);
+    if (at) {
+        if (time_field(at + 1, strlen(at + 1), &t) < 0 || t > SIGNAL_TIME_MAX)
+            return fail(err, "--signal: '%s' is not a TIME of 0..%d seconds", at + 1,
+                        SIGNAL_TIME_MAX);
+        out.time_s = (int)t;
+    }
+    *sig = out;
+    return 0;
+}
+
+/* Stores val (NULL for a flag) into the field of row o; name is the option as spelt on the
+ * command line (an alias's own name), for messages. */
+static int set_value(struct gpurun_args *args, const struct opt_row *o, const char *name,
+                     const char *val, struct args_error *err)
 {
     void *field = (char *)args + o->offset;
-    const char *name = o->long_name;
     long v;
     int r;
 
@@ -374,6 +571,25 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
             return fail(err, "--%s: '%s' is not error, warn, info or debug", name, val);
         args->log_level_name = val;
         return 0;
+    case ARG_CHOICE: {
+        char words[128];
+        for (const struct choice *c = o->choices; c->word; c++) {
+            if (!strcmp(val, c->word)) {
+                *(int *)field = c->value;
+                return 0;
+            }
+        }
+        choice_words(words, sizeof(words), o->choices);
+        return fail(err, "--%s: '%s' is not %s", name, val, words);
+    }
+    case ARG_SIGNAL:
+        r = args_parse_signal(val, (struct args_signal *)field, err);
+        if (r < 0)
+            return r;
+        /* Asked for by name, so every rank gets it, not only those that registered. */
+        args->spec.preempt_signal = args->signal.sig;
+        args->spec.preempt_all = 1;
+        return 0;
     }
     return fail(err, "--%s: bad option row", name);
 }
@@ -383,6 +599,22 @@ static const struct opt_row *find_long(const char *name, size_t n)
     for (size_t i = 0; i < N_OPTS; i++)
         if (strlen(opts[i].long_name) == n && !strncmp(opts[i].long_name, name, n))
             return &opts[i];
+    return NULL;
+}
+
+/* The alias row spelt name (n bytes; '_' is taken for '-'), or NULL. */
+static const struct alias_row *find_alias(const char *name, size_t n)
+{
+    for (size_t i = 0; i < N_ALIASES; i++) {
+        const char *a = aliases[i].name;
+        size_t k = 0;
+        if (strlen(a) != n)
+            continue;
+        while (k < n && (name[k] == '_' ? '-' : name[k]) == a[k])
+            k++;
+        if (k == n)
+            return &aliases[i];
+    }
     return NULL;
 }
 
@@ -399,6 +631,112 @@ static bool takes_value(const struct opt_row *o)
     return o->kind != ARG_FLAG;
 }
 
+/* --- "did you mean" -------------------------------------------------------------------------- */
+
+/* The longest word a suggestion is looked for: no name of ours is longer. */
+#define SUGGEST_LEN_MAX 48
+
+/* Optimal string alignment distance between a (na bytes) and b: an insertion, a deletion, a
+ * substitution or a swap of two neighbours ("stauts" for "status") costs 1 each. SIZE_MAX
+ * for words longer than SUGGEST_LEN_MAX. */
+static size_t edit_distance(const char *a, size_t na, const char *b)
+{
+    size_t nb = strlen(b), d[SUGGEST_LEN_MAX + 1][SUGGEST_LEN_MAX + 1];
+
+    if (na > SUGGEST_LEN_MAX || nb > SUGGEST_LEN_MAX)
+        return SIZE_MAX;
+    for (size_t i = 0; i <= na; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= nb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        for (size_t j = 1; j <= nb; j++) {
+            size_t v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < v)
+                v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v)
+                v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    }
+    return d[na][nb];
+}
+
+/* The nearest name seen so far, and how near. */
+struct suggestion {
+    const char *name;
+    size_t distance;
+};
+
+/* Keeps name in s when word (n bytes) is nearer to it than to any name before and near
+ * enough to be a slip: at most a third of name's length in edits, and at least one. */
+static void suggest_consider(struct suggestion *s, const char *word, size_t n, const char *name)
+{
+    size_t d = edit_distance(word, n, name), limit = strlen(name) / 3;
+
+    if (limit < 1)
+        limit = 1;
+    if (d <= limit && (!s->name || d < s->distance)) {
+        s->name = name;
+        s->distance = d;
+    }
+}
+
+/* An unknown long option (word, its name n bytes after the "--"): the nearest option or
+ * torchrun spelling the subcommand takes, if one is near, else where to look. */
+static int unknown_long(const struct gpurun_args *args, const char *word, size_t n,
+                        struct args_error *err)
+{
+    struct suggestion s = {NULL, 0};
+    unsigned on = 1u << args->cmd;
+    char norm[SUGGEST_LEN_MAX + 1];
+
+    if (n <= SUGGEST_LEN_MAX) {
+        for (size_t k = 0; k < n; k++)
+            norm[k] = word[2 + k] == '_' ? '-' : word[2 + k];
+        for (size_t i = 0; i < N_OPTS; i++)
+            if (opts[i].cmds & on)
+                suggest_consider(&s, norm, n, opts[i].long_name);
+        for (size_t i = 0; i < N_ALIASES; i++) {
+            const char *c = aliases[i].canonical;
+            const struct opt_row *o = c ? find_long(c, strlen(c)) : NULL;
+            if (o && (o->cmds & on))
+                suggest_consider(&s, norm, n, aliases[i].name);
+        }
+    }
+    if (s.name)
+        return fail(err, "unknown option '%.*s'; did you mean '--%s'?", (int)(n + 2), word, s.name);
+    return fail(err, "unknown option '%.*s' (see '%s')", (int)(n + 2), word, cmds[args->cmd].hint);
+}
+
+/* torchrun's "train.py": a word ending in ".py" that is not an override. */
+static bool is_script(const char *word)
+{
+    size_t n = strlen(word);
+
+    return n > 3 && !strcmp(word + n - 3, ".py") && !traincfg_is_override(word);
+}
+
+/* A first word that is neither a subcommand nor a file but is near a subcommand's name is a
+ * slip ("stauts"), refused here rather than taken for a train.cfg that does not exist. */
+static int check_misspelt(const char *word, struct args_error *err)
+{
+    struct suggestion s = {NULL, 0};
+
+    if (word[0] == '-' || is_script(word) || traincfg_is_override(word) || access(word, F_OK) == 0)
+        return 0;
+    for (int c = CMD_STATUS; c < CMD_COUNT; c++)
+        suggest_consider(&s, word, strlen(word), cmds[c].name);
+    if (!s.name)
+        return 0;
+    return fail(err, "'%s' is not a gpurun command or a file; did you mean '%s'?", word, s.name);
+}
+
+/* --- parsing --------------------------------------------------------------------------------- */
+
 /* Handles the option at argv[*i] (which starts with '-' and is not "--" or "-"), taking its
  * value from the same word or the next one. */
 static int parse_option(struct gpurun_args *args, int argc, char **argv, int *i, bool *hb_seen,
@@ -406,37 +744,55 @@ static int parse_option(struct gpurun_args *args, int argc, char **argv, int *i,
 {
     const char *word = argv[*i], *val = NULL;
     const struct opt_row *o;
+    const struct alias_row *al = NULL;
+    /* The name as given, for messages; a torchrun value rewritten ("2:2" is 2). */
+    char spelling[SUGGEST_LEN_MAX + 1], rewritten[32];
+    int r;
 
     if (word[1] == '-') {
         const char *name = word + 2, *eq = strchr(name, '=');
-        o = find_long(name, eq ? (size_t)(eq - name) : strlen(name));
+        size_t n = eq ? (size_t)(eq - name) : strlen(name);
+        o = find_long(name, n);
+        if (!o) {
+            al = find_alias(name, n);
+            if (al && al->canonical)
+                o = find_long(al->canonical, strlen(al->canonical));
+        }
+        if (!o && al && args->cmd == CMD_RUN)
+            return fail(err, "'%.*s' is torchrun's: %s", (int)(n + 2), word, al->note);
         if (!o)
-            return fail(err, "unknown option '%.*s' (see '%s')",
-                        (int)(eq ? (size_t)(eq - word) : strlen(word)), word, cmds[args->cmd].hint);
+            return unknown_long(args, word, n, err);
+        snprintf(spelling, sizeof(spelling), "%.*s", (int)n, name);
         if (eq)
             val = eq + 1;
     } else {
         o = find_short(word[1]);
         if (!o)
             return fail(err, "unknown option '-%c' (see '%s')", word[1], cmds[args->cmd].hint);
+        snprintf(spelling, sizeof(spelling), "%s", o->long_name);
         if (word[2])
             val = word + 2;
     }
     if (!(o->cmds & (1u << args->cmd)))
-        return fail(err, "option '--%s' does not apply to '%s' (see '%s')", o->long_name,
+        return fail(err, "option '--%s' does not apply to '%s' (see '%s')", spelling,
                     args->cmd == CMD_RUN ? "gpurun" : args_cmd_name(args->cmd),
                     cmds[args->cmd].hint);
     if (!takes_value(o) && val)
-        return fail(err, "option '--%s' takes no value", o->long_name);
+        return fail(err, "option '--%s' takes no value", spelling);
     if (takes_value(o) && !val) {
         if (*i + 1 >= argc)
-            return fail(err, "option '--%s' needs a value", o->long_name);
+            return fail(err, "option '--%s' needs a value", spelling);
         val = argv[++*i];
+    }
+    if (al && al->check) {
+        r = al->check(spelling, &val, rewritten, sizeof(rewritten), err);
+        if (r < 0)
+            return r;
     }
     if (o->offset == FIELD(spec.hb_timeout_ms) && o->kind == ARG_SECONDS)
         *hb_seen = true;
     args->given |= 1ull << (o - opts);
-    return set_value(args, o, val, err);
+    return set_value(args, o, spelling, val, err);
 }
 
 /* The positional arguments: run takes one train.cfg and its "section.key=value" overrides,
@@ -492,12 +848,19 @@ int args_parse(struct gpurun_args *args, int argc, char **argv, struct args_erro
                 break;
             }
         }
+        if (args->cmd == CMD_RUN && (r = check_misspelt(argv[1], err)) < 0)
+            return r;
     }
     for (; i < argc; i++) {
         const char *word = argv[i];
         if (!strcmp(word, "--")) {
             dashdash = true;
             i++;
+            break;
+        }
+        /* torchrun's "SCRIPT.py ARGS...": the rest of the line is the script's. */
+        if (args->cmd == CMD_RUN && word[0] != '-' && is_script(word)) {
+            args->script = word;
             break;
         }
         if (word[0] == '-' && word[1])
@@ -507,7 +870,16 @@ int args_parse(struct gpurun_args *args, int argc, char **argv, struct args_erro
         if (r < 0)
             return r;
     }
-    if (i < argc) {
+    if (args->script) {
+        if (args->target)
+            return fail(err, "give a train.cfg or a script, not both ('%s', '%s')", args->target,
+                        args->script);
+        if (args->n_overrides > 0)
+            return fail(err, "'%s': overrides are for a train.cfg, not for a script",
+                        args->overrides[0]);
+        args->cmd_argv = argv + i;
+        args->cmd_argc = argc - i;
+    } else if (i < argc) {
         if (args->cmd != CMD_RUN) {
             for (; i < argc; i++)
                 if ((r = parse_positional(args, argv[i], err)) < 0)
@@ -534,6 +906,57 @@ bool args_given(const struct gpurun_args *args, const char *long_name)
     return o && (args->given & (1ull << (o - opts)));
 }
 
+/* Column of the help texts: two blanks, the option in 28, one blank. */
+#define HELP_INDENT 31
+
+/* Help lines wrap before this column. */
+#define HELP_WIDTH 92
+
+/* Writes text, each line after the first indented to the help column. */
+static void put_help(FILE *out, const char *text)
+{
+    for (const char *p = text; *p; p++) {
+        fputc(*p, out);
+        if (*p == '\n')
+            fprintf(out, "%*s", HELP_INDENT, "");
+    }
+}
+
+/* The torchrun spellings cmd takes: each alias on a line, then the refused ones. */
+static void usage_aliases(FILE *out, enum gpurun_cmd cmd)
+{
+    int col = 0;
+
+    if (cmd != CMD_RUN)
+        return;
+    fprintf(out, "\ntorchrun's spellings (with '_' or '-'):\n");
+    for (size_t i = 0; i < N_ALIASES; i++) {
+        const struct alias_row *a = &aliases[i];
+        const struct opt_row *o =
+            a->canonical ? find_long(a->canonical, strlen(a->canonical)) : NULL;
+        char left[64];
+        if (!o)
+            continue;
+        snprintf(left, sizeof(left), "    --%s%s%s", a->name, o->metavar ? " " : "",
+                 o->metavar ? o->metavar : "");
+        fprintf(out, "  %-28s same as --%s (%s)\n", left, o->long_name, a->note);
+    }
+    for (size_t i = 0; i < N_ALIASES; i++) {
+        const char *name = aliases[i].name;
+        if (aliases[i].canonical)
+            continue;
+        if (col == 0)
+            col = fprintf(out, "  refused, as gpurun does it itself:");
+        else if (col + (int)strlen(name) + 4 > HELP_WIDTH)
+            col = fprintf(out, ",\n   ");
+        else
+            col += fprintf(out, ",");
+        col += fprintf(out, " --%s", name);
+    }
+    if (col)
+        fprintf(out, "\n");
+}
+
 void args_usage(FILE *out, enum gpurun_cmd cmd)
 {
     struct gpurun_args def;
@@ -558,8 +981,17 @@ void args_usage(FILE *out, enum gpurun_cmd cmd)
             snprintf(dflt, sizeof(dflt), " [%s]", s);
         } else if (o->kind == ARG_LOGLEVEL)
             snprintf(dflt, sizeof(dflt), " [%s]", def.log_level_name);
-        fprintf(out, "  %-28s %s%s\n", left, o->help, dflt);
+        else if (o->kind == ARG_CHOICE)
+            for (const struct choice *c = o->choices; c->word; c++)
+                if (c->listed && c->value == *(const int *)field) {
+                    snprintf(dflt, sizeof(dflt), " [%s]", c->word);
+                    break;
+                }
+        fprintf(out, "  %-28s ", left);
+        put_help(out, o->help);
+        fprintf(out, "%s\n", dflt);
     }
+    usage_aliases(out, cmd);
     if (cmd == CMD_RUN)
         fprintf(out, "\nexit status: the job's own; 124 time limit, 125 gpurun failed, 126 cannot\n"
                      "execute, 127 command not found, 128+N gpurun killed by signal N.\n");

@@ -22,16 +22,34 @@ enum gpurun_cmd { CMD_RUN, CMD_STATUS, CMD_LOGS, CMD_CANCEL, CMD_COUNT };
 /* The most "section.key=value" overrides one command line may carry. */
 #define ARGS_MAX_OVERRIDES 64
 
+/* The most a --signal's number may be: SIGRTMAX on Linux, the top of jobspec's range. */
+#define ARGS_SIGNAL_MAX 64
+
+/* The TIME of a --signal without "@TIME": sbatch's default, a minute before the limit. */
+#define ARGS_SIGNAL_TIME_DEFAULT 60
+
+/* --signal=[{R|B}:]SIG[@TIME], sbatch's option with sbatch's meaning: SIG is sent TIME
+ * seconds before the job's time limit. What Slurm is told comes from these fields. */
+struct args_signal {
+    const char *text; /* the value as given (borrowed from argv); NULL: no --signal */
+    int sig;          /* SIG as a number, 1..ARGS_SIGNAL_MAX; 0 without --signal */
+    int time_s;       /* TIME in seconds, 0..65535; ARGS_SIGNAL_TIME_DEFAULT when not given */
+    bool batch_only;  /* "B:": Slurm signals only the batch shell, none of the job steps (the
+                       * shell is gpurun's batch script, which passes it on to the daemons) */
+    bool reservation; /* "R:": the job may overlap a reservation with MaxStartDelay set */
+};
+
 /* What the command line says. Strings are borrowed from the argv given to args_parse(); the
  * spec's env (from --export) is owned by the spec. */
 struct gpurun_args {
     enum gpurun_cmd cmd;
-    struct jobspec spec;        /* nnodes, nprocs, timeouts, max_restarts and env; job_id and
-                                 * argv unset */
+    struct jobspec spec;        /* nnodes, nprocs, timeouts, max_restarts, env, gpu_bind and,
+                                 * with --signal, preempt_signal and preempt_all; job_id,
+                                 * argv, name and time_limit_s unset */
     long time_limit_s;          /* -t/--time; 0: none */
     const char *partition;      /* -p */
     const char *account;        /* -A */
-    const char *job_name;       /* -J */
+    const char *job_name;       /* -J; NULL: the run's default (see gpurun --help) */
     const char *output;         /* -o: where the merged stream goes; NULL: the terminal (local)
                                  * or the job dir's neighbour JOBID.out (Slurm) */
     const char *job_dir;        /* --job-dir; NULL: the default */
@@ -44,12 +62,17 @@ struct gpurun_args {
     bool wait;        /* stay until the Slurm job ends, streaming its output */
     bool help;
     bool version;
-    bool json;          /* status --json */
-    bool watch;         /* status --watch */
-    bool follow;        /* logs -f */
-    int rank;           /* logs --rank; -1: every rank */
-    const char *target; /* run: the train.cfg; status/logs/cancel: the JOBID; or NULL */
-    char **cmd_argv;    /* run: the command after "--", NULL-terminated; or NULL */
+    bool json;                 /* status --json */
+    bool watch;                /* status --watch */
+    bool follow;               /* logs -f */
+    int rank;                  /* logs --rank; -1: every rank */
+    struct args_signal signal; /* --signal */
+    const char *target;        /* run: the train.cfg; status/logs/cancel: the JOBID; or NULL */
+    const char *script;        /* run: the first positional word ending in ".py" (torchrun's
+                                * "train.py ARGS..."), run by the ranks as "python3 SCRIPT ARGS...";
+                                * it and every word after it are in cmd_argv; or NULL */
+    char **cmd_argv;           /* run: the command after "--", or the script and its arguments;
+                                * NULL-terminated; or NULL */
     int cmd_argc;
     const char *overrides[ARGS_MAX_OVERRIDES]; /* run: "section.key=value" words, in order */
     int n_overrides;
@@ -69,16 +92,27 @@ void args_init(struct gpurun_args *args);
 void args_release(struct gpurun_args *args);
 
 /* Parses argv[1..argc) (argv borrowed: it must outlive args) into args, which must be
- * initialised. A first argument naming a subcommand selects it. Returns 0, or -EINVAL with
- * err filled for an unknown option, a bad or missing value, an option the subcommand does
- * not take, or a stray argument. A run without a command is not an error here (see
- * args.help / args.target / args.cmd_argv). */
+ * initialised. A first argument naming a subcommand selects it. Long options may also be
+ * spelt as torchrun spells them (--nproc-per-node, --nnodes; '_' for '-'), with the same
+ * checks. Returns 0, or -EINVAL with err filled for an unknown option (with the nearest
+ * option's name when one is close), a bad or missing value, an option the subcommand does
+ * not take, a stray argument, or a first argument that is neither a subcommand nor an
+ * existing file but is close to a subcommand's name ("did you mean 'status'?"): the only
+ * check that looks at the filesystem. A run without a command is not an error here (see
+ * args.help / args.target / args.script / args.cmd_argv). */
 int args_parse(struct gpurun_args *args, int argc, char **argv, struct args_error *err);
 
 /* Parses a Slurm time limit ("minutes", "minutes:seconds", "hours:minutes:seconds",
  * "days-hours", "days-hours:minutes", "days-hours:minutes:seconds", or "UNLIMITED") into
  * seconds (0 for UNLIMITED). Returns 0 or -EINVAL. */
 int args_parse_time(const char *s, long *seconds);
+
+/* Parses a --signal value, "[{R|B}:]SIG[@TIME]" as sbatch takes it: flags R, B, RB or BR
+ * (either case) before a ':', SIG a number 1..ARGS_SIGNAL_MAX or a name with or without
+ * "SIG" (either case: USR1, SIGUSR1, usr1), TIME 0..65535 seconds (default
+ * ARGS_SIGNAL_TIME_DEFAULT). Fills sig (text set to s, borrowed). Returns 0, or -EINVAL
+ * with err filled ("--signal: ..."). */
+int args_parse_signal(const char *s, struct args_signal *sig, struct args_error *err);
 
 /* Whether the option named long_name ("nodes") was given on the command line, so that a
  * train.cfg's [job] value applies only where no flag overrides it. */

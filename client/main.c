@@ -104,18 +104,29 @@ static int absolute(const char *path, char *buf, size_t n)
     return snprintf(buf, n, "%s/%s", cwd, path) < (int)n ? 0 : -ENAMETOOLONG;
 }
 
-/* Where job dirs live: $GPURUN_JOBS, else ~/.gpurun/jobs; absolute. */
-static int jobs_root(char *buf, size_t n)
+/* Where job dirs live: $GPURUN_JOBS, else ~/.gpurun/jobs; absolute. Returns 0, -ENAMETOOLONG
+ * or -ENOENT (no home directory), and prints nothing. */
+static int jobs_root_path(char *buf, size_t n)
 {
     const char *env = getenv("GPURUN_JOBS"), *home;
 
-    if (env && *env) {
-        if (absolute(env, buf, n) < 0)
-            return error_out(EXIT_FAILED, "GPURUN_JOBS '%s': path too long", env);
-        return 0;
-    }
+    if (env && *env)
+        return absolute(env, buf, n) < 0 ? -ENAMETOOLONG : 0;
     home = home_dir();
     if (!home || snprintf(buf, n, "%s/.gpurun/jobs", home) >= (int)n)
+        return -ENOENT;
+    return 0;
+}
+
+/* jobs_root_path(), with the message of why not. */
+static int jobs_root(char *buf, size_t n)
+{
+    const char *env = getenv("GPURUN_JOBS");
+    int r = jobs_root_path(buf, n);
+
+    if (r == -ENAMETOOLONG)
+        return error_out(EXIT_FAILED, "GPURUN_JOBS '%s': path too long", env);
+    if (r < 0)
         return error_out(EXIT_FAILED, "no home directory for the job dirs; set GPURUN_JOBS or "
                                       "give --job-dir");
     return 0;
@@ -165,8 +176,18 @@ static int id_from_dir(struct target *t)
     return 0;
 }
 
+/* t->dir with its links resolved: a local job run with --job-dir is linked from the jobs
+ * root by its id (link_job_dir), and its real place is what a person wants to see. */
+static void resolve_dir(struct target *t)
+{
+    char real[PATH_MAX];
+
+    if (realpath(t->dir, real))
+        snprintf(t->dir, sizeof(t->dir), "%s", real);
+}
+
 /* Resolves --job-dir or JOBID. A numeric id is a Slurm job, whose dir may not exist yet; any
- * other id must name a job dir. */
+ * other id must name a job dir (a local job's, or the link to one). */
 static int resolve_target(const struct gpurun_args *args, struct target *t)
 {
     char root[PATH_MAX];
@@ -186,6 +207,7 @@ static int resolve_target(const struct gpurun_args *args, struct target *t)
                              args->target);
         slurmlib_parse_id(t->id, &t->slurm);
         t->has_dir = true;
+        resolve_dir(t);
         return 0;
     }
     if (!args->target)
@@ -201,6 +223,8 @@ static int resolve_target(const struct gpurun_args *args, struct target *t)
     if (!join_path(t->dir, sizeof(t->dir), root, t->id))
         return error_out(EXIT_FAILED, "job dir of '%s': path too long", t->id);
     t->has_dir = is_dir(t->dir);
+    if (t->has_dir)
+        resolve_dir(t);
     if (slurmlib_parse_id(t->id, &t->slurm) == 0)
         return 0;
     if (!t->has_dir)
@@ -328,6 +352,7 @@ static int status_list(const struct gpurun_args *args)
             snprintf(t.id, sizeof(t.id), "%s", ents[order[a].i]->d_name);
             if (!join_path(t.dir, sizeof(t.dir), root, t.id))
                 continue;
+            resolve_dir(&t);
             in.job_id = t.id;
             in.job_dir = t.dir;
             in.no_live = true;
@@ -615,6 +640,11 @@ static int check_command(const char *cmd)
     return 0;
 }
 
+/* The interpreter of a SCRIPT.py run. torchrun runs a script with its own Python; gpurun is no
+ * Python program, so each node takes python3 from its PATH (an activated venv's, a module's),
+ * as it finds any command. */
+#define SCRIPT_INTERPRETER "python3"
+
 /* What a run needs besides the options: the ranks' command and, for a train.cfg, the
  * configuration whose strings the options borrow. */
 struct run_plan {
@@ -696,10 +726,27 @@ static int plan_cfg(struct gpurun_args *args, struct run_plan *p)
     return 0;
 }
 
+/* The default name of a job running argv (argc words): the file name of its first word that
+ * ends in ".py" (the script of "python3 train.py"), else of the command. */
+static void default_job_name(char *buf, size_t n, char *const *argv, int argc)
+{
+    const char *word = argv[0], *base;
+
+    for (int i = 0; i < argc; i++) {
+        size_t len = strlen(argv[i]);
+        if (len > 3 && !strcmp(argv[i] + len - 3, ".py")) {
+            word = argv[i];
+            break;
+        }
+    }
+    base = strrchr(word, '/');
+    snprintf(buf, n, "%s", base ? base + 1 : word);
+}
+
 static int plan_run(struct gpurun_args *args, struct run_plan *p)
 {
-    const char *base;
-    int ret;
+    struct stat st;
+    int ret, lead = args->script ? 1 : 0;
 
     if (args->target)
         return plan_cfg(args, p);
@@ -707,22 +754,63 @@ static int plan_run(struct gpurun_args *args, struct run_plan *p)
         return error_out(EXIT_FAILED, "'%s': an override needs a train.cfg to apply to",
                          args->overrides[0]);
     if (!args->cmd_argv)
-        return error_out(EXIT_FAILED, "no command to run: give a train.cfg or '-- CMD ARGS...' "
-                                      "(see 'gpurun --help')");
-    ret = check_command(args->cmd_argv[0]);
+        return error_out(EXIT_FAILED, "no command to run: give a train.cfg, a SCRIPT.py or "
+                                      "'-- CMD ARGS...' (see 'gpurun --help')");
+    /* torchrun's "train.py ARGS": python3 runs it, found on PATH by each node as any command
+     * is; the script is checked here, where it is named. */
+    if (args->script && stat(args->script, &st) < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return error_out(EXIT_NOT_FOUND, "'%s': no such file", args->script);
+        return error_out(EXIT_CANNOT_RUN, "'%s': %s", args->script, uv_strerror(-errno));
+    }
+    ret = check_command(args->script ? SCRIPT_INTERPRETER : args->cmd_argv[0]);
     if (ret)
         return ret;
-    p->argv = calloc((size_t)args->cmd_argc + 1, sizeof(*p->argv));
+    p->argc = lead + args->cmd_argc;
+    p->argv = calloc((size_t)p->argc + 1, sizeof(*p->argv));
     if (!p->argv)
         return error_out(EXIT_FAILED, "out of memory");
-    memcpy(p->argv, args->cmd_argv, (size_t)args->cmd_argc * sizeof(*p->argv));
-    p->argc = args->cmd_argc;
+    if (args->script)
+        p->argv[0] = (char *)SCRIPT_INTERPRETER;
+    memcpy(p->argv + lead, args->cmd_argv, (size_t)args->cmd_argc * sizeof(*p->argv));
     if (!args->job_name) {
-        base = strrchr(args->cmd_argv[0], '/');
-        snprintf(p->job_name, sizeof(p->job_name), "%s", base ? base + 1 : args->cmd_argv[0]);
+        default_job_name(p->job_name, sizeof(p->job_name), p->argv, p->argc);
         args->job_name = p->job_name;
     }
     return 0;
+}
+
+/* What the daemons know of the job besides its command: its name and its time limit. */
+static int plan_spec(struct gpurun_args *args)
+{
+    args->spec.time_limit_s = (int)args->time_limit_s;
+    if (args->job_name && !(args->spec.name = strdup(args->job_name)))
+        return error_out(EXIT_FAILED, "out of memory");
+    return 0;
+}
+
+/* A local job whose dir was given with --job-dir: a link to it from the jobs root, named by
+ * its id, so that "gpurun status|logs|cancel ID" find it as they find any local job. Not
+ * being able to link costs only that: said, not fatal. */
+static void link_job_dir(const char *job_id, const char *abs_dir)
+{
+    char root[PATH_MAX], link[PATH_MAX], real[PATH_MAX];
+    int r = jobs_root_path(root, sizeof(root));
+
+    if (r == 0 && !join_path(link, sizeof(link), root, job_id))
+        r = -ENAMETOOLONG;
+    /* Already there: a --job-dir that names the default place. */
+    if (r == 0 && realpath(link, real) && !strcmp(real, abs_dir))
+        return;
+    if (r == 0)
+        r = fs_mkdirs(root, 0700);
+    if (r == 0 && symlink(abs_dir, link) < 0)
+        r = -errno;
+    if (r < 0)
+        fprintf(stderr,
+                "gpurun: cannot link the job's id to its dir in the jobs root: %s; give "
+                "gpurun status|logs|cancel --job-dir '%s'\n",
+                uv_strerror(r), abs_dir);
 }
 
 static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
@@ -776,7 +864,10 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
         ret = error_out(EXIT_FAILED, "cannot resolve '%s': %s", dir, uv_strerror(-errno));
         goto out;
     }
-    log_info("job '%s' in '%s'", job_id, abs_dir);
+    if (args->job_dir)
+        link_job_dir(job_id, abs_dir);
+    /* Before any rank speaks, so that another shell can follow the job at once. */
+    fprintf(stderr, "gpurun: job %s, job dir %s\n", job_id, abs_dir);
 
     job.job_dir = abs_dir;
     job.daemon = daemon;
@@ -915,6 +1006,8 @@ static int cmd_run(struct gpurun_args *args, int *fatal_signal)
 
     memset(&plan, 0, sizeof(plan));
     ret = plan_run(args, &plan);
+    if (ret == 0)
+        ret = plan_spec(args);
     if (ret == 0)
         ret = args->local ? run_local(args, &plan, fatal_signal)
                           : run_slurm(args, &plan, fatal_signal);

@@ -211,6 +211,23 @@ static json_t *timings_json(const struct view_input *in, const json_t *summary)
     return o;
 }
 
+/* The job's name: Slurm's while it knows the job, else the one gpurun wrote in job.json (a
+ * local job's, or a Slurm job's that Slurm has forgotten); null when neither has one. */
+static json_t *name_json(const struct view_input *in)
+{
+    json_t *spec, *name = NULL;
+
+    if (in->slurm && in->slurm->name)
+        return json_string(in->slurm->name);
+    if (!in->job_dir)
+        return json_null();
+    spec = load_file(in->job_dir, "job.json");
+    if (json_is_string(json_object_get(spec, "name")))
+        name = json_string(json_string_value(json_object_get(spec, "name")));
+    json_decref(spec);
+    return name ? name : json_null();
+}
+
 /* Whether the leader of a job on this machine (endpoint.json on loopback) still runs. */
 static bool local_leader_alive(const char *dir)
 {
@@ -248,6 +265,7 @@ json_t *view_build(const struct view_input *in)
     }
     json_object_set_new(v, "version", json_integer(VIEW_VERSION));
     json_object_set_new(v, "job_id", json_string(in->job_id));
+    json_object_set_new(v, "name", name_json(in));
     json_object_set_new(v, "job_dir", str_or_null(in->job_dir));
     json_object_set_new(v, "slurm", in->slurm ? slurm_json(in->slurm) : json_null());
     if (in->slurm_error)
@@ -512,7 +530,7 @@ void view_print(FILE *out, const json_t *v)
 {
     const json_t *sl = json_object_get(v, "slurm"), *live = json_object_get(v, "live");
     const json_t *summary = json_object_get(v, "summary"), *es = json_object_get(v, "exit_status");
-    const char *name = sget(sl, "name"), *reason = sget(sl, "reason");
+    const char *name = sget(v, "name"), *reason = sget(sl, "reason");
     char a[64], b[64];
 
     fprintf(out, "job: %s", sget(v, "job_id"));
@@ -573,7 +591,7 @@ void view_print_list(FILE *out, const json_t *views)
         const json_t *v = json_array_get(views, i), *sl = json_object_get(v, "slurm");
         const char *state = sget(v, "state"), *reason = sget(sl, "reason");
         snprintf(cells[i][0], 128, "%s", sget(v, "job_id"));
-        snprintf(cells[i][1], 128, "%s", sget(sl, "name") ? sget(sl, "name") : "-");
+        snprintf(cells[i][1], 128, "%s", sget(v, "name") ? sget(v, "name") : "-");
         snprintf(cells[i][2], 128, "%s", state ? state : "-");
         if (json_is_object(sl)) {
             snprintf(cells[i][3], 128, "%ld", iget(sl, "num_nodes", 0));

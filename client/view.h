@@ -28,7 +28,8 @@ struct view_input {
                    * leader is checked by its pid */
 };
 
-/* Builds the view of one job: {"version", "job_id", "job_dir", "slurm": {...} | null,
+/* Builds the view of one job: {"version", "job_id", "name": Slurm's job name, else job.json's
+ * | null, "job_dir", "slurm": {...} | null,
  * "state", "ended", "exit_status", "live": leader's job | null, "live_error", "summary":
  * summary.json | null, "progress": {...} | null, "timings": {...}, "first_failure"}. Never
  * fails but for memory (NULL). The job is asked over the network only when it has a job dir

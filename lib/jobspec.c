@@ -41,6 +41,23 @@ static const struct int_key int_keys[] = {
 };
 #define N_INT_KEYS (sizeof(int_keys) / sizeof(int_keys[0]))
 
+/* The string keys: each optional in the file (job_id is checked after loading), each written
+ * when set. */
+static const struct str_key {
+    const char *name;
+    size_t offset;
+} str_keys[] = {
+    {"job_id", offsetof(struct jobspec, job_id)},
+    {"workdir", offsetof(struct jobspec, workdir)},
+    {"name", offsetof(struct jobspec, name)},
+};
+#define N_STR_KEYS (sizeof(str_keys) / sizeof(str_keys[0]))
+
+static char **str_field(struct jobspec *spec, const struct str_key *k)
+{
+    return (char **)((char *)spec + k->offset);
+}
+
 static int *int_field(struct jobspec *spec, const struct int_key *k)
 {
     return (int *)((char *)spec + k->offset);
@@ -62,8 +79,8 @@ static void free_strv(char **v)
 
 void jobspec_release(struct jobspec *spec)
 {
-    free(spec->job_id);
-    free(spec->workdir);
+    for (size_t i = 0; i < N_STR_KEYS; i++)
+        free(*str_field(spec, &str_keys[i]));
     free_strv(spec->argv);
     free_strv(spec->env);
     jobspec_init(spec);
@@ -138,6 +155,14 @@ static const struct int_key *find_int_key(const char *name)
     return NULL;
 }
 
+static const struct str_key *find_str_key(const char *name)
+{
+    for (size_t i = 0; i < N_STR_KEYS; i++)
+        if (!strcmp(str_keys[i].name, name))
+            return &str_keys[i];
+    return NULL;
+}
+
 int jobspec_load(struct jobspec *spec, const char *path, struct jobspec_error *err)
 {
     json_error_t je;
@@ -164,6 +189,7 @@ int jobspec_load(struct jobspec *spec, const char *path, struct jobspec_error *e
     json_object_foreach(root, name, v)
     {
         const struct int_key *k = find_int_key(name);
+        const struct str_key *sk = find_str_key(name);
         if (k) {
             json_int_t x;
             if (!json_is_integer(v)) {
@@ -182,8 +208,8 @@ int jobspec_load(struct jobspec *spec, const char *path, struct jobspec_error *e
                 ret = fail(err, "%s: unsupported 'version' (this gpurun reads version 1)", path);
                 goto out;
             }
-        } else if (!strcmp(name, "job_id") || !strcmp(name, "workdir")) {
-            char **dst = name[0] == 'j' ? &spec->job_id : &spec->workdir;
+        } else if (sk) {
+            char **dst = str_field(spec, sk);
             if (!json_is_string(v)) {
                 ret = fail(err, "%s: '%s' must be a string", path, name);
                 goto out;
@@ -264,8 +290,15 @@ int jobspec_save(const struct jobspec *spec, const char *path)
     for (size_t i = 0; i < N_INT_KEYS; i++)
         json_object_set_new(root, int_keys[i].name,
                             json_integer(*int_field((struct jobspec *)spec, &int_keys[i])));
-    if (spec->workdir && json_object_set_new(root, "workdir", json_string(spec->workdir)) < 0)
-        goto out;
+    /* job_id is always written (the batch script fills in an empty one); the others when
+     * set. */
+    for (size_t i = 0; i < N_STR_KEYS; i++) {
+        const char *v = *str_field((struct jobspec *)spec, &str_keys[i]);
+        if (str_keys[i].offset == offsetof(struct jobspec, job_id))
+            continue;
+        if (v && json_object_set_new(root, str_keys[i].name, json_string(v)) < 0)
+            goto out;
+    }
     text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
     if (!text) {
         ret = -ENOMEM;

@@ -12,6 +12,9 @@ struct jobspec {
     char **argv;         /* NULL-terminated command of every rank */
     char **env;          /* NULL-terminated "K=V" added to every rank's environment */
     char *workdir;       /* ranks' working directory; NULL: the daemon's */
+    char *name;          /* the job's name for people (gpurun -J, else its default: the
+                          * train.cfg's job_name, the script's or the command's file name);
+                          * NULL: none */
     int join_timeout_ms; /* how long the leader waits for all agents */
     int hb_interval_ms;  /* heartbeat period, both ways */
     int hb_timeout_ms;   /* silence after which a peer counts as lost */

@@ -131,6 +131,14 @@ TEST(cli_args_defaults)
     CHECK_STR(a.cmd_argv[0], "true");
     CHECK(a.cmd_argv[1] == NULL);
     CHECK(a.spec.env == NULL);
+    CHECK(a.script == NULL);
+    /* Every rank sees all of its node's GPUs, as under torchrun; the pre-timeout signal only
+     * reaches the ranks that ask for it. */
+    CHECK_EQ(a.spec.gpu_bind, GPU_BIND_NONE);
+    CHECK_EQ(a.spec.preempt_signal, def.preempt_signal);
+    CHECK_EQ(a.spec.preempt_all, 0);
+    CHECK(a.signal.text == NULL);
+    CHECK_EQ(a.signal.sig, 0);
     args_release(&a);
     jobspec_release(&def);
 }
@@ -272,6 +280,67 @@ TEST(cli_args_refused_with_messages)
          "option '--follow' does not apply to 'status' (see 'gpurun status --help')"},
         {WORDS("logs", "--json"),
          "option '--json' does not apply to 'logs' (see 'gpurun logs --help')"},
+        /* torchrun's spellings: the option's checks, named as spelt; what gpurun cannot do,
+         * refused with the way it can. */
+        {WORDS("--nnodes", "0"), "--nnodes: must be 1..65536"},
+        {WORDS("--nnodes=x"), "--nnodes: 'x' is not a number"},
+        {WORDS("--nproc_per_node", "1025"), "--nproc_per_node: must be 1..1024"},
+        {WORDS("--nproc-per-node"), "option '--nproc-per-node' needs a value"},
+        {WORDS("--nnodes", "1:4", "train.py"),
+         "--nnodes: '1:4' is an elastic range, which gpurun does not run: give one number of "
+         "nodes (--nnodes N), and --max-restarts N to survive failures"},
+        {WORDS("--nnodes=2:3"), "--nnodes: '2:3' is an elastic range, which gpurun does not run: "
+                                "give one number of nodes (--nnodes N), and --max-restarts N to "
+                                "survive failures"},
+        {WORDS("--nproc-per-node", "gpu", "train.py"),
+         "--nproc-per-node: 'gpu' is not supported (gpurun does not count the node's devices): "
+         "give the number of ranks per node, e.g. --nproc-per-node 8"},
+        {WORDS("--nproc_per_node=auto"),
+         "--nproc_per_node: 'auto' is not supported (gpurun does not count the node's devices): "
+         "give the number of ranks per node, e.g. --nproc_per_node 8"},
+        {WORDS("--standalone", "train.py"),
+         "'--standalone' is torchrun's: gpurun sets up the rendezvous itself; drop it (--local "
+         "runs the job on this machine)"},
+        {WORDS("--rdzv_endpoint=h:29400"),
+         "'--rdzv_endpoint' is torchrun's: gpurun runs the rendezvous itself; drop it"},
+        {WORDS("status", "--nnodes", "2"),
+         "option '--nnodes' does not apply to 'status' (see 'gpurun status --help')"},
+        {WORDS("status", "--standalone"),
+         "unknown option '--standalone' (see 'gpurun status --help')"},
+        /* Slips of the hand get the nearest name. */
+        {WORDS("--gpus-per-nod", "2"),
+         "unknown option '--gpus-per-nod'; did you mean '--gpus-per-node'?"},
+        {WORDS("--gpus_per_node=2"),
+         "unknown option '--gpus_per_node'; did you mean '--gpus-per-node'?"},
+        {WORDS("--nproc-per-nod", "2"),
+         "unknown option '--nproc-per-nod'; did you mean '--nproc-per-node'?"},
+        {WORDS("--job_name", "x"), "unknown option '--job_name'; did you mean '--job-name'?"},
+        {WORDS("--lcoal"), "unknown option '--lcoal'; did you mean '--local'?"},
+        {WORDS("status", "--jsno"), "unknown option '--jsno'; did you mean '--json'?"},
+        /* A near name of an option the subcommand does not take is no suggestion. */
+        {WORDS("--jsno"), "unknown option '--jsno' (see 'gpurun --help')"},
+        {WORDS("stauts", "12"),
+         "'stauts' is not a gpurun command or a file; did you mean 'status'?"},
+        {WORDS("lgos", "12"), "'lgos' is not a gpurun command or a file; did you mean 'logs'?"},
+        {WORDS("log"), "'log' is not a gpurun command or a file; did you mean 'logs'?"},
+        {WORDS("cancle", "12"),
+         "'cancle' is not a gpurun command or a file; did you mean 'cancel'?"},
+        {WORDS("Status"), "'Status' is not a gpurun command or a file; did you mean 'status'?"},
+        /* The script takes every word after it; what comes before is gpurun's. */
+        {WORDS("a.cfg", "train.py"),
+         "give a train.cfg or a script, not both ('a.cfg', 'train.py')"},
+        {WORDS("train.steps=3", "train.py"),
+         "'train.steps=3': overrides are for a train.cfg, not for a script"},
+        {WORDS("--bogus", "train.py"), "unknown option '--bogus' (see 'gpurun --help')"},
+        /* --gpu-bind: srun's names. */
+        {WORDS("--gpu-bind", "x"), "--gpu-bind: 'x' is not none or single"},
+        {WORDS("--gpu-bind=single:2"), "--gpu-bind: 'single:2' is not none or single"},
+        {WORDS("--gpu-bind="), "--gpu-bind: '' is not none or single"},
+        {WORDS("--gpu-bind", "NONE"), "--gpu-bind: 'NONE' is not none or single"},
+        {WORDS("--signal", "FOO"), "--signal: 'FOO' is not a signal (a number 1..64, or a name "
+                                   "such as USR1 or SIGUSR1)"},
+        {WORDS("status", "--signal", "USR1"),
+         "option '--signal' does not apply to 'status' (see 'gpurun status --help')"},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -284,6 +353,227 @@ TEST(cli_args_refused_with_messages)
         CHECK_STR(err.text, cases[i].msg);
         args_release(&a);
     }
+}
+
+/* Words that are not a subcommand but are files are train.cfgs, whatever they look like;
+ * words far from every subcommand are left for the run to refuse. */
+TEST(cli_args_misspelt_subcommand_only_when_no_file)
+{
+    struct gpurun_args a;
+    struct args_error err;
+    char cwd[PATH_MAX];
+
+    CHECK(getcwd(cwd, sizeof(cwd)) != NULL);
+    CHECK_EQ(chdir(test_tmpdir()), 0);
+    write_file("stauts", "[job]\n", 0644);
+    CHECK_EQ(parse(&a, &err, WORDS("stauts")), 0);
+    CHECK_EQ(a.cmd, CMD_RUN);
+    CHECK_STR(a.target, "stauts");
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("stats")), -EINVAL);
+    CHECK_STR(err.text, "'stats' is not a gpurun command or a file; did you mean 'status'?");
+    args_release(&a);
+    /* Too far from every name: a train.cfg that does not exist, refused when it is read. */
+    CHECK_EQ(parse(&a, &err, WORDS("stat_report")), 0);
+    CHECK_STR(a.target, "stat_report");
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("ls")), 0);
+    CHECK_STR(a.target, "ls");
+    args_release(&a);
+    /* Only the first word can be a subcommand, so only it can be a misspelt one. */
+    CHECK_EQ(parse(&a, &err, WORDS("--local", "stauts")), 0);
+    args_release(&a);
+    CHECK_EQ(chdir(cwd), 0);
+}
+
+TEST(cli_args_python_script)
+{
+    struct gpurun_args a;
+    struct args_error err;
+
+    /* torchrun's order: gpurun's options, the script, then the script's own. */
+    CHECK_EQ(parse(&a, &err,
+                   WORDS("--local", "--nproc-per-node", "2", "train.py", "--lr", "3", "-N", "5",
+                         "--", "x.cfg", "a.b=c")),
+             0);
+    CHECK_STR(a.script, "train.py");
+    CHECK_EQ(a.spec.nprocs, 2);
+    CHECK_EQ(a.spec.nnodes, 1);
+    CHECK(args_given(&a, "gpus-per-node") && !args_given(&a, "nodes"));
+    CHECK(a.target == NULL);
+    CHECK_EQ(a.n_overrides, 0);
+    CHECK_EQ(a.cmd_argc, 8);
+    CHECK_STR(a.cmd_argv[0], "train.py");
+    CHECK_STR(a.cmd_argv[1], "--lr");
+    CHECK_STR(a.cmd_argv[3], "-N");
+    CHECK_STR(a.cmd_argv[5], "--");
+    CHECK_STR(a.cmd_argv[6], "x.cfg");
+    CHECK_STR(a.cmd_argv[7], "a.b=c");
+    CHECK(a.cmd_argv[8] == NULL);
+    args_release(&a);
+
+    CHECK_EQ(parse(&a, &err, WORDS("scripts/dir.v2/pretrain.py")), 0);
+    CHECK_STR(a.script, "scripts/dir.v2/pretrain.py");
+    CHECK_EQ(a.cmd_argc, 1);
+    args_release(&a);
+
+    /* After "--" it is a command like any other, run as it is. */
+    CHECK_EQ(parse(&a, &err, WORDS("--", "python3", "train.py", "--lr", "3")), 0);
+    CHECK(a.script == NULL);
+    CHECK_EQ(a.cmd_argc, 4);
+    CHECK_STR(a.cmd_argv[0], "python3");
+    args_release(&a);
+
+    /* Not a script: ".py" alone, an override, a JOBID. */
+    CHECK_EQ(parse(&a, &err, WORDS(".py")), 0);
+    CHECK(a.script == NULL);
+    CHECK_STR(a.target, ".py");
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("x.cfg", "model.init=w.py")), 0);
+    CHECK(a.script == NULL);
+    CHECK_STR(a.overrides[0], "model.init=w.py");
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("logs", "job.py")), 0);
+    CHECK(a.script == NULL);
+    CHECK_STR(a.target, "job.py");
+    args_release(&a);
+}
+
+TEST(cli_args_torchrun_spellings)
+{
+    struct gpurun_args a;
+    struct args_error err;
+
+    CHECK_EQ(parse(&a, &err, WORDS("--nproc_per_node=4", "--nnodes", "3", "--", "true")), 0);
+    CHECK_EQ(a.spec.nprocs, 4);
+    CHECK_EQ(a.spec.nnodes, 3);
+    /* The alias sets the option's given bit, so a train.cfg's value does not override it. */
+    CHECK(args_given(&a, "gpus-per-node") && args_given(&a, "nodes"));
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("--nproc-per-node", "8", "--nnodes=2:2", "--", "true")), 0);
+    CHECK_EQ(a.spec.nprocs, 8);
+    CHECK_EQ(a.spec.nnodes, 2);
+    args_release(&a);
+    /* The last one given wins, whichever its spelling. */
+    CHECK_EQ(parse(&a, &err,
+                   WORDS("-N", "2", "--nnodes", "4", "--gpus-per-node", "3", "--nproc-per-node",
+                         "1", "--", "true")),
+             0);
+    CHECK_EQ(a.spec.nnodes, 4);
+    CHECK_EQ(a.spec.nprocs, 1);
+    args_release(&a);
+}
+
+TEST(cli_args_gpu_bind)
+{
+    static const struct {
+        const char *word;
+        int bind;
+    } good[] = {{"--gpu-bind=none", GPU_BIND_NONE},
+                {"--gpu-bind=single", GPU_BIND_SINGLE},
+                {"--gpu-bind=single:1", GPU_BIND_SINGLE}};
+    struct gpurun_args a;
+    struct args_error err;
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        if (parse(&a, &err, WORDS(good[i].word, "--", "true")) != 0)
+            test_fail(__FILE__, __LINE__, "'%s' refused: %s", good[i].word, err.text);
+        if (a.spec.gpu_bind != good[i].bind)
+            test_fail(__FILE__, __LINE__, "'%s': gpu_bind %d, expected %d", good[i].word,
+                      a.spec.gpu_bind, good[i].bind);
+        CHECK(args_given(&a, "gpu-bind"));
+        args_release(&a);
+    }
+    CHECK_EQ(parse(&a, &err, WORDS("--gpu-bind", "single", "--gpu-bind", "none", "--", "true")), 0);
+    CHECK_EQ(a.spec.gpu_bind, GPU_BIND_NONE);
+    args_release(&a);
+}
+
+TEST(cli_args_signal_values)
+{
+    static const struct {
+        const char *s;
+        int sig, time_s;
+        bool batch, resv;
+    } good[] = {
+        {"USR1", SIGUSR1, 60, false, false},
+        {"B:USR1@120", SIGUSR1, 120, true, false},
+        {"R:SIGTERM@0", SIGTERM, 0, false, true},
+        {"RB:12@65535", 12, 65535, true, true},
+        {"br:usr2", SIGUSR2, 60, true, true},
+        {"10", 10, 60, false, false},
+        {"sigusr1@5", SIGUSR1, 5, false, false},
+        {"SigHup", SIGHUP, 60, false, false},
+        {"64@1", 64, 1, false, false},
+        {":INT", SIGINT, 60, false, false},
+    };
+    static const struct {
+        const char *s, *msg;
+    } bad[] = {
+        {"Q:USR1", "--signal: 'Q' is not R, B or RB (the flags before ':' in [{R|B}:]SIG[@TIME])"},
+        {"BB:USR1",
+         "--signal: 'BB' is not R, B or RB (the flags before ':' in [{R|B}:]SIG[@TIME])"},
+        {"", "--signal: '' is not a signal (a number 1..64, or a name such as USR1 or SIGUSR1)"},
+        {"B:", "--signal: '' is not a signal (a number 1..64, or a name such as USR1 or SIGUSR1)"},
+        {"0", "--signal: '0' is not a signal (a number 1..64, or a name such as USR1 or SIGUSR1)"},
+        {"65", "--signal: '65' is not a signal (a number 1..64, or a name such as USR1 or "
+               "SIGUSR1)"},
+        {"SIG", "--signal: 'SIG' is not a signal (a number 1..64, or a name such as USR1 or "
+                "SIGUSR1)"},
+        {"USR3@10", "--signal: 'USR3' is not a signal (a number 1..64, or a name such as USR1 "
+                    "or SIGUSR1)"},
+        {"10x", "--signal: '10x' is not a signal (a number 1..64, or a name such as USR1 or "
+                "SIGUSR1)"},
+        {"USR1@", "--signal: '' is not a TIME of 0..65535 seconds"},
+        {"USR1@x", "--signal: 'x' is not a TIME of 0..65535 seconds"},
+        {"USR1@-1", "--signal: '-1' is not a TIME of 0..65535 seconds"},
+        {"USR1@65536", "--signal: '65536' is not a TIME of 0..65535 seconds"},
+        {"USR1@1@2", "--signal: '1@2' is not a TIME of 0..65535 seconds"},
+    };
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        struct args_signal sig = {0};
+        struct args_error err = {{0}};
+        if (args_parse_signal(good[i].s, &sig, &err) != 0)
+            test_fail(__FILE__, __LINE__, "'%s' refused: %s", good[i].s, err.text);
+        if (sig.sig != good[i].sig || sig.time_s != good[i].time_s ||
+            sig.batch_only != good[i].batch || sig.reservation != good[i].resv ||
+            sig.text != good[i].s)
+            test_fail(__FILE__, __LINE__,
+                      "'%s': signal %d, %d s, B %d, R %d; expected %d, %d s, B %d, R %d", good[i].s,
+                      sig.sig, sig.time_s, sig.batch_only, sig.reservation, good[i].sig,
+                      good[i].time_s, good[i].batch, good[i].resv);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct args_signal sig = {0};
+        struct args_error err = {{0}};
+        if (args_parse_signal(bad[i].s, &sig, &err) != -EINVAL)
+            test_fail(__FILE__, __LINE__, "'%s' accepted as signal %d", bad[i].s, sig.sig);
+        CHECK_STR(err.text, bad[i].msg);
+        CHECK_EQ(sig.sig, 0);
+    }
+}
+
+/* --signal asks for the signal by name: every rank gets it, not only those that registered. */
+TEST(cli_args_signal_sets_the_spec)
+{
+    struct gpurun_args a;
+    struct args_error err;
+
+    CHECK_EQ(parse(&a, &err, WORDS("--signal=B:TERM@90", "--", "true")), 0);
+    CHECK_STR(a.signal.text, "B:TERM@90");
+    CHECK_EQ(a.signal.sig, SIGTERM);
+    CHECK_EQ(a.signal.time_s, 90);
+    CHECK(a.signal.batch_only && !a.signal.reservation);
+    CHECK_EQ(a.spec.preempt_signal, SIGTERM);
+    CHECK_EQ(a.spec.preempt_all, 1);
+    CHECK(args_given(&a, "signal"));
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("--signal", "USR2", "--", "true")), 0);
+    CHECK_EQ(a.spec.preempt_signal, SIGUSR2);
+    CHECK_EQ(a.signal.time_s, ARGS_SIGNAL_TIME_DEFAULT);
+    CHECK_EQ(a.spec.preempt_all, 1);
+    args_release(&a);
 }
 
 TEST(cli_args_subcommands)
@@ -357,8 +647,8 @@ TEST(cli_args_usage_lists_the_rows)
     capture_begin(&f, &buf, &len);
     args_usage(f, CMD_RUN);
     fclose(f);
-    CHECK_CONTAINS(buf,
-                   "usage: gpurun [options] (train.cfg [section.key=value...] | -- CMD [ARGS...])");
+    CHECK_CONTAINS(buf, "usage: gpurun [options] (train.cfg [section.key=value...] | SCRIPT.py "
+                        "[ARGS...] | -- CMD [ARGS...])");
     CHECK_CONTAINS(buf, "--emit-sbatch");
     CHECK_CONTAINS(buf, "--max-restarts N");
     CHECK_CONTAINS(buf, "-N, --nodes N");
@@ -367,6 +657,24 @@ TEST(cli_args_usage_lists_the_rows)
     CHECK_CONTAINS(buf, "[5]"); /* kill_grace's default, from jobspec */
     CHECK_CONTAINS(buf, "--export K=V");
     CHECK_CONTAINS(buf, "--version");
+    /* The new options, and their defaults in words. */
+    CHECK_CONTAINS(buf, "--gpu-bind MODE");
+    CHECK_CONTAINS(buf, "none: every rank sees all its node's GPUs, as with torchrun;");
+    CHECK_CONTAINS(buf, "single:1");
+    CHECK_CONTAINS(buf, "GPU only [none]\n");
+    CHECK_CONTAINS(buf, "--signal [B:]SIG[@TIME]");
+    CHECK_CONTAINS(buf, "(default 60)");
+    CHECK_CONTAINS(buf, "without it, SIGUSR1");
+    CHECK_CONTAINS(buf, "\"python3 SCRIPT.py ARGS\"");
+    CHECK_CONTAINS(buf, "\"gpurun: job ID, job dir DIR\"");
+    CHECK_CONTAINS(buf, "The job's\nname is -J's");
+    /* A continued help line starts under the first. */
+    CHECK_CONTAINS(buf, "as with torchrun;\n                               single");
+    /* torchrun's spellings, from the alias table. */
+    CHECK_CONTAINS(buf, "--nproc-per-node N       same as --gpus-per-node");
+    CHECK_CONTAINS(buf, "--nnodes N               same as --nodes");
+    CHECK_CONTAINS(buf, "--standalone");
+    CHECK_CONTAINS(buf, "--rdzv-endpoint");
     CHECK(!strstr(buf, "--rank"));
     CHECK(!strstr(buf, "--json"));
     free(buf);
@@ -379,6 +687,7 @@ TEST(cli_args_usage_lists_the_rows)
     CHECK_CONTAINS(buf, "--json");
     CHECK_CONTAINS(buf, "--job-dir DIR");
     CHECK(!strstr(buf, "--nodes"));
+    CHECK(!strstr(buf, "torchrun"));
     free(buf);
 }
 

@@ -2,6 +2,7 @@
  * foreign file must get, each naming the file and the key. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -54,6 +55,7 @@ TEST(jobspec_defaults)
     CHECK_EQ(spec.max_restarts, 0);
     CHECK(!spec.loopback);
     CHECK(spec.job_id == NULL && spec.argv == NULL && spec.env == NULL && spec.workdir == NULL);
+    CHECK(spec.name == NULL);
     jobspec_release(&spec);
 }
 
@@ -68,6 +70,7 @@ TEST(jobspec_round_trip)
     jobspec_init(&spec);
     spec.job_id = strdup("local-1700000000-42");
     spec.workdir = strdup("/scratch/run 1");
+    spec.name = strdup("train.py \"v2\"");
     spec.nnodes = 3;
     spec.nprocs = 8;
     spec.join_timeout_ms = 1234;
@@ -90,6 +93,7 @@ TEST(jobspec_round_trip)
         test_fail(__FILE__, __LINE__, "load failed: %s", err.text);
     CHECK_STR(back.job_id, spec.job_id);
     CHECK_STR(back.workdir, spec.workdir);
+    CHECK_STR(back.name, "train.py \"v2\"");
     CHECK_EQ(back.nnodes, 3);
     CHECK_EQ(back.nprocs, 8);
     CHECK_EQ(back.join_timeout_ms, 1234);
@@ -133,7 +137,50 @@ TEST(jobspec_minimal_file_takes_defaults)
     CHECK_EQ(spec.nnodes, 1);
     CHECK_EQ(spec.kill_grace_ms, 5000);
     CHECK(spec.workdir == NULL);
+    CHECK(spec.name == NULL);
     jobspec_release(&spec);
+}
+
+/* The job's name: written only when set, read back as written, a string or an error. */
+TEST(jobspec_name_key)
+{
+    char *argv[] = {"python3", "train.py"};
+    const char *path = spec_path("job.json");
+    struct jobspec spec, back;
+    struct jobspec_error err = {{0}};
+    char *text = NULL;
+    size_t len;
+
+    jobspec_init(&spec);
+    spec.job_id = strdup("j");
+    CHECK_EQ(jobspec_set_argv(&spec, 2, argv), 0);
+    CHECK_EQ(jobspec_save(&spec, path), 0);
+    CHECK_EQ(fs_read_all(path, 65536, &text, &len), 0);
+    if (strstr(text, "\"name\""))
+        test_fail(__FILE__, __LINE__, "a spec without a name wrote one: %s", text);
+    free(text);
+    text = NULL;
+
+    spec.name = strdup("resnet-50 run");
+    CHECK_EQ(jobspec_save(&spec, path), 0);
+    CHECK_EQ(fs_read_all(path, 65536, &text, &len), 0);
+    CHECK_CONTAINS(text, "\"name\": \"resnet-50 run\"");
+    free(text);
+    jobspec_init(&back);
+    CHECK_EQ(jobspec_load(&back, path, &err), 0);
+    CHECK_STR(back.name, "resnet-50 run");
+    jobspec_release(&back);
+
+    /* Not UTF-8: nothing written, as for every string of the spec. */
+    free(spec.name);
+    spec.name = strdup("caf\xe9");
+    CHECK_EQ(jobspec_save(&spec, spec_path("latin1.json")), -EINVAL);
+    CHECK_EQ(access(spec_path("latin1.json"), F_OK), -1);
+    jobspec_release(&spec);
+
+    CHECK_EQ(load_text("{\"job_id\":\"j\",\"argv\":[\"x\"],\"name\":3}", &err), -EINVAL);
+    CHECK_CONTAINS(err.text, spec_path("job.json"));
+    CHECK_CONTAINS(err.text, "'name' must be a string");
 }
 
 TEST(jobspec_unknown_key)

@@ -48,7 +48,7 @@ grep -q "no log of rank 7" "$work/err" || fail "no message for a rank without a 
 # status after the end: the summary.
 run status "$id"
 expect_rc 0 "gpurun status JOBID"
-expect_out_line "job: $id"
+expect_out_line "job: $id (sh)"
 expect_out_line "state: COMPLETED, exit status 0"
 expect_out_line "outcome: completed"
 run status --job-dir "$dir" --json

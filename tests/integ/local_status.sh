@@ -19,7 +19,7 @@ id=${dir##*/}
 
 run status --job-dir "$dir"
 expect_rc 0 "gpurun status --job-dir"
-expect_out_line "job: $id"
+expect_out_line "job: $id (sh)"
 expect_out_line "state: RUNNING"
 expect_out_line "ranks: 4 running, 0 exited, 0 joined, 0 pending (of 4)"
 grep -qE '^rank +node +host +phase +step' "$work/out" || fail "status shows no rank table"

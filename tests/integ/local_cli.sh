@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# torchrun's command-line habits with the real `gpurun --local`: "SCRIPT.py ARGS" run by
+# python3 with every later word the script's, a missing script 127, torchrun's spellings and
+# their refusals, "did you mean" for slips; the "gpurun: job ID, job dir DIR" line before the
+# ranks' output and status/logs/cancel by that ID (a --job-dir job too); the job's name, time
+# limit, --gpu-bind and --signal in job.json (local, and the Slurm spec --emit-sbatch shows);
+# the name in `gpurun status`.
+# timeout: 180
+set -euo pipefail
+# shellcheck source=local_common.sh
+. "$(dirname "$0")/local_common.sh"
+
+command -v python3 >/dev/null || skip "no python3 on PATH"
+
+# job_of FILE: the id and dir of the "gpurun: job ID, job dir DIR" line of FILE, into
+# $job_id and $job_dir.
+job_of() {
+    local line
+    line=$(grep -m1 '^gpurun: job ' "$1") || fail "no 'gpurun: job ID, job dir DIR' line in '$1'"
+    [[ $line =~ ^gpurun:\ job\ ([^,]+),\ job\ dir\ (/.+)$ ]] ||
+        fail "'$line' is not 'gpurun: job ID, job dir DIR' with DIR absolute"
+    job_id=${BASH_REMATCH[1]}
+    job_dir=${BASH_REMATCH[2]}
+    [ -f "$job_dir/job.json" ] || fail "'$job_dir' of '$line' holds no job.json"
+}
+
+# expect_json KEY VALUE: the last job's job.json has "KEY": VALUE (VALUE as JSON).
+expect_json() {
+    grep -qF -- "\"$1\": $2" "$job_dir/job.json" ||
+        fail "job.json lacks \"$1\": $2: $(grep -F "\"$1\"" "$job_dir/job.json" || echo none)"
+}
+
+cd "$work"
+cat >train.py <<'EOF'
+import os, sys
+print("rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"], "args", " ".join(sys.argv[1:]))
+EOF
+
+# --- SCRIPT.py ARGS, as torchrun takes it --------------------------------------------------
+
+run --local --nproc-per-node 2 train.py --lr 3 -N 5 -- x.cfg
+expect_rc 0 "gpurun --local --nproc-per-node 2 train.py ARGS"
+expect_out_line "[0] rank 0 of 2 args --lr 3 -N 5 -- x.cfg"
+expect_out_line "[1] rank 1 of 2 args --lr 3 -N 5 -- x.cfg"
+job_of "$work/err"
+[[ $job_id =~ ^local- ]] || fail "local job id '$job_id'"
+[ "$job_dir" = "$HOME/.gpurun/jobs/$job_id" ] || fail "job dir '$job_dir', not under ~/.gpurun/jobs"
+expect_json name '"train.py"'
+tr -d ' \n' <"$job_dir/job.json" | grep -qF '"argv":["python3","train.py","--lr","3","-N","5","--","x.cfg"]' ||
+    fail "job.json's argv is not python3 train.py ARGS: $(cat "$job_dir/job.json")"
+# What is not given stays as torchrun leaves it: every GPU to every rank, and the
+# pre-timeout signal only to the ranks that ask for it.
+expect_json gpu_bind 0
+expect_json preempt_all 0
+expect_json time_limit_s 0
+
+mkdir -p sub
+cp train.py sub/pretrain.py
+run --local sub/pretrain.py
+expect_rc 0 "a script in a subdirectory"
+expect_out_line "[0] rank 0 of 1 args "
+job_of "$work/err"
+expect_json name '"pretrain.py"'
+
+run --local -- python3 train.py --x
+expect_rc 0 "'-- python3 train.py'"
+expect_out_line "[0] rank 0 of 1 args --x"
+job_of "$work/err"
+expect_json name '"train.py"'
+
+run --local --job-dir "$work/never" nope.py --lr 3
+expect_rc 127 "a script that does not exist"
+expect_err "gpurun: 'nope.py': no such file"
+[ "$(wc -l <"$work/err")" = 1 ] || fail "more than one line for a missing script"
+[ ! -e "$work/never" ] || fail "a job dir was made for a script that does not exist"
+
+# The line comes before the ranks' first words.
+timeout -k 5 "$GPURUN_LIMIT" "$gpurun" --local -- sh -c 'echo first words' >"$work/both" 2>&1 ||
+    fail "a job with stdout and stderr together failed"
+head -n 1 "$work/both" | grep -q '^gpurun: job local-.*, job dir /' ||
+    fail "the first line is '$(head -n 1 "$work/both")', not gpurun's job line"
+grep -qxF "[0] first words" "$work/both" || fail "the rank's line is missing"
+
+# --- the job's name, time limit, GPU binding and signal ------------------------------------
+
+run --local -J my-run -t 2 --gpu-bind=single --signal=B:USR2@30 -- true
+expect_rc 0 "-J -t --gpu-bind --signal"
+job_of "$work/err"
+named_id=$job_id
+expect_json name '"my-run"'
+expect_json time_limit_s 120
+expect_json gpu_bind 1
+expect_json preempt_signal 12
+expect_json preempt_all 1
+
+run --local --gpu-bind single:1 -- /bin/true
+expect_rc 0 "--gpu-bind single:1"
+job_of "$work/err"
+expect_json gpu_bind 1
+expect_json name '"true"'
+
+run status "$named_id"
+expect_rc 0 "gpurun status of a named local job"
+expect_out_line "job: $named_id (my-run)"
+run status --json "$named_id"
+grep -qF '"name": "my-run"' "$work/out" || fail "status --json lacks the name"
+run status
+expect_rc 0 "gpurun status (the list)"
+grep -qE "^$named_id +my-run +COMPLETED " "$work/out" || fail "the list does not show 'my-run'"
+
+# The same keys reach a Slurm job's spec (the batch script carries job.json).
+printf '[job]\ntime = 7\njob_name = from-cfg\n[data]\ntrain = x_*.bin\n' >"$work/t.cfg"
+run --emit-sbatch "$work/t.cfg"
+expect_rc 0 "--emit-sbatch of a train.cfg"
+grep -qF '"time_limit_s": 420' "$work/out" || fail "the batch spec lacks [job] time's 420 s"
+grep -qF '"name": "from-cfg"' "$work/out" || fail "the batch spec lacks [job] job_name"
+run --emit-sbatch -t 1:00:00 --signal=USR1@90 --gpu-bind=single train.py --epochs 2
+expect_rc 0 "--emit-sbatch of a script"
+for want in '"time_limit_s": 3600' '"name": "train.py"' '"preempt_signal": 10' \
+    '"preempt_all": 1' '"gpu_bind": 1' '"python3"' '"--epochs"'; do
+    grep -qF -- "$want" "$work/out" || fail "the batch spec lacks $want"
+done
+
+# --- status, logs and cancel by the printed id, for a --job-dir job ------------------------
+
+"$gpurun" --local --job-dir "$work/jd" -J sleeper --kill-grace 1 -- sh -c 'echo up; exec sleep 60' \
+    >"$work/job.out" 2>"$work/job.err" </dev/null &
+pid=$!
+bg_pids+=("$pid")
+wait_for_lines "$work/job.out" 1
+job_of "$work/job.err"
+real_jd=$(cd "$work/jd" && pwd -P)
+[ "$job_dir" = "$real_jd" ] || fail "the job line says '$job_dir', not the --job-dir '$real_jd'"
+run status "$job_id"
+expect_rc 0 "gpurun status ID of a --job-dir job"
+expect_out_line "job: $job_id (sleeper)"
+expect_out_line "state: RUNNING"
+expect_out_line "job dir: $real_jd"
+run logs "$job_id"
+expect_rc 0 "gpurun logs ID of a --job-dir job"
+expect_out_line "[0] up"
+run cancel "$job_id"
+expect_rc 0 "gpurun cancel ID of a --job-dir job"
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" != 0 ] || fail "the cancelled job's gpurun exited 0"
+run status "$job_id"
+expect_out_line "outcome: cancelled"
+
+# --- refused command lines: one line, 125 ---------------------------------------------------
+
+run stauts 12
+expect_rc 125 "a misspelt subcommand"
+expect_err "gpurun: 'stauts' is not a gpurun command or a file; did you mean 'status'?"
+run --local --gpus-per-nod 2 -- true
+expect_rc 125 "a misspelt option"
+expect_err "gpurun: unknown option '--gpus-per-nod'; did you mean '--gpus-per-node'?"
+run --local --nnodes 1:4 train.py
+expect_rc 125 "an elastic --nnodes"
+expect_err "gpurun: --nnodes: '1:4' is an elastic range, which gpurun does not run: give one number of nodes (--nnodes N), and --max-restarts N to survive failures"
+run --local --nproc_per_node=gpu train.py
+expect_rc 125 "--nproc_per_node=gpu"
+grep -q "^gpurun: --nproc_per_node: 'gpu' is not supported" "$work/err" ||
+    fail "no refusal of --nproc_per_node=gpu"
+run --local --gpu-bind=closest -- true
+expect_rc 125 "--gpu-bind closest"
+expect_err "gpurun: --gpu-bind: 'closest' is not none or single"
+run --local --signal=B:USR1@x -- true
+expect_rc 125 "a bad --signal"
+expect_err "gpurun: --signal: 'x' is not a TIME of 0..65535 seconds"
+[ "$(wc -l <"$work/err")" = 1 ] || fail "more than one line for a refused command line"
+
+run --help
+expect_rc 0 "--help"
+for want in "--nproc-per-node N" "--gpu-bind MODE" "--signal [B:]SIG[@TIME]" "SCRIPT.py"; do
+    grep -qF -- "$want" "$work/out" || fail "--help lacks '$want'"
+done
+echo "# SCRIPT.py ARGS, torchrun's spellings, the job line and ID, name/time/bind/signal ok"
