@@ -945,6 +945,13 @@ static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     job.cpus_per_task = args->cpus_per_gpu * spec->nprocs;
     job.time_limit_min = sbatch_time_minutes(args->time_limit_s);
     job.signal_before_s = sbatch_signal_before(job.time_limit_min);
+    job.preempt_signal = spec->preempt_signal;
+    if (args->signal.text) {
+        job.signal_text = args->signal.text;
+        job.signal_time_s = args->signal.time_s;
+        job.signal_batch_only = args->signal.batch_only;
+        job.signal_reservation = args->signal.reservation;
+    }
     job.partition = args->partition;
     job.account = args->account;
     job.output = output;

@@ -148,7 +148,9 @@ static int directives(FILE *f, const struct sbatch_job *j, struct sbatch_error *
         r = r ? r : directive(f, "account", j->account, err);
     r = r ? r : directive(f, "output", j->output, err);
     r = r ? r : directive(f, "chdir", j->work_dir, err);
-    if (j->signal_before_s > 0) {
+    if (j->signal_text) {
+        r = r ? r : directive(f, "signal", j->signal_text, err);
+    } else if (j->signal_before_s > 0) {
         snprintf(buf, sizeof(buf), "B:USR1@%d", j->signal_before_s);
         r = r ? r : directive(f, "signal", buf, err);
     }
@@ -200,14 +202,15 @@ static void body(FILE *f, const struct sbatch_job *j)
             "GPURUN_JOB_JSON\n"
             "cp \"$0\" \"$dir/job.sbatch\"\n\n"
             "# One rendezvousd per node with all the node's CPUs for its ranks (srun 22.05 no\n"
-            "# longer takes --cpus-per-task from the job). scancel's SIGTERM and the pre-timeout\n"
-            "# SIGUSR1 (--signal=B:...) reach this shell: srun passes them to every node's\n"
-            "# rendezvousd, which hands USR1 to the ranks.\n"
+            "# longer takes --cpus-per-task from the job). scancel's SIGTERM reaches this shell\n"
+            "# and srun passes it on. The pre-timeout signal (--signal=B:...) goes to the\n"
+            "# leader on this host through the job dir, not through srun: srun would signal\n"
+            "# every process of the step, and it must reach only the ranks that asked for it.\n"
             "srun --ntasks-per-node=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-%d}\" "
             "--kill-on-bad-exit=0 \\\n"
             "    \"$rendezvousd\" --job-dir \"$dir\" --log-level %s &\n"
             "srun_pid=$!\n"
-            "trap 'kill -USR1 \"$srun_pid\" 2>/dev/null || true' USR1\n"
+            "trap 'echo %d >\"$dir/preempt.new\" && mv -f \"$dir/preempt.new\" \"$dir/preempt\"' %d\n"
             "trap 'kill -TERM \"$srun_pid\" 2>/dev/null || true' TERM INT HUP\n"
             "status=0\n"
             "wait \"$srun_pid\" || status=$?\n"
@@ -217,7 +220,7 @@ static void body(FILE *f, const struct sbatch_job *j)
             "    wait \"$srun_pid\" || status=$?\n"
             "done\n"
             "exit \"$status\"\n",
-            j->cpus_per_task, j->log_level);
+            j->cpus_per_task, j->log_level, j->preempt_signal, j->preempt_signal);
 }
 
 int sbatch_render(const struct sbatch_job *job, char **out, struct sbatch_error *err)

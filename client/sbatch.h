@@ -21,6 +21,12 @@ struct sbatch_job {
     int cpus_per_task;       /* the node's one task: CPUs for all its ranks */
     long time_limit_min;     /* minutes; 0: the partition's limit */
     int signal_before_s;     /* SIGUSR1 to the batch shell this long before the limit; 0: none */
+    const char *signal_text; /* the user's --signal as given (replaces the one above); or NULL */
+    int preempt_signal;      /* the signal the script passes on to the leader (SIGUSR1, or
+                              * --signal's): its number */
+    int signal_time_s;       /* --signal's: seconds before the limit */
+    bool signal_batch_only;  /* --signal's "B:" */
+    bool signal_reservation; /* --signal's "R:" */
     const char *partition;   /* NULL: the cluster's default */
     const char *account;     /* NULL: the user's default */
     const char *output;      /* the batch output (sbatch --output pattern, %j...); absolute */

@@ -348,7 +348,13 @@ void slurmlib_fill_desc(const struct sbatch_job *job, const char *script, char *
     d->std_out = (char *)job->output;
     d->std_err = (char *)job->output;
     d->work_dir = (char *)job->work_dir;
-    if (job->signal_before_s > 0) {
+    if (job->signal_text) {
+        /* The user's --signal, as sbatch fills it. */
+        d->warn_signal = (uint16_t)job->preempt_signal;
+        d->warn_time = (uint16_t)job->signal_time_s;
+        d->warn_flags = (job->signal_batch_only ? KILL_JOB_BATCH : 0) |
+                        (job->signal_reservation ? KILL_JOB_RESV : 0);
+    } else if (job->signal_before_s > 0) {
         d->warn_signal = SIGUSR1;
         d->warn_time = (uint16_t)job->signal_before_s;
         d->warn_flags = KILL_JOB_BATCH; /* the "B:" of --signal: the batch shell only */

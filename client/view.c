@@ -149,6 +149,10 @@ static json_t *progress_json(const json_t *ranks, long total)
         }
         if (ph && !strcmp(ph, "running"))
             tps += json_number_value(json_object_get(r, "tokens_per_s"));
+        /* The ranks' own total (gpurun.report(total_steps=...), gr_progress.total_steps)
+         * where the command line did not tell. */
+        if (total <= 0 && json_integer_value(json_object_get(r, "total_steps")) > 0)
+            total = (long)json_integer_value(json_object_get(r, "total_steps"));
     }
     o = json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:f}", "ranks",
                   (int)json_array_size(ranks), "pending", (json_int_t)counts[0], "joined",
@@ -384,6 +388,9 @@ static void exit_cause(char *buf, size_t n, const json_t *r)
 
 #define NCOL 10
 
+/* The blamed rank's stack in `gpurun status`: enough lines to see where it stopped. */
+#define VIEW_STACK_LINES 40
+
 static void print_ranks(FILE *out, const json_t *job)
 {
     static const char *const head[NCOL] = {"rank", "node",     "host",      "phase",  "step",
@@ -423,7 +430,10 @@ static void print_ranks(FILE *out, const json_t *job)
             snprintf(row[5], 48, "-");
         snprintf(row[6], 48, "%.0f", json_number_value(json_object_get(r, "tokens_per_s")));
         age(row[7], 48, nd ? iget(nd, "hb_age_ms", -1) : -1);
-        age(row[8], 48, iget(r, "report_age_ms", -1));
+        if (json_is_false(json_object_get(r, "reported")))
+            snprintf(row[8], 48, "no reports");
+        else
+            age(row[8], 48, iget(r, "report_age_ms", -1));
         exit_cause(row[9], 48, r);
         for (int c = 0; c < NCOL; c++)
             if ((int)strlen(row[c]) > width[c])
@@ -469,9 +479,27 @@ static void print_progress(FILE *out, const json_t *p)
     }
 }
 
+/* text's lines indented by two, at most max of them (-1: all). */
+static void print_indented(FILE *out, const char *text, int max)
+{
+    int lines = 0;
+
+    for (const char *p = text; *p; lines++) {
+        size_t n = strcspn(p, "\n");
+        if (max >= 0 && lines == max) {
+            fprintf(out, "  ...\n");
+            break;
+        }
+        fprintf(out, "  %.*s\n", (int)n, p);
+        p += n + (p[n] == '\n');
+    }
+}
+
 static void print_failure(FILE *out, const json_t *ff)
 {
     const char *tail = sget(ff, "tail"), *cause = sget(ff, "cause"), *host = sget(ff, "hostname");
+    const char *stack = sget(ff, "stack");
+    const json_t *err;
     long code = iget(ff, "code", 0), sig = iget(ff, "signal", 0);
 
     if (!json_is_object(ff))
@@ -492,13 +520,23 @@ static void print_failure(FILE *out, const json_t *ff)
     if (cause && *cause)
         fprintf(out, " [%s]", cause);
     fprintf(out, "\n");
+    err = json_object_get(ff, "error");
+    if (json_is_object(err)) {
+        fprintf(out, "exception: %s%s%s", sget(err, "type") ? sget(err, "type") : "?",
+                sget(err, "message") && *sget(err, "message") ? ": " : "",
+                sget(err, "message") ? sget(err, "message") : "");
+        if (sget(err, "file"))
+            fprintf(out, " (%s:%ld)", sget(err, "file"), iget(err, "line", 0));
+        fprintf(out, "\n");
+    }
     if (tail && *tail) {
         fprintf(out, "last lines of its log:\n");
-        for (const char *p = tail; *p;) {
-            size_t n = strcspn(p, "\n");
-            fprintf(out, "  %.*s\n", (int)n, p);
-            p += n + (p[n] == '\n');
-        }
+        print_indented(out, tail, -1);
+    }
+    if (stack && *stack) {
+        fprintf(out, "stack of rank %ld (in full in summary.json and its log):\n",
+                iget(ff, "rank", -1));
+        print_indented(out, stack, VIEW_STACK_LINES);
     }
 }
 

@@ -41,6 +41,13 @@
 #define ABORT_SLACK_MS       3000
 /* A hang's teardown first captures every rank's stack: agents get this long for it. */
 #define STACK_CAPTURE_MS     5000
+/* How often the leader looks for the batch script's pre-timeout request (PREEMPT_FILE). */
+#define PREEMPT_POLL_MS      200
+/* The file in the job dir by which the batch script, on the batch host with the leader,
+ * passes on Slurm's pre-timeout signal: it holds the signal's number. The job dir is the
+ * user's own 0700 directory, as trusted as job.json; the signal then reaches only the ranks
+ * that asked for it (srun would signal every process of the step). */
+#define PREEMPT_FILE         "preempt"
 /* A SIGTERM within this of the time limit is Slurm's (or gpurun --local's) time limit
  * ending the job, not a cancel: Slurm never ends a job before its limit, and the daemons
  * start a moment after the job does. */
@@ -119,6 +126,7 @@ struct leader {
     json_t *failures;  /* the first failure of every earlier generation */
     int64_t t_start, t_joined, t_first_step, t_abort, t_finish;
     int64_t t_generation; /* when the current generation's ranks were assigned */
+    int64_t t_preempt_poll;
     bool closing, done_called;
 };
 
@@ -611,15 +619,42 @@ static const char *timeout_cause(const struct leader *l)
     return cause;
 }
 
-/* The pre-timeout signal, from a client (the batch script's trap): to every agent, which
- * hands it to the ranks that asked for it. */
-static void do_signal(struct leader *l, struct conn *c, struct msg *m)
+/* The pre-timeout signal to every agent, which hands it to the ranks that asked for it. */
+static void send_preempt(struct leader *l, int sig)
 {
     char sn[SIGNAME_LEN];
 
-    log_info("delivering %s to the ranks that asked for it", signame(m->signal, sn));
-    broadcast(l, proto_pack("{s:s, s:i}", "type", "signal", "signal", m->signal));
+    log_info("pre-timeout signal %s: to the ranks that asked for it", signame(sig, sn));
+    broadcast(l, proto_pack("{s:s, s:i}", "type", "signal", "signal", sig));
+}
+
+/* From a status client. */
+static void do_signal(struct leader *l, struct conn *c, struct msg *m)
+{
+    send_preempt(l, m->signal);
     peer_send(&c->peer, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
+}
+
+/* The batch script's request (PREEMPT_FILE), taken once. */
+static void poll_preempt(struct leader *l, int64_t now)
+{
+    char path[PATH_MAX], *text = NULL, *end;
+    size_t len;
+    long sig;
+
+    if (!l->job_dir || now - l->t_preempt_poll < PREEMPT_POLL_MS)
+        return;
+    l->t_preempt_poll = now;
+    snprintf(path, sizeof(path), "%.4000s/" PREEMPT_FILE, l->job_dir);
+    if (fs_read_all(path, 64, &text, &len) < 0)
+        return;
+    unlink(path);
+    sig = strtol(text, &end, 10);
+    if (end == text || (*end && *end != '\n') || sig < 1 || sig > 64)
+        log_warn("ignored '%s': '%.16s' is not a signal number", path, text);
+    else if (l->state == JOB_RUNNING)
+        send_preempt(l, (int)sig);
+    free(text);
 }
 
 static void on_message(struct peer *p, struct msg *m)
@@ -908,6 +943,7 @@ static void on_tick(uv_timer_t *t)
         finish(l);
     }
     check_hang(l, now);
+    poll_preempt(l, now);
     if (l->state == JOB_ABORTING &&
         now - l->t_abort >
             l->spec->kill_grace_ms + ABORT_SLACK_MS + (l->abort_stacks ? STACK_CAPTURE_MS : 0)) {

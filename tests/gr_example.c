@@ -3,13 +3,16 @@
  * address and reads all the others' after a barrier, reports a few steps of progress, and
  * meets the others at a last barrier. Exits 0 and prints one line when all of it worked.
  *
- * usage: gr_example [--steps N] [--step-ms MS]   (default 5 steps, no pause between them) */
+ * usage: gr_example [--steps N] [--step-ms MS] [--stall-rank R --stall-step K]
+ * (default 5 steps, no pause between them; rank R stops for good before reporting step K,
+ * as a rank stuck in a deadlock would, for the hang tests) */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gr.h"
 #include "banned.h"
@@ -97,9 +100,14 @@ static void check_addrs(struct gr *g)
     }
 }
 
-static void report_steps(struct gr *g, long steps, long step_ms)
+static void report_steps(struct gr *g, long steps, long step_ms, long stall_rank, long stall_step)
 {
     for (long s = 0; s < steps; s++) {
+        if (gr_rank(g) == stall_rank && s == stall_step) {
+            printf("rank %d stalls before step %ld\n", gr_rank(g), s);
+            for (;;)
+                pause();
+        }
         struct gr_progress p = {
             .step = s,
             .loss = 10.0 / (double)(s + 1),
@@ -119,16 +127,19 @@ static void report_steps(struct gr *g, long steps, long step_ms)
 
 int main(int argc, char **argv)
 {
-    long steps = 5, step_ms = 0;
+    long steps = 5, step_ms = 0, stall_rank = -1, stall_step = -1;
     struct gr *g = NULL;
     int ret;
 
     for (int i = 1; i < argc; i++) {
-        long *dst = !strcmp(argv[i], "--steps")     ? &steps
-                    : !strcmp(argv[i], "--step-ms") ? &step_ms
-                                                    : NULL;
+        long *dst = !strcmp(argv[i], "--steps")        ? &steps
+                    : !strcmp(argv[i], "--step-ms")    ? &step_ms
+                    : !strcmp(argv[i], "--stall-rank") ? &stall_rank
+                    : !strcmp(argv[i], "--stall-step") ? &stall_step
+                                                       : NULL;
         if (!dst || i + 1 == argc || parse_count(argv[i + 1], dst) < 0) {
-            fprintf(stderr, "usage: gr_example [--steps N] [--step-ms MS]\n");
+            fprintf(stderr, "usage: gr_example [--steps N] [--step-ms MS] [--stall-rank R "
+                            "--stall-step K]\n");
             return 2;
         }
         i++;
@@ -139,7 +150,7 @@ int main(int argc, char **argv)
         die(NULL, "cannot start: %s", gr_strerror(NULL));
     check_uid(g);
     check_addrs(g);
-    report_steps(g, steps, step_ms);
+    report_steps(g, steps, step_ms, stall_rank, stall_step);
     if (gr_barrier(g, "done", WAIT_MS) < 0)
         die(g, "barrier 'done': %s", gr_strerror(g));
     printf("rank %d/%d local %d node %d: store ok, barrier ok\n", gr_rank(g), gr_world_size(g),

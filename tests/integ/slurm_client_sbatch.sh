@@ -30,7 +30,7 @@ for n in 1 2; do
     state=$(grs_job_wait "$id" 60) || grs_fail "job $id did not end within 60 s"
     [ "$state" = COMPLETED ] || grs_fail "job $id (run $n) is $state: $(cat "$GPURUN_JOBS/$id.out")"
     for r in 0 1 2 3; do
-        line="[$r] rank $r of 4 on node$((r / 2 + 1)) gpu $((r % 2))"
+        line="[$r] rank $r of 4 on node$((r / 2 + 1)) gpu 0,1"
         grep -qxF "$line" "$GPURUN_JOBS/$id.out" || grs_fail "job $id's output lacks '$line'"
     done
     cmp -s job.sh "$GPURUN_JOBS/$id/job.sbatch" || grs_fail "job $id's job.sbatch is not the script"

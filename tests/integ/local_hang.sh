@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Hang detection with --hang-timeout on native ranks (the rank library's reports): a rank
+# that stops reporting while the others wait for it is found within hang_timeout + 1 s, it
+# is the one blamed (not the ranks waiting), every rank's stack is captured (eu-stack or
+# gdb) into its log and summary.json before the teardown, and the job ends with 124. A job
+# whose ranks never report runs to completion under --hang-timeout, with one warning.
+# timeout: 120
+set -euo pipefail
+# shellcheck source=local_common.sh
+. "$(dirname "$0")/local_common.sh"
+
+example=$build/tests/gr_example
+[ -x "$example" ] || skip "'$example' is not built"
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+
+# json FILE EXPR: the Python expression EXPR of the JSON in FILE (as v).
+json() {
+    "$py" -c 'import json, sys; v = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
+}
+
+# --- a stalled rank among four on two nodes -------------------------------------------------
+# Rank 2 stops before reporting step 3; the others report all 30 steps (100 ms apart), then
+# wait for it at a barrier. Their reports stop too, but later: rank 2's is the oldest.
+hang=1.5
+job=$work/hung
+t0=$(date +%s%N)
+run --local -N 2 --gpus-per-node 2 --hang-timeout "$hang" --kill-grace 1 --job-dir "$job" \
+    -- "$example" --steps 30 --step-ms 100 --stall-rank 2 --stall-step 3
+ms=$((($(date +%s%N) - t0) / 1000000))
+expect_rc 124 "a job with a hung rank"
+sum=$job/summary.json
+[ -f "$sum" ] || fail "no summary.json"
+[ "$(json "$sum" 'v["outcome"]')" = hung ] || fail "outcome $(json "$sum" 'v["outcome"]'), not hung"
+[ "$(json "$sum" 'v["first_failure"]["rank"]')" = 2 ] ||
+    fail "blamed rank $(json "$sum" 'v["first_failure"]["rank"]'), not the stalled rank 2"
+cause=$(json "$sum" 'v["first_failure"]["cause"]')
+[[ $cause == "rank 2 on node 1 "*"hung: no progress report for "* ]] || fail "cause '$cause'"
+grep -qF "error: job failed: rank 2 on node 1" "$work/err" || fail "no failure line naming rank 2"
+# Found within hang_timeout + 1 s of its last report (at about 0.3 s, after start-up).
+secs=$(json "$sum" 'round((v["timings"]["total_ms"]) / 1000.0, 1)')
+echo "# hung rank 2 blamed; job over after $ms ms (leader: $secs s)"
+[ "$ms" -lt 12000 ] || fail "the hang took $ms ms to end the job"
+# Every rank's stack: in summary.json, and in the rank's log.
+tool=eu-stack
+command -v eu-stack >/dev/null || tool=gdb
+if command -v "$tool" >/dev/null; then
+    for r in 0 1 2 3; do
+        st=$(json "$sum" "v['ranks'][$r].get('stack') or ''")
+        [ -n "$st" ] || fail "summary.json has no stack for rank $r"
+        grep -qF -- "--- stack of rank $r " "$job/logs/rank-$r.log" ||
+            fail "rank $r's log lacks its stack"
+    done
+    st=$(json "$sum" 'v["first_failure"].get("stack") or ""')
+    grep -qE 'pause|report_steps' <<<"$st" ||
+        fail "the blamed rank's stack does not show where it stalled: $st"
+    echo "# stacks of all 4 ranks captured by $tool"
+else
+    echo "# no eu-stack or gdb here: stacks not checked"
+fi
+# gpurun status of the ended job shows the blamed rank's stack.
+"$gpurun" status --job-dir "$job" >"$work/st.out" 2>&1 || true
+grep -qF "stack of rank 2" "$work/st.out" || [ "$tool" = none ] ||
+    fail "gpurun status does not show the blamed rank's stack: $(head -c 600 "$work/st.out")"
+
+# --- ranks that never report: never called hung ----------------------------------------------
+run --local --gpus-per-node 2 --hang-timeout 0.5 -- sh -c 'sleep 2; echo done'
+expect_rc 0 "a job whose ranks never report, under --hang-timeout 0.5"
+[ "$(grep -c 'done' "$work/out")" = 2 ] || fail "the ranks did not run to the end"
+[ "$(grep -c 'cannot apply: no rank has reported progress' "$work/err")" = 1 ] ||
+    fail "not exactly one 'cannot apply' warning: $(grep -c 'cannot apply' "$work/err")"
+echo "# ranks that never report ran 2 s under --hang-timeout 0.5, one warning"
