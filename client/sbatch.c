@@ -4,6 +4,7 @@
  * works from gpurun and from a hand-run sbatch, and the key never travels through slurmctld
  * (which keeps a copy of every script). */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "args.h"
 #include "sbatch.h"
+#include "signame.h"
 #include "banned.h"
 
 /* The pre-timeout signal's lead on the limit: two minutes give a training step time to
@@ -162,6 +164,16 @@ static int directives(FILE *f, const struct sbatch_job *j, struct sbatch_error *
 
 static void body(FILE *f, const struct sbatch_job *j)
 {
+    int psig = j->preempt_signal > 0 ? j->preempt_signal : SIGUSR1;
+    char sn[SIGNAME_LEN];
+    /* trap takes a name ("USR1"); a signal without one (a real-time signal) goes by number. */
+    const char *tname = signame(psig, sn);
+
+    if (!strncmp(tname, "SIG", 3))
+        tname += 3;
+    else
+        snprintf(sn, sizeof(sn), "%d", psig);
+
     fprintf(f,
             "#\n# A gpurun %s job: one rendezvousd per node (node 0's also runs the leader),\n"
             "# each starting %d rank%s of:\n",
@@ -198,29 +210,30 @@ static void body(FILE *f, const struct sbatch_job *j)
     fputs(j->spec_json, f);
     if (j->spec_json[0] && j->spec_json[strlen(j->spec_json) - 1] != '\n')
         fputc('\n', f);
-    fprintf(f,
-            "GPURUN_JOB_JSON\n"
-            "cp \"$0\" \"$dir/job.sbatch\"\n\n"
-            "# One rendezvousd per node with all the node's CPUs for its ranks (srun 22.05 no\n"
-            "# longer takes --cpus-per-task from the job). scancel's SIGTERM reaches this shell\n"
-            "# and srun passes it on. The pre-timeout signal (--signal=B:...) goes to the\n"
-            "# leader on this host through the job dir, not through srun: srun would signal\n"
-            "# every process of the step, and it must reach only the ranks that asked for it.\n"
-            "srun --ntasks-per-node=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-%d}\" "
-            "--kill-on-bad-exit=0 \\\n"
-            "    \"$rendezvousd\" --job-dir \"$dir\" --log-level %s &\n"
-            "srun_pid=$!\n"
-            "trap 'echo %d >\"$dir/preempt.new\" && mv -f \"$dir/preempt.new\" \"$dir/preempt\"' %d\n"
-            "trap 'kill -TERM \"$srun_pid\" 2>/dev/null || true' TERM INT HUP\n"
-            "status=0\n"
-            "wait \"$srun_pid\" || status=$?\n"
-            "# A trapped signal ends the wait early (128+N) while srun still runs: wait again.\n"
-            "while [ \"$status\" -gt 128 ] && kill -0 \"$srun_pid\" 2>/dev/null; do\n"
-            "    status=0\n"
-            "    wait \"$srun_pid\" || status=$?\n"
-            "done\n"
-            "exit \"$status\"\n",
-            j->cpus_per_task, j->log_level, j->preempt_signal, j->preempt_signal);
+    fprintf(
+        f,
+        "GPURUN_JOB_JSON\n"
+        "cp \"$0\" \"$dir/job.sbatch\"\n\n"
+        "# One rendezvousd per node with all the node's CPUs for its ranks (srun 22.05 no\n"
+        "# longer takes --cpus-per-task from the job). scancel's SIGTERM reaches this shell\n"
+        "# and srun passes it on. The pre-timeout signal (--signal=B:...) goes to the\n"
+        "# leader on this host through the job dir, not through srun: srun would signal\n"
+        "# every process of the step, and it must reach only the ranks that asked for it.\n"
+        "srun --ntasks-per-node=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-%d}\" "
+        "--kill-on-bad-exit=0 \\\n"
+        "    \"$rendezvousd\" --job-dir \"$dir\" --log-level %s &\n"
+        "srun_pid=$!\n"
+        "trap 'echo %d >\"$dir/preempt.new\" && mv -f \"$dir/preempt.new\" \"$dir/preempt\"' %s\n"
+        "trap 'kill -TERM \"$srun_pid\" 2>/dev/null || true' TERM INT HUP\n"
+        "status=0\n"
+        "wait \"$srun_pid\" || status=$?\n"
+        "# A trapped signal ends the wait early (128+N) while srun still runs: wait again.\n"
+        "while [ \"$status\" -gt 128 ] && kill -0 \"$srun_pid\" 2>/dev/null; do\n"
+        "    status=0\n"
+        "    wait \"$srun_pid\" || status=$?\n"
+        "done\n"
+        "exit \"$status\"\n",
+        j->cpus_per_task, j->log_level, psig, tname);
 }
 
 int sbatch_render(const struct sbatch_job *job, char **out, struct sbatch_error *err)

@@ -1272,8 +1272,14 @@ static void deliver_preempt(struct agent *a, int sig)
         signal_group(r, sig);
         n++;
     }
-    log_info("node %d: %s to %d of %d ranks (the others did not ask for it)", a->node_rank,
-             signame(sig, sn), n, a->nranks);
+    /* Said once per node where it matters: a rank that did not ask runs on to the limit. */
+    if (n < a->nranks)
+        log_warn("node %d: pre-timeout signal %s to %d of %d ranks: the others did not ask for "
+                 "it (gpurun.on_preempt, gr_on_preempt) and run on to the time limit",
+                 a->node_rank, signame(sig, sn), n, a->nranks);
+    else
+        log_info("node %d: pre-timeout signal %s to all %d ranks", a->node_rank, signame(sig, sn),
+                 n);
 }
 
 static void on_leader_message(struct peer *p, struct msg *m)

@@ -135,7 +135,11 @@ TEST(slurm_script_directives_and_body)
     CHECK_CONTAINS(text, "srun --ntasks-per-node=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-8}\" "
                          "--kill-on-bad-exit=0 \\\n    \"$rendezvousd\" --job-dir \"$dir\" "
                          "--log-level warn &\n");
-    CHECK_CONTAINS(text, "trap 'kill -USR1 \"$srun_pid\" 2>/dev/null || true' USR1\n");
+    /* The pre-timeout signal goes to the leader through the job dir, never to srun (which
+     * would signal every process of the step). */
+    CHECK_CONTAINS(text, "trap 'echo 10 >\"$dir/preempt.new\" && mv -f \"$dir/preempt.new\" "
+                         "\"$dir/preempt\"' USR1\n");
+    CHECK(!strstr(text, "kill -USR1"));
     CHECK(!strstr(text, "/tmp"));
     free(text);
 

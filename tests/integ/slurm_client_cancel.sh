@@ -2,8 +2,9 @@
 # Cancelling on the Slurm test cluster: gpurun cancel of a running 2-node job returns once
 # its processes are gone; status says CANCELLED, no rank and no rendezvousd of the job is
 # left on any node. Then ^C on gpurun --wait cancels its job too, and gpurun dies of SIGINT.
-# Last, SIGUSR1 to the batch shell (the route of the pre-timeout --signal=B:USR1) reaches
-# every rank on every node, which end the job cleanly.
+# Last, SIGUSR1 to the batch shell (the route of the pre-timeout --signal=B:USR1) reaches no
+# rank that did not ask for it, and with an explicit --signal every rank on every node,
+# which end the job cleanly.
 # timeout: 120
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
@@ -54,19 +55,34 @@ run st.json st.err status "$id" --json
 [ "$(json st.json 'v["state"]')" = CANCELLED ] || grs_fail "job $id after ^C: $(json st.json 'v["state"]')"
 ! pgrep -f '^sleep 3006$' >/dev/null || grs_fail "ranks left after ^C: $(pgrep -af 'sleep 3006')"
 
-# SIGUSR1 to the batch shell only, as Slurm sends the pre-timeout signal: the shell hands it
-# to srun, srun to each rendezvousd, each rendezvousd to its ranks.
-# shellcheck disable=SC2016 # expanded by each rank
-# Slurm also signals every process of the step itself, so a rank may see USR1 twice.
-run sub.out sub.err -N 2 --gpus-per-node 1 -- bash -c \
-    'trap "echo checkpoint \$RANK; exit 0" USR1; echo "up $RANK"; while :; do sleep 0.05; done'
-expect_rc "gpurun" 0
-id=$(job_id sub.out)
-# A rank prints its line once its trap is set: before, USR1 would simply kill it.
-for ((i = 0; i < 150; i++)); do
-    [ "$(grep -c '^\[[01]\] up' "$GPURUN_JOBS/$id.out" 2>/dev/null)" = 2 ] && break
-    sleep 0.2
-done
+# The pre-timeout signal, sent to the batch shell only as Slurm sends it (--signal=B:...):
+# the shell hands it to the leader through the job dir, the leader to every rendezvousd,
+# each rendezvousd to the ranks that asked for it. A shell rank cannot ask, so by default
+# it is left alone; with an explicit --signal every rank gets it.
+# start_trapper ARGS...: a 2-node job of shell ranks that print "checkpoint" on USR1.
+start_trapper() {
+    run sub.out sub.err -N 2 --gpus-per-node 1 "$@" -- bash -c \
+        'trap "echo checkpoint \$RANK; exit 0" USR1; echo "up $RANK"; while :; do sleep 0.05; done'
+    expect_rc "gpurun $*" 0
+    id=$(job_id sub.out)
+    # A rank prints its line once its trap is set: before, USR1 would simply kill it.
+    for ((i = 0; i < 150; i++)); do
+        [ "$(grep -c '^\[[01]\] up' "$GPURUN_JOBS/$id.out" 2>/dev/null)" = 2 ] && break
+        sleep 0.2
+    done
+}
+start_trapper
+scancel --signal=USR1 --batch "$id"
+sleep 2
+st=$(scontrol -o show job "$id" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+[ "$st" = RUNNING ] || grs_fail "job $id is $st after a USR1 its ranks did not ask for"
+grep -q checkpoint "$GPURUN_JOBS/$id.out" && grs_fail "a rank that did not ask got USR1"
+grep -q "pre-timeout signal SIGUSR1 to 0 of 1 ranks" "$GPURUN_JOBS/$id.out" ||
+    grs_fail "no daemon says it kept USR1 from its ranks: $(tr '\n' '|' <"$GPURUN_JOBS/$id.out")"
+scancel "$id"
+grs_job_wait "$id" 30 >/dev/null || grs_fail "job $id did not end after scancel"
+
+start_trapper --signal=B:USR1@60
 scancel --signal=USR1 --batch "$id"
 state=$(grs_job_wait "$id" 30) || grs_fail "job $id did not end within 30 s of SIGUSR1"
 [ "$state" = COMPLETED ] || grs_fail "job $id after SIGUSR1 is $state: $(cat "$GPURUN_JOBS/$id.out")"
@@ -74,4 +90,4 @@ for r in 0 1; do
     grep -qxF "[$r] checkpoint $r" "$GPURUN_JOBS/$id.out" ||
         grs_fail "rank $r got no SIGUSR1: $(tr '\n' '|' <"$GPURUN_JOBS/$id.out")"
 done
-echo "# cancel and ^C on --wait: CANCELLED, nothing left on the nodes; SIGUSR1 reaches the ranks"
+echo "# cancel and ^C on --wait: CANCELLED, nothing left on the nodes; the pre-timeout USR1 reaches no unprepared rank, and every rank with --signal"
