@@ -61,6 +61,7 @@ run st.json st.err status "$id" --json
 # it is left alone; with an explicit --signal every rank gets it.
 # start_trapper ARGS...: a 2-node job of shell ranks that print "checkpoint" on USR1.
 start_trapper() {
+    # shellcheck disable=SC2016 # expanded by each rank
     run sub.out sub.err -N 2 --gpus-per-node 1 "$@" -- bash -c \
         'trap "echo checkpoint \$RANK; exit 0" USR1; echo "up $RANK"; while :; do sleep 0.05; done'
     expect_rc "gpurun $*" 0
