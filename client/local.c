@@ -127,6 +127,7 @@ struct supervisor {
     int fatal_signal;
     bool timed_out;
     long long limit_at;    /* monotonic ms of the time limit; 0: none */
+    long long warn_at;     /* when the pre-timeout signal goes out; 0: none (or sent) */
     long long straggle_at; /* when followers still alive after node 0 are stopped; 0: none */
     long long kill_at;     /* when stopped daemons still alive get SIGKILL; 0: none */
 };
@@ -220,6 +221,11 @@ static void on_signal(struct supervisor *s, const siginfo_t *info)
 
 static void on_deadline(struct supervisor *s, long long now)
 {
+    if (s->warn_at && now >= s->warn_at) {
+        s->warn_at = 0;
+        /* The daemons pass it on to the ranks that asked for it (gpurun.on_preempt). */
+        send_all(s, s->job->preempt_signal);
+    }
     if (s->limit_at && now >= s->limit_at) {
         s->limit_at = 0;
         s->timed_out = true;
@@ -244,7 +250,7 @@ static void on_deadline(struct supervisor *s, long long now)
 static struct timespec *next_timeout(const struct supervisor *s, struct timespec *ts)
 {
     long long at = 0, now;
-    const long long cand[] = {s->limit_at, s->straggle_at, s->kill_at};
+    const long long cand[] = {s->limit_at, s->warn_at, s->straggle_at, s->kill_at};
 
     for (size_t i = 0; i < sizeof(cand) / sizeof(cand[0]); i++)
         if (cand[i] && (!at || cand[i] < at))
@@ -335,6 +341,8 @@ int local_run(const struct local_job *job, int *fatal_signal)
     }
     if (job->time_limit_s > 0)
         s.limit_at = now_ms() + job->time_limit_s * 1000;
+    if (job->time_limit_s > 0 && job->preempt_signal > 0)
+        s.warn_at = s.limit_at - job->preempt_before_s * 1000;
 
     while (s.running > 0) {
         struct timespec ts;

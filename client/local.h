@@ -25,7 +25,10 @@ struct local_job {
     int nnodes;            /* daemons to start, node ranks 0..nnodes-1 */
     int out_fd;            /* the daemons' stdout and stderr; -1: gpurun's own */
     long time_limit_s;     /* stop the job (exit 124) after this long; 0: never */
-    int kill_grace_ms;     /* the job's kill_grace: how long a stopped daemon may take */
+    int preempt_signal;    /* sent to the daemons preempt_before_s before the limit, as Slurm
+                            * sends its pre-timeout signal; 0: none */
+    long preempt_before_s;
+    int kill_grace_ms; /* the job's kill_grace: how long a stopped daemon may take */
 };
 
 /* Starts the job's daemons at once, all in gpurun's process group with gpurun's stdin and

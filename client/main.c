@@ -875,6 +875,12 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     job.nnodes = spec->nnodes;
     job.time_limit_s = args->time_limit_s;
     job.kill_grace_ms = spec->kill_grace_ms;
+    /* The pre-timeout signal as on Slurm: --signal's lead, else 120 s (a quarter of a
+     * shorter limit, so that a short job is not signalled at its start). */
+    job.preempt_signal = spec->preempt_signal;
+    job.preempt_before_s = args->signal.text                ? args->signal.time_s
+                           : args->time_limit_s >= 4 * 120L ? 120
+                                                            : args->time_limit_s / 4;
     ret = local_run(&job, fatal_signal);
     if (ret != 0 && !*fatal_signal)
         fprintf(stderr, "gpurun: job '%s' exited with status %d; logs in '%s/logs'\n", job_id, ret,

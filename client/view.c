@@ -285,6 +285,7 @@ json_t *view_build(const struct view_input *in)
         const char *oc = json_string_value(json_object_get(summary, "outcome"));
         state = oc && !strcmp(oc, "completed")   ? "COMPLETED"
                 : oc && !strcmp(oc, "cancelled") ? "CANCELLED"
+                : oc && !strcmp(oc, "timeout")   ? "TIMEOUT"
                                                  : "FAILED";
         ended = true;
         exit_status = (int)json_integer_value(json_object_get(summary, "exit_status"));
