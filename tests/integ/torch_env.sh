@@ -60,6 +60,7 @@ grep -qE "^exception: ValueError: bad batch on rank 1 \(.*torch_record.py:$want_
 echo "# @record's ValueError (torch_record.py:$want_line) in the failure line, summary.json and status"
 
 # --gpu-bind=single: one GPU each, the LOCAL_RANK-th of the node's.
+# shellcheck disable=SC2016 # expanded by each rank
 run --local --gpus-per-node 2 --gpu-bind=single -- sh -c 'echo "gpus $CUDA_VISIBLE_DEVICES"'
 expect_rc 0 "--gpu-bind=single"
 expect_out_line "[0] gpus 4"
