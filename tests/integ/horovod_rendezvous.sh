@@ -3,7 +3,8 @@
 # check every HOROVOD_* variable against what horovodrun's gloo_run sets for the same layout
 # (-H node0:2,node1:2: two --local nodes share this machine's name, so gpurun names them
 # node0 and node1) and use horovod's own HTTP client to exchange values through the leader's
-# rendezvous and to walk its three scopes through DELETE (tests/horovod_rendezvous.py).
+# rendezvous and to walk its three scopes through DELETE (tests/horovod_rendezvous.py); then
+# a job restarted once (--max-restarts 1) whose second generation must find the store empty.
 # Horovod's code comes from PyPI at test time; skips when PyPI cannot be reached.
 # timeout: 300
 set -euo pipefail
@@ -71,3 +72,16 @@ done
 ! grep -F 'horovod rendezvous' "$work/gpurun.err" | grep -v ' info: ' ||
     fail "the leader logged a refusal"
 echo "# $WORLD ranks on $NODES --local nodes: HOROVOD_* as gloo_run's, horovod's client and scopes ok"
+
+# A restart: generation 1 must find nothing generation 0 stored (tests/horovod_restart.py).
+rc=0
+timeout -k 5 120 "$build/gpurun" --local --nodes "$NODES" --gpus-per-node "$NPROCS" \
+    --max-restarts 1 --job-dir "$work/job-restart" -- "$python" "$root/tests/horovod_restart.py" \
+    >"$work/gpurun.out" 2>"$work/gpurun.err" || rc=$?
+[ "$rc" = 0 ] || fail "the restart job exited with status $rc, not 0"
+for ((r = 0; r < WORLD; r++)); do
+    for line in "horovod rank $r gen 0: stored" "horovod rank $r gen 1: store empty"; do
+        grep -qxF "[$r] $line" "$work/gpurun.out" || fail "gpurun's output lacks '[$r] $line'"
+    done
+done
+echo "# restart: generation 1 found the horovod store empty"
