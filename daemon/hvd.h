@@ -19,7 +19,11 @@
  *                      once every member of the scope has, the scope's keys are removed. In
  *                      any other scope KEY is removed (and the scope with its last key). 200.
  * Malformed requests get 400 (and 405, 411, 413, 431, 408 for the cases those name) and one
- * log_warn line naming the peer; the server keeps serving everyone else. */
+ * log_warn line naming the peer; the server keeps serving everyone else.
+ *
+ * Not served: horovod's elastic mode (HOROVOD_ELASTIC, whose driver fills a "rank_and_size"
+ * scope; gpurun never sets HOROVOD_ELASTIC, and there an elastic script's GET gets 404), and
+ * IPv6 leaders (horovod's C++ client cannot parse an IPv6 address in a URL). */
 #ifndef GPURUN_HVD_H
 #define GPURUN_HVD_H
 
