@@ -85,14 +85,20 @@ struct method {
     bool needs_length; /* a body is the point: no Content-Length is 411 */
 };
 
-enum conn_state { CONN_READING, CONN_WRITING };
+/* READING the request, WRITING the response, then closed; or, after a refusal that left some
+ * of the request unread, DRAINING: our side shut down, the rest read and dropped until the
+ * client closes, so that closing on unread bytes (a TCP reset) cannot destroy the response
+ * on its way (RFC 9112 section 9.6). */
+enum conn_state { CONN_READING, CONN_WRITING, CONN_DRAINING };
 
 struct hconn {
     uv_tcp_t tcp;
+    uv_shutdown_t shutdown_req;
     struct hvd_server *h;
     struct hconn *prev, *next;
     enum conn_state state;
     bool closing;
+    bool drain; /* refused: drain what the client still sends after the response */
     int64_t deadline_ms;
     char peer[64];
     char *buf;
@@ -369,14 +375,45 @@ static void conn_close(struct hconn *c)
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 
+static void on_drain_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+{
+    /* What a draining connection reads is dropped: one buffer serves them all. */
+    static char sink[4096];
+
+    (void)handle;
+    (void)suggested;
+    *buf = uv_buf_init(sink, sizeof(sink));
+}
+
+static void on_drain_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    if (nread < 0)
+        conn_close(stream->data);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    (void)req;
+    (void)status;
+}
+
 static void on_written(uv_write_t *req, int status)
 {
     struct hwrite *w = (struct hwrite *)req;
     struct hconn *c = req->handle->data;
 
-    (void)status;
     hval_unref(w->val);
     free(w);
+    if (c->closing)
+        return;
+    if (status == 0 && c->drain &&
+        uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, on_shutdown) == 0 &&
+        uv_read_start((uv_stream_t *)&c->tcp, on_drain_alloc, on_drain_read) == 0) {
+        c->state = CONN_DRAINING;
+        c->deadline_ms = now_ms(c->h) + c->h->timeout_ms;
+        return;
+    }
     conn_close(c);
 }
 
@@ -432,6 +469,7 @@ static void refuse(struct hconn *c, int code, const char *fmt, ...)
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     log_warn("horovod rendezvous: refused a request from '%s': %s", c->peer, why);
+    c->drain = true;
     respond(c, code, NULL, why);
 }
 
@@ -947,6 +985,8 @@ static void on_tick(uv_timer_t *t)
             continue;
         if (c->state == CONN_READING)
             refuse(c, 408, "no whole request within %d ms (%zu bytes came)", h->timeout_ms, c->len);
+        else if (c->state == CONN_DRAINING)
+            conn_close(c);
         else {
             log_warn("horovod rendezvous: '%s' did not take its response within %d ms", c->peer,
                      h->timeout_ms);
