@@ -28,6 +28,7 @@
 #include "log.h"
 #include "peer.h"
 #include "proto.h"
+#include "hvd.h"
 #include "rankenv.h"
 #include "shim.h"
 #include "signame.h"
@@ -153,6 +154,9 @@ struct agent {
     int world_size, rank_base, master_port, nnodes;
     int generation; /* the leader's: how many times the job was restarted */
     char master_addr[64];
+    int hvd_port;                      /* horovod's rendezvous on the leader, or 0 */
+    char hvd_host[PROTO_NAME_MAX + 1]; /* HOROVOD_HOSTNAME, or "" */
+    char hvd_iface[64];                /* HOROVOD_GLOO_IFACE, or "" */
     struct arank *ranks;
     int nranks, exited;
     char self_exe[PATH_MAX];   /* this program, run as the rank shim (shim.h) */
@@ -540,6 +544,9 @@ static char **build_env(struct agent *a, struct arank *r)
         .error_file = errfile,
         .python_dir = a->python_dir[0] ? a->python_dir : NULL,
         .cpus = 1,
+        .hvd_port = a->hvd_port,
+        .hvd_host = a->hvd_host[0] ? a->hvd_host : NULL,
+        .hvd_iface = a->hvd_iface[0] ? a->hvd_iface : NULL,
     };
 
     error_file_path(a, r, errfile, sizeof(errfile));
@@ -1223,6 +1230,14 @@ static void on_assign(struct agent *a, struct msg *m)
     a->nnodes = m->nnodes;
     a->master_port = m->master_port;
     snprintf(a->master_addr, sizeof(a->master_addr), "%s", m->master_addr);
+    a->hvd_port = m->hvd_port;
+    snprintf(a->hvd_host, sizeof(a->hvd_host), "%s", m->hvd_host ? m->hvd_host : "");
+    /* gloo binds the interface horovodrun names: here the one this node is reached at. */
+    if (hvd_iface_of(a->advertise, a->hvd_iface, sizeof(a->hvd_iface)) < 0) {
+        a->hvd_iface[0] = '\0';
+        log_info("no interface holds '%s', this node's address: HOROVOD_GLOO_IFACE not set",
+                 a->advertise);
+    }
     a->state = AG_RUNNING;
     if (!restart && listen_ranks(a) < 0) {
         send_leader(a, proto_pack("{s:s, s:s, s:i}", "type", "abort", "cause",

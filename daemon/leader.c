@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "fsutil.h"
+#include "hvd.h"
 #include "leader.h"
 #include "log.h"
 #include "peer.h"
@@ -113,7 +114,8 @@ struct leader {
     struct rank *ranks;
     int world_size, exited;
     struct store *store;
-    json_t *barriers; /* name -> ranks arrived */
+    json_t *barriers;       /* name -> ranks arrived */
+    struct hvd_server *hvd; /* horovod's HTTP rendezvous (hvd.h) */
 
     enum job_state state;
     const char *outcome;
@@ -323,6 +325,7 @@ static void restart(struct leader *l)
              l->spec->max_restarts);
     store_free(l->store);
     l->store = store_new(PROTO_STORE_MAX, PROTO_STORE_KEYS_MAX, on_store_ready, l);
+    hvd_server_reset(l->hvd);
     json_object_clear(l->barriers);
     ranks_release(l);
     memset(l->ranks, 0, (size_t)l->world_size * sizeof(*l->ranks));
@@ -533,15 +536,21 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
 
 static void assign_all(struct leader *l)
 {
-    int base = 0;
+    const char **hosts = calloc((size_t)l->spec->nnodes, sizeof(*hosts));
+    int base = 0, hvd = -ENOMEM;
 
     for (int i = 0; i < l->spec->nnodes; i++) {
         l->nodes[i].rank_base = base;
         base += l->nodes[i].nprocs;
+        if (hosts)
+            hosts[i] = l->nodes[i].hostname;
     }
     l->world_size = base;
     l->ranks = calloc((size_t)base, sizeof(*l->ranks));
-    if (!l->ranks) {
+    if (hosts)
+        hvd = hvd_server_layout(l->hvd, l->spec->nnodes, l->spec->nprocs, hosts);
+    free(hosts);
+    if (!l->ranks || hvd < 0) {
         fail(l, 125, "failed", false, failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
         return;
     }
@@ -559,10 +568,11 @@ static void send_assign(struct leader *l)
     for (int i = 0; i < l->spec->nnodes; i++) {
         struct node *n = &l->nodes[i];
         peer_send(&n->conn->peer,
-                  proto_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i}", "type", "assign", "generation",
-                             l->generation, "world_size", l->world_size, "rank_base", n->rank_base,
-                             "nnodes", l->spec->nnodes, "master_addr", l->advertise, "master_port",
-                             l->master_port));
+                  proto_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:s}", "type", "assign",
+                             "generation", l->generation, "world_size", l->world_size, "rank_base",
+                             n->rank_base, "nnodes", l->spec->nnodes, "master_addr", l->advertise,
+                             "master_port", l->master_port, "hvd_port", hvd_server_port(l->hvd),
+                             "hvd_host", hvd_server_host(l->hvd, i)));
     }
 }
 
@@ -1074,6 +1084,9 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
         ret = -EADDRNOTAVAIL;
         goto fail_close;
     }
+    ret = hvd_server_start(loop, &(struct hvd_config){.bind_addr = cfg->bind_addr}, &l->hvd);
+    if (ret < 0)
+        goto fail_close;
     ret = write_endpoint(l);
     if (ret < 0) {
         log_error("cannot write '%s/endpoint.json': %s", l->job_dir, strerror(-ret));
@@ -1088,12 +1101,13 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
     l->handles_open++;
     uv_timer_start(&l->hb, on_heartbeat, (uint64_t)l->spec->hb_interval_ms,
                    (uint64_t)l->spec->hb_interval_ms);
-    log_info("leader listening on %s:%d (advertised %s), MASTER_PORT %d", cfg->bind_addr, l->port,
-             l->advertise, l->master_port);
+    log_info("leader listening on %s:%d (advertised %s), MASTER_PORT %d, horovod rendezvous %d",
+             cfg->bind_addr, l->port, l->advertise, l->master_port, hvd_server_port(l->hvd));
     *out = l;
     return 0;
 fail_close:
     l->closing = true;
+    hvd_server_close(l->hvd);
     uv_close((uv_handle_t *)&l->server, on_handle_closed);
     return ret;
 fail:
@@ -1128,6 +1142,7 @@ void leader_close(struct leader *l)
     l->closing = true;
     for (struct conn *c = l->conns; c; c = c->next)
         peer_close(&c->peer, "leader shutting down");
+    hvd_server_close(l->hvd);
     uv_close((uv_handle_t *)&l->server, on_handle_closed);
     uv_close((uv_handle_t *)&l->tick, on_handle_closed);
     uv_close((uv_handle_t *)&l->hb, on_handle_closed);

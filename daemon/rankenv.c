@@ -1,6 +1,6 @@
 /* The rank environment. Names and values follow torchrun's agent (see rankenv.h): a script
  * that works under torchrun finds here what it read there, and a restart changes only what
- * torchrun's does (TORCHELASTIC_RESTART_COUNT). */
+ * torchrun's does (TORCHELASTIC_RESTART_COUNT). Horovod's follow horovodrun's gloo_run. */
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -248,6 +248,36 @@ static void set_slurm(struct envv *e, const struct rankenv_rank *r)
     free(gtids);
 }
 
+/* horovodrun's gloo launch (horovod/runner/gloo_run.py): create_slot_env_vars for the slot
+ * get_host_assignments gives this rank, and create_run_env_vars. gpurun's layout is
+ * horovod's for equal slots per host in node order: a node is a host, ranks are contiguous
+ * on it, so the cross rank (the host's index among the hosts with this local rank) is the
+ * node rank and the cross size the node count. The controller, the CPU operations and the
+ * interface are defaults a user's own setting overrides; NCCL_SOCKET_IFNAME, which gloo_run
+ * also sets, is left to NCCL as torchrun leaves it: it would steer every NCCL job. */
+static void set_horovod(struct envv *e, const struct rankenv_rank *r)
+{
+    envv_set(e, "HOROVOD_HOSTNAME", "%s", r->hvd_host ? r->hvd_host : r->hostname);
+    envv_set(e, "HOROVOD_RANK", "%d", r->rank);
+    envv_set(e, "HOROVOD_SIZE", "%d", r->world_size);
+    envv_set(e, "HOROVOD_LOCAL_RANK", "%d", r->local_rank);
+    envv_set(e, "HOROVOD_LOCAL_SIZE", "%d", r->local_world_size);
+    envv_set(e, "HOROVOD_CROSS_RANK", "%d", r->node_rank);
+    envv_set(e, "HOROVOD_CROSS_SIZE", "%d", r->nnodes);
+    if (r->hvd_port > 0) {
+        envv_set(e, "HOROVOD_GLOO_RENDEZVOUS_ADDR", "%s", r->master_addr);
+        envv_set(e, "HOROVOD_GLOO_RENDEZVOUS_PORT", "%d", r->hvd_port);
+    } else {
+        /* Another launcher's server, inherited, would be worse than none. */
+        envv_unset(e, "HOROVOD_GLOO_RENDEZVOUS_ADDR");
+        envv_unset(e, "HOROVOD_GLOO_RENDEZVOUS_PORT");
+    }
+    set_default(e, "HOROVOD_CONTROLLER", "gloo");
+    set_default(e, "HOROVOD_CPU_OPERATIONS", "gloo");
+    if (r->hvd_iface)
+        set_default(e, "HOROVOD_GLOO_IFACE", r->hvd_iface);
+}
+
 char **rankenv_build(const struct rankenv_rank *r, char *const *base)
 {
     const struct jobspec *s = r->spec;
@@ -287,6 +317,7 @@ char **rankenv_build(const struct rankenv_rank *r, char *const *base)
     envv_set(&e, "NODE_RANK", "%d", r->node_rank);
     set_gpus(&e, r);
     set_slurm(&e, r);
+    set_horovod(&e, r);
 
     /* Threads per rank: the CPUs this node's agent has, shared out, so that ranks neither
      * oversubscribe the cores nor starve their data loaders with one thread. */

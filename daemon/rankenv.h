@@ -1,9 +1,9 @@
 /* A rank's environment: what the agent hands every rank it spawns. torchrun's whole contract
- * (torch/distributed/elastic/agent/server/local_elastic_agent.py), the rank library's
- * variables, the GPUs as the --gpu-bind mode shows them, the Python settings a launched
- * script expects and, inside a Slurm step, Slurm's per-task variables as
- * `srun --ntasks-per-node=<ranks per node>` gives them. Pure: it reads nothing but its
- * arguments, so every rule is testable. */
+ * (torch/distributed/elastic/agent/server/local_elastic_agent.py), horovodrun's for its gloo
+ * controller (horovod/runner/gloo_run.py), the rank library's variables, the GPUs as the
+ * --gpu-bind mode shows them, the Python settings a launched script expects and, inside a
+ * Slurm step, Slurm's per-task variables as `srun --ntasks-per-node=<ranks per node>` gives
+ * them. Pure: it reads nothing but its arguments, so every rule is testable. */
 #ifndef GPURUN_RANKENV_H
 #define GPURUN_RANKENV_H
 
@@ -27,6 +27,11 @@ struct rankenv_rank {
     const char *error_file;   /* TORCHELASTIC_ERROR_FILE for this rank; NULL: none */
     const char *python_dir;   /* the folder holding the gpurun Python package; NULL: none */
     int cpus;                 /* CPUs the agent may use (its affinity), >= 1 */
+    int hvd_port;             /* horovod's rendezvous on master_addr (hvd.h); 0: none */
+    const char *hvd_host;     /* HOROVOD_HOSTNAME (the leader's name for this node); NULL:
+                                 hostname */
+    const char *hvd_iface;    /* HOROVOD_GLOO_IFACE: the interface holding node_addr; NULL:
+                                 unknown, not set */
 };
 
 /* A growable NULL-terminated "K=V" vector. */

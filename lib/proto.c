@@ -34,7 +34,8 @@ static int un_assign(json_t *r, struct msg *m, const char *f, json_error_t *je)
 {
     return UNPACK(r, je, f, "type", &(const char *){0}, "generation", &m->generation, "world_size",
                   &m->world_size, "rank_base", &m->rank_base, "nnodes", &m->nnodes, "master_addr",
-                  &m->master_addr, "master_port", &m->master_port);
+                  &m->master_addr, "master_port", &m->master_port, "hvd_port", &m->hvd_port,
+                  "hvd_host", &m->hvd_host);
 }
 
 static int un_type_only(json_t *r, struct msg *m, const char *f, json_error_t *je)
@@ -131,7 +132,7 @@ static int un_error(json_t *r, struct msg *m, const char *f, json_error_t *je)
 static const struct proto_row rows[MSG_TYPE_COUNT] = {
     [MSG_HELLO] = {"hello", "{s:s, s:i, s:s}", un_hello},
     [MSG_JOIN] = {"join", "{s:s, s:i, s:s, s:s, s:i, s:s}", un_join},
-    [MSG_ASSIGN] = {"assign", "{s:s, s:i, s:i, s:i, s:i, s:s, s:i}", un_assign},
+    [MSG_ASSIGN] = {"assign", "{s:s, s:i, s:i, s:i, s:i, s:s, s:i, s?i, s?s}", un_assign},
     [MSG_HB] = {"hb", "{s:s}", un_type_only},
     [MSG_KV_PUT] = {"kv_put", "{s:s, s:I, s:s, s:s}", un_kv_put},
     [MSG_KV_GET] = {"kv_get", "{s:s, s:I, s:s, s:I}", un_kv_get},
@@ -185,9 +186,14 @@ static int check_limits(const struct msg *m, struct proto_error *err)
      * 128 + signal is one too. */
     if (m->node_rank < 0 || m->nprocs < 0 || m->rank < 0 || m->count < 0 || m->world_size < 0 ||
         m->rank_base < 0 || m->nnodes < 0 || m->generation < 0 || m->master_port < 0 ||
-        m->master_port > 65535 || m->status < 0 || m->status > 255 || m->code < 0 ||
-        m->code > 255 || m->signal < 0 || m->signal > 127) {
+        m->master_port > 65535 || m->hvd_port < 0 || m->hvd_port > 65535 || m->status < 0 ||
+        m->status > 255 || m->code < 0 || m->code > 255 || m->signal < 0 || m->signal > 127) {
         snprintf(err->text, sizeof(err->text), "'%s': negative or out-of-range number", what);
+        return -EBADMSG;
+    }
+    if (m->hvd_host && strlen(m->hvd_host) > PROTO_NAME_MAX) {
+        snprintf(err->text, sizeof(err->text), "'%s': hvd_host longer than %d bytes", what,
+                 PROTO_NAME_MAX);
         return -EBADMSG;
     }
     if (m->stack && strlen(m->stack) > PROTO_STACK_MAX) {

@@ -5,6 +5,8 @@
  *   client -> leader   TCP, authenticated, for status queries
  *   rank   -> agent    Unix socket in a 0700 directory; the agent checks the peer's uid with
  *                      SO_PEERCRED and the first frame must be a valid "hello"
+ *   rank   -> leader   horovod's HTTP rendezvous (daemon/hvd.h) on the leader's address, port
+ *                      hvd_port: NOT authenticated, as horovodrun's is; not this protocol
  *
  * Framing (frame.h): 4-byte big-endian length, then the payload. On TCP links the payload is
  * seq | JSON | tag (auth.h); on the Unix socket it is the JSON alone. The JSON is one object
@@ -22,7 +24,9 @@
  * join          agent->leader     node_rank, hostname, addr, nprocs, gpus
  * assign        leader->agent     generation, world_size, rank_base, nnodes, master_addr,
  *                                 master_port (no node list: sent to every agent it would
- *                                 cost O(nodes^2) bytes; the status view has the nodes)
+ *                                 cost O(nodes^2) bytes; the status view has the nodes),
+ *                                 hvd_port, hvd_host (optional: the leader's horovod
+ *                                 rendezvous port and this node's HOROVOD_HOSTNAME)
  * hb            both ways         (none): a heartbeat, every hb_interval
  * kv_put        rank->agent->leader  id, key, value (a string; the rank library uses base64)
  * kv_get        rank->agent->leader  id, key, timeout_ms (0: answer at once; the reply waits
@@ -119,7 +123,9 @@ struct msg {
                           rank_exit: tail */
     const char *stack; /* rank_exit: the captured stack, or NULL */
     const char *hostname, *addr, *gpus, *master_addr;
+    const char *hvd_host; /* assign: HOROVOD_HOSTNAME of the node, or NULL */
     int node_rank, nprocs, rank, generation, world_size, rank_base, nnodes, master_port;
+    int hvd_port; /* assign: horovod's rendezvous port, or 0 */
     int count, code, signal, oom, killed, status, stacks;
     json_int_t timeout_ms, step, total_steps;
     double loss, lr, tokens_per_s, grad_norm;

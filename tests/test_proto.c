@@ -29,8 +29,9 @@ static const struct example examples[] = {
      NULL},
     {MSG_ASSIGN,
      "{\"type\":\"assign\",\"generation\":2,\"world_size\":8,\"rank_base\":4,\"nnodes\":2,"
-     "\"master_addr\":\"10.0.0.1\",\"master_port\":29500}",
-     NULL},
+     "\"master_addr\":\"10.0.0.1\",\"master_port\":29500,\"hvd_port\":41000,"
+     "\"hvd_host\":\"n1\"}",
+     "hvd_port hvd_host"},
     {MSG_HB, "{\"type\":\"hb\"}", NULL},
     {MSG_KV_PUT, "{\"type\":\"kv_put\",\"id\":11,\"key\":\"nccl/id\",\"value\":\"dmFs\"}", NULL},
     {MSG_KV_GET, "{\"type\":\"kv_get\",\"id\":12,\"key\":\"nccl/id\",\"timeout_ms\":5000}", NULL},
@@ -394,6 +395,10 @@ TEST(proto_negative_counts_refused)
         "\"master_addr\":\"a\",\"master_port\":65536}",
         "{\"type\":\"assign\",\"generation\":0,\"world_size\":-8,\"rank_base\":0,\"nnodes\":2,"
         "\"master_addr\":\"a\",\"master_port\":1}",
+        "{\"type\":\"assign\",\"generation\":0,\"world_size\":8,\"rank_base\":0,\"nnodes\":2,"
+        "\"master_addr\":\"a\",\"master_port\":1,\"hvd_port\":65536}",
+        "{\"type\":\"assign\",\"generation\":0,\"world_size\":8,\"rank_base\":0,\"nnodes\":2,"
+        "\"master_addr\":\"a\",\"master_port\":1,\"hvd_port\":-1}",
         "{\"type\":\"barrier\",\"id\":1,\"name\":\"b\",\"count\":-1}",
         "{\"type\":\"report\",\"step\":1,\"loss\":1.0,\"lr\":0.0,\"tokens_per_s\":0.0,"
         "\"grad_norm\":0.0,\"total_steps\":-1}",

@@ -1,0 +1,108 @@
+#!/bin/bash
+# Real horovod under gpurun, no horovodrun: horovod 0.28.1 for PyTorch with its gloo controller,
+# built from PyPI's source release against Debian's torch, runs tests/horovod_torch.py
+# (hvd.init(), allreduce, allgather, broadcast, shutdown, and all of it again) under
+# `gpurun --local --gpus-per-node 2` and `--local --nodes 2 --gpus-per-node 2`.
+#
+# Opt-in: building horovod takes minutes (about 4 on two cores) and Debian's libtorch-dev and
+# pybind11-dev. It runs when GPURUN_HOROVOD_DIR names a directory horovod is installed in
+# (pip --target), or when GPURUN_TEST_HOROVOD=1, which builds it there (kept for the next run)
+# or in the scratch dir; otherwise it skips and says so.
+# timeout: 1800
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${BUILD:-build}
+[[ $build == /* ]] || build=$root/$build
+python=${TORCH_PYTHON:-/usr/bin/python3}
+NPROCS=2
+# The build's own limit (horovod's C++ and its copy of gloo).
+BUILD_LIMIT_S=1500
+# shellcheck source=tests/integ/horovod_common.sh
+. "$root/tests/integ/horovod_common.sh"
+
+skip() {
+    echo "# SKIP $*"
+    exit 77
+}
+fail() {
+    echo "FAIL: $*"
+    for f in "$work/gpurun.out" "$work/gpurun.err"; do
+        [ -s "$f" ] || continue
+        echo "# --- ${f##*/} (last 40 lines)"
+        tail -n 40 "$f" | sed 's/^/# /'
+    done
+    exit 1
+}
+
+for p in gpurun rendezvousd; do
+    [ -x "$build/$p" ] || skip "'$build/$p' is not built"
+done
+[ -x "$python" ] || skip "no '$python'"
+"$python" -c 'import importlib.util as u; assert u.find_spec("torch")' >/dev/null 2>&1 ||
+    skip "'$python' has no torch (Debian's python3-torch)"
+
+work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gr-horovod-torch.XXXXXX")
+cleanup() {
+    local rc=$?
+    if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
+        rm -rf "$work"
+    else
+        echo "# scratch kept: $work"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+
+target=${GPURUN_HOROVOD_DIR:-$work/horovod}
+importable() {
+    (cd "$work" && PYTHONPATH=$target "$python" -c 'import horovod.torch' >/dev/null 2>&1)
+}
+if ! importable; then
+    [ "${GPURUN_TEST_HOROVOD:-}" = 1 ] ||
+        skip "opt-in: building horovod $HVD_VERSION takes minutes; set GPURUN_TEST_HOROVOD=1 (and GPURUN_HOROVOD_DIR=DIR to keep the build)"
+    for tool in cmake g++; do
+        command -v "$tool" >/dev/null || skip "no $tool to build horovod"
+    done
+    inc=$("$python" -c 'import torch.utils.cpp_extension as c; print(c.include_paths()[0])' 2>/dev/null) ||
+        skip "'$python' has no torch.utils.cpp_extension"
+    [ -f "$inc/torch/extension.h" ] || skip "no torch C++ headers ('$inc/torch/extension.h'): apt-get install libtorch-dev"
+    [ -f /usr/include/pybind11/pybind11.h ] || "$python" -c 'import pybind11' 2>/dev/null ||
+        skip "no pybind11 headers: apt-get install pybind11-dev"
+    mkdir -p "$target"
+    echo "# building horovod $HVD_VERSION into $target (log: $work/build.log)"
+    t0=$(date +%s)
+    rc=0
+    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
+        HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=-j$(nproc) timeout "$BUILD_LIMIT_S" \
+        "$python" -m pip install --disable-pip-version-check --no-build-isolation --upgrade \
+        --target "$target" "horovod==$HVD_VERSION" >"$work/build.log" 2>&1 || rc=$?
+    echo "# horovod_build_s=$(($(date +%s) - t0))"
+    if [ "$rc" != 0 ]; then
+        if grep -qE 'Failed to establish a new connection|Could not find a version|Temporary failure in name resolution' "$work/build.log"; then
+            skip "cannot fetch horovod $HVD_VERSION from PyPI: $(grep -m1 -E 'ERROR|Error' "$work/build.log")"
+        fi
+        grep -E 'error:|Error [0-9]|fatal' "$work/build.log" | head -n 10 | sed 's/^/# /'
+        fail "building horovod $HVD_VERSION failed (status $rc); see $work/build.log"
+    fi
+    importable || fail "horovod $HVD_VERSION built but 'import horovod.torch' fails"
+fi
+export PYTHONPATH=$target${PYTHONPATH:+:$PYTHONPATH}
+unset HOROVOD_CONTROLLER HOROVOD_CPU_OPERATIONS HOROVOD_GLOO_IFACE
+
+for nodes in 1 2; do
+    world=$((nodes * NPROCS))
+    rc=0
+    t0=$(date +%s%N)
+    timeout -k 5 240 "$build/gpurun" --local --nodes "$nodes" --gpus-per-node "$NPROCS" \
+        --job-dir "$work/job-$nodes" -- "$python" "$root/tests/horovod_torch.py" \
+        >"$work/gpurun.out" 2>"$work/gpurun.err" || rc=$?
+    echo "# horovod_torch_nodes${nodes}_ms=$((($(date +%s%N) - t0) / 1000000))"
+    [ "$rc" != 124 ] || fail "gpurun ($nodes nodes) did not finish within 240 s"
+    [ "$rc" = 0 ] || fail "gpurun ($nodes nodes) exited with status $rc, not 0"
+    for ((r = 0; r < world; r++)); do
+        line="horovod torch rank $r/$world: init, allreduce, allgather, broadcast ok, twice"
+        grep -qxF "[$r] $line" "$work/gpurun.out" || fail "gpurun's output lacks '[$r] $line'"
+    done
+    echo "# $world horovod ranks on $nodes node(s): hvd.init, collectives, shutdown and init again ok"
+done
