@@ -41,11 +41,18 @@ def main():
                 sys.exit(1)
             time.sleep(0.02)
         print(f"horovod rank {rank} gen 0: stored", flush=True)
+        # Rank 0 fails only once every rank has said so: its failure tears the others down.
+        put_data_into_kvstore(addr, port, "said", str(rank), "1")
         if rank == 0:
+            while any(get(addr, port, "said", str(r)) is None for r in range(size)):
+                if time.monotonic() > deadline:
+                    print("horovod rank 0: FAIL the other ranks never said 'stored'", flush=True)
+                    sys.exit(1)
+                time.sleep(0.02)
             sys.exit(3)
         time.sleep(WAIT_S)
         sys.exit(1)
-    left = [f"/{s}/{r}" for s in ("global", "gen0") for r in range(size)
+    left = [f"/{s}/{r}" for s in ("global", "gen0", "said") for r in range(size)
             if get(addr, port, s, str(r)) is not None]
     if left:
         print(f"horovod rank {rank}: FAIL generation {gen} still finds {left}", flush=True)
