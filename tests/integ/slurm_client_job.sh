@@ -48,6 +48,16 @@ done
     grs_fail "job dir or key not private: $(stat -c '%a %n' "$dir" "$dir/key")"
 grep -qF "\"job_id\": \"$id\"" "$dir/job.json" || grs_fail "job.json lacks the job id $id"
 
+# --gpu-bind=single: one GPU each, the LOCAL_RANK-th of the node's allocation.
+# shellcheck disable=SC2016 # expanded by each rank
+run bind.out bind.err --wait -N 2 --gpus-per-node 2 --gpu-bind=single -- sh -c \
+    'echo "gpu $RANK $CUDA_VISIBLE_DEVICES"'
+expect_rc "gpurun --wait --gpu-bind=single" 0
+for r in 0 1 2 3; do
+    grep -qxF "[$r] gpu $r $((r % 2))" bind.out ||
+        grs_fail "--gpu-bind=single: rank $r's line: $(grep "^\[$r\] gpu" bind.out)"
+done
+
 # logs: every rank, labelled; one rank as written.
 run logs.out logs.err logs "$id"
 expect_rc "gpurun logs" 0

@@ -66,3 +66,19 @@ expect_rc 0 "--gpu-bind=single"
 expect_out_line "[0] gpus 4"
 expect_out_line "[1] gpus 5"
 echo "# --gpu-bind=single: rank 0 sees 4, rank 1 sees 5"
+
+# A restart changes what torchrun's does: TORCHELASTIC_RESTART_COUNT counts up, the rest of
+# the contract stays. Generation 0's rank 1 fails; generation 1 succeeds.
+# shellcheck disable=SC2016 # expanded by each rank
+run --local --gpus-per-node 2 --max-restarts 2 -- sh -c \
+    'echo "gen $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS run $TORCHELASTIC_RUN_ID rank $RANK"
+     [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ] && exit 3; exit 0'
+expect_rc 0 "a job restarted once"
+id=$(sed -n 's/^gpurun: job \([^,]*\), job dir .*/\1/p' "$work/err")
+for r in 0 1; do
+    for g in 0 1; do
+        grep -qxF "[$r] gen $g of 2 run $id rank $r" "$work/out" ||
+            fail "rank $r lacks generation $g's line: $(grep "^\[$r\]" "$work/out" | tr '\n' '|')"
+    done
+done
+echo "# a restart: TORCHELASTIC_RESTART_COUNT 0 then 1, the same run id"
