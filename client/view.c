@@ -124,7 +124,7 @@ static json_t *progress_json(const json_t *ranks, long total)
 {
     long counts[4] = {0, 0, 0, 0}, smin = LONG_MAX, smax = -1;
     static const char *const phases[4] = {"pending", "joined", "running", "exited"};
-    double loss = 0, tps = 0;
+    double loss = 0, tps = 0, rate = 0;
     int nloss = 0;
     size_t i;
     json_t *r, *o;
@@ -147,8 +147,13 @@ static json_t *progress_json(const json_t *ranks, long total)
             loss += l;
             nloss++;
         }
-        if (ph && !strcmp(ph, "running"))
+        if (ph && !strcmp(ph, "running")) {
+            double sps = json_number_value(json_object_get(r, "steps_per_s"));
             tps += json_number_value(json_object_get(r, "tokens_per_s"));
+            /* The job goes as fast as its slowest running rank. */
+            if (sps > 0 && (rate == 0 || sps < rate))
+                rate = sps;
+        }
         /* The ranks' own total (gpurun.report(total_steps=...), gr_progress.total_steps)
          * where the command line did not tell. */
         if (total <= 0 && json_integer_value(json_object_get(r, "total_steps")) > 0)
@@ -160,6 +165,9 @@ static json_t *progress_json(const json_t *ranks, long total)
                   (json_int_t)counts[3], "step_min", (json_int_t)smin, "step_max", (json_int_t)smax,
                   "steps_total", total > 0 ? json_integer(total) : json_null(), "loss_mean",
                   nloss ? json_real(loss / nloss) : json_null(), "tokens_per_s", tps);
+    /* The time left at the slowest rank's rate, from the slowest rank's step. */
+    if (o && total > smin && rate > 0)
+        json_object_set_new(o, "eta_s", json_real((double)(total - smin) / rate));
     return o;
 }
 
@@ -476,7 +484,15 @@ static void print_progress(FILE *out, const json_t *p)
     }
     if (total > 0) {
         view_bar(bar, sizeof(bar), smin, total);
-        fprintf(out, "progress: %s\n", bar);
+        fprintf(out, "progress: %s", bar);
+        if (json_is_number(json_object_get(p, "eta_s"))) {
+            long eta = (long)(json_number_value(json_object_get(p, "eta_s")) + 0.5);
+            if (eta >= 3600)
+                fprintf(out, ", ETA %ldh%02ldm", eta / 3600, eta / 60 % 60);
+            else
+                fprintf(out, ", ETA %ldm%02lds", eta / 60, eta % 60);
+        }
+        fprintf(out, "\n");
     }
 }
 

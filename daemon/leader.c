@@ -86,6 +86,7 @@ struct rank {
     int64_t step, total_steps;
     double loss, lr, tokens_per_s, grad_norm;
     int64_t report_ms; /* when its last report reached its agent; 0: it never reported */
+    int64_t first_ms, first_step; /* its first report, for the rate of steps */
     int code, signal;
     bool oom, killed;
     json_t *stack; /* a string: its stack as captured before a hang's teardown, or NULL */
@@ -213,6 +214,10 @@ static json_t *rank_view(const struct leader *l, int r)
                   (json_int_t)(k->report_ms ? now_ms(l) - k->report_ms : -1), "code", k->code,
                   "signal", k->signal, "oom", k->oom, "killed", k->killed, "total_steps",
                   (json_int_t)k->total_steps, "reported", k->report_ms != 0);
+    /* Steps per second since its first report: the ETA's rate. */
+    if (v && k->report_ms > k->first_ms && k->step > k->first_step)
+        json_object_set_new(v, "steps_per_s", json_real((double)(k->step - k->first_step) * 1000 /
+                                                        (double)(k->report_ms - k->first_ms)));
     if (v && k->stack)
         json_object_set(v, "stack", k->stack);
     if (v && k->error)
@@ -452,6 +457,10 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
         dst->grad_norm = k.grad_norm;
         if (total > 0)
             dst->total_steps = total;
+        if (!dst->report_ms) {
+            dst->first_ms = now_ms(l) - age;
+            dst->first_step = step;
+        }
         /* The report's own time, not this frame's: agents batch reports, and the hang rule
          * compares report times across nodes to the millisecond. */
         dst->report_ms = now_ms(l) - age;

@@ -44,8 +44,10 @@ for r in 0 1 2 3; do
 done
 [ "$(json "$work/st.json" 'v["progress"]["steps_total"]')" = 60 ] || fail "no total of 60 steps"
 "$gpurun" status --job-dir "$job" >"$work/st.txt" 2>&1 || true
-grep -qE '^progress: \[#+\.*\] +[0-9]+% \([0-9]+/60\)' "$work/st.txt" ||
-    fail "gpurun status has no progress bar: $(cat "$work/st.txt")"
+grep -qE '^progress: \[#+\.*\] +[0-9]+% \([0-9]+/60\), ETA [0-9]+m[0-9]{2}s$' "$work/st.txt" ||
+    fail "gpurun status has no progress bar with an ETA: $(cat "$work/st.txt")"
+[ "$(json "$work/st.json" '0 < v["progress"]["eta_s"] < 60')" = True ] ||
+    fail "no ETA under a minute for 60 steps of 0.1 s: $(json "$work/st.json" 'v["progress"]')"
 grep -qE '^step: [0-9]+.* of 60, loss [0-9.]+' "$work/st.txt" || fail "no step line: $(head -n 8 "$work/st.txt")"
 rc=0
 wait "$pid" || rc=$?
