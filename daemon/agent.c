@@ -86,6 +86,7 @@ struct arank {
     int local, rank;
     bool spawned, exited, reported, killed, oom;
     bool wants_preempt; /* asked for the pre-timeout signal (a "preempt" request) */
+    pid_t preempt_pid;  /* the process that asked: the signal goes to it alone */
     enum capture cap;
     char *stack; /* the captured stack (PROTO_STACK_MAX bytes at most), or NULL */
     size_t stack_len;
@@ -106,6 +107,7 @@ struct rconn {
     struct peer peer;
     struct rconn *prev, *next;
     struct arank *rank; /* after a valid hello */
+    pid_t pid;          /* the connected process (SO_PEERCRED) */
 };
 
 /* A request forwarded to the leader, waiting for its reply. */
@@ -843,6 +845,7 @@ static void on_rank_message(struct peer *p, struct msg *m)
         break;
     case MSG_PREEMPT:
         r->wants_preempt = true;
+        r->preempt_pid = rc->pid;
         peer_send(p, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
         break;
     case MSG_FINALIZE:
@@ -921,7 +924,9 @@ static void on_rank_connection(uv_stream_t *server, int status)
         getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid != getuid()) {
         log_error("refused a rank connection from another user");
         peer_close(&rc->peer, "peer of another uid");
+        return;
     }
+    rc->pid = cred.pid;
 }
 
 static int listen_ranks(struct agent *a)
@@ -1284,7 +1289,13 @@ static void deliver_preempt(struct agent *a, int sig)
         struct arank *r = &a->ranks[i];
         if (!r->spawned || r->exited || !(r->wants_preempt || a->spec->preempt_all))
             continue;
-        signal_group(r, sig);
+        /* Only the process that asked: its children (a DataLoader's workers, started with
+         * spawn and so without its handler) share its group and would die of it. The user's
+         * own --signal goes to the whole group, as Slurm's does. */
+        if (a->spec->preempt_all || r->preempt_pid <= 0)
+            signal_group(r, sig);
+        else
+            kill(r->preempt_pid, sig);
         n++;
     }
     /* Said once per node where it matters: a rank that did not ask runs on to the limit. */

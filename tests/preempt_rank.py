@@ -1,7 +1,10 @@
 """A rank for the pre-timeout tests. "prepared": asks for the pre-timeout signal with
 gpurun.on_preempt, and when it comes writes a checkpoint file into the job dir and exits 0.
-"unprepared": sleeps, as a script that knows nothing of gpurun does."""
+"unprepared": sleeps, as a script that knows nothing of gpurun does. "prepared-child": as
+prepared, with a child process in its process group that has no handler (a `sleep`, as a
+DataLoader worker started with spawn would be): the signal must not reach it."""
 import os
+import subprocess
 import sys
 import time
 
@@ -11,12 +14,19 @@ import gpurun
 def main():
     mode = sys.argv[1]
     rank = gpurun.rank()
-    if mode == "prepared":
+    child = subprocess.Popen(["sleep", "600"]) if mode == "prepared-child" else None
+    if mode.startswith("prepared"):
         gpurun.on_preempt(lambda sig: print(f"rank {rank}: pre-timeout signal {sig}", flush=True))
     print(f"rank {rank} {mode} up", flush=True)
     for step in range(1, 100000):
         gpurun.report(step)
-        if mode == "prepared" and gpurun.preempt_requested():
+        if mode.startswith("prepared") and gpurun.preempt_requested():
+            if child is not None:
+                time.sleep(0.3)
+                state = "alive" if child.poll() is None else f"dead ({child.returncode})"
+                print(f"rank {rank}: child {state}", flush=True)
+                child.kill()
+                child.wait()
             path = os.path.join(os.environ["GPURUN_JOB_DIR"], f"ckpt-{rank}")
             with open(path, "w") as f:
                 f.write(f"step {step}\n")
