@@ -291,11 +291,13 @@ class Link:
                 n = self.sock.send(self.outbuf)
             except (BlockingIOError, InterruptedError):
                 return
+            except (BrokenPipeError, ConnectionResetError):
+                # An agent that refused the hello said why before closing: read it.
+                if self.hello_pending:
+                    self.receive()
+                raise self.broken("agent '%s' closed the connection" % self.place.sock)
             except OSError as e:
-                raise self.broken("agent '%s' closed the connection" % self.place.sock
-                                  if isinstance(e, (BrokenPipeError, ConnectionResetError))
-                                  else "cannot send to agent '%s': %s"
-                                  % (self.place.sock, errtext(e)))
+                raise self.broken("cannot send to agent '%s': %s" % (self.place.sock, errtext(e)))
             del self.outbuf[:n]
 
     def receive(self):
