@@ -21,8 +21,9 @@ The pre-timeout signal: at setup (fit) the callback asks for it (gpurun.on_preem
 runs in the main thread). After each batch the ranks agree whether any of them got it (one
 boolean reduce of the strategy, so that every rank stops at the same step); then each
 checkpoints and stops: trainer.save_checkpoint(path) (every rank calls it; the strategy
-writes once) with path the ckpt_path given, else "preempted.ckpt" in the ModelCheckpoint
-callback's directory, else no checkpoint; then trainer.should_stop = True. Outside a gpurun
+writes once, and a barrier follows, so that no rank stops before the file is written) with
+path the ckpt_path given, else "preempted.ckpt" in the ModelCheckpoint callback's directory,
+else no checkpoint; then trainer.should_stop = True. Outside a gpurun
 job, or with preempt=False, nothing of this happens.
 """
 
@@ -130,6 +131,8 @@ def _make():
             path = self.checkpoint_path(trainer)
             if path:
                 trainer.save_checkpoint(path)
+                # One rank writes it; none stops before it is on disk.
+                trainer.strategy.barrier("gpurun_preempt")
             self.preempted_at = trainer.global_step
             trainer.should_stop = True
 
