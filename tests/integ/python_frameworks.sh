@@ -125,5 +125,6 @@ if install hf "${hf_pkgs[@]}"; then
     ls -d "$work/hf.ckpt"/checkpoint-* >/dev/null 2>&1 || fail "hf: no checkpoint-N"
 fi
 if [ ${#skipped[@]} -gt 0 ]; then
-    skip "$(printf '%s; ' "${skipped[@]}")"
+    reason=$(printf '%s; ' "${skipped[@]}")
+    skip "${reason%; }"
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The gpurun Python module's unit tests (tests/python, unittest) against a fake agent: the
 # wire, the agent's errors, report()'s checks and its never blocking, threads, fork, the
-# pre-timeout signal, finalize, the no-op outside a job. Run by Debian's /usr/bin/python3
+# pre-timeout signal, finalize, the no-op outside a job; and the Lightning and Hugging Face
+# callbacks against stand-ins for the frameworks' classes. Run by Debian's /usr/bin/python3
 # (or $GPURUN_PYTHON), and again by a python3.8 where one runs: the oldest Python the package
 # supports.
 # timeout: 120
@@ -22,7 +23,7 @@ run() {
     t0=$(date +%s%N)
     (cd "$root/tests/python" &&
         PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$root/lib/python" \
-            "$py" -m unittest -v test_gpurun) >"$out" 2>&1 || rc=$?
+            "$py" -m unittest -v test_gpurun test_callbacks) >"$out" 2>&1 || rc=$?
     if [ "$rc" != 0 ]; then
         echo "FAIL: the unit tests under $py exited with $rc"
         sed 's/^/# /' "$out"

@@ -18,22 +18,23 @@ The pre-timeout signal: at on_train_begin (in the main thread, where Trainer.tra
 callback asks for it (gpurun.on_preempt). After each step the ranks agree whether any of them
 got it (one all-reduce of a flag when torch.distributed is initialised, so that every rank
 saves and stops at the same step); then control.should_save = True and
-control.should_training_stop = True: the Trainer saves a checkpoint as its save strategy
-does and ends train(). Outside a gpurun job, or with preempt=False, nothing of this happens.
+control.should_training_stop = True: the Trainer saves a checkpoint (checkpoint-N in
+output_dir, whatever its save_strategy) and ends train(). Outside a gpurun job, or with preempt=False, nothing of this happens.
 """
+
+import sys
 
 import gpurun
 
 
 def _any_rank(flag, device):
     """flag of any rank, when torch.distributed runs with more than one rank; else flag."""
-    try:
-        import torch
-        import torch.distributed as dist
-    except ImportError:
+    # A Trainer that runs distributed imported torch.distributed long ago.
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not (dist.is_available() and dist.is_initialized()) or \
+            dist.get_world_size() <= 1:
         return flag
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() <= 1:
-        return flag
+    import torch
     t = torch.tensor([1 if flag else 0], dtype=torch.int32,
                      device=device if dist.get_backend() == "nccl" else "cpu")
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
