@@ -41,6 +41,7 @@ def reset_module():
     gpurun._warned = False
     gpurun._preempted = False
     gpurun._preempt_callback = None
+    gpurun._preempt_pid = None
 
 
 def rank_env(agent, **extra):
@@ -583,6 +584,30 @@ class Preempt(Base):
         time.sleep(0.01)
         self.assertEqual(got, [signal.SIGUSR1], "callback: got %r" % got)
         self.assertTrue(gpurun.preempt_requested())
+
+    def test_forked_child_ignores_it(self):
+        self.start_agent()
+        got = []
+        gpurun.on_preempt(got.append)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(r)
+                os.write(w, b"x")
+                time.sleep(1)  # the signal comes meanwhile
+                code = 0 if not got and not gpurun.preempt_requested() else 2
+            finally:
+                os._exit(code)
+        os.close(w)
+        os.read(r, 1)
+        os.close(r)
+        os.kill(pid, signal.SIGUSR1)
+        _, status = os.waitpid(pid, 0)
+        self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0,
+                        "the child: wait status %#x (killed, or its callback ran)" % status)
+        self.assertEqual(got, [])
 
     def test_signal_from_the_environment(self):
         self.start_agent(GPURUN_PREEMPT_SIGNAL=str(int(signal.SIGUSR2)))
