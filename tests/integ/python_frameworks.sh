@@ -65,7 +65,7 @@ install() {
 # train NAME: the job of frameworks.py NAME, its reports checked while it trains, then
 # stopped by SIGUSR1.
 train() {
-    local name=$1 job=$work/$1 out=$work/$1.ckpt t0 i got steps
+    local name=$1 job=$work/$1 out=$work/$1.ckpt t0 i got steps line
     mkdir -p "$out"
     : >"$work/out"
     t0=$(date +%s%N)
@@ -105,12 +105,16 @@ print("ok" if ok else " | ".join("rank %d step %d loss %s lr %s total_steps %d" 
     rc=0
     wait "$pid" || rc=$?
     expect_rc 0 "the $name job after SIGUSR1"
-    steps=$(sed -n "s/^\[[01]\] $name .* rank [01]: stopped at step \([0-9]*\) of 1000, preempt_requested True, checkpoint .*/\1/p" \
-        "$work/out" | sort -u)
-    [ "$(grep -cE "^\[[01]\] $name .* rank [01]: stopped at step [0-9]+ of 1000, preempt_requested True, checkpoint (saved|checkpoint-[0-9]+)$" "$work/out")" = 2 ] ||
+    # Each rank's last line: "NAME VERSION rank R: stopped at step S of 1000,
+    # preempt_requested True, checkpoint saved|checkpoint-S".
+    line="^\[[01]\] $name [^ ]+ rank [01]: stopped at step ([0-9]+) of 1000,"
+    line+=" preempt_requested True, checkpoint (saved|checkpoint-[0-9]+)$"
+    [ "$(grep -cE "$line" "$work/out")" = 2 ] ||
         fail "$name: not both ranks stopped by the signal with a checkpoint"
+    steps=$(sed -nE "s/$line/\1/p" "$work/out" | sort -u)
     if [ "$(echo "$steps" | wc -l)" != 1 ] || [ "$steps" -lt 5 ] || [ "$steps" -ge 1000 ]; then
-        fail "$name: the ranks stopped at steps '$(echo "$steps" | paste -sd ' ')', expected one step in 5..999"
+        fail "$name: the ranks stopped at steps '$(echo "$steps" | paste -sd ' ')'," \
+            "expected one step in 5..999"
     fi
     echo "# $name: $(grep -m1 "stopped at step" "$work/out" | sed 's/^\[.\] //');" \
         "job done in $((($(date +%s%N) - t0) / 1000000)) ms"

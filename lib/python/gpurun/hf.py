@@ -19,7 +19,8 @@ callback asks for it (gpurun.on_preempt). After each step the ranks agree whethe
 got it (one all-reduce of a flag when torch.distributed is initialised, so that every rank
 saves and stops at the same step); then control.should_save = True and
 control.should_training_stop = True: the Trainer saves a checkpoint (checkpoint-N in
-output_dir, whatever its save_strategy) and ends train(). Outside a gpurun job, or with preempt=False, nothing of this happens.
+output_dir, whatever its save_strategy) and ends train(). Outside a gpurun job, or with
+preempt=False, nothing of this happens.
 """
 
 import sys
