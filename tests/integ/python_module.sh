@@ -67,6 +67,8 @@ mixed py c
 echo "# C and Python ranks in one job: each reads the other's keys, rank 0 either"
 
 # --- gpurun status --json shows Python reports ------------------------------------------------
+# A fresh output file: the last job's lines must not count as this one's.
+: >"$work/out"
 "$gpurun" --local --gpus-per-node 2 --kill-grace 2 --job-dir "$work/status" -- \
     "$python" "$ranks" status >"$work/out" 2>"$work/err" </dev/null &
 pid=$!
@@ -103,6 +105,8 @@ grep -q '^\[1\] gpurun.report: ranks.py:[0-9]*: loss is nan: not reported$' "$wo
 echo "# status --json: step, loss, total_steps of each Python rank; a NaN loss shows as -1"
 
 # --- the pre-timeout signal reaches the rank that asked, only it ------------------------------
+# A fresh output file: the last job's lines must not count as this one's.
+: >"$work/out"
 "$gpurun" --local --gpus-per-node 2 --kill-grace 2 --job-dir "$work/preempt" -- \
     "$python" "$ranks" preempt >"$work/out" 2>"$work/err" </dev/null &
 pid=$!
