@@ -86,7 +86,7 @@ class Base(unittest.TestCase):
                 self.fail("%s raised %s(%r): expected the text to hold %r"
                           % (fn.__name__, type(e).__name__, str(e), text))
             return e
-        except BaseException as e:  # noqa: B902 (report whatever came)
+        except BaseException as e:
             self.fail("%s raised %s(%r), expected %s" % (fn.__name__, type(e).__name__, str(e),
                                                          exc.__name__))
         self.fail("%s returned, expected %s" % (fn.__name__, exc.__name__))
@@ -490,7 +490,7 @@ class Threads(Base):
         def waiter():
             try:
                 blocked["v"] = gpurun.get("last")
-            except Exception as e:  # noqa: B902
+            except Exception as e:
                 errors.append(repr(e))
 
         def worker(n):
@@ -503,7 +503,7 @@ class Threads(Base):
                     if got != value:
                         errors.append("%s: got %r, expected %r" % (key, got, value))
                     gpurun.report(i)
-            except Exception as e:  # noqa: B902
+            except Exception as e:
                 errors.append(repr(e))
         a.answer["kv_get"] = self.slow_last(a)
         w = threading.Thread(target=waiter)

@@ -75,7 +75,7 @@ import sys
 import threading
 
 from . import _link
-from ._link import KEY_MAX, NAME_MAX, VALUE_MAX, Error, TimeoutError  # noqa: A004
+from ._link import KEY_MAX, NAME_MAX, VALUE_MAX, Error, TimeoutError
 
 __version__ = "0.1.0"
 
@@ -356,7 +356,7 @@ def _value_bytes(value):
     raise TypeError("gpurun.set: value must be bytes or str, not %s" % type(value).__name__)
 
 
-def set(key, value):  # noqa: A001 (the store's verbs: set, get, delete)
+def set(key, value):
     """Stores value (bytes, or a str as its UTF-8) under key, replacing any earlier value.
     Every rank of the job reads it with get(key)."""
     _check_key("set", key)

@@ -105,7 +105,7 @@ class Error(RuntimeError):
     The text names the request, its subject and why, as lib/gr.c's gr_strerror does."""
 
 
-class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001 (the name is the point)
+class TimeoutError(Error, builtins.TimeoutError):
     """A wait ran out: a get whose key did not appear, a barrier some rank never reached."""
 
 
