@@ -39,6 +39,8 @@ obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
 
 LIB_A      := $(BUILD)/libgpurun.a
 GR_A       := $(BUILD)/libgr.a
+GR_SONAME  := libgr.so.0
+GR_SO      := $(BUILD)/$(GR_SONAME)
 RENDEZVOUSD:= $(BUILD)/rendezvousd
 GPURUN     := $(BUILD)/gpurun
 RUNNER     := $(BUILD)/tests/runner
@@ -57,7 +59,7 @@ GR_LIBS    := $(if $(HAVE_PMIX),$(shell $(PKG) --libs pmix))
 GR_PMIX_CHECK := $(if $(HAVE_PMIX),$(BUILD)/tests/gr_pmix_check)
 BENCH_STEP := $(BUILD)/bench/train_step
 TRAIN      := $(if $(wildcard kernels/train.c),$(BUILD)/gpurun-train)
-PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN) $(TRAIN) $(COLL_RANK) \
+PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_SO) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN) $(TRAIN) $(COLL_RANK) \
               $(MPI_HELLO) $(GR_PMIX_CHECK) \
               $(BENCH_AR) $(BENCH_MPI) $(BENCH_STEP)
 
@@ -80,6 +82,23 @@ $(GR_EXAMPLE) $(GR_PMIX_CHECK) $(RUNNER) $(COLL_RANK) $(BENCH_AR) $(TRAIN): LDLI
 $(GR_A): $(call obj,$(sort $(GR_SRC)))
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
+
+# The rank library as a shared library (installed as libgr.so): libgr.a's sources compiled
+# position-independent under $(BUILD)/pic/, exporting gr.h's functions and nothing else
+# (lib/libgr.map: frame_*, proto_*, log_* stay inside), linked with what those sources need
+# (jansson, libcrypto, libpmix where it is built in) and no more; --no-undefined proves that
+# list complete.
+pic = $(patsubst %.c,$(BUILD)/pic/%.o,$(1))
+GR_SO_LIBS := $(shell $(PKG) --libs jansson libcrypto 2>/dev/null) $(GR_LIBS)
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $< (PIC)")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -c -o $@ $<
+$(call pic,lib/gr.c lib/gr_pmix.c): CPPFLAGS += $(if $(HAVE_PMIX),-DHAVE_PMIX $(shell $(PKG) --cflags pmix))
+$(GR_SO): $(call pic,$(sort $(GR_SRC))) lib/libgr.map
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -shared -Wl,-soname,$(GR_SONAME) \
+	    -Wl,--version-script=lib/libgr.map -Wl,--no-undefined -o $@ $(filter %.o,$^) $(GR_SO_LIBS)
 
 $(RENDEZVOUSD): $(call obj,$(DAEMON_SRC)) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
@@ -392,11 +411,20 @@ $(SIM_LIBS_TEST): $(addprefix $(SIM_LIBS_DIR)/,libs_test.o cublaslt.o nccl.o)
 sim: $(SIM_LIBS_TEST)
 endif
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+# What a node needs: gpurun and rendezvousd; the rank library for C (gr.h, libgr.a, libgr.so)
+# and for Python (the gpurun package, in lib/gpurun/python where rendezvousd finds it and puts
+# it on every rank's PYTHONPATH; `pip install lib/python` is the other way in). It builds
+# what it installs, nothing else; DESTDIR is honoured.
+PY_DIR := $(PREFIX)/lib/gpurun/python/gpurun
+install: $(GPURUN) $(RENDEZVOUSD) $(GR_A) $(GR_SO)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+	    $(DESTDIR)$(PY_DIR)
 	install -m 0755 $(GPURUN) $(RENDEZVOUSD) $(DESTDIR)$(PREFIX)/bin
 	install -m 0644 $(GR_A) $(DESTDIR)$(PREFIX)/lib
+	install -m 0755 $(GR_SO) $(DESTDIR)$(PREFIX)/lib
+	ln -sfn $(GR_SONAME) $(DESTDIR)$(PREFIX)/lib/libgr.so
 	install -m 0644 lib/gr.h $(DESTDIR)$(PREFIX)/include
+	install -m 0644 $(wildcard lib/python/gpurun/*.py) $(DESTDIR)$(PY_DIR)
 
 clean:
 	rm -rf $(BUILD)

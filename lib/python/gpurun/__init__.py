@@ -43,7 +43,10 @@ then asks the agent to forward the signal to this rank (a rank that does not ask
 it). Call it from the main thread: Python runs signal handlers there, between bytecodes, so
 the callback interrupts whatever the main thread does; it should set a flag or save and
 exit, not call get(), set() or barrier() (these raise Error when the handler interrupted
-this module). preempt_requested() says whether the signal came.
+this module). preempt_requested() says whether the signal came. The agent signals the
+rank's whole process group: children forked from the rank (DataLoader workers) inherit the
+handler, which does nothing there; a child started otherwise (spawn) must ignore or handle
+the signal itself.
 
 finalize() tells the agent this rank is done with the library; an atexit hook does it for a
 process that talked to the agent. Later requests raise Error, reports are dropped.
@@ -72,7 +75,7 @@ import sys
 import threading
 
 from . import _link
-from ._link import KEY_MAX, NAME_MAX, VALUE_MAX, Error, TimeoutError  # noqa: A004
+from ._link import KEY_MAX, NAME_MAX, VALUE_MAX, Error, TimeoutError
 
 __version__ = "0.1.0"
 
@@ -94,6 +97,7 @@ _finalized = False
 _warned = False  # the one non-finite warning of this process was printed
 _preempted = False
 _preempt_callback = None
+_preempt_pid = None  # the process that installed the handler
 
 
 def in_job():
@@ -352,7 +356,7 @@ def _value_bytes(value):
     raise TypeError("gpurun.set: value must be bytes or str, not %s" % type(value).__name__)
 
 
-def set(key, value):  # noqa: A001 (the store's verbs: set, get, delete)
+def set(key, value):
     """Stores value (bytes, or a str as its UTF-8) under key, replacing any earlier value.
     Every rank of the job reads it with get(key)."""
     _check_key("set", key)
@@ -449,6 +453,10 @@ def _preempt_signal():
 
 def _on_signal(signum, frame):
     global _preempted
+    # The agent signals the rank's whole process group: a child forked from the rank (a
+    # DataLoader worker) inherits this handler, and the signal is not for it.
+    if os.getpid() != _preempt_pid:
+        return
     _preempted = True
     cb = _preempt_callback
     if cb is not None:
@@ -459,7 +467,7 @@ def on_preempt(callback=None):
     """Installs the pre-timeout signal's handler (it records the request, then calls
     callback(signum) when a callback is given), then asks the agent for the signal. Call it
     from the main thread. Returns the signal's number; None outside a job."""
-    global _preempt_callback
+    global _preempt_callback, _preempt_pid
     if callback is not None and not callable(callback):
         raise TypeError("gpurun.on_preempt: callback must be callable, not %s"
                         % type(callback).__name__)
@@ -470,6 +478,7 @@ def on_preempt(callback=None):
                          "handlers there)")
     sig = _preempt_signal()
     _preempt_callback = callback
+    _preempt_pid = os.getpid()
     _signal.signal(sig, _on_signal)
     with _Locked("on_preempt") as c:
         c.request({"type": "preempt"}, _link.REQUEST_TIMEOUT, "preempt", c.place.sock)

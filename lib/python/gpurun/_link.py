@@ -105,7 +105,7 @@ class Error(RuntimeError):
     The text names the request, its subject and why, as lib/gr.c's gr_strerror does."""
 
 
-class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001 (the name is the point)
+class TimeoutError(Error, builtins.TimeoutError):
     """A wait ran out: a get whose key did not appear, a barrier some rank never reached."""
 
 
@@ -291,11 +291,13 @@ class Link:
                 n = self.sock.send(self.outbuf)
             except (BlockingIOError, InterruptedError):
                 return
+            except (BrokenPipeError, ConnectionResetError):
+                # An agent that refused the hello said why before closing: read it.
+                if self.hello_pending:
+                    self.receive()
+                raise self.broken("agent '%s' closed the connection" % self.place.sock)
             except OSError as e:
-                raise self.broken("agent '%s' closed the connection" % self.place.sock
-                                  if isinstance(e, (BrokenPipeError, ConnectionResetError))
-                                  else "cannot send to agent '%s': %s"
-                                  % (self.place.sock, errtext(e)))
+                raise self.broken("cannot send to agent '%s': %s" % (self.place.sock, errtext(e)))
             del self.outbuf[:n]
 
     def receive(self):

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The gpurun Python module's unit tests (tests/python, unittest) against a fake agent: the
+# wire, the agent's errors, report()'s checks and its never blocking, threads, fork, the
+# pre-timeout signal, finalize, the no-op outside a job; and the Lightning and Hugging Face
+# callbacks against stand-ins for the frameworks' classes. Run by Debian's /usr/bin/python3
+# (or $GPURUN_PYTHON), and again by a python3.8 where one runs: the oldest Python the package
+# supports.
+# timeout: 120
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+python=${GPURUN_PYTHON:-/usr/bin/python3}
+
+[ -x "$python" ] || {
+    echo "# SKIP no '$python'"
+    exit 77
+}
+
+# run PYTHON: the whole suite under PYTHON, on the sources as they are, with
+# no bytecode left behind in the tree.
+run() {
+    local py=$1 rc=0 t0
+    t0=$(date +%s%N)
+    (cd "$root/tests/python" &&
+        PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$root/lib/python" \
+            "$py" -m unittest -v test_gpurun test_callbacks) >"$out" 2>&1 || rc=$?
+    if [ "$rc" != 0 ]; then
+        echo "FAIL: the unit tests under $py exited with $rc"
+        sed 's/^/# /' "$out"
+        exit 1
+    fi
+    echo "# $("$py" -c 'import sys; print("python %d.%d" % sys.version_info[:2])'):" \
+        "$(grep -E '^Ran [0-9]+ tests' "$out") in $((($(date +%s%N) - t0) / 1000000)) ms, OK"
+}
+
+out=$(mktemp "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/python-unit.XXXXXX")
+trap 'rm -f "$out"' EXIT
+
+run "$python"
+if old=$(command -v python3.8) && "$old" -c 'import sys; assert sys.version_info[:2] == (3, 8)' \
+    >/dev/null 2>&1; then
+    run "$old"
+fi
