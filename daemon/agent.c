@@ -861,8 +861,14 @@ static void on_rank_message(struct peer *p, struct msg *m)
 
 static void on_rank_bad_message(struct peer *p, const struct proto_error *err)
 {
+    struct rconn *rc = (struct rconn *)p;
+
     log_error("bad message from %s: %s", p->name, err->text);
     peer_send_error(p, err->id, "bad_request", err->text);
+    /* The first frame must be a valid hello (proto.h): a connection that starts with
+     * anything else is not a rank's. */
+    if (!rc->rank)
+        peer_close(p, "bad message before hello");
 }
 
 static void on_rank_closed(struct peer *p, const char *why)

@@ -129,6 +129,7 @@ echo "# SIGUSR1: the callback of the rank that asked ran, the other rank never g
 run --local -N 2 --gpus-per-node 2 --job-dir "$work/garbage" -- "$python" "$ranks" garbage
 expect_rc 0 "the garbage job"
 expect_line "[3] garbage answered: error bad_request" "garbage job"
+expect_line "[3] garbage before hello: error bad_request, closed" "garbage job"
 for r in 0 1 2 3; do
     expect_line "[$r] rank $r: store ok after the garbage" "garbage job"
 done

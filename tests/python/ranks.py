@@ -173,6 +173,17 @@ def garbage():
         err = recv()
         print("garbage answered: %s %s" % (err.get("type"), err.get("code")), flush=True)
         s.close()
+        # Garbage as the first frame: an error, then the agent hangs up (no hello, no rank).
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(os.environ["GPURUN_SOCK"])
+        send(b"\x02not a hello")
+        err = recv()
+        closed = s.recv(1) == b""
+        print("garbage before hello: %s %s, %s" % (err.get("type"), err.get("code"),
+                                                    "closed" if closed else "left open"),
+              flush=True)
+        s.close()
     gpurun.set("g/%d" % r, b"%d" % r)
     gpurun.barrier(timeout=WAIT)
     for i in range(w):
