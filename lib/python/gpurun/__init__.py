@@ -44,9 +44,10 @@ it). Call it from the main thread: Python runs signal handlers there, between by
 the callback interrupts whatever the main thread does; it should set a flag or save and
 exit, not call get(), set() or barrier() (these raise Error when the handler interrupted
 this module). preempt_requested() says whether the signal came. The agent signals the
-rank's whole process group: children forked from the rank (DataLoader workers) inherit the
-handler, which does nothing there; a child started otherwise (spawn) must ignore or handle
-the signal itself.
+process that asked, not its children (DataLoader workers started with spawn have no handler
+and would die of it); a child forked from the rank inherits the handler, which does nothing
+there. With the job's own --signal, Slurm's rule applies instead: every process of every
+rank gets it.
 
 finalize() tells the agent this rank is done with the library; an atexit hook does it for a
 process that talked to the agent. Later requests raise Error, reports are dropped.
