@@ -85,7 +85,7 @@ struct rank {
     enum rank_phase phase;
     int64_t step, total_steps;
     double loss, lr, tokens_per_s, grad_norm;
-    int64_t report_ms; /* when its last report reached its agent; 0: it never reported */
+    int64_t report_ms;            /* when its last report reached its agent; 0: it never reported */
     int64_t first_ms, first_step; /* its first report, for the rate of steps */
     int code, signal;
     bool oom, killed;
@@ -216,8 +216,9 @@ static json_t *rank_view(const struct leader *l, int r)
                   (json_int_t)k->total_steps, "reported", k->report_ms != 0);
     /* Steps per second since its first report: the ETA's rate. */
     if (v && k->report_ms > k->first_ms && k->step > k->first_step)
-        json_object_set_new(v, "steps_per_s", json_real((double)(k->step - k->first_step) * 1000 /
-                                                        (double)(k->report_ms - k->first_ms)));
+        json_object_set_new(v, "steps_per_s",
+                            json_real((double)(k->step - k->first_step) * 1000 /
+                                      (double)(k->report_ms - k->first_ms)));
     if (v && k->stack)
         json_object_set(v, "stack", k->stack);
     if (v && k->error)
