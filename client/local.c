@@ -341,7 +341,7 @@ int local_run(const struct local_job *job, int *fatal_signal)
     }
     if (job->time_limit_s > 0)
         s.limit_at = now_ms() + job->time_limit_s * 1000;
-    if (job->time_limit_s > 0 && job->preempt_signal > 0)
+    if (job->time_limit_s > 0 && job->preempt_signal > 0 && job->preempt_before_s > 0)
         s.warn_at = s.limit_at - job->preempt_before_s * 1000;
 
     while (s.running > 0) {
