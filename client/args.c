@@ -780,8 +780,16 @@ static int parse_option(struct gpurun_args *args, int argc, char **argv, int *i,
     if (!takes_value(o) && val)
         return fail(err, "option '--%s' takes no value", spelling);
     if (takes_value(o) && !val) {
-        if (*i + 1 >= argc)
+        if (*i + 1 >= argc || !strcmp(argv[*i + 1], "--"))
             return fail(err, "option '--%s' needs a value", spelling);
+        /* "-J --wait" is a forgotten value far more often than a name: a value that looks
+         * like an option is taken only in the "--opt=VALUE" form. (Numbers may be negative:
+         * their own checks refuse them.) */
+        if (o->kind == ARG_STRING && argv[*i + 1][0] == '-' && argv[*i + 1][1])
+            return fail(err,
+                        "option '--%s' needs a value, and '%s' looks like an option (for a "
+                        "value that starts with '-', write --%s=%s)",
+                        spelling, argv[*i + 1], o->long_name, argv[*i + 1]);
         val = argv[++*i];
     }
     if (al && al->check) {

@@ -929,6 +929,15 @@ static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     ret = jobs_root(root, sizeof(root));
     if (ret)
         return ret;
+    /* Slurm counts whole minutes: the daemons must know the limit Slurm will enforce. */
+    if (args->time_limit_s % 60) {
+        long min = sbatch_time_minutes(args->time_limit_s);
+        if (!args->emit_sbatch)
+            fprintf(stderr, "gpurun: -t %lds: Slurm counts whole minutes; the limit is %ld:00\n",
+                    args->time_limit_s, min);
+        args->time_limit_s = min * 60;
+        spec->time_limit_s = (int)args->time_limit_s;
+    }
     if (args->job_dir && absolute(args->job_dir, job_dir, sizeof(job_dir)) < 0)
         return error_out(EXIT_FAILED, "job dir '%s': path too long", args->job_dir);
     if (args->output ? absolute(args->output, output, sizeof(output)) < 0

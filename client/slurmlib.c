@@ -279,7 +279,7 @@ int slurmlib_open(int timeout_s, struct slurmlib_error *err)
                     getenv("SLURM_CONF") && *getenv("SLURM_CONF")
                         ? "no Slurm configuration: SLURM_CONF names '%s', which does not exist"
                         : "no Slurm configuration: SLURM_CONF is unset and '%s' does not exist "
-                          "(use --local to run on this machine)",
+                          "(gpurun --local runs jobs without Slurm)",
                     conf);
     if (!hooked) {
         sigemptyset(&sa.sa_mask);
@@ -402,7 +402,7 @@ int slurmlib_check(const struct sbatch_job *job, const char *script, struct slur
     case ESLURM_NODES_BUSY:
         if (code != ESLURM_NODES_BUSY)
             return fail(err, -EINVAL,
-                        "Slurm has no %d node%s with %d GPU%s and %d CPU%s each%s%s%s (%s)",
+                        "Slurm cannot give %d node%s with %d GPU%s and %d CPU%s each%s%s%s (%s)",
                         job->nodes, job->nodes == 1 ? "" : "s", job->gpus_per_node,
                         job->gpus_per_node == 1 ? "" : "s", job->cpus_per_task,
                         job->cpus_per_task == 1 ? "" : "s", job->partition ? " in '" : "",

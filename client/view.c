@@ -14,6 +14,7 @@
 #include "status.h"
 #include "traincfg.h"
 #include "view.h"
+#include "signame.h"
 #include "banned.h"
 
 /* --- building ------------------------------------------------------------------------------ */
@@ -473,7 +474,7 @@ static void print_progress(FILE *out, const json_t *p)
     if (smax > 0) {
         fprintf(out, "step: %ld", smax);
         if (smin != smax)
-            fprintf(out, " (slowest rank %ld)", smin);
+            fprintf(out, " (the slowest rank at %ld)", smin);
         if (total > 0)
             fprintf(out, " of %ld", total);
         if (json_is_number(loss))
@@ -546,7 +547,8 @@ static void print_failure(FILE *out, const json_t *ff)
             fprintf(out, " (%s:%ld)", sget(err, "file"), iget(err, "line", 0));
         fprintf(out, "\n");
     }
-    if (tail && *tail) {
+    /* A hang's stack is the end of its log: shown once, as the stack. */
+    if (tail && *tail && !(stack && *stack)) {
         fprintf(out, "last lines of its log:\n");
         print_indented(out, tail, -1);
     }
@@ -599,8 +601,15 @@ void view_print(FILE *out, const json_t *v)
     if (json_is_integer(es))
         fprintf(out, ", exit status %lld", (long long)json_integer_value(es));
     fprintf(out, "\n");
-    if (json_is_object(summary) && sget(summary, "outcome"))
-        fprintf(out, "outcome: %s\n", sget(summary, "outcome"));
+    if (json_is_object(summary) && sget(summary, "outcome")) {
+        const json_t *pre = json_object_get(summary, "preempt_signal");
+        char sn[SIGNAME_LEN];
+        fprintf(out, "outcome: %s", sget(summary, "outcome"));
+        if (json_is_object(pre))
+            fprintf(out, " (the pre-timeout signal %s came %.1f s after the start)",
+                    signame((int)iget(pre, "signal", 0), sn), (double)iget(pre, "at_ms", 0) / 1000);
+        fprintf(out, "\n");
+    }
     if (json_is_object(sl)) {
         const char *nodelist = sget(sl, "nodelist");
         if (nodelist)

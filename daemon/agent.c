@@ -596,11 +596,17 @@ static json_t *read_error_file(struct agent *a, struct arank *r)
         log_warn("rank %d's error file '%s' is not torch's format: ignored", r->rank, path);
         goto out;
     }
-    /* The innermost frame of the traceback: its last 'File "X", line N' line. */
-    for (const char *p = stack; p && (p = strstr(p, "File \"")); p++) {
-        const char *q = strchr(p + 6, '"');
-        long n;
-        if (q && sscanf(q, "\", line %ld", &n) == 1) {
+    /* The innermost frame of the traceback that is the user's: its last 'File "X", line N'
+     * line outside the installed packages (torch's own frames say less), else the last. */
+    for (int pass = 0; pass < 2 && !where[0]; pass++) {
+        for (const char *p = stack; p && (p = strstr(p, "File \"")); p++) {
+            const char *q = strchr(p + 6, '"');
+            long n;
+            if (!q || sscanf(q, "\", line %ld", &n) != 1)
+                continue;
+            if (pass == 0 && (memmem(p, (size_t)(q - p), "-packages/", 10) ||
+                              memmem(p, (size_t)(q - p), "/lib/python3", 12)))
+                continue;
             snprintf(where, sizeof(where), "%.*s", (int)(q - p - 6), p + 6);
             line = n;
         }
@@ -1071,6 +1077,15 @@ static void capture_stacks(struct agent *a, const char *cause)
         if (t.python && t.faulthandler) {
             /* No core file: a large process would take minutes to dump one. */
             struct rlimit none = {0, 0};
+            char note[160];
+            int len = snprintf(note, sizeof(note),
+                               "[gpurun] the job hangs: SIGABRT to rank %d (pid %ld) for its "
+                               "Python stack, which follows as 'Fatal Python error: Aborted'",
+                               r->rank, (long)t.pid);
+            emit_line(r, note, (size_t)len);
+            if (r->logfd >= 0 &&
+                (write(r->logfd, note, (size_t)len) < 0 || write(r->logfd, "\n", 1) < 0))
+                log_debug("cannot write rank %d's log: %s", r->rank, strerror(errno));
             prlimit(t.pid, RLIMIT_CORE, &none, NULL);
             r->killed = true;
             r->cap = CAP_PYTHON;

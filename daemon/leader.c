@@ -130,6 +130,8 @@ struct leader {
     int64_t t_start, t_joined, t_first_step, t_abort, t_finish;
     int64_t t_generation; /* when the current generation's ranks were assigned */
     int64_t t_preempt_poll;
+    int64_t t_preempt; /* when the pre-timeout signal went out; 0: never */
+    int preempt_sig;
     bool closing, done_called;
 };
 
@@ -256,6 +258,12 @@ static json_t *job_view(struct leader *l, bool for_summary)
         json_object_set_new(job, "restarts", json_integer(l->generation));
         json_object_set(job, "earlier_failures", l->failures);
         json_object_set_new(job, "timings", timings);
+        /* Whether the job was told its time was nearly up: a job that then completes stopped
+         * early, on purpose. */
+        if (l->t_preempt)
+            json_object_set_new(job, "preempt_signal",
+                                json_pack("{s:i, s:I}", "signal", l->preempt_sig, "at_ms",
+                                          (json_int_t)(l->t_preempt - l->t_start)));
     }
     return job;
 }
@@ -645,6 +653,10 @@ static void send_preempt(struct leader *l, int sig)
     char sn[SIGNAME_LEN];
 
     log_info("pre-timeout signal %s: to the ranks that asked for it", signame(sig, sn));
+    if (!l->t_preempt) {
+        l->t_preempt = now_ms(l);
+        l->preempt_sig = sig;
+    }
     broadcast(l, proto_pack("{s:s, s:i}", "type", "signal", "signal", sig));
 }
 
@@ -925,11 +937,25 @@ static void check_hang(struct leader *l, int64_t now)
     if (blamed < 0 || now - l->ranks[blamed].report_ms <= hang)
         return;
     int node = node_of(l, blamed);
-    snprintf(cause, sizeof(cause),
-             "rank %d on node %d ('%s') hung: no progress report for %.1f s (its last step %" PRId64
-             ", the furthest rank's %" PRId64 ")",
-             blamed, node, l->nodes[node].hostname,
-             (double)(now - l->ranks[blamed].report_ms) / 1000, l->ranks[blamed].step, max_step);
+    int n = snprintf(cause, sizeof(cause),
+                     "rank %d on node %d ('%s') hung: no progress report for %.1f s (its last "
+                     "step %" PRId64 ", the furthest rank's %" PRId64 ")",
+                     blamed, node, l->nodes[node].hostname,
+                     (double)(now - l->ranks[blamed].report_ms) / 1000, l->ranks[blamed].step,
+                     max_step);
+    /* Ranks that never reported are never blamed (a job may report from rank 0 alone), but
+     * one stuck before its first report looks just like that: name them, the stacks tell. */
+    int silent = 0;
+    for (int r = 0; r < l->world_size && n > 0 && (size_t)n < sizeof(cause) - 48; r++) {
+        if (l->ranks[r].report_ms || l->ranks[r].phase != PHASE_RUNNING)
+            continue;
+        if (silent++ == 8) {
+            n += snprintf(cause + n, sizeof(cause) - (size_t)n, " ...");
+            break;
+        }
+        n += snprintf(cause + n, sizeof(cause) - (size_t)n, "%s%d",
+                      silent == 1 ? "; never reported, and may be the one stuck: rank " : ", ", r);
+    }
     l->abort_stacks = true;
     fail(l, 124, "hung", true, failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""));
 }

@@ -240,6 +240,10 @@ TEST(cli_args_refused_with_messages)
         {WORDS("-x"), "unknown option '-x' (see 'gpurun --help')"},
         {WORDS("--nod", "2"), "unknown option '--nod' (see 'gpurun --help')"},
         {WORDS("--nodes"), "option '--nodes' needs a value"},
+        {WORDS("-J", "--", "true"), "option '--job-name' needs a value"},
+        {WORDS("-J", "--wait", "--", "true"),
+         "option '--job-name' needs a value, and '--wait' looks like an option (for a value that "
+         "starts with '-', write --job-name=--wait)"},
         {WORDS("--local=yes"), "option '--local' takes no value"},
         {WORDS("--heartbeat", "0"), "--heartbeat: must be 0.01..600 seconds"},
         {WORDS("--heartbeat", "1e3"), "--heartbeat: '1e3' is not a number of seconds"},

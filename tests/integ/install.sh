@@ -97,7 +97,7 @@ EOF
 "${CC:-cc}" -std=c11 -Wall -Wextra -Werror -I"$top/include" -o "$work/crank" "$work/crank.c" \
     -L"$top/lib" -lgr -Wl,-rpath,"$top/lib" >"$work/out" 2>"$work/err" ||
     fail "cannot build a program against the installed gr.h and libgr.so"
-ldd "$work/crank" | grep -qF "libgr.so.0 => $top/lib/libgr.so.0" ||
+ldd "$work/crank" | grep -F "libgr.so.0 => $top/lib/libgr.so.0" >/dev/null ||
     fail "the program does not load the installed libgr.so: $(ldd "$work/crank" | grep libgr)"
 
 cat >"$work/pyrank.py" <<'EOF'

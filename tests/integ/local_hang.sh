@@ -73,3 +73,14 @@ expect_rc 0 "a job whose ranks never report, under --hang-timeout 0.5"
 [ "$(grep -c 'cannot apply: no rank has reported progress' "$work/err")" = 1 ] ||
     fail "not exactly one 'cannot apply' warning: $(grep -c 'cannot apply' "$work/err")"
 echo "# ranks that never report ran 2 s under --hang-timeout 0.5, one warning"
+
+# --- a rank stuck before its first report ----------------------------------------------------
+# It is never blamed (a job may report from some ranks only), but the failure names it.
+job=$work/silent
+run --local -N 2 --gpus-per-node 2 --hang-timeout 1 --kill-grace 1 --job-dir "$job" \
+    -- "$example" --steps 10 --step-ms 50 --stall-rank 2 --stall-step 0
+expect_rc 124 "a job with a rank stuck before its first report"
+cause=$(json "$job/summary.json" 'v["first_failure"]["cause"]')
+[[ $cause == *"; never reported, and may be the one stuck: rank 2" ]] ||
+    fail "the cause does not name the rank that never reported: $cause"
+echo "# a rank stuck before its first report is named in the cause"

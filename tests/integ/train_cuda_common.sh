@@ -21,7 +21,7 @@ gpu_count() {
 
 # built_with_cuda BIN: whether BIN links the CUDA runtime (a build where nvcc was found).
 built_with_cuda() {
-    ldd "$1" 2>/dev/null | grep -q 'libcudart\.so'
+    ldd "$1" 2>/dev/null | grep 'libcudart\.so' >/dev/null
 }
 
 # pick_flavour: sets cuda_bin, flavour and gpus (the devices a run may use) or skips.

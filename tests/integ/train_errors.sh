@@ -39,7 +39,7 @@ expect_error "command line: 'train.stepz': unknown key" small.cfg train.stepz=3
 expect_error "command line: 'train.steps': -3 is out of range 1..1000000000" small.cfg train.steps=-3
 # A build with the CUDA backend (linked with cudart) answers for the device instead:
 # train_cuda_nodevice.sh checks that.
-if ! ldd "$train_bin" 2>/dev/null | grep -q 'libcudart\.so'; then
+if ! ldd "$train_bin" 2>/dev/null | grep 'libcudart\.so' >/dev/null; then
     expect_error "command line: device 'cuda': this gpurun-train has no CUDA backend (built without nvcc); use device = cpu" \
         small.cfg train.device=cuda
     sed 's/^threads = 1/device = cuda/' small.cfg >cuda.cfg

@@ -68,7 +68,7 @@ for r in 0 1; do
     grep -qE "^$r +0 +[^ ]+ +running +[1-9][0-9]* +[0-9]+\.[0-9]{4} " "$work/out" ||
         fail "status shows no step and loss for rank $r"
 done
-grep -qE '^step: [1-9][0-9]*( \(slowest rank [0-9]+\))? of 1000000, loss [0-9.]+' "$work/out" || fail "status shows no step line"
+grep -qE '^step: [1-9][0-9]*( \(the slowest rank at [0-9]+\))? of 1000000, loss [0-9.]+' "$work/out" || fail "status shows no step line"
 kill -USR1 "$pid"
 rc=0
 wait "$pid" || rc=$?

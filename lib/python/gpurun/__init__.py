@@ -317,7 +317,8 @@ def report(step, *, loss=None, lr=None, tokens_per_s=None, grad_norm=None, total
         if total_steps < 0:
             raise ValueError("gpurun.report: total_steps %d is negative" % total_steps)
         msg["total_steps"] = total_steps
-    if bad and not _warned:
+    # Outside a job the call is a quiet no-op: the argument checks above still apply.
+    if bad and not _warned and in_job():
         _warned = True
         try:
             sys.stderr.write("gpurun.report: %s: %s: not reported\n" % (_caller(), bad[0]))
