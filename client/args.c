@@ -506,6 +506,13 @@ int args_parse_signal(const char *s, struct args_signal *sig, struct args_error 
                     "--signal: '%.*s' is not a signal (a number 1..%d, or a name such as USR1 "
                     "or SIGUSR1)",
                     (int)len, p, ARGS_SIGNAL_MAX);
+    /* The daemons pass on USR1 and USR2; any other would be theirs (TERM, INT, HUP cancel
+     * the job) or kill them (ALRM...), not reach the ranks. */
+    if (out.sig != SIGUSR1 && out.sig != SIGUSR2)
+        return fail(err,
+                    "--signal: '%.*s': gpurun passes only USR1 or USR2 on to the ranks (the time "
+                    "limit itself ends them with SIGTERM)",
+                    (int)len, p);
     if (at) {
         if (time_field(at + 1, strlen(at + 1), &t) < 0 || t > SIGNAL_TIME_MAX)
             return fail(err, "--signal: '%s' is not a TIME of 0..%d seconds", at + 1,

@@ -15,6 +15,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -87,8 +88,11 @@ struct arank {
     bool spawned, exited, reported, killed, oom;
     bool wants_preempt; /* asked for the pre-timeout signal (a "preempt" request) */
     pid_t preempt_pid;  /* the process that asked: the signal goes to it alone */
+    int preempt_fd;     /* a pidfd of it (valid when wants_preempt; -1: none), so that a
+                         * later signal can never reach another process that took its pid */
     enum capture cap;
-    char *stack; /* the captured stack (PROTO_STACK_MAX bytes at most), or NULL */
+    bool faulthandler; /* its environment has PYTHONFAULTHANDLER set (a capture's SIGABRT) */
+    char *stack;       /* the captured stack (PROTO_STACK_MAX bytes at most), or NULL */
     size_t stack_len;
     int code, sig;
     int64_t exit_ms;
@@ -151,6 +155,7 @@ struct agent {
     bool closing;
     int64_t t_start, teardown_ms, last_flush_ms, next_connect_ms;
     int64_t capture_until;              /* AG_CAPTURE's deadline */
+    struct stack_tool *tools;           /* stack tools started, until their handles close */
     char capture_cause[PROTO_TAIL_MAX]; /* the leader's abort cause, for the teardown after */
 
     int world_size, rank_base, master_port, nnodes;
@@ -186,6 +191,7 @@ static int64_t now_ms(const struct agent *a)
 
 static void maybe_free(struct agent *a);
 static void teardown(struct agent *a, const char *cause);
+static void capture_check(struct agent *a);
 static void check_done(struct agent *a);
 static void stop_watching(struct agent *a);
 
@@ -486,6 +492,7 @@ static void on_rank_exit(uv_process_t *p, int64_t status, int sig)
         a->status = sig ? 128 + sig : (int)status;
         teardown(a, cause);
     }
+    capture_check(a);
     check_done(a);
 }
 
@@ -620,9 +627,11 @@ static json_t *read_error_file(struct agent *a, struct arank *r)
     }
     if (out && stack) {
         size_t sl = strlen(stack);
-        /* The end of the traceback is what names the failure. */
-        json_object_set_new(out, "traceback",
-                            json_string(stack + (sl > PROTO_TAIL_MAX ? sl - PROTO_TAIL_MAX : 0)));
+        const char *from = stack + (sl > PROTO_TAIL_MAX ? sl - PROTO_TAIL_MAX : 0);
+        /* The end of the traceback is what names the failure; it starts on a character. */
+        while (((unsigned char)*from & 0xc0) == 0x80)
+            from++;
+        json_object_set_new(out, "traceback", json_string(from));
     }
     if (out)
         log_info("rank %d recorded %s", r->rank, text);
@@ -661,6 +670,11 @@ static int spawn_rank(struct agent *a, struct arank *r)
     env = build_env(a, r);
     if (!env)
         return -ENOMEM;
+    /* Python reads any non-empty value as "on". */
+    r->faulthandler = false;
+    for (char **e = env; *e; e++)
+        if (!strncmp(*e, "PYTHONFAULTHANDLER=", 19))
+            r->faulthandler = (*e)[19] != '\0';
     r->out = stream_new(a, r);
     r->err = stream_new(a, r);
     if (r->err)
@@ -850,8 +864,12 @@ static void on_rank_message(struct peer *p, struct msg *m)
         r->progress_ms = now_ms(a);
         break;
     case MSG_PREEMPT:
+        if (r->wants_preempt && r->preempt_fd >= 0)
+            close(r->preempt_fd);
         r->wants_preempt = true;
         r->preempt_pid = rc->pid;
+        /* The asker is alive now (it waits for this reply): pin it. */
+        r->preempt_fd = (int)syscall(SYS_pidfd_open, rc->pid, 0);
         peer_send(p, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
         break;
     case MSG_FINALIZE:
@@ -974,7 +992,9 @@ struct stack_tool {
     uv_process_t proc;
     uv_pipe_t out;
     struct agent *agent;
-    struct arank *rank;
+    struct arank *rank; /* NULL once its rank's record was reset (a restart) */
+    struct stack_tool *next;
+    bool running;
     int open; /* handles not yet closed */
 };
 
@@ -984,16 +1004,42 @@ static void on_tool_closed(uv_handle_t *h)
     struct agent *a = t->agent;
 
     a->handles_open--;
-    if (--t->open == 0)
+    if (--t->open == 0) {
+        struct stack_tool **pp = &a->tools;
+        while (*pp != t)
+            pp = &(*pp)->next;
+        *pp = t->next;
         free(t);
+    }
     maybe_free(a);
+}
+
+/* Ends every stack tool still running: a tool stuck on its target (gdb reading a large
+ * process's symbols, a ptrace of a process in D state) must not outlive the capture. libuv
+ * reaps it; kill_orphans() leaves it alone. */
+static void stop_tools(struct agent *a)
+{
+    for (struct stack_tool *t = a->tools; t; t = t->next)
+        if (t->running)
+            uv_process_kill(&t->proc, SIGKILL);
+}
+
+/* The capture is over once every rank exited (a Python rank after its dump) or its tool
+ * finished: the teardown goes on at once rather than at the next tick, so that a restart's
+ * assign finds the agent in teardown. */
+static bool capture_done(const struct agent *a);
+
+static void capture_check(struct agent *a)
+{
+    if (a->state == AG_CAPTURE && capture_done(a))
+        teardown(a, a->capture_cause);
 }
 
 static void on_tool_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct stack_tool *t = s->data;
 
-    if (nread > 0) {
+    if (nread > 0 && t->rank) {
         stack_append(t->rank, buf->base, (size_t)nread);
         if (t->rank->logfd >= 0 && write(t->rank->logfd, buf->base, (size_t)nread) < 0)
             log_debug("cannot write rank %d's log: %s", t->rank->rank, strerror(errno));
@@ -1008,8 +1054,11 @@ static void on_tool_exit(uv_process_t *p, int64_t status, int sig)
 
     (void)status;
     (void)sig;
-    t->rank->cap = CAP_DONE;
+    t->running = false;
+    if (t->rank)
+        t->rank->cap = CAP_DONE;
     uv_close((uv_handle_t *)p, on_tool_closed);
+    capture_check(t->agent);
 }
 
 /* Runs eu-stack or gdb on pid for r; the capture is done when it exits. */
@@ -1043,6 +1092,9 @@ static int run_stack_tool(struct agent *a, struct arank *r, pid_t pid)
     ret = uv_spawn(a->loop, &t->proc, &opt);
     t->open = 2;
     a->handles_open += 2;
+    t->next = a->tools;
+    a->tools = t;
+    t->running = ret == 0;
     if (ret < 0) {
         uv_close((uv_handle_t *)&t->proc, on_tool_closed);
         uv_close((uv_handle_t *)&t->out, on_tool_closed);
@@ -1074,7 +1126,7 @@ static void capture_stacks(struct agent *a, const char *cause)
         r->cap = CAP_DONE;
         if (!r->spawned || r->exited || stacks_find_target(r->proc.pid, &t) < 0)
             continue;
-        if (t.python && t.faulthandler) {
+        if (t.python && r->faulthandler) {
             /* No core file: a large process would take minutes to dump one. */
             struct rlimit none = {0, 0};
             char note[160];
@@ -1142,6 +1194,8 @@ static void kill_orphans(struct agent *a)
         bool ours = false;
         for (int i = 0; i < a->nranks; i++)
             ours |= a->ranks[i].spawned && !a->ranks[i].exited && a->ranks[i].proc.pid == pid;
+        for (struct stack_tool *t = a->tools; t; t = t->next)
+            ours |= t->running && t->proc.pid == pid;
         if (!ours) {
             log_info("killing process %ld left behind by a rank", pid);
             kill((pid_t)pid, SIGKILL);
@@ -1157,6 +1211,7 @@ static void teardown(struct agent *a, const char *cause)
         return;
     log_info("tearing down node %d's ranks: %s", a->node_rank, cause);
     a->state = AG_TEARDOWN;
+    stop_tools(a);
     a->teardown_ms = now_ms(a);
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];
@@ -1212,6 +1267,8 @@ static void check_done(struct agent *a)
  * barriers and the requests in flight (their ranks are gone). */
 static void reset_generation(struct agent *a)
 {
+    for (struct stack_tool *t = a->tools; t; t = t->next)
+        t->rank = NULL;
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];
         int logfd = r->logfd;
@@ -1219,6 +1276,8 @@ static void reset_generation(struct agent *a)
         stream_close(&r->out);
         stream_close(&r->err);
         free(r->stack);
+        if (r->wants_preempt && r->preempt_fd >= 0)
+            close(r->preempt_fd);
         memset(r, 0, sizeof(*r));
         r->agent = a;
         r->local = i;
@@ -1315,8 +1374,10 @@ static void deliver_preempt(struct agent *a, int sig)
          * own --signal goes to the whole group, as Slurm's does. */
         if (a->spec->preempt_all || r->preempt_pid <= 0)
             signal_group(r, sig);
+        else if (r->preempt_fd >= 0)
+            syscall(SYS_pidfd_send_signal, r->preempt_fd, sig, NULL, 0);
         else
-            kill(r->preempt_pid, sig);
+            kill(r->preempt_pid, sig); /* a kernel without pidfds (before 5.3) */
         n++;
     }
     /* Said once per node where it matters: a rank that did not ask runs on to the limit. */
@@ -1721,6 +1782,8 @@ static void maybe_free(struct agent *a)
     for (int i = 0; i < a->nranks; i++) {
         if (a->ranks[i].logfd >= 0)
             close(a->ranks[i].logfd);
+        if (a->ranks[i].wants_preempt && a->ranks[i].preempt_fd >= 0)
+            close(a->ranks[i].preempt_fd);
         free(a->ranks[i].stack);
     }
     while (a->bwaits) {

@@ -40,6 +40,10 @@
 #define FINISH_LINGER_MS     2000
 /* After "abort", agents get kill_grace plus this to report their ranks gone. */
 #define ABORT_SLACK_MS       3000
+/* How late a rank's newest report may reach the leader: agents batch reports every 250 ms
+ * (agent.c's PROGRESS_FLUSH_MS), plus the link. A hang is declared this much after the
+ * timeout, so that a rank reporting just inside the timeout is never blamed. */
+#define HANG_MARGIN_MS       300
 /* A hang's teardown first captures every rank's stack: agents get this long for it. */
 #define STACK_CAPTURE_MS     5000
 /* How often the leader looks for the batch script's pre-timeout request (PREEMPT_FILE). */
@@ -166,8 +170,13 @@ static void log_tail(const char *tail)
 static void fail(struct leader *l, int status, const char *outcome, bool restartable,
                  json_t *failure)
 {
-    const char *cause = json_string_value(json_object_get(failure, "cause"));
+    const char *cause;
 
+    /* Never without a record: finish() reads a missing one as success. */
+    if (!failure)
+        failure = json_pack("{s:s, s:i, s:i}", "cause", "failure (no memory for its record)",
+                            "rank", -1, "node", -1);
+    cause = json_string_value(json_object_get(failure, "cause"));
     if (l->first_failure || l->state == JOB_FINISHED) {
         log_info("after the first failure: %s", cause ? cause : "?");
         json_decref(failure);
@@ -185,14 +194,47 @@ static void fail(struct leader *l, int status, const char *outcome, bool restart
                             "stacks", l->abort_stacks));
 }
 
-static json_t *failure_new(const char *cause, int rank, int node, const char *host, int code,
-                           int sig, const char *tail)
+/* s with every byte outside printable ASCII (and newlines) as '?': for text that failed to
+ * make a JSON string, so that the failure's record is never lost. New; caller frees. */
+static char *ascii_copy(const char *s)
+{
+    char *c = strdup(s ? s : "");
+
+    for (char *p = c; p && *p; p++)
+        if ((unsigned char)*p >= 0x7f || ((unsigned char)*p < 0x20 && *p != '\n'))
+            *p = '?';
+    return c;
+}
+
+static json_t *failure_pack(const char *cause, int rank, int node, const char *host, int code,
+                            int sig, const char *tail)
 {
     char sn[SIGNAME_LEN];
 
     return json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:s, s:s}", "cause", cause, "rank", rank,
                      "node", node, "hostname", host ? host : "", "code", code, "signal", sig,
                      "signal_name", sig ? signame(sig, sn) : "", "tail", tail ? tail : "");
+}
+
+/* A failure's record. Text that is not UTF-8 (a rank's output cut mid-character, say) is
+ * kept as ASCII: a missing record would read as a job that succeeded. */
+static json_t *failure_new(const char *cause, int rank, int node, const char *host, int code,
+                           int sig, const char *tail)
+{
+    json_t *f = failure_pack(cause, rank, node, host, code, sig, tail);
+    char *c, *h, *t;
+
+    if (f)
+        return f;
+    c = ascii_copy(cause);
+    h = ascii_copy(host);
+    t = ascii_copy(tail);
+    if (c && h && t)
+        f = failure_pack(c, rank, node, h, code, sig, t);
+    free(c);
+    free(h);
+    free(t);
+    return f;
 }
 
 static int node_of(const struct leader *l, int r)
@@ -204,7 +246,7 @@ static int node_of(const struct leader *l, int r)
     return node;
 }
 
-static json_t *rank_view(const struct leader *l, int r)
+static json_t *rank_view(const struct leader *l, int r, bool detail)
 {
     const struct rank *k = &l->ranks[r];
     json_t *v;
@@ -221,14 +263,17 @@ static json_t *rank_view(const struct leader *l, int r)
         json_object_set_new(v, "steps_per_s",
                             json_real((double)(k->step - k->first_step) * 1000 /
                                       (double)(k->report_ms - k->first_ms)));
-    if (v && k->stack)
+    /* Stacks and exceptions go to summary.json only: with many ranks they would not fit a
+     * status reply's frame (the first failure's, the one that matters, is in both). */
+    if (v && detail && k->stack)
         json_object_set(v, "stack", k->stack);
-    if (v && k->error)
+    if (v && detail && k->error)
         json_object_set(v, "error", k->error);
     return v;
 }
 
-static json_t *job_view(struct leader *l, bool for_summary)
+/* detail: every rank's stack and exception (summary.json; too large for a status reply). */
+static json_t *job_view(struct leader *l, bool for_summary, bool detail)
 {
     json_t *nodes = json_array(), *ranks = json_array(), *job;
     int64_t t = now_ms(l);
@@ -242,7 +287,7 @@ static json_t *job_view(struct leader *l, bool for_summary)
                              (json_int_t)(n->conn ? t - n->conn->peer.last_rx_ms : -1)));
     }
     for (int r = 0; r < l->world_size; r++)
-        json_array_append_new(ranks, rank_view(l, r));
+        json_array_append_new(ranks, rank_view(l, r, detail));
     job = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o}", "job_id", l->spec->job_id, "state",
                     state_names[l->state], "world_size", l->world_size, "nnodes", l->spec->nnodes,
                     "nodes", nodes, "ranks", ranks);
@@ -277,7 +322,7 @@ static void write_summary(struct leader *l)
 
     if (!l->job_dir)
         return;
-    job = job_view(l, true);
+    job = job_view(l, true, true);
     text = job ? json_dumps(job, JSON_INDENT(2)) : NULL;
     json_decref(job);
     if (!text) {
@@ -480,6 +525,19 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
     }
 }
 
+/* How many bytes of s to keep for at most max, not splitting a UTF-8 character. */
+static int utf8_cut(const char *s, int max)
+{
+    int n = 0;
+
+    while (s && s[n] && n < max)
+        n++;
+    if (s && s[n])
+        while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
+            n--;
+    return n;
+}
+
 /* "ValueError: bad input (train.py:42)" from a rank's recorded exception, in a static
  * buffer (the leader is single-threaded). */
 static const char *error_line(json_t *err)
@@ -489,11 +547,13 @@ static const char *error_line(json_t *err)
     const char *msg = json_string_value(json_object_get(err, "message"));
     const char *file = json_string_value(json_object_get(err, "file"));
     json_int_t ln = json_integer_value(json_object_get(err, "line"));
-    int n = snprintf(line, sizeof(line), "%.80s%s%.200s", type ? type : "exception",
-                     msg && *msg ? ": " : "", msg ? msg : "");
+    int n = snprintf(line, sizeof(line), "%.*s%s%.*s", utf8_cut(type ? type : "exception", 80),
+                     type ? type : "exception", msg && *msg ? ": " : "", utf8_cut(msg, 200),
+                     msg ? msg : "");
 
     if (file && n > 0 && (size_t)n < sizeof(line))
-        snprintf(line + n, sizeof(line) - (size_t)n, " (%.80s:%lld)", file, (long long)ln);
+        snprintf(line + n, sizeof(line) - (size_t)n, " (%.*s:%lld)", utf8_cut(file, 80), file,
+                 (long long)ln);
     return line;
 }
 
@@ -660,13 +720,6 @@ static void send_preempt(struct leader *l, int sig)
     broadcast(l, proto_pack("{s:s, s:i}", "type", "signal", "signal", sig));
 }
 
-/* From a status client. */
-static void do_signal(struct leader *l, struct conn *c, struct msg *m)
-{
-    send_preempt(l, m->signal);
-    peer_send(&c->peer, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
-}
-
 /* The batch script's request (PREEMPT_FILE), taken once. */
 static void poll_preempt(struct leader *l, int64_t now)
 {
@@ -698,7 +751,7 @@ static void on_message(struct peer *p, struct msg *m)
         do_join(l, c, m);
         return;
     }
-    if (c->role == ROLE_NEW && (m->type == MSG_STATUS || m->type == MSG_SIGNAL)) {
+    if (c->role == ROLE_NEW && m->type == MSG_STATUS) {
         if (l->nclients >= CLIENTS_MAX) {
             peer_send_error(p, m->id, "denied", "too many status clients");
             peer_close(p, "too many status clients");
@@ -710,11 +763,7 @@ static void on_message(struct peer *p, struct msg *m)
     }
     if (c->role == ROLE_CLIENT && m->type == MSG_STATUS) {
         peer_send(p, proto_pack("{s:s, s:I, s:o}", "type", "status_reply", "id", m->id, "job",
-                                job_view(l, l->state == JOB_FINISHED)));
-        return;
-    }
-    if (c->role == ROLE_CLIENT && m->type == MSG_SIGNAL) {
-        do_signal(l, c, m);
+                                job_view(l, l->state == JOB_FINISHED, false)));
         return;
     }
     if (c->role != ROLE_AGENT) {
@@ -934,7 +983,8 @@ static void check_hang(struct leader *l, int64_t now)
         }
         return;
     }
-    if (blamed < 0 || now - l->ranks[blamed].report_ms <= hang)
+    /* A newer report may still sit in its agent's batch (PROGRESS_FLUSH_MS there). */
+    if (blamed < 0 || now - l->ranks[blamed].report_ms <= hang + HANG_MARGIN_MS)
         return;
     int node = node_of(l, blamed);
     int n = snprintf(cause, sizeof(cause),

@@ -12,8 +12,9 @@
 #include "stacks.h"
 #include "banned.h"
 
-/* Processes followed below a rank: more would be a fork bomb, not a training job. */
-#define MAX_PROCS 4096
+/* Processes of the machine read in one scan (all of /proc, to find a rank's descendants):
+ * a node runs far fewer; past this a rank's target may be missed, and it gets no stack. */
+#define MAX_PROCS 65536
 
 struct pp {
     pid_t pid, ppid;
@@ -73,30 +74,6 @@ static bool is_python(pid_t pid)
     return !strncmp(base, "python", 6);
 }
 
-/* Whether PYTHONFAULTHANDLER is set to a non-empty value in pid's environment (as Python
- * reads it: any non-empty value enables the handler). */
-static bool has_faulthandler(pid_t pid)
-{
-    static const char key[] = "PYTHONFAULTHANDLER=";
-    char path[64], buf[64 * 1024];
-    ssize_t n;
-    int fd;
-
-    snprintf(path, sizeof(path), "/proc/%ld/environ", (long)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    for (char *p = buf; p < buf + n; p += strlen(p) + 1)
-        if (!strncmp(p, key, sizeof(key) - 1))
-            return p[sizeof(key) - 1] != '\0';
-    return false;
-}
-
 int stacks_find_target(pid_t root, struct stack_target *t)
 {
     struct pp *procs = calloc(MAX_PROCS, sizeof(*procs));
@@ -119,7 +96,6 @@ int stacks_find_target(pid_t root, struct stack_target *t)
             if (is_python(procs[i].pid)) {
                 t->pid = procs[i].pid;
                 t->python = true;
-                t->faulthandler = has_faulthandler(procs[i].pid);
                 ret = 0;
                 goto out;
             }

@@ -1,9 +1,9 @@
 /* Finding what to ask for a rank's stack before a hang's teardown (DESIGN.md section 4).
  * A Python rank is sent SIGABRT: with PYTHONFAULTHANDLER set (the agent sets it unless the
- * user did), faulthandler writes every thread's traceback to stderr, that is to the rank's
- * log, before the process dies. Any other rank gets a native backtrace from eu-stack, else
- * from gdb, where one is installed. The agent runs the tool and collects its output; this
- * module only finds the process and the tool. */
+ * user did, and knows which from the environment it gave the rank), faulthandler writes every
+ * thread's traceback to stderr, that is to the rank's log, before the process dies. Any other rank
+ * gets a native backtrace from eu-stack, else from gdb, where one is installed. The agent runs the
+ * tool and collects its output; this module only finds the process and the tool. */
 #ifndef GPURUN_STACKS_H
 #define GPURUN_STACKS_H
 
@@ -12,9 +12,8 @@
 #include <sys/types.h>
 
 struct stack_target {
-    pid_t pid;         /* the process whose stack stands for the rank */
-    bool python;       /* it runs a Python interpreter */
-    bool faulthandler; /* and PYTHONFAULTHANDLER is set in its environment */
+    pid_t pid;   /* the process whose stack stands for the rank */
+    bool python; /* it runs a Python interpreter */
 };
 
 /* Finds the target among the descendants of root (the rank's shim), breadth first: the

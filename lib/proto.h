@@ -45,9 +45,9 @@
  * preempt       rank->agent       id: this rank handles the pre-timeout signal (the signal
  *                                 in its GPURUN_PREEMPT_SIGNAL): send it there. A rank that
  *                                 never asks never gets it (DESIGN.md section 4)
- * signal        client->leader    id, signal: deliver the pre-timeout signal now (the batch
- *                                 script's trap sends it when Slurm signals the script)
- *               leader->agent     signal: deliver it to the ranks that asked for it
+ * signal        leader->agent     signal: the pre-timeout signal came (the batch script's trap
+ *                                 hands it to the leader through the job dir's "preempt"
+ *                                 file): deliver it to the ranks that asked for it
  * finalize      rank->agent       id: the rank is done with the library
  * rank_exit     agent->leader     rank, code, signal, oom, killed (the agent's own teardown
  *                                 killed it: a consequence, not a failure), tail (last lines

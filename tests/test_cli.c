@@ -500,16 +500,10 @@ TEST(cli_args_signal_values)
         int sig, time_s;
         bool batch, resv;
     } good[] = {
-        {"USR1", SIGUSR1, 60, false, false},
-        {"B:USR1@120", SIGUSR1, 120, true, false},
-        {"R:SIGTERM@0", SIGTERM, 0, false, true},
-        {"RB:12@65535", 12, 65535, true, true},
-        {"br:usr2", SIGUSR2, 60, true, true},
-        {"10", 10, 60, false, false},
-        {"sigusr1@5", SIGUSR1, 5, false, false},
-        {"SigHup", SIGHUP, 60, false, false},
-        {"64@1", 64, 1, false, false},
-        {":INT", SIGINT, 60, false, false},
+        {"USR1", SIGUSR1, 60, false, false},      {"B:USR1@120", SIGUSR1, 120, true, false},
+        {"R:SIGUSR2@0", SIGUSR2, 0, false, true}, {"RB:12@65535", 12, 65535, true, true},
+        {"br:usr2", SIGUSR2, 60, true, true},     {"10", 10, 60, false, false},
+        {"sigusr1@5", SIGUSR1, 5, false, false},  {":USR1", SIGUSR1, 60, false, false},
     };
     static const struct {
         const char *s, *msg;
@@ -533,6 +527,12 @@ TEST(cli_args_signal_values)
         {"USR1@-1", "--signal: '-1' is not a TIME of 0..65535 seconds"},
         {"USR1@65536", "--signal: '65536' is not a TIME of 0..65535 seconds"},
         {"USR1@1@2", "--signal: '1@2' is not a TIME of 0..65535 seconds"},
+        {"B:TERM@90", "--signal: 'TERM': gpurun passes only USR1 or USR2 on to the ranks (the "
+                      "time limit itself ends them with SIGTERM)"},
+        {"ALRM", "--signal: 'ALRM': gpurun passes only USR1 or USR2 on to the ranks (the time "
+                 "limit itself ends them with SIGTERM)"},
+        {"64@1", "--signal: '64': gpurun passes only USR1 or USR2 on to the ranks (the time "
+                 "limit itself ends them with SIGTERM)"},
     };
 
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
@@ -564,12 +564,12 @@ TEST(cli_args_signal_sets_the_spec)
     struct gpurun_args a;
     struct args_error err;
 
-    CHECK_EQ(parse(&a, &err, WORDS("--signal=B:TERM@90", "--", "true")), 0);
-    CHECK_STR(a.signal.text, "B:TERM@90");
-    CHECK_EQ(a.signal.sig, SIGTERM);
+    CHECK_EQ(parse(&a, &err, WORDS("--signal=B:USR2@90", "--", "true")), 0);
+    CHECK_STR(a.signal.text, "B:USR2@90");
+    CHECK_EQ(a.signal.sig, SIGUSR2);
     CHECK_EQ(a.signal.time_s, 90);
     CHECK(a.signal.batch_only && !a.signal.reservation);
-    CHECK_EQ(a.spec.preempt_signal, SIGTERM);
+    CHECK_EQ(a.spec.preempt_signal, SIGUSR2);
     CHECK_EQ(a.spec.preempt_all, 1);
     CHECK(args_given(&a, "signal"));
     args_release(&a);
