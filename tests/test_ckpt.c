@@ -207,18 +207,27 @@ TEST(ckpt_latest_and_prune)
     CHECK_STR(latest, ckpt_file(100));
     free(latest);
 
-    /* Prune keeps the newest two by step, whatever they hold. */
+    /* Prune keeps the newest two complete ones (100, 20) and what is newer than they, even
+     * incomplete (400, 300); what is older goes (9). */
     CHECK_EQ(ckpt_prune(out_dir(), 2, &err), 0);
     CHECK_EQ(access(ckpt_file(400), F_OK), 0);
     CHECK_EQ(access(ckpt_file(300), F_OK), 0);
-    CHECK_EQ(access(ckpt_file(100), F_OK), -1);
-    CHECK_EQ(access(ckpt_file(20), F_OK), -1);
+    CHECK_EQ(access(ckpt_file(100), F_OK), 0);
+    CHECK_EQ(access(ckpt_file(20), F_OK), 0);
     CHECK_EQ(access(ckpt_file(9), F_OK), -1);
     CHECK_EQ(count_files(".tmp"), 1);
+    CHECK_EQ(count_files("ckpt_600.bin.old"), 1);
+    CHECK_EQ(count_files("ckpt_.bin"), 1);
     CHECK_EQ(ckpt_prune(out_dir(), 0, &err), -EINVAL);
-    /* Nothing complete left. */
+    /* One complete checkpoint is never removed for want of a second. */
+    CHECK_EQ(ckpt_prune(out_dir(), 1, &err), 0);
+    CHECK_EQ(access(ckpt_file(100), F_OK), 0);
+    CHECK_EQ(access(ckpt_file(20), F_OK), -1);
+    CHECK_EQ(ckpt_prune(out_dir(), 2, &err), 0);
+    CHECK_EQ(access(ckpt_file(100), F_OK), 0);
     CHECK_EQ(ckpt_latest(out_dir(), &latest, &err), 0);
-    CHECK(latest == NULL);
+    CHECK_STR(latest, ckpt_file(100));
+    free(latest);
     free_state(&st);
 }
 
@@ -272,7 +281,7 @@ static void flip_byte(const char *path, off_t off)
     close(fd);
 }
 
-static void check_load_error(const char *path, const struct ckpt_model *want, size_t n,
+static void check_load_error(const char *path, const struct ckpt_model *want, size_t n, int code,
                              const char *msg)
 {
     struct ckpt_error err = {0};
@@ -282,7 +291,7 @@ static void check_load_error(const char *path, const struct ckpt_model *want, si
     got.params = calloc(n, sizeof(float));
     got.m = calloc(n, sizeof(float));
     got.v = calloc(n, sizeof(float));
-    CHECK_EQ(ckpt_load(path, want, n, &got, NULL, &err), -EINVAL);
+    CHECK_EQ(ckpt_load(path, want, n, &got, NULL, &err), code);
     CHECK_STR(err.text, msg);
     free_state(&got);
 }
@@ -305,45 +314,56 @@ TEST(ckpt_refuses_damage_and_mismatch)
     /* The model's shape, each field named. */
     other.n_layer = 3;
     snprintf(msg, sizeof(msg), "'%s': n_layer is 2 in the checkpoint, 3 in the config", p);
-    check_load_error(p, &other, n, msg);
+    check_load_error(p, &other, n, -EINVAL, msg);
     other = shape;
     other.padded_vocab = 128;
     snprintf(msg, sizeof(msg), "'%s': padded_vocab is 64 in the checkpoint, 128 in the config", p);
-    check_load_error(p, &other, n, msg);
+    check_load_error(p, &other, n, -EINVAL, msg);
     snprintf(msg, sizeof(msg), "'%s': 5000 parameters in the checkpoint, 4999 in the model", p);
-    check_load_error(p, &shape, n - 1, msg);
+    check_load_error(p, &shape, n - 1, -EINVAL, msg);
 
     /* One flipped bit anywhere: in the params, in the moments, in the trailer. */
     flip_byte(p, 256 + 3 + 17);
     snprintf(msg, sizeof(msg), "'%s': checksum mismatch: the file is damaged", p);
-    check_load_error(p, &shape, n, msg);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     flip_byte(p, (off_t)len - 1);
-    check_load_error(p, &shape, n, msg);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     flip_byte(p, 64); /* the step in the header */
-    check_load_error(p, &shape, n, msg);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
 
     /* Truncated, short, foreign, a later version, a header whose sizes disagree. */
     CHECK_EQ(fs_write_atomic(p, data, len - 100, 0644), 0);
     snprintf(msg, sizeof(msg), "'%s': truncated: %zu bytes, the header says %zu", p, len - 100,
              len);
-    check_load_error(p, &shape, n, msg);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, 100, 0644), 0);
     snprintf(msg, sizeof(msg), "'%s': truncated: 100 bytes, shorter than the 256-byte header", p);
-    check_load_error(p, &shape, n, msg);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     flip_byte(p, 0);
     snprintf(msg, sizeof(msg), "'%s': not a gpurun checkpoint", p);
-    check_load_error(p, &shape, n, msg);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     flip_byte(p, 8);
-    snprintf(msg, sizeof(msg), "'%s': checkpoint version 254, this reader knows 1", p);
-    check_load_error(p, &shape, n, msg);
+    snprintf(msg, sizeof(msg),
+             "'%s': checkpoint format version 254 is newer than this gpurun-train's (1)", p);
+    check_load_error(p, &shape, n, -EPROTONOSUPPORT, msg);
+    CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
+    {
+        uint32_t zero = 0;
+        int fd = open(p, O_RDWR);
+        CHECK(fd >= 0);
+        CHECK_EQ(pwrite(fd, &zero, 4, 8), 4);
+        close(fd);
+    }
+    snprintf(msg, sizeof(msg), "'%s': damaged header (checkpoint version 0)", p);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     flip_byte(p, 56); /* nparams */
     snprintf(msg, sizeof(msg), "'%s': damaged header (its sizes disagree)", p);
-    check_load_error(p, &shape, n, msg);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
 
     /* And the intact file still loads. */
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
