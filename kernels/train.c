@@ -675,8 +675,7 @@ static int setup_start(struct run *r)
     if (restarts && strcmp(restarts, "0") != 0)
         resume = true;
     if (r->rank == 0) {
-        ret = clean_tmp(r);
-        if (ret == 0 && resume)
+        if (resume)
             ret = load_ckpt(r, &st, &hs);
         if (ret == 1) {
             st.from = START_CKPT;
@@ -686,6 +685,8 @@ static int setup_start(struct run *r)
                 st.from = START_LLMC;
             }
         }
+        if (ret >= 0)
+            ret = clean_tmp(r);
         if (ret >= 0)
             ret = st.from == START_CKPT ? trim_metrics(r, st.step) : clear_out_dir(r, resume);
         if (ret >= 0 && (ret = fs_mkdirs(r->cfg.out_dir, 0755)) < 0)

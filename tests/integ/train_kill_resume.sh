@@ -16,7 +16,7 @@ RANDOM=$seed
 echo "# seed $seed"
 kills=15
 steps=120
-args=(small.cfg train.steps=$steps train.ckpt_every=1 train.eval_every=0)
+args=(small.cfg "train.steps=$steps" train.ckpt_every=1 train.eval_every=0)
 
 # The parameters and both moments of a checkpoint (see train_resume.sh).
 state_of() {
