@@ -5,12 +5,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
@@ -217,37 +219,76 @@ out:
 
 /* --- find ---------------------------------------------------------------------------------- */
 
-/* The step of a checkpoint's file name "ckpt_<digits>.bin", or -1 for any other name (temp
- * files among them). */
-static long long step_of_name(const char *name)
+/* What a name in out_dir is to us. */
+enum name_kind {
+    NAME_OTHER,   /* not ours: never touched */
+    NAME_CKPT,    /* "ckpt_<step>.bin" */
+    NAME_TMP,     /* "ckpt_<step>.bin.tmp.<pid>": ckpt_save's temp file */
+    NAME_DAMAGED, /* "ckpt_<step>.bin.damaged[.<n>]": set aside by ckpt_set_aside */
+};
+
+/* Reads the decimal number at *p (at least one digit, at most max) and moves *p past it.
+ * Returns it, or -1. */
+static long long number_at(const char **p, long long max)
+{
+    long long v = 0;
+
+    if (!(**p >= '0' && **p <= '9'))
+        return -1;
+    for (; **p >= '0' && **p <= '9'; (*p)++) {
+        if (v > (max - 9) / 10)
+            return -1;
+        v = v * 10 + (**p - '0');
+    }
+    return v;
+}
+
+/* The kind of name, with its step (and for a temp file the writer's pid) filled. The patterns
+ * are exact: anything else is NAME_OTHER. */
+static enum name_kind name_kind_of(const char *name, long long *step, long long *pid)
 {
     const char *p = name + 5;
-    long long step = 0;
 
-    if (strncmp(name, "ckpt_", 5) || !(*p >= '0' && *p <= '9'))
-        return -1;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        if (step > (LLONG_MAX - 9) / 10)
-            return -1;
-        step = step * 10 + (*p - '0');
+    if (strncmp(name, "ckpt_", 5) || (*step = number_at(&p, LLONG_MAX)) < 0 ||
+        strncmp(p, ".bin", 4))
+        return NAME_OTHER;
+    p += 4;
+    if (!*p)
+        return NAME_CKPT;
+    if (!strncmp(p, ".tmp.", 5)) {
+        p += 5;
+        *pid = number_at(&p, INT_MAX);
+        return *pid > 0 && !*p ? NAME_TMP : NAME_OTHER;
     }
-    return strcmp(p, ".bin") ? -1 : step;
+    if (!strncmp(p, ".damaged", 8)) {
+        p += 8;
+        if (!*p)
+            return NAME_DAMAGED;
+        p++;
+        return p[-1] == '.' && number_at(&p, INT_MAX) >= 0 && !*p ? NAME_DAMAGED : NAME_OTHER;
+    }
+    return NAME_OTHER;
 }
 
 struct found {
     long long step;
+    enum name_kind kind;
     char *path;
 };
 
+/* Newest step first; at one step the checkpoint before what was set aside. */
 static int by_step_desc(const void *a, const void *b)
 {
     const struct found *x = a, *y = b;
-    return x->step < y->step ? 1 : x->step > y->step ? -1 : 0;
+    if (x->step != y->step)
+        return x->step < y->step ? 1 : -1;
+    return (x->kind == NAME_DAMAGED) - (y->kind == NAME_DAMAGED);
 }
 
-/* The checkpoints of out_dir, newest first, into *list (new, free_list). A missing out_dir
- * holds none. */
-static int list_ckpts(const char *out_dir, struct found **list, size_t *n, struct ckpt_error *err)
+/* The entries of out_dir whose name is of a kind in the bit set kinds (1 << NAME_CKPT...),
+ * newest first, into *list (new, free_list). A missing out_dir holds none. */
+static int list_ckpts(const char *out_dir, unsigned kinds, struct found **list, size_t *n,
+                      struct ckpt_error *err)
 {
     DIR *d = opendir(out_dir);
     struct dirent *e;
@@ -262,10 +303,11 @@ static int list_ckpts(const char *out_dir, struct found **list, size_t *n, struc
         return fail(err, -errno, "cannot read '%s': %s", out_dir, strerror(errno));
     }
     while ((e = readdir(d))) {
-        long long step = step_of_name(e->d_name);
+        long long step = -1, pid = -1;
+        enum name_kind kind = name_kind_of(e->d_name, &step, &pid);
         struct found *nv;
         size_t len;
-        if (step < 0)
+        if (kind == NAME_OTHER || !(kinds & (1u << kind)))
             continue;
         nv = realloc(v, (cnt + 1) * sizeof(*v));
         if (!nv)
@@ -273,6 +315,7 @@ static int list_ckpts(const char *out_dir, struct found **list, size_t *n, struc
         v = nv;
         len = strlen(out_dir) + strlen(e->d_name) + 2;
         v[cnt].step = step;
+        v[cnt].kind = kind;
         v[cnt].path = malloc(len);
         if (!v[cnt].path)
             goto nomem;
@@ -300,33 +343,70 @@ static void free_list(struct found *list, size_t n)
     free(list);
 }
 
-/* Reads the header of path and checks what does not need the body: magic, version, sizes
- * against each other and against the file. Returns 0 or -EINVAL with err filled. */
-static int read_header(int fd, const char *path, struct disk_header *h, struct ckpt_error *err)
+/* Reads the header of path and checks what does not need the body: a regular file, magic,
+ * version, sizes against each other and against the file, and (name_step >= 0) the step its
+ * name says. Returns 0, or with err filled -EBADMSG (damaged), -EPROTONOSUPPORT (another
+ * format version), or the errno of a file that cannot be read. */
+static int read_header(int fd, const char *path, long long name_step, struct disk_header *h,
+                       struct ckpt_error *err)
 {
     struct stat st;
     ssize_t n;
 
     if (fstat(fd, &st) < 0)
         return fail(err, -errno, "cannot stat '%s': %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return fail(err, S_ISDIR(st.st_mode) ? -EISDIR : -ENXIO,
+                    "cannot read '%s': not a regular file", path);
     n = pread(fd, h, sizeof(*h), 0);
     if (n < 0)
         return fail(err, -errno, "cannot read '%s': %s", path, strerror(errno));
     if ((size_t)n < sizeof(*h))
-        return fail(err, -EINVAL, "'%s': truncated: %zd bytes, shorter than the %d-byte header",
+        return fail(err, -EBADMSG, "'%s': truncated: %zd bytes, shorter than the %d-byte header",
                     path, n, CKPT_HEADER);
     if (memcmp(h->magic, CKPT_MAGIC, sizeof(h->magic)))
-        return fail(err, -EINVAL, "'%s': not a gpurun checkpoint", path);
+        return fail(err, -EBADMSG, "'%s': not a gpurun checkpoint", path);
+    /* Versions count up from 1: a higher one is a newer writer's file, which this reader must
+     * neither use nor take for damage; 0 is no writer's. */
+    if (h->version > CKPT_VERSION)
+        return fail(err, -EPROTONOSUPPORT,
+                    "'%s': checkpoint format version %u is newer than this gpurun-train's (%d)",
+                    path, h->version, CKPT_VERSION);
     if (h->version != CKPT_VERSION)
-        return fail(err, -EINVAL, "'%s': checkpoint version %u, this reader knows %d", path,
-                    h->version, CKPT_VERSION);
+        return fail(err, -EBADMSG, "'%s': damaged header (checkpoint version %u)", path,
+                    h->version);
     if (h->header_size != CKPT_HEADER || h->config_len > CKPT_CONFIG_MAX ||
         h->nparams > (UINT64_MAX / 16) || h->file_size != file_size_of(h->config_len, h->nparams))
-        return fail(err, -EINVAL, "'%s': damaged header (its sizes disagree)", path);
+        return fail(err, -EBADMSG, "'%s': damaged header (its sizes disagree)", path);
     if ((uint64_t)st.st_size != h->file_size)
-        return fail(err, -EINVAL, "'%s': truncated: %lld bytes, the header says %llu", path,
+        return fail(err, -EBADMSG, "'%s': truncated: %lld bytes, the header says %llu", path,
                     (long long)st.st_size, (unsigned long long)h->file_size);
+    /* ckpt_save names a file for the step in its header. */
+    if (name_step >= 0 && h->step != (uint64_t)name_step)
+        return fail(err, -EBADMSG, "'%s': the header says step %llu", path,
+                    (unsigned long long)h->step);
     return 0;
+}
+
+/* Opens path for reading without blocking on a FIFO that someone named like a checkpoint. */
+static int open_ro(const char *path)
+{
+    return open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+}
+
+/* Whether the checkpoint file of list entry f has a valid header of its step. */
+static bool complete(const struct found *f)
+{
+    struct disk_header h;
+    struct ckpt_error ignored;
+    int fd = open_ro(f->path);
+    bool ok;
+
+    if (fd < 0)
+        return false;
+    ok = read_header(fd, f->path, f->step, &h, &ignored) == 0;
+    close(fd);
+    return ok;
 }
 
 int ckpt_latest(const char *out_dir, char **path, struct ckpt_error *err)
@@ -336,19 +416,11 @@ int ckpt_latest(const char *out_dir, char **path, struct ckpt_error *err)
     int ret;
 
     *path = NULL;
-    ret = list_ckpts(out_dir, &list, &n, err);
+    ret = list_ckpts(out_dir, 1u << NAME_CKPT, &list, &n, err);
     if (ret < 0)
         return ret;
     for (size_t i = 0; i < n; i++) {
-        struct disk_header h;
-        struct ckpt_error ignored;
-        int fd = open(list[i].path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ret = read_header(fd, list[i].path, &h, &ignored);
-        close(fd);
-        /* A name whose step disagrees with its header was not written by ckpt_save. */
-        if (ret == 0 && h.step == (uint64_t)list[i].step) {
+        if (complete(&list[i])) {
             *path = list[i].path;
             list[i].path = NULL;
             break;
@@ -361,17 +433,29 @@ int ckpt_latest(const char *out_dir, char **path, struct ckpt_error *err)
 int ckpt_prune(const char *out_dir, int keep, struct ckpt_error *err)
 {
     struct found *list;
-    size_t n;
-    int ret;
+    size_t n, i;
+    long long oldest_kept;
+    int ret, seen = 0;
 
     if (keep < 1)
         return fail(err, -EINVAL, "'%s': keep %d checkpoints: at least 1", out_dir, keep);
-    ret = list_ckpts(out_dir, &list, &n, err);
+    ret = list_ckpts(out_dir, 1u << NAME_CKPT | 1u << NAME_DAMAGED, &list, &n, err);
     if (ret < 0)
         return ret;
-    for (size_t i = (size_t)keep; i < n && ret == 0; i++)
+    /* The step of the keep-th newest complete checkpoint: what is older goes, what is newer
+     * (complete or not) or at that step (set aside) stays. */
+    for (i = 0; i < n && seen < keep; i++)
+        if (list[i].kind == NAME_CKPT && complete(&list[i]))
+            seen++;
+    oldest_kept = seen == keep ? list[i - 1].step : -1;
+    for (; i < n && ret == 0; i++) {
+        struct stat st;
+        /* Not ours to remove: a directory or a link someone gave the name. */
+        if (list[i].step >= oldest_kept || lstat(list[i].path, &st) < 0 || !S_ISREG(st.st_mode))
+            continue;
         if (unlink(list[i].path) < 0 && errno != ENOENT)
             ret = fail(err, -errno, "cannot remove '%s': %s", list[i].path, strerror(errno));
+    }
     free_list(list, n);
     return ret;
 }
@@ -425,8 +509,9 @@ static int check_shape(const char *path, const struct disk_header *h, const stru
     return 0;
 }
 
-int ckpt_load(const char *path, const struct ckpt_model *expect, size_t nparams,
-              struct ckpt_state *st, char **config, struct ckpt_error *err)
+/* ckpt_load, with the step that path's name says (-1: any). */
+static int load_file(const char *path, long long name_step, const struct ckpt_model *expect,
+                     size_t nparams, struct ckpt_state *st, char **config, struct ckpt_error *err)
 {
     struct disk_header h;
     unsigned char sha[EVP_MAX_MD_SIZE], stored[CKPT_SHA_LEN];
@@ -437,10 +522,10 @@ int ckpt_load(const char *path, const struct ckpt_model *expect, size_t nparams,
 
     if (config)
         *config = NULL;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = open_ro(path);
     if (fd < 0)
         return fail(err, -errno, "cannot open '%s': %s", path, strerror(errno));
-    ret = read_header(fd, path, &h, err);
+    ret = read_header(fd, path, name_step, &h, err);
     if (ret < 0)
         goto out;
     ret = check_shape(path, &h, expect, err);
@@ -470,7 +555,7 @@ int ckpt_load(const char *path, const struct ckpt_model *expect, size_t nparams,
         ret = read_hashed(fd, NULL, stored, sizeof(stored), NULL);
     if (ret == -EINVAL) {
         /* The size was checked: the file shrank while being read. */
-        ret = fail(err, -EINVAL, "'%s': truncated while being read", path);
+        ret = fail(err, -EBADMSG, "'%s': truncated while being read", path);
         goto out;
     }
     if (ret < 0) {
@@ -482,7 +567,7 @@ int ckpt_load(const char *path, const struct ckpt_model *expect, size_t nparams,
         goto out;
     }
     if (memcmp(sha, stored, CKPT_SHA_LEN)) {
-        ret = fail(err, -EINVAL, "'%s': checksum mismatch: the file is damaged", path);
+        ret = fail(err, -EBADMSG, "'%s': checksum mismatch: the file is damaged", path);
         goto out;
     }
     text[h.config_len] = '\0';
@@ -507,6 +592,151 @@ out:
     free(text);
     EVP_MD_CTX_free(md);
     close(fd);
+    return ret;
+}
+
+int ckpt_load(const char *path, const struct ckpt_model *expect, size_t nparams,
+              struct ckpt_state *st, char **config, struct ckpt_error *err)
+{
+    return load_file(path, -1, expect, nparams, st, config, err);
+}
+
+/* --- resume -------------------------------------------------------------------------------- */
+
+void ckpt_newest_release(struct ckpt_newest *nw)
+{
+    free(nw->path);
+    for (size_t i = 0; i < nw->ndamaged; i++)
+        free(nw->damaged[i].path);
+    free(nw->damaged);
+    memset(nw, 0, sizeof(*nw));
+}
+
+int ckpt_load_newest(const char *out_dir, const struct ckpt_model *expect, size_t nparams,
+                     struct ckpt_state *st, struct ckpt_newest *nw, struct ckpt_error *err)
+{
+    struct found *list;
+    size_t n, i;
+    int ret;
+
+    memset(nw, 0, sizeof(*nw));
+    ret = list_ckpts(out_dir, 1u << NAME_CKPT, &list, &n, err);
+    if (ret < 0)
+        return ret;
+    nw->damaged = calloc(n ? n : 1, sizeof(*nw->damaged));
+    if (!nw->damaged) {
+        ret = fail(err, -ENOMEM, "cannot read '%s': out of memory", out_dir);
+        goto out;
+    }
+    for (i = 0; i < n; i++) {
+        struct ckpt_damaged *d = &nw->damaged[nw->ndamaged];
+        ret = load_file(list[i].path, list[i].step, expect, nparams, st, NULL, &d->why);
+        if (ret == 0)
+            break;
+        /* Only damage lets an older checkpoint stand in: a newer format, a file that cannot
+         * be read or one of another model stop here, with every file left as it is. */
+        if (ret != -EBADMSG) {
+            *err = d->why;
+            goto out;
+        }
+        d->path = list[i].path;
+        list[i].path = NULL;
+        nw->ndamaged++;
+    }
+    if (i == n) {
+        ret = 0;
+        if (nw->ndamaged == 1)
+            ret = fail(err, -EBADMSG, "%s; no older checkpoint in '%s'", nw->damaged[0].why.text,
+                       out_dir);
+        else if (nw->ndamaged > 1)
+            ret =
+                fail(err, -EBADMSG, "none of the %zu checkpoints in '%s' is valid; the newest: %s",
+                     nw->ndamaged, out_dir, nw->damaged[0].why.text);
+        goto out;
+    }
+    nw->path = list[i].path;
+    list[i].path = NULL;
+    ret = 1;
+out:
+    if (ret <= 0)
+        ckpt_newest_release(nw);
+    free_list(list, n);
+    return ret;
+}
+
+/* Suffixes tried for a file set aside: a later damage of the same step gets the next. */
+#define ASIDE_TRIES 100
+
+int ckpt_set_aside(const char *path, char *aside, size_t len, struct ckpt_error *err)
+{
+    for (int k = 1; k <= ASIDE_TRIES; k++) {
+        int m = k == 1 ? snprintf(aside, len, "%s.damaged", path)
+                       : snprintf(aside, len, "%s.damaged.%d", path, k);
+        struct stat st;
+        if (m < 0 || (size_t)m >= len)
+            return fail(err, -ENAMETOOLONG, "cannot set '%s' aside: name too long", path);
+        if (lstat(aside, &st) == 0)
+            continue;
+        if (errno != ENOENT)
+            return fail(err, -errno, "cannot set '%s' aside: '%s': %s", path, aside,
+                        strerror(errno));
+        if (rename(path, aside) < 0)
+            return fail(err, -errno, "cannot rename '%s' to '%s': %s", path, aside,
+                        strerror(errno));
+        return 0;
+    }
+    return fail(err, -EEXIST, "cannot set '%s' aside: %d damaged copies of it are there", path,
+                ASIDE_TRIES);
+}
+
+/* Whether st was last modified before t. */
+static bool modified_before(const struct stat *st, const struct timespec *t)
+{
+    return st->st_mtim.tv_sec < t->tv_sec ||
+           (st->st_mtim.tv_sec == t->tv_sec && st->st_mtim.tv_nsec < t->tv_nsec);
+}
+
+int ckpt_clean_tmp(const char *out_dir, const struct timespec *started, int *removed,
+                   uint64_t *bytes, struct ckpt_error *err)
+{
+    DIR *d = opendir(out_dir);
+    struct dirent *e;
+    char path[PATH_MAX];
+    int ret = 0;
+
+    *removed = 0;
+    *bytes = 0;
+    if (!d)
+        return errno == ENOENT
+                   ? 0
+                   : fail(err, -errno, "cannot read '%s': %s", out_dir, strerror(errno));
+    while (ret == 0 && (e = readdir(d))) {
+        long long step, pid;
+        struct stat st;
+        if (name_kind_of(e->d_name, &step, &pid) != NAME_TMP)
+            continue;
+        if (snprintf(path, sizeof(path), "%s/%s", out_dir, e->d_name) >= (int)sizeof(path))
+            continue;
+        if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+            continue;
+        /* Both must hold: no live process has the pid (a live one of another user answers
+         * EPERM and keeps its file; ours is not writing yet, so a file of our pid is an
+         * earlier process's), and the file did not change since this process started (a
+         * writer on another node sharing out_dir has a pid that means nothing here, and its
+         * file changes while it writes). A file kept by mistake goes at a later start; one
+         * removed by mistake would fail a live run's save. */
+        if ((pid_t)pid != getpid() && !(kill((pid_t)pid, 0) < 0 && errno == ESRCH))
+            continue;
+        if (!modified_before(&st, started))
+            continue;
+        if (unlink(path) < 0 && errno != ENOENT) {
+            ret = fail(err, -errno, "cannot remove '%s': %s", path, strerror(errno));
+            break;
+        }
+        (*removed)++;
+        *bytes += (uint64_t)st.st_size;
+    }
+    closedir(d);
     return ret;
 }
 

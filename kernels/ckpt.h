@@ -10,8 +10,10 @@
  *   config   config_len bytes: the effective train.cfg as JSON text (informative);
  *   params   nparams fp32;  m  nparams fp32;  v  nparams fp32;
  *   trailer  32 bytes: SHA-256 of everything before it.
- * A checkpoint is written to a temp file beside its final name, fsynced, renamed and the
- * directory fsynced: a reader finds the previous checkpoint or the new one, never a part.
+ * A checkpoint is written to a temp file beside its final name (ckpt_<step>.bin.tmp.<pid>),
+ * fsynced, renamed and the directory fsynced: a reader finds the previous checkpoint or the
+ * new one, never a part. A resume sets a damaged newest checkpoint aside as
+ * ckpt_<step>.bin.damaged (then .damaged.2, ...) and goes on from the newest valid one.
  *
  * llm.c's GPT-2 checkpoint (train_gpt2.c's gpt2_build_from_checkpoint), version 3:
  *   header   256 int32 (1024 bytes): [0] magic 20240326, [1] version 3 (fp32 parameters),
@@ -28,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "data.h"
 
@@ -79,23 +82,74 @@ int ckpt_path(char *buf, size_t len, const char *out_dir, uint64_t step);
 int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *config,
               struct ckpt_error *err);
 
-/* The newest checkpoint in out_dir: the highest step whose file has a valid header and the
- * size the header announces (temp files and damaged files are passed over; the checksum is
- * verified by ckpt_load). Returns 0 with *path new (free) or NULL when there is none (a
- * missing out_dir is none), or a negative errno with err filled. */
+/* The newest checkpoint in out_dir that looks complete: the highest step whose file has a
+ * valid header of the step its name says and the size the header announces (temp, damaged and
+ * unreadable files are passed over; the checksum is verified by ckpt_load). Returns 0 with
+ * *path new (free) or NULL when there is none (a missing out_dir is none), or a negative
+ * errno with err filled. */
 int ckpt_latest(const char *out_dir, char **path, struct ckpt_error *err);
 
 /* Reads path into st: the shape must equal *expect (the first mismatch is named) and the
  * parameter count nparams, the checksum must match; st->params, m, v must point to buffers
  * of nparams floats (their content is undefined after a failure). *config (NULL: not wanted)
  * gets the saved config text (new, free) or NULL. Returns 0, or a negative errno with err
- * filled (-EINVAL for a file that is not a valid checkpoint of this model). */
+ * filled: -EBADMSG for a damaged file (not our format, truncated, sizes that disagree,
+ * checksum mismatch), -EPROTONOSUPPORT for a newer format version, -EINVAL for a valid
+ * checkpoint of another model, another errno (-EACCES, -EISDIR for a directory...) for a
+ * file that cannot be read. */
 int ckpt_load(const char *path, const struct ckpt_model *expect, size_t nparams,
               struct ckpt_state *st, char **config, struct ckpt_error *err);
 
-/* Removes all but the keep newest checkpoints of out_dir (keep >= 1). Returns 0 or a negative
- * errno with err filled. */
+/* A checkpoint newer than the one ckpt_load_newest loaded, passed over as damaged. */
+struct ckpt_damaged {
+    char *path; /* new */
+    struct ckpt_error why;
+};
+
+/* What ckpt_load_newest found; release with ckpt_newest_release. */
+struct ckpt_newest {
+    char *path;                   /* the checkpoint loaded: new */
+    struct ckpt_damaged *damaged; /* the newer ones passed over, newest first: new */
+    size_t ndamaged;
+};
+
+/* For a resume: loads the newest valid checkpoint of out_dir into st (as ckpt_load, config
+ * not wanted). The files named ckpt_<step>.bin are tried newest step first: a damaged one
+ * (ckpt_load's -EBADMSG, or a header whose step is not its name's) is passed over and listed
+ * in nw; any other failure (a newer format version, a file that cannot be read, a checkpoint
+ * of another model) stops the search with that error, as does finding no valid one behind
+ * damaged ones (-EBADMSG). No file is changed: the caller sets the damaged ones aside
+ * (ckpt_set_aside) once it uses the one loaded. Returns 1 with nw filled (new), 0 when
+ * out_dir (missing or not) holds no checkpoint file, or a negative errno with err filled (nw
+ * then empty). */
+int ckpt_load_newest(const char *out_dir, const struct ckpt_model *expect, size_t nparams,
+                     struct ckpt_state *st, struct ckpt_newest *nw, struct ckpt_error *err);
+
+/* Frees what nw holds and empties it; idempotent. */
+void ckpt_newest_release(struct ckpt_newest *nw);
+
+/* Renames the damaged checkpoint path (borrowed) to path.damaged, or path.damaged.<n> (n from
+ * 2) when that is taken, so that it is kept but no longer read as a checkpoint or replaced by
+ * a save of its step; ckpt_prune removes it once keep complete checkpoints of later steps are
+ * there. The new name goes into aside (len bytes). Returns 0 or a negative errno with err
+ * filled. */
+int ckpt_set_aside(const char *path, char *aside, size_t len, struct ckpt_error *err);
+
+/* Removes all but the keep newest complete checkpoints (keep >= 1) of out_dir: a file named
+ * ckpt_<step>.bin or set aside (.damaged) goes only when its step is below that of the
+ * keep-th newest complete checkpoint (a valid header of its step, the announced size), so
+ * that a file is never removed unless keep complete newer ones exist; incomplete files newer
+ * than that stay, and entries that are not regular files are never touched. Returns 0 or a
+ * negative errno with err filled. */
 int ckpt_prune(const char *out_dir, int keep, struct ckpt_error *err);
+
+/* Removes the temp files that saves killed before their rename left in out_dir
+ * (ckpt_<step>.bin.tmp.<pid>, exactly, regular files of this user): those whose pid is no
+ * live process (or is this process's) and that were last modified before *started (when
+ * this process started). *removed and *bytes count what went. Returns 0 (a missing out_dir
+ * holds none) or a negative errno with err filled. */
+int ckpt_clean_tmp(const char *out_dir, const struct timespec *started, int *removed,
+                   uint64_t *bytes, struct ckpt_error *err);
 
 /* Parameters of GPT-2 in llm.c's layout for model m (m->seq_len positions, m->padded_vocab
  * token rows). */

@@ -106,6 +106,7 @@ struct run {
     uint64_t rng;        /* the sampling generator (checkpointed as rng[0]) */
     uint64_t step;       /* the next step to run (0-based); step s is printed as s + 1 */
     uint64_t saved_step; /* the step of the last checkpoint written or loaded; UINT64_MAX: none */
+    struct timespec started; /* CLOCK_REALTIME at the start: older temp files are leftovers */
 
     FILE *metrics; /* rank 0 */
     char *config_json;
@@ -464,50 +465,73 @@ out:
     return ret;
 }
 
-/* Rank 0: the newest checkpoint of out_dir into hs, when there is one. Returns 1 when one
- * was loaded, 0 when there is none. */
+/* Rank 0: the newest valid checkpoint of out_dir into hs, when there is one. Returns 1 when
+ * one was loaded, 0 when out_dir holds no checkpoint file. A damaged newest checkpoint gives
+ * way to the newest valid one behind it (the one kept for that, CKPT_KEEP) and is set aside
+ * with a warning; a newer format, a file that cannot be read, damage with nothing valid
+ * behind it are errors, leaving out_dir as it was. */
 static int load_ckpt(struct run *r, struct start_state *st, struct host_state *hs)
 {
     struct ckpt_model shape = ckpt_shape(r);
     struct ckpt_state cs = {0};
+    struct ckpt_newest nw = {0};
     struct ckpt_error cerr;
-    char *path = NULL;
+    char aside[PATH_MAX + 32];
     int ret;
 
-    ret = ckpt_latest(r->cfg.out_dir, &path, &cerr);
-    if (ret < 0)
-        return fail(r, ret, "cannot resume: %s", cerr.text);
-    if (!path)
-        return 0;
     ret = host_state_open(r, hs);
     if (ret < 0)
-        goto out;
+        return ret;
     cs.params = hs->params;
     cs.m = hs->m;
     cs.v = hs->v;
-    ret = ckpt_load(path, &shape, r->n_params, &cs, NULL, &cerr);
-    if (ret < 0) {
-        ret = fail(r, ret, "cannot resume: %s", cerr.text);
-        goto out;
-    }
+    ret = ckpt_load_newest(r->cfg.out_dir, &shape, r->n_params, &cs, &nw, &cerr);
+    if (ret <= 0)
+        return ret < 0 ? fail(r, ret, "cannot resume: %s", cerr.text) : 0;
     /* The data position only means something for the same token stream. */
     if (cs.data.ntokens != r->train_ds->ntokens || cs.data.nseq != r->dl.nseq) {
         ret = fail(r, -EINVAL,
                    "cannot resume from '%s': the training data changed: %" PRIu64
                    " tokens (%" PRIu64 " sequences) then, %" PRIu64 " (%" PRIu64 ") now in '%s'",
-                   path, cs.data.ntokens, cs.data.nseq, r->train_ds->ntokens, r->dl.nseq,
+                   nw.path, cs.data.ntokens, cs.data.nseq, r->train_ds->ntokens, r->dl.nseq,
                    r->cfg.train);
         goto out;
+    }
+    for (size_t i = 0; i < nw.ndamaged; i++) {
+        ret = ckpt_set_aside(nw.damaged[i].path, aside, sizeof(aside), &cerr);
+        if (ret < 0) {
+            fail(r, ret, "cannot resume: %s", cerr.text);
+            goto out;
+        }
+        fprintf(stderr, PROG ": warning: %s; kept as '%s', resuming from the older '%s'\n",
+                nw.damaged[i].why.text, aside, nw.path);
     }
     st->step = cs.step;
     st->opt_step = cs.opt_step;
     st->rng = cs.rng[0];
     st->data = cs.data;
-    snprintf(st->text, sizeof(st->text), "%s", path);
+    snprintf(st->text, sizeof(st->text), "%s", nw.path);
     ret = 1;
 out:
-    free(path);
+    ckpt_newest_release(&nw);
     return ret;
+}
+
+/* Rank 0, at every start: the temp files of saves killed before their rename (the rule that
+ * tells them from a live writer's is ckpt_clean_tmp's). */
+static int clean_tmp(struct run *r)
+{
+    struct ckpt_error cerr;
+    uint64_t bytes;
+    int removed, ret;
+
+    ret = ckpt_clean_tmp(r->cfg.out_dir, &r->started, &removed, &bytes, &cerr);
+    if (ret < 0)
+        return fail(r, ret, "%s", cerr.text);
+    if (removed)
+        printf("out_dir '%s': removed %d temp file%s of interrupted saves (%.1f MB)\n",
+               r->cfg.out_dir, removed, removed == 1 ? "" : "s", (double)bytes / 1e6);
+    return 0;
 }
 
 /* Whether name is one of our checkpoint files ("ckpt_00000012.bin"). */
@@ -524,7 +548,9 @@ static bool is_ckpt_name(const char *name)
 }
 
 /* Rank 0, starting afresh: an earlier run's checkpoints and metrics in out_dir would be taken
- * for this run's (a later resume, the pruning of old checkpoints): remove them. */
+ * for this run's (a later resume, the pruning of old checkpoints): remove them, but only when
+ * train.resume is off. A resume that found no checkpoint file removes the metrics alone: it
+ * never deletes a checkpoint (load_ckpt stops at one it cannot use). */
 static int clear_out_dir(struct run *r, bool resume)
 {
     char path[PATH_MAX];
@@ -536,7 +562,7 @@ static int clear_out_dir(struct run *r, bool resume)
         return errno == ENOENT
                    ? 0
                    : fail(r, -errno, "cannot read '%s': %s", r->cfg.out_dir, strerror(errno));
-    while ((de = readdir(d))) {
+    while (!resume && (de = readdir(d))) {
         if (!is_ckpt_name(de->d_name))
             continue;
         snprintf(path, sizeof(path), "%s/%s", r->cfg.out_dir, de->d_name);
@@ -552,9 +578,9 @@ static int clear_out_dir(struct run *r, bool resume)
     if (unlink(path) < 0 && errno != ENOENT)
         return fail(r, -errno, "cannot remove '%s': %s", path, strerror(errno));
     if (removed)
-        printf("out_dir '%s': starting afresh (%s): removed %d checkpoint%s of an earlier run\n",
-               r->cfg.out_dir, resume ? "no readable checkpoint" : "train.resume is off", removed,
-               removed == 1 ? "" : "s");
+        printf("out_dir '%s': starting afresh (train.resume is off): removed %d checkpoint%s of "
+               "an earlier run\n",
+               r->cfg.out_dir, removed, removed == 1 ? "" : "s");
     return 0;
 }
 
@@ -659,6 +685,8 @@ static int setup_start(struct run *r)
                 st.from = START_LLMC;
             }
         }
+        if (ret >= 0)
+            ret = clean_tmp(r);
         if (ret >= 0)
             ret = st.from == START_CKPT ? trim_metrics(r, st.step) : clear_out_dir(r, resume);
         if (ret >= 0 && (ret = fs_mkdirs(r->cfg.out_dir, 0755)) < 0)
@@ -1253,6 +1281,7 @@ static int train_main(const char *path, const char *const *overrides, size_t n)
     json_t *j;
     int ret;
 
+    clock_gettime(CLOCK_REALTIME, &r.started);
     ret = traincfg_read(&r.cfg, path, overrides, n, &cerr);
     if (ret < 0) {
         fprintf(stderr, PROG ": %s\n", cerr.text);

@@ -1,17 +1,21 @@
 /* Tests of kernels/ckpt: a bit-exact round trip, the newest checkpoint found among temp and
  * damaged files, a failed write (file size limit) that leaves the old checkpoint in place,
- * refusals of truncated, corrupt and mismatched files, and llm.c checkpoints written here by
- * hand. */
+ * refusals of truncated, corrupt and mismatched files, the resume's search that passes over
+ * damage only, pruning that never removes a file without newer complete ones, the removal of
+ * killed saves' temp files, and llm.c checkpoints written here by hand. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -207,18 +211,27 @@ TEST(ckpt_latest_and_prune)
     CHECK_STR(latest, ckpt_file(100));
     free(latest);
 
-    /* Prune keeps the newest two by step, whatever they hold. */
+    /* Prune keeps the newest two complete ones (100, 20) and what is newer than they, even
+     * incomplete (400, 300); what is older goes (9). */
     CHECK_EQ(ckpt_prune(out_dir(), 2, &err), 0);
     CHECK_EQ(access(ckpt_file(400), F_OK), 0);
     CHECK_EQ(access(ckpt_file(300), F_OK), 0);
-    CHECK_EQ(access(ckpt_file(100), F_OK), -1);
-    CHECK_EQ(access(ckpt_file(20), F_OK), -1);
+    CHECK_EQ(access(ckpt_file(100), F_OK), 0);
+    CHECK_EQ(access(ckpt_file(20), F_OK), 0);
     CHECK_EQ(access(ckpt_file(9), F_OK), -1);
     CHECK_EQ(count_files(".tmp"), 1);
+    CHECK_EQ(count_files("ckpt_600.bin.old"), 1);
+    CHECK_EQ(count_files("ckpt_.bin"), 1);
     CHECK_EQ(ckpt_prune(out_dir(), 0, &err), -EINVAL);
-    /* Nothing complete left. */
+    /* One complete checkpoint is never removed for want of a second. */
+    CHECK_EQ(ckpt_prune(out_dir(), 1, &err), 0);
+    CHECK_EQ(access(ckpt_file(100), F_OK), 0);
+    CHECK_EQ(access(ckpt_file(20), F_OK), -1);
+    CHECK_EQ(ckpt_prune(out_dir(), 2, &err), 0);
+    CHECK_EQ(access(ckpt_file(100), F_OK), 0);
     CHECK_EQ(ckpt_latest(out_dir(), &latest, &err), 0);
-    CHECK(latest == NULL);
+    CHECK_STR(latest, ckpt_file(100));
+    free(latest);
     free_state(&st);
 }
 
@@ -272,7 +285,7 @@ static void flip_byte(const char *path, off_t off)
     close(fd);
 }
 
-static void check_load_error(const char *path, const struct ckpt_model *want, size_t n,
+static void check_load_error(const char *path, const struct ckpt_model *want, size_t n, int code,
                              const char *msg)
 {
     struct ckpt_error err = {0};
@@ -282,7 +295,7 @@ static void check_load_error(const char *path, const struct ckpt_model *want, si
     got.params = calloc(n, sizeof(float));
     got.m = calloc(n, sizeof(float));
     got.v = calloc(n, sizeof(float));
-    CHECK_EQ(ckpt_load(path, want, n, &got, NULL, &err), -EINVAL);
+    CHECK_EQ(ckpt_load(path, want, n, &got, NULL, &err), code);
     CHECK_STR(err.text, msg);
     free_state(&got);
 }
@@ -305,45 +318,56 @@ TEST(ckpt_refuses_damage_and_mismatch)
     /* The model's shape, each field named. */
     other.n_layer = 3;
     snprintf(msg, sizeof(msg), "'%s': n_layer is 2 in the checkpoint, 3 in the config", p);
-    check_load_error(p, &other, n, msg);
+    check_load_error(p, &other, n, -EINVAL, msg);
     other = shape;
     other.padded_vocab = 128;
     snprintf(msg, sizeof(msg), "'%s': padded_vocab is 64 in the checkpoint, 128 in the config", p);
-    check_load_error(p, &other, n, msg);
+    check_load_error(p, &other, n, -EINVAL, msg);
     snprintf(msg, sizeof(msg), "'%s': 5000 parameters in the checkpoint, 4999 in the model", p);
-    check_load_error(p, &shape, n - 1, msg);
+    check_load_error(p, &shape, n - 1, -EINVAL, msg);
 
     /* One flipped bit anywhere: in the params, in the moments, in the trailer. */
     flip_byte(p, 256 + 3 + 17);
     snprintf(msg, sizeof(msg), "'%s': checksum mismatch: the file is damaged", p);
-    check_load_error(p, &shape, n, msg);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     flip_byte(p, (off_t)len - 1);
-    check_load_error(p, &shape, n, msg);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     flip_byte(p, 64); /* the step in the header */
-    check_load_error(p, &shape, n, msg);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
 
     /* Truncated, short, foreign, a later version, a header whose sizes disagree. */
     CHECK_EQ(fs_write_atomic(p, data, len - 100, 0644), 0);
     snprintf(msg, sizeof(msg), "'%s': truncated: %zu bytes, the header says %zu", p, len - 100,
              len);
-    check_load_error(p, &shape, n, msg);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, 100, 0644), 0);
     snprintf(msg, sizeof(msg), "'%s': truncated: 100 bytes, shorter than the 256-byte header", p);
-    check_load_error(p, &shape, n, msg);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     flip_byte(p, 0);
     snprintf(msg, sizeof(msg), "'%s': not a gpurun checkpoint", p);
-    check_load_error(p, &shape, n, msg);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     flip_byte(p, 8);
-    snprintf(msg, sizeof(msg), "'%s': checkpoint version 254, this reader knows 1", p);
-    check_load_error(p, &shape, n, msg);
+    snprintf(msg, sizeof(msg),
+             "'%s': checkpoint format version 254 is newer than this gpurun-train's (1)", p);
+    check_load_error(p, &shape, n, -EPROTONOSUPPORT, msg);
+    CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
+    {
+        uint32_t zero = 0;
+        int fd = open(p, O_RDWR);
+        CHECK(fd >= 0);
+        CHECK_EQ(pwrite(fd, &zero, 4, 8), 4);
+        close(fd);
+    }
+    snprintf(msg, sizeof(msg), "'%s': damaged header (checkpoint version 0)", p);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     flip_byte(p, 56); /* nparams */
     snprintf(msg, sizeof(msg), "'%s': damaged header (its sizes disagree)", p);
-    check_load_error(p, &shape, n, msg);
+    check_load_error(p, &shape, n, -EBADMSG, msg);
 
     /* And the intact file still loads. */
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
@@ -355,6 +379,267 @@ TEST(ckpt_refuses_damage_and_mismatch)
     }
     free(data);
     free_state(&st);
+}
+
+/* Loads the newest of out_dir expecting ret; nw and err as they came out. */
+static int load_newest(size_t n, struct ckpt_state *got, struct ckpt_newest *nw,
+                       struct ckpt_error *err)
+{
+    memset(got, 0, sizeof(*got));
+    got->params = calloc(n, sizeof(float));
+    got->m = calloc(n, sizeof(float));
+    got->v = calloc(n, sizeof(float));
+    CHECK(got->params && got->m && got->v);
+    return ckpt_load_newest(out_dir(), &shape, n, got, nw, err);
+}
+
+TEST(ckpt_load_newest_falls_back_past_damage_only)
+{
+    struct ckpt_error err = {0};
+    struct ckpt_state s5, s10, got;
+    struct ckpt_newest nw;
+    char aside[PATH_MAX + 32], want[PATH_MAX + 300], path[PATH_MAX + 64];
+    const size_t n = 3000;
+
+    /* None: a missing out_dir, then one with only foreign and temp names. */
+    CHECK_EQ(load_newest(n, &got, &nw, &err), 0);
+    CHECK(nw.path == NULL && nw.ndamaged == 0);
+    free_state(&got);
+    CHECK_EQ(fs_mkdirs(out_dir(), 0700), 0);
+    snprintf(path, sizeof(path), "%s.tmp.99", ckpt_file(50));
+    CHECK_EQ(fs_write_atomic(path, "x", 1, 0644), 0);
+    CHECK_EQ(load_newest(n, &got, &nw, &err), 0);
+    free_state(&got);
+
+    make_state(&s5, n, 5, 6);
+    make_state(&s10, n, 10, 7);
+    CHECK_EQ(ckpt_save(out_dir(), &s5, NULL, &err), 0);
+    CHECK_EQ(ckpt_save(out_dir(), &s10, NULL, &err), 0);
+    CHECK_EQ(load_newest(n, &got, &nw, &err), 1);
+    CHECK_STR(nw.path, ckpt_file(10));
+    CHECK_EQ(nw.ndamaged, 0);
+    check_same(&s10, &got);
+    ckpt_newest_release(&nw);
+    free_state(&got);
+
+    /* One flipped byte in the newest: the older one is loaded, the damaged one named. */
+    flip_byte(ckpt_file(10), 1000);
+    CHECK_EQ(load_newest(n, &got, &nw, &err), 1);
+    CHECK_STR(nw.path, ckpt_file(5));
+    check_same(&s5, &got);
+    CHECK_EQ(nw.ndamaged, 1);
+    CHECK_STR(nw.damaged[0].path, ckpt_file(10));
+    snprintf(want, sizeof(want), "'%s': checksum mismatch: the file is damaged", ckpt_file(10));
+    CHECK_STR(nw.damaged[0].why.text, want);
+    /* Nothing was changed; the caller sets it aside. */
+    CHECK_EQ(access(ckpt_file(10), F_OK), 0);
+    CHECK_EQ(ckpt_set_aside(nw.damaged[0].path, aside, sizeof(aside), &err), 0);
+    snprintf(want, sizeof(want), "%s.damaged", ckpt_file(10));
+    CHECK_STR(aside, want);
+    CHECK_EQ(access(ckpt_file(10), F_OK), -1);
+    CHECK_EQ(access(want, F_OK), 0);
+    ckpt_newest_release(&nw);
+    ckpt_newest_release(&nw); /* idempotent */
+    free_state(&got);
+
+    /* A second damage of the same step gets the next name. */
+    CHECK_EQ(ckpt_save(out_dir(), &s10, NULL, &err), 0);
+    CHECK_EQ(ckpt_set_aside(ckpt_file(10), aside, sizeof(aside), &err), 0);
+    snprintf(want, sizeof(want), "%s.damaged.2", ckpt_file(10));
+    CHECK_STR(aside, want);
+
+    /* A newer format version stops the search: no fallback, nothing changed. */
+    CHECK_EQ(ckpt_save(out_dir(), &s10, NULL, &err), 0);
+    {
+        uint32_t v2 = 2;
+        int fd = open(ckpt_file(10), O_RDWR);
+        CHECK(fd >= 0);
+        CHECK_EQ(pwrite(fd, &v2, 4, 8), 4);
+        close(fd);
+    }
+    CHECK_EQ(load_newest(n, &got, &nw, &err), -EPROTONOSUPPORT);
+    snprintf(want, sizeof(want),
+             "'%s': checkpoint format version 2 is newer than this gpurun-train's (1)",
+             ckpt_file(10));
+    CHECK_STR(err.text, want);
+    CHECK(nw.path == NULL && nw.ndamaged == 0);
+    free_state(&got);
+    CHECK_EQ(unlink(ckpt_file(10)), 0);
+
+    /* A directory named like the newest checkpoint cannot be read: it stops the search. */
+    CHECK_EQ(mkdir(ckpt_file(10), 0755), 0);
+    CHECK_EQ(load_newest(n, &got, &nw, &err), -EISDIR);
+    snprintf(want, sizeof(want), "cannot read '%s': not a regular file", ckpt_file(10));
+    CHECK_STR(err.text, want);
+    free_state(&got);
+    /* ... and prune neither removes it nor counts it. */
+    CHECK_EQ(ckpt_prune(out_dir(), 1, &err), 0);
+    CHECK_EQ(access(ckpt_file(10), F_OK), 0);
+    CHECK_EQ(access(ckpt_file(5), F_OK), 0);
+    CHECK_EQ(rmdir(ckpt_file(10)), 0);
+
+    /* A file without read permission (root reads it anyway: checked only for others). */
+    if (geteuid() != 0) {
+        CHECK_EQ(ckpt_save(out_dir(), &s10, NULL, &err), 0);
+        CHECK_EQ(chmod(ckpt_file(10), 0), 0);
+        CHECK_EQ(load_newest(n, &got, &nw, &err), -EACCES);
+        snprintf(want, sizeof(want), "cannot open '%s': Permission denied", ckpt_file(10));
+        CHECK_STR(err.text, want);
+        free_state(&got);
+        CHECK_EQ(unlink(ckpt_file(10)), 0);
+    }
+
+    /* A checkpoint of another model is an error, not damage: the older one is not tried. */
+    {
+        struct ckpt_model other = shape;
+        other.n_layer = 3;
+        memset(&got, 0, sizeof(got));
+        got.params = calloc(n, 4);
+        got.m = calloc(n, 4);
+        got.v = calloc(n, 4);
+        CHECK_EQ(ckpt_load_newest(out_dir(), &other, n, &got, &nw, &err), -EINVAL);
+        snprintf(want, sizeof(want), "'%s': n_layer is 2 in the checkpoint, 3 in the config",
+                 ckpt_file(5));
+        CHECK_STR(err.text, want);
+        free_state(&got);
+    }
+
+    /* Damage with nothing valid behind it: an error naming the newest damaged file. */
+    flip_byte(ckpt_file(5), 300);
+    CHECK_EQ(load_newest(n, &got, &nw, &err), -EBADMSG);
+    snprintf(want, sizeof(want),
+             "'%s': checksum mismatch: the file is damaged; no older checkpoint in '%s'",
+             ckpt_file(5), out_dir());
+    CHECK_STR(err.text, want);
+    CHECK_EQ(access(ckpt_file(5), F_OK), 0);
+    free_state(&got);
+    /* Two of them; a name whose header says another step counts as damage. */
+    {
+        char *data = NULL;
+        size_t len;
+        CHECK_EQ(fs_read_all(ckpt_file(5), 1 << 20, &data, &len), 0);
+        CHECK_EQ(fs_write_atomic(ckpt_file(7), data, len, 0644), 0);
+        free(data);
+    }
+    CHECK_EQ(load_newest(n, &got, &nw, &err), -EBADMSG);
+    snprintf(want, sizeof(want),
+             "none of the 2 checkpoints in '%s' is valid; the newest: '%s': the header says step 5",
+             out_dir(), ckpt_file(7));
+    CHECK_STR(err.text, want);
+    free_state(&got);
+    free_state(&s5);
+    free_state(&s10);
+}
+
+TEST(ckpt_prune_keeps_damaged_until_newer_complete)
+{
+    struct ckpt_error err = {0};
+    struct ckpt_state st;
+    char aside[PATH_MAX + 32], aside2[PATH_MAX + 32];
+
+    make_state(&st, 64, 10, 8);
+    CHECK_EQ(ckpt_save(out_dir(), &st, NULL, &err), 0);
+    CHECK_EQ(ckpt_set_aside(ckpt_file(10), aside, sizeof(aside), &err), 0);
+    st.step = 5;
+    CHECK_EQ(ckpt_save(out_dir(), &st, NULL, &err), 0);
+    /* A resumed run from 5 saving steps 6 .. 12, pruning to 2 after each. */
+    for (uint64_t s = 6; s <= 12; s++) {
+        st.step = s;
+        CHECK_EQ(ckpt_save(out_dir(), &st, NULL, &err), 0);
+        CHECK_EQ(ckpt_prune(out_dir(), 2, &err), 0);
+        /* The one set aside at step 10 stays while a checkpoint at or below 10 is kept. */
+        if (access(aside, F_OK) != (s <= 11 ? 0 : -1))
+            test_fail(__FILE__, __LINE__, "after step %llu: '%s' %s", (unsigned long long)s, aside,
+                      s <= 11 ? "removed too early" : "still there");
+        CHECK_EQ(access(ckpt_file(s), F_OK), 0);
+        CHECK_EQ(access(ckpt_file(s - 1), F_OK), 0);
+        CHECK_EQ(access(ckpt_file(s - 2), F_OK), -1);
+    }
+    /* Set aside at the step of a checkpoint saved again and kept: stays with it. */
+    CHECK_EQ(ckpt_set_aside(ckpt_file(11), aside2, sizeof(aside2), &err), 0);
+    st.step = 11;
+    CHECK_EQ(ckpt_save(out_dir(), &st, NULL, &err), 0);
+    CHECK_EQ(ckpt_prune(out_dir(), 2, &err), 0);
+    CHECK_EQ(access(aside2, F_OK), 0);
+    CHECK_EQ(access(ckpt_file(11), F_OK), 0);
+    CHECK_EQ(access(ckpt_file(12), F_OK), 0);
+    free_state(&st);
+}
+
+/* Writes an empty file in out_dir named name, last modified at mtime (seconds). */
+static void touch_at(const char *name, time_t mtime)
+{
+    char path[PATH_MAX + 64];
+    struct timespec ts[2] = {{.tv_sec = mtime}, {.tv_sec = mtime}};
+
+    snprintf(path, sizeof(path), "%s/%s", out_dir(), name);
+    CHECK_EQ(fs_write_atomic(path, "0123456789", 10, 0644), 0);
+    CHECK_EQ(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+
+static bool exists(const char *name)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof(path), "%s/%s", out_dir(), name);
+    return access(path, F_OK) == 0;
+}
+
+TEST(ckpt_clean_tmp_removes_only_dead_savers_files)
+{
+    struct ckpt_error err = {0};
+    struct timespec started;
+    char dead_name[64], dead_new[64], live_name[64], own_name[64], dir_name[64];
+    uint64_t bytes = 1;
+    int removed = -1, status;
+    pid_t dead = fork();
+    time_t past;
+
+    /* A pid no process has: a child that has exited and been reaped. */
+    CHECK(dead >= 0);
+    if (dead == 0)
+        _exit(0);
+    CHECK_EQ(waitpid(dead, &status, 0), dead);
+    clock_gettime(CLOCK_REALTIME, &started);
+    /* A missing out_dir holds none. */
+    CHECK_EQ(ckpt_clean_tmp(out_dir(), &started, &removed, &bytes, &err), 0);
+    CHECK_EQ(removed, 0);
+    CHECK_EQ(fs_mkdirs(out_dir(), 0700), 0);
+    past = started.tv_sec - 60;
+    snprintf(dead_name, sizeof(dead_name), "ckpt_00000007.bin.tmp.%d", (int)dead);
+    snprintf(dead_new, sizeof(dead_new), "ckpt_00000008.bin.tmp.%d", (int)dead);
+    snprintf(live_name, sizeof(live_name), "ckpt_00000007.bin.tmp.%d", (int)getppid());
+    snprintf(own_name, sizeof(own_name), "ckpt_00000009.bin.tmp.%d", (int)getpid());
+    snprintf(dir_name, sizeof(dir_name), "ckpt_00000010.bin.tmp.%d", (int)dead);
+    touch_at(dead_name, past);
+    touch_at(own_name, past);
+    touch_at(live_name, past);               /* a live process's: kept */
+    touch_at(dead_new, started.tv_sec + 60); /* changed since the start: kept */
+    {
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof(path), "%s/%s", out_dir(), dir_name);
+        CHECK_EQ(mkdir(path, 0755), 0); /* not a regular file: kept */
+    }
+    /* Near misses of the pattern: kept. */
+    {
+        static const char *const others[] = {
+            "ckpt_00000007.bin.tmp.", "ckpt_00000007.bin.tmp.12x",
+            "ckpt_.bin.tmp.5",        "ckpt_00000007.bin.tmp.0",
+            "ckpt_7.tmp.5",           "other.bin.tmp.5",
+            "xckpt_7.bin.tmp.5",      "ckpt_00000007.bin.tmp.99999999999"};
+        for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++)
+            touch_at(others[i], past);
+        CHECK_EQ(ckpt_clean_tmp(out_dir(), &started, &removed, &bytes, &err), 0);
+        CHECK_EQ(removed, 2);
+        CHECK_EQ(bytes, 20);
+        CHECK(!exists(dead_name));
+        CHECK(!exists(own_name));
+        CHECK(exists(live_name));
+        CHECK(exists(dead_new));
+        CHECK(exists(dir_name));
+        for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++)
+            if (!exists(others[i]))
+                test_fail(__FILE__, __LINE__, "'%s' removed, expected kept", others[i]);
+    }
 }
 
 /* --- llm.c ------------------------------------------------------------------------------------ */

@@ -85,7 +85,7 @@ expect_error "cannot resume from '$ck': the training data changed: $n tokens ($(
 cp "$ck" saved.bin
 size=$(stat -c %s "$ck")
 printf '\x55' | dd of="$ck" bs=1 seek=$((size - 100)) conv=notrunc status=none
-expect_error "cannot resume: '$ck': checksum mismatch: the file is damaged" \
+expect_error "cannot resume: '$ck': checksum mismatch: the file is damaged; no older checkpoint in 'r'" \
     small.cfg train.out_dir=r train.resume=1
 echo "# config, data and resume errors named"
 
