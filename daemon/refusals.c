@@ -84,8 +84,8 @@ bool refusals_next(struct refusals *r, int64_t now, bool flush, char *line, size
         return true;
     }
     if (r->other.used && (flush || now - r->other.start_ms >= r->window_ms)) {
-        summarise(&r->other, "other addresses", r->other_mixed ? " (and other reasons)" : "",
-                  line, cap);
+        summarise(&r->other, "other addresses", r->other_mixed ? " (and other reasons)" : "", line,
+                  cap);
         memset(&r->other, 0, sizeof(r->other));
         r->other_mixed = false;
         return true;

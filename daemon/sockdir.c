@@ -20,9 +20,9 @@
 #include "sockdir.h"
 #include "banned.h"
 
-#define SOCKDIR_PREFIX "gpurun-"
+#define SOCKDIR_PREFIX    "gpurun-"
 /* mkdtemp's suffix: six characters. */
-#define SOCKDIR_RAND   6
+#define SOCKDIR_RAND      6
 /* Files a leftover may hold: agent.sock and one error file per rank. More than this and it
  * is not an agent's directory as we know it: it stays. */
 #define SOCKDIR_FILES_MAX 4096
