@@ -24,6 +24,7 @@ bool refusals_note(struct refusals *r, int64_t now, const char *addr, const char
 {
     struct refusal_source *free_src = NULL;
 
+    addr = *addr ? addr : "?";
     for (int i = 0; i < REFUSALS_SOURCES; i++) {
         struct refusal_source *s = &r->src[i];
         if (!s->used) {
@@ -46,7 +47,7 @@ bool refusals_note(struct refusals *r, int64_t now, const char *addr, const char
     }
     memset(free_src, 0, sizeof(*free_src));
     free_src->used = true;
-    snprintf(free_src->addr, sizeof(free_src->addr), "%s", *addr ? addr : "?");
+    snprintf(free_src->addr, sizeof(free_src->addr), "%s", addr);
     snprintf(free_src->why, sizeof(free_src->why), "%s", why);
     free_src->start_ms = now;
     count(free_src, now);
