@@ -29,7 +29,7 @@
 /* Connections allowed before authentication: enough for every agent of a large job to
  * connect at once, small enough that a flood cannot exhaust descriptors. It also bounds the
  * memory a flood can make the leader hold: a connection that has not proved the job key costs
- * about 1.2 KiB (PEER_HANDSHAKE_FRAME_MAX in peer.h), so about 1.2 MiB for all of them, plus
+ * about 1.3 KiB (PEER_HANDSHAKE_FRAME_MAX in peer.h), so about 1.3 MiB for all of them, plus
  * the one 64 KiB read buffer every peer shares. */
 #define PENDING_CONNS_MAX    1024
 /* Connections refused before they proved the job key are counted per source address and

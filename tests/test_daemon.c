@@ -1200,7 +1200,7 @@ static long proc_status_kib(pid_t pid, const char *field)
 }
 
 /* The bound the leader documents on memory before authentication (PENDING_CONNS_MAX in
- * daemon/leader.c: about 1.2 MiB), with room for the allocator's and the sanitizers' own. */
+ * daemon/leader.c: about 1.3 MiB), with room for the allocator's and the sanitizers' own. */
 #define PREAUTH_MEM_BOUND_KIB (8 * 1024)
 
 TEST_T(daemon_preauth_memory_bounded, 30)
