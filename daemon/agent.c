@@ -33,6 +33,7 @@
 #include "rankenv.h"
 #include "shim.h"
 #include "signame.h"
+#include "sockdir.h"
 #include "stacks.h"
 #include "banned.h"
 
@@ -964,11 +965,14 @@ static int listen_ranks(struct agent *a)
     const char *tmp = getenv("TMPDIR");
     int ret;
 
-    snprintf(a->sockdir, sizeof(a->sockdir), "%s/gpurun-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(a->sockdir)) {
-        ret = -errno;
-        log_error("cannot create a socket directory in '%s': %s", tmp ? tmp : "/tmp",
-                  strerror(errno));
+    tmp = tmp && *tmp ? tmp : "/tmp";
+    /* Agents killed by SIGKILL leave their directory: the next one on the node removes it. */
+    ret = sockdir_sweep(tmp);
+    if (ret > 0)
+        log_debug("removed %d socket directories of agents that are gone from '%s'", ret, tmp);
+    ret = sockdir_create(tmp, a->sockdir, sizeof(a->sockdir));
+    if (ret < 0) {
+        log_error("cannot create a socket directory in '%s': %s", tmp, strerror(-ret));
         a->sockdir[0] = '\0';
         return ret;
     }

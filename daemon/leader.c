@@ -19,6 +19,7 @@
 #include "log.h"
 #include "peer.h"
 #include "proto.h"
+#include "refusals.h"
 #include "signame.h"
 #include "store.h"
 #include "banned.h"
@@ -26,8 +27,15 @@
 /* A new connection gets this long to finish its handshake and send its first message. */
 #define HANDSHAKE_TIMEOUT_MS 5000
 /* Connections allowed before authentication: enough for every agent of a large job to
- * connect at once, small enough that a flood cannot exhaust descriptors. */
+ * connect at once, small enough that a flood cannot exhaust descriptors. It also bounds the
+ * memory a flood can make the leader hold: a connection that has not proved the job key costs
+ * about 1.3 KiB (PEER_HANDSHAKE_FRAME_MAX in peer.h), so about 1.3 MiB for all of them, plus
+ * the one 64 KiB read buffer every peer shares. */
 #define PENDING_CONNS_MAX    1024
+/* Connections refused before they proved the job key are counted per source address and
+ * reason (refusals.h): the first of a burst is logged at once, the rest in one summary line
+ * per source every this long, so that a flood cannot fill the job's output. */
+#define REFUSAL_WINDOW_MS    5000
 /* A status client that asks nothing for this long is dropped, so that idle clients cannot
  * hold the CLIENTS_MAX slots; `gpurun status --watch` asks every second or two. */
 #define CLIENT_IDLE_MS       30000
@@ -114,6 +122,7 @@ struct leader {
 
     struct conn *conns;
     int npending, nclients;
+    struct refusals refusals; /* connections closed before the handshake, to summarise */
     struct node *nodes;
     int joined;
     struct rank *ranks;
@@ -837,7 +846,10 @@ static void on_closed(struct peer *p, const char *why)
     store_drop_owner(l->store, c);
     if (c->role == ROLE_NEW) {
         l->npending--;
-        if (!c->logged)
+        /* One line each for a peer that proved the key; a flood of those that did not is
+         * counted and summarised (log_refusals). */
+        if (!c->logged && !l->closing &&
+            (p->ready || refusals_note(&l->refusals, now_ms(l), p->addr, why)))
             log_warn("connection from '%s' closed before it was admitted: %s", p->name, why);
     } else if (c->role == ROLE_CLIENT) {
         l->nclients--;
@@ -886,9 +898,7 @@ static void evict_oldest_pending(struct leader *l)
             victim = c;
     if (!victim)
         return;
-    log_warn("evicted connection from '%s': too many pending connections", victim->peer.name);
-    victim->logged = true;
-    peer_close(&victim->peer, "evicted");
+    peer_close(&victim->peer, "evicted: too many pending connections");
 }
 
 static void on_connection(uv_stream_t *server, int status)
@@ -922,9 +932,7 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     if (l->state == JOB_FINISHED) {
-        log_warn("refused connection from '%s': job finished", c->peer.name);
-        c->logged = true;
-        peer_close(&c->peer, "refused");
+        peer_close(&c->peer, "refused: job finished");
     } else if (l->npending > PENDING_CONNS_MAX) {
         evict_oldest_pending(l);
     }
@@ -1010,6 +1018,15 @@ static void check_hang(struct leader *l, int64_t now)
     fail(l, 124, "hung", true, failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""));
 }
 
+/* Logs the summaries of refusals due at now (all of them when flush). */
+static void log_refusals(struct leader *l, int64_t now, bool flush)
+{
+    char line[256];
+
+    while (refusals_next(&l->refusals, now, flush, line, sizeof(line)))
+        log_warn("%s", line);
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct leader *l = t->data;
@@ -1017,6 +1034,7 @@ static void on_tick(uv_timer_t *t)
     char cause[512];
 
     store_expire(l->store, now);
+    log_refusals(l, now, false);
     for (struct conn *c = l->conns; c; c = c->next) {
         if (c->role == ROLE_NEW && now - c->peer.opened_ms > HANDSHAKE_TIMEOUT_MS)
             peer_close(&c->peer, c->peer.ready ? "no request after the handshake in time"
@@ -1072,6 +1090,7 @@ static void maybe_free(struct leader *l)
 {
     if (!l->closing || l->handles_open > 0 || l->conns)
         return;
+    log_refusals(l, 0, true);
     store_free(l->store);
     json_decref(l->barriers);
     json_decref(l->failures);
@@ -1136,6 +1155,7 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
     l->arg = cfg->arg;
     l->t_start = (int64_t)uv_now(loop);
     l->outcome = "running";
+    refusals_init(&l->refusals, REFUSAL_WINDOW_MS);
     snprintf(l->advertise, sizeof(l->advertise), "%s", cfg->advertise_addr);
     l->nodes = calloc((size_t)cfg->spec->nnodes, sizeof(*l->nodes));
     l->store = store_new(PROTO_STORE_MAX, PROTO_STORE_KEYS_MAX, on_store_ready, l);

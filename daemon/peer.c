@@ -43,7 +43,8 @@ int peer_init(struct peer *p, uv_loop_t *loop, enum peer_kind kind, const struct
     p->owner = owner;
     if (key)
         p->key = *key;
-    frame_reader_init(&p->rd, max_frame);
+    p->max_frame = max_frame;
+    frame_reader_init(&p->rd, kind == PEER_UNIX ? max_frame : PEER_HANDSHAKE_FRAME_MAX);
     ret = kind == PEER_UNIX ? uv_pipe_init(loop, &p->h.pipe, 0) : uv_tcp_init(loop, &p->h.tcp);
     if (ret < 0)
         return ret;
@@ -167,6 +168,7 @@ int peer_send_error(struct peer *p, int64_t id, const char *code, const char *te
 static void become_ready(struct peer *p)
 {
     p->ready = true;
+    p->rd.max = p->max_frame;
     if (p->ops->on_ready)
         p->ops->on_ready(p);
 }
@@ -235,11 +237,24 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(read_chunk, sizeof(read_chunk));
 }
 
+/* Closes p for a frame the reader refuses (ret: frame_reader_check's or _next's error). */
+static void refuse_frame(struct peer *p, int ret)
+{
+    char why[96];
+
+    if (ret == -EMSGSIZE) {
+        snprintf(why, sizeof(why), "frame larger than %u bytes", p->rd.max);
+        peer_close(p, why);
+    } else {
+        peer_close(p, "empty frame");
+    }
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct peer *p = s->data;
     const uint8_t *payload;
-    size_t len;
+    size_t len, done = 0;
     int ret;
 
     if (nread == 0 || p->closing)
@@ -254,21 +269,30 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     p->last_rx_ms = peer_now_ms(p);
-    if (frame_reader_feed(&p->rd, buf->base, (size_t)nread) < 0) {
-        peer_close(p, "out of memory");
-        return;
-    }
-    while (!p->closing && (ret = frame_reader_next(&p->rd, &payload, &len)) != 0) {
-        if (ret == -EMSGSIZE) {
-            char why[96];
-            snprintf(why, sizeof(why), "frame larger than %u bytes", p->rd.max);
-            peer_close(p, why);
-        } else if (ret < 0) {
-            peer_close(p, "empty frame");
-        } else if (!p->ready) {
-            handshake_step(p, payload, len);
-        } else {
-            dispatch(p, payload, len);
+    /* Before the handshake is done the reader takes one frame at a time, so that a frame of
+     * the handshake's size is all it ever holds for a peer that has not proved the key, and
+     * the rest of the read (the first message after the proof) meets the larger limit. */
+    while (!p->closing && done < (size_t)nread) {
+        size_t n = (size_t)nread - done;
+        if (!p->ready && frame_reader_want(&p->rd) < n)
+            n = frame_reader_want(&p->rd);
+        ret = frame_reader_check(&p->rd, buf->base + done, n);
+        if (ret < 0) {
+            refuse_frame(p, ret);
+            return;
+        }
+        if (frame_reader_feed(&p->rd, buf->base + done, n) < 0) {
+            peer_close(p, "out of memory");
+            return;
+        }
+        done += n;
+        while (!p->closing && (ret = frame_reader_next(&p->rd, &payload, &len)) != 0) {
+            if (ret < 0)
+                refuse_frame(p, ret);
+            else if (!p->ready)
+                handshake_step(p, payload, len);
+            else
+                dispatch(p, payload, len);
         }
     }
 }
@@ -289,6 +313,7 @@ static void name_from_tcp(struct peer *p)
             port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
         }
     }
+    snprintf(p->addr, sizeof(p->addr), "%s", host);
     snprintf(p->name, sizeof(p->name), "%s:%d", host, port);
 }
 

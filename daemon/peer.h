@@ -13,6 +13,16 @@
 #include "frame.h"
 #include "proto.h"
 
+/* The largest frame a TCP link accepts before its handshake is done: the handshake's own
+ * frames (auth.h) are 36 to 68 bytes, so anything longer is not gpurun and the link is closed
+ * as soon as the length word is read, before a byte of the payload is buffered. With the
+ * reader's first buffer sized to one such frame (frame.h), a connection that has not proved
+ * the job key costs its struct peer (1088 bytes on x86-64) with its owner's record, 72 bytes
+ * of frame buffer and, while it is being written, the challenge (about 300 bytes): about
+ * 1.3 KiB. The leader's bound on memory before authentication is that times its limit on
+ * pending connections (PENDING_CONNS_MAX in leader.c): about 1.3 MiB whatever the flood. */
+#define PEER_HANDSHAKE_FRAME_MAX AUTH_CHAL_LEN
+
 struct peer;
 
 struct peer_ops {
@@ -47,16 +57,19 @@ struct peer {
     struct auth_key key;
     struct auth_handshake hs;
     struct auth_session sess;
-    bool ready;   /* handshake done (or Unix) */
-    bool closing; /* peer_close was called */
-    bool in_read; /* inside the read callback: closes are only flagged there */
+    bool ready;         /* handshake done (or Unix) */
+    bool closing;       /* peer_close was called */
+    bool in_read;       /* inside the read callback: closes are only flagged there */
+    uint32_t max_frame; /* the reader's limit once the handshake is done */
     int64_t opened_ms, last_rx_ms;
     char name[96]; /* "10.0.0.2:43210" or "rank 3": the subject of log lines */
+    char addr[64]; /* TCP: the remote address without its port ("10.0.0.2"), else "" */
     char why[256];
 };
 
-/* Prepares p on loop. key is copied (ignored for PEER_UNIX); max_frame bounds payloads.
- * Returns 0 or a libuv error. After success the owner must end p with peer_close(). */
+/* Prepares p on loop. key is copied (ignored for PEER_UNIX); max_frame bounds payloads once
+ * the handshake is done (PEER_HANDSHAKE_FRAME_MAX before, on TCP). Returns 0 or a libuv error.
+ * After success the owner must end p with peer_close(). */
 int peer_init(struct peer *p, uv_loop_t *loop, enum peer_kind kind, const struct auth_key *key,
               uint32_t max_frame, const struct peer_ops *ops, void *owner);
 

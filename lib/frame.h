@@ -1,6 +1,7 @@
 /* Length-prefixed framing shared by every gpurun link: a 4-byte big-endian payload length,
  * then the payload. The reader checks the announced length against its limit before it
- * buffers a byte of the payload, so an oversized frame costs no allocation. */
+ * waits for the payload, and frame_reader_check() lets a caller refuse it before it buffers
+ * a byte of the frame, so an oversized frame costs no allocation. */
 #ifndef GPURUN_FRAME_H
 #define GPURUN_FRAME_H
 
@@ -20,7 +21,8 @@ struct frame_reader {
     uint32_t max; /* largest payload accepted */
 };
 
-/* Prepares an empty reader that accepts payloads of 1..max bytes. */
+/* Prepares an empty reader that accepts payloads of 1..max bytes. Its buffer starts at the
+ * smaller of 4 KiB and one whole frame of max, and grows by doubling. */
 void frame_reader_init(struct frame_reader *r, uint32_t max);
 
 /* Frees the reader's buffer; the reader may be initialised again. */
@@ -29,6 +31,18 @@ void frame_reader_release(struct frame_reader *r);
 /* Appends n received bytes. Returns 0 or -ENOMEM. Call frame_reader_next() until it returns
  * 0 after every feed: that is what keeps the buffer bounded by max plus one read. */
 int frame_reader_feed(struct frame_reader *r, const void *data, size_t n);
+
+/* What frame_reader_next() would say of the frame in progress once the n bytes of data are
+ * fed, without feeding them: -EMSGSIZE when its header (completed by data) announces more
+ * than max, -EBADMSG when it announces zero, else 0. A caller that checks before it feeds
+ * closes a link that announces an oversized frame without buffering a byte of it. */
+int frame_reader_check(const struct frame_reader *r, const void *data, size_t n);
+
+/* Bytes still missing from the frame in progress: the rest of its header, or of its payload
+ * once the header is in (0 when a whole frame is buffered, or its header is invalid). A
+ * caller that feeds at most this much buffers one frame at a time, so that it may change max
+ * between frames (a link whose handshake is done accepts larger frames). */
+size_t frame_reader_want(const struct frame_reader *r);
 
 /* Takes the next complete frame. Returns 1 and sets *payload (borrowed: valid until the next
  * feed, next or release) and *len; 0 when no complete frame is buffered; -EMSGSIZE when the

@@ -143,6 +143,48 @@ static void expect_one_line_at(const char *file, int line, const struct daemon *
 }
 #define expect_one_line(d, name, why) expect_one_line_at(__FILE__, __LINE__, (d), (name), (why))
 
+/* In text, the refusals for why that summary lines account for ("refused N connections from
+ * '127.0.0.1' in T s: WHY": N includes the one logged at once), and in *lines how many lines
+ * mention why at all. */
+static long summarised(const char *text, const char *why, int *lines)
+{
+    long total = 0;
+
+    *lines = 0;
+    while (*text) {
+        size_t len = strcspn(text, "\n");
+        char *line = strndup(text, len);
+        const char *r = line ? strstr(line, "warn: refused ") : NULL;
+        long n;
+        if (line && strstr(line, why)) {
+            ++*lines;
+            if (r && sscanf(r, "warn: refused %ld connection", &n) == 1)
+                total += n;
+        }
+        free(line);
+        text += len + (text[len] == '\n');
+    }
+    return total;
+}
+
+/* Waits up to timeout_ms for the daemon's summaries of refusals for why to add up to want;
+ * returns what they add up to. */
+static long refused_count(const struct daemon *d, const char *why, long want, int timeout_ms)
+{
+    int64_t deadline = mono_ms() + timeout_ms;
+    int lines;
+    long n;
+
+    for (;;) {
+        char *text = slurp(d->err_path);
+        n = summarised(text, why, &lines);
+        free(text);
+        if (n >= want || mono_ms() >= deadline)
+            return n;
+        sleep_ms(50);
+    }
+}
+
 /* "127.0.0.1:PORT", the name the leader gives a connection in its log lines. */
 static const char *peer_name(const struct wire *w)
 {
@@ -669,11 +711,12 @@ TEST(daemon_bad_frames_refused)
     wire_close(&w);
     expect_one_line(&d, name, "empty frame");
 
-    /* A header announcing 100 bytes, 10 of them, then the end of the stream. */
+    /* A header announcing 50 bytes (a handshake frame's size), 10 of them, then the end of
+     * the stream. */
     CHECK_EQ(wire_connect(&w, d.host, d.port), 0);
     snprintf(name, sizeof(name), "%s", peer_name(&w));
     CHECK_EQ(wire_send_raw(&w,
-                           "\0\0\0\x64"
+                           "\0\0\0\x32"
                            "0123456789",
                            14),
              0);
@@ -699,13 +742,14 @@ TEST(daemon_bad_frames_refused)
     wire_close(&w);
     expect_one_line(&d, name, "malformed handshake frame");
 
-    /* JSON instead of a hello: nothing before the handshake is parsed as JSON. */
+    /* JSON instead of a hello: nothing before the handshake is parsed as JSON. The same
+     * reason from the same address within REFUSAL_WINDOW_MS is counted, not logged again. */
     CHECK_EQ(wire_connect(&w, d.host, d.port), 0);
     snprintf(name, sizeof(name), "%s", peer_name(&w));
     CHECK_EQ(wire_send_frame(&w, "{\"type\":\"status\",\"id\":1}", 24), 0);
     expect_closed(&w);
     wire_close(&w);
-    expect_one_line(&d, name, "malformed handshake frame");
+    expect_log(&d, "malformed handshake frame", NULL, 1);
 
     /* After the handshake: a sealed frame cut short, then the end of the stream. */
     client_open(&d, &w);
@@ -732,6 +776,8 @@ TEST(daemon_bad_frames_refused)
 
     check_serving(&d);
     daemon_stop_cancelled(&d);
+    /* The leader's last words summarise what was counted. */
+    CHECK_EQ(refused_count(&d, "malformed handshake frame", 2, 0), 2);
 }
 
 /* --- messages ------------------------------------------------------------------------------ */
@@ -1099,10 +1145,12 @@ TEST_T(daemon_connection_flood, 20)
     CHECK_EQ(closed, FLOOD);
     CHECK_INT(mono_ms() - opened, >=, HANDSHAKE_TIMEOUT_MS - TICK_MS);
     free(fds);
-    expect_log(&d, "handshake timed out", NULL, FLOOD);
+    /* One line at once; the rest are counted, and summarised as the leader closes. */
+    expect_log(&d, "handshake timed out", NULL, 1);
     json_decref(status(&w, 2));
     wire_close(&w);
     daemon_stop_cancelled(&d);
+    CHECK_EQ(refused_count(&d, "handshake timed out", FLOOD, 0), FLOOD);
 }
 
 TEST(daemon_pending_connection_limit)
@@ -1119,13 +1167,158 @@ TEST(daemon_pending_connection_limit)
     for (int i = 0; i < FLOOD; i++)
         evicted += closed_by_peer(fds[i], i < FLOOD - LIMIT ? 1000 : 0);
     CHECK_EQ(evicted, FLOOD - LIMIT);
-    expect_log(&d, "too many pending connections", NULL, FLOOD - LIMIT);
+    expect_log(&d, "too many pending connections", NULL, 1);
     /* While the flood still holds every slot, a real client gets in: it evicts the oldest. */
     check_serving(&d);
     for (int i = 0; i < FLOOD; i++)
         close(fds[i]);
     free(fds);
     daemon_stop_cancelled(&d);
+    CHECK_EQ(refused_count(&d, "too many pending connections", FLOOD - LIMIT + 1, 0),
+             FLOOD - LIMIT + 1);
+}
+
+/* A field of /proc/PID/status in KiB ("VmHWM", "VmRSS"). */
+static long proc_status_kib(pid_t pid, const char *field)
+{
+    char path[64], line[256];
+    size_t flen = strlen(field);
+    long kib = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%ld/status", (long)pid);
+    f = fopen(path, "re");
+    if (!f)
+        test_fail(__FILE__, __LINE__, "cannot open '%s': %s", path, strerror(errno));
+    while (kib < 0 && fgets(line, sizeof(line), f))
+        if (!strncmp(line, field, flen) && line[flen] == ':')
+            kib = strtol(line + flen + 1, NULL, 10);
+    fclose(f);
+    if (kib < 0)
+        test_fail(__FILE__, __LINE__, "no '%s' in '%s'", field, path);
+    return kib;
+}
+
+/* The bound the leader documents on memory before authentication (PENDING_CONNS_MAX in
+ * daemon/leader.c: about 1.3 MiB), with room for the allocator's and the sanitizers' own. */
+#define PREAUTH_MEM_BOUND_KIB (8 * 1024)
+
+TEST_T(daemon_preauth_memory_bounded, 30)
+{
+    /* Each flood connection announces a frame just under 1 MiB (the limit after the
+     * handshake) and sends 64 KiB of it: a leader that buffered it would grow by 64 KiB each,
+     * 32 MiB for the lot, where the bound allows 8. */
+    enum { FLOOD = 500, BODY = 64 * 1024 };
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    uint8_t *msg = calloc(1, FRAME_HDR_LEN + BODY);
+    struct daemon d;
+    struct wire a[2];
+    int *fds = calloc(FLOOD, sizeof(*fds)), closed = 0;
+    long hwm_before, hwm_after;
+    int64_t deadline;
+    json_t *job;
+
+    CHECK(msg != NULL && fds != NULL);
+    frame_put_header(msg, FRAME_MAX_DEFAULT - 1);
+    daemon_start(&d, true);
+    join_both(&d, a);
+    sa.sin_port = htons((uint16_t)d.port);
+    CHECK_EQ(inet_pton(AF_INET, d.host, &sa.sin_addr), 1);
+    hwm_before = proc_status_kib(d.pid, "VmHWM");
+    /* All of them at once, each holding its connection open: nothing times out here, the
+     * leader has to close them itself. */
+    for (int i = 0; i < FLOOD; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHECK(fds[i] >= 0);
+        CHECK_EQ(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+        /* The leader may close before it has all of it: a short write or a reset is fine. */
+        (void)send(fds[i], msg, FRAME_HDR_LEN + BODY, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    /* Closed at once: all of them within PROMPT_MS, before the handshake timeout (5 s) would
+     * have closed them. */
+    deadline = mono_ms() + PROMPT_MS;
+    for (int i = 0; i < FLOOD; i++) {
+        int left = (int)(deadline - mono_ms());
+        closed += closed_by_peer(fds[i], left > 0 ? left : 0);
+    }
+    hwm_after = proc_status_kib(d.pid, "VmHWM");
+    for (int i = 0; i < FLOOD; i++)
+        close(fds[i]);
+    if (closed != FLOOD || hwm_after - hwm_before > PREAUTH_MEM_BOUND_KIB)
+        test_fail(__FILE__, __LINE__,
+                  "a flood of %d connections: %d closed within %d ms (want all); the leader's "
+                  "peak RSS grew by %ld KiB (%ld -> %ld; bound %d KiB)",
+                  FLOOD, closed, PROMPT_MS, hwm_after - hwm_before, hwm_before, hwm_after,
+                  PREAUTH_MEM_BOUND_KIB);
+    expect_log(&d, "frame larger than 68 bytes", NULL, 1);
+    /* The running job did not notice: its agents are served and it is still running. */
+    send_json(&a[0], "{\"type\":\"kv_put\",\"id\":5,\"key\":\"k\",\"value\":\"v\"}");
+    expect_ok(&a[0], 5);
+    {
+        struct wire w;
+        client_open(&d, &w);
+        job = status(&w, 1);
+        wire_close(&w);
+    }
+    CHECK_STR(json_string_value(json_object_get(job, "state")), "running");
+    json_decref(job);
+    wire_close(&a[0]);
+    expect_log(&d, "node 0 ('fake0') lost", NULL, 1);
+    wire_close(&a[1]);
+    CHECK_EQ(daemon_stop(&d), STATUS_NODE_LOST);
+    CHECK_EQ(refused_count(&d, "frame larger than 68 bytes", FLOOD, 0), FLOOD);
+    free(fds);
+    free(msg);
+}
+
+TEST_T(daemon_refusal_flood_summarised, 30)
+{
+    /* A bounded flood of bad handshakes, BATCH connections open at a time. */
+    enum { FLOOD = 2000, BATCH = 200 };
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    uint8_t frame[FRAME_HDR_LEN + AUTH_HELLO_LEN];
+    int fds[BATCH], lines, closed = 0;
+    int64_t t0;
+    long n;
+    char *text;
+    struct daemon d;
+
+    frame_put_header(frame, AUTH_HELLO_LEN);
+    memset(frame + FRAME_HDR_LEN, 'x', AUTH_HELLO_LEN);
+    daemon_start(&d, true);
+    sa.sin_port = htons((uint16_t)d.port);
+    CHECK_EQ(inet_pton(AF_INET, d.host, &sa.sin_addr), 1);
+    t0 = mono_ms();
+    for (int done = 0; done < FLOOD; done += BATCH) {
+        for (int i = 0; i < BATCH; i++) {
+            fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            CHECK(fds[i] >= 0);
+            CHECK_EQ(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+            CHECK_EQ(send(fds[i], frame, sizeof(frame), MSG_NOSIGNAL), (ssize_t)sizeof(frame));
+        }
+        for (int i = 0; i < BATCH; i++) {
+            closed += closed_by_peer(fds[i], PROMPT_MS);
+            close(fds[i]);
+        }
+    }
+    CHECK_EQ(closed, FLOOD);
+    /* The first is logged at once, the rest in a summary once the window (REFUSAL_WINDOW_MS,
+     * 5 s) has passed: every refusal is accounted for while the daemon still runs. */
+    n = refused_count(&d, "malformed handshake frame", FLOOD, 5000 + 2 * PROMPT_MS);
+    text = slurp(d.err_path);
+    summarised(text, "malformed handshake frame", &lines);
+    if (n != FLOOD || lines > 3)
+        test_fail(__FILE__, __LINE__,
+                  "after %d refusals in %.1f s the log accounts for %ld in %d lines (want %d in "
+                  "3 lines at most):\n%s",
+                  FLOOD, (double)(mono_ms() - t0) / 1000, n, lines, FLOOD, text);
+    CHECK_CONTAINS(text, "refused");
+    CHECK_CONTAINS(text, " connections from '127.0.0.1' in ");
+    free(text);
+    check_serving(&d);
+    daemon_stop_cancelled(&d);
+    /* Nothing left to summarise at the end: the count stays what it was. */
+    CHECK_EQ(refused_count(&d, "malformed handshake frame", FLOOD, 0), FLOOD);
 }
 
 TEST(daemon_status_client_limit)
