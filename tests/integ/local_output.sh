@@ -71,7 +71,9 @@ expect_rc 0 "a job whose reader paused 3 s"
 check_logs "$work/slow" "$last"
 drops=$(check_stream "$last") || fail "the stream: $drops"
 read -r d0 d1 <<<"$drops"
-[ "$d0" -gt 0 ] && [ "$d1" -gt 0 ] || fail "expected lines of both ranks dropped, got $d0 and $d1"
+if [ "$d0" -eq 0 ] || [ "$d1" -eq 0 ]; then
+    fail "expected lines of both ranks dropped, got $d0 and $d1"
+fi
 grep -qE "^\[gpurun\] [0-9,]+ lines not shown; complete in logs/rank-0\.log$" "$work/out" ||
     fail "no notice for rank 0"
 echo "# paused reader: exit 0 in $((SECONDS - start)) s, logs complete, $d0 and $d1 lines not shown and told"
