@@ -290,10 +290,24 @@ static int output_start(struct agent *a)
     return ret;
 }
 
-static void on_output_closed(void *arg)
+/* Whether fds a and b are the same file (2>&1, one terminal). */
+static bool same_file(int a, int b)
+{
+    struct stat sa, sb;
+
+    return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+static void on_output_closed(void *arg, size_t unwritten)
 {
     struct agent *a = arg;
 
+    /* Not to a stderr that is the stream no one reads: the warning would block the loop. */
+    if (unwritten && !same_file(STDOUT_FILENO, STDERR_FILENO))
+        log_warn("cannot write the last %zu bytes of the ranks' output: its reader read nothing "
+                 "for %d ms (each rank's output is complete in logs/)",
+                 unwritten, OUTPUT_LINGER_MS);
     a->handles_open--;
     maybe_free(a);
 }

@@ -23,7 +23,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "log.h"
 #include "outbuf.h"
 #include "banned.h"
 
@@ -54,6 +53,7 @@ struct outbuf {
     int error;
     bool waiting;   /* the thread waits for lines */
     bool writing;   /* the thread is inside write(2) */
+    size_t inflight; /* the bytes of that write */
     bool closing;   /* the loop waits for the end: tell it of every batch */
     bool stop;      /* exit once the queue is empty */
     bool abandon;   /* exit now, leaving the queue */
@@ -66,7 +66,8 @@ struct outbuf {
     /* The loop's alone. */
     uv_async_t async;
     uv_timer_t linger;
-    uint64_t linger_ms, seen_written;
+    uint64_t seen_written;
+    size_t unwritten; /* given up on by the linger timer */
     int handles_open;
     bool closed; /* outbuf_close() was called */
     outbuf_closed_fn closed_cb;
@@ -198,10 +199,12 @@ static void *writer_main(void *arg)
             break;
         n = ring_take(o);
         o->writing = true;
+        o->inflight = n;
         uv_mutex_unlock(&o->mu);
         err = write_all(o->fd, o->batch, n);
         uv_mutex_lock(&o->mu);
         o->writing = false;
+        o->inflight = 0;
         if (err < 0) {
             /* The stream is gone (EPIPE: its reader quit): nothing queued can reach it. */
             o->error = err;
@@ -225,6 +228,7 @@ static void on_outbuf_handle_closed(uv_handle_t *h)
     struct outbuf *o = h->data;
     outbuf_closed_fn cb = o->closed_cb;
     void *cb_arg = o->closed_arg;
+    size_t unwritten = o->unwritten;
     bool last;
 
     if (--o->handles_open > 0)
@@ -235,7 +239,7 @@ static void on_outbuf_handle_closed(uv_handle_t *h)
     if (last)
         outbuf_free(o);
     if (cb)
-        cb(cb_arg);
+        cb(cb_arg, unwritten);
 }
 
 /* Lets go of the loop: from here on the thread never touches the async handle. */
@@ -285,16 +289,13 @@ static void on_outbuf_async(uv_async_t *h)
 static void on_outbuf_linger(uv_timer_t *h)
 {
     struct outbuf *o = h->data;
-    size_t left;
 
     uv_mutex_lock(&o->mu);
-    left = o->len;
+    o->unwritten = o->len + o->inflight;
     o->abandon = true;
     o->loop_gone = true;
     wake_writer(o);
     uv_mutex_unlock(&o->mu);
-    log_warn("cannot write %zu bytes of output: its reader read nothing for %llu ms", left,
-             (unsigned long long)o->linger_ms);
     finish(o);
 }
 
@@ -413,7 +414,6 @@ void outbuf_close(struct outbuf *o, uint64_t linger_ms, outbuf_closed_fn cb, voi
     o->closed = true;
     o->closed_cb = cb;
     o->closed_arg = arg;
-    o->linger_ms = linger_ms;
     uv_mutex_lock(&o->mu);
     o->closing = true;
     o->seen_written = o->written;

@@ -18,8 +18,9 @@ struct outbuf;
  * on the loop's thread, from outbuf_line() or the loop, never from the writer thread. */
 typedef size_t (*outbuf_notice_fn)(void *arg, int src, uint64_t lines, char *buf, size_t cap);
 
-/* Called once, on the loop's thread, when a closed outbuf is done with the loop. */
-typedef void (*outbuf_closed_fn)(void *arg);
+/* Called once, on the loop's thread, when a closed outbuf is done with the loop; unwritten:
+ * the bytes it gave up on (a reader that read nothing for the linger time), else 0. */
+typedef void (*outbuf_closed_fn)(void *arg, size_t unwritten);
 
 struct outbuf_config {
     int fd;                  /* borrowed: kept open by the caller for the process's life */
@@ -58,9 +59,10 @@ void outbuf_stats(struct outbuf *o, struct outbuf_stats *st);
 
 /* Stops taking lines and writes what is queued (with the notices still owed). Once all of it
  * is written, or the stream failed, or linger_ms pass with no byte written (a reader that
- * never reads must not hold the process), cb(arg) is called from the loop and the outbuf
- * freed; what was left unwritten is logged as a warning. A writer thread still blocked in
- * write(2) then is left to the process's exit. o is invalid after this call. */
+ * never reads must not hold the process), cb(arg, unwritten) is called from the loop. A
+ * writer thread still blocked in write(2) then is left to the process's exit, and frees the
+ * outbuf if its write ever returns; else the outbuf is freed before cb. o is invalid after
+ * this call. */
 void outbuf_close(struct outbuf *o, uint64_t linger_ms, outbuf_closed_fn cb, void *arg);
 
 #endif
