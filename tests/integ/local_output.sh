@@ -90,7 +90,7 @@ exec 3>&-
 took=$((SECONDS - start))
 expect_rc 3 "a job whose reader never reads"
 check_logs "$work/stuck" "$n"
-grep -q "cannot write [0-9]* bytes of output: its reader read nothing for 5000 ms" "$work/err" ||
+grep -q "cannot write the last [0-9]* bytes of the ranks' output: its reader read nothing for 5000 ms" "$work/err" ||
     fail "no warning of the output left unwritten"
 [ "$took" -le 20 ] || fail "the job took $took s, expected about 5 s more than it ran"
 echo "# reader that never reads: exit 3 in $took s, logs complete"
