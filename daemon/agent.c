@@ -30,6 +30,7 @@
 #include "peer.h"
 #include "proto.h"
 #include "hvd.h"
+#include "outbuf.h"
 #include "rankenv.h"
 #include "shim.h"
 #include "signame.h"
@@ -180,6 +181,8 @@ struct agent {
     json_t *barrier_counts; /* name -> local ranks arrived */
     struct bwait *bwaits;
 
+    struct outbuf *out; /* the merged stream, our stdout (output section below) */
+
     bool failed_here; /* this node saw the first failure it knows of */
     int status;       /* exit status when the leader cannot tell us one */
     bool finished;
@@ -246,8 +249,91 @@ static void stack_add(struct arank *r, const char *s, size_t n)
     stack_append(r, "\n", 1);
 }
 
-/* One merged-stream line "[R] text\n" in one write(2), so lines of ranks and of other
- * daemons sharing the terminal never interleave inside a line. */
+/* The merged stream (our stdout: a terminal, a pipe, the -o file or the batch output) is
+ * written by a thread of its own (outbuf.h), never by the loop: a reader that stops (a
+ * pager, Ctrl-S, a full pipe, a stalled file system) must not delay heartbeats and fail the
+ * job. Up to this many bytes wait for a slow reader: 4 MiB, some 40,000 lines of 100 bytes,
+ * rides out a pager's pause without a gap and is little next to a rank's own memory. Past it,
+ * lines are dropped from the stream only (never from logs/rank-N.log), and once the reader
+ * has caught up a notice takes their place: output_notice(). */
+#define OUTPUT_QUEUE_MAX (4 << 20)
+/* At the end, how long the queue waits for a reader that reads nothing at all: long enough
+ * for a reader pausing a few seconds to get the end of the job's output, short enough that
+ * a reader that never reads holds the job's status back only this long. */
+#define OUTPUT_LINGER_MS 5000
+
+/* "[gpurun] 12,345 lines not shown; complete in logs/rank-3.log": what stands in the merged
+ * stream for local rank src's lines that it dropped. */
+static size_t output_notice(void *arg, int src, uint64_t lines, char *buf, size_t cap)
+{
+    struct agent *a = arg;
+    char num[32], grouped[48];
+    int n = snprintf(num, sizeof(num), "%" PRIu64, lines), k = 0, w;
+
+    for (int i = 0; i < n; i++) {
+        if (i && (n - i) % 3 == 0)
+            grouped[k++] = ',';
+        grouped[k++] = num[i];
+    }
+    grouped[k] = '\0';
+    w = snprintf(buf, cap, "[gpurun] %s line%s not shown; complete in logs/rank-%d.log\n", grouped,
+                 lines == 1 ? "" : "s", a->ranks[src].rank);
+    return w < 0 || (size_t)w >= cap ? 0 : (size_t)w;
+}
+
+static int output_start(struct agent *a)
+{
+    struct outbuf_config cfg = {
+        .fd = STDOUT_FILENO,
+        .cap = OUTPUT_QUEUE_MAX,
+        .nsrc = a->nranks > 0 ? a->nranks : 1,
+        .notice = output_notice,
+        .arg = a,
+    };
+    int ret = outbuf_start(a->loop, &cfg, &a->out);
+
+    if (ret < 0)
+        log_error("cannot start the output writer: %s", uv_strerror(ret));
+    return ret;
+}
+
+/* Whether fds a and b are the same file (2>&1, one terminal). */
+static bool same_file(int a, int b)
+{
+    struct stat sa, sb;
+
+    return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+static void on_output_closed(void *arg, size_t unwritten)
+{
+    struct agent *a = arg;
+
+    /* Not to a stderr that is the stream no one reads: the warning would block the loop. */
+    if (unwritten && !same_file(STDOUT_FILENO, STDERR_FILENO))
+        log_warn("cannot write the last %zu bytes of the ranks' output: its reader read nothing "
+                 "for %d ms (each rank's output is complete in logs/)",
+                 unwritten, OUTPUT_LINGER_MS);
+    a->handles_open--;
+    maybe_free(a);
+}
+
+/* After the ranks' streams are closed (their last partial lines queued): the rest of the
+ * queue is written, for OUTPUT_LINGER_MS of a reader reading nothing at most. */
+static void output_close(struct agent *a)
+{
+    if (!a->out)
+        return;
+    a->handles_open++;
+    outbuf_close(a->out, OUTPUT_LINGER_MS, on_output_closed, a);
+    a->out = NULL;
+}
+
+/* One merged-stream line "[R] text\n", queued whole: the writer writes whole lines of at most
+ * PIPE_BUF bytes, so lines of ranks and of other daemons sharing the terminal or pipe never
+ * interleave inside a line. */
+_Static_assert(LINE_MAX_LEN + 32 <= OUTBUF_LINE_MAX, "a labelled line must fit one write");
 static void emit_line(struct arank *r, const char *s, size_t n)
 {
     char buf[LINE_MAX_LEN + 32];
@@ -259,11 +345,16 @@ static void emit_line(struct arank *r, const char *s, size_t n)
     memcpy(buf + h, s, n);
     len = (size_t)h + n;
     buf[len++] = '\n';
-    if (write(STDOUT_FILENO, buf, len) < 0 && errno != EPIPE)
-        log_debug("cannot write rank %d's output: %s", r->rank, strerror(errno));
+    /* A '\n' inside the text cannot come from stream_take(); a dropped line is counted. */
+    if (r->agent->out)
+        outbuf_line(r->agent->out, r->local, buf, len);
     tail_add(r, s, n);
 }
 
+/* The rank's log gets every byte, synchronously: it is a regular file in the job dir, where
+ * the kernel's page cache takes a write without waiting for a reader; bounded and dropped it
+ * would no longer be complete, and unbounded it would only move the wait into our memory. A
+ * job dir on a stalled file system stalls the job's other files there too. */
 static void stream_take(struct ostream *o, const char *data, size_t n)
 {
     struct arank *r = o->rank;
@@ -1723,6 +1814,13 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
         free(a);
         return -ENOMEM;
     }
+    if (output_start(a) < 0) {
+        free(a->spawn_argv);
+        free(a->ranks);
+        json_decref(a->barrier_counts);
+        free(a);
+        return -ENOMEM;
+    }
     /* Orphans of our ranks come back to us, not to init: see kill_orphans(). */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     uv_timer_init(loop, &a->tick);
@@ -1820,6 +1918,7 @@ void agent_close(struct agent *a)
         stream_close(&a->ranks[i].out);
         stream_close(&a->ranks[i].err);
     }
+    output_close(a);
     stop_watching(a);
     if (a->listener_open)
         uv_close((uv_handle_t *)&a->listener, on_handle_closed);
