@@ -51,14 +51,14 @@ struct outbuf {
     uint64_t *drops;  /* per source, since its last notice */
     uint64_t dropped, written;
     int error;
-    bool waiting;   /* the thread waits for lines */
-    bool writing;   /* the thread is inside write(2) */
+    bool waiting;    /* the thread waits for lines */
+    bool writing;    /* the thread is inside write(2) */
     size_t inflight; /* the bytes of that write */
-    bool closing;   /* the loop waits for the end: tell it of every batch */
-    bool stop;      /* exit once the queue is empty */
-    bool abandon;   /* exit now, leaving the queue */
-    bool loop_gone; /* the async handle is closed: never send on it */
-    int refs;       /* the loop's and the thread's */
+    bool closing;    /* the loop waits for the end: tell it of every batch */
+    bool stop;       /* exit once the queue is empty */
+    bool abandon;    /* exit now, leaving the queue */
+    bool loop_gone;  /* the async handle is closed: never send on it */
+    int refs;        /* the loop's and the thread's */
 
     /* The writer thread's alone. */
     char *batch;

@@ -22,7 +22,7 @@ struct fixture {
     int rfd, wfd;
     bool closed;
     size_t unwritten; /* as the close callback said */
-    char *got; /* what was read from the pipe */
+    char *got;        /* what was read from the pipe */
     size_t got_len, got_cap;
 };
 
