@@ -31,13 +31,14 @@ bg_pids+=("$pid")
 seen=
 for ((i = 0; i < 300; i++)); do
     if "$gpurun" status --job-dir "$job" --json >"$work/st.json" 2>/dev/null &&
-        [ "$(json "$work/st.json" '(v["progress"] or {}).get("step_min", 0) >= 3')" = True ]; then
+        [ "$(json "$work/st.json" '(v["progress"] or {}).get("step_min", 0) >= 3 and "eta_s" in v["progress"]')" = True ]; then
         seen=1
         break
     fi
     sleep 0.1
 done
-[ -n "$seen" ] || fail "gpurun status never showed every rank past step 3: $(head -c 600 "$work/st.json")"
+# (The ETA needs two reports of a rank to reach the leader: its rate of steps.)
+[ -n "$seen" ] || fail "gpurun status never showed every rank past step 3 with an ETA: $(head -c 600 "$work/st.json")"
 for r in 0 1 2 3; do
     [ "$(json "$work/st.json" "v['live']['ranks'][$r]['step'] >= 3 and v['live']['ranks'][$r]['loss'] > 0 and v['live']['ranks'][$r]['total_steps']")" = 60 ] ||
         fail "rank $r's live status: $(json "$work/st.json" "v['live']['ranks'][$r]")"
