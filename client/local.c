@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
 #include <uv.h>
 
 #include "local.h"
@@ -97,10 +98,10 @@ int local_find_daemon(const char *self, const char *path, char *out, size_t n)
 
 int local_exit_status(int wstatus)
 {
+    /* A daemon ends on a signal only when it is killed: that is the launch failing (125),
+     * not a rank's 128 + signal, which the daemon passes on as an exit status. */
     if (WIFEXITED(wstatus))
         return WEXITSTATUS(wstatus);
-    if (WIFSIGNALED(wstatus))
-        return 128 + WTERMSIG(wstatus);
     return 125;
 }
 
@@ -269,7 +270,7 @@ static int spawn_daemon(const struct local_job *job, int k, const sigset_t *chil
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
-    char node[16];
+    char node[16], self[24];
     char *argv[] = {(char *)"rendezvousd",
                     (char *)"--job-dir",
                     (char *)job->job_dir,
@@ -277,10 +278,13 @@ static int spawn_daemon(const struct local_job *job, int k, const sigset_t *chil
                     node,
                     (char *)"--log-level",
                     (char *)job->log_level,
+                    (char *)"--launcher-pid",
+                    self,
                     NULL};
     int r;
 
     snprintf(node, sizeof(node), "%d", k);
+    snprintf(self, sizeof(self), "%ld", (long)getpid());
     posix_spawn_file_actions_init(&fa);
     posix_spawnattr_init(&attr);
     posix_spawnattr_setsigmask(&attr, child_mask);
@@ -293,6 +297,23 @@ static int spawn_daemon(const struct local_job *job, int k, const sigset_t *chil
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     return -r;
+}
+
+/* The exit status summary.json records when it records a failure, else -1. The leader's
+ * record is the job's one truth: gpurun's own view of its daemons (which of them it had to
+ * stop, in which order they went) must not contradict it. */
+static int summary_failure(const char *job_dir)
+{
+    char path[PATH_MAX];
+    json_t *sum;
+    json_int_t st;
+
+    if (!job_dir || snprintf(path, sizeof(path), "%s/summary.json", job_dir) >= (int)sizeof(path))
+        return -1;
+    sum = json_load_file(path, 0, NULL);
+    st = json_integer_value(json_object_get(sum, "exit_status"));
+    json_decref(sum);
+    return st > 0 && st < 256 ? (int)st : -1;
 }
 
 int local_run(const struct local_job *job, int *fatal_signal)
@@ -367,6 +388,8 @@ int local_run(const struct local_job *job, int *fatal_signal)
         ret = 125;
     else if (s.timed_out)
         ret = 124;
+    else if (summary_failure(job->job_dir) > 0)
+        ret = summary_failure(job->job_dir);
     *fatal_signal = s.fatal_signal;
     /* What is still pending is spoken for (SIGCHLD of reaped daemons, a second ^C already
      * recorded): take it before unblocking, or a default action would end gpurun here. */

@@ -35,14 +35,17 @@ struct local_job {
  * environment, and waits for every one of them. SIGINT, SIGTERM and SIGHUP are forwarded to
  * the daemons (SIGHUP as SIGTERM; a signal from the terminal already reached them and is not
  * sent twice), as are SIGUSR1 and SIGUSR2. Must be called with no other children running:
- * it reaps any child. Returns gpurun's exit status (local_combine() of the daemons', 124
+ * it reaps any child. The daemons get --launcher-pid, so that they end the job when gpurun is
+ * killed. Returns gpurun's exit status (summary.json's when the leader wrote a failure there,
+ * else local_combine() of the daemons', 124
  * when the time limit ended the job, 125 when a daemon could not be started) and sets
  * *fatal_signal to the first SIGINT/SIGTERM/SIGHUP received (0: none), which the caller
  * should die of once it has cleaned up. Thread context: the process's only thread; the
  * signals above are blocked while it runs, and those received are consumed. */
 int local_run(const struct local_job *job, int *fatal_signal);
 
-/* The exit status a wait status stands for: the code, or 128+N for death by signal N. */
+/* The exit status a daemon's wait status stands for: its code, or 125 when it was killed by
+ * a signal (a daemon passes its ranks' deaths on as codes; its own death is a failure). */
 int local_exit_status(int wstatus);
 
 /* gpurun's exit status from the daemons' (status[k] of node k, n of them): node 0's, since

@@ -556,8 +556,7 @@ static int cmd_cancel(struct gpurun_args *args, int *fatal_signal)
     int ret, r;
 
     (void)fatal_signal;
-    if (args->job_dir && !args->target)
-        return error_out(EXIT_FAILED, "cancel: name the JOBID");
+    /* --job-dir alone names the job too: resolve_target reads its id from the dir. */
     ret = resolve_target(args, &t);
     if (ret)
         return ret;

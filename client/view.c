@@ -253,12 +253,26 @@ static bool local_leader_alive(const char *dir)
     return alive;
 }
 
+/* Whether the leader of a job on this machine is known to be dead: its endpoint.json is on
+ * loopback and names a process that no longer exists. */
+static bool local_leader_dead(const char *dir)
+{
+    json_t *ep = load_file(dir, "endpoint.json");
+    const char *host = json_string_value(json_object_get(ep, "host"));
+    json_int_t pid = json_integer_value(json_object_get(ep, "pid"));
+    bool dead =
+        host && !strcmp(host, "127.0.0.1") && pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+
+    json_decref(ep);
+    return dead;
+}
+
 json_t *view_build(const struct view_input *in)
 {
     json_t *v = json_object(), *summary = NULL, *live = NULL, *ranks;
     struct status_error serr;
     const char *state = "UNKNOWN";
-    bool ended = false;
+    bool ended = false, dead = false;
     int exit_status = -1;
 
     if (!v)
@@ -271,7 +285,9 @@ json_t *view_build(const struct view_input *in)
             mtime_of(in->job_dir, "endpoint.json") > 0) {
             if (status_query(in->job_dir, in->timeout_ms, &live, &serr) < 0) {
                 summary = load_file(in->job_dir, "summary.json");
-                if (!summary)
+                /* A leader that died without a summary: the job has ended, how is unknown. */
+                dead = !summary && !in->slurm && local_leader_dead(in->job_dir);
+                if (!summary && !dead)
                     json_object_set_new(v, "live_error", json_string(serr.text));
             }
         }
@@ -300,6 +316,8 @@ json_t *view_build(const struct view_input *in)
         exit_status = (int)json_integer_value(json_object_get(summary, "exit_status"));
     } else if (live) {
         state = "RUNNING";
+    } else if (dead) {
+        ended = true;
     } else if (in->job_dir && in->no_live) {
         state = local_leader_alive(in->job_dir) ? "RUNNING" : "UNKNOWN";
     } else if (in->job_dir && !json_object_get(v, "live_error")) {

@@ -1338,6 +1338,9 @@ static void check_done(struct agent *a)
 
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];
+        /* Torn down before its assign (an abort or finish while joining): no rank to wait for. */
+        if (!r->spawned && a->state == AG_TEARDOWN)
+            continue;
         if (!r->exited) {
             all = 0;
             continue;

@@ -71,8 +71,9 @@
 
 enum conn_role { ROLE_NEW, ROLE_AGENT, ROLE_CLIENT };
 enum job_state { JOB_JOINING, JOB_RUNNING, JOB_ABORTING, JOB_FINISHED };
-enum rank_phase { PHASE_PENDING, PHASE_JOINED, PHASE_RUNNING, PHASE_EXITED };
-static const char *const phase_names[] = {"pending", "joined", "running", "exited"};
+/* PHASE_LOST: its node was lost while it ran; its end is unknown, but it is not running. */
+enum rank_phase { PHASE_PENDING, PHASE_JOINED, PHASE_RUNNING, PHASE_EXITED, PHASE_LOST };
+static const char *const phase_names[] = {"pending", "joined", "running", "exited", "lost"};
 static const char *const state_names[] = {"joining", "running", "aborting", "finished"};
 
 struct conn {
@@ -425,8 +426,8 @@ static void check_end(struct leader *l)
     else if (l->state == JOB_ABORTING && all_nodes_done(l) && l->restartable &&
              l->generation < l->spec->max_restarts)
         restart(l);
-    else if (l->state == JOB_ABORTING && all_nodes_done(l))
-        finish(l);
+    else if (l->state == JOB_ABORTING && (all_nodes_done(l) || !l->t_joined))
+        finish(l); /* before the assign there are no ranks to wait for */
 }
 
 /* --- requests ----------------------------------------------------------------------------- */
@@ -811,6 +812,7 @@ static void on_message(struct peer *p, struct msg *m)
         }
         fail(l, m->status ? m->status : 1, cancel ? "cancelled" : "failed", m->status == 124,
              failure_new(m->value, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
+        check_end(l);
         break;
     }
     default:
@@ -868,6 +870,9 @@ static void on_closed(struct peer *p, const char *why)
                 n->joined = false;
                 l->joined--;
             }
+            for (int r = n->rank_base; l->t_joined && r < n->rank_base + n->nprocs; r++)
+                if (r < l->world_size && l->ranks[r].phase == PHASE_RUNNING)
+                    l->ranks[r].phase = PHASE_LOST;
             fail(l, 125, "failed", false, failure_new(cause, -1, c->node, n->hostname, 0, 0, ""));
             check_end(l);
         }
@@ -1055,6 +1060,13 @@ static void on_tick(uv_timer_t *t)
                 n += snprintf(cause + n, sizeof(cause) - (size_t)n, " %d", i);
         fail(l, 124, "failed", false, failure_new(cause, -1, -1, "", 0, 0, ""));
         finish(l);
+    }
+    /* The time limit is the leader's to keep too: the launcher's own deadline (gpurun
+     * --local's, Slurm's) dies with the launcher. */
+    if ((l->state == JOB_JOINING || l->state == JOB_RUNNING) && l->spec->time_limit_s > 0 &&
+        now - l->t_start >= (int64_t)l->spec->time_limit_s * 1000) {
+        fail(l, 124, "timeout", false, failure_new(timeout_cause(l), -1, -1, "", 0, 0, ""));
+        check_end(l);
     }
     check_hang(l, now);
     poll_preempt(l, now);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <uv.h>
@@ -31,6 +32,7 @@ struct options {
     const char *hostname;
     const char *log_level;
     const char *node_rank;
+    const char *launcher_pid;
     bool leader_only;
 };
 
@@ -51,6 +53,8 @@ static const struct option_row option_rows[] = {
      "address other nodes and ranks dial for this node"},
     {"--hostname", offsetof(struct options, hostname), "name reported for this node"},
     {"--log-level", offsetof(struct options, log_level), "error, warn, info or debug"},
+    {"--launcher-pid", offsetof(struct options, launcher_pid),
+     "end the job when this parent process (gpurun --local) is gone"},
 };
 #define N_OPTIONS (sizeof(option_rows) / sizeof(option_rows[0]))
 
@@ -62,6 +66,7 @@ struct daemon {
     struct agent *agent;
     uv_signal_t signals[5];
     int agent_status, leader_status;
+    int launcher; /* --launcher-pid; 0: none */
     bool agent_done, leader_done, is_leader;
 };
 
@@ -192,6 +197,8 @@ static void on_signal(uv_signal_t *h, int sig)
     char sn[SIGNAME_LEN];
 
     log_info("received %s", signame(sig, sn));
+    if (d->launcher && sig == SIGTERM && getppid() != d->launcher)
+        log_warn("the launcher (pid %d) is gone: ending the job", d->launcher);
     if (d->agent)
         agent_signal(d->agent, sig);
     if (d->leader && sig != SIGUSR1 && sig != SIGUSR2 && !d->agent)
@@ -245,6 +252,8 @@ int main(int argc, char **argv)
         o.node_rank = getenv("SLURM_NODEID");
     if (o.node_rank && parse_int("--node-rank", o.node_rank, 0, d.spec.nnodes - 1, &node_rank) < 0)
         goto out;
+    if (o.launcher_pid && parse_int("--launcher-pid", o.launcher_pid, 1, INT_MAX, &d.launcher) < 0)
+        goto out;
     if (!o.hostname) {
         if (gethostname(hostname, sizeof(hostname)) < 0)
             snprintf(hostname, sizeof(hostname), "node%d", node_rank);
@@ -263,6 +272,13 @@ int main(int argc, char **argv)
         uv_signal_init(d.loop, &d.signals[i]);
         d.signals[i].data = &d;
         uv_signal_start(&d.signals[i], on_signal, handled_signals[i]);
+    }
+    /* A launcher killed outright (SIGKILL) cannot stop us: the kernel's SIGTERM on its death
+     * does, through the same path as a cancel. If it died before we got here, now. */
+    if (d.launcher) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != d.launcher)
+            kill(getpid(), SIGTERM);
     }
     bind = o.bind ? o.bind : d.spec.loopback ? "127.0.0.1" : "0.0.0.0";
     if (o.advertise)

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# One truth: for each way a local job can end badly, gpurun's exit status, summary.json and
+# 'gpurun status --job-dir' agree. Each row: a name, what is done to the running job, the
+# exit status, and the state status shows (summary.json's outcome follows from the state).
+# timeout: 120
+set -euo pipefail
+# shellcheck source=local_common.sh
+. "$(dirname "$0")/local_common.sh"
+
+# daemon_pid DIR NODE: the pid of node NODE's rendezvousd of the job in DIR.
+daemon_pid() {
+    pgrep -f "rendezvousd --job-dir $1 --node-rank $2 " | head -n 1
+}
+
+# act ACTION DIR PID: does ACTION to the job in DIR, whose gpurun runs under timeout PID.
+act() {
+    case $1 in
+    limit) ;;
+    kill-node0) sleep 1 && kill -KILL "$(daemon_pid "$2" 0)" ;;
+    kill-node1) sleep 1 && kill -KILL "$(daemon_pid "$2" 1)" ;;
+    kill-gpurun) sleep 1 && kill -KILL "$(pgrep -P "$3" -x gpurun)" ;;
+    cancel) sleep 1 && "$gpurun" cancel --job-dir "$2" 2>/dev/null ;;
+    esac
+}
+
+# name action time-limit expected-exit expected-state expected-outcome
+table=(
+    "limit limit 0:02 124 TIMEOUT timeout"
+    "kill-node0 kill-node0 - 125 UNKNOWN -"
+    "kill-node1 kill-node1 - 125 FAILED failed"
+    "kill-gpurun kill-gpurun 0:30 - CANCELLED cancelled"
+    "cancel cancel - 143 CANCELLED cancelled"
+)
+
+for row in "${table[@]}"; do
+    read -r name action limit want_rc want_state want_outcome <<<"$row"
+    dir=$work/$name
+    targs=()
+    [ "$limit" = - ] || targs=(-t "$limit")
+    start=$(date +%s)
+    rc=0
+    timeout -k 5 "$GPURUN_LIMIT" "$gpurun" --local --nodes 2 --job-dir "$dir" "${targs[@]}" \
+        -- sleep 30 >"$work/out" 2>"$work/err" </dev/null &
+    gpid=$!
+    bg_pids+=("$gpid")
+    act "$action" "$dir" "$gpid"
+    wait "$gpid" || rc=$?
+    # A killed gpurun says nothing: its daemons must still end the job, and soon.
+    if [ "$want_rc" = - ]; then
+        for ((i = 0; i < 100; i++)); do
+            [ -z "$(daemon_pid "$dir" 0)$(daemon_pid "$dir" 1)" ] && break
+            sleep 0.1
+        done
+    else
+        [ "$rc" = "$want_rc" ] || fail "$name: exit status $rc, expected $want_rc"
+    fi
+    elapsed=$(($(date +%s) - start))
+    [ "$elapsed" -le 15 ] || fail "$name: took $elapsed s, expected a few"
+    [ -z "$(daemon_pid "$dir" 0)$(daemon_pid "$dir" 1)" ] || fail "$name: daemons still running"
+    ! pgrep -f "exec-rank .* -- sleep 30" -a | grep -q . ||
+        fail "$name: ranks still running: $(pgrep -af 'sleep 30')"
+    st=0
+    "$gpurun" status --job-dir "$dir" >"$work/status" 2>&1 || st=$?
+    [ "$st" = 0 ] || fail "$name: status exit $st, expected 0: $(cat "$work/status")"
+    grep -q "^state: $want_state\\b" "$work/status" ||
+        fail "$name: status says '$(grep '^state' "$work/status" || head -1 "$work/status")', expected state $want_state"
+    if [ "$want_outcome" = - ]; then
+        [ ! -e "$dir/summary.json" ] || fail "$name: a summary.json, expected none"
+        continue
+    fi
+    [ -f "$dir/summary.json" ] || fail "$name: no summary.json"
+    got=$(/usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))
+print(j["outcome"], j["exit_status"], sum(r["phase"] == "running" for r in j["ranks"]))' "$dir/summary.json")
+    read -r outcome status running <<<"$got"
+    [ "$outcome" = "$want_outcome" ] || fail "$name: summary outcome '$outcome', expected '$want_outcome'"
+    [ "$want_rc" = - ] || [ "$status" = "$want_rc" ] ||
+        fail "$name: summary exit_status $status, expected $want_rc (gpurun's)"
+    [ "$running" = 0 ] || fail "$name: $running ranks still 'running' in the summary"
+    grep -q "exit status $status" "$work/status" || fail "$name: status lacks 'exit status $status'"
+    echo "ok - $name: exit ${rc}, $want_state, summary $outcome $status"
+done
