@@ -20,7 +20,7 @@
  * or two, so 500 rounds of 1 ms are ample for anything but a fork bomb that outruns SIGKILL. */
 #define PROCS_ROUNDS 500
 /* The pause between rounds, and between tries of rmdir while the cgroup empties. */
-#define ROUND_NS 1000000L
+#define ROUND_NS     1000000L
 
 static void pause_round(void)
 {
@@ -89,8 +89,8 @@ static int own_dir(char *dir, size_t len, char *why, size_t why_len)
     if (strcmp(root, "/")) {
         size_t n = strlen(root);
         if (strncmp(path, root, n) || (path[n] && path[n] != '/')) {
-            snprintf(why, why_len, "our cgroup '%s' is outside the cgroup v2 mount at '%s'",
-                     path, mnt);
+            snprintf(why, why_len, "our cgroup '%s' is outside the cgroup v2 mount at '%s'", path,
+                     mnt);
             return -ENOENT;
         }
         rel = path + n;
@@ -109,6 +109,35 @@ int cgroup_make(const char *dir)
     return 0;
 }
 
+/* rmdir of dir after the cgroups below it, deepest first. Returns 0 or a negative errno. */
+static int remove_tree(const char *dir);
+
+/* Removes the empty job cgroups of daemons that are gone (killed before their end): a
+ * cgroup with processes is left alone, as is one whose pid is in use (perhaps another
+ * daemon's, in a pid namespace we cannot see into). */
+static void remove_leftovers(const char *own)
+{
+    char path[PATH_MAX];
+    struct dirent *e;
+    DIR *d = opendir(own);
+
+    if (!d)
+        return;
+    while ((e = readdir(d))) {
+        char *end;
+        long pid;
+
+        if (e->d_type != DT_DIR || strncmp(e->d_name, "gpurun-", 7))
+            continue;
+        pid = strtol(e->d_name + 7, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        if (snprintf(path, sizeof(path), "%s/%s", own, e->d_name) < (int)sizeof(path))
+            remove_tree(path);
+    }
+    closedir(d);
+}
+
 int cgroup_job_create(char *dir, size_t len, char *why, size_t why_len)
 {
     char own[PATH_MAX], procs[PATH_MAX + 16];
@@ -125,6 +154,7 @@ int cgroup_job_create(char *dir, size_t len, char *why, size_t why_len)
         snprintf(why, why_len, "cgroup '%s' is not writable: %s", own, strerror(-ret));
         return ret;
     }
+    remove_leftovers(own);
     if (snprintf(dir, len, "%s/gpurun-%d", own, (int)getpid()) >= (int)len) {
         snprintf(why, why_len, "cgroup path too long");
         return -ENAMETOOLONG;
