@@ -25,6 +25,7 @@
 #include <openssl/rand.h>
 
 #include "agent.h"
+#include "cgroup.h"
 #include "fsutil.h"
 #include "log.h"
 #include "peer.h"
@@ -59,6 +60,14 @@
 /* FINDING -> JOINING -> RUNNING -> [CAPTURE ->] TEARDOWN -> DONE; a restart goes from
  * TEARDOWN back to RUNNING. CAPTURE is a hang's: stacks are taken before the kill. */
 enum agent_state { AG_FINDING, AG_JOINING, AG_RUNNING, AG_CAPTURE, AG_TEARDOWN, AG_DONE };
+
+/* How long the agent waits for a killed rank's cgroup to empty before it leaves the cgroup
+ * to the job's end (killed processes leave within milliseconds), and how long the job's
+ * cgroup may take at the end. */
+#define RANK_CGROUP_WAIT_MS 50
+#define JOB_CGROUP_WAIT_MS  1000
+/* The shim's heartbeat pipe (shim.h): the fd after stdin, stdout and stderr. */
+#define SHIM_ALIVE_FD       "3"
 
 /* How long a hang's stack capture may take on this node before the teardown goes on
  * without the stacks still missing (the leader waits a little longer: leader.c). */
@@ -101,6 +110,7 @@ struct arank {
     int64_t progress_ms; /* when its last report arrived; 0: it never reported */
     long oom_base;
     int logfd;
+    int alive_fd; /* write end of its shim's heartbeat pipe (shim.h), or -1 */
     char token[2 * TOKEN_BYTES + 1];
     int64_t step, total_steps;
     double loss, lr, tokens_per_s, grad_norm;
@@ -170,7 +180,9 @@ struct agent {
     int nranks, exited;
     char self_exe[PATH_MAX];   /* this program, run as the rank shim (shim.h) */
     char python_dir[PATH_MAX]; /* the gpurun Python package's folder, or "" */
-    char **spawn_argv;         /* self_exe --exec-rank PID -- argv... */
+    char **spawn_argv;         /* self_exe --exec-rank PID ... -- argv... (build_spawn_argv) */
+    int cgroup_slot;           /* spawn_argv's index of the rank's cgroup, or 0: none */
+    char cgroup[PATH_MAX];     /* the job's cgroup (cgroup.h), or "" */
     char sockdir[PATH_MAX];
     char sockpath[PATH_MAX];
 
@@ -543,6 +555,12 @@ static long oom_kills(void)
     return n;
 }
 
+/* The rank's cgroup, below the job's. */
+static void rank_cgroup(const struct agent *a, const struct arank *r, char *dir, size_t len)
+{
+    snprintf(dir, len, "%s/rank-%d", a->cgroup, r->rank);
+}
+
 static void signal_group(struct arank *r, int sig)
 {
     if (r->spawned && !r->exited && r->proc.pid > 0)
@@ -571,8 +589,19 @@ static void on_rank_exit(uv_process_t *p, int64_t status, int sig)
     a->exited++;
     r->oom = sig == SIGKILL && !r->killed && r->oom_base >= 0 && oom_kills() > r->oom_base;
     uv_close((uv_handle_t *)p, on_proc_closed);
-    /* What a rank started may still hold its group: it ends with the rank. */
+    if (r->alive_fd >= 0) {
+        close(r->alive_fd);
+        r->alive_fd = -1;
+    }
+    /* What a rank started may still hold its group or its cgroup: it ends with the rank.
+     * The shim removed the cgroup already unless it was killed itself (the teardown's
+     * SIGKILL reaches the whole group). */
     kill(-p->pid, SIGKILL);
+    if (a->cgroup[0]) {
+        char dir[PATH_MAX + 16];
+        rank_cgroup(a, r, dir, sizeof(dir));
+        cgroup_remove(dir, RANK_CGROUP_WAIT_MS);
+    }
     if ((status || sig) && !r->killed && a->state == AG_RUNNING) {
         /* Kill the neighbours at once, before the leader's abort comes back: that is what
          * keeps teardown within milliseconds. */
@@ -749,10 +778,10 @@ static int open_log(struct agent *a, int rank)
 static int spawn_rank(struct agent *a, struct arank *r)
 {
     uv_process_options_t opt = {0};
-    uv_stdio_container_t stdio[3];
+    uv_stdio_container_t stdio[4];
     uint8_t tok[TOKEN_BYTES];
-    char **env = NULL, msg[PATH_MAX + 64];
-    int ret = -1;
+    char **env = NULL, msg[PATH_MAX + 64], cgdir[PATH_MAX + 16];
+    int ret = -1, alive[2];
 
     if (RAND_bytes(tok, sizeof(tok)) != 1)
         return -EIO;
@@ -782,17 +811,33 @@ static int spawn_rank(struct agent *a, struct arank *r)
     stdio[1].data.stream = (uv_stream_t *)&r->out->pipe;
     stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
     stdio[2].data.stream = (uv_stream_t *)&r->err->pipe;
+    /* The shim's heartbeat pipe, its fd 3 (SHIM_ALIVE_FD): a byte per heartbeat, end of
+     * file when we die. Without one the shim still has the parent-death signal. */
+    stdio[3].flags = UV_IGNORE;
+    if (pipe2(alive, O_CLOEXEC | O_NONBLOCK) == 0) {
+        stdio[3].flags = UV_INHERIT_FD;
+        stdio[3].data.fd = alive[0];
+        r->alive_fd = alive[1];
+    } else {
+        alive[0] = -1;
+    }
+    if (a->cgroup_slot) {
+        rank_cgroup(a, r, cgdir, sizeof(cgdir));
+        a->spawn_argv[a->cgroup_slot] = cgdir;
+    }
     opt.file = a->spawn_argv[0];
     opt.args = a->spawn_argv;
     opt.env = env;
     opt.cwd = a->spec->workdir;
     opt.flags = UV_PROCESS_DETACHED;
-    opt.stdio_count = 3;
+    opt.stdio_count = 4;
     opt.stdio = stdio;
     opt.exit_cb = on_rank_exit;
     r->proc.data = r;
     ret = uv_spawn(a->loop, &r->proc, &opt);
     free_env(env);
+    if (alive[0] >= 0)
+        close(alive[0]);
     if (ret < 0) {
         /* The handle is initialised even on failure and must be closed. */
         a->handles_open++;
@@ -1326,6 +1371,8 @@ static void finish(struct agent *a, int status)
         return;
     a->state = AG_DONE;
     kill_orphans(a);
+    if (a->cgroup[0] && cgroup_remove(a->cgroup, JOB_CGROUP_WAIT_MS) < 0)
+        log_warn("cannot remove cgroup '%s': processes still in it", a->cgroup);
     a->done(a, status, a->arg);
 }
 
@@ -1747,14 +1794,36 @@ static void on_heartbeat(uv_timer_t *t)
 
     if (a->leader && a->leader->ready)
         send_leader(a, proto_pack("{s:s}", "type", "hb"));
+    /* The shims' watch (shim.h): a full pipe (a shim that stopped reading) loses nothing. */
+    for (int i = 0; i < a->nranks; i++)
+        if (a->ranks[i].alive_fd >= 0 && write(a->ranks[i].alive_fd, "", 1) < 0)
+            continue;
 }
 
 /* --- lifecycle ---------------------------------------------------------------------------- */
 
+/* Where the ranks' cgroups go (cgroup.h). Said once per daemon where there are none. */
+static void setup_cgroup(struct agent *a)
+{
+    static bool said;
+    char why[PATH_MAX + 128];
+
+    if (cgroup_job_create(a->cgroup, sizeof(a->cgroup), why, sizeof(why)) == 0) {
+        log_debug("ranks run in cgroups under '%s'", a->cgroup);
+        return;
+    }
+    a->cgroup[0] = '\0';
+    if (!said)
+        log_info("ranks run without cgroups of their own (%s): %s", why,
+                 getenv("SLURM_JOB_ID") ? "Slurm's job cgroup, where it has one, contains them"
+                                        : "they are ended by process group only");
+    said = true;
+}
+
 /* Every rank runs under the shim (shim.h): this program again, with the rank's command. */
 static int build_spawn_argv(struct agent *a)
 {
-    static char pid[24];
+    static char pid[24], alive_ms[24];
     size_t n = 0, i = 0;
     ssize_t len = readlink("/proc/self/exe", a->self_exe, sizeof(a->self_exe) - 1);
 
@@ -1765,12 +1834,23 @@ static int build_spawn_argv(struct agent *a)
     snprintf(pid, sizeof(pid), "%ld", (long)getpid());
     while (a->spec->argv[n])
         n++;
-    a->spawn_argv = calloc(n + 5, sizeof(char *));
+    snprintf(alive_ms, sizeof(alive_ms), "%d", a->spec->hb_timeout_ms);
+    a->spawn_argv = calloc(n + 11, sizeof(char *));
     if (!a->spawn_argv)
         return -ENOMEM;
     a->spawn_argv[i++] = a->self_exe;
     a->spawn_argv[i++] = (char *)SHIM_FLAG;
     a->spawn_argv[i++] = pid;
+    a->spawn_argv[i++] = (char *)"--alive-fd";
+    a->spawn_argv[i++] = (char *)SHIM_ALIVE_FD;
+    a->spawn_argv[i++] = (char *)"--alive-ms";
+    a->spawn_argv[i++] = alive_ms;
+    setup_cgroup(a);
+    if (a->cgroup[0]) {
+        a->spawn_argv[i++] = (char *)"--cgroup";
+        a->cgroup_slot = (int)i;
+        a->spawn_argv[i++] = a->cgroup; /* replaced per rank by spawn_rank() */
+    }
     a->spawn_argv[i++] = (char *)"--";
     for (size_t k = 0; k < n; k++)
         a->spawn_argv[i++] = a->spec->argv[k];
@@ -1810,6 +1890,7 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
         a->ranks[i].agent = a;
         a->ranks[i].local = i;
         a->ranks[i].logfd = -1;
+        a->ranks[i].alive_fd = -1;
     }
     if (build_spawn_argv(a) < 0) {
         free(a->ranks);
@@ -1887,6 +1968,8 @@ static void maybe_free(struct agent *a)
     for (int i = 0; i < a->nranks; i++) {
         if (a->ranks[i].logfd >= 0)
             close(a->ranks[i].logfd);
+        if (a->ranks[i].alive_fd >= 0)
+            close(a->ranks[i].alive_fd);
         if (a->ranks[i].wants_preempt && a->ranks[i].preempt_fd >= 0)
             close(a->ranks[i].preempt_fd);
         free(a->ranks[i].stack);

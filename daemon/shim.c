@@ -1,16 +1,23 @@
 /* The rank shim. It stays the parent of the rank for the rank's whole life: that costs one
- * small process per rank and buys a guarantee that libuv's spawn cannot give, a parent-death
- * signal that reaches the rank's process group. */
+ * small process per rank and buys guarantees that libuv's spawn cannot give: a parent-death
+ * signal that reaches the rank's cgroup and process group, and a watch on the agent's
+ * heartbeat that ends the rank when the agent is frozen. */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "cgroup.h"
 #include "shim.h"
 #include "banned.h"
 
@@ -25,17 +32,83 @@ static const int group_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, S
 /* Of those, the ones that mean "stop". */
 static const int stop_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
 
-/* The agent is gone: nobody will tear this rank down, so do it now, group and all (the
- * shim included). kill() is async-signal-safe. */
-static void on_pdeath(int sig)
+/* How often the shim looks at the agent's heartbeat pipe: the delay it adds to noticing a
+ * frozen agent. */
+#define WATCH_MS       100
+/* How long the rank's processes may take to leave its cgroup after SIGKILL before the shim
+ * gives up removing it (the agent's teardown removes it later). */
+#define CGROUP_WAIT_MS 1000
+
+/* What the agent asked for on the command line. */
+struct shim_opts {
+    long agent;         /* the agent's pid */
+    int alive_fd;       /* read end of the agent's heartbeat pipe, or -1 */
+    long alive_ms;      /* silence on it that means a frozen agent, or 0 */
+    const char *cgroup; /* the rank's cgroup, or NULL */
+    char **cmd;
+};
+
+static int64_t mono_ms(void)
 {
-    (void)sig;
-    kill(0, SIGKILL);
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void exec_child(char **cmd, const sigset_t *old, pid_t agent)
+static int parse_opts(int argc, char **argv, struct shim_opts *o)
+{
+    char *end;
+    int i;
+
+    *o = (struct shim_opts){.alive_fd = -1};
+    if (argc < 5)
+        goto usage;
+    o->agent = strtol(argv[2], &end, 10);
+    if (*end || o->agent <= 1) {
+        fprintf(stderr, "rendezvousd: %s: '%s' is not a process id\n", SHIM_FLAG, argv[2]);
+        return -1;
+    }
+    for (i = 3; i + 1 < argc && strcmp(argv[i], "--"); i += 2) {
+        long v = strtol(argv[i + 1], &end, 10);
+        if (!strcmp(argv[i], "--cgroup")) {
+            o->cgroup = argv[i + 1];
+            continue;
+        }
+        if (*end || v < 0 || v > INT_MAX) {
+            fprintf(stderr, "rendezvousd: %s: %s: '%s' is not a number\n", SHIM_FLAG, argv[i],
+                    argv[i + 1]);
+            return -1;
+        }
+        if (!strcmp(argv[i], "--alive-fd"))
+            o->alive_fd = (int)v;
+        else if (!strcmp(argv[i], "--alive-ms"))
+            o->alive_ms = v;
+        else
+            goto usage;
+    }
+    if (i + 1 >= argc || strcmp(argv[i], "--"))
+        goto usage;
+    o->cmd = argv + i + 1;
+    return 0;
+usage:
+    fprintf(stderr,
+            "rendezvousd: usage: %s AGENT_PID [--alive-fd FD --alive-ms MS] [--cgroup DIR] -- "
+            "CMD [ARGS...]\n",
+            SHIM_FLAG);
+    return -1;
+}
+
+static void exec_child(const struct shim_opts *o, const sigset_t *old, bool in_cgroup)
 {
     char pid[24];
+    int ret;
+
+    /* Into the rank's cgroup before anything of the rank runs: nothing it starts can be
+     * outside. */
+    if (in_cgroup && (ret = cgroup_enter(o->cgroup, (int)getpid())) < 0)
+        fprintf(stderr, "gpurun: cannot enter cgroup '%s': %s; the rank runs without one\n",
+                o->cgroup, strerror(-ret));
 
     /* Under Slurm a task's SLURM_TASK_PID is its own pid, which only the child knows; the
      * rest of Slurm's per-task variables come from rankenv.c. */
@@ -43,13 +116,12 @@ static void exec_child(char **cmd, const sigset_t *old, pid_t agent)
         snprintf(pid, sizeof(pid), "%d", (int)getpid());
         setenv("SLURM_TASK_PID", pid, 1);
     }
-    signal(SHIM_PDEATH_SIG, SIG_DFL);
     /* Where Yama restricts ptrace to ancestors, the agent and what it starts (the stack tool
      * of a hang's capture, stacks.h) may still attach to the rank. EINVAL without Yama. */
-    prctl(PR_SET_PTRACER, (unsigned long)agent, 0, 0, 0);
+    prctl(PR_SET_PTRACER, (unsigned long)o->agent, 0, 0, 0);
     sigprocmask(SIG_SETMASK, old, NULL);
-    execvp(cmd[0], cmd);
-    fprintf(stderr, "gpurun: cannot execute '%s': %s\n", cmd[0], strerror(errno));
+    execvp(o->cmd[0], o->cmd);
+    fprintf(stderr, "gpurun: cannot execute '%s': %s\n", o->cmd[0], strerror(errno));
     _exit(errno == ENOENT ? 127 : 126);
 }
 
@@ -89,35 +161,87 @@ static int pass_status(int status)
     return die_of(WTERMSIG(status));
 }
 
+/* Ends the rank as a whole: its cgroup, then the child itself in case it had not entered
+ * it yet; reaps the child. */
+static void end_rank(const struct shim_opts *o, pid_t child, bool in_cgroup)
+{
+    if (in_cgroup)
+        cgroup_kill(o->cgroup);
+    kill(child, SIGKILL);
+    while (waitpid(child, NULL, 0) < 0 && errno == EINTR)
+        ;
+}
+
+/* The agent is gone or frozen: nobody will tear this rank down, so do it now, cgroup and
+ * group and all (the shim included). */
+static int agent_lost(const struct shim_opts *o, pid_t child, bool in_cgroup, bool dead)
+{
+    end_rank(o, child, in_cgroup);
+    if (in_cgroup) {
+        cgroup_remove(o->cgroup, CGROUP_WAIT_MS);
+        /* A dead agent cannot remove the job's cgroup: the last rank does. */
+        if (dead) {
+            char job[PATH_MAX];
+            const char *slash = strrchr(o->cgroup, '/');
+            if (slash && (size_t)(slash - o->cgroup) < sizeof(job)) {
+                snprintf(job, sizeof(job), "%.*s", (int)(slash - o->cgroup), o->cgroup);
+                rmdir(job);
+            }
+        }
+    }
+    kill(0, SIGKILL);
+    return 128 + SIGKILL;
+}
+
+/* Reads what the agent wrote on the heartbeat pipe. Returns 1 if it wrote, 0 if not, -1 at
+ * end of file (the agent is gone). */
+static int drain_alive(int fd)
+{
+    char buf[256];
+    int got = 0;
+    ssize_t n;
+
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+        got = 1;
+    if (n == 0)
+        return -1;
+    return got;
+}
+
 int shim_main(int argc, char **argv)
 {
-    sigset_t block, old;
-    char *end;
-    long agent;
+    struct shim_opts o;
+    sigset_t block, old, waitset;
+    bool in_cgroup = false;
     pid_t child;
-    int status = 0, sig;
+    int status = 0, sig, ret;
+    int64_t last_alive;
 
-    if (argc < 5 || strcmp(argv[3], "--")) {
-        fprintf(stderr, "rendezvousd: usage: %s AGENT_PID -- CMD [ARGS...]\n", SHIM_FLAG);
+    if (parse_opts(argc, argv, &o) < 0)
         return 125;
-    }
-    agent = strtol(argv[2], &end, 10);
-    if (*end || agent <= 1) {
-        fprintf(stderr, "rendezvousd: %s: '%s' is not a process id\n", SHIM_FLAG, argv[2]);
-        return 125;
-    }
-    struct sigaction sa = {0};
-    sa.sa_handler = on_pdeath;
-    sigaction(SHIM_PDEATH_SIG, &sa, NULL);
-    prctl(PR_SET_PDEATHSIG, SHIM_PDEATH_SIG);
-    /* The agent may have died before the request above: then our parent is someone else. */
-    if (getppid() != (pid_t)agent)
-        return 125;
+    /* The parent-death signal stays blocked and is taken by sigtimedwait() below, with
+     * SIGCHLD: the cleanup it starts is not async-signal-safe. */
     sigemptyset(&block);
     for (size_t i = 0; i < sizeof(group_signals) / sizeof(group_signals[0]); i++)
         sigaddset(&block, group_signals[i]);
     sigaddset(&block, SIGCHLD);
+    sigaddset(&block, SHIM_PDEATH_SIG);
     sigprocmask(SIG_BLOCK, &block, &old);
+    prctl(PR_SET_PDEATHSIG, SHIM_PDEATH_SIG);
+    /* The agent may have died before the request above: then our parent is someone else. */
+    if (getppid() != (pid_t)o.agent)
+        return 125;
+    if (o.alive_fd >= 0) {
+        fcntl(o.alive_fd, F_SETFD, FD_CLOEXEC);
+        fcntl(o.alive_fd, F_SETFL, fcntl(o.alive_fd, F_GETFL) | O_NONBLOCK);
+    }
+    if (o.cgroup) {
+        ret = cgroup_make(o.cgroup);
+        if (ret < 0)
+            fprintf(stderr, "gpurun: cannot create cgroup '%s': %s; the rank runs without one\n",
+                    o.cgroup, strerror(-ret));
+        in_cgroup = ret == 0;
+    }
     /* Told to stop before the rank started: do not start it. */
     if ((sig = pending_stop()) != 0)
         return die_of(sig);
@@ -127,20 +251,44 @@ int shim_main(int argc, char **argv)
         return 126;
     }
     if (child == 0)
-        exec_child(argv + 4, &old, (pid_t)agent);
+        exec_child(&o, &old, in_cgroup);
     /* A stop that reached only the shim, just before the fork, goes on to the rank; one that
      * reached both arrives twice, which a stop signal tolerates. */
     if ((sig = pending_stop()) != 0)
         kill(child, sig);
-    sigemptyset(&block);
-    sigaddset(&block, SIGCHLD);
-    sigprocmask(SIG_UNBLOCK, &block, NULL);
+    sigemptyset(&waitset);
+    sigaddset(&waitset, SIGCHLD);
+    sigaddset(&waitset, SHIM_PDEATH_SIG);
+    last_alive = mono_ms();
     for (;;) {
-        pid_t got = waitpid(child, &status, 0);
+        struct timespec ts = {0, WATCH_MS * 1000000L};
+        pid_t got = waitpid(child, &status, WNOHANG);
+        int64_t now;
+
         if (got == child)
             break;
         if (got < 0 && errno != EINTR)
             return 125;
+        sig = sigtimedwait(&waitset, NULL, &ts);
+        if (sig == SHIM_PDEATH_SIG)
+            return agent_lost(&o, child, in_cgroup, true);
+        if (o.alive_fd < 0)
+            continue;
+        ret = drain_alive(o.alive_fd);
+        if (ret < 0)
+            return agent_lost(&o, child, in_cgroup, true);
+        now = mono_ms();
+        if (ret > 0)
+            last_alive = now;
+        else if (o.alive_ms > 0 && now - last_alive > o.alive_ms) {
+            fprintf(stderr,
+                    "gpurun: the agent (pid %ld) has not answered for %lld ms: ending the rank\n",
+                    o.agent, (long long)(now - last_alive));
+            return agent_lost(&o, child, in_cgroup, false);
+        }
     }
+    /* What the rank started ends with it. */
+    if (in_cgroup)
+        cgroup_remove(o.cgroup, CGROUP_WAIT_MS);
     return pass_status(status);
 }

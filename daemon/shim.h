@@ -1,15 +1,22 @@
-/* The rank shim: how the agent starts a rank. `rendezvousd --exec-rank AGENT_PID -- CMD...`
+/* The rank shim: how the agent starts a rank.
+ *   rendezvousd --exec-rank AGENT_PID [--alive-fd FD --alive-ms MS] [--cgroup DIR] -- CMD...
  * runs in the rank's new session, asks the kernel for a signal when the agent dies, starts
- * CMD as its child and passes CMD's exit status on as its own. If the agent is killed
- * outright (SIGKILL, OOM), the shim kills the rank's whole process group, so a dead agent
- * never leaves ranks running. */
+ * CMD as its child (in the cgroup DIR, made if need be, when given) and passes CMD's exit
+ * status on as its own. The rank ends as a whole (its cgroup, else its process group) when:
+ * - it exits: what it started (setsid or not) ends with it;
+ * - the agent dies outright (SIGKILL, OOM): the parent-death signal, or end of file on FD;
+ * - the agent stops answering (SIGSTOP, a stalled loop): no byte on FD for MS milliseconds
+ *   (the agent writes one per heartbeat). Then the shim says so on stderr (the rank's log).
+ * After an agent's death the shim also removes the rank's cgroup, and the job's (DIR's
+ * parent) when it was the last, and dies of SIGKILL with the rest of its group. */
 #ifndef GPURUN_SHIM_H
 #define GPURUN_SHIM_H
 
 #define SHIM_FLAG "--exec-rank"
 
 /* The shim's main: argv[1] is SHIM_FLAG. Returns (or exits with) CMD's status: its exit
- * code, the same signal re-raised, 127 when CMD is not found, 126 when it cannot run. */
+ * code, the same signal re-raised, 127 when CMD is not found, 126 when it cannot run, 125
+ * on a usage error. */
 int shim_main(int argc, char **argv);
 
 #endif
