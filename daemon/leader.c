@@ -61,6 +61,9 @@
  * user's own 0700 directory, as trusted as job.json; the signal then reaches only the ranks
  * that asked for it (srun would signal every process of the step). */
 #define PREEMPT_FILE         "preempt"
+/* Past the time limit, how long the leader of a Slurm job leaves Slurm to end the job before
+ * it ends the job itself: Slurm's limit check runs every 30 s or so, then KillWait. */
+#define LIMIT_BACKSTOP_MS    120000
 /* A SIGTERM within this of the time limit is Slurm's (or gpurun --local's) time limit
  * ending the job, not a cancel: Slurm never ends a job before its limit, and the daemons
  * start a moment after the job does. */
@@ -1061,10 +1064,12 @@ static void on_tick(uv_timer_t *t)
         fail(l, 124, "failed", false, failure_new(cause, -1, -1, "", 0, 0, ""));
         finish(l);
     }
-    /* The time limit is the leader's to keep too: the launcher's own deadline (gpurun
-     * --local's, Slurm's) dies with the launcher. */
+    /* The time limit is the leader's to keep too: gpurun --local's deadline dies with
+     * gpurun. On Slurm, Slurm ends the job at its limit and records TIMEOUT (what a requeue
+     * decides on): the leader's deadline is then only a backstop, LIMIT_BACKSTOP_MS later. */
     if ((l->state == JOB_JOINING || l->state == JOB_RUNNING) && l->spec->time_limit_s > 0 &&
-        now - l->t_start >= (int64_t)l->spec->time_limit_s * 1000) {
+        now - l->t_start >=
+            (int64_t)l->spec->time_limit_s * 1000 + (l->spec->loopback ? 0 : LIMIT_BACKSTOP_MS)) {
         fail(l, 124, "timeout", false, failure_new(timeout_cause(l), -1, -1, "", 0, 0, ""));
         check_end(l);
     }
