@@ -26,12 +26,21 @@
 
 /* A new connection gets this long to finish its handshake and send its first message. */
 #define HANDSHAKE_TIMEOUT_MS 5000
-/* Connections allowed before authentication: enough for every agent of a large job to
- * connect at once, small enough that a flood cannot exhaust descriptors. It also bounds the
- * memory a flood can make the leader hold: a connection that has not proved the job key costs
- * about 1.3 KiB (PEER_HANDSHAKE_FRAME_MAX in peer.h), so about 1.3 MiB for all of them, plus
- * the one 64 KiB read buffer every peer shares. */
+/* Connections allowed before admission, beyond one for every node that has not joined yet
+ * (pending_max()): so every agent of a job of any size can connect at once, and a flood of
+ * strangers holds at most this many more. It also bounds the memory a flood can make the
+ * leader hold: a connection that has not proved the job key costs about 1.3 KiB
+ * (PEER_HANDSHAKE_FRAME_MAX in peer.h), so about 1.3 MiB, plus 1.3 KiB per node still to join
+ * (16 MiB at 12,500 nodes, before the job runs), plus the one 64 KiB read buffer every peer
+ * shares. */
 #define PENDING_CONNS_MAX    1024
+/* Connections accepted per turn of the loop: the rest wait in the kernel's backlog until the
+ * next turn, so that a flood of connections cannot keep the loop in accept() while
+ * heartbeats, joins and the tick wait behind it. */
+#define ACCEPTS_PER_TURN     64
+/* Descriptors the leader needs besides one per node and PENDING_CONNS_MAX: status clients,
+ * the listeners (ours and horovod's), the loop's own, log files, and horovod's clients. */
+#define FDS_SLACK            (CLIENTS_MAX + 192)
 /* Connections refused before they proved the job key are counted per source address and
  * reason (refusals.h): the first of a burst is logged at once, the rest in one summary line
  * per source every this long, so that a flood cannot fill the job's output. */
@@ -78,6 +87,8 @@ static const char *const state_names[] = {"joining", "running", "aborting", "fin
 struct conn {
     struct peer peer;
     struct conn *prev, *next;
+    struct conn *qprev, *qnext; /* ROLE_NEW: the pending queue, oldest first */
+    bool queued;                /* in the pending queue (an evicted one left it) */
     enum conn_role role;
     int node;    /* ROLE_AGENT: node rank */
     bool logged; /* the reason of its close is logged already */
@@ -121,6 +132,10 @@ struct leader {
     void *arg;
 
     struct conn *conns;
+    struct conn *qhead, *qtail; /* connections not yet admitted (ROLE_NEW), oldest first */
+    uv_check_t accept_check;    /* after each poll: the next turn's accepts */
+    int accepts;                /* accepted in this turn of the loop */
+    bool accept_deferred;       /* a connection waits in the backlog for the next turn */
     int npending, nclients;
     struct refusals refusals; /* connections closed before the handshake, to summarise */
     struct node *nodes;
@@ -151,6 +166,39 @@ struct leader {
 static int64_t now_ms(const struct leader *l)
 {
     return (int64_t)uv_now(l->loop);
+}
+
+/* --- the pending queue: connections not yet admitted, oldest first ------------------------- */
+
+static void pending_add(struct leader *l, struct conn *c)
+{
+    c->queued = true;
+    c->qprev = l->qtail;
+    c->qnext = NULL;
+    if (l->qtail)
+        l->qtail->qnext = c;
+    else
+        l->qhead = c;
+    l->qtail = c;
+    l->npending++;
+}
+
+/* c leaves the queue: admitted (agent or status client) or closed. */
+static void pending_remove(struct leader *l, struct conn *c)
+{
+    if (!c->queued)
+        return;
+    c->queued = false;
+    if (c->qprev)
+        c->qprev->qnext = c->qnext;
+    else
+        l->qhead = c->qnext;
+    if (c->qnext)
+        c->qnext->qprev = c->qprev;
+    else
+        l->qtail = c->qprev;
+    c->qprev = c->qnext = NULL;
+    l->npending--;
 }
 
 /* --- outcome ------------------------------------------------------------------------------ */
@@ -687,7 +735,7 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
     n = &l->nodes[m->node_rank];
     c->role = ROLE_AGENT;
     c->node = m->node_rank;
-    l->npending--;
+    pending_remove(l, c);
     n->conn = c;
     n->joined = true;
     n->nprocs = m->nprocs;
@@ -767,7 +815,7 @@ static void on_message(struct peer *p, struct msg *m)
             return;
         }
         c->role = ROLE_CLIENT;
-        l->npending--;
+        pending_remove(l, c);
         l->nclients++;
     }
     if (c->role == ROLE_CLIENT && m->type == MSG_STATUS) {
@@ -845,7 +893,7 @@ static void on_closed(struct peer *p, const char *why)
         c->next->prev = c->prev;
     store_drop_owner(l->store, c);
     if (c->role == ROLE_NEW) {
-        l->npending--;
+        pending_remove(l, c);
         /* One line each for a peer that proved the key; a flood of those that did not is
          * counted and summarised (log_refusals). */
         if (!c->logged && !l->closing &&
@@ -885,19 +933,37 @@ static const struct peer_ops leader_peer_ops = {
     .on_closed = on_closed,
 };
 
-/* Over the pending limit the oldest connection not yet admitted goes, not the newest: a
- * flood of silent connections then only delays a real agent by the flood's turnover, where
- * refusing newcomers would lock agents out for as long as the flood lasts. The list is
- * newest first, so the oldest is the last pending one. */
-static void evict_oldest_pending(struct leader *l)
+/* Connections allowed before admission: one for every node still to join, so that every
+ * agent of a job can connect at once, and PENDING_CONNS_MAX for strangers. */
+static int pending_max(const struct leader *l)
+{
+    return l->spec->nnodes - l->joined + PENDING_CONNS_MAX;
+}
+
+/* Over the pending limit one connection not yet admitted goes, never one that proved the job
+ * key: the oldest of those that have sent nothing valid yet (not even a well-formed hello),
+ * else the oldest still in its handshake. Never the newest: refusing newcomers would lock a
+ * real agent out for as long as a flood lasts, where this only delays it by the flood's
+ * turnover of the queue, and an agent, which sends its hello at once, is always younger than
+ * the silent strangers ahead of it. */
+static void evict_pending(struct leader *l)
 {
     struct conn *victim = NULL;
 
-    for (struct conn *c = l->conns; c; c = c->next)
-        if (c->role == ROLE_NEW && !c->peer.closing)
+    for (struct conn *c = l->qhead; c; c = c->qnext) {
+        if (c->peer.ready || c->peer.closing)
+            continue;
+        if (!c->peer.heard) {
             victim = c;
+            break;
+        }
+        if (!victim)
+            victim = c;
+    }
     if (!victim)
         return;
+    /* Out of the count now: its close completes on the next turn of the loop. */
+    pending_remove(l, victim);
     peer_close(&victim->peer, "evicted: too many pending connections");
 }
 
@@ -911,6 +977,13 @@ static void on_connection(uv_stream_t *server, int status)
         log_error("cannot accept: %s", uv_strerror(status));
         return;
     }
+    if (l->accepts >= ACCEPTS_PER_TURN) {
+        /* Left in the backlog: libuv stops watching the listener until accept_next() takes
+         * it on the next turn. */
+        l->accept_deferred = true;
+        return;
+    }
+    l->accepts++;
     c = calloc(1, sizeof(*c));
     if (!c || peer_init(&c->peer, l->loop, PEER_TCP_SERVER, &l->key, l->max_frame, &leader_peer_ops,
                         l) < 0) {
@@ -923,7 +996,7 @@ static void on_connection(uv_stream_t *server, int status)
     if (l->conns)
         l->conns->prev = c;
     l->conns = c;
-    l->npending++;
+    pending_add(l, c);
     ret = peer_accept(&c->peer, server);
     if (ret < 0) {
         log_error("cannot accept: %s", uv_strerror(ret));
@@ -931,10 +1004,21 @@ static void on_connection(uv_stream_t *server, int status)
         peer_close(&c->peer, uv_strerror(ret));
         return;
     }
-    if (l->state == JOB_FINISHED) {
+    if (l->state == JOB_FINISHED)
         peer_close(&c->peer, "refused: job finished");
-    } else if (l->npending > PENDING_CONNS_MAX) {
-        evict_oldest_pending(l);
+    else if (l->npending > pending_max(l))
+        evict_pending(l);
+}
+
+/* After each poll: a new turn's budget of accepts, and the connection left waiting. */
+static void accept_next(uv_check_t *h)
+{
+    struct leader *l = h->data;
+
+    l->accepts = 0;
+    if (l->accept_deferred && !l->closing) {
+        l->accept_deferred = false;
+        on_connection((uv_stream_t *)&l->server, 0);
     }
 }
 
@@ -1198,6 +1282,12 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
         log_error("cannot write '%s/endpoint.json': %s", l->job_dir, strerror(-ret));
         goto fail_close;
     }
+    uv_check_init(loop, &l->accept_check);
+    l->accept_check.data = l;
+    l->handles_open++;
+    uv_check_start(&l->accept_check, accept_next);
+    /* It runs every turn, but is no reason for the loop to keep turning. */
+    uv_unref((uv_handle_t *)&l->accept_check);
     uv_timer_init(loop, &l->tick);
     l->tick.data = l;
     l->handles_open++;
@@ -1250,6 +1340,7 @@ void leader_close(struct leader *l)
         peer_close(&c->peer, "leader shutting down");
     hvd_server_close(l->hvd);
     uv_close((uv_handle_t *)&l->server, on_handle_closed);
+    uv_close((uv_handle_t *)&l->accept_check, on_handle_closed);
     uv_close((uv_handle_t *)&l->tick, on_handle_closed);
     uv_close((uv_handle_t *)&l->hb, on_handle_closed);
 }

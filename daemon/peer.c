@@ -167,7 +167,7 @@ int peer_send_error(struct peer *p, int64_t id, const char *code, const char *te
 
 static void become_ready(struct peer *p)
 {
-    p->ready = true;
+    p->ready = p->heard = true;
     p->rd.max = p->max_frame;
     if (p->ops->on_ready)
         p->ops->on_ready(p);
@@ -181,6 +181,7 @@ static void handshake_step(struct peer *p, const uint8_t *payload, size_t len)
 
     if (p->kind == PEER_TCP_SERVER && p->hs.state == 0) {
         ret = auth_server_challenge(&p->hs, &p->key, payload, len, out);
+        p->heard = ret == 0;
         if (ret == 0)
             ret = send_raw(p, out, AUTH_CHAL_LEN);
     } else if (p->kind == PEER_TCP_SERVER) {

@@ -58,6 +58,7 @@ struct peer {
     struct auth_handshake hs;
     struct auth_session sess;
     bool ready;         /* handshake done (or Unix) */
+    bool heard;         /* a valid frame came: a well-formed hello at least (or Unix) */
     bool closing;       /* peer_close was called */
     bool in_read;       /* inside the read callback: closes are only flagged there */
     uint32_t max_frame; /* the reader's limit once the handshake is done */
