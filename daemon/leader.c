@@ -1315,6 +1315,11 @@ fail:
     return ret;
 }
 
+int leader_fds_needed(int nnodes)
+{
+    return nnodes + PENDING_CONNS_MAX + FDS_SLACK;
+}
+
 int leader_port(const struct leader *l)
 {
     return l->port;
