@@ -137,6 +137,7 @@ struct leader {
     int accepts;                /* accepted in this turn of the loop */
     bool accept_deferred;       /* a connection waits in the backlog for the next turn */
     int npending, nclients;
+    int agents_open;          /* nodes whose agent's link is open (nodes[i].conn) */
     struct refusals refusals; /* connections closed before the handshake, to summarise */
     struct node *nodes;
     int joined;
@@ -294,13 +295,20 @@ static json_t *failure_new(const char *cause, int rank, int node, const char *ho
     return f;
 }
 
+/* The node that runs rank r: a binary search of the nodes' rank bases, so that a view of
+ * every rank (summary.json) stays linear in the world size. */
 static int node_of(const struct leader *l, int r)
 {
-    int node = 0;
+    int lo = 0, hi = l->spec->nnodes - 1;
 
-    while (node + 1 < l->spec->nnodes && l->nodes[node + 1].rank_base <= r)
-        node++;
-    return node;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (l->nodes[mid].rank_base <= r)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
 
 static json_t *rank_view(const struct leader *l, int r, bool detail)
@@ -329,7 +337,9 @@ static json_t *rank_view(const struct leader *l, int r, bool detail)
     return v;
 }
 
-/* detail: every rank's stack and exception (summary.json; too large for a status reply). */
+/* detail: every rank's stack and exception (summary.json; too large for a status reply), and
+ * no "ranks": write_summary() adds them one at a time, so that 100,000 ranks never stand as
+ * one tree of JSON objects (160 MiB) beside their text. */
 static json_t *job_view(struct leader *l, bool for_summary, bool detail)
 {
     json_t *nodes = json_array(), *ranks = json_array(), *job;
@@ -343,7 +353,7 @@ static json_t *job_view(struct leader *l, bool for_summary, bool detail)
                              "addr", n->addr, "nprocs", n->nprocs, "state", st, "hb_age_ms",
                              (json_int_t)(n->conn ? t - n->conn->peer.last_rx_ms : -1)));
     }
-    for (int r = 0; r < l->world_size; r++)
+    for (int r = 0; r < l->world_size && !detail; r++)
         json_array_append_new(ranks, rank_view(l, r, detail));
     job = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o}", "job_id", l->spec->job_id, "state",
                     state_names[l->state], "world_size", l->world_size, "nnodes", l->spec->nnodes,
@@ -370,24 +380,82 @@ static json_t *job_view(struct leader *l, bool for_summary, bool detail)
     return job;
 }
 
+/* Appends what json_dumpb() makes of v (stolen) to the text of *buf; false when out of
+ * memory (then *buf is still the caller's to free). */
+static bool text_append_json(char **buf, size_t *len, size_t *cap, const char *sep, json_t *v)
+{
+    size_t n = v ? json_dumpb(v, NULL, 0, JSON_COMPACT) : 0, slen = strlen(sep);
+
+    if (!n) {
+        json_decref(v);
+        return false;
+    }
+    if (*len + slen + n + 16 > *cap) {
+        size_t c = *cap ? *cap : 1 << 16;
+        while (c < *len + slen + n + 16)
+            c *= 2;
+        char *b = realloc(*buf, c);
+        if (!b) {
+            json_decref(v);
+            return false;
+        }
+        *buf = b;
+        *cap = c;
+    }
+    memcpy(*buf + *len, sep, slen);
+    *len += slen;
+    *len += json_dumpb(v, *buf + *len, n, JSON_COMPACT);
+    json_decref(v);
+    return true;
+}
+
+/* summary.json: the job as job_view() shows it, then its ranks, one line each. */
 static void write_summary(struct leader *l)
 {
     char path[PATH_MAX];
     json_t *job;
-    char *text;
+    char *head, *text = NULL, *end;
+    size_t len = 0, cap = 0;
+    bool ok;
     int ret;
 
     if (!l->job_dir)
         return;
     job = job_view(l, true, true);
-    text = job ? json_dumps(job, JSON_INDENT(2)) : NULL;
+    json_object_del(job, "ranks");
+    head = job ? json_dumps(job, JSON_INDENT(2)) : NULL;
     json_decref(job);
-    if (!text) {
+    end = head ? strrchr(head, '}') : NULL;
+    ok = end != NULL;
+    if (ok) {
+        cap = (size_t)(end - head) + 64;
+        text = malloc(cap);
+        ok = text != NULL;
+    }
+    if (ok) {
+        len = (size_t)(end - head);
+        memcpy(text, head, len);
+        while (len && (text[len - 1] == '\n' || text[len - 1] == ' '))
+            len--;
+        len += (size_t)snprintf(text + len, cap - len, ",\n  \"ranks\": [");
+    }
+    for (int r = 0; ok && r < l->world_size; r++)
+        ok = text_append_json(&text, &len, &cap, r ? ",\n    " : "\n    ", rank_view(l, r, true));
+    if (ok && len + 16 > cap) {
+        char *b = realloc(text, len + 16);
+        ok = b != NULL;
+        text = ok ? b : text;
+    }
+    if (ok)
+        len += (size_t)snprintf(text + len, 16, "%s]\n}\n", l->world_size ? "\n  " : "");
+    free(head);
+    if (!ok) {
+        free(text);
         log_error("cannot write 'summary.json': out of memory");
         return;
     }
     snprintf(path, sizeof(path), "%s/summary.json", l->job_dir);
-    ret = fs_write_atomic(path, text, strlen(text), 0600);
+    ret = fs_write_atomic(path, text, len, 0600);
     if (ret < 0)
         log_error("cannot write '%s': %s", path, strerror(-ret));
     free(text);
@@ -737,6 +805,7 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
     c->node = m->node_rank;
     pending_remove(l, c);
     n->conn = c;
+    l->agents_open++;
     n->joined = true;
     n->nprocs = m->nprocs;
     snprintf(n->hostname, sizeof(n->hostname), "%s", m->hostname);
@@ -908,6 +977,7 @@ static void on_closed(struct peer *p, const char *why)
     } else {
         struct node *n = &l->nodes[c->node];
         n->conn = NULL;
+        l->agents_open--;
         if (!n->done && l->state != JOB_FINISHED) {
             char cause[320];
             n->lost = true;
@@ -1025,13 +1095,9 @@ static void accept_next(uv_check_t *h)
 /* After "finish": the leader is done once every agent hung up, or the linger ran out. */
 static void check_linger(struct leader *l)
 {
-    bool agents_left = false;
-
     if (l->state != JOB_FINISHED || l->done_called)
         return;
-    for (int i = 0; i < l->spec->nnodes; i++)
-        agents_left |= l->nodes[i].conn != NULL;
-    if (!agents_left || now_ms(l) - l->t_finish > FINISH_LINGER_MS) {
+    if (!l->agents_open || now_ms(l) - l->t_finish > FINISH_LINGER_MS) {
         l->done_called = true;
         l->done(l, l->status, l->arg);
     }

@@ -15,6 +15,8 @@
 #define PEER_READ_CHUNK      (64 * 1024)
 /* Messages up to this size are serialised on the stack (heartbeats, store replies, joins). */
 #define PEER_SMALL_MSG       4096
+/* The first buffer of a read callback's batch of replies; it doubles as needed. */
+#define PEER_BATCH_MIN       4096
 /* A peer that lets this much output pile up is not reading: close it rather than grow. */
 #define PEER_WRITE_QUEUE_MAX (32u * 1024 * 1024)
 
@@ -22,6 +24,7 @@ struct peer_write {
     uv_write_t req;
     struct peer *peer;
     size_t len;
+    size_t cap; /* a batch (peer.batch): bytes buf may hold */
     uint8_t buf[];
 };
 
@@ -61,10 +64,22 @@ static void on_close(uv_handle_t *h)
     p->ops->on_closed(p, p->why);
 }
 
+static int queue_write(struct peer *p, struct peer_write *w);
+
 void peer_close(struct peer *p, const char *why)
 {
     if (p->closing)
         return;
+    /* What the read callback sent before the close goes first, as it would have unbatched:
+     * the error frame that says why a link is dropped, say. */
+    if (p->batch) {
+        struct peer_write *w = p->batch;
+        p->batch = NULL;
+        p->batching = false;
+        queue_write(p, w);
+        if (p->closing)
+            return;
+    }
     p->closing = true;
     snprintf(p->why, sizeof(p->why), "%.200s", why ? why : "closed");
     if (!uv_is_closing(&p->h.handle)) {
@@ -75,6 +90,8 @@ void peer_close(struct peer *p, const char *why)
 
 void peer_release(struct peer *p)
 {
+    free(p->batch);
+    p->batch = NULL;
     frame_reader_release(&p->rd);
     memset(&p->key, 0, sizeof(p->key));
     memset(&p->sess, 0, sizeof(p->sess));
@@ -93,16 +110,48 @@ static void on_write(uv_write_t *req, int status)
     free(w);
 }
 
+/* Appends w's frame to p's batch; takes w. Returns 0 or -ENOMEM. */
+static int batch_append(struct peer *p, struct peer_write *w)
+{
+    struct peer_write *b = p->batch;
+
+    if (!b || b->len + w->len > b->cap) {
+        size_t cap = b ? b->cap * 2 : PEER_BATCH_MIN;
+        while (cap < (b ? b->len : 0) + w->len)
+            cap *= 2;
+        b = realloc(b, sizeof(*b) + cap);
+        if (!b) {
+            free(w);
+            return -ENOMEM;
+        }
+        if (!p->batch)
+            b->len = 0;
+        b->cap = cap;
+        p->batch = b;
+    }
+    memcpy(b->buf + b->len, w->buf, w->len);
+    b->len += w->len;
+    free(w);
+    return 0;
+}
+
 /* Queues one frame whose payload is w->buf[FRAME_HDR_LEN..]; takes w. */
 static int queue_write(struct peer *p, struct peer_write *w)
 {
     uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)w->len);
     int ret;
 
-    if (uv_stream_get_write_queue_size(&p->h.stream) > PEER_WRITE_QUEUE_MAX) {
+    if (uv_stream_get_write_queue_size(&p->h.stream) + (p->batch ? p->batch->len : 0) >
+        PEER_WRITE_QUEUE_MAX) {
         free(w);
         peer_close(p, "peer does not read its messages");
         return -ENOBUFS;
+    }
+    if (p->batching) {
+        ret = batch_append(p, w);
+        if (ret < 0)
+            peer_close(p, "out of memory");
+        return ret;
     }
     w->peer = p;
     ret = uv_write(&w->req, &p->h.stream, &b, 1, on_write);
@@ -111,6 +160,22 @@ static int queue_write(struct peer *p, struct peer_write *w)
         peer_close(p, uv_strerror(ret));
     }
     return ret;
+}
+
+/* Ends batching: what the read callback's messages made p send goes out in one write. */
+static void batch_flush(struct peer *p)
+{
+    struct peer_write *w = p->batch;
+
+    p->batching = false;
+    p->batch = NULL;
+    if (!w)
+        return;
+    if (p->closing || !w->len) {
+        free(w);
+        return;
+    }
+    queue_write(p, w);
 }
 
 static int send_raw(struct peer *p, const uint8_t *data, size_t n)
@@ -270,6 +335,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     p->last_rx_ms = peer_now_ms(p);
+    /* Every reply to this read's frames leaves in one write, not one syscall each. */
+    p->batching = true;
     /* Before the handshake is done the reader takes one frame at a time, so that a frame of
      * the handshake's size is all it ever holds for a peer that has not proved the key, and
      * the rest of the read (the first message after the proof) meets the larger limit. */
@@ -280,11 +347,11 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         ret = frame_reader_check(&p->rd, buf->base + done, n);
         if (ret < 0) {
             refuse_frame(p, ret);
-            return;
+            break;
         }
         if (frame_reader_feed(&p->rd, buf->base + done, n) < 0) {
             peer_close(p, "out of memory");
-            return;
+            break;
         }
         done += n;
         while (!p->closing && (ret = frame_reader_next(&p->rd, &payload, &len)) != 0) {
@@ -296,6 +363,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
                 dispatch(p, payload, len);
         }
     }
+    batch_flush(p);
 }
 
 static void name_from_tcp(struct peer *p)

@@ -24,6 +24,7 @@
 #define PEER_HANDSHAKE_FRAME_MAX AUTH_CHAL_LEN
 
 struct peer;
+struct peer_write;
 
 struct peer_ops {
     /* The handshake finished (TCP) or the stream is open (Unix). May be NULL. */
@@ -57,11 +58,12 @@ struct peer {
     struct auth_key key;
     struct auth_handshake hs;
     struct auth_session sess;
-    bool ready;         /* handshake done (or Unix) */
-    bool heard;         /* a valid frame came: a well-formed hello at least (or Unix) */
-    bool closing;       /* peer_close was called */
-    bool in_read;       /* inside the read callback: closes are only flagged there */
-    uint32_t max_frame; /* the reader's limit once the handshake is done */
+    bool ready;               /* handshake done (or Unix) */
+    bool heard;               /* a valid frame came: a well-formed hello at least (or Unix) */
+    bool closing;             /* peer_close was called */
+    bool batching;            /* inside the read callback: sends are gathered into batch */
+    struct peer_write *batch; /* frames to write in one go once the callback ends, or NULL */
+    uint32_t max_frame;       /* the reader's limit once the handshake is done */
     int64_t opened_ms, last_rx_ms;
     char name[96]; /* "10.0.0.2:43210" or "rank 3": the subject of log lines */
     char addr[64]; /* TCP: the remote address without its port ("10.0.0.2"), else "" */
