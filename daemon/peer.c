@@ -15,8 +15,9 @@
 #define PEER_READ_CHUNK      (64 * 1024)
 /* Messages up to this size are serialised on the stack (heartbeats, store replies, joins). */
 #define PEER_SMALL_MSG       4096
-/* The first buffer of a read callback's batch of replies; it doubles as needed. */
-#define PEER_BATCH_MIN       4096
+/* The first buffer of a peer's batch; it doubles as needed. Small: a broadcast from a read
+ * callback gives every peer a batch of one message. */
+#define PEER_BATCH_MIN       256
 /* A peer that lets this much output pile up is not reading: close it rather than grow. */
 #define PEER_WRITE_QUEUE_MAX (32u * 1024 * 1024)
 
@@ -29,6 +30,14 @@ struct peer_write {
 };
 
 static char read_chunk[PEER_READ_CHUNK];
+
+/* While a read callback dispatches, whatever any peer of the loop is sent is gathered in that
+ * peer's batch, and every batch goes out in one write each as the callback ends: a store
+ * round's replies, and the values one put releases to the agents that waited for them, are
+ * then one syscall per peer instead of one per message. dirty lists the peers with a batch
+ * (their memory lives on: a peer is freed from its close callback, never inside a read). */
+static bool batching;
+static struct peer *dirty;
 
 int64_t peer_now_ms(const struct peer *p)
 {
@@ -64,7 +73,7 @@ static void on_close(uv_handle_t *h)
     p->ops->on_closed(p, p->why);
 }
 
-static int queue_write(struct peer *p, struct peer_write *w);
+static int write_now(struct peer *p, struct peer_write *w);
 
 void peer_close(struct peer *p, const char *why)
 {
@@ -75,8 +84,7 @@ void peer_close(struct peer *p, const char *why)
     if (p->batch) {
         struct peer_write *w = p->batch;
         p->batch = NULL;
-        p->batching = false;
-        queue_write(p, w);
+        write_now(p, w);
         if (p->closing)
             return;
     }
@@ -135,23 +143,16 @@ static int batch_append(struct peer *p, struct peer_write *w)
     return 0;
 }
 
-/* Queues one frame whose payload is w->buf[FRAME_HDR_LEN..]; takes w. */
-static int queue_write(struct peer *p, struct peer_write *w)
+/* Writes w (a frame or a batch of them) to p; takes w. */
+static int write_now(struct peer *p, struct peer_write *w)
 {
     uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)w->len);
     int ret;
 
-    if (uv_stream_get_write_queue_size(&p->h.stream) + (p->batch ? p->batch->len : 0) >
-        PEER_WRITE_QUEUE_MAX) {
+    if (uv_stream_get_write_queue_size(&p->h.stream) + w->len > PEER_WRITE_QUEUE_MAX) {
         free(w);
         peer_close(p, "peer does not read its messages");
         return -ENOBUFS;
-    }
-    if (p->batching) {
-        ret = batch_append(p, w);
-        if (ret < 0)
-            peer_close(p, "out of memory");
-        return ret;
     }
     w->peer = p;
     ret = uv_write(&w->req, &p->h.stream, &b, 1, on_write);
@@ -162,20 +163,47 @@ static int queue_write(struct peer *p, struct peer_write *w)
     return ret;
 }
 
-/* Ends batching: what the read callback's messages made p send goes out in one write. */
-static void batch_flush(struct peer *p)
+/* Queues one frame whose payload is w->buf[FRAME_HDR_LEN..]: into p's batch while a read
+ * callback dispatches, else at once. Takes w. */
+static int queue_write(struct peer *p, struct peer_write *w)
 {
-    struct peer_write *w = p->batch;
+    int ret;
 
-    p->batching = false;
-    p->batch = NULL;
-    if (!w)
-        return;
-    if (p->closing || !w->len) {
+    if (!batching)
+        return write_now(p, w);
+    if (uv_stream_get_write_queue_size(&p->h.stream) + (p->batch ? p->batch->len : 0) + w->len >
+        PEER_WRITE_QUEUE_MAX) {
         free(w);
-        return;
+        peer_close(p, "peer does not read its messages");
+        return -ENOBUFS;
     }
-    queue_write(p, w);
+    if (!p->dirty) {
+        p->dirty = true;
+        p->batch_next = dirty;
+        dirty = p;
+    }
+    ret = batch_append(p, w);
+    if (ret < 0)
+        peer_close(p, "out of memory");
+    return ret;
+}
+
+/* Ends batching: every peer's batch goes out in one write. */
+static void batch_flush_all(void)
+{
+    batching = false;
+    while (dirty) {
+        struct peer *p = dirty;
+        struct peer_write *w = p->batch;
+        dirty = p->batch_next;
+        p->batch_next = NULL;
+        p->dirty = false;
+        p->batch = NULL;
+        if (w && !p->closing && w->len)
+            write_now(p, w);
+        else
+            free(w);
+    }
 }
 
 static int send_raw(struct peer *p, const uint8_t *data, size_t n)
@@ -335,8 +363,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     p->last_rx_ms = peer_now_ms(p);
-    /* Every reply to this read's frames leaves in one write, not one syscall each. */
-    p->batching = true;
+    /* What this read's frames make the daemon send leaves in one write per peer. */
+    batching = true;
     /* Before the handshake is done the reader takes one frame at a time, so that a frame of
      * the handshake's size is all it ever holds for a peer that has not proved the key, and
      * the rest of the read (the first message after the proof) meets the larger limit. */
@@ -363,7 +391,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
                 dispatch(p, payload, len);
         }
     }
-    batch_flush(p);
+    batch_flush_all();
 }
 
 static void name_from_tcp(struct peer *p)

@@ -61,8 +61,9 @@ struct peer {
     bool ready;               /* handshake done (or Unix) */
     bool heard;               /* a valid frame came: a well-formed hello at least (or Unix) */
     bool closing;             /* peer_close was called */
-    bool batching;            /* inside the read callback: sends are gathered into batch */
-    struct peer_write *batch; /* frames to write in one go once the callback ends, or NULL */
+    struct peer_write *batch; /* frames to write in one go as the read callback ends, or NULL */
+    struct peer *batch_next;  /* the next peer with a batch (peer.c) */
+    bool dirty;               /* on that list */
     uint32_t max_frame;       /* the reader's limit once the handshake is done */
     int64_t opened_ms, last_rx_ms;
     char name[96]; /* "10.0.0.2:43210" or "rank 3": the subject of log lines */
