@@ -1191,6 +1191,52 @@ TEST(daemon_pending_connection_limit)
              FLOOD - LIMIT + 1);
 }
 
+TEST(daemon_pending_eviction_spares_key_holders)
+{
+    /* Over the limit (PENDING_CONNS_MAX plus the 2 nodes still to join) only strangers that
+     * sent nothing valid are evicted: a client that proved the key and one in the middle of
+     * its handshake (a well-formed hello answered) stay, though they are the oldest. */
+    enum { LIMIT = 1024 + 2, FLOOD = LIMIT + 16 };
+    uint8_t hello[FRAME_HDR_LEN + AUTH_HELLO_LEN];
+    const uint8_t *payload;
+    struct wire proven, halfway;
+    struct daemon d;
+    int *fds, evicted = 0;
+    size_t len;
+    json_t *job;
+
+    daemon_start(&d, true);
+    client_open(&d, &proven);
+    CHECK_EQ(wire_connect(&halfway, d.host, d.port), 0);
+    frame_put_header(hello, AUTH_HELLO_LEN);
+    memcpy(hello + FRAME_HDR_LEN, "GRH1", 4);
+    memset(hello + FRAME_HDR_LEN + 4, 0x5a, AUTH_HELLO_LEN - 4);
+    CHECK_EQ(wire_send_raw(&halfway, hello, sizeof(hello)), 0);
+    CHECK_EQ(wire_recv_frame(&halfway, PROMPT_MS, &payload, &len), 0);
+    /* The proof reaches the daemon before the flood does. */
+    sleep_ms(100);
+    fds = open_silent(&d, FLOOD);
+    /* 2 + FLOOD pending: the oldest FLOOD + 2 - LIMIT silent ones go. */
+    for (int i = 0; i < FLOOD; i++)
+        evicted += closed_by_peer(fds[i], i < FLOOD + 2 - LIMIT ? 1000 : 0);
+    if (evicted != FLOOD + 2 - LIMIT || wire_wait_closed(&halfway, 0) == 0)
+        test_fail(__FILE__, __LINE__,
+                  "expected the %d oldest silent connections evicted and the one in its "
+                  "handshake kept; got %d evicted, the one in its handshake %s",
+                  FLOOD + 2 - LIMIT, evicted,
+                  wire_wait_closed(&halfway, 0) == 0 ? "closed" : "open");
+    /* The client that proved the key is still served. */
+    job = status(&proven, 1);
+    CHECK_STR(json_string_value(json_object_get(job, "job_id")), "test-daemon-job");
+    json_decref(job);
+    for (int i = 0; i < FLOOD; i++)
+        close(fds[i]);
+    free(fds);
+    wire_close(&proven);
+    wire_close(&halfway);
+    daemon_stop_cancelled(&d);
+}
+
 /* A field of /proc/PID/status in KiB ("VmHWM", "VmRSS"). */
 static long proc_status_kib(pid_t pid, const char *field)
 {

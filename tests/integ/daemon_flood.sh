@@ -2,9 +2,9 @@
 # A flood of strangers' connections on the leader's port (loadgen flood: as fast as one core
 # opens them, the newest 2,000 held open and silent, then a second wave that sends a
 # well-formed hello and nothing more) while a 2-node job joins and runs: node 1 joins during
-# the flood, heartbeats keep flowing (2 s timeout), the job completes with status 0, and the
-# refusals are summarised rather than logged one by one. Two rendezvousd on loopback, the
-# job dir written by hand.
+# the flood, heartbeats keep flowing (2 s timeout), the job completes with status 0, a new
+# job (loadgen rendezvous, 64 agents) rendezvouses meanwhile, and the refusals are summarised
+# rather than logged one by one. Two rendezvousd on loopback, the job dir written by hand.
 # timeout: 60
 set -euo pipefail
 
@@ -66,6 +66,11 @@ sleep 1
 "$rdv" --job-dir "$dir" --node-rank 1 --rendezvous "127.0.0.1:$port" >"$work/n1.out" \
     2>"$work/n1.err" &
 pids+=($!)
+# A new job (another leader, 64 agents of 8 ranks) rendezvouses while the flood goes on.
+sleep 2
+newjob=0
+TMPDIR=$work "$loadgen" rendezvous --agents 64 --reps 1 --rendezvousd "$rdv" >"$work/newjob.out" \
+    2>"$work/newjob.err" || newjob=$?
 node0=0 node1=0
 wait "${pids[0]}" || node0=$?
 wait "${pids[2]}" || node1=$?
@@ -76,6 +81,7 @@ attempts=$(awk '{ n += $1 } END { print n + 0 }' "$work/flood.out")
 echo "# flood: $(tr '\n' ';' <"$work/flood.out")"
 [ "$attempts" -ge 20000 ] || fail "the flood made $attempts attempts, want 20000 at least"
 [ "$node0/$node1" = 0/0 ] || fail "under the flood: statuses $node0/$node1, want 0/0"
+[ "$newjob" = 0 ] || fail "a new job's rendezvous during the flood exited $newjob, want 0"
 outcome=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["outcome"])' \
     "$dir/summary.json") || fail "no summary.json"
 [ "$outcome" = completed ] || fail "outcome '$outcome', want completed"
