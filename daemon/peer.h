@@ -20,7 +20,8 @@
  * the job key costs its struct peer (1088 bytes on x86-64) with its owner's record, 72 bytes
  * of frame buffer and, while it is being written, the challenge (about 300 bytes): about
  * 1.3 KiB. The leader's bound on memory before authentication is that times its limit on
- * pending connections (PENDING_CONNS_MAX in leader.c): about 1.3 MiB whatever the flood. */
+ * pending connections (PENDING_CONNS_MAX in leader.c, plus one per node still to join):
+ * about 1.3 MiB whatever the flood, plus 1.3 KiB per node until the job runs. */
 #define PEER_HANDSHAKE_FRAME_MAX AUTH_CHAL_LEN
 
 struct peer;
