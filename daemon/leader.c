@@ -1057,9 +1057,11 @@ static void on_connection(uv_stream_t *server, int status)
     c = calloc(1, sizeof(*c));
     if (!c || peer_init(&c->peer, l->loop, PEER_TCP_SERVER, &l->key, l->max_frame, &leader_peer_ops,
                         l) < 0) {
-        /* Accept into a throwaway handle would need memory too: leave it in the backlog. */
+        /* Accept into a throwaway handle would need memory too: leave it in the backlog,
+         * and try again after the next poll (libuv stops watching until it is taken). */
         free(c);
         log_error("cannot accept: out of memory");
+        l->accept_deferred = true;
         return;
     }
     c->next = l->conns;
