@@ -26,12 +26,21 @@
 
 /* A new connection gets this long to finish its handshake and send its first message. */
 #define HANDSHAKE_TIMEOUT_MS 5000
-/* Connections allowed before authentication: enough for every agent of a large job to
- * connect at once, small enough that a flood cannot exhaust descriptors. It also bounds the
- * memory a flood can make the leader hold: a connection that has not proved the job key costs
- * about 1.3 KiB (PEER_HANDSHAKE_FRAME_MAX in peer.h), so about 1.3 MiB for all of them, plus
- * the one 64 KiB read buffer every peer shares. */
+/* Connections allowed before admission, beyond one for every node that has not joined yet
+ * (pending_max()): so every agent of a job of any size can connect at once, and a flood of
+ * strangers holds at most this many more. It also bounds the memory a flood can make the
+ * leader hold: a connection that has not proved the job key costs about 1.3 KiB
+ * (PEER_HANDSHAKE_FRAME_MAX in peer.h), so about 1.3 MiB, plus 1.3 KiB per node still to join
+ * (16 MiB at 12,500 nodes, before the job runs), plus the one 64 KiB read buffer every peer
+ * shares. */
 #define PENDING_CONNS_MAX    1024
+/* Connections accepted per turn of the loop: the rest wait in the kernel's backlog until the
+ * next turn, so that a flood of connections cannot keep the loop in accept() while
+ * heartbeats, joins and the tick wait behind it. */
+#define ACCEPTS_PER_TURN     64
+/* Descriptors the leader needs besides one per node and PENDING_CONNS_MAX: status clients,
+ * the listeners (ours and horovod's), the loop's own, log files, and horovod's clients. */
+#define FDS_SLACK            (CLIENTS_MAX + 192)
 /* Connections refused before they proved the job key are counted per source address and
  * reason (refusals.h): the first of a burst is logged at once, the rest in one summary line
  * per source every this long, so that a flood cannot fill the job's output. */
@@ -82,6 +91,8 @@ static const char *const state_names[] = {"joining", "running", "aborting", "fin
 struct conn {
     struct peer peer;
     struct conn *prev, *next;
+    struct conn *qprev, *qnext; /* ROLE_NEW: the pending queue, oldest first */
+    bool queued;                /* in the pending queue (an evicted one left it) */
     enum conn_role role;
     int node;    /* ROLE_AGENT: node rank */
     bool logged; /* the reason of its close is logged already */
@@ -125,7 +136,12 @@ struct leader {
     void *arg;
 
     struct conn *conns;
+    struct conn *qhead, *qtail; /* connections not yet admitted (ROLE_NEW), oldest first */
+    uv_check_t accept_check;    /* after each poll: the next turn's accepts */
+    int accepts;                /* accepted in this turn of the loop */
+    bool accept_deferred;       /* a connection waits in the backlog for the next turn */
     int npending, nclients;
+    int agents_open;          /* nodes whose agent's link is open (nodes[i].conn) */
     struct refusals refusals; /* connections closed before the handshake, to summarise */
     struct node *nodes;
     int joined;
@@ -155,6 +171,39 @@ struct leader {
 static int64_t now_ms(const struct leader *l)
 {
     return (int64_t)uv_now(l->loop);
+}
+
+/* --- the pending queue: connections not yet admitted, oldest first ------------------------- */
+
+static void pending_add(struct leader *l, struct conn *c)
+{
+    c->queued = true;
+    c->qprev = l->qtail;
+    c->qnext = NULL;
+    if (l->qtail)
+        l->qtail->qnext = c;
+    else
+        l->qhead = c;
+    l->qtail = c;
+    l->npending++;
+}
+
+/* c leaves the queue: admitted (agent or status client) or closed. */
+static void pending_remove(struct leader *l, struct conn *c)
+{
+    if (!c->queued)
+        return;
+    c->queued = false;
+    if (c->qprev)
+        c->qprev->qnext = c->qnext;
+    else
+        l->qhead = c->qnext;
+    if (c->qnext)
+        c->qnext->qprev = c->qprev;
+    else
+        l->qtail = c->qprev;
+    c->qprev = c->qnext = NULL;
+    l->npending--;
 }
 
 /* --- outcome ------------------------------------------------------------------------------ */
@@ -250,13 +299,20 @@ static json_t *failure_new(const char *cause, int rank, int node, const char *ho
     return f;
 }
 
+/* The node that runs rank r: a binary search of the nodes' rank bases, so that a view of
+ * every rank (summary.json) stays linear in the world size. */
 static int node_of(const struct leader *l, int r)
 {
-    int node = 0;
+    int lo = 0, hi = l->spec->nnodes - 1;
 
-    while (node + 1 < l->spec->nnodes && l->nodes[node + 1].rank_base <= r)
-        node++;
-    return node;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (l->nodes[mid].rank_base <= r)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
 
 static json_t *rank_view(const struct leader *l, int r, bool detail)
@@ -285,7 +341,9 @@ static json_t *rank_view(const struct leader *l, int r, bool detail)
     return v;
 }
 
-/* detail: every rank's stack and exception (summary.json; too large for a status reply). */
+/* detail: every rank's stack and exception (summary.json; too large for a status reply), and
+ * no "ranks": write_summary() adds them one at a time, so that 100,000 ranks never stand as
+ * one tree of JSON objects (160 MiB) beside their text. */
 static json_t *job_view(struct leader *l, bool for_summary, bool detail)
 {
     json_t *nodes = json_array(), *ranks = json_array(), *job;
@@ -299,7 +357,7 @@ static json_t *job_view(struct leader *l, bool for_summary, bool detail)
                              "addr", n->addr, "nprocs", n->nprocs, "state", st, "hb_age_ms",
                              (json_int_t)(n->conn ? t - n->conn->peer.last_rx_ms : -1)));
     }
-    for (int r = 0; r < l->world_size; r++)
+    for (int r = 0; r < l->world_size && !detail; r++)
         json_array_append_new(ranks, rank_view(l, r, detail));
     job = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o}", "job_id", l->spec->job_id, "state",
                     state_names[l->state], "world_size", l->world_size, "nnodes", l->spec->nnodes,
@@ -326,24 +384,82 @@ static json_t *job_view(struct leader *l, bool for_summary, bool detail)
     return job;
 }
 
+/* Appends what json_dumpb() makes of v (stolen) to the text of *buf; false when out of
+ * memory (then *buf is still the caller's to free). */
+static bool text_append_json(char **buf, size_t *len, size_t *cap, const char *sep, json_t *v)
+{
+    size_t n = v ? json_dumpb(v, NULL, 0, JSON_COMPACT) : 0, slen = strlen(sep);
+
+    if (!n) {
+        json_decref(v);
+        return false;
+    }
+    if (*len + slen + n + 16 > *cap) {
+        size_t c = *cap ? *cap : 1 << 16;
+        while (c < *len + slen + n + 16)
+            c *= 2;
+        char *b = realloc(*buf, c);
+        if (!b) {
+            json_decref(v);
+            return false;
+        }
+        *buf = b;
+        *cap = c;
+    }
+    memcpy(*buf + *len, sep, slen);
+    *len += slen;
+    *len += json_dumpb(v, *buf + *len, n, JSON_COMPACT);
+    json_decref(v);
+    return true;
+}
+
+/* summary.json: the job as job_view() shows it, then its ranks, one line each. */
 static void write_summary(struct leader *l)
 {
     char path[PATH_MAX];
     json_t *job;
-    char *text;
+    char *head, *text = NULL, *end;
+    size_t len = 0, cap = 0;
+    bool ok;
     int ret;
 
     if (!l->job_dir)
         return;
     job = job_view(l, true, true);
-    text = job ? json_dumps(job, JSON_INDENT(2)) : NULL;
+    json_object_del(job, "ranks");
+    head = job ? json_dumps(job, JSON_INDENT(2)) : NULL;
     json_decref(job);
-    if (!text) {
+    end = head ? strrchr(head, '}') : NULL;
+    ok = end != NULL;
+    if (ok) {
+        cap = (size_t)(end - head) + 64;
+        text = malloc(cap);
+        ok = text != NULL;
+    }
+    if (ok) {
+        len = (size_t)(end - head);
+        memcpy(text, head, len);
+        while (len && (text[len - 1] == '\n' || text[len - 1] == ' '))
+            len--;
+        len += (size_t)snprintf(text + len, cap - len, ",\n  \"ranks\": [");
+    }
+    for (int r = 0; ok && r < l->world_size; r++)
+        ok = text_append_json(&text, &len, &cap, r ? ",\n    " : "\n    ", rank_view(l, r, true));
+    if (ok && len + 16 > cap) {
+        char *b = realloc(text, len + 16);
+        ok = b != NULL;
+        text = ok ? b : text;
+    }
+    if (ok)
+        len += (size_t)snprintf(text + len, 16, "%s]\n}\n", l->world_size ? "\n  " : "");
+    free(head);
+    if (!ok) {
+        free(text);
         log_error("cannot write 'summary.json': out of memory");
         return;
     }
     snprintf(path, sizeof(path), "%s/summary.json", l->job_dir);
-    ret = fs_write_atomic(path, text, strlen(text), 0600);
+    ret = fs_write_atomic(path, text, len, 0600);
     if (ret < 0)
         log_error("cannot write '%s': %s", path, strerror(-ret));
     free(text);
@@ -691,8 +807,9 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
     n = &l->nodes[m->node_rank];
     c->role = ROLE_AGENT;
     c->node = m->node_rank;
-    l->npending--;
+    pending_remove(l, c);
     n->conn = c;
+    l->agents_open++;
     n->joined = true;
     n->nprocs = m->nprocs;
     snprintf(n->hostname, sizeof(n->hostname), "%s", m->hostname);
@@ -771,7 +888,7 @@ static void on_message(struct peer *p, struct msg *m)
             return;
         }
         c->role = ROLE_CLIENT;
-        l->npending--;
+        pending_remove(l, c);
         l->nclients++;
     }
     if (c->role == ROLE_CLIENT && m->type == MSG_STATUS) {
@@ -850,7 +967,7 @@ static void on_closed(struct peer *p, const char *why)
         c->next->prev = c->prev;
     store_drop_owner(l->store, c);
     if (c->role == ROLE_NEW) {
-        l->npending--;
+        pending_remove(l, c);
         /* One line each for a peer that proved the key; a flood of those that did not is
          * counted and summarised (log_refusals). */
         if (!c->logged && !l->closing &&
@@ -865,6 +982,7 @@ static void on_closed(struct peer *p, const char *why)
     } else {
         struct node *n = &l->nodes[c->node];
         n->conn = NULL;
+        l->agents_open--;
         if (!n->done && l->state != JOB_FINISHED) {
             char cause[320];
             n->lost = true;
@@ -893,19 +1011,37 @@ static const struct peer_ops leader_peer_ops = {
     .on_closed = on_closed,
 };
 
-/* Over the pending limit the oldest connection not yet admitted goes, not the newest: a
- * flood of silent connections then only delays a real agent by the flood's turnover, where
- * refusing newcomers would lock agents out for as long as the flood lasts. The list is
- * newest first, so the oldest is the last pending one. */
-static void evict_oldest_pending(struct leader *l)
+/* Connections allowed before admission: one for every node still to join, so that every
+ * agent of a job can connect at once, and PENDING_CONNS_MAX for strangers. */
+static int pending_max(const struct leader *l)
+{
+    return l->spec->nnodes - l->joined + PENDING_CONNS_MAX;
+}
+
+/* Over the pending limit one connection not yet admitted goes, never one that proved the job
+ * key: the oldest of those that have sent nothing valid yet (not even a well-formed hello),
+ * else the oldest still in its handshake. Never the newest: refusing newcomers would lock a
+ * real agent out for as long as a flood lasts, where this only delays it by the flood's
+ * turnover of the queue, and an agent, which sends its hello at once, is always younger than
+ * the silent strangers ahead of it. */
+static void evict_pending(struct leader *l)
 {
     struct conn *victim = NULL;
 
-    for (struct conn *c = l->conns; c; c = c->next)
-        if (c->role == ROLE_NEW && !c->peer.closing)
+    for (struct conn *c = l->qhead; c; c = c->qnext) {
+        if (c->peer.ready || c->peer.closing)
+            continue;
+        if (!c->peer.heard) {
             victim = c;
+            break;
+        }
+        if (!victim)
+            victim = c;
+    }
     if (!victim)
         return;
+    /* Out of the count now: its close completes on the next turn of the loop. */
+    pending_remove(l, victim);
     peer_close(&victim->peer, "evicted: too many pending connections");
 }
 
@@ -919,19 +1055,28 @@ static void on_connection(uv_stream_t *server, int status)
         log_error("cannot accept: %s", uv_strerror(status));
         return;
     }
+    if (l->accepts >= ACCEPTS_PER_TURN) {
+        /* Left in the backlog: libuv stops watching the listener until accept_next() takes
+         * it on the next turn. */
+        l->accept_deferred = true;
+        return;
+    }
+    l->accepts++;
     c = calloc(1, sizeof(*c));
     if (!c || peer_init(&c->peer, l->loop, PEER_TCP_SERVER, &l->key, l->max_frame, &leader_peer_ops,
                         l) < 0) {
-        /* Accept into a throwaway handle would need memory too: leave it in the backlog. */
+        /* Accept into a throwaway handle would need memory too: leave it in the backlog,
+         * and try again after the next poll (libuv stops watching until it is taken). */
         free(c);
         log_error("cannot accept: out of memory");
+        l->accept_deferred = true;
         return;
     }
     c->next = l->conns;
     if (l->conns)
         l->conns->prev = c;
     l->conns = c;
-    l->npending++;
+    pending_add(l, c);
     ret = peer_accept(&c->peer, server);
     if (ret < 0) {
         log_error("cannot accept: %s", uv_strerror(ret));
@@ -939,23 +1084,30 @@ static void on_connection(uv_stream_t *server, int status)
         peer_close(&c->peer, uv_strerror(ret));
         return;
     }
-    if (l->state == JOB_FINISHED) {
+    if (l->state == JOB_FINISHED)
         peer_close(&c->peer, "refused: job finished");
-    } else if (l->npending > PENDING_CONNS_MAX) {
-        evict_oldest_pending(l);
+    else if (l->npending > pending_max(l))
+        evict_pending(l);
+}
+
+/* After each poll: a new turn's budget of accepts, and the connection left waiting. */
+static void accept_next(uv_check_t *h)
+{
+    struct leader *l = h->data;
+
+    l->accepts = 0;
+    if (l->accept_deferred && !l->closing) {
+        l->accept_deferred = false;
+        on_connection((uv_stream_t *)&l->server, 0);
     }
 }
 
 /* After "finish": the leader is done once every agent hung up, or the linger ran out. */
 static void check_linger(struct leader *l)
 {
-    bool agents_left = false;
-
     if (l->state != JOB_FINISHED || l->done_called)
         return;
-    for (int i = 0; i < l->spec->nnodes; i++)
-        agents_left |= l->nodes[i].conn != NULL;
-    if (!agents_left || now_ms(l) - l->t_finish > FINISH_LINGER_MS) {
+    if (!l->agents_open || now_ms(l) - l->t_finish > FINISH_LINGER_MS) {
         l->done_called = true;
         l->done(l, l->status, l->arg);
     }
@@ -1215,6 +1367,12 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
         log_error("cannot write '%s/endpoint.json': %s", l->job_dir, strerror(-ret));
         goto fail_close;
     }
+    uv_check_init(loop, &l->accept_check);
+    l->accept_check.data = l;
+    l->handles_open++;
+    uv_check_start(&l->accept_check, accept_next);
+    /* It runs every turn, but is no reason for the loop to keep turning. */
+    uv_unref((uv_handle_t *)&l->accept_check);
     uv_timer_init(loop, &l->tick);
     l->tick.data = l;
     l->handles_open++;
@@ -1242,6 +1400,11 @@ fail:
     return ret;
 }
 
+int leader_fds_needed(int nnodes)
+{
+    return nnodes + PENDING_CONNS_MAX + FDS_SLACK;
+}
+
 int leader_port(const struct leader *l)
 {
     return l->port;
@@ -1267,6 +1430,7 @@ void leader_close(struct leader *l)
         peer_close(&c->peer, "leader shutting down");
     hvd_server_close(l->hvd);
     uv_close((uv_handle_t *)&l->server, on_handle_closed);
+    uv_close((uv_handle_t *)&l->accept_check, on_handle_closed);
     uv_close((uv_handle_t *)&l->tick, on_handle_closed);
     uv_close((uv_handle_t *)&l->hb, on_handle_closed);
 }

@@ -32,6 +32,10 @@ struct leader_config {
  * serving. Returns 0 and a new leader in *out, or a negative errno with a logged reason. */
 int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader **out);
 
+/* The file descriptors a leader of nnodes nodes may need at once: one per agent, its limit of
+ * connections not yet admitted, status clients and its own handles. */
+int leader_fds_needed(int nnodes);
+
 /* The port the leader listens on. */
 int leader_port(const struct leader *l);
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <uv.h>
@@ -71,6 +72,35 @@ struct daemon {
 };
 
 static const int handled_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
+
+/* Raises the soft limit on descriptors to the hard one: a leader holds one per node.
+ * leader_nnodes: the job's node count when this daemon runs the leader, else 0. Returns 0, or
+ * -1 with the one line that says why the limit cannot do. */
+static int raise_nofile(int leader_nnodes)
+{
+    long need = leader_nnodes ? leader_fds_needed(leader_nnodes) : 0;
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0) {
+        log_error("cannot read the descriptor limit: %s", strerror(errno));
+        return -1;
+    }
+    if (rl.rlim_max != RLIM_INFINITY && (rlim_t)need > rl.rlim_max) {
+        log_error("descriptor limit too low: the leader of a job of %d nodes needs %ld, the hard "
+                  "limit ('ulimit -Hn') is %lu",
+                  leader_nnodes, need, (unsigned long)rl.rlim_max);
+        return -1;
+    }
+    if (rl.rlim_cur != rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0 && need > 0) {
+            log_error("cannot raise the descriptor limit to %lu: %s", (unsigned long)rl.rlim_max,
+                      strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
 
 static void usage(FILE *f)
 {
@@ -253,6 +283,10 @@ int main(int argc, char **argv)
     if (o.node_rank && parse_int("--node-rank", o.node_rank, 0, d.spec.nnodes - 1, &node_rank) < 0)
         goto out;
     if (o.launcher_pid && parse_int("--launcher-pid", o.launcher_pid, 1, INT_MAX, &d.launcher) < 0)
+        goto out;
+    /* Before anything starts: a leader that would run out of descriptors halfway through
+     * the join is one line now. */
+    if (raise_nofile(node_rank == 0 && !o.rendezvous ? d.spec.nnodes : 0) < 0)
         goto out;
     if (!o.hostname) {
         if (gethostname(hostname, sizeof(hostname)) < 0)

@@ -15,6 +15,9 @@
 #define PEER_READ_CHUNK      (64 * 1024)
 /* Messages up to this size are serialised on the stack (heartbeats, store replies, joins). */
 #define PEER_SMALL_MSG       4096
+/* The first buffer of a peer's batch; it doubles as needed. Small: a broadcast from a read
+ * callback gives every peer a batch of one message. */
+#define PEER_BATCH_MIN       256
 /* A peer that lets this much output pile up is not reading: close it rather than grow. */
 #define PEER_WRITE_QUEUE_MAX (32u * 1024 * 1024)
 
@@ -22,10 +25,19 @@ struct peer_write {
     uv_write_t req;
     struct peer *peer;
     size_t len;
+    size_t cap; /* a batch (peer.batch): bytes buf may hold */
     uint8_t buf[];
 };
 
 static char read_chunk[PEER_READ_CHUNK];
+
+/* While a read callback dispatches, whatever any peer of the loop is sent is gathered in that
+ * peer's batch, and every batch goes out in one write each as the callback ends: a store
+ * round's replies, and the values one put releases to the agents that waited for them, are
+ * then one syscall per peer instead of one per message. dirty lists the peers with a batch
+ * (their memory lives on: a peer is freed from its close callback, never inside a read). */
+static bool batching;
+static struct peer *dirty;
 
 int64_t peer_now_ms(const struct peer *p)
 {
@@ -61,10 +73,21 @@ static void on_close(uv_handle_t *h)
     p->ops->on_closed(p, p->why);
 }
 
+static int write_now(struct peer *p, struct peer_write *w);
+
 void peer_close(struct peer *p, const char *why)
 {
     if (p->closing)
         return;
+    /* What the read callback sent before the close goes first, as it would have unbatched:
+     * the error frame that says why a link is dropped, say. */
+    if (p->batch) {
+        struct peer_write *w = p->batch;
+        p->batch = NULL;
+        write_now(p, w);
+        if (p->closing)
+            return;
+    }
     p->closing = true;
     snprintf(p->why, sizeof(p->why), "%.200s", why ? why : "closed");
     if (!uv_is_closing(&p->h.handle)) {
@@ -75,6 +98,8 @@ void peer_close(struct peer *p, const char *why)
 
 void peer_release(struct peer *p)
 {
+    free(p->batch);
+    p->batch = NULL;
     frame_reader_release(&p->rd);
     memset(&p->key, 0, sizeof(p->key));
     memset(&p->sess, 0, sizeof(p->sess));
@@ -93,13 +118,38 @@ static void on_write(uv_write_t *req, int status)
     free(w);
 }
 
-/* Queues one frame whose payload is w->buf[FRAME_HDR_LEN..]; takes w. */
-static int queue_write(struct peer *p, struct peer_write *w)
+/* Appends w's frame to p's batch; takes w. Returns 0 or -ENOMEM. */
+static int batch_append(struct peer *p, struct peer_write *w)
+{
+    struct peer_write *b = p->batch;
+
+    if (!b || b->len + w->len > b->cap) {
+        size_t cap = b ? b->cap * 2 : PEER_BATCH_MIN;
+        while (cap < (b ? b->len : 0) + w->len)
+            cap *= 2;
+        b = realloc(b, sizeof(*b) + cap);
+        if (!b) {
+            free(w);
+            return -ENOMEM;
+        }
+        if (!p->batch)
+            b->len = 0;
+        b->cap = cap;
+        p->batch = b;
+    }
+    memcpy(b->buf + b->len, w->buf, w->len);
+    b->len += w->len;
+    free(w);
+    return 0;
+}
+
+/* Writes w (a frame or a batch of them) to p; takes w. */
+static int write_now(struct peer *p, struct peer_write *w)
 {
     uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)w->len);
     int ret;
 
-    if (uv_stream_get_write_queue_size(&p->h.stream) > PEER_WRITE_QUEUE_MAX) {
+    if (uv_stream_get_write_queue_size(&p->h.stream) + w->len > PEER_WRITE_QUEUE_MAX) {
         free(w);
         peer_close(p, "peer does not read its messages");
         return -ENOBUFS;
@@ -111,6 +161,49 @@ static int queue_write(struct peer *p, struct peer_write *w)
         peer_close(p, uv_strerror(ret));
     }
     return ret;
+}
+
+/* Queues one frame whose payload is w->buf[FRAME_HDR_LEN..]: into p's batch while a read
+ * callback dispatches, else at once. Takes w. */
+static int queue_write(struct peer *p, struct peer_write *w)
+{
+    int ret;
+
+    if (!batching)
+        return write_now(p, w);
+    if (uv_stream_get_write_queue_size(&p->h.stream) + (p->batch ? p->batch->len : 0) + w->len >
+        PEER_WRITE_QUEUE_MAX) {
+        free(w);
+        peer_close(p, "peer does not read its messages");
+        return -ENOBUFS;
+    }
+    if (!p->dirty) {
+        p->dirty = true;
+        p->batch_next = dirty;
+        dirty = p;
+    }
+    ret = batch_append(p, w);
+    if (ret < 0)
+        peer_close(p, "out of memory");
+    return ret;
+}
+
+/* Ends batching: every peer's batch goes out in one write. */
+static void batch_flush_all(void)
+{
+    batching = false;
+    while (dirty) {
+        struct peer *p = dirty;
+        struct peer_write *w = p->batch;
+        dirty = p->batch_next;
+        p->batch_next = NULL;
+        p->dirty = false;
+        p->batch = NULL;
+        if (w && !p->closing && w->len)
+            write_now(p, w);
+        else
+            free(w);
+    }
 }
 
 static int send_raw(struct peer *p, const uint8_t *data, size_t n)
@@ -167,7 +260,7 @@ int peer_send_error(struct peer *p, int64_t id, const char *code, const char *te
 
 static void become_ready(struct peer *p)
 {
-    p->ready = true;
+    p->ready = p->heard = true;
     p->rd.max = p->max_frame;
     if (p->ops->on_ready)
         p->ops->on_ready(p);
@@ -181,6 +274,7 @@ static void handshake_step(struct peer *p, const uint8_t *payload, size_t len)
 
     if (p->kind == PEER_TCP_SERVER && p->hs.state == 0) {
         ret = auth_server_challenge(&p->hs, &p->key, payload, len, out);
+        p->heard = ret == 0;
         if (ret == 0)
             ret = send_raw(p, out, AUTH_CHAL_LEN);
     } else if (p->kind == PEER_TCP_SERVER) {
@@ -269,6 +363,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     p->last_rx_ms = peer_now_ms(p);
+    /* What this read's frames make the daemon send leaves in one write per peer. */
+    batching = true;
     /* Before the handshake is done the reader takes one frame at a time, so that a frame of
      * the handshake's size is all it ever holds for a peer that has not proved the key, and
      * the rest of the read (the first message after the proof) meets the larger limit. */
@@ -279,11 +375,11 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         ret = frame_reader_check(&p->rd, buf->base + done, n);
         if (ret < 0) {
             refuse_frame(p, ret);
-            return;
+            break;
         }
         if (frame_reader_feed(&p->rd, buf->base + done, n) < 0) {
             peer_close(p, "out of memory");
-            return;
+            break;
         }
         done += n;
         while (!p->closing && (ret = frame_reader_next(&p->rd, &payload, &len)) != 0) {
@@ -295,6 +391,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
                 dispatch(p, payload, len);
         }
     }
+    batch_flush_all();
 }
 
 static void name_from_tcp(struct peer *p)

@@ -20,10 +20,12 @@
  * the job key costs its struct peer (1088 bytes on x86-64) with its owner's record, 72 bytes
  * of frame buffer and, while it is being written, the challenge (about 300 bytes): about
  * 1.3 KiB. The leader's bound on memory before authentication is that times its limit on
- * pending connections (PENDING_CONNS_MAX in leader.c): about 1.3 MiB whatever the flood. */
+ * pending connections (PENDING_CONNS_MAX in leader.c, plus one per node still to join):
+ * about 1.3 MiB whatever the flood, plus 1.3 KiB per node until the job runs. */
 #define PEER_HANDSHAKE_FRAME_MAX AUTH_CHAL_LEN
 
 struct peer;
+struct peer_write;
 
 struct peer_ops {
     /* The handshake finished (TCP) or the stream is open (Unix). May be NULL. */
@@ -57,10 +59,13 @@ struct peer {
     struct auth_key key;
     struct auth_handshake hs;
     struct auth_session sess;
-    bool ready;         /* handshake done (or Unix) */
-    bool closing;       /* peer_close was called */
-    bool in_read;       /* inside the read callback: closes are only flagged there */
-    uint32_t max_frame; /* the reader's limit once the handshake is done */
+    bool ready;               /* handshake done (or Unix) */
+    bool heard;               /* a valid frame came: a well-formed hello at least (or Unix) */
+    bool closing;             /* peer_close was called */
+    struct peer_write *batch; /* frames to write in one go as the read callback ends, or NULL */
+    struct peer *batch_next;  /* the next peer with a batch (peer.c) */
+    bool dirty;               /* on that list */
+    uint32_t max_frame;       /* the reader's limit once the handshake is done */
     int64_t opened_ms, last_rx_ms;
     char name[96]; /* "10.0.0.2:43210" or "rank 3": the subject of log lines */
     char addr[64]; /* TCP: the remote address without its port ("10.0.0.2"), else "" */

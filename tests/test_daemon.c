@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -195,7 +196,7 @@ static const char *peer_name(const struct wire *w)
 
 /* Writes the job dir: key, and job.json for two nodes of one rank each that sleep, with
  * timeouts long enough that nothing but the test ends the job. */
-static void make_job_dir(struct daemon *d)
+static void make_job_dir(struct daemon *d, int nnodes)
 {
     char path[PATH_MAX + 16];
     char *argv[] = {"sleep", "60"};
@@ -209,7 +210,7 @@ static void make_job_dir(struct daemon *d)
     jobspec_init(&spec);
     spec.job_id = strdup("test-daemon-job");
     CHECK(spec.job_id != NULL);
-    spec.nnodes = 2;
+    spec.nnodes = nnodes;
     spec.nprocs = 1;
     CHECK_EQ(jobspec_set_argv(&spec, 2, argv), 0);
     spec.join_timeout_ms = 60000;
@@ -252,9 +253,12 @@ static void read_endpoint(struct daemon *d)
     json_decref(ep);
 }
 
-/* Starts rendezvousd as node 0 on a fresh job dir; leader_only: with --leader-only, so that
- * the test plays every agent itself. Its stderr goes to DIR/daemon.err. */
-static void daemon_start(struct daemon *d, bool leader_only)
+/* Starts rendezvousd as node 0 on a fresh job dir of nnodes nodes; leader_only: with
+ * --leader-only, so that the test plays every agent itself; nofile: its descriptor limits, or
+ * NULL for the test's own. Its stderr goes to DIR/daemon.err. Returns without waiting for it
+ * to listen. */
+static void daemon_spawn(struct daemon *d, bool leader_only, int nnodes,
+                         const struct rlimit *nofile)
 {
     const char *prog = test_build_path("rendezvousd");
     char out_path[PATH_MAX + 16];
@@ -263,7 +267,7 @@ static void daemon_start(struct daemon *d, bool leader_only)
     if (access(prog, X_OK) < 0)
         test_fail(__FILE__, __LINE__, "cannot run '%s': %s (build it first)", prog,
                   strerror(errno));
-    make_job_dir(d);
+    make_job_dir(d, nnodes);
     snprintf(d->err_path, sizeof(d->err_path), "%s/daemon.err", d->dir);
     snprintf(out_path, sizeof(out_path), "%s/daemon.out", d->dir);
     d->pid = fork();
@@ -273,6 +277,8 @@ static void daemon_start(struct daemon *d, bool leader_only)
         int err = open(d->err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
             _exit(126);
+        if (nofile && setrlimit(RLIMIT_NOFILE, nofile) < 0)
+            _exit(126);
         if (leader_only)
             execl(prog, "rendezvousd", "--job-dir", d->dir, "--node-rank", "0", "--leader-only",
                   (char *)NULL);
@@ -280,6 +286,12 @@ static void daemon_start(struct daemon *d, bool leader_only)
             execl(prog, "rendezvousd", "--job-dir", d->dir, "--node-rank", "0", (char *)NULL);
         _exit(127);
     }
+}
+
+/* Starts rendezvousd as node 0 of a 2-node job and waits until it listens (daemon_spawn). */
+static void daemon_start(struct daemon *d, bool leader_only)
+{
+    daemon_spawn(d, leader_only, 2, NULL);
     read_endpoint(d);
 }
 
@@ -1155,8 +1167,9 @@ TEST_T(daemon_connection_flood, 20)
 
 TEST(daemon_pending_connection_limit)
 {
-    /* The leader's PENDING_CONNS_MAX, and some over it. */
-    enum { LIMIT = 1024, FLOOD = LIMIT + 16 };
+    /* The leader's PENDING_CONNS_MAX plus one for each of the job's 2 nodes still to join,
+     * and some over it. */
+    enum { LIMIT = 1024 + 2, FLOOD = LIMIT + 16 };
     struct daemon d;
     int *fds, evicted = 0;
 
@@ -1176,6 +1189,52 @@ TEST(daemon_pending_connection_limit)
     daemon_stop_cancelled(&d);
     CHECK_EQ(refused_count(&d, "too many pending connections", FLOOD - LIMIT + 1, 0),
              FLOOD - LIMIT + 1);
+}
+
+TEST(daemon_pending_eviction_spares_key_holders)
+{
+    /* Over the limit (PENDING_CONNS_MAX plus the 2 nodes still to join) only strangers that
+     * sent nothing valid are evicted: a client that proved the key and one in the middle of
+     * its handshake (a well-formed hello answered) stay, though they are the oldest. */
+    enum { LIMIT = 1024 + 2, FLOOD = LIMIT + 16 };
+    uint8_t hello[FRAME_HDR_LEN + AUTH_HELLO_LEN];
+    const uint8_t *payload;
+    struct wire proven, halfway;
+    struct daemon d;
+    int *fds, evicted = 0;
+    size_t len;
+    json_t *job;
+
+    daemon_start(&d, true);
+    client_open(&d, &proven);
+    CHECK_EQ(wire_connect(&halfway, d.host, d.port), 0);
+    frame_put_header(hello, AUTH_HELLO_LEN);
+    memcpy(hello + FRAME_HDR_LEN, "GRH1", 4);
+    memset(hello + FRAME_HDR_LEN + 4, 0x5a, AUTH_HELLO_LEN - 4);
+    CHECK_EQ(wire_send_raw(&halfway, hello, sizeof(hello)), 0);
+    CHECK_EQ(wire_recv_frame(&halfway, PROMPT_MS, &payload, &len), 0);
+    /* The proof reaches the daemon before the flood does. */
+    sleep_ms(100);
+    fds = open_silent(&d, FLOOD);
+    /* 2 + FLOOD pending: the oldest FLOOD + 2 - LIMIT silent ones go. */
+    for (int i = 0; i < FLOOD; i++)
+        evicted += closed_by_peer(fds[i], i < FLOOD + 2 - LIMIT ? 1000 : 0);
+    if (evicted != FLOOD + 2 - LIMIT || wire_wait_closed(&halfway, 0) == 0)
+        test_fail(__FILE__, __LINE__,
+                  "expected the %d oldest silent connections evicted and the one in its "
+                  "handshake kept; got %d evicted, the one in its handshake %s",
+                  FLOOD + 2 - LIMIT, evicted,
+                  wire_wait_closed(&halfway, 0) == 0 ? "closed" : "open");
+    /* The client that proved the key is still served. */
+    job = status(&proven, 1);
+    CHECK_STR(json_string_value(json_object_get(job, "job_id")), "test-daemon-job");
+    json_decref(job);
+    for (int i = 0; i < FLOOD; i++)
+        close(fds[i]);
+    free(fds);
+    wire_close(&proven);
+    wire_close(&halfway);
+    daemon_stop_cancelled(&d);
 }
 
 /* A field of /proc/PID/status in KiB ("VmHWM", "VmRSS"). */
@@ -1319,6 +1378,73 @@ TEST_T(daemon_refusal_flood_summarised, 30)
     daemon_stop_cancelled(&d);
     /* Nothing left to summarise at the end: the count stays what it was. */
     CHECK_EQ(refused_count(&d, "malformed handshake frame", FLOOD, 0), FLOOD);
+}
+
+/* The soft limit of "Max open files" in /proc/PID/limits. */
+static long proc_nofile_soft(pid_t pid)
+{
+    char path[64], line[256];
+    long soft = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%ld/limits", (long)pid);
+    f = fopen(path, "re");
+    if (!f)
+        test_fail(__FILE__, __LINE__, "cannot open '%s': %s", path, strerror(errno));
+    while (soft < 0 && fgets(line, sizeof(line), f))
+        if (!strncmp(line, "Max open files", 14))
+            soft = strtol(line + 14, NULL, 10);
+    fclose(f);
+    return soft;
+}
+
+TEST(daemon_descriptor_soft_limit_raised)
+{
+    struct rlimit rl;
+    struct daemon d;
+    long soft;
+
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max < 512)
+        test_skip("the hard descriptor limit is %lu: nothing to raise to",
+                  (unsigned long)rl.rlim_max);
+    rl.rlim_cur = 256;
+    daemon_spawn(&d, true, 2, &rl);
+    read_endpoint(&d);
+    soft = proc_nofile_soft(d.pid);
+    if (soft != (long)rl.rlim_max)
+        test_fail(__FILE__, __LINE__, "started with a soft limit of 256: expected %lu, got %ld",
+                  (unsigned long)rl.rlim_max, soft);
+    check_serving(&d);
+    daemon_stop_cancelled(&d);
+}
+
+TEST(daemon_descriptor_hard_limit_too_low_refused)
+{
+    /* A leader of 4,000 nodes under a hard limit of 2,000: one line, exit 125, before it
+     * listens. */
+    struct rlimit rl = {.rlim_cur = 2000, .rlim_max = 2000}, own;
+    char path[PATH_MAX + 32];
+    struct daemon d;
+    int st, lines;
+    char *err;
+
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &own), 0);
+    if (own.rlim_max != RLIM_INFINITY && own.rlim_max < rl.rlim_max)
+        rl.rlim_cur = rl.rlim_max = own.rlim_max;
+    daemon_spawn(&d, true, 4000, &rl);
+    CHECK_EQ(waitpid(d.pid, &st, 0), d.pid);
+    err = slurp(d.err_path);
+    lines = count_lines(err, "", NULL);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 125 || lines != 1 ||
+        !strstr(err, "descriptor limit too low: the leader of a job of 4000 nodes needs"))
+        test_fail(__FILE__, __LINE__,
+                  "expected exit 125 and one line 'descriptor limit too low: ...', got status "
+                  "0x%x and %d lines:\n%s",
+                  st, lines, err);
+    snprintf(path, sizeof(path), "%s/endpoint.json", d.dir);
+    CHECK(access(path, F_OK) < 0);
+    free(err);
 }
 
 TEST(daemon_status_client_limit)
