@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -34,11 +35,15 @@
  * (16 MiB at 12,500 nodes, before the job runs), plus the one 64 KiB read buffer every peer
  * shares. */
 #define PENDING_CONNS_MAX    1024
+/* The fewest stranger slots a leader starts with: under a descriptor limit too low for
+ * PENDING_CONNS_MAX (1,024, the usual `ulimit -n`) the stranger slots shrink to what the
+ * limit leaves, down to this; below it the leader refuses to start (leader_fds_needed()). */
+#define PENDING_CONNS_MIN    64
 /* Connections accepted per turn of the loop: the rest wait in the kernel's backlog until the
  * next turn, so that a flood of connections cannot keep the loop in accept() while
  * heartbeats, joins and the tick wait behind it. */
 #define ACCEPTS_PER_TURN     64
-/* Descriptors the leader needs besides one per node and PENDING_CONNS_MAX: status clients,
+/* Descriptors the leader needs besides one per node and its stranger slots: status clients,
  * the listeners (ours and horovod's), the loop's own, log files, and horovod's clients. */
 #define FDS_SLACK            (CLIENTS_MAX + 192)
 /* Connections refused before they proved the job key are counted per source address and
@@ -141,6 +146,7 @@ struct leader {
     int accepts;                /* accepted in this turn of the loop */
     bool accept_deferred;       /* a connection waits in the backlog for the next turn */
     int npending, nclients;
+    int strangers_max;        /* pending slots beyond the nodes still to join (pending_max) */
     int agents_open;          /* nodes whose agent's link is open (nodes[i].conn) */
     struct refusals refusals; /* connections closed before the handshake, to summarise */
     struct node *nodes;
@@ -1012,10 +1018,25 @@ static const struct peer_ops leader_peer_ops = {
 };
 
 /* Connections allowed before admission: one for every node still to join, so that every
- * agent of a job can connect at once, and PENDING_CONNS_MAX for strangers. */
+ * agent of a job can connect at once, and l->strangers_max for strangers. */
 static int pending_max(const struct leader *l)
 {
-    return l->spec->nnodes - l->joined + PENDING_CONNS_MAX;
+    return l->spec->nnodes - l->joined + l->strangers_max;
+}
+
+/* The stranger slots the descriptor limit leaves room for: PENDING_CONNS_MAX, or fewer (not
+ * under PENDING_CONNS_MIN) when the soft limit cannot hold one descriptor per node, FDS_SLACK
+ * and PENDING_CONNS_MAX. A flood then meets evictions before accept() meets EMFILE. */
+static int strangers_max(int nnodes)
+{
+    struct rlimit rl;
+    long room;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+        return PENDING_CONNS_MAX;
+    room = (long)rl.rlim_cur - nnodes - FDS_SLACK;
+    return room >= PENDING_CONNS_MAX ? PENDING_CONNS_MAX
+                                     : (int)(room > PENDING_CONNS_MIN ? room : PENDING_CONNS_MIN);
 }
 
 /* Over the pending limit one connection not yet admitted goes, never one that proved the job
@@ -1324,6 +1345,7 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
     l->arg = cfg->arg;
     l->t_start = (int64_t)uv_now(loop);
     l->outcome = "running";
+    l->strangers_max = strangers_max(cfg->spec->nnodes);
     refusals_init(&l->refusals, REFUSAL_WINDOW_MS);
     snprintf(l->advertise, sizeof(l->advertise), "%s", cfg->advertise_addr);
     l->nodes = calloc((size_t)cfg->spec->nnodes, sizeof(*l->nodes));
@@ -1402,7 +1424,7 @@ fail:
 
 int leader_fds_needed(int nnodes)
 {
-    return nnodes + PENDING_CONNS_MAX + FDS_SLACK;
+    return nnodes + PENDING_CONNS_MIN + FDS_SLACK;
 }
 
 int leader_port(const struct leader *l)

@@ -32,8 +32,9 @@ struct leader_config {
  * serving. Returns 0 and a new leader in *out, or a negative errno with a logged reason. */
 int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader **out);
 
-/* The file descriptors a leader of nnodes nodes may need at once: one per agent, its limit of
- * connections not yet admitted, status clients and its own handles. */
+/* The fewest file descriptors a leader of nnodes nodes can run with: one per agent, status
+ * clients, its own handles and the fewest slots for connections not yet admitted (a leader
+ * started under a higher limit keeps up to 1,024 such slots, as many as the limit leaves). */
 int leader_fds_needed(int nnodes);
 
 /* The port the leader listens on. */

@@ -1447,6 +1447,48 @@ TEST(daemon_descriptor_hard_limit_too_low_refused)
     free(err);
 }
 
+TEST_T(daemon_descriptor_limit_1024_flood, 30)
+{
+    /* `ulimit -n 1024` (soft and hard): a 2-node job starts, its stranger slots shrink to what
+     * the limit leaves, and 1,500 silent connections (more than the leader has descriptors)
+     * meet evictions, not EMFILE: both nodes still join and a status client gets in. */
+    enum { FLOOD = 1500 };
+    struct rlimit rl = {.rlim_cur = 1024, .rlim_max = 1024}, own;
+    struct wire a[2];
+    struct daemon d;
+    int *fds, evicted = 0;
+    char *err;
+
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &own), 0);
+    if (own.rlim_max != RLIM_INFINITY && own.rlim_max < FLOOD + 256)
+        test_skip("the hard descriptor limit is %lu: the flood needs %d descriptors here",
+                  (unsigned long)own.rlim_max, FLOOD + 256);
+    own.rlim_cur = own.rlim_max;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &own), 0);
+    daemon_spawn(&d, true, 2, &rl);
+    read_endpoint(&d);
+    fds = open_silent(&d, FLOOD);
+    for (int i = 0; i < FLOOD; i++)
+        evicted += closed_by_peer(fds[i], i < FLOOD - 768 - 16 ? 2000 : 0);
+    /* 1024 - FDS_SLACK (256) - 2 nodes = 766 stranger slots, plus the 2 nodes' own. */
+    if (evicted < FLOOD - 768 - 16)
+        test_fail(__FILE__, __LINE__,
+                  "expected at least %d of %d silent connections evicted, %d were",
+                  FLOOD - 768 - 16, FLOOD, evicted);
+    join_both(&d, a);
+    check_serving(&d);
+    daemon_stop_cancelled(&d);
+    for (int k = 0; k < 2; k++)
+        wire_close(&a[k]);
+    for (int i = 0; i < FLOOD; i++)
+        close(fds[i]);
+    free(fds);
+    err = slurp(d.err_path);
+    if (strstr(err, "too many open files") || strstr(err, "EMFILE"))
+        test_fail(__FILE__, __LINE__, "the leader ran out of descriptors:\n%s", err);
+    free(err);
+}
+
 TEST(daemon_status_client_limit)
 {
     /* The leader's CLIENTS_MAX. */
