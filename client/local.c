@@ -174,12 +174,15 @@ static void on_daemon_exit(struct supervisor *s, int k, int wstatus)
          * short (their status then counts for nothing), so they get a grace first. */
         if (!s->straggle_at)
             s->straggle_at = now_ms() + FOLLOWER_GRACE_MS;
-    } else if (s->status[k] == 125 && !s->stopped[k]) {
+    } else if (WIFEXITED(wstatus) && s->status[k] == 125 && !s->stopped[k]) {
         /* A follower that cannot start never joins, and the leader would wait for it until
          * the join timeout: end the job now, with the follower's status. */
         fprintf(stderr, "gpurun: node %d's rendezvousd failed; stopping the job\n", k);
         stop_all(s);
     }
+    /* A follower killed by a signal is the leader's to notice, as on Slurm: a lost link once
+     * it joined, the join timeout naming it before; the leader then ends the job and keeps
+     * its record (signalling it now would leave none). */
 }
 
 static void reap(struct supervisor *s)

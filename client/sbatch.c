@@ -232,6 +232,16 @@ static void body(FILE *f, const struct sbatch_job *j)
         "    status=0\n"
         "    wait \"$srun_pid\" || status=$?\n"
         "done\n"
+        "# The job's own record decides the exit status, so that Slurm's agrees with\n"
+        "# summary.json; without one (the leader was lost) srun's 128+N of a killed daemon\n"
+        "# would read as a rank's signal: it is gpurun's failure, 125.\n"
+        "summary=$(sed -n 's/^  \"exit_status\": \\([0-9]*\\).*/\\1/p' \"$dir/summary.json\" "
+        "2>/dev/null || true)\n"
+        "if [ -n \"$summary\" ]; then\n"
+        "    status=$summary\n"
+        "elif [ \"$status\" != 0 ]; then\n"
+        "    status=125\n"
+        "fi\n"
         "exit \"$status\"\n",
         j->cpus_per_task, j->log_level, psig, tname);
 }

@@ -54,6 +54,10 @@
 /* How often endpoint.json is looked for, and connection attempts are retried. */
 #define ENDPOINT_POLL_MS  20
 #define CONNECT_RETRY_MS  100
+/* An agent that has sent its join leaves the verdict to the leader, whose join timeout names
+ * the missing nodes (and which its heartbeats show alive); the agent's own join timeout is
+ * then a backstop this much later, for a leader that answers but never decides. */
+#define JOIN_BACKSTOP_MS  5000
 /* Per-rank secret: 128 bits, shown to the rank in GPURUN_TOKEN. */
 #define TOKEN_BYTES       16
 
@@ -1763,10 +1767,15 @@ static void on_tick(uv_timer_t *t)
 
     if (a->state == AG_FINDING && !a->leader && now >= a->next_connect_ms)
         try_connect(a);
-    if ((a->state == AG_FINDING || a->state == AG_JOINING) &&
-        now - a->t_start > a->spec->join_timeout_ms) {
-        log_error("node %d: no leader answered within %d ms", a->node_rank,
-                  a->spec->join_timeout_ms);
+    if ((a->state == AG_FINDING && now - a->t_start > a->spec->join_timeout_ms) ||
+        (a->state == AG_JOINING &&
+         now - a->t_start > (int64_t)a->spec->join_timeout_ms + JOIN_BACKSTOP_MS)) {
+        if (a->state == AG_FINDING)
+            log_error("node %d: no leader answered within %d ms", a->node_rank,
+                      a->spec->join_timeout_ms);
+        else
+            log_error("node %d: joined, but the leader started no job within %d ms", a->node_rank,
+                      a->spec->join_timeout_ms + JOIN_BACKSTOP_MS);
         a->state = AG_DONE;
         a->done(a, 124, a->arg);
         return;
