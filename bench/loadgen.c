@@ -11,9 +11,10 @@
  *       a rank for the teardown benchmark: writes DIR/$RANK with its pid, then sleeps
  *   loadgen stats
  *       reads numbers, one a line, and prints "median p90 min n"
- *   loadgen flood --port PORT [--seconds S] [--hold N] [--hello]
+ *   loadgen flood --port PORT [--seconds S] [--hold N] [--hello | --frame BYTES]
  *       opens connections to 127.0.0.1:PORT as fast as it can for S seconds, holding the
- *       newest N open and silent (or each sending a well-formed hello and nothing more);
+ *       newest N open and silent (or each sending a well-formed hello and nothing more, or
+ *       the header of a BYTES-long frame and as much of its payload as the socket takes);
  *       prints the number of attempts
  */
 #include <errno.h>
@@ -1261,10 +1262,11 @@ static int cmd_stats(void)
 
 static int cmd_flood(int argc, char **argv)
 {
-    long port = 0, seconds = 5, hold = 1024, attempts = 0, failed = 0;
+    long port = 0, seconds = 5, hold = 1024, attempts = 0, failed = 0, frame = 0;
     struct sockaddr_in sa = {.sin_family = AF_INET};
     uint8_t hello[FRAME_HDR_LEN + AUTH_HELLO_LEN];
     bool send_hello = false;
+    uint8_t *big = NULL;
     int *ring;
     double end;
 
@@ -1283,6 +1285,9 @@ static int cmd_flood(int argc, char **argv)
         } else if (!strcmp(argv[i], "--hold") && val) {
             if (parse_long("--hold", val, 1, FLOOD_HOLD_MAX, &hold) < 0)
                 return 2;
+        } else if (!strcmp(argv[i], "--frame") && val) {
+            if (parse_long("--frame", val, 1, FRAME_MAX_DEFAULT, &frame) < 0)
+                return 2;
         } else {
             fprintf(stderr, "loadgen: flood: unknown or incomplete option '%s'\n", argv[i]);
             return 2;
@@ -1293,11 +1298,20 @@ static int cmd_flood(int argc, char **argv)
         fprintf(stderr, "loadgen: flood: --port is required\n");
         return 2;
     }
+    if (send_hello && frame) {
+        fprintf(stderr, "loadgen: flood: --hello and --frame exclude each other\n");
+        return 2;
+    }
     if (raise_nofile("a flood", hold + 16) < 0)
         return 1;
     signal(SIGPIPE, SIG_IGN);
     ring = malloc((size_t)hold * sizeof(*ring));
-    if (!ring) {
+    if (frame) {
+        big = calloc(1, FRAME_HDR_LEN + (size_t)frame);
+        if (big)
+            frame_put_header(big, (uint32_t)frame);
+    }
+    if (!ring || (frame && !big)) {
         fprintf(stderr, "loadgen: flood: out of memory\n");
         return 1;
     }
@@ -1331,12 +1345,15 @@ static int cmd_flood(int argc, char **argv)
          * the connection stays silent. */
         if (send_hello)
             (void)send(fd, hello, sizeof(hello), MSG_NOSIGNAL | MSG_DONTWAIT);
+        else if (frame)
+            (void)send(fd, big, FRAME_HDR_LEN + (size_t)frame, MSG_NOSIGNAL | MSG_DONTWAIT);
         *slot = fd;
     }
     for (long i = 0; i < hold; i++)
         if (ring[i] >= 0)
             close(ring[i]);
     free(ring);
+    free(big);
     printf("%ld attempts in %ld s (%ld failed)\n", attempts, seconds, failed);
     return 0;
 }
