@@ -307,7 +307,9 @@ char **rankenv_build(const struct rankenv_rank *r, char *const *base)
     /* The ranks' own TCPStore: rank 0 serves it on MASTER_PORT, the others connect. "True"
      * would make every rank a client of an agent store that gpurun does not run. */
     envv_set(&e, "TORCHELASTIC_USE_AGENT_STORE", "%s", "False");
-    /* torchrun's default: a failed NCCL collective ends the process instead of hanging it. */
+    /* torchrun's default: a failed NCCL collective ends the process instead of hanging it;
+     * torchrun's name and value since torch 2.2. Older torch reads NCCL_ASYNC_ERROR_HANDLING; it is
+     * not set too, because torch 2.2 and later warn on every rank when the old name is set. */
     set_default(&e, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
     if (r->error_file)
         envv_set(&e, "TORCHELASTIC_ERROR_FILE", "%s", r->error_file);

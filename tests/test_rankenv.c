@@ -464,3 +464,101 @@ TEST(rankenv_slurm_task_pid_outside_a_step)
     run_shim(plain, script, out, sizeof(out));
     CHECK_STR(out, "[unset]\n");
 }
+
+/* torchrun's contract (torch's local_elastic_agent.py), outside Slurm: rank 5 of 2 nodes x 4,
+ * in the second generation, on a node whose agent has 16 CPUs. */
+static const struct {
+    const char *name, *value;
+} want_torchrun[] = {
+    {"RANK", "5"},
+    {"LOCAL_RANK", "1"},
+    {"WORLD_SIZE", "8"},
+    {"LOCAL_WORLD_SIZE", "4"},
+    {"GROUP_RANK", "1"},
+    {"GROUP_WORLD_SIZE", "2"},
+    {"ROLE_NAME", "default"},
+    {"ROLE_RANK", "5"},
+    {"ROLE_WORLD_SIZE", "8"},
+    {"MASTER_ADDR", "10.0.0.1"},
+    {"MASTER_PORT", "29500"},
+    {"TORCHELASTIC_RESTART_COUNT", "1"},
+    {"TORCHELASTIC_MAX_RESTARTS", "3"},
+    {"TORCHELASTIC_RUN_ID", "job-42"},
+    {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+    {"TORCHELASTIC_ERROR_FILE", "/jobs/42/errors/rank-5.json"},
+    {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+    {"NODE_RANK", "1"},
+    /* 16 CPUs shared by 4 ranks. */
+    {"OMP_NUM_THREADS", "4"},
+    {"PYTHONUNBUFFERED", "1"},
+    {"PYTHONFAULTHANDLER", "1"},
+};
+
+static void layout_torchrun(struct layout *l)
+{
+    layout_init(l, 2, 4, 5);
+    l->r.restart_count = 1;
+    l->r.cpus = 16;
+    l->r.error_file = "/jobs/42/errors/rank-5.json";
+    l->spec.max_restarts = 3;
+    free(l->spec.job_id);
+    l->spec.job_id = strdup("job-42");
+}
+
+TEST(rankenv_torchrun_contract)
+{
+    struct layout l;
+    struct base b = {0};
+    char **env;
+
+    base_add(&b, "PATH", "%s", "/usr/bin:/bin");
+    layout_torchrun(&l);
+    env = build(&l, &b);
+    for (size_t i = 0; i < sizeof(want_torchrun) / sizeof(want_torchrun[0]); i++) {
+        const char *got = get(env, want_torchrun[i].name);
+        if (!got || strcmp(got, want_torchrun[i].value))
+            test_fail(__FILE__, __LINE__, "%s: expected '%s', got '%s'", want_torchrun[i].name,
+                      want_torchrun[i].value, got ? got : "(unset)");
+    }
+    /* No Slurm step: no Slurm variable appears. */
+    for (char **p = env; *p; p++)
+        if (!strncmp(*p, "SLURM_", 6))
+            test_fail(__FILE__, __LINE__, "outside Slurm the rank got '%s'", *p);
+    rankenv_free(env);
+    jobspec_release(&l.spec);
+}
+
+/* What the user set stays: threads, Python's flags, torch's NCCL error handling; an
+ * inherited error file of an outer launcher does not leak when this rank has none; and a
+ * node with fewer CPUs than ranks still gives each rank one thread. */
+TEST(rankenv_user_values_kept)
+{
+    struct layout l;
+    struct base b = {0};
+    char **env;
+
+    base_add(&b, "OMP_NUM_THREADS", "%d", 3);
+    base_add(&b, "PYTHONUNBUFFERED", "%s", "");
+    base_add(&b, "PYTHONFAULTHANDLER", "%d", 0);
+    base_add(&b, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "%d", 3);
+    base_add(&b, "TORCHELASTIC_ERROR_FILE", "%s", "/outer/error.json");
+    layout_torchrun(&l);
+    l.r.error_file = NULL;
+    env = build(&l, &b);
+    CHECK_STR(get(env, "OMP_NUM_THREADS"), "3");
+    CHECK_STR(get(env, "PYTHONUNBUFFERED"), "");
+    CHECK_STR(get(env, "PYTHONFAULTHANDLER"), "0");
+    CHECK_STR(get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+    CHECK(get(env, "TORCHELASTIC_ERROR_FILE") == NULL);
+    rankenv_free(env);
+    jobspec_release(&l.spec);
+
+    memset(&b, 0, sizeof(b));
+    base_add(&b, "PATH", "%s", "/usr/bin:/bin");
+    layout_torchrun(&l);
+    l.r.cpus = 2;
+    env = build(&l, &b);
+    CHECK_STR(get(env, "OMP_NUM_THREADS"), "1");
+    rankenv_free(env);
+    jobspec_release(&l.spec);
+}
