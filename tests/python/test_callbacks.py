@@ -200,8 +200,11 @@ class HFBase:
     pass
 
 
-def hf_state(step, max_steps=100):
-    return types.SimpleNamespace(global_step=step, max_steps=max_steps)
+def hf_state(step, max_steps=100, tokens_seen=None):
+    st = types.SimpleNamespace(global_step=step, max_steps=max_steps)
+    if tokens_seen is not None:
+        st.num_input_tokens_seen = tokens_seen
+    return st
 
 
 def hf_control():
@@ -228,6 +231,39 @@ class HF(CallbackBase):
         got = [(m["step"], m["loss"], m["lr"], m.get("total_steps")) for m in self.reports(3)]
         self.assertEqual(got, [(2, 1.5, 0.01, 100), (3, 1.5, 0.01, 100), (4, 1.5, 0.01, 100)])
         self.assertEqual((c.should_save, c.should_training_stop), (False, False))
+
+    def test_tokens_per_s_from_tokens_seen(self):
+        # The Trainer's count is the job's: 4 ranks, 8,000 tokens a step in all.
+        self.start_agent()
+        from gpurun.hf import GpurunTrainerCallback
+        cb = GpurunTrainerCallback(preempt=False)
+        args = types.SimpleNamespace(device="cpu", world_size=4)
+        cb.on_train_begin(args, hf_state(0), hf_control())
+        cb.on_step_end(args, hf_state(1, tokens_seen=8000), hf_control())
+        time.sleep(0.2)
+        cb.on_step_end(args, hf_state(3, tokens_seen=24000), hf_control())
+        first, second = self.reports(2)
+        self.assertEqual(first["tokens_per_s"], 0)
+        # 4,000 tokens of this rank in a little over 0.2 s.
+        self.assertGreater(second["tokens_per_s"], 4000 / 0.4)
+        self.assertLessEqual(second["tokens_per_s"], 4000 / 0.2)
+
+    def test_tokens_per_s_from_tokens_per_step(self):
+        self.start_agent()
+        from gpurun.hf import GpurunTrainerCallback
+        cb = GpurunTrainerCallback(preempt=False, tokens_per_step=1000)
+        args = types.SimpleNamespace(device="cpu")
+        cb.on_train_begin(args, hf_state(0), hf_control())
+        cb.on_step_end(args, hf_state(1), hf_control())
+        time.sleep(0.2)
+        cb.on_step_end(args, hf_state(2), hf_control())
+        # An evaluation's log in between keeps the last rate.
+        cb.on_log(args, hf_state(2), hf_control(), logs={"eval_loss": 9.0})
+        rates = [m["tokens_per_s"] for m in self.reports(3)]
+        self.assertEqual(rates[0], 0)
+        self.assertGreater(rates[1], 1000 / 0.4)
+        self.assertLessEqual(rates[1], 1000 / 0.2)
+        self.assertEqual(rates[2], rates[1])
 
     def test_preempt_saves_and_stops(self):
         self.start_agent()

@@ -13,6 +13,12 @@ What it reports (gpurun.report):
   total_steps=state.max_steps;
 - on_step_end: state.global_step with the last logged loss and learning rate, so that
   `gpurun status` and the job's hang detection see every step, not only the logged ones.
+- tokens_per_s, this rank's: from state.num_input_tokens_seen when the Trainer counts it
+  (TrainingArguments(include_num_input_tokens_seen=True), transformers 4.38 and later; the
+  count is the whole job's, so it is divided by the world size), else from tokens_per_step
+  (this rank's tokens per optimizer step, e.g. per_device_train_batch_size x
+  gradient_accumulation_steps x sequence length) when given, over the time since the last
+  report; none otherwise (the Trainer does not know a sequence's length).
 
 The pre-timeout signal: at on_train_begin (in the main thread, where Trainer.train runs) the
 callback asks for it (gpurun.on_preempt). After each step the ranks agree whether any of them
@@ -24,6 +30,7 @@ preempt=False, nothing of this happens.
 """
 
 import sys
+import time
 
 import gpurun
 
@@ -49,17 +56,39 @@ def _make():
         """Reports progress to gpurun and saves and stops on the pre-timeout signal (see the
         module's text); preempt=False leaves the signal alone."""
 
-        def __init__(self, preempt=True):
+        def __init__(self, preempt=True, tokens_per_step=None):
             super().__init__()
             self.preempt = preempt
+            self.tokens_per_step = tokens_per_step
             self.loss = None
             self.lr = None
+            self.rate = None
+            self.mark = None  # (time, global step, tokens seen) at the last rate
             self.preempted_at = None  # the global step the run stopped at, once it did
 
         def _total(self, state):
             return state.max_steps if state.max_steps and state.max_steps > 0 else None
 
+        def _tokens_per_s(self, args, state):
+            """This rank's tokens per second since the last call that moved the step, or
+            the last rate; None when there is nothing to count tokens with."""
+            now = time.monotonic()
+            seen = getattr(state, "num_input_tokens_seen", 0) or 0
+            if seen > 0:
+                seen /= max(1, getattr(args, "world_size", 1) or 1)
+            if self.mark is not None:
+                t0, step0, seen0 = self.mark
+                if state.global_step > step0 and now > t0:
+                    if seen > seen0:
+                        self.rate = (seen - seen0) / (now - t0)
+                    elif self.tokens_per_step:
+                        self.rate = self.tokens_per_step * (state.global_step - step0) / (now - t0)
+            if self.mark is None or state.global_step > self.mark[1]:
+                self.mark = (now, state.global_step, seen)
+            return self.rate
+
         def on_train_begin(self, args, state, control, **kwargs):
+            self.mark = None
             if self.preempt and gpurun.in_job():
                 gpurun.on_preempt()
 
@@ -70,10 +99,11 @@ def _make():
             if "learning_rate" in logs:
                 self.lr = logs["learning_rate"]
             gpurun.report(state.global_step, loss=self.loss, lr=self.lr,
-                          total_steps=self._total(state))
+                          tokens_per_s=self.rate, total_steps=self._total(state))
 
         def on_step_end(self, args, state, control, **kwargs):
             gpurun.report(state.global_step, loss=self.loss, lr=self.lr,
+                          tokens_per_s=self._tokens_per_s(args, state),
                           total_steps=self._total(state))
             if self.preempt and gpurun.in_job() and _any_rank(gpurun.preempt_requested(),
                                                               args.device):
