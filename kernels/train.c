@@ -173,9 +173,9 @@ static void fmt_float(char *buf, size_t n, float f)
 /* ---- set-up ------------------------------------------------------------------------------- */
 
 #ifdef GPURUN_CUDA
-/* cuda: the rank's GPU becomes current (NCCL's communicator binds to it). The agent gives each
- * local rank its own device in CUDA_VISIBLE_DEVICES, so that is device 0; where several are
- * visible (a launcher that does not split them), the local rank picks one. */
+/* cuda: the rank's GPU becomes current (NCCL's communicator binds to it). By default every
+ * local rank sees all of the node's GPUs (as under torchrun) and LOCAL_RANK picks one; under
+ * --gpu-bind=single it sees only its own, device 0. */
 static int setup_device(struct run *r)
 {
     const char *env = getenv("LOCAL_RANK");

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Data parallel on cuda over NCCL, 2 ranks under gpurun --local (one device each; under cudasim
-# two emulated devices): 2 ranks x batch 2 train on the same global batches as 1 rank x
+# Data parallel on cuda over NCCL, 2 ranks under gpurun --local (both see both devices and pick
+# theirs by LOCAL_RANK, or one each under --gpu-bind=single; under cudasim two emulated
+# devices): 2 ranks x batch 2 train on the same global batches as 1 rank x
 # batch 4, so their losses agree within 1e-3 relative (fp32; the sums' order differs), with
 # the gradients averaged by an allreduce (zero 0) or reduce-scattered into ZeRO-1 shards
 # whose updates are all-gathered (zero 1), which agree with each other within 1e-5, in fp32
@@ -15,7 +16,7 @@ if [ "$flavour" = cuda ] && [ "$gpus" -lt 2 ]; then
     skip "2 ranks need 2 GPUs; nvidia-smi lists $gpus"
 fi
 if [ "$flavour" = cudasim ]; then
-    # Two emulated devices: the agent hands each local rank its own, as on a GPU node.
+    # Two emulated devices, as on a GPU node.
     export CUDASIM_DEVICES=2
 fi
 GPURUN_LIMIT=$CUDA_LIMIT
@@ -42,6 +43,14 @@ done
 grep -q '^\[0\] run: .*ZeRO-1 (optimizer shard of ' "$work/out" ||
     fail "zero 1: the run line does not show the shard"
 curves_close "$work/z0/metrics.jsonl" "$work/z1/metrics.jsonl" 1e-5 "fp32, zero 1 against zero 0"
+
+# --gpu-bind=single: each rank sees only its own device (device 0 of its CUDA_VISIBLE_DEVICES)
+# where by default both see both and pick theirs by LOCAL_RANK; the training is the same.
+run --local --gpus-per-node 2 --gpu-bind=single -- "$cuda_bin" "$cfg" "${six[@]}" train.device=cuda \
+    train.dtype=fp32 train.batch_size=2 train.zero=0 train.out_dir="$work/single"
+expect_rc 0 "2 ranks x batch 2 under --gpu-bind=single"
+curves_close "$work/z0/metrics.jsonl" "$work/single/metrics.jsonl" 1e-5 \
+    "fp32, --gpu-bind=single against the default"
 
 for z in 0 1; do
     run2 "${six[@]}" train.batch_size=2 train.zero=$z train.out_dir="$work/b$z"
