@@ -29,8 +29,8 @@ rdv_barrier_ms() {
     TMPDIR=$work "$loadgen" rendezvous --agents "$agents" --reps 1 --rendezvousd "$rdv" \
         2>>"$work/newjob.err" | awk -F'|' -v r=$((agents * 8)) '$2 + 0 == r { gsub(/[* ]/, "", $8); print $8 }'
 }
-# The leader's resident memory now, in KiB.
-rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+# The leader's peak resident memory so far (VmHWM), in MiB.
+peak_mib() { awk '/^VmHWM:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null; }
 
 dir=$work/job
 mkdir -m 0700 "$dir"
@@ -45,7 +45,7 @@ cat >"$dir/job.json" <<JSON
 JSON
 
 quiet_ms=$(rdv_barrier_ms)
-"$rdv" --job-dir "$dir" --node-rank 0 >"$work/n0.out" 2>"$work/n0.err" &
+"$rdv" --job-dir "$dir" --node-rank 0 --log-level info >"$work/n0.out" 2>"$work/n0.err" &
 leader=$!
 pids=("$leader")
 for _ in $(seq 100); do
@@ -54,9 +54,9 @@ for _ in $(seq 100); do
 done
 port=$(sed -n 's/.*"port": *\([0-9]*\).*/\1/p' "$dir/endpoint.json")
 [ -n "$port" ] || { echo "bench/flood.sh: no endpoint.json from node 0" >&2; exit 1; }
-rss0=$(rss_kib "$leader")
+rss0=$(peak_mib "$leader")
 
-echo "| phase | flood attempts/s | node 1 join ms | new job: $agents agents, barrier ms (quiet: $quiet_ms) | leader RSS MiB (start $(awk -v k="$rss0" 'BEGIN { printf "%.1f", k / 1024 }') -> peak) |"
+echo "| phase | flood attempts/s | node 1 join ms | new job: $agents agents, barrier ms (quiet: $quiet_ms) | leader peak RSS MiB (at start: $rss0) |"
 echo "|---|---:|---:|---:|---:|"
 join_ms=- node1_pid=
 for phase in silent hello "frame 1 MiB"; do
@@ -69,8 +69,6 @@ for phase in silent hello "frame 1 MiB"; do
         >"$work/flood.out" 2>"$work/flood.err" &
     flood=$!
     pids+=("$flood")
-    t0=$(ms)
-    peak=0
     if [ "$phase" = silent ]; then
         sleep 1
         t1=$(ms)
@@ -85,16 +83,10 @@ for phase in silent hello "frame 1 MiB"; do
         grep -q "all 2 nodes joined" "$work/n0.err" && join_ms=$(($(ms) - t1))
     fi
     newjob=$(rdv_barrier_ms) || true
-    while kill -0 "$flood" 2>/dev/null; do
-        r=$(rss_kib "$leader")
-        [ "$r" -gt "$peak" ] && peak=$r
-        sleep 0.2
-    done
     wait "$flood" || { echo "bench/flood.sh: the flood failed: $(cat "$work/flood.err")" >&2; exit 1; }
     attempts=$(awk '{ print $1 }' "$work/flood.out")
-    rate=$(awk -v a="$attempts" -v t0="$t0" -v t1="$(ms)" 'BEGIN { printf "%d", a / ((t1 - t0) / 1000) }')
-    printf '| %s | %s | %s | %s | %.1f |\n' "$phase" "$rate" \
-        "$([ "$phase" = silent ] && echo "$join_ms" || echo)" "${newjob:-failed}" "$(awk -v k="$peak" 'BEGIN { print k / 1024 }')"
+    printf '| %s | %d | %s | %s | %s |\n' "$phase" $((attempts / phase_s)) \
+        "$([ "$phase" = silent ] && echo "$join_ms" || echo)" "${newjob:-failed}" "$(peak_mib "$leader")"
 done
 node0=0 node1=0
 wait "${pids[0]}" || node0=$?
