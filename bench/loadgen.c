@@ -366,6 +366,23 @@ static void flush(struct sim_agent *a)
 
     if (!a->out_len || !a->open)
         return;
+    /* As the daemon's peers do (daemon/peer.c): one write(2) when the kernel takes it all,
+     * without uv_write()'s request and its epoll_ctl(2) per write. */
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&a->tcp) == 0) {
+        b = uv_buf_init((char *)a->out, (unsigned)a->out_len);
+        ret = uv_try_write((uv_stream_t *)&a->tcp, &b, 1);
+        if (ret == (int)a->out_len) {
+            a->out_len = 0;
+            return;
+        }
+        if (ret > 0) {
+            memmove(a->out, a->out + ret, a->out_len - (size_t)ret);
+            a->out_len -= (size_t)ret;
+        } else if (ret != UV_EAGAIN) {
+            fail(a->run, "node %d: cannot write to the leader: %s", a->node, uv_strerror(ret));
+            return;
+        }
+    }
     w = malloc(sizeof(*w) + a->out_len);
     if (!w) {
         fail(a->run, "out of memory");
