@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make bench, section 7: the leader under a flood of strangers' connections (bench/README.md).
+# make bench, section 8: the leader under a flood of strangers' connections (bench/README.md).
 # A running 2-node job (heartbeats every 200 ms, a node lost after 2 s without one) while
 # bench/loadgen floods its leader's port in three phases of SECONDS/3 each: silent
 # connections, well-formed hellos that never prove the key, and headers announcing a 1 MiB
