@@ -142,6 +142,9 @@ static const struct opt_row opts[] = {
     {0, "local", ARG_FLAG, FIELD(local), 0, 0, ON_RUN, NULL, "run on this machine, without Slurm"},
     {0, "job-dir", ARG_STRING, FIELD(job_dir), 0, 0, ON_ALL, "DIR",
      "the job directory (default $GPURUN_JOBS/<id>/, ~/.gpurun/jobs)"},
+    {0, "metrics-dir", ARG_STRING, FIELD(metrics_dir), 0, 0, ON_RUN, "DIR",
+     "every node's daemon keeps gpurun_<id>_node<k>.prom in DIR for\n"
+     "node_exporter's textfile collector, rewritten every 5 s, removed at the end"},
     {0, "hang-timeout", ARG_SECONDS, FIELD(spec.hang_timeout_ms), 0, 86400000, ON_RUN, "SEC",
      "fail the job when no rank reports progress for SEC (0: never)"},
     {0, "kill-grace", ARG_SECONDS, FIELD(spec.kill_grace_ms), 0, 600000, ON_RUN, "SEC",

@@ -53,6 +53,7 @@ struct gpurun_args {
     const char *output;         /* -o: where the merged stream goes; NULL: the terminal (local)
                                  * or the job dir's neighbour JOBID.out (Slurm) */
     const char *job_dir;        /* --job-dir; NULL: the default */
+    const char *metrics_dir;    /* --metrics-dir; NULL: no metrics files */
     const char *log_level_name; /* --log-level as given (validated); "warn" by default */
     enum log_level log_level;
     int cpus_per_gpu; /* CPUs Slurm gives each rank */

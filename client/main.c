@@ -104,6 +104,22 @@ static int absolute(const char *path, char *buf, size_t n)
     return snprintf(buf, n, "%s/%s", cwd, path) < (int)n ? 0 : -ENAMETOOLONG;
 }
 
+/* --metrics-dir into the spec, absolute: every node's daemon reads it (on Slurm the folder is
+ * each node's own, node_exporter's, so it need not exist here). Returns 0 or an exit status
+ * with the error printed. */
+static int set_metrics_dir(const struct gpurun_args *args, struct jobspec *spec)
+{
+    char dir[PATH_MAX];
+
+    if (!args->metrics_dir)
+        return 0;
+    if (!args->metrics_dir[0] || absolute(args->metrics_dir, dir, sizeof(dir)) < 0)
+        return error_out(EXIT_FAILED, "--metrics-dir '%s': not a usable path", args->metrics_dir);
+    if (!(spec->metrics_dir = strdup(dir)))
+        return error_out(EXIT_FAILED, "out of memory");
+    return 0;
+}
+
 /* Where job dirs live: $GPURUN_JOBS, else ~/.gpurun/jobs; absolute. Returns 0, -ENAMETOOLONG
  * or -ENOENT (no home directory), and prints nothing. */
 static int jobs_root_path(char *buf, size_t n)
@@ -845,6 +861,9 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     spec->loopback = true;
     if (getcwd(cwd, sizeof(cwd)) && !(spec->workdir = strdup(cwd)))
         return error_out(EXIT_FAILED, "out of memory");
+    ret = set_metrics_dir(args, spec);
+    if (ret)
+        return ret;
 
     /* Opened before the job dir exists, so that a bad path leaves nothing behind. O_APPEND
      * keeps the daemons' lines whole when they share the file. */
@@ -946,6 +965,9 @@ static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_si
         return error_out(EXIT_FAILED, "cannot find 'rendezvousd' beside gpurun or on PATH");
     if (jobspec_set_argv(spec, p->argc, p->argv) < 0 || !(spec->workdir = strdup(cwd)))
         return error_out(EXIT_FAILED, "out of memory");
+    r = set_metrics_dir(args, spec);
+    if (r)
+        return r;
     spec->loopback = false;
     r = spec_text(spec, &json);
     if (r < 0)

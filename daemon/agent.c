@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <dirent.h>
 
@@ -28,6 +29,7 @@
 #include "cgroup.h"
 #include "fsutil.h"
 #include "log.h"
+#include "metrics.h"
 #include "peer.h"
 #include "proto.h"
 #include "hvd.h"
@@ -40,26 +42,29 @@
 #include "banned.h"
 
 /* Deadline resolution: teardown escalation, hang detection, the leader's heartbeat. */
-#define TICK_MS           20
+#define TICK_MS             20
 /* Progress goes to the leader at most this often, batched for all local ranks. */
-#define PROGRESS_FLUSH_MS 250
+#define PROGRESS_FLUSH_MS   250
 /* Lines of a rank's output kept for the failure message, and their longest length. */
-#define TAIL_LINES        10
-#define TAIL_LINE_MAX     240
+#define TAIL_LINES          10
+#define TAIL_LINE_MAX       240
 /* A line longer than this is passed on in pieces. */
-#define LINE_MAX_LEN      4000
+#define LINE_MAX_LEN        4000
 /* After a rank exits, how long its output pipes may stay open (held by a child of it)
  * before its exit is reported anyway. */
-#define OUTPUT_DRAIN_MS   200
+#define OUTPUT_DRAIN_MS     200
 /* How often endpoint.json is looked for, and connection attempts are retried. */
-#define ENDPOINT_POLL_MS  20
-#define CONNECT_RETRY_MS  100
+#define ENDPOINT_POLL_MS    20
+#define CONNECT_RETRY_MS    100
 /* An agent that has sent its join leaves the verdict to the leader, whose join timeout names
  * the missing nodes (and which its heartbeats show alive); the agent's own join timeout is
  * then a backstop this much later, for a leader that answers but never decides. */
-#define JOIN_BACKSTOP_MS  5000
+#define JOIN_BACKSTOP_MS    5000
+/* How often the node's metrics file is rewritten (--metrics-dir): node_exporter's scrapes
+ * come every 15 s or so, and a rewrite costs one small file. */
+#define METRICS_INTERVAL_MS 5000
 /* Per-rank secret: 128 bits, shown to the rank in GPURUN_TOKEN. */
-#define TOKEN_BYTES       16
+#define TOKEN_BYTES         16
 
 /* FINDING -> JOINING -> RUNNING -> [CAPTURE ->] TEARDOWN -> DONE; a restart goes from
  * TEARDOWN back to RUNNING. CAPTURE is a hang's: stacks are taken before the kill. */
@@ -171,6 +176,8 @@ struct agent {
     bool closing;
     int64_t t_start, teardown_ms, last_flush_ms, next_connect_ms;
     int64_t capture_until;              /* AG_CAPTURE's deadline */
+    int64_t next_metrics_ms;            /* when the metrics file is next written */
+    bool metrics_warned;                /* "cannot write metrics" was said once */
     struct stack_tool *tools;           /* stack tools started, until their handles close */
     char capture_cause[PROTO_TAIL_MAX]; /* the leader's abort cause, for the teardown after */
 
@@ -1369,6 +1376,63 @@ static void teardown(struct agent *a, const char *cause)
     check_done(a);
 }
 
+/* The node's metrics file (metrics.h), rewritten every METRICS_INTERVAL_MS while the agent
+ * lives. A folder it cannot write to is said once; the job goes on. */
+static void write_metrics(struct agent *a)
+{
+    static const char *const state_names[] = {
+        [AG_FINDING] = "joining", [AG_JOINING] = "joining",   [AG_RUNNING] = "running",
+        [AG_CAPTURE] = "capture", [AG_TEARDOWN] = "teardown", [AG_DONE] = "done",
+    };
+    int64_t now = now_ms(a);
+    struct metrics_rank *mr = calloc((size_t)a->nranks + 1, sizeof(*mr));
+    struct metrics_node n = {
+        .job_id = a->spec->job_id,
+        .hostname = a->hostname,
+        .node = a->node_rank,
+        .state = state_names[a->state],
+        .restarts = a->generation,
+        .leader_hb_age_ms = a->leader && a->leader->ready ? now - a->leader->last_rx_ms : -1,
+        .ranks = mr,
+        .nranks = a->ranks ? a->nranks : 0,
+    };
+    int ret;
+
+    a->next_metrics_ms = now + METRICS_INTERVAL_MS;
+    if (!mr)
+        return;
+    for (int i = 0; i < n.nranks; i++) {
+        const struct arank *r = &a->ranks[i];
+        mr[i] = (struct metrics_rank){
+            .rank = r->rank,
+            .step = r->step,
+            .loss = r->loss,
+            .tokens_per_s = r->tokens_per_s,
+            .report_age_ms = r->progress_ms ? now - r->progress_ms : -1,
+            .running = r->spawned && !r->exited,
+        };
+    }
+    ret = metrics_write(a->spec->metrics_dir, &n);
+    free(mr);
+    if (ret < 0 && !a->metrics_warned) {
+        a->metrics_warned = true;
+        log_warn("cannot write metrics into '%s': %s", a->spec->metrics_dir, strerror(-ret));
+    }
+}
+
+/* The agent is finished with status: its metrics file goes, then the daemon hears of it. */
+static void agent_end(struct agent *a, int status)
+{
+    int ret;
+
+    a->state = AG_DONE;
+    if (a->spec->metrics_dir &&
+        (ret = metrics_remove(a->spec->metrics_dir, a->spec->job_id, a->node_rank)) < 0)
+        log_warn("cannot remove the metrics file in '%s': %s", a->spec->metrics_dir,
+                 strerror(-ret));
+    a->done(a, status, a->arg);
+}
+
 static void finish(struct agent *a, int status)
 {
     if (a->state == AG_DONE)
@@ -1377,7 +1441,7 @@ static void finish(struct agent *a, int status)
     kill_orphans(a);
     if (a->cgroup[0] && cgroup_remove(a->cgroup, JOB_CGROUP_WAIT_MS) < 0)
         log_warn("cannot remove cgroup '%s': processes still in it", a->cgroup);
-    a->done(a, status, a->arg);
+    agent_end(a, status);
 }
 
 /* Whether every rank's exit is known and its output drained; reports each as it becomes
@@ -1445,6 +1509,24 @@ static void reset_generation(struct agent *a)
     a->status = 0;
 }
 
+/* A line in every rank log between two generations, so that a reader sees where the
+ * restarted ranks' output begins. */
+static void mark_restart(struct agent *a, int generation)
+{
+    char line[160], when[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    int n;
+
+    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+    n = snprintf(line, sizeof(line),
+                 "----- gpurun: %s: restart %d of %d, the ranks start again -----\n", when,
+                 generation, a->spec->max_restarts);
+    for (int i = 0; i < a->nranks; i++)
+        if (a->ranks[i].logfd >= 0 && write(a->ranks[i].logfd, line, (size_t)n) < 0)
+            continue;
+}
+
 static void on_assign(struct agent *a, struct msg *m)
 {
     bool all_reported = true, restart;
@@ -1456,8 +1538,10 @@ static void on_assign(struct agent *a, struct msg *m)
         log_error("unexpected 'assign' from the leader");
         return;
     }
-    if (restart)
+    if (restart) {
         reset_generation(a);
+        mark_restart(a, (int)m->generation);
+    }
     a->generation = m->generation;
     a->world_size = m->world_size;
     a->rank_base = m->rank_base;
@@ -1637,8 +1721,7 @@ static void on_leader_closed(struct peer *p, const char *why)
     }
     if (a->state == AG_FINDING || a->state == AG_JOINING) {
         log_error("node %d cannot join the leader: %s", a->node_rank, why);
-        a->state = AG_DONE;
-        a->done(a, 125, a->arg);
+        agent_end(a, 125);
         return;
     }
     snprintf(cause, sizeof(cause), "lost the leader: %s", why);
@@ -1767,6 +1850,8 @@ static void on_tick(uv_timer_t *t)
 
     if (a->state == AG_FINDING && !a->leader && now >= a->next_connect_ms)
         try_connect(a);
+    if (a->spec->metrics_dir && a->state != AG_DONE && now >= a->next_metrics_ms)
+        write_metrics(a);
     if ((a->state == AG_FINDING && now - a->t_start > a->spec->join_timeout_ms) ||
         (a->state == AG_JOINING &&
          now - a->t_start > (int64_t)a->spec->join_timeout_ms + JOIN_BACKSTOP_MS)) {
@@ -1776,8 +1861,7 @@ static void on_tick(uv_timer_t *t)
         else
             log_error("node %d: joined, but the leader started no job within %d ms", a->node_rank,
                       a->spec->join_timeout_ms + JOIN_BACKSTOP_MS);
-        a->state = AG_DONE;
-        a->done(a, 124, a->arg);
+        agent_end(a, 124);
         return;
     }
     if (a->leader && a->leader->ready && now - a->leader->last_rx_ms > a->spec->hb_timeout_ms) {
@@ -1963,8 +2047,7 @@ void agent_signal(struct agent *a, int sig)
     send_leader(
         a, proto_pack("{s:s, s:s, s:i}", "type", "abort", "cause", cause, "status", 128 + sig));
     if (a->state == AG_FINDING || a->state == AG_JOINING) {
-        a->state = AG_DONE;
-        a->done(a, 128 + sig, a->arg);
+        agent_end(a, 128 + sig);
         return;
     }
     teardown(a, cause);

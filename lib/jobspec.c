@@ -50,6 +50,7 @@ static const struct str_key {
     {"job_id", offsetof(struct jobspec, job_id)},
     {"workdir", offsetof(struct jobspec, workdir)},
     {"name", offsetof(struct jobspec, name)},
+    {"metrics_dir", offsetof(struct jobspec, metrics_dir)},
 };
 #define N_STR_KEYS (sizeof(str_keys) / sizeof(str_keys[0]))
 

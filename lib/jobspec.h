@@ -12,6 +12,8 @@ struct jobspec {
     char **argv;         /* NULL-terminated command of every rank */
     char **env;          /* NULL-terminated "K=V" added to every rank's environment */
     char *workdir;       /* ranks' working directory; NULL: the daemon's */
+    char *metrics_dir;   /* where every node's daemon keeps its Prometheus text file
+                          * (gpurun --metrics-dir, metrics.h); NULL: none */
     char *name;          /* the job's name for people (gpurun -J, else its default: the
                           * train.cfg's job_name, the script's or the command's file name);
                           * NULL: none */

@@ -9,7 +9,7 @@ pkgs=(
     slurmctld slurmd slurm-client munge
     iproute2 util-linux procps psmisc elfutils gdb
     clang libclang-rt-14-dev clang-format shellcheck
-    python3-torch libtorch-dev pybind11-dev python3-pip cmake
+    python3-torch libtorch-dev pybind11-dev python3-pip cmake prometheus
 )
 
 missing=()

@@ -1,0 +1,181 @@
+/* Prometheus text files for node_exporter's textfile collector (metrics.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "metrics.h"
+#include "banned.h"
+
+const char *const metrics_states[] = {"joining", "running", "capture", "teardown", "done", NULL};
+
+/* A label value as the format wants it: backslash, double quote and newline escaped. */
+static void put_label(FILE *f, const char *v)
+{
+    for (; v && *v; v++) {
+        if (*v == '\\' || *v == '"')
+            fputc('\\', f);
+        if (*v == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*v, f);
+    }
+}
+
+/* The labels every sample carries: {job="...",node="K"} without the closing brace. */
+static void put_node_labels(FILE *f, const struct metrics_node *n)
+{
+    fputs("{job=\"", f);
+    put_label(f, n->job_id);
+    fprintf(f, "\",node=\"%d\"", n->node);
+}
+
+static void put_head(FILE *f, const char *name, const char *type, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* One rank's sample of a per-rank metric; value NAN leaves the sample out. */
+static void put_rank(FILE *f, const struct metrics_node *n, const char *name, int rank,
+                     double value)
+{
+    if (isnan(value))
+        return;
+    fputs(name, f);
+    put_node_labels(f, n);
+    fprintf(f, ",rank=\"%d\"} %.17g\n", rank, value);
+}
+
+char *metrics_render(const struct metrics_node *n)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    if (!f)
+        return NULL;
+    put_head(f, "gpurun_node_state", "gauge",
+             "the job as this node's daemon sees it: 1 for the current state");
+    for (int i = 0; metrics_states[i]; i++) {
+        fputs("gpurun_node_state", f);
+        put_node_labels(f, n);
+        fputs(",host=\"", f);
+        put_label(f, n->hostname);
+        fprintf(f, "\",state=\"%s\"} %d\n", metrics_states[i],
+                n->state && !strcmp(n->state, metrics_states[i]));
+    }
+    put_head(f, "gpurun_job_restarts", "gauge", "times the job's ranks were restarted so far");
+    fputs("gpurun_job_restarts", f);
+    put_node_labels(f, n);
+    fprintf(f, "} %d\n", n->restarts);
+    if (n->leader_hb_age_ms >= 0) {
+        put_head(f, "gpurun_node_heartbeat_age_seconds", "gauge",
+                 "time since this node's daemon last heard the leader");
+        fputs("gpurun_node_heartbeat_age_seconds", f);
+        put_node_labels(f, n);
+        fprintf(f, "} %.3f\n", (double)n->leader_hb_age_ms / 1000);
+    }
+    put_head(f, "gpurun_rank_running", "gauge", "1 while the rank's process runs");
+    for (int i = 0; i < n->nranks; i++)
+        put_rank(f, n, "gpurun_rank_running", n->ranks[i].rank, n->ranks[i].running);
+    put_head(f, "gpurun_rank_step", "gauge", "the step of the rank's last progress report");
+    for (int i = 0; i < n->nranks; i++)
+        put_rank(f, n, "gpurun_rank_step", n->ranks[i].rank, (double)n->ranks[i].step);
+    put_head(f, "gpurun_rank_loss", "gauge", "the loss of the rank's last progress report");
+    for (int i = 0; i < n->nranks; i++) {
+        const struct metrics_rank *r = &n->ranks[i];
+        put_rank(f, n, "gpurun_rank_loss", r->rank,
+                 r->report_age_ms >= 0 && isfinite(r->loss) ? r->loss : NAN);
+    }
+    put_head(f, "gpurun_rank_tokens_per_second", "gauge",
+             "the throughput of the rank's last progress report");
+    for (int i = 0; i < n->nranks; i++) {
+        const struct metrics_rank *r = &n->ranks[i];
+        put_rank(f, n, "gpurun_rank_tokens_per_second", r->rank,
+                 r->report_age_ms >= 0 && isfinite(r->tokens_per_s) ? r->tokens_per_s : NAN);
+    }
+    put_head(f, "gpurun_rank_report_age_seconds", "gauge",
+             "time since the rank's last progress report (what hang detection watches)");
+    for (int i = 0; i < n->nranks; i++) {
+        const struct metrics_rank *r = &n->ranks[i];
+        put_rank(f, n, "gpurun_rank_report_age_seconds", r->rank,
+                 r->report_age_ms >= 0 ? (double)r->report_age_ms / 1000 : NAN);
+    }
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+int metrics_path(char *out, size_t n, const char *dir, const char *job_id, int node)
+{
+    char job[128];
+    size_t k = 0;
+
+    for (const char *p = job_id ? job_id : ""; *p && k + 1 < sizeof(job); p++, k++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '.' || c == '-';
+        job[k] = ok ? c : '_';
+    }
+    job[k] = '\0';
+    if (snprintf(out, n, "%s/gpurun_%s_node%d.prom", dir, job, node) >= (int)n)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+int metrics_write(const char *dir, const struct metrics_node *n)
+{
+    char path[4096], tmp[4096 + 32];
+    char *text;
+    size_t len, off = 0;
+    int fd, ret = 0;
+
+    if (metrics_path(path, sizeof(path), dir, n->job_id, n->node) < 0 ||
+        snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
+        return -ENAMETOOLONG;
+    text = metrics_render(n);
+    if (!text)
+        return -ENOMEM;
+    len = strlen(text);
+    /* Readable by node_exporter, which runs as a user of its own. */
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+        ret = -errno;
+        goto out;
+    }
+    while (off < len) {
+        ssize_t w = write(fd, text + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            ret = -errno;
+            break;
+        }
+        off += (size_t)w;
+    }
+    if (close(fd) < 0 && ret == 0)
+        ret = -errno;
+    if (ret == 0 && rename(tmp, path) < 0)
+        ret = -errno;
+    if (ret < 0)
+        unlink(tmp);
+out:
+    free(text);
+    return ret;
+}
+
+int metrics_remove(const char *dir, const char *job_id, int node)
+{
+    char path[4096];
+
+    if (metrics_path(path, sizeof(path), dir, job_id, node) < 0)
+        return -ENAMETOOLONG;
+    if (unlink(path) < 0 && errno != ENOENT)
+        return -errno;
+    return 0;
+}
