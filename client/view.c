@@ -601,6 +601,24 @@ static void print_timings(FILE *out, const json_t *t)
         fprintf(out, "\n");
 }
 
+/* "restarts: N", then the failure that ended each earlier generation: a completed job does
+ * not hide that its ranks failed and started again. */
+static void print_restarts(FILE *out, const json_t *job)
+{
+    const json_t *failures = json_object_get(job, "earlier_failures"), *f;
+    long n = iget(job, "restarts", 0);
+    size_t i;
+
+    if (n <= 0)
+        return;
+    fprintf(out, "restarts: %ld\n", n);
+    json_array_foreach(failures, i, f)
+    {
+        const char *cause = sget(f, "cause");
+        fprintf(out, "  generation %zu ended: %s\n", i, cause ? cause : "?");
+    }
+}
+
 void view_print(FILE *out, const json_t *v)
 {
     const json_t *sl = json_object_get(v, "slurm"), *live = json_object_get(v, "live");
@@ -628,6 +646,7 @@ void view_print(FILE *out, const json_t *v)
                     signame((int)iget(pre, "signal", 0), sn), (double)iget(pre, "at_ms", 0) / 1000);
         fprintf(out, "\n");
     }
+    print_restarts(out, json_is_object(summary) ? summary : live);
     if (json_is_object(sl)) {
         const char *nodelist = sget(sl, "nodelist");
         if (nodelist)

@@ -26,7 +26,7 @@
 #include "banned.h"
 
 /* A new connection gets this long to finish its handshake and send its first message. */
-#define HANDSHAKE_TIMEOUT_MS 5000
+#define HANDSHAKE_TIMEOUT_MS   5000
 /* Connections allowed before admission, beyond one for every node that has not joined yet
  * (pending_max()): so every agent of a job of any size can connect at once, and a flood of
  * strangers holds at most this many more. It also bounds the memory a flood can make the
@@ -34,57 +34,63 @@
  * (PEER_HANDSHAKE_FRAME_MAX in peer.h), so about 1.3 MiB, plus 1.3 KiB per node still to join
  * (16 MiB at 12,500 nodes, before the job runs), plus the one 64 KiB read buffer every peer
  * shares. */
-#define PENDING_CONNS_MAX    1024
+#define PENDING_CONNS_MAX      1024
 /* The fewest stranger slots a leader starts with: under a descriptor limit too low for
  * PENDING_CONNS_MAX (1,024, the usual `ulimit -n`) the stranger slots shrink to what the
  * limit leaves, down to this; below it the leader refuses to start (leader_fds_needed()). */
-#define PENDING_CONNS_MIN    64
+#define PENDING_CONNS_MIN      64
 /* Connections accepted per turn of the loop: the rest wait in the kernel's backlog until the
  * next turn, so that a flood of connections cannot keep the loop in accept() while
  * heartbeats, joins and the tick wait behind it. */
-#define ACCEPTS_PER_TURN     64
+#define ACCEPTS_PER_TURN       64
 /* Descriptors the leader needs besides one per node and its stranger slots: status clients,
  * the listeners (ours and horovod's), the loop's own, log files, and horovod's clients. */
-#define FDS_SLACK            (CLIENTS_MAX + 192)
+#define FDS_SLACK              (CLIENTS_MAX + 192)
 /* Connections refused before they proved the job key are counted per source address and
  * reason (refusals.h): the first of a burst is logged at once, the rest in one summary line
  * per source every this long, so that a flood cannot fill the job's output. */
-#define REFUSAL_WINDOW_MS    5000
+#define REFUSAL_WINDOW_MS      5000
 /* A status client that asks nothing for this long is dropped, so that idle clients cannot
  * hold the CLIENTS_MAX slots; `gpurun status --watch` asks every second or two. */
-#define CLIENT_IDLE_MS       30000
+#define CLIENT_IDLE_MS         30000
 /* Status clients served at once. */
-#define CLIENTS_MAX          64
+#define CLIENTS_MAX            64
 /* Resolution of every deadline (store waits, handshakes, heartbeats, the join): fine enough
  * for timeouts of seconds, and 20 wake-ups a second cost nothing. */
-#define TICK_MS              50
+#define TICK_MS                50
+/* A restart (max_restarts) waits this long after the failed generation is gone, doubling
+ * with each restart up to RESTART_BACKOFF_MAX_MS: a rank that fails at once (a bad node, a
+ * missing file) must not spin through its restarts in milliseconds, and a transient fault
+ * (a file system hiccup, a peer's port still in TIME_WAIT) gets time to pass. */
+#define RESTART_BACKOFF_MS     1000
+#define RESTART_BACKOFF_MAX_MS 30000
 /* After "finish", how long the leader waits for agents to hang up before closing. */
-#define FINISH_LINGER_MS     2000
+#define FINISH_LINGER_MS       2000
 /* After "abort", agents get kill_grace plus this to report their ranks gone. */
-#define ABORT_SLACK_MS       3000
+#define ABORT_SLACK_MS         3000
 /* How late a rank's newest report may reach the leader: agents batch reports every 250 ms
  * (agent.c's PROGRESS_FLUSH_MS), plus the link. A hang is declared this much after the
  * timeout, so that a rank reporting just inside the timeout is never blamed. */
-#define HANG_MARGIN_MS       300
+#define HANG_MARGIN_MS         300
 /* A hang's teardown first captures every rank's stack: agents get this long for it. */
-#define STACK_CAPTURE_MS     5000
+#define STACK_CAPTURE_MS       5000
 /* How often the leader looks for the batch script's pre-timeout request (PREEMPT_FILE). */
-#define PREEMPT_POLL_MS      200
+#define PREEMPT_POLL_MS        200
 /* The file in the job dir by which the batch script, on the batch host with the leader,
  * passes on Slurm's pre-timeout signal: it holds the signal's number. The job dir is the
  * user's own 0700 directory, as trusted as job.json; the signal then reaches only the ranks
  * that asked for it (srun would signal every process of the step). */
-#define PREEMPT_FILE         "preempt"
+#define PREEMPT_FILE           "preempt"
 /* Past the time limit, how long the leader of a Slurm job leaves Slurm to end the job before
  * it ends the job itself: Slurm's limit check runs every 30 s or so, then KillWait. */
-#define LIMIT_BACKSTOP_MS    120000
+#define LIMIT_BACKSTOP_MS      120000
 /* A SIGTERM within this of the time limit is Slurm's (or gpurun --local's) time limit
  * ending the job, not a cancel: Slurm never ends a job before its limit, and the daemons
  * start a moment after the job does. */
-#define TIMEOUT_SLACK_MS     3000
+#define TIMEOUT_SLACK_MS       3000
 /* A store wait longer than this lasts as long as the job: it keeps now + timeout_ms, which
  * the wire allows up to INT64_MAX, from overflowing. */
-#define KV_WAIT_MAX_MS       (INT64_MAX / 2)
+#define KV_WAIT_MAX_MS         (INT64_MAX / 2)
 
 enum conn_role { ROLE_NEW, ROLE_AGENT, ROLE_CLIENT };
 enum job_state { JOB_JOINING, JOB_RUNNING, JOB_ABORTING, JOB_FINISHED };
@@ -168,6 +174,7 @@ struct leader {
     json_t *failures;  /* the first failure of every earlier generation */
     int64_t t_start, t_joined, t_first_step, t_abort, t_finish;
     int64_t t_generation; /* when the current generation's ranks were assigned */
+    int64_t restart_at;   /* when the next generation starts (a restart's backoff); 0: none */
     int64_t t_preempt_poll;
     int64_t t_preempt; /* when the pre-timeout signal went out; 0: never */
     int preempt_sig;
@@ -368,6 +375,9 @@ static json_t *job_view(struct leader *l, bool for_summary, bool detail)
     job = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o}", "job_id", l->spec->job_id, "state",
                     state_names[l->state], "world_size", l->world_size, "nnodes", l->spec->nnodes,
                     "nodes", nodes, "ranks", ranks);
+    /* Live and in the summary: a completed job may have failed and been restarted. */
+    json_object_set_new(job, "restarts", json_integer(l->generation));
+    json_object_set(job, "earlier_failures", l->failures);
     if (for_summary) {
         json_t *timings =
             json_pack("{s:I, s:I, s:I}", "rendezvous_ms",
@@ -377,8 +387,6 @@ static json_t *job_view(struct leader *l, bool for_summary, bool detail)
         json_object_set_new(job, "outcome", json_string(l->outcome));
         json_object_set_new(job, "exit_status", json_integer(l->status));
         json_object_set(job, "first_failure", l->first_failure ? l->first_failure : json_null());
-        json_object_set_new(job, "restarts", json_integer(l->generation));
-        json_object_set(job, "earlier_failures", l->failures);
         json_object_set_new(job, "timings", timings);
         /* Whether the job was told its time was nearly up: a job that then completes stopped
          * early, on purpose. */
@@ -537,11 +545,32 @@ static void restart(struct leader *l)
     l->hang_warned = false;
     l->state = JOB_RUNNING;
     l->t_generation = now_ms(l);
+    l->restart_at = 0;
     if (!l->store) {
         fail(l, 125, "failed", false, failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
         return;
     }
     send_assign(l);
+}
+
+/* The restart once its backoff has passed (on_tick calls again until then). */
+static void restart_later(struct leader *l)
+{
+    int64_t wait = RESTART_BACKOFF_MS;
+
+    if (l->restart_at && now_ms(l) >= l->restart_at) {
+        restart(l);
+        return;
+    }
+    if (l->restart_at)
+        return;
+    for (int g = 0; g < l->generation && wait < RESTART_BACKOFF_MAX_MS; g++)
+        wait *= 2;
+    if (wait > RESTART_BACKOFF_MAX_MS)
+        wait = RESTART_BACKOFF_MAX_MS;
+    l->restart_at = now_ms(l) + wait;
+    log_warn("restarting the job in %.1f s (restart %d of %d)", (double)wait / 1000,
+             l->generation + 1, l->spec->max_restarts);
 }
 
 static void check_end(struct leader *l)
@@ -550,7 +579,7 @@ static void check_end(struct leader *l)
         finish(l);
     else if (l->state == JOB_ABORTING && all_nodes_done(l) && l->restartable &&
              l->generation < l->spec->max_restarts)
-        restart(l);
+        restart_later(l);
     else if (l->state == JOB_ABORTING && (all_nodes_done(l) || !l->t_joined))
         finish(l); /* before the assign there are no ranks to wait for */
 }
@@ -931,7 +960,12 @@ static void on_message(struct peer *p, struct msg *m)
         /* The agent's cause is its own text (bounded by the frame): keep it as it is. */
         bool cancel =
             m->status == 128 + SIGTERM || m->status == 128 + SIGINT || m->status == 128 + SIGHUP;
+        /* A cancel or the time limit ends the job, a restart waiting for its backoff
+         * included. */
+        if (cancel)
+            l->restartable = false;
         if (m->status == 128 + SIGTERM && at_time_limit(l)) {
+            l->restartable = false;
             fail(l, 124, "timeout", false,
                  failure_new(timeout_cause(l), -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
             break;
@@ -1216,6 +1250,8 @@ static void on_tick(uv_timer_t *t)
 
     store_expire(l->store, now);
     log_refusals(l, now, false);
+    if (l->restart_at)
+        check_end(l);
     for (struct conn *c = l->conns; c; c = c->next) {
         if (c->role == ROLE_NEW && now - c->peer.opened_ms > HANDSHAKE_TIMEOUT_MS)
             peer_close(&c->peer, c->peer.ready ? "no request after the handshake in time"
@@ -1436,6 +1472,8 @@ void leader_cancel(struct leader *l, const char *cause)
 {
     if (l->state == JOB_FINISHED)
         return;
+    /* A cancel ends the job, a restart waiting for its backoff included. */
+    l->restartable = false;
     if (at_time_limit(l))
         fail(l, 124, "timeout", false, failure_new(timeout_cause(l), -1, -1, "", 0, 0, ""));
     else
