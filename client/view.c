@@ -601,6 +601,38 @@ static void print_timings(FILE *out, const json_t *t)
         fprintf(out, "\n");
 }
 
+/* "loss: ▇▆▅▄▃▂▁ 4.1213 -> 2.0311 (rank 0, steps 1-60)": rank 0's recent losses, one
+ * block a report, scaled from the lowest to the highest shown. */
+static void print_loss_history(FILE *out, const json_t *job)
+{
+    static const char *const blocks[] = {"\u2581", "\u2582", "\u2583", "\u2584",
+                                         "\u2585", "\u2586", "\u2587", "\u2588"};
+    const json_t *h = json_object_get(job, "loss_history"), *e;
+    size_t n = json_array_size(h), i;
+    double lo = INFINITY, hi = -INFINITY;
+
+    if (n < 2)
+        return;
+    json_array_foreach(h, i, e)
+    {
+        double v = json_number_value(json_array_get(e, 1));
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    fprintf(out, "loss: ");
+    json_array_foreach(h, i, e)
+    {
+        double v = json_number_value(json_array_get(e, 1));
+        int k = hi > lo ? (int)((v - lo) / (hi - lo) * 7 + 0.5) : 3;
+        fputs(blocks[k < 0 ? 0 : k > 7 ? 7 : k], out);
+    }
+    fprintf(out, " %.4f -> %.4f (rank 0, steps %lld-%lld)\n",
+            json_number_value(json_array_get(json_array_get(h, 0), 1)),
+            json_number_value(json_array_get(json_array_get(h, n - 1), 1)),
+            (long long)json_integer_value(json_array_get(json_array_get(h, 0), 0)),
+            (long long)json_integer_value(json_array_get(json_array_get(h, n - 1), 0)));
+}
+
 /* "restarts: N", then the failure that ended each earlier generation: a completed job does
  * not hide that its ranks failed and started again. */
 static void print_restarts(FILE *out, const json_t *job)
@@ -670,6 +702,7 @@ void view_print(FILE *out, const json_t *v)
     if (sget(v, "live_error"))
         fprintf(out, "leader: %s\n", sget(v, "live_error"));
     print_progress(out, json_object_get(v, "progress"));
+    print_loss_history(out, json_is_object(live) ? live : summary);
     print_failure(out, json_object_get(v, "first_failure"));
     print_timings(out, json_object_get(v, "timings"));
     print_ranks(out, json_is_object(live) ? live : summary);

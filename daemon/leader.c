@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,9 @@
  * (a file system hiccup, a peer's port still in TIME_WAIT) gets time to pass. */
 #define RESTART_BACKOFF_MS     1000
 #define RESTART_BACKOFF_MAX_MS 30000
+/* Rank 0's losses kept for status's sparkline: one per step it reported, the newest this
+ * many (a status line's width). */
+#define LOSS_HISTORY           48
 /* After "finish", how long the leader waits for agents to hang up before closing. */
 #define FINISH_LINGER_MS       2000
 /* After "abort", agents get kill_grace plus this to report their ranks gone. */
@@ -175,6 +179,11 @@ struct leader {
     int64_t t_start, t_joined, t_first_step, t_abort, t_finish;
     int64_t t_generation; /* when the current generation's ranks were assigned */
     int64_t restart_at;   /* when the next generation starts (a restart's backoff); 0: none */
+    /* Rank 0's last LOSS_HISTORY (step, loss) reports, oldest first from hist_next once full:
+     * the loss's recent course for status (loss_history). */
+    int64_t hist_step[LOSS_HISTORY];
+    double hist_loss[LOSS_HISTORY];
+    int hist_n, hist_next;
     int64_t t_preempt_poll;
     int64_t t_preempt; /* when the pre-timeout signal went out; 0: never */
     int preempt_sig;
@@ -184,6 +193,33 @@ struct leader {
 static int64_t now_ms(const struct leader *l)
 {
     return (int64_t)uv_now(l->loop);
+}
+
+/* Rank 0's loss at a step it had not reported before; a loss that is not finite is left out. */
+static void history_add(struct leader *l, int64_t step, double loss)
+{
+    int last = (l->hist_next + LOSS_HISTORY - 1) % LOSS_HISTORY;
+
+    if (!isfinite(loss) || (l->hist_n && step <= l->hist_step[last]))
+        return;
+    l->hist_step[l->hist_next] = step;
+    l->hist_loss[l->hist_next] = loss;
+    l->hist_next = (l->hist_next + 1) % LOSS_HISTORY;
+    if (l->hist_n < LOSS_HISTORY)
+        l->hist_n++;
+}
+
+/* [[step, loss], ...], oldest first. */
+static json_t *history_view(const struct leader *l)
+{
+    json_t *a = json_array();
+    int first = l->hist_n < LOSS_HISTORY ? 0 : l->hist_next;
+
+    for (int i = 0; a && i < l->hist_n; i++) {
+        int k = (first + i) % LOSS_HISTORY;
+        json_array_append_new(a, json_pack("[I, f]", (json_int_t)l->hist_step[k], l->hist_loss[k]));
+    }
+    return a;
 }
 
 /* --- the pending queue: connections not yet admitted, oldest first ------------------------- */
@@ -375,6 +411,7 @@ static json_t *job_view(struct leader *l, bool for_summary, bool detail)
     job = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o}", "job_id", l->spec->job_id, "state",
                     state_names[l->state], "world_size", l->world_size, "nnodes", l->spec->nnodes,
                     "nodes", nodes, "ranks", ranks);
+    json_object_set_new(job, "loss_history", history_view(l));
     /* Live and in the summary: a completed job may have failed and been restarted. */
     json_object_set_new(job, "restarts", json_integer(l->generation));
     json_object_set(job, "earlier_failures", l->failures);
@@ -546,6 +583,8 @@ static void restart(struct leader *l)
     l->state = JOB_RUNNING;
     l->t_generation = now_ms(l);
     l->restart_at = 0;
+    /* A restarted generation resumes from a checkpoint, perhaps steps back: a new course. */
+    l->hist_n = l->hist_next = 0;
     if (!l->store) {
         fail(l, 125, "failed", false, failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
         return;
@@ -686,6 +725,8 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
             dst->report_ms = 1;
         if (!l->t_first_step)
             l->t_first_step = dst->report_ms;
+        if (r == 0)
+            history_add(l, step, k.loss);
     }
 }
 

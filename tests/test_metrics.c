@@ -16,7 +16,11 @@
 #include "banned.h"
 
 static const struct metrics_rank two_ranks[] = {
-    {.rank = 4, .step = 120, .loss = 2.5, .tokens_per_s = 8192, .report_age_ms = 1500,
+    {.rank = 4,
+     .step = 120,
+     .loss = 2.5,
+     .tokens_per_s = 8192,
+     .report_age_ms = 1500,
      .running = true},
     /* Never reported: no loss, throughput or age, though it runs. */
     {.rank = 5, .step = 0, .loss = 0, .tokens_per_s = 0, .report_age_ms = -1, .running = true},
@@ -77,8 +81,12 @@ TEST(metrics_render_every_sample)
  * leave their samples out. */
 TEST(metrics_render_escapes_and_omits)
 {
-    struct metrics_rank nan_loss = {.rank = 0, .step = 3, .loss = NAN, .tokens_per_s = 1,
-                                    .report_age_ms = 10, .running = false};
+    struct metrics_rank nan_loss = {.rank = 0,
+                                    .step = 3,
+                                    .loss = NAN,
+                                    .tokens_per_s = 1,
+                                    .report_age_ms = 10,
+                                    .running = false};
     struct metrics_node n = {.job_id = "a\"b\\c\nd",
                              .hostname = "h\"1",
                              .node = 0,
@@ -115,8 +123,13 @@ TEST(metrics_path_names_the_job_and_node)
  * a second write replaces it; remove takes it away and a second remove is not an error. */
 TEST(metrics_write_and_remove)
 {
-    struct metrics_node n = {.job_id = "9", .hostname = "h", .node = 1, .state = "running",
-                             .leader_hb_age_ms = 0, .ranks = two_ranks, .nranks = 1};
+    struct metrics_node n = {.job_id = "9",
+                             .hostname = "h",
+                             .node = 1,
+                             .state = "running",
+                             .leader_hb_age_ms = 0,
+                             .ranks = two_ranks,
+                             .nranks = 1};
     char dir[PATH_MAX], path[PATH_MAX + 64], buf[8192];
     struct stat st;
     struct dirent *e;
