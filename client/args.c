@@ -42,15 +42,16 @@ static const struct cmd_row cmds[CMD_COUNT] = {
                  "job_name, output, max_restarts) apply where no option is given. The job's\n"
                  "name is -J's, else the train.cfg's job_name or its file name without .cfg,\n"
                  "else the file name of the first word ending in .py, else the command's.\n"
-                 "Subcommands: gpurun status|logs|cancel --help."},
+                 "Subcommands: gpurun status|logs|cancel|clean --help."},
     [CMD_STATUS] = {"status", "gpurun status --help",
                     "gpurun status [JOBID | --job-dir DIR] [--json] [--watch]",
                     "Slurm's view of the job (state, reason while pending, nodes, elapsed, time\n"
                     "limit) and, while it runs, its leader's live view: every rank's phase,\n"
                     "step, loss and tokens/s, and a progress bar. After the job has ended,\n"
                     "its summary: outcome, first failure, phase timings. Without a JOBID:\n"
-                    "your gpurun jobs, one per line. The --json layout is documented in\n"
-                    "README.md (\"gpurun status --json\") and only grows."},
+                    "your 20 most recent gpurun jobs, one per line (--all: every one). The\n"
+                    "--json layout is documented in README.md (\"gpurun status --json\") and\n"
+                    "only grows."},
     [CMD_LOGS] = {"logs", "gpurun logs --help",
                   "gpurun logs [JOBID | --job-dir DIR] [--rank R] [-f]",
                   "Prints the job's rank logs: every rank's lines prefixed \"[R] \", or one\n"
@@ -59,6 +60,12 @@ static const struct cmd_row cmds[CMD_COUNT] = {
                     "Cancels a job: a Slurm job through slurm_kill_job (every node's\n"
                     "rendezvousd tears its ranks down: SIGTERM, then SIGKILL), a local one by\n"
                     "SIGTERM to its leader. Returns once the job's processes are gone."},
+    [CMD_CLEAN] = {"clean", "gpurun clean --help", "gpurun clean [--older-than DAYS] [--dry-run]",
+                   "Removes the job dirs of ended jobs from the jobs root ($GPURUN_JOBS, else\n"
+                   "~/.gpurun/jobs), with their batch output (ID.out): a job that is pending\n"
+                   "or running, or whose state cannot be known, is kept. A --job-dir outside\n"
+                   "the root is never removed; its link in the root goes once it is gone.\n"
+                   "Prints each dir and the space freed."},
 };
 
 enum arg_kind {
@@ -94,7 +101,9 @@ static const struct choice gpu_bind_choices[] = {
 #define ON_STATUS (1u << CMD_STATUS)
 #define ON_LOGS   (1u << CMD_LOGS)
 #define ON_CANCEL (1u << CMD_CANCEL)
-#define ON_ALL    (ON_RUN | ON_STATUS | ON_LOGS | ON_CANCEL)
+#define ON_CLEAN  (1u << CMD_CLEAN)
+#define ON_ALL    (ON_RUN | ON_STATUS | ON_LOGS | ON_CANCEL | ON_CLEAN)
+#define ON_JOB    (ON_RUN | ON_STATUS | ON_LOGS | ON_CANCEL)
 
 /* The most ranks a job can have: jobspec's 65536 nodes times 1024 ranks per node. */
 #define RANK_MAX (65536 * 1024 - 1)
@@ -140,7 +149,7 @@ static const struct opt_row opts[] = {
     {0, "emit-sbatch", ARG_FLAG, FIELD(emit_sbatch), 0, 0, ON_RUN, NULL,
      "print the batch script instead of submitting it"},
     {0, "local", ARG_FLAG, FIELD(local), 0, 0, ON_RUN, NULL, "run on this machine, without Slurm"},
-    {0, "job-dir", ARG_STRING, FIELD(job_dir), 0, 0, ON_ALL, "DIR",
+    {0, "job-dir", ARG_STRING, FIELD(job_dir), 0, 0, ON_JOB, "DIR",
      "the job directory (default $GPURUN_JOBS/<id>/, ~/.gpurun/jobs)"},
     {0, "metrics-dir", ARG_STRING, FIELD(metrics_dir), 0, 0, ON_RUN, "DIR",
      "every node's daemon keeps gpurun_<id>_node<k>.prom in DIR for\n"
@@ -166,6 +175,12 @@ static const struct opt_row opts[] = {
      "rank TIME s (default 60) before the time limit; without it, SIGUSR1\n"
      "to the ranks that ask for it only (gpurun-train, gpurun.on_preempt)"},
     {0, "json", ARG_FLAG, FIELD(json), 0, 0, ON_STATUS, NULL, "print the status as JSON"},
+    {0, "all", ARG_FLAG, FIELD(all), 0, 0, ON_STATUS, NULL,
+     "without JOBID: every job, not the 20 most recent"},
+    {0, "older-than", ARG_INT, FIELD(older_than_days), 1, 36500, ON_CLEAN, "DAYS",
+     "only jobs that ended more than DAYS days ago"},
+    {0, "dry-run", ARG_FLAG, FIELD(dry_run), 0, 0, ON_CLEAN, NULL,
+     "say what would be removed; remove nothing"},
     {'w', "watch", ARG_FLAG, FIELD(watch), 0, 0, ON_STATUS, NULL,
      "refresh the status every 2 s until the job ends"},
     {0, "rank", ARG_INT, FIELD(rank), 0, RANK_MAX, ON_LOGS, "R", "print only rank R's log"},
@@ -823,6 +838,8 @@ static int parse_positional(struct gpurun_args *args, const char *word, struct a
         args->overrides[args->n_overrides++] = word;
         return 0;
     }
+    if (args->cmd == CMD_CLEAN)
+        return fail(err, "gpurun clean takes no job: unexpected argument '%s'", word);
     if (args->target)
         return fail(err,
                     args->cmd == CMD_RUN ? "unexpected argument '%s' (to run a command, put it "

@@ -17,7 +17,7 @@
 #define EXIT_CANNOT_RUN 126
 #define EXIT_NOT_FOUND  127
 
-enum gpurun_cmd { CMD_RUN, CMD_STATUS, CMD_LOGS, CMD_CANCEL, CMD_COUNT };
+enum gpurun_cmd { CMD_RUN, CMD_STATUS, CMD_LOGS, CMD_CANCEL, CMD_CLEAN, CMD_COUNT };
 
 /* The most "section.key=value" overrides one command line may carry. */
 #define ARGS_MAX_OVERRIDES 64
@@ -64,6 +64,9 @@ struct gpurun_args {
     bool help;
     bool version;
     bool json;                 /* status --json */
+    bool all;                  /* status --all: every job, not the most recent */
+    bool dry_run;              /* clean --dry-run */
+    int older_than_days;       /* clean --older-than; 0: any ended job */
     bool watch;                /* status --watch */
     bool follow;               /* logs -f */
     int rank;                  /* logs --rank; -1: every rank */

@@ -47,8 +47,8 @@
 /* gpurun cancel waits this long for the job's processes to be gone. */
 #define CANCEL_WAIT_MS 60000
 
-/* status without a JOBID lists at most this many job dirs Slurm no longer knows. */
-#define LIST_DIRS_MAX 20
+/* status without a JOBID lists this many of the most recent jobs (--all: every one). */
+#define LIST_MAX 20
 
 static int error_out(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -309,7 +309,7 @@ static int status_list(const struct gpurun_args *args)
     char root[PATH_MAX], conf[PATH_MAX];
     json_t *views = json_array();
     struct dirent **ents = NULL;
-    int nents = 0, shown = 0, ret;
+    int nents = 0, shown = 0, hidden = 0, ret;
 
     ret = jobs_root(root, sizeof(root));
     if (ret)
@@ -319,9 +319,17 @@ static int status_list(const struct gpurun_args *args)
             slurmlib_list(getuid(), &jobs, &n, &err) < 0)
             fprintf(stderr, "gpurun: %s\n", err.text);
     }
-    for (size_t i = 0; i < n; i++) {
+    /* Newest first: Slurm's jobs by id, descending (Slurm forgets a job minutes after its
+     * end, so these are the recent ones), then the job dirs it has forgotten. */
+    for (size_t k = 0; k < n; k++) {
+        size_t i = n - 1 - k;
         struct target t = {.slurm = jobs[i].id};
         struct view_input in = {.slurm = &jobs[i], .timeout_ms = 0};
+        if (!args->all && shown >= LIST_MAX) {
+            hidden++;
+            continue;
+        }
+        shown++;
         snprintf(t.id, sizeof(t.id), "%u", jobs[i].id);
         in.job_id = t.id;
         in.job_dir = join_path(t.dir, sizeof(t.dir), root, t.id) && is_dir(t.dir) ? t.dir : NULL;
@@ -361,7 +369,8 @@ static int status_list(const struct gpurun_args *args)
                     order[b].mtime = m;
                     order[b].i = i;
                 }
-        for (int a = 0; order && a < k && shown < LIST_DIRS_MAX; a++, shown++) {
+        hidden += args->all || k <= LIST_MAX - shown ? 0 : k - (LIST_MAX - shown);
+        for (int a = 0; order && a < k && (args->all || shown < LIST_MAX); a++, shown++) {
             struct target t;
             struct view_input in = {.timeout_ms = 0};
             memset(&t, 0, sizeof(t));
@@ -389,6 +398,8 @@ static int status_list(const struct gpurun_args *args)
         printf("no gpurun jobs (Slurm's, or job dirs in '%s')\n", root);
     else
         view_print_list(stdout, views);
+    if (hidden && !args->json)
+        printf("(%d older job%s not shown: gpurun status --all)\n", hidden, hidden == 1 ? "" : "s");
     json_decref(views);
     return ret;
 }
@@ -1058,12 +1069,162 @@ static int cmd_run(struct gpurun_args *args, int *fatal_signal)
     return ret;
 }
 
+/* --- clean ----------------------------------------------------------------------------------- */
+
+/* What gpurun clean did, for its last line. */
+struct clean_tally {
+    int removed, links, kept_live, kept_recent, kept_unknown, failed;
+    uint64_t bytes;
+};
+
+/* "12.3 MiB" (or KiB under a MiB) into buf. */
+static const char *human_size(char *buf, size_t n, uint64_t bytes)
+{
+    if (bytes < 1024 * 1024)
+        snprintf(buf, n, "%.1f KiB", (double)bytes / 1024.0);
+    else
+        snprintf(buf, n, "%.1f MiB", (double)bytes / (1024.0 * 1024.0));
+    return buf;
+}
+
+/* One entry of the jobs root: a dangling link goes; a job dir goes when its job has ended
+ * (and longer ago than --older-than), with its batch output ROOT/NAME.out. */
+static void clean_one(const struct gpurun_args *args, const char *root, const char *name,
+                      bool slurm_ok, struct clean_tally *t)
+{
+    char path[PATH_MAX], file[PATH_MAX + 300], size[32];
+    struct slurmlib_job job = {0};
+    struct slurmlib_error err;
+    struct stat st, sum;
+    bool loaded = false, has_summary, ended;
+    uint64_t bytes = 0;
+    uint32_t id;
+    json_t *v;
+    int r;
+
+    if (!join_path(path, sizeof(path), root, name) || lstat(path, &st) < 0)
+        return;
+    if (S_ISLNK(st.st_mode)) {
+        /* A --job-dir's link: its dir is the user's, never removed here; a dangling link is. */
+        if (stat(path, &st) < 0 && errno == ENOENT) {
+            if (!args->dry_run && unlink(path) < 0) {
+                t->failed++;
+                fprintf(stderr, "gpurun: cannot remove the link '%s': %s\n", path,
+                        uv_strerror(-errno));
+                return;
+            }
+            t->links++;
+            printf("%s the link '%s' (its job dir is gone)\n",
+                   args->dry_run ? "would remove" : "removed", path);
+        }
+        return;
+    }
+    snprintf(file, sizeof(file), "%s/job.json", path);
+    if (!S_ISDIR(st.st_mode) || access(file, F_OK) < 0)
+        return;
+    snprintf(file, sizeof(file), "%s/summary.json", path);
+    has_summary = stat(file, &sum) == 0;
+    /* A Slurm job without a summary may still run: only slurmctld can say it has ended (or
+     * forgotten it, which it does only after the end). */
+    if (slurmlib_parse_id(name, &id) == 0 && !has_summary) {
+        r = slurm_ok ? slurmlib_load(id, &job, &err) : -EAGAIN;
+        if (r < 0 && r != -ENOENT) {
+            t->kept_unknown++;
+            return;
+        }
+        loaded = r == 0;
+    }
+    {
+        struct view_input in = {
+            .job_id = name, .slurm = loaded ? &job : NULL, .job_dir = path, .no_live = true};
+        v = view_build(&in);
+    }
+    ended = v && view_ended(v);
+    if (!ended) {
+        t->kept_live++;
+        goto out;
+    }
+    if (args->older_than_days > 0 && time(NULL) - (has_summary ? sum.st_mtime : st.st_mtime) <
+                                         (time_t)args->older_than_days * 86400) {
+        t->kept_recent++;
+        goto out;
+    }
+    snprintf(file, sizeof(file), "%s/%s.out", root, name);
+    if (args->dry_run) {
+        struct stat out;
+        fs_tree_size(path, &bytes);
+        if (stat(file, &out) == 0)
+            bytes += (uint64_t)out.st_size;
+    } else {
+        struct stat out;
+        if (stat(file, &out) == 0 && unlink(file) == 0)
+            bytes += (uint64_t)out.st_size;
+        r = fs_remove_tree(path, &bytes);
+        if (r < 0) {
+            t->failed++;
+            fprintf(stderr, "gpurun: cannot remove '%s' whole: %s\n", path, uv_strerror(r));
+            goto out;
+        }
+    }
+    t->removed++;
+    t->bytes += bytes;
+    printf("%s '%s' (%s, %s)\n", args->dry_run ? "would remove" : "removed", path,
+           json_string_value(json_object_get(v, "state")), human_size(size, sizeof(size), bytes));
+out:
+    json_decref(v);
+    if (loaded)
+        slurmlib_job_release(&job);
+}
+
+static int cmd_clean(struct gpurun_args *args, int *fatal_signal)
+{
+    struct clean_tally t = {0};
+    struct slurmlib_error err;
+    struct dirent **ents = NULL;
+    char root[PATH_MAX], conf[PATH_MAX], size[32];
+    bool slurm_ok = false;
+    int n, ret;
+
+    (void)fatal_signal;
+    ret = jobs_root(root, sizeof(root));
+    if (ret)
+        return ret;
+    n = scandir(root, &ents, NULL, alphasort);
+    if (n < 0 && errno == ENOENT) {
+        printf("no job dirs in '%s'\n", root);
+        return 0;
+    }
+    if (n < 0)
+        return error_out(EXIT_FAILED, "cannot read '%s': %s", root, uv_strerror(-errno));
+    if (slurmlib_conf_path(conf, sizeof(conf)) == 0) {
+        slurm_ok = slurmlib_open(SLURM_OPEN_TIMEOUT_S, &err) == 0;
+        if (!slurm_ok)
+            fprintf(stderr, "gpurun: %s; Slurm jobs without a summary are kept\n", err.text);
+    }
+    for (int i = 0; i < n; i++) {
+        if (ents[i]->d_name[0] != '.')
+            clean_one(args, root, ents[i]->d_name, slurm_ok, &t);
+        free(ents[i]);
+    }
+    free(ents);
+    if (slurm_ok)
+        slurmlib_close();
+    printf("%s %d job dir%s and %d link%s, %s; kept %d pending or running",
+           args->dry_run ? "would remove" : "removed", t.removed, t.removed == 1 ? "" : "s",
+           t.links, t.links == 1 ? "" : "s", human_size(size, sizeof(size), t.bytes), t.kept_live);
+    if (args->older_than_days > 0)
+        printf(", %d ended %d days ago or later", t.kept_recent, args->older_than_days);
+    if (t.kept_unknown)
+        printf(", %d Slurm job%s whose end Slurm could not confirm", t.kept_unknown,
+               t.kept_unknown == 1 ? "" : "s");
+    printf("\n");
+    return t.failed ? EXIT_FAILED : 0;
+}
+
 /* Indexed by enum gpurun_cmd. */
 static int (*const handlers[CMD_COUNT])(struct gpurun_args *, int *) = {
-    [CMD_RUN] = cmd_run,
-    [CMD_STATUS] = cmd_status,
-    [CMD_LOGS] = cmd_logs,
-    [CMD_CANCEL] = cmd_cancel,
+    [CMD_RUN] = cmd_run,       [CMD_STATUS] = cmd_status, [CMD_LOGS] = cmd_logs,
+    [CMD_CANCEL] = cmd_cancel, [CMD_CLEAN] = cmd_clean,
 };
 
 /* Ends gpurun by the signal it received, once its daemons are gone, so that its parent sees

@@ -3,8 +3,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -151,4 +153,62 @@ out:
     free(buf);
     close(fd);
     return ret;
+}
+
+/* Walks the directory open at fd (taken: closed here): sizes every file into *bytes and, when
+ * remove, removes each entry after its contents. Returns 0 or the first negative errno. */
+static int walk_fd(int fd, bool remove, uint64_t *bytes)
+{
+    DIR *d = fdopendir(fd);
+    struct dirent *e;
+    int ret = 0;
+
+    if (!d) {
+        close(fd);
+        return -errno;
+    }
+    while ((e = readdir(d))) {
+        struct stat st;
+        int r = 0;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            r = -errno;
+        } else if (S_ISDIR(st.st_mode)) {
+            int sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            r = sub < 0 ? -errno : walk_fd(sub, remove, bytes);
+            if (r == 0 && remove && unlinkat(fd, e->d_name, AT_REMOVEDIR) < 0)
+                r = -errno;
+        } else {
+            if (S_ISREG(st.st_mode))
+                *bytes += (uint64_t)st.st_size;
+            if (remove && unlinkat(fd, e->d_name, 0) < 0)
+                r = -errno;
+        }
+        if (r < 0 && ret == 0)
+            ret = r;
+    }
+    closedir(d);
+    return ret;
+}
+
+int fs_remove_tree(const char *dir, uint64_t *bytes)
+{
+    uint64_t n = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int ret = fd < 0 ? -errno : walk_fd(fd, true, &n);
+
+    if (bytes)
+        *bytes += n;
+    if (ret == 0 && rmdir(dir) < 0)
+        ret = -errno;
+    return ret;
+}
+
+int fs_tree_size(const char *dir, uint64_t *bytes)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+    *bytes = 0;
+    return fd < 0 ? -errno : walk_fd(fd, false, bytes);
 }

@@ -3,6 +3,7 @@
 #define GPURUN_FSUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Replaces path with len bytes of data (borrowed) so that a reader sees the old file or the
@@ -17,5 +18,14 @@ int fs_mkdirs(const char *dir, mode_t mode);
 /* Reads a whole file of at most max bytes into a new NUL-terminated buffer (*out, caller
  * frees) and sets *len. Returns 0, -EFBIG over max, or a negative errno. */
 int fs_read_all(const char *path, size_t max, char **out, size_t *len);
+
+/* Removes dir and everything under it, never following a symbolic link (a link is removed,
+ * not what it points to). Adds the bytes of the files removed to *bytes when bytes is not
+ * NULL. Returns 0 or the first negative errno; what could be removed is gone either way. */
+int fs_remove_tree(const char *dir, uint64_t *bytes);
+
+/* The bytes of the files under dir (not following links) into *bytes. Returns 0 or a
+ * negative errno. */
+int fs_tree_size(const char *dir, uint64_t *bytes);
 
 #endif

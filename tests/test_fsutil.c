@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,4 +186,54 @@ TEST(fs_read_all_limits)
     CHECK_EQ(len, 3);
     CHECK(!memcmp(text, "a\0b", 4));
     free(text);
+}
+
+/* Writes n bytes of 'x' to path. */
+static void put_bytes(const char *path, size_t n)
+{
+    char buf[4096];
+    FILE *f = fopen(path, "w");
+
+    CHECK(f != NULL);
+    memset(buf, 'x', sizeof(buf));
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < sizeof(buf) ? n - done : sizeof(buf);
+        CHECK_EQ(fwrite(buf, 1, k, f), k);
+        done += k;
+    }
+    CHECK_EQ(fclose(f), 0);
+}
+
+/* A tree with files two levels down and links to a file and a folder outside it: sized and
+ * removed whole, the link's targets untouched. */
+TEST(fs_remove_tree_spares_what_links_point_to)
+{
+    char tree[PATH_MAX], path[PATH_MAX + 64], outside[PATH_MAX], keep[PATH_MAX + 16];
+    uint64_t size = 0, freed = 0;
+
+    snprintf(tree, sizeof(tree), "%s/tree", test_tmpdir());
+    snprintf(outside, sizeof(outside), "%s/outside", test_tmpdir());
+    snprintf(keep, sizeof(keep), "%s/keep", outside);
+    CHECK_EQ(fs_mkdirs(outside, 0700), 0);
+    put_bytes(keep, 5000);
+    snprintf(path, sizeof(path), "%s/logs/deep", tree);
+    CHECK_EQ(fs_mkdirs(path, 0700), 0);
+    snprintf(path, sizeof(path), "%s/job.json", tree);
+    put_bytes(path, 100);
+    snprintf(path, sizeof(path), "%s/logs/rank-0.log", tree);
+    put_bytes(path, 70000);
+    snprintf(path, sizeof(path), "%s/logs/deep/x", tree);
+    put_bytes(path, 3);
+    snprintf(path, sizeof(path), "%s/link-file", tree);
+    CHECK_EQ(symlink(keep, path), 0);
+    snprintf(path, sizeof(path), "%s/logs/link-dir", tree);
+    CHECK_EQ(symlink(outside, path), 0);
+
+    CHECK_EQ(fs_tree_size(tree, &size), 0);
+    CHECK_EQ(size, 70103);
+    CHECK_EQ(fs_remove_tree(tree, &freed), 0);
+    CHECK_EQ(freed, 70103);
+    CHECK(access(tree, F_OK) < 0);
+    CHECK_EQ(access(keep, R_OK), 0);
+    CHECK_EQ(fs_remove_tree(tree, NULL), -ENOENT);
 }
