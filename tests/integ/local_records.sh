@@ -32,6 +32,8 @@ table=(
     "cancel cancel - 143 CANCELLED cancelled"
 )
 
+# The ranks' command, this run's own: another job on the machine must not count as ours.
+nap=30.$$
 for row in "${table[@]}"; do
     read -r name action limit want_rc want_state want_outcome <<<"$row"
     dir=$work/$name
@@ -40,7 +42,7 @@ for row in "${table[@]}"; do
     start=$(date +%s)
     rc=0
     timeout -k 5 "$GPURUN_LIMIT" "$gpurun" --local --nodes 2 --job-dir "$dir" "${targs[@]}" \
-        -- sleep 30 >"$work/out" 2>"$work/err" </dev/null &
+        -- sleep "$nap" >"$work/out" 2>"$work/err" </dev/null &
     gpid=$!
     bg_pids+=("$gpid")
     act "$action" "$dir" "$gpid"
@@ -57,8 +59,8 @@ for row in "${table[@]}"; do
     elapsed=$(($(date +%s) - start))
     [ "$elapsed" -le 15 ] || fail "$name: took $elapsed s, expected a few"
     [ -z "$(daemon_pid "$dir" 0)$(daemon_pid "$dir" 1)" ] || fail "$name: daemons still running"
-    ! pgrep -f "exec-rank .* -- sleep 30" -a | grep -q . ||
-        fail "$name: ranks still running: $(pgrep -af 'sleep 30')"
+    ! pgrep -f "exec-rank .* -- sleep $nap\$" -a | grep -q . ||
+        fail "$name: ranks still running: $(pgrep -af "sleep $nap")"
     st=0
     "$gpurun" status --job-dir "$dir" >"$work/status" 2>&1 || st=$?
     [ "$st" = 0 ] || fail "$name: status exit $st, expected 0: $(cat "$work/status")"
