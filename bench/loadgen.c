@@ -804,6 +804,7 @@ out:
     for (int i = 0; i < r->nagents; i++) {
         frame_reader_release(&r->agents[i].rd);
         free(r->agents[i].out);
+        auth_session_release(&r->agents[i].sess);
     }
     free(r->agents);
     r->agents = NULL;

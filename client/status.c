@@ -204,7 +204,7 @@ static int query(int fd, const char *where, const struct auth_key *key, json_t *
 {
     uint8_t hello[AUTH_HELLO_LEN], proof[AUTH_PROOF_LEN];
     struct auth_handshake hs;
-    struct auth_session sess;
+    struct auth_session sess = {0};
     struct frame_reader r;
     const uint8_t *payload, *text;
     size_t len, n;
@@ -277,6 +277,7 @@ out:
     json_decref(req);
     frame_reader_release(&r);
     OPENSSL_cleanse(&hs, sizeof(hs));
+    auth_session_release(&sess);
     return ret;
 }
 

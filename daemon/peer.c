@@ -102,7 +102,7 @@ void peer_release(struct peer *p)
     p->batch = NULL;
     frame_reader_release(&p->rd);
     memset(&p->key, 0, sizeof(p->key));
-    memset(&p->sess, 0, sizeof(p->sess));
+    auth_session_release(&p->sess);
 }
 
 static void on_write(uv_write_t *req, int status)
@@ -207,6 +207,37 @@ static int queue_write(struct peer *p, struct peer_write *w)
     return ret;
 }
 
+/* Makes room for n more bytes at the end of p's batch, enlisting p among the peers to flush.
+ * Returns 0, or -ENOBUFS (p is closed: it reads too little) or -ENOMEM (the caller falls back
+ * to a frame of its own). */
+static int batch_reserve(struct peer *p, size_t n)
+{
+    struct peer_write *b = p->batch;
+    size_t len = b ? b->len : 0;
+
+    if (uv_stream_get_write_queue_size(&p->h.stream) + len + n > PEER_WRITE_QUEUE_MAX) {
+        peer_close(p, "peer does not read its messages");
+        return -ENOBUFS;
+    }
+    if (!b || len + n > b->cap) {
+        size_t cap = b ? b->cap * 2 : PEER_BATCH_MIN;
+        while (cap < len + n)
+            cap *= 2;
+        b = realloc(b, sizeof(*b) + cap);
+        if (!b)
+            return -ENOMEM;
+        b->len = len;
+        b->cap = cap;
+        p->batch = b;
+    }
+    if (!p->dirty) {
+        p->dirty = true;
+        p->batch_next = dirty;
+        dirty = p;
+    }
+    return 0;
+}
+
 /* Ends batching: every peer's batch goes out in one write. */
 static void batch_flush_all(void)
 {
@@ -243,6 +274,7 @@ int peer_send(struct peer *p, json_t *msg)
     size_t off = FRAME_HDR_LEN + (extra ? AUTH_SEQ_LEN : 0);
     char small[PEER_SMALL_MSG];
     struct peer_write *w;
+    int r;
 
     if (!msg) {
         /* proto_pack() refused it: a message this program built wrong, never the peer's. */
@@ -256,6 +288,23 @@ int peer_send(struct peer *p, json_t *msg)
     /* Serialise once: into a stack buffer, which holds nearly every message, and again
      * straight into the frame only when it did not fit. */
     n = json_dumpb(msg, small, sizeof(small), JSON_COMPACT);
+    /* While a read callback dispatches, a small message is framed in place at the end of
+     * the peer's batch: no buffer of its own to allocate, copy and free. */
+    r = batching && n && n <= sizeof(small) ? batch_reserve(p, FRAME_HDR_LEN + n + extra) : 1;
+    if (r == -ENOBUFS) {
+        json_decref(msg);
+        return r;
+    }
+    if (r == 0) {
+        uint8_t *f = p->batch->buf + p->batch->len;
+        json_decref(msg);
+        memcpy(f + off, small, n);
+        if (extra)
+            auth_seal(&p->sess, f + FRAME_HDR_LEN, n);
+        frame_put_header(f, (uint32_t)(n + extra));
+        p->batch->len += FRAME_HDR_LEN + n + extra;
+        return 0;
+    }
     w = n ? malloc(sizeof(*w) + FRAME_HDR_LEN + n + extra) : NULL;
     if (w && n <= sizeof(small))
         memcpy(w->buf + off, small, n);

@@ -69,7 +69,7 @@ static void check_open(struct auth_session *s, const uint8_t *buf, size_t len, c
 TEST(auth_handshake_same_key)
 {
     struct auth_key k = key_of(7);
-    struct auth_session cs, ss;
+    struct auth_session cs = {0}, ss = {0};
     uint8_t buf[256];
     size_t len;
     int side;
@@ -93,29 +93,37 @@ TEST(auth_handshake_same_key)
     CHECK_EQ(ss.rx_seq, 3);
     CHECK_EQ(ss.tx_seq, 1);
     CHECK_EQ(cs.rx_seq, 1);
+    auth_session_release(&cs);
+    auth_session_release(&ss);
 }
 
 TEST(auth_two_handshakes_get_different_keys)
 {
     struct auth_key k = key_of(1);
-    struct auth_session c1, s1, c2, s2;
+    struct auth_session c1 = {0}, s1 = {0}, c2 = {0}, s2 = {0};
     int side;
 
     CHECK_EQ(handshake(&k, &k, &c1, &s1, &side), 0);
     CHECK_EQ(handshake(&k, &k, &c2, &s2, &side), 0);
     CHECK(memcmp(c1.tx_key, c2.tx_key, AUTH_KEY_LEN));
     CHECK(memcmp(c1.rx_key, c2.rx_key, AUTH_KEY_LEN));
+    auth_session_release(&c1);
+    auth_session_release(&s1);
+    auth_session_release(&c2);
+    auth_session_release(&s2);
 }
 
 /* A server with another key: the client refuses the challenge. */
 TEST(auth_wrong_key_client_side)
 {
     struct auth_key ck = key_of(1), sk = key_of(2);
-    struct auth_session cs, ss;
+    struct auth_session cs = {0}, ss = {0};
     int side;
 
     CHECK_EQ(handshake(&ck, &sk, &cs, &ss, &side), -EACCES);
     CHECK_EQ(side, 1);
+    auth_session_release(&cs);
+    auth_session_release(&ss);
 }
 
 /* A client with another key that answers the challenge anyway (it cannot check the server's
@@ -124,7 +132,7 @@ TEST(auth_wrong_key_server_side)
 {
     struct auth_key ck = key_of(1), sk = key_of(2);
     struct auth_handshake chs, shs;
-    struct auth_session ss;
+    struct auth_session ss = {0};
     uint8_t hello[AUTH_HELLO_LEN], chal[AUTH_CHAL_LEN], proof[AUTH_PROOF_LEN];
     uint8_t msg[10 + 2 * AUTH_NONCE_LEN];
     unsigned int outlen = AUTH_TAG_LEN;
@@ -137,6 +145,7 @@ TEST(auth_wrong_key_server_side)
     memcpy(proof, "GRP1", 4);
     CHECK(HMAC(EVP_sha256(), ck.k, AUTH_KEY_LEN, msg, 10 + 2 * AUTH_NONCE_LEN, proof + 4, &outlen));
     CHECK_EQ(auth_server_finish(&shs, proof, sizeof(proof), &ss), -EACCES);
+    auth_session_release(&ss);
 }
 
 /* The same computation with the right key is accepted: the forged proof above failed for its
@@ -145,7 +154,7 @@ TEST(auth_hand_made_proof_with_right_key)
 {
     struct auth_key k = key_of(3);
     struct auth_handshake chs, shs;
-    struct auth_session ss;
+    struct auth_session ss = {0};
     uint8_t hello[AUTH_HELLO_LEN], chal[AUTH_CHAL_LEN], proof[AUTH_PROOF_LEN];
     uint8_t msg[10 + 2 * AUTH_NONCE_LEN];
     unsigned int outlen = AUTH_TAG_LEN;
@@ -158,6 +167,7 @@ TEST(auth_hand_made_proof_with_right_key)
     memcpy(proof, "GRP1", 4);
     CHECK(HMAC(EVP_sha256(), k.k, AUTH_KEY_LEN, msg, 10 + 2 * AUTH_NONCE_LEN, proof + 4, &outlen));
     CHECK_EQ(auth_server_finish(&shs, proof, sizeof(proof), &ss), 0);
+    auth_session_release(&ss);
 }
 
 /* A proof recorded from an earlier handshake does not open a new one. */
@@ -165,7 +175,7 @@ TEST(auth_replayed_proof_refused)
 {
     struct auth_key k = key_of(9);
     struct auth_handshake chs, shs;
-    struct auth_session cs, ss;
+    struct auth_session cs = {0}, ss = {0};
     uint8_t hello[AUTH_HELLO_LEN], chal[AUTH_CHAL_LEN], proof[AUTH_PROOF_LEN];
 
     CHECK_EQ(auth_client_hello(&chs, &k, hello), 0);
@@ -175,13 +185,15 @@ TEST(auth_replayed_proof_refused)
     /* The attacker replays hello and proof; the server picks a fresh nonce. */
     CHECK_EQ(auth_server_challenge(&shs, &k, hello, sizeof(hello), chal), 0);
     CHECK_EQ(auth_server_finish(&shs, proof, sizeof(proof), &ss), -EACCES);
+    auth_session_release(&cs);
+    auth_session_release(&ss);
 }
 
 TEST(auth_handshake_frames_of_wrong_shape)
 {
     struct auth_key k = key_of(4);
     struct auth_handshake chs, shs;
-    struct auth_session cs, ss;
+    struct auth_session cs = {0}, ss = {0};
     uint8_t hello[AUTH_HELLO_LEN], chal[AUTH_CHAL_LEN], proof[AUTH_PROOF_LEN];
     uint8_t bad[AUTH_CHAL_LEN + 1];
 
@@ -206,12 +218,14 @@ TEST(auth_handshake_frames_of_wrong_shape)
     CHECK_EQ(auth_server_finish(&shs, proof, sizeof(proof) + 1, &ss), -EBADMSG);
     CHECK_EQ(auth_server_finish(&shs, proof, sizeof(proof), &ss), 0);
     CHECK_EQ(auth_server_finish(&shs, proof, sizeof(proof), &ss), -EBADMSG);
+    auth_session_release(&cs);
+    auth_session_release(&ss);
 }
 
 TEST(auth_replayed_frame_refused)
 {
     struct auth_key k = key_of(5);
-    struct auth_session cs, ss;
+    struct auth_session cs = {0}, ss = {0};
     uint8_t f0[128], f1[128];
     size_t l0, l1;
     int side;
@@ -224,12 +238,14 @@ TEST(auth_replayed_frame_refused)
     check_open(&ss, f1, l1, "{\"type\":\"status\",\"id\":2}");
     CHECK_EQ(auth_open(&ss, f1, l1, &(const uint8_t *){0}, &(size_t){0}), -EPROTO);
     CHECK_EQ(ss.rx_seq, 2);
+    auth_session_release(&cs);
+    auth_session_release(&ss);
 }
 
 TEST(auth_reordered_frame_refused)
 {
     struct auth_key k = key_of(6);
-    struct auth_session cs, ss;
+    struct auth_session cs = {0}, ss = {0};
     uint8_t f0[128], f1[128];
     size_t l1;
     int side;
@@ -239,13 +255,15 @@ TEST(auth_reordered_frame_refused)
     l1 = seal(&cs, f1, "{\"type\":\"hb\"}");
     CHECK_EQ(auth_open(&ss, f1, l1, &(const uint8_t *){0}, &(size_t){0}), -EPROTO);
     CHECK_EQ(ss.rx_seq, 0);
+    auth_session_release(&cs);
+    auth_session_release(&ss);
 }
 
 /* Every single flipped bit, in seq, message or tag, fails the tag. */
 TEST(auth_tampered_frame_refused)
 {
     struct auth_key k = key_of(8);
-    struct auth_session cs, ss;
+    struct auth_session cs = {0}, ss = {0};
     uint8_t f[128];
     size_t len;
     int side;
@@ -264,13 +282,15 @@ TEST(auth_tampered_frame_refused)
     CHECK_EQ(auth_open(&ss, f, AUTH_OVERHEAD - 1, &(const uint8_t *){0}, &(size_t){0}), -EBADMSG);
     CHECK_EQ(ss.rx_seq, 0);
     check_open(&ss, f, len, "{\"type\":\"kv_put\",\"id\":1,\"key\":\"a\",\"value\":\"b\"}");
+    auth_session_release(&cs);
+    auth_session_release(&ss);
 }
 
 /* A frame of another link of the same job, of another job, or sent back to its sender. */
 TEST(auth_frame_from_elsewhere_refused)
 {
     struct auth_key k = key_of(10), other = key_of(11);
-    struct auth_session c1, s1, c2, s2, c3, s3;
+    struct auth_session c1 = {0}, s1 = {0}, c2 = {0}, s2 = {0}, c3 = {0}, s3 = {0};
     uint8_t f[128];
     size_t len;
     int side;
@@ -284,12 +304,18 @@ TEST(auth_frame_from_elsewhere_refused)
     /* Reflected to the client that sealed it. */
     CHECK_EQ(auth_open(&c1, f, len, &(const uint8_t *){0}, &(size_t){0}), -EBADMSG);
     check_open(&s1, f, len, "{\"type\":\"hb\"}");
+    auth_session_release(&c1);
+    auth_session_release(&s1);
+    auth_session_release(&c2);
+    auth_session_release(&s2);
+    auth_session_release(&c3);
+    auth_session_release(&s3);
 }
 
 TEST(auth_empty_message_round_trip)
 {
     struct auth_key k = key_of(12);
-    struct auth_session cs, ss;
+    struct auth_session cs = {0}, ss = {0};
     uint8_t f[AUTH_OVERHEAD];
     const uint8_t *msg;
     size_t n = 99;
@@ -299,6 +325,8 @@ TEST(auth_empty_message_round_trip)
     auth_seal(&cs, f, 0);
     CHECK_EQ(auth_open(&ss, f, sizeof(f), &msg, &n), 0);
     CHECK_EQ(n, 0);
+    auth_session_release(&cs);
+    auth_session_release(&ss);
 }
 
 TEST(auth_key_file_round_trip)
@@ -402,4 +430,32 @@ TEST(auth_hex_round_trip)
     CHECK_EQ(auth_unhex("007fa5f", out, 4), -EINVAL);
     CHECK_EQ(auth_unhex("007fa5ff0", out, 4), -EINVAL);
     CHECK_EQ(auth_unhex("007fa5fx", out, 4), -EINVAL);
+}
+
+/* A session's contexts keyed once give the tags a frame keyed on its own gives: a copy
+ * without them seals what the keyed side opens, and the tags are the same bytes. */
+TEST(auth_keyed_contexts_match_unkeyed)
+{
+    struct auth_key k = key_of(9);
+    struct auth_session cs = {0}, ss = {0}, plain;
+    uint8_t a[128], b[128];
+    size_t la, lb;
+    int side;
+
+    CHECK_EQ(handshake(&k, &k, &cs, &ss, &side), 0);
+    CHECK(cs.tx_mac != NULL && ss.rx_mac != NULL);
+    plain = cs;
+    plain.tx_mac = plain.rx_mac = NULL;
+    la = seal(&cs, a, "{\"type\":\"hb\"}");
+    lb = seal(&plain, b, "{\"type\":\"hb\"}");
+    /* The same seq (0) and message: the same frame. */
+    CHECK_EQ(la, lb);
+    CHECK(!memcmp(a, b, la));
+    check_open(&ss, b, lb, "{\"type\":\"hb\"}");
+    plain.tx_seq = 1;
+    lb = seal(&plain, b, "{\"type\":\"ok\",\"id\":1}");
+    check_open(&ss, b, lb, "{\"type\":\"ok\",\"id\":1}");
+    auth_session_release(&cs);
+    auth_session_release(&ss);
+    CHECK(cs.tx_mac == NULL && ss.rx_mac == NULL);
 }

@@ -208,6 +208,8 @@ void wire_session_for_key(const struct wire *w, const struct auth_key *key,
 
     derive(key, "gpurun c2s", w->nonce_c, w->nonce_s, s.tx_key);
     derive(key, "gpurun s2c", w->nonce_c, w->nonce_s, s.rx_key);
+    /* w's keyed contexts hold w's keys: this session keys every frame with its own. */
+    s.tx_mac = s.rx_mac = NULL;
     *out = s;
 }
 
@@ -300,5 +302,5 @@ void wire_close(struct wire *w)
     frame_reader_release(&w->rd);
     free(w->frame);
     w->frame = NULL;
-    memset(&w->sess, 0, sizeof(w->sess));
+    auth_session_release(&w->sess);
 }
