@@ -54,8 +54,9 @@ static const struct cmd_row cmds[CMD_COUNT] = {
                     "only grows."},
     [CMD_LOGS] = {"logs", "gpurun logs --help",
                   "gpurun logs [JOBID | --job-dir DIR] [--rank R] [-f]",
-                  "Prints the job's rank logs: every rank's lines prefixed \"[R] \", or one\n"
-                  "rank's log as it was written. -f keeps printing until the job ends."},
+                  "Prints the job's rank logs: every rank's lines prefixed \"[R] \", in the\n"
+                  "order they were written on any node, or one rank's log as it was written.\n"
+                  "-f keeps printing until the job ends."},
     [CMD_CANCEL] = {"cancel", "gpurun cancel --help", "gpurun cancel JOBID",
                     "Cancels a job: a Slurm job through slurm_kill_job (every node's\n"
                     "rendezvousd tears its ranks down: SIGTERM, then SIGKILL), a local one by\n"

@@ -13,6 +13,7 @@
 
 #include <uv.h>
 
+#include "logidx.h"
 #include "logs.h"
 #include "banned.h"
 
@@ -77,6 +78,130 @@ static int copy_log(FILE *out, const char *path, const char *prefix, struct logs
     return ret;
 }
 
+/* --- merging by time ------------------------------------------------------------------------ */
+
+/* One rank log being merged: its next line and when that line was written. */
+struct merge_src {
+    int rank;
+    FILE *log, *idx;
+    char *line;
+    size_t cap;
+    ssize_t n;               /* the next line's length; <= 0: the log is done */
+    int64_t off;             /* where the next line starts in the log */
+    int64_t rec_end, rec_ms; /* the index record that covers off (the first with end > off) */
+    int64_t t;               /* the next line's time */
+};
+
+/* Reads src's next line and finds its time: the record of the write that put its first byte
+ * in the log. A line past the last record (a write whose record was lost) keeps the last
+ * time. */
+static void merge_next(struct merge_src *m)
+{
+    struct log_index_record rec;
+
+    if (m->n > 0)
+        m->off += m->n;
+    m->n = getline(&m->line, &m->cap, m->log);
+    if (m->n <= 0)
+        return;
+    while (m->rec_end <= m->off && fread(&rec, sizeof(rec), 1, m->idx) == 1) {
+        m->rec_end = rec.end;
+        m->rec_ms = rec.unix_ms;
+    }
+    m->t = m->rec_ms;
+}
+
+/* Whether a's next line goes before b's: the earlier, and between lines of the same
+ * millisecond the lower rank. */
+static bool merge_before(const struct merge_src *a, const struct merge_src *b)
+{
+    return a->t < b->t || (a->t == b->t && a->rank < b->rank);
+}
+
+/* Restores the heap of h[0..n) below i (h[0]'s line goes first). */
+static void merge_sift(struct merge_src **h, int n, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, min = i;
+        if (l < n && merge_before(h[l], h[min]))
+            min = l;
+        if (r < n && merge_before(h[r], h[min]))
+            min = r;
+        if (min == i)
+            return;
+        struct merge_src *t = h[i];
+        h[i] = h[min];
+        h[min] = t;
+        i = min;
+    }
+}
+
+/* Prints every rank's lines in the order they were written, each prefixed "[N] ", from the
+ * logs and their indexes (logidx.h). Returns 0; -ENOENT, having printed nothing, when a rank
+ * has no index (a job dir from before them); or another negative errno with err filled. */
+static int merge_logs(FILE *out, const char *dir, const int *ranks, int nranks,
+                      struct logs_error *err)
+{
+    struct merge_src *src = calloc((size_t)nranks, sizeof(*src));
+    struct merge_src **heap = calloc((size_t)nranks, sizeof(*heap));
+    char path[PATH_MAX + 32];
+    int n = 0, ret = 0;
+
+    if (!src || !heap) {
+        ret = fail(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < nranks && ret == 0; i++) {
+        src[i].rank = ranks[i];
+        snprintf(path, sizeof(path), "%s/rank-%d.idx", dir, ranks[i]);
+        src[i].idx = fopen(path, "re");
+        if (!src[i].idx) {
+            ret = errno == ENOENT
+                      ? -ENOENT
+                      : fail(err, -errno, "cannot open '%s': %s", path, uv_strerror(-errno));
+            break;
+        }
+        snprintf(path, sizeof(path), "%s/rank-%d.log", dir, ranks[i]);
+        src[i].log = fopen(path, "re");
+        if (!src[i].log)
+            ret = fail(err, -errno, "cannot open '%s': %s", path, uv_strerror(-errno));
+    }
+    if (ret < 0)
+        goto out;
+    for (int i = 0; i < nranks; i++) {
+        merge_next(&src[i]);
+        if (src[i].n > 0)
+            heap[n++] = &src[i];
+    }
+    for (int i = n / 2 - 1; i >= 0; i--)
+        merge_sift(heap, n, i);
+    while (n > 0) {
+        struct merge_src *m = heap[0];
+        fprintf(out, "[%d] ", m->rank);
+        fwrite(m->line, 1, (size_t)m->n, out);
+        if (m->line[m->n - 1] != '\n')
+            fputc('\n', out);
+        merge_next(m);
+        if (m->n <= 0)
+            heap[0] = heap[--n];
+        merge_sift(heap, n, 0);
+    }
+    for (int i = 0; i < nranks; i++)
+        if (ferror(src[i].log))
+            ret = fail(err, -EIO, "cannot read the log of rank %d in '%s'", src[i].rank, dir);
+out:
+    for (int i = 0; src && i < nranks; i++) {
+        if (src[i].log)
+            fclose(src[i].log);
+        if (src[i].idx)
+            fclose(src[i].idx);
+        free(src[i].line);
+    }
+    free(src);
+    free(heap);
+    return ret;
+}
+
 int logs_print(FILE *out, const char *job_dir, int rank, struct logs_error *err)
 {
     char dir[PATH_MAX], path[PATH_MAX + 32], prefix[32];
@@ -118,6 +243,10 @@ int logs_print(FILE *out, const char *job_dir, int rank, struct logs_error *err)
         goto out;
     }
     qsort(ranks, (size_t)nranks, sizeof(*ranks), cmp_int);
+    ret = merge_logs(out, dir, ranks, nranks, err);
+    if (ret != -ENOENT)
+        goto out;
+    /* A job dir from before the indexes: rank by rank. */
     for (int i = 0; i < nranks; i++) {
         snprintf(path, sizeof(path), "%s/rank-%d.log", dir, ranks[i]);
         snprintf(prefix, sizeof(prefix), "[%d] ", ranks[i]);

@@ -11,9 +11,10 @@ struct logs_error {
 };
 
 /* Prints the rank logs of job_dir (borrowed) to out. With rank >= 0, logs/rank-R.log as it
- * is; with rank < 0, every logs/rank-N.log in rank order, each line prefixed "[N] " as in the
- * merged stream of a running job. Returns 0, or a negative errno with err filled: -ENOENT
- * when there is no such log (or no logs/ at all). */
+ * is; with rank < 0, every rank's lines in the order they were written (by the logs' indexes,
+ * logidx.h; a job dir without them rank by rank), each prefixed "[N] " as in the merged
+ * stream of a running job. Returns 0, or a negative errno with err filled: -ENOENT when
+ * there is no such log (or no logs/ at all). */
 int logs_print(FILE *out, const char *job_dir, int rank, struct logs_error *err);
 
 /* Whether the job has ended (borrowed arg); called between polls by logs_follow(). */

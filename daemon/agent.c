@@ -29,6 +29,7 @@
 #include "cgroup.h"
 #include "fsutil.h"
 #include "log.h"
+#include "logidx.h"
 #include "metrics.h"
 #include "peer.h"
 #include "proto.h"
@@ -119,7 +120,9 @@ struct arank {
     int64_t progress_ms; /* when its last report arrived; 0: it never reported */
     long oom_base;
     int logfd;
-    int alive_fd; /* write end of its shim's heartbeat pipe (shim.h), or -1 */
+    int idxfd;       /* logs/rank-N.idx: when each stretch of the log was written (open_log) */
+    int64_t log_off; /* the log's size: where the next write lands */
+    int alive_fd;    /* write end of its shim's heartbeat pipe (shim.h), or -1 */
     char token[2 * TOKEN_BYTES + 1];
     int64_t step, total_steps;
     double loss, lr, tokens_per_s, grad_norm;
@@ -357,6 +360,32 @@ static void output_close(struct agent *a)
  * PIPE_BUF bytes, so lines of ranks and of other daemons sharing the terminal or pipe never
  * interleave inside a line. */
 _Static_assert(LINE_MAX_LEN + 32 <= OUTBUF_LINE_MAX, "a labelled line must fit one write");
+/* Appends n bytes to the rank's log, and to its index a record of the log's new size and
+ * the time (logs/rank-N.idx, struct log_index_record: what `gpurun logs` merges the ranks'
+ * lines by). Returns 0, or -1 with errno set when the log could not take it all. */
+static int log_append(struct arank *r, const void *data, size_t n)
+{
+    struct log_index_record rec;
+    struct timespec ts;
+    ssize_t w;
+
+    if (r->logfd < 0)
+        return 0;
+    w = write(r->logfd, data, n);
+    if (w > 0)
+        r->log_off += w;
+    if (w > 0 && r->idxfd >= 0) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        rec.end = r->log_off;
+        rec.unix_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        if (write(r->idxfd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec)) {
+            close(r->idxfd);
+            r->idxfd = -1;
+        }
+    }
+    return w == (ssize_t)n ? 0 : -1;
+}
+
 static void emit_line(struct arank *r, const char *s, size_t n)
 {
     char buf[LINE_MAX_LEN + 32];
@@ -382,7 +411,7 @@ static void stream_take(struct ostream *o, const char *data, size_t n)
 {
     struct arank *r = o->rank;
 
-    if (r->logfd >= 0 && write(r->logfd, data, n) < 0)
+    if (log_append(r, data, n) < 0)
         log_debug("cannot write rank %d's log: %s", r->rank, strerror(errno));
     for (size_t i = 0; i < n; i++) {
         if (data[i] == '\n' || o->len == sizeof(o->line)) {
@@ -772,18 +801,24 @@ out:
     return out;
 }
 
-static int open_log(struct agent *a, int rank)
+/* Opens the rank's log and its index (log_append), unless open already (a restart keeps
+ * them). Without an index the log is still written. */
+static void open_log(struct agent *a, struct arank *r)
 {
     char path[PATH_MAX];
-    int fd;
+    struct stat st;
 
-    if (!a->job_dir)
-        return -1;
-    snprintf(path, sizeof(path), "%s/logs/rank-%d.log", a->job_dir, rank);
-    fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (fd < 0)
+    if (!a->job_dir || r->logfd >= 0)
+        return;
+    snprintf(path, sizeof(path), "%s/logs/rank-%d.log", a->job_dir, r->rank);
+    r->logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (r->logfd < 0) {
         log_warn("cannot open '%s': %s", path, strerror(errno));
-    return fd;
+        return;
+    }
+    r->log_off = fstat(r->logfd, &st) == 0 ? st.st_size : 0;
+    snprintf(path, sizeof(path), "%s/logs/rank-%d.idx", a->job_dir, r->rank);
+    r->idxfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 }
 
 static int spawn_rank(struct agent *a, struct arank *r)
@@ -797,7 +832,7 @@ static int spawn_rank(struct agent *a, struct arank *r)
     if (RAND_bytes(tok, sizeof(tok)) != 1)
         return -EIO;
     auth_hex(tok, sizeof(tok), r->token);
-    r->logfd = open_log(a, r->rank);
+    open_log(a, r);
     r->oom_base = oom_kills();
     env = build_env(a, r);
     if (!env)
@@ -1192,7 +1227,7 @@ static void on_tool_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 
     if (nread > 0 && t->rank) {
         stack_append(t->rank, buf->base, (size_t)nread);
-        if (t->rank->logfd >= 0 && write(t->rank->logfd, buf->base, (size_t)nread) < 0)
+        if (log_append(t->rank, buf->base, (size_t)nread) < 0)
             log_debug("cannot write rank %d's log: %s", t->rank->rank, strerror(errno));
     } else if (nread < 0) {
         uv_close((uv_handle_t *)&t->out, on_tool_closed);
@@ -1254,7 +1289,7 @@ static int run_stack_tool(struct agent *a, struct arank *r, pid_t pid)
     snprintf(head, sizeof(head), "--- stack of rank %d (pid %ld), by %s ---\n", r->rank, (long)pid,
              tool);
     stack_append(r, head, strlen(head));
-    if (r->logfd >= 0 && write(r->logfd, head, strlen(head)) < 0)
+    if (log_append(r, head, strlen(head)) < 0)
         log_debug("cannot write rank %d's log: %s", r->rank, strerror(errno));
     r->cap = CAP_TOOL;
     uv_read_start((uv_stream_t *)&t->out, on_out_alloc, on_tool_read);
@@ -1286,8 +1321,10 @@ static void capture_stacks(struct agent *a, const char *cause)
                                "Python stack, which follows as 'Fatal Python error: Aborted'",
                                r->rank, (long)t.pid);
             emit_line(r, note, (size_t)len);
-            if (r->logfd >= 0 &&
-                (write(r->logfd, note, (size_t)len) < 0 || write(r->logfd, "\n", 1) < 0))
+            if (len > (int)sizeof(note) - 2)
+                len = (int)sizeof(note) - 2;
+            note[len++] = '\n';
+            if (log_append(r, note, (size_t)len) < 0)
                 log_debug("cannot write rank %d's log: %s", r->rank, strerror(errno));
             prlimit(t.pid, RLIMIT_CORE, &none, NULL);
             r->killed = true;
@@ -1484,7 +1521,8 @@ static void reset_generation(struct agent *a)
         t->rank = NULL;
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];
-        int logfd = r->logfd;
+        int logfd = r->logfd, idxfd = r->idxfd;
+        int64_t log_off = r->log_off;
 
         stream_close(&r->out);
         stream_close(&r->err);
@@ -1495,6 +1533,8 @@ static void reset_generation(struct agent *a)
         r->agent = a;
         r->local = i;
         r->logfd = logfd;
+        r->idxfd = idxfd;
+        r->log_off = log_off;
     }
     while (a->bwaits) {
         struct bwait *w = a->bwaits;
@@ -1523,7 +1563,7 @@ static void mark_restart(struct agent *a, int generation)
                  "----- gpurun: %s: restart %d of %d, the ranks start again -----\n", when,
                  generation, a->spec->max_restarts);
     for (int i = 0; i < a->nranks; i++)
-        if (a->ranks[i].logfd >= 0 && write(a->ranks[i].logfd, line, (size_t)n) < 0)
+        if (log_append(&a->ranks[i], line, (size_t)n) < 0)
             continue;
 }
 
@@ -1982,7 +2022,7 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
     for (int i = 0; i < a->nranks; i++) {
         a->ranks[i].agent = a;
         a->ranks[i].local = i;
-        a->ranks[i].logfd = -1;
+        a->ranks[i].logfd = a->ranks[i].idxfd = -1;
         a->ranks[i].alive_fd = -1;
     }
     if (build_spawn_argv(a) < 0) {
@@ -2060,6 +2100,8 @@ static void maybe_free(struct agent *a)
     for (int i = 0; i < a->nranks; i++) {
         if (a->ranks[i].logfd >= 0)
             close(a->ranks[i].logfd);
+        if (a->ranks[i].idxfd >= 0)
+            close(a->ranks[i].idxfd);
         if (a->ranks[i].alive_fd >= 0)
             close(a->ranks[i].alive_fd);
         if (a->ranks[i].wants_preempt && a->ranks[i].preempt_fd >= 0)
