@@ -237,7 +237,7 @@ TEST(cli_args_refused_with_messages)
         {WORDS("--gpus-per-node", "1025"), "--gpus-per-node: must be 1..1024"},
         {WORDS("--frob"), "unknown option '--frob' (see 'gpurun --help')"},
         {WORDS("--frob=1"), "unknown option '--frob' (see 'gpurun --help')"},
-        {WORDS("-x"), "unknown option '-x' (see 'gpurun --help')"},
+        {WORDS("-Z"), "unknown option '-Z' (see 'gpurun --help')"},
         {WORDS("--nod", "2"), "unknown option '--nod' (see 'gpurun --help')"},
         {WORDS("--nodes"), "option '--nodes' needs a value"},
         {WORDS("-J", "--", "true"), "option '--job-name' needs a value"},
