@@ -466,6 +466,14 @@ static const struct {
     {ESLURM_INVALID_GRES, "gres", offsetof(struct sbatch_job, gres)},
 };
 
+/* The memory options' names, by enum sbatch_mem_per, for the refusal of a job that asks
+ * more than a node has. */
+static const char *const mem_options[] = {
+    [SBATCH_MEM_NODE] = "mem",
+    [SBATCH_MEM_CPU] = "mem-per-cpu",
+    [SBATCH_MEM_GPU] = "mem-per-gpu",
+};
+
 int slurmlib_check(const struct sbatch_job *job, const char *script, struct slurmlib_error *err)
 {
     extern char **environ;
@@ -500,14 +508,21 @@ int slurmlib_check(const struct sbatch_job *job, const char *script, struct slur
     case ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE:
     case ESLURM_INVALID_NODE_COUNT:
     case ESLURM_NODES_BUSY:
-        if (code != ESLURM_NODES_BUSY)
+        if (code != ESLURM_NODES_BUSY) {
+            char mem[64] = "";
+            if (job->mem_per != SBATCH_MEM_NONE) {
+                char size[32];
+                sbatch_format_mem(size, sizeof(size), job->mem_mb);
+                snprintf(mem, sizeof(mem), ", --%s=%s", mem_options[job->mem_per], size);
+            }
             return fail(err, -EINVAL,
-                        "Slurm cannot give %d node%s with %d GPU%s and %d CPU%s each%s%s%s (%s)",
+                        "Slurm cannot give %d node%s with %d GPU%s and %d CPU%s each%s%s%s%s (%s)",
                         job->nodes, job->nodes == 1 ? "" : "s", job->gpus_per_node,
                         job->gpus_per_node == 1 ? "" : "s", job->cpus_per_task,
-                        job->cpus_per_task == 1 ? "" : "s", job->partition ? " in '" : "",
+                        job->cpus_per_task == 1 ? "" : "s", mem, job->partition ? " in '" : "",
                         job->partition ? job->partition : "", job->partition ? "'" : "",
                         slurm_text(code, text, sizeof(text)));
+        }
         return 0;
     default:
         if (code == SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT ||
