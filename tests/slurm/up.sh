@@ -142,9 +142,11 @@ MessageTimeout=5
 EOF
     # No AccountingStorageTRES=gres/gpu: without slurmdbd slurmctld refuses to start with it.
     [ "$GRS_GPUS" -gt 0 ] && echo "GresTypes=gpu"
+    # Features odd and even, by the node's number, for --constraint.
     for ((k = 1; k <= GRS_NODES; k++)); do
         echo "NodeName=$(grs_node_name "$k") NodeAddr=$(grs_node_addr "$k")" \
-            "NodeHostname=$(grs_node_name "$k") CPUs=$GRS_CPUS RealMemory=4000 $gres_node State=UNKNOWN"
+            "NodeHostname=$(grs_node_name "$k") CPUs=$GRS_CPUS RealMemory=4000 $gres_node" \
+            "Features=$( ((k % 2)) && echo odd || echo even) State=UNKNOWN"
     done
     echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
 } >"$conf"

@@ -1,0 +1,119 @@
+#!/bin/bash
+# sbatch's options and variables on the Slurm test cluster: a bad value, a node, feature,
+# reservation or GRES the cluster lacks, and SBATCH_PARTITION=nope are each refused in one
+# line before anything is submitted; --nodelist, --exclusive, --comment, --chdir, --hold,
+# --mem, --mail-type/--mail-user, --dependency, --constraint, --exclude, --mem-per-cpu,
+# --begin, --mem-per-gpu and --reservation are recorded by slurmctld as sbatch's would be
+# (scontrol show job) and honoured; sbatch's variables apply under the flags.
+# timeout: 180
+set -euo pipefail
+# shellcheck source=slurm_client_common.sh
+. "$(dirname "$0")/slurm_client_common.sh"
+
+# refused MESSAGE ARGS...: gpurun ARGS fails with 125 and one line, MESSAGE.
+refused() {
+    local msg=$1
+    shift
+    run out err "$@"
+    expect_rc "gpurun $*" 125
+    [ "$(wc -l <err)" = 1 ] || grs_fail "gpurun $*: not one line on stderr: $(cat err)"
+    grep -qxF "gpurun: $msg" err || grs_fail "gpurun $*: said '$(cat err)', not '$msg'"
+    [ ! -s out ] || grs_fail "gpurun $*: printed '$(cat out)'"
+}
+
+# recorded ID TEXT...: slurmctld's record of job ID (scontrol show job) holds each TEXT.
+recorded() {
+    local id=$1 t
+    shift
+    scontrol show job "$id" >job.txt || grs_fail "scontrol show job $id failed"
+    for t in "$@"; do
+        grep -qF -- "$t" job.txt || grs_fail "job $id: no '$t' in: $(cat job.txt)"
+    done
+}
+
+# submit ARGS...: gpurun ARGS submits; sets id.
+submit() {
+    run out err "$@"
+    expect_rc "gpurun $*" 0
+    id=$(job_id out)
+    [ -n "$id" ] || grs_fail "gpurun $*: no job id in '$(cat out)'"
+}
+
+# The variable as -p: the will-run check refuses it, as it refuses -p nope.
+SBATCH_PARTITION=nope refused "unknown partition 'nope'; nothing submitted" -N 1 -- true
+SBATCH_MEM_PER_NODE=10X refused \
+    "SBATCH_MEM_PER_NODE: '10X' is not a size (a whole number and K, M, G or T; M by default)" \
+    -- true
+SBATCH_ARRAY_INX=0-3 refused "SBATCH_ARRAY_INX: '0-3' is refused: a gpurun job is one rendezvous of all its ranks, not an array of jobs; submit one gpurun per task instead (a shell loop, each with --export TASK=N)" \
+    -- true
+refused "--array: '0-3' is refused: a gpurun job is one rendezvous of all its ranks, not an array of jobs; submit one gpurun per task instead (a shell loop, each with --export TASK=N)" \
+    --array 0-3 -- true
+refused "--mem: '10X' is not a size (a whole number and K, M, G or T; M by default)" \
+    --mem 10X -- true
+refused "--dependency: 'foo': 'foo' is not after, afterany, afterburstbuffer, aftercorr, afternotok, afterok or singleton" \
+    --dependency foo -- true
+refused "--begin: 'yesterday-ish' is not a time (sbatch's forms: HH:MM[:SS], now+N[minutes|hours|days|weeks], YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], today, tomorrow, midnight, noon)" \
+    --begin yesterday-ish -- true
+refused "--constraint: 'nofeature': invalid feature specification; nothing submitted" \
+    -C nofeature -- true
+refused "--nodelist: 'node9': invalid node name specified; nothing submitted" -w node9 -- true
+refused "--exclude: 'node9': invalid node name specified; nothing submitted" -x node9 -- true
+refused "--gres: 'nvme:1': invalid generic resource (gres) specification; nothing submitted" \
+    --gres nvme:1 -- true
+refused "--reservation: 'nope': requested reservation is invalid; nothing submitted" \
+    --reservation nope -- true
+refused "Slurm cannot give 1 node with 1 GPU and 1 CPU each, --mem=99G (requested node configuration is not available); nothing submitted" \
+    --mem 99G -- true
+out=$(scontrol -o show jobs 2>&1)
+[[ $out == "No jobs in the system" ]] || grs_fail "jobs after the refusals: $out"
+
+# A held job on node2 alone, in a directory of its own, with a comment and mail.
+mkdir wd
+submit -N 1 -w node2 --exclusive --comment "options test" -D wd --hold --mem 1G \
+    --mail-type END,FAIL --mail-user someone -J held -- pwd
+held=$id
+recorded "$held" "Priority=0 " "Reason=JobHeldUser" "ReqNodeList=node2" "OverSubscribe=NO" \
+    "Comment=gpurun: options test" "WorkDir=$GRS_WORK/wd" "MinMemoryNode=1G" \
+    "MailUser=someone MailType=END,FAIL"
+# One that waits for it, on an even node that is not node1, with memory per CPU.
+submit -d "afterok:$held" -C even -x node1 --mem-per-cpu 100 -- true
+after=$id
+recorded "$after" "Reason=Dependency" "Dependency=afterok:$held(unfulfilled)" "Features=even" \
+    "ExcNodeList=node1" "MinMemoryCPU=100M"
+sleep 1
+recorded "$held" "JobState=PENDING"
+recorded "$after" "JobState=PENDING"
+scontrol release "$held" || grs_fail "scontrol release $held failed"
+state=$(grs_job_wait "$held" 60) || grs_fail "job $held did not end within 60 s"
+[ "$state" = COMPLETED ] || grs_fail "job $held is $state: $(cat "$GPURUN_JOBS/$held.out")"
+recorded "$held" "NodeList=node2"
+grep -qxF "[0] $GRS_WORK/wd" "$GPURUN_JOBS/$held.out" ||
+    grs_fail "the rank of job $held did not run in '$GRS_WORK/wd': $(cat "$GPURUN_JOBS/$held.out")"
+state=$(grs_job_wait "$after" 60) || grs_fail "job $after did not end within 60 s"
+[ "$state" = COMPLETED ] || grs_fail "job $after is $state: $(cat "$GPURUN_JOBS/$after.out")"
+recorded "$after" "NodeList=node2"
+# Its comment still marks it as gpurun's.
+run list.txt list.err status
+grep -qE "^$held +held +COMPLETED " list.txt || grs_fail "the job list lacks $held: $(cat list.txt)"
+
+# Not before an hour from now; memory per GPU.
+submit --begin now+1hour --mem-per-gpu 200M -- true
+recorded "$id" "Reason=BeginTime" "MemPerTres=gres:gpu:200"
+! grep -qF "EligibleTime=Unknown" job.txt || grs_fail "job $id has no begin time: $(cat job.txt)"
+run out err cancel "$id"
+expect_rc "gpurun cancel $id" 0
+
+# In a reservation of node3.
+scontrol create reservation ReservationName=gr_resv Nodes=node3 StartTime=now Duration=10 \
+    Users="$(id -un)" >/dev/null || grs_fail "cannot create a reservation"
+run out err --reservation gr_resv --wait -- hostname
+expect_rc "gpurun --reservation gr_resv --wait" 0
+grep -qxF "[0] node3" out || grs_fail "the job in gr_resv did not run on node3: $(cat out)"
+recorded "$(job_id out)" "Reservation=gr_resv"
+
+# sbatch's variables where no flag says otherwise.
+SBATCH_EXCLUSIVE=user SBATCH_TIMELIMIT=7 SBATCH_JOB_NAME=fromenv \
+    run out err -J flagname --wait -- true
+expect_rc "gpurun with SBATCH_* set" 0
+recorded "$(job_id out)" "JobName=flagname" "TimeLimit=00:07:00" "OverSubscribe=USER"
+echo "# sbatch's options: refused before submission when bad, recorded and honoured by slurmctld"
