@@ -136,7 +136,8 @@ struct opt_row {
     const char *long_name;
     enum arg_kind kind;
     size_t offset; /* the field of struct gpurun_args it fills */
-    int min, max;  /* ARG_INT: the range; ARG_SECONDS: the range in milliseconds */
+    int min, max;  /* ARG_INT: the range; ARG_SECONDS: the range in milliseconds; ARG_MEM:
+                    * min is the enum sbatch_mem_per it sets */
     unsigned cmds; /* ON_* of the subcommands that take it */
     const char *metavar;
     const char *help;             /* a '\n' continues it on the next line, under the first */
@@ -159,6 +160,10 @@ static const struct opt_row opts[] = {
      OPT_SLURM},
     {'A', "account", ARG_STRING, FIELD(account), 0, 0, ON_RUN, "NAME", "Slurm account", NULL,
      OPT_SLURM},
+    {'J', "job-name", ARG_STRING, FIELD(job_name), 0, 0, ON_RUN, "NAME",
+     "job name, for Slurm and gpurun status (default: see above)"},
+    {'o', "output", ARG_STRING, FIELD(output), 0, 0, ON_RUN, "FILE",
+     "the merged \"[R] line\" stream to FILE (%j: job id)"},
     {'q', "qos", ARG_STRING, FIELD(qos), 0, 0, ON_RUN, "QOS", "Slurm quality of service", NULL,
      OPT_SLURM},
     {0, "mem", ARG_MEM, FIELD(mem_mb), SBATCH_MEM_NODE, 0, ON_RUN, "SIZE",
@@ -180,8 +185,10 @@ static const struct opt_row opts[] = {
      "run in this Slurm reservation", NULL, OPT_SLURM},
     {0, "gres", ARG_GRES, FIELD(gres), 0, 0, ON_RUN, "LIST",
      "generic resources per node besides the GPUs (name[:type]:N,...)", NULL, OPT_SLURM},
-    {'d', "dependency", ARG_DEPENDENCY, FIELD(dependency), 0, 0, ON_RUN, "TYPE:ID[:ID][,...]",
-     "start after other jobs (afterok:ID, afterany:ID, singleton...)", NULL, OPT_SLURM},
+    {'d', "dependency", ARG_DEPENDENCY, FIELD(dependency), 0, 0, ON_RUN, "LIST",
+     "start after other jobs: TYPE:ID[:ID][,TYPE:ID...] (TYPE afterok,\n"
+     "afterany, afternotok, after...; or singleton)",
+     NULL, OPT_SLURM},
     {0, "begin", ARG_STRING, FIELD(begin), 0, 0, ON_RUN, "TIME",
      "start no earlier than TIME (16:00, now+1hour, 2030-01-31T08:00)", NULL, OPT_SLURM},
     {'H', "hold", ARG_FLAG, FIELD(hold), 0, 0, ON_RUN, NULL,
@@ -198,10 +205,6 @@ static const struct opt_row opts[] = {
      "whom the mail goes to (default: the submitting user)", NULL, OPT_SLURM},
     {'a', "array", ARG_REFUSED, 0, 0, 0, ON_RUN, "INDEXES",
      "refused: a gpurun job is one rendezvous, not an array of jobs"},
-    {'J', "job-name", ARG_STRING, FIELD(job_name), 0, 0, ON_RUN, "NAME",
-     "job name, for Slurm and gpurun status (default: see above)"},
-    {'o', "output", ARG_STRING, FIELD(output), 0, 0, ON_RUN, "FILE",
-     "the merged \"[R] line\" stream to FILE (%j: job id)"},
     {0, "max-restarts", ARG_INT, FIELD(spec.max_restarts), 0, 1000, ON_RUN, "N",
      "restart the ranks up to N times after a failure"},
     {0, "wait", ARG_FLAG, FIELD(wait), 0, 0, ON_RUN, NULL,

@@ -1031,8 +1031,11 @@ static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     }
     if (args->job_dir && absolute(args->job_dir, job_dir, sizeof(job_dir)) < 0)
         return error_out(EXIT_FAILED, "job dir '%s': path too long", args->job_dir);
-    if (args->output ? absolute(args->output, output, sizeof(output)) < 0
-                     : snprintf(output, sizeof(output), "%s/%%j.out", root) >= (int)sizeof(output))
+    /* A relative -o is relative to the job's working directory, as sbatch makes it. */
+    if (args->output
+            ? snprintf(output, sizeof(output), "%s%s%s", args->output[0] == '/' ? "" : cwd,
+                       args->output[0] == '/' ? "" : "/", args->output) >= (int)sizeof(output)
+            : snprintf(output, sizeof(output), "%s/%%j.out", root) >= (int)sizeof(output))
         return error_out(EXIT_FAILED, "output '%s': path too long", args->output);
     if (find_program("rendezvousd", daemon, sizeof(daemon)) < 0)
         return error_out(EXIT_FAILED, "cannot find 'rendezvousd' beside gpurun or on PATH");

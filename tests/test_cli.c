@@ -871,7 +871,7 @@ TEST(cli_args_usage_lists_the_rows)
     CHECK_CONTAINS(buf, "    --mem-per-cpu SIZE");
     CHECK_CONTAINS(buf, "    --exclusive[=user|mcs]");
     CHECK_CONTAINS(buf, "-C, --constraint LIST");
-    CHECK_CONTAINS(buf, "-d, --dependency TYPE:ID[:ID][,...]");
+    CHECK_CONTAINS(buf, "-d, --dependency LIST");
     CHECK_CONTAINS(buf, "-w, --nodelist NODES");
     CHECK_CONTAINS(buf, "-x, --exclude NODES");
     CHECK_CONTAINS(buf, "    --reservation NAME");

@@ -67,14 +67,15 @@ refused "Slurm cannot give 1 node with 1 GPU and 1 CPU each, --mem=99G (requeste
 out=$(scontrol -o show jobs 2>&1)
 [[ $out == "No jobs in the system" ]] || grs_fail "jobs after the refusals: $out"
 
-# A held job on node2 alone, in a directory of its own, with a comment and mail.
+# A held job on node2 alone, in a directory of its own (its relative -o too, as sbatch
+# has it), with a comment and mail.
 mkdir wd
-submit -N 1 -w node2 --exclusive --comment "options test" -D wd --hold --mem 1G \
+submit -N 1 -w node2 --exclusive --comment "options test" -D wd -o held.out --hold --mem 1G \
     --mail-type END,FAIL --mail-user someone -J held -- pwd
 held=$id
 recorded "$held" "Priority=0 " "Reason=JobHeldUser" "ReqNodeList=node2" "OverSubscribe=NO" \
-    "Comment=gpurun: options test" "WorkDir=$GRS_WORK/wd" "MinMemoryNode=1G" \
-    "MailUser=someone MailType=END,FAIL"
+    "Comment=gpurun: options test" "WorkDir=$GRS_WORK/wd" "StdOut=$GRS_WORK/wd/held.out" \
+    "MinMemoryNode=1G" "MailUser=someone MailType=END,FAIL"
 # One that waits for it, on an even node that is not node1, with memory per CPU.
 submit -d "afterok:$held" -C even -x node1 --mem-per-cpu 100 -- true
 after=$id
@@ -85,10 +86,10 @@ recorded "$held" "JobState=PENDING"
 recorded "$after" "JobState=PENDING"
 scontrol release "$held" || grs_fail "scontrol release $held failed"
 state=$(grs_job_wait "$held" 60) || grs_fail "job $held did not end within 60 s"
-[ "$state" = COMPLETED ] || grs_fail "job $held is $state: $(cat "$GPURUN_JOBS/$held.out")"
+[ "$state" = COMPLETED ] || grs_fail "job $held is $state: $(cat wd/held.out)"
 recorded "$held" "NodeList=node2"
-grep -qxF "[0] $GRS_WORK/wd" "$GPURUN_JOBS/$held.out" ||
-    grs_fail "the rank of job $held did not run in '$GRS_WORK/wd': $(cat "$GPURUN_JOBS/$held.out")"
+grep -qxF "[0] $GRS_WORK/wd" wd/held.out ||
+    grs_fail "the rank of job $held did not run in '$GRS_WORK/wd': $(cat wd/held.out)"
 state=$(grs_job_wait "$after" 60) || grs_fail "job $after did not end within 60 s"
 [ "$state" = COMPLETED ] || grs_fail "job $after is $state: $(cat "$GPURUN_JOBS/$after.out")"
 recorded "$after" "NodeList=node2"
