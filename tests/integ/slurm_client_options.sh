@@ -4,7 +4,8 @@
 # line before anything is submitted; --nodelist, --exclusive, --comment, --chdir, --hold,
 # --mem, --mail-type/--mail-user, --dependency, --constraint, --exclude, --mem-per-cpu,
 # --begin, --mem-per-gpu and --reservation are recorded by slurmctld as sbatch's would be
-# (scontrol show job) and honoured; sbatch's variables apply under the flags.
+# (scontrol show job) and honoured; sbatch's variables apply under the flags and over a
+# train.cfg's [job] keys, and not to --local jobs.
 # timeout: 180
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
@@ -117,4 +118,26 @@ SBATCH_EXCLUSIVE=user SBATCH_TIMELIMIT=7 SBATCH_JOB_NAME=fromenv \
     run out err -J flagname --wait -- true
 expect_rc "gpurun with SBATCH_* set" 0
 recorded "$(job_id out)" "JobName=flagname" "TimeLimit=00:07:00" "OverSubscribe=USER"
+# flag > variable > train.cfg [job] > default, in the script gpurun would submit.
+cfg=$here/../../jobs/tiny.cfg # [job] time = 10
+# directives FILE WANT...: FILE's partition and time directives are WANT.
+directives() {
+    local got
+    got=$(grep -E '^#SBATCH --(partition|time)=' "$1" | tr '\n' ' ')
+    shift
+    [ "$got" = "$* " ] || grs_fail "directives '$got', not '$* '"
+}
+run s1 err --emit-sbatch "$cfg" job.partition=cfgpart
+expect_rc "gpurun --emit-sbatch tiny.cfg" 0
+directives s1 "#SBATCH --time=0:10:00" "#SBATCH --partition=cfgpart"
+SBATCH_PARTITION=envpart SBATCH_TIMELIMIT=20 run s2 err --emit-sbatch "$cfg" job.partition=cfgpart
+expect_rc "gpurun --emit-sbatch tiny.cfg with SBATCH_*" 0
+directives s2 "#SBATCH --time=0:20:00" "#SBATCH --partition=envpart"
+SBATCH_PARTITION=envpart SBATCH_TIMELIMIT=20 run s3 err --emit-sbatch -p flagpart -t 30 "$cfg" \
+    job.partition=cfgpart
+expect_rc "gpurun --emit-sbatch -p -t tiny.cfg with SBATCH_*" 0
+directives s3 "#SBATCH --time=0:30:00" "#SBATCH --partition=flagpart"
+# They are sbatch's: a local job does not read them.
+SBATCH_PARTITION=nope SBATCH_MEM_PER_NODE=10X run out err --local -- true
+expect_rc "gpurun --local with SBATCH_* set" 0
 echo "# sbatch's options: refused before submission when bad, recorded and honoured by slurmctld"
