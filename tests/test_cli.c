@@ -139,6 +139,13 @@ TEST(cli_args_defaults)
     CHECK_EQ(a.spec.preempt_all, 0);
     CHECK(a.signal.text == NULL);
     CHECK_EQ(a.signal.sig, 0);
+    /* None of sbatch's own options: Slurm's defaults. */
+    CHECK(!a.qos && !a.constraint && !a.dependency && !a.nodelist && !a.exclude && !a.reservation &&
+          !a.gres && !a.begin && !a.chdir && !a.comment && !a.mail_user);
+    CHECK_EQ(a.mem_per, SBATCH_MEM_NONE);
+    CHECK_EQ(a.exclusive, SBATCH_SHARED_DEFAULT);
+    CHECK(!a.hold && a.mail_type == 0);
+    CHECK(args_slurm_only_given(&a) == NULL);
     args_release(&a);
     jobspec_release(&def);
 }
