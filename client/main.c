@@ -999,6 +999,32 @@ static int sbatch_options(const struct gpurun_args *args, struct sbatch_job *job
     return 0;
 }
 
+/* -w names nodes the job must have: as in sbatch, their number is the job's node count when
+ * neither -N (nor SBATCH_... nor a train.cfg) gives one, and may not pass the count given. */
+static int nodelist_nodes(struct gpurun_args *args, const struct run_plan *p)
+{
+    char **names = NULL;
+    int n = 0, r;
+
+    if (!args->nodelist)
+        return 0;
+    r = slurmlib_hostlist_expand(args->nodelist, &names, &n);
+    slurmlib_names_free(names);
+    if (r == -ENOSYS) /* no libslurm: slurmctld will say, if it is ever asked */
+        return 0;
+    if (r < 0 || n == 0)
+        return error_out(EXIT_FAILED, "--nodelist: '%s' is not a list of nodes (node[1-2],gpu7)",
+                         args->nodelist);
+    if (!args_given(args, "nodes") && !p->have_cfg) {
+        args->spec.nnodes = n;
+        return 0;
+    }
+    if (n > args->spec.nnodes)
+        return error_out(EXIT_FAILED, "--nodelist: '%s' names %d nodes, more than the job's %d",
+                         args->nodelist, n, args->spec.nnodes);
+    return 0;
+}
+
 static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
 {
     char cwd[PATH_MAX], root[PATH_MAX], job_dir[PATH_MAX], output[PATH_MAX], daemon[PATH_MAX];
@@ -1018,6 +1044,8 @@ static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     if (ret)
         return ret;
     ret = sbatch_options(args, &job);
+    if (ret == 0)
+        ret = nodelist_nodes(args, p);
     if (ret)
         return ret;
     /* Slurm counts whole minutes: the daemons must know the limit Slurm will enforce. */

@@ -65,8 +65,16 @@ refused "--reservation: 'nope': requested reservation is invalid; nothing submit
     --reservation nope -- true
 refused "Slurm cannot give 1 node with 1 GPU and 1 CPU each, --mem=99G (requested node configuration is not available); nothing submitted" \
     --mem 99G -- true
+refused "--nodelist: 'node[1-2]' names 2 nodes, more than the job's 1" -N 1 -w 'node[1-2]' -- true
 out=$(scontrol -o show jobs 2>&1)
 [[ $out == "No jobs in the system" ]] || grs_fail "jobs after the refusals: $out"
+
+# Without -N, the nodes of -w are the job's, as with sbatch.
+run out err -w 'node[2-3]' --wait -- hostname
+expect_rc "gpurun -w 'node[2-3]' --wait" 0
+for n in 2 3; do
+    grep -qxF "[$((n - 2))] node$n" out || grs_fail "no rank on node$n: $(cat out)"
+done
 
 # A held job on node2 alone, in a directory of its own (its relative -o too, as sbatch
 # has it), with a comment and mail.
