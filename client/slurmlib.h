@@ -103,9 +103,11 @@ void slurmlib_fill_desc(const struct sbatch_job *job, const char *script, char *
                         uint32_t env_size, struct job_descriptor *desc);
 
 /* Asks slurmctld whether job could ever run (slurm_job_will_run2), without submitting it:
- * an unknown partition or account, more nodes or GPUs than exist, a time over the
- * partition's limit are refused here. Returns 0, or -EINVAL with err filled ("unknown
- * partition 'gpu'"), or another negative errno for a failed call. */
+ * an unknown partition or account, more nodes, GPUs or memory than exist, a time over the
+ * partition's limit, and a QOS, feature, node, reservation, dependency or GRES slurmctld
+ * refuses are refused here. Returns 0, or -EINVAL with err filled ("unknown partition 'gpu'",
+ * "--constraint: 'x': invalid feature specification"), or another negative errno for a
+ * failed call. */
 int slurmlib_check(const struct sbatch_job *job, const char *script, struct slurmlib_error *err);
 
 /* Reads a --begin value as sbatch does (libslurm's parse_time: "16:00", "now+1hour",
