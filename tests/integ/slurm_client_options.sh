@@ -145,7 +145,8 @@ SBATCH_PARTITION=envpart SBATCH_TIMELIMIT=20 run s3 err --emit-sbatch -p flagpar
     job.partition=cfgpart
 expect_rc "gpurun --emit-sbatch -p -t tiny.cfg with SBATCH_*" 0
 directives s3 "#SBATCH --time=0:30:00" "#SBATCH --partition=flagpart"
-# They are sbatch's: a local job does not read them.
-SBATCH_PARTITION=nope SBATCH_MEM_PER_NODE=10X run out err --local -- true
+# They are sbatch's: a local job does not read them. Its ranks run in --chdir's directory.
+SBATCH_PARTITION=nope SBATCH_MEM_PER_NODE=10X run out err --local -D wd -- pwd
 expect_rc "gpurun --local with SBATCH_* set" 0
+grep -qxF "[0] $GRS_WORK/wd" out || grs_fail "the local rank did not run in wd: $(cat out)"
 echo "# sbatch's options: refused before submission when bad, recorded and honoured by slurmctld"
