@@ -3,8 +3,8 @@
 # reservation or GRES the cluster lacks, and SBATCH_PARTITION=nope are each refused in one
 # line before anything is submitted; --nodelist, --exclusive, --comment, --chdir, --hold,
 # --mem, --mail-type/--mail-user, --dependency, --constraint, --exclude, --mem-per-cpu,
-# --begin, --mem-per-gpu and --reservation are recorded by slurmctld as sbatch's would be
-# (scontrol show job) and honoured; sbatch's variables apply under the flags and over a
+# --begin, --mem-per-gpu, --reservation and --gres are recorded by slurmctld as sbatch's
+# would be (scontrol show job) and honoured; sbatch's variables apply under the flags and over a
 # train.cfg's [job] keys, and not to --local jobs.
 # timeout: 180
 set -euo pipefail
@@ -59,8 +59,8 @@ refused "--constraint: 'nofeature': invalid feature specification; nothing submi
     -C nofeature -- true
 refused "--nodelist: 'node9': invalid node name specified; nothing submitted" -w node9 -- true
 refused "--exclude: 'node9': invalid node name specified; nothing submitted" -x node9 -- true
-refused "--gres: 'nvme:1': invalid generic resource (gres) specification; nothing submitted" \
-    --gres nvme:1 -- true
+refused "--gres: 'fpga:1': invalid generic resource (gres) specification; nothing submitted" \
+    --gres fpga:1 -- true
 refused "--reservation: 'nope': requested reservation is invalid; nothing submitted" \
     --reservation nope -- true
 refused "Slurm cannot give 1 node with 1 GPU and 1 CPU each, --mem=99G (requested node configuration is not available); nothing submitted" \
@@ -105,6 +105,14 @@ recorded "$after" "NodeList=node2"
 # Its comment still marks it as gpurun's.
 run list.txt list.err status
 grep -qE "^$held +held +COMPLETED " list.txt || grs_fail "the job list lacks $held: $(cat list.txt)"
+
+# GRES besides the GPUs (the test nodes have two nvme each), and without GPUs.
+run out err --gres nvme:1 --wait -- true
+expect_rc "gpurun --gres nvme:1 --wait" 0
+recorded "$(job_id out)" "TresPerNode=gres:gpu:1,gres:nvme:1"
+run out err --no-gpus --gres nvme:2 --wait -- true
+expect_rc "gpurun --no-gpus --gres nvme:2 --wait" 0
+recorded "$(job_id out)" "TresPerNode=gres:nvme:2"
 
 # Not before an hour from now; memory per GPU.
 submit --begin now+1hour --mem-per-gpu 200M -- true
