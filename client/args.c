@@ -70,16 +70,26 @@ static const struct cmd_row cmds[CMD_COUNT] = {
 };
 
 enum arg_kind {
-    ARG_FLAG,     /* bool, no value */
-    ARG_INT,      /* int in [min, max] */
-    ARG_SECONDS,  /* seconds with up to 3 decimals, stored as int milliseconds in [min, max] */
-    ARG_TIME,     /* Slurm time limit, stored as long seconds */
-    ARG_STRING,   /* non-empty const char *, borrowed from argv */
-    ARG_EXPORT,   /* NAME=VALUE appended to spec.env */
-    ARG_LOGLEVEL, /* error|warn|info|debug */
-    ARG_CHOICE,   /* one word of the row's choices, stored as its int value */
-    ARG_SIGNAL,   /* --signal=[{R|B}:]SIG[@TIME] into struct args_signal, and the spec */
+    ARG_FLAG,       /* bool, no value */
+    ARG_INT,        /* int in [min, max] */
+    ARG_SECONDS,    /* seconds with up to 3 decimals, stored as int milliseconds in [min, max] */
+    ARG_TIME,       /* Slurm time limit, stored as long seconds */
+    ARG_STRING,     /* non-empty const char *, borrowed from argv */
+    ARG_EXPORT,     /* NAME=VALUE appended to spec.env */
+    ARG_LOGLEVEL,   /* error|warn|info|debug */
+    ARG_CHOICE,     /* one word of the row's choices, stored as its int value */
+    ARG_SIGNAL,     /* --signal=[{R|B}:]SIG[@TIME] into struct args_signal, and the spec */
+    ARG_MEM,        /* sbatch's memory size into mem_mb, and the row's min into mem_per */
+    ARG_OPT_CHOICE, /* as ARG_CHOICE, but the value is optional (--opt=WORD only); bare, the
+                     * first choice */
+    ARG_DEPENDENCY, /* --dependency, its syntax checked (sbatch_check_dependency) */
+    ARG_GRES,       /* --gres, checked (sbatch_check_gres) */
+    ARG_MAIL_TYPE,  /* --mail-type's words into SBATCH_MAIL_* bits; the text too */
+    ARG_REFUSED,    /* an sbatch option gpurun's model has no room for: refused, with why */
 };
+
+/* Rows' flags. */
+#define OPT_SLURM 1u /* only Slurm acts on it: --local ignores it, and says so */
 
 /* A word an ARG_CHOICE option takes, and the value it stands for. Unlisted words are other
  * spellings of a listed one: taken, not named in help and messages. */
@@ -95,6 +105,14 @@ static const struct choice gpu_bind_choices[] = {
     {"none", GPU_BIND_NONE, true},
     {"single", GPU_BIND_SINGLE, true},
     {"single:1", GPU_BIND_SINGLE, false},
+    {NULL, 0, false},
+};
+
+/* sbatch's --exclusive[=user|mcs]; bare, the first. */
+static const struct choice exclusive_choices[] = {
+    {"exclusive", SBATCH_EXCLUSIVE, true},
+    {"user", SBATCH_EXCLUSIVE_USER, true},
+    {"mcs", SBATCH_EXCLUSIVE_MCS, true},
     {NULL, 0, false},
 };
 
@@ -119,11 +137,13 @@ struct opt_row {
     const char *long_name;
     enum arg_kind kind;
     size_t offset; /* the field of struct gpurun_args it fills */
-    int min, max;  /* ARG_INT: the range; ARG_SECONDS: the range in milliseconds */
+    int min, max;  /* ARG_INT: the range; ARG_SECONDS: the range in milliseconds; ARG_MEM:
+                    * min is the enum sbatch_mem_per it sets */
     unsigned cmds; /* ON_* of the subcommands that take it */
     const char *metavar;
     const char *help;             /* a '\n' continues it on the next line, under the first */
-    const struct choice *choices; /* ARG_CHOICE: NULL-terminated */
+    const struct choice *choices; /* ARG_CHOICE, ARG_OPT_CHOICE: NULL-terminated */
+    unsigned flags;               /* OPT_* */
 };
 
 static const struct opt_row opts[] = {
@@ -137,12 +157,55 @@ static const struct opt_row opts[] = {
      "ask Slurm for no GPUs: the ranks run on CPUs"},
     {'t', "time", ARG_TIME, FIELD(time_limit_s), 0, 0, ON_RUN, "TIME",
      "time limit as for sbatch (90, 1:30:00, 2-0...); exit 124 past it"},
-    {'p', "partition", ARG_STRING, FIELD(partition), 0, 0, ON_RUN, "NAME", "Slurm partition"},
-    {'A', "account", ARG_STRING, FIELD(account), 0, 0, ON_RUN, "NAME", "Slurm account"},
+    {'p', "partition", ARG_STRING, FIELD(partition), 0, 0, ON_RUN, "NAME", "Slurm partition", NULL,
+     OPT_SLURM},
+    {'A', "account", ARG_STRING, FIELD(account), 0, 0, ON_RUN, "NAME", "Slurm account", NULL,
+     OPT_SLURM},
     {'J', "job-name", ARG_STRING, FIELD(job_name), 0, 0, ON_RUN, "NAME",
      "job name, for Slurm and gpurun status (default: see above)"},
     {'o', "output", ARG_STRING, FIELD(output), 0, 0, ON_RUN, "FILE",
      "the merged \"[R] line\" stream to FILE (%j: job id)"},
+    {'q', "qos", ARG_STRING, FIELD(qos), 0, 0, ON_RUN, "QOS", "Slurm quality of service", NULL,
+     OPT_SLURM},
+    {0, "mem", ARG_MEM, FIELD(mem_mb), SBATCH_MEM_NODE, 0, ON_RUN, "SIZE",
+     "memory per node, sbatch's SIZE[K|M|G|T] (M by default; 0: all)", NULL, OPT_SLURM},
+    {0, "mem-per-gpu", ARG_MEM, FIELD(mem_mb), SBATCH_MEM_GPU, 0, ON_RUN, "SIZE",
+     "memory per GPU (--mem, --mem-per-gpu and --mem-per-cpu\nexclude each other)", NULL,
+     OPT_SLURM},
+    {0, "mem-per-cpu", ARG_MEM, FIELD(mem_mb), SBATCH_MEM_CPU, 0, ON_RUN, "SIZE", "memory per CPU",
+     NULL, OPT_SLURM},
+    {0, "exclusive", ARG_OPT_CHOICE, FIELD(exclusive), 0, 0, ON_RUN, "[=user|mcs]",
+     "the nodes to this job alone (user: to the user's jobs)", exclusive_choices, OPT_SLURM},
+    {'C', "constraint", ARG_STRING, FIELD(constraint), 0, 0, ON_RUN, "LIST",
+     "node features the job needs (sbatch's expression: a&b, a|b...)", NULL, OPT_SLURM},
+    {'w', "nodelist", ARG_STRING, FIELD(nodelist), 0, 0, ON_RUN, "NODES",
+     "nodes the job must have (node[1-2],gpu7)", NULL, OPT_SLURM},
+    {'x', "exclude", ARG_STRING, FIELD(exclude), 0, 0, ON_RUN, "NODES",
+     "nodes the job must not have", NULL, OPT_SLURM},
+    {0, "reservation", ARG_STRING, FIELD(reservation), 0, 0, ON_RUN, "NAME",
+     "run in this Slurm reservation", NULL, OPT_SLURM},
+    {0, "gres", ARG_GRES, FIELD(gres), 0, 0, ON_RUN, "LIST",
+     "generic resources per node besides the GPUs (name[:type]:N,...)", NULL, OPT_SLURM},
+    {'d', "dependency", ARG_DEPENDENCY, FIELD(dependency), 0, 0, ON_RUN, "LIST",
+     "start after other jobs: TYPE:ID[:ID][,TYPE:ID...] (TYPE afterok,\n"
+     "afterany, afternotok, after...; or singleton)",
+     NULL, OPT_SLURM},
+    {0, "begin", ARG_STRING, FIELD(begin), 0, 0, ON_RUN, "TIME",
+     "start no earlier than TIME (16:00, now+1hour, 2030-01-31T08:00)", NULL, OPT_SLURM},
+    {'H', "hold", ARG_FLAG, FIELD(hold), 0, 0, ON_RUN, NULL,
+     "submit the job held: 'scontrol release ID' lets it start", NULL, OPT_SLURM},
+    {'D', "chdir", ARG_STRING, FIELD(chdir), 0, 0, ON_RUN, "DIR",
+     "the job's and the ranks' working directory (default: this one)"},
+    {0, "comment", ARG_STRING, FIELD(comment), 0, 0, ON_RUN, "TEXT",
+     "Slurm's comment of the job, after gpurun's mark: \"gpurun: TEXT\"", NULL, OPT_SLURM},
+    {0, "mail-type", ARG_MAIL_TYPE, FIELD(mail_type), 0, 0, ON_RUN, "TYPES",
+     "mail on BEGIN, END, FAIL, REQUEUE, ALL, TIME_LIMIT[_90|_80|_50],\n"
+     "INVALID_DEPEND, STAGE_OUT or NONE (a list: END,FAIL)",
+     NULL, OPT_SLURM},
+    {0, "mail-user", ARG_STRING, FIELD(mail_user), 0, 0, ON_RUN, "USER",
+     "whom the mail goes to (default: the submitting user)", NULL, OPT_SLURM},
+    {'a', "array", ARG_REFUSED, 0, 0, 0, ON_RUN, "INDEXES",
+     "refused: a gpurun job is one rendezvous, not an array of jobs"},
     {0, "max-restarts", ARG_INT, FIELD(spec.max_restarts), 0, 1000, ON_RUN, "N",
      "restart the ranks up to N times after a failure"},
     {0, "wait", ARG_FLAG, FIELD(wait), 0, 0, ON_RUN, NULL,
@@ -542,6 +605,22 @@ int args_parse_signal(const char *s, struct args_signal *sig, struct args_error 
     return 0;
 }
 
+/* Stores the value of the word val of row o's choices into field (an int). */
+static int set_choice(const struct opt_row *o, const char *name, const char *val, void *field,
+                      struct args_error *err)
+{
+    char words[128];
+
+    for (const struct choice *c = o->choices; c->word; c++) {
+        if (!strcmp(val, c->word)) {
+            *(int *)field = c->value;
+            return 0;
+        }
+    }
+    choice_words(words, sizeof(words), o->choices);
+    return fail(err, "--%s: '%s' is not %s", name, val, words);
+}
+
 /* Stores val (NULL for a flag) into the field of row o; name is the option as spelt on the
  * command line (an alias's own name), for messages. */
 static int set_value(struct gpurun_args *args, const struct opt_row *o, const char *name,
@@ -597,17 +676,56 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
             return fail(err, "--%s: '%s' is not error, warn, info or debug", name, val);
         args->log_level_name = val;
         return 0;
-    case ARG_CHOICE: {
-        char words[128];
-        for (const struct choice *c = o->choices; c->word; c++) {
-            if (!strcmp(val, c->word)) {
-                *(int *)field = c->value;
-                return 0;
-            }
-        }
-        choice_words(words, sizeof(words), o->choices);
-        return fail(err, "--%s: '%s' is not %s", name, val, words);
+    case ARG_CHOICE:
+        return set_choice(o, name, val, field, err);
+    case ARG_MEM: {
+        unsigned long long mb;
+        r = sbatch_parse_mem(val, &mb);
+        if (r == -ERANGE)
+            return fail(err, "--%s: '%s' is more memory than Slurm counts", name, val);
+        if (r < 0)
+            return fail(err,
+                        "--%s: '%s' is not a size (a whole number and K, M, G or T; M by "
+                        "default)",
+                        name, val);
+        *(unsigned long long *)field = mb;
+        args->mem_per = (enum sbatch_mem_per)o->min;
+        return 0;
     }
+    case ARG_OPT_CHOICE:
+        if (!val) {
+            *(int *)field = o->choices[0].value;
+            return 0;
+        }
+        return set_choice(o, name, val, field, err);
+    case ARG_DEPENDENCY:
+    case ARG_GRES: {
+        char why[160];
+        r = o->kind == ARG_GRES ? sbatch_check_gres(val, why, sizeof(why))
+                                : sbatch_check_dependency(val, why, sizeof(why));
+        if (r < 0)
+            return fail(err, "--%s: '%s': %s", name, val, why);
+        *(const char **)field = val;
+        return 0;
+    }
+    case ARG_MAIL_TYPE: {
+        char bad[64];
+        r = sbatch_parse_mail_type(val, bad, sizeof(bad));
+        if (r < 0)
+            return fail(err,
+                        "--%s: '%s' is not a mail type (BEGIN, END, FAIL, REQUEUE, ALL, "
+                        "TIME_LIMIT[_90|_80|_50], INVALID_DEPEND, STAGE_OUT, ARRAY_TASKS or NONE)",
+                        name, bad);
+        *(unsigned *)field = (unsigned)r;
+        args->mail_type_text = val;
+        return 0;
+    }
+    case ARG_REFUSED:
+        return fail(err,
+                    "--%s: '%s' is refused: a gpurun job is one rendezvous of all its ranks, not "
+                    "an array of jobs; submit one gpurun per task instead (a shell loop, each "
+                    "with --export TASK=N)",
+                    name, val);
     case ARG_SIGNAL:
         r = args_parse_signal(val, (struct args_signal *)field, err);
         if (r < 0)
@@ -644,17 +762,35 @@ static const struct alias_row *find_alias(const char *name, size_t n)
     return NULL;
 }
 
-static const struct opt_row *find_short(char c)
+/* The row of short option c; of two (-w: run's --nodelist, status's --watch), the one cmd
+ * takes. */
+static const struct opt_row *find_short(char c, enum gpurun_cmd cmd)
 {
-    for (size_t i = 0; i < N_OPTS; i++)
-        if (opts[i].short_name && opts[i].short_name == c)
+    const struct opt_row *found = NULL;
+
+    for (size_t i = 0; i < N_OPTS; i++) {
+        if (!opts[i].short_name || opts[i].short_name != c)
+            continue;
+        if (opts[i].cmds & (1u << cmd))
             return &opts[i];
-    return NULL;
+        if (!found)
+            found = &opts[i];
+    }
+    return found;
 }
 
+/* Whether the row takes a value in the next word (an optional one comes only after '='). */
 static bool takes_value(const struct opt_row *o)
 {
-    return o->kind != ARG_FLAG;
+    return o->kind != ARG_FLAG && o->kind != ARG_OPT_CHOICE;
+}
+
+/* Whether the row's value is free text, where a word that starts with '-' is more likely a
+ * forgotten value than a value. */
+static bool takes_text(const struct opt_row *o)
+{
+    return o->kind == ARG_STRING || o->kind == ARG_DEPENDENCY || o->kind == ARG_GRES ||
+           o->kind == ARG_MAIL_TYPE || o->kind == ARG_MEM;
 }
 
 /* --- "did you mean" -------------------------------------------------------------------------- */
@@ -792,7 +928,7 @@ static int parse_option(struct gpurun_args *args, int argc, char **argv, int *i,
         if (eq)
             val = eq + 1;
     } else {
-        o = find_short(word[1]);
+        o = find_short(word[1], args->cmd);
         if (!o)
             return fail(err, "unknown option '-%c' (see '%s')", word[1], cmds[args->cmd].hint);
         snprintf(spelling, sizeof(spelling), "%s", o->long_name);
@@ -803,7 +939,7 @@ static int parse_option(struct gpurun_args *args, int argc, char **argv, int *i,
         return fail(err, "option '--%s' does not apply to '%s' (see '%s')", spelling,
                     args->cmd == CMD_RUN ? "gpurun" : args_cmd_name(args->cmd),
                     cmds[args->cmd].hint);
-    if (!takes_value(o) && val)
+    if (!takes_value(o) && val && o->kind != ARG_OPT_CHOICE)
         return fail(err, "option '--%s' takes no value", spelling);
     if (takes_value(o) && !val) {
         if (*i + 1 >= argc || !strcmp(argv[*i + 1], "--"))
@@ -811,7 +947,7 @@ static int parse_option(struct gpurun_args *args, int argc, char **argv, int *i,
         /* "-J --wait" is a forgotten value far more often than a name: a value that looks
          * like an option is taken only in the "--opt=VALUE" form. (Numbers may be negative:
          * their own checks refuse them.) */
-        if (o->kind == ARG_STRING && argv[*i + 1][0] == '-' && argv[*i + 1][1])
+        if (takes_text(o) && argv[*i + 1][0] == '-' && argv[*i + 1][1])
             return fail(err,
                         "option '--%s' needs a value, and '%s' looks like an option (for a "
                         "value that starts with '-', write --%s=%s)",
@@ -849,6 +985,16 @@ static int parse_positional(struct gpurun_args *args, const char *word, struct a
                     word);
     args->target = word;
     return 0;
+}
+
+/* How many of the memory options (--mem, --mem-per-cpu, --mem-per-gpu) were given. */
+static int mem_given(const struct gpurun_args *args)
+{
+    int n = 0;
+
+    for (size_t i = 0; i < N_OPTS; i++)
+        n += opts[i].kind == ARG_MEM && (args->given & (1ull << i));
+    return n;
 }
 
 /* The heartbeat timeout follows the interval unless it was given: ten beats of silence. */
@@ -932,7 +1078,105 @@ int args_parse(struct gpurun_args *args, int argc, char **argv, struct args_erro
     } else if (args->cmd == CMD_RUN && dashdash && !args->target) {
         return fail(err, "nothing after '--': name the command to run");
     }
+    if (mem_given(args) > 1)
+        return fail(err, "--mem, --mem-per-cpu and --mem-per-gpu are mutually exclusive");
     return finish_heartbeat(args, hb_seen, err);
+}
+
+/* --- sbatch's input environment variables ------------------------------------------------ */
+
+/* The variables sbatch documents (man sbatch, INPUT ENVIRONMENT VARIABLES) of the options
+ * gpurun has, with sbatch's meaning. Left out: SBATCH_GPU_BIND and SBATCH_EXPORT, whose
+ * values mean other things to srun and sbatch than to gpurun's --gpu-bind and --export, and
+ * the variables of options gpurun does not have. */
+static const struct env_row {
+    const char *var;
+    const char *option; /* the long name of its row */
+} env_rows[] = {
+    {"SBATCH_ACCOUNT", "account"},
+    {"SBATCH_ARRAY_INX", "array"},
+    {"SBATCH_CONSTRAINT", "constraint"},
+    {"SBATCH_CPUS_PER_GPU", "cpus-per-gpu"},
+    {"SBATCH_EXCLUSIVE", "exclusive"},
+    {"SBATCH_GPUS_PER_NODE", "gpus-per-node"},
+    {"SBATCH_GRES", "gres"},
+    {"SBATCH_JOB_NAME", "job-name"},
+    {"SBATCH_MEM_PER_CPU", "mem-per-cpu"},
+    {"SBATCH_MEM_PER_GPU", "mem-per-gpu"},
+    {"SBATCH_MEM_PER_NODE", "mem"},
+    {"SBATCH_OUTPUT", "output"},
+    {"SBATCH_PARTITION", "partition"},
+    {"SBATCH_QOS", "qos"},
+    {"SBATCH_RESERVATION", "reservation"},
+    {"SBATCH_SIGNAL", "signal"},
+    {"SBATCH_TIMELIMIT", "time"},
+    {"SBATCH_WAIT", "wait"},
+};
+#define N_ENV_ROWS (sizeof(env_rows) / sizeof(env_rows[0]))
+
+/* The value of variable name in envp, or NULL. */
+static const char *env_value(char *const *envp, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (char *const *e = envp; e && *e; e++)
+        if (!strncmp(*e, name, n) && (*e)[n] == '=')
+            return *e + n + 1;
+    return NULL;
+}
+
+int args_apply_env(struct gpurun_args *args, char *const *envp, struct args_error *err)
+{
+    bool mem_flag = mem_given(args) > 0;
+    const char *mem_vars[3];
+    int n_mem = 0;
+
+    for (size_t i = 0; i < N_ENV_ROWS; i++) {
+        const struct opt_row *o = find_long(env_rows[i].option, strlen(env_rows[i].option));
+        const char *val = env_value(envp, env_rows[i].var);
+        size_t row = (size_t)(o - opts);
+        int r;
+
+        if (!val || (args->given & (1ull << row)) || (o->kind == ARG_MEM && mem_flag))
+            continue;
+        if (o->kind == ARG_MEM) {
+            mem_vars[n_mem++] = env_rows[i].var;
+            if (n_mem > 1)
+                return fail(err,
+                            "%s and %s are mutually exclusive (give one, or --mem, "
+                            "--mem-per-cpu or --mem-per-gpu)",
+                            mem_vars[0], mem_vars[1]);
+        }
+        /* A flag's variable sets it whatever its value, as sbatch's does. */
+        r = set_value(args, o, o->long_name, o->kind == ARG_FLAG ? NULL : val, err);
+        if (r < 0) {
+            /* The flag's message, said of the variable: "--mem: ..." -> "SBATCH_MEM_PER_NODE: ...".
+             */
+            char text[sizeof(err->text)];
+            size_t skip = 2 + strlen(o->long_name);
+            snprintf(text, sizeof(text), "%s", err->text);
+            if (!strncmp(text, "--", 2) && !strncmp(text + 2, o->long_name, skip - 2) &&
+                text[skip] == ':')
+                return fail(err, "%s%s", env_rows[i].var, text + skip);
+            return fail(err, "%s: %s", env_rows[i].var, text);
+        }
+        args->given |= 1ull << row;
+    }
+    return 0;
+}
+
+void args_env_usage(FILE *out)
+{
+    for (size_t i = 0; i < N_ENV_ROWS; i++)
+        fprintf(out, "  %-28s --%s\n", env_rows[i].var, env_rows[i].option);
+}
+
+const char *args_slurm_only_given(const struct gpurun_args *args)
+{
+    for (size_t i = 0; i < N_OPTS; i++)
+        if ((opts[i].flags & OPT_SLURM) && (args->given & (1ull << i)))
+            return opts[i].long_name;
+    return NULL;
 }
 
 bool args_given(const struct gpurun_args *args, const char *long_name)
@@ -1008,7 +1252,7 @@ void args_usage(FILE *out, enum gpurun_cmd cmd)
             continue;
         snprintf(left, sizeof(left), "%c%c%c --%s%s%s", o->short_name ? '-' : ' ',
                  o->short_name ? o->short_name : ' ', o->short_name ? ',' : ' ', o->long_name,
-                 o->metavar ? " " : "", o->metavar ? o->metavar : "");
+                 o->metavar && o->kind != ARG_OPT_CHOICE ? " " : "", o->metavar ? o->metavar : "");
         if (o->kind == ARG_INT && o->offset != FIELD(rank))
             snprintf(dflt, sizeof(dflt), " [%d]", *(const int *)field);
         else if (o->kind == ARG_SECONDS && o->offset != FIELD(spec.hb_timeout_ms)) {
@@ -1028,6 +1272,11 @@ void args_usage(FILE *out, enum gpurun_cmd cmd)
         fprintf(out, "%s\n", dflt);
     }
     usage_aliases(out, cmd);
+    if (cmd == CMD_RUN) {
+        fprintf(out, "\nsbatch's variables, each for its option where no flag gives it (flag >\n"
+                     "variable > train.cfg [job] > default; not with --local):\n");
+        args_env_usage(out);
+    }
     if (cmd == CMD_RUN)
         fprintf(out, "\nexit status: the job's own; 124 time limit, 125 gpurun failed, 126 cannot\n"
                      "execute, 127 command not found, 128+N gpurun killed by signal N.\n");

@@ -8,6 +8,7 @@
 
 #include "jobspec.h"
 #include "log.h"
+#include "sbatch.h"
 
 #define GPURUN_VERSION "0.1.0"
 
@@ -43,18 +44,37 @@ struct args_signal {
  * spec's env (from --export) is owned by the spec. */
 struct gpurun_args {
     enum gpurun_cmd cmd;
-    struct jobspec spec;        /* nnodes, nprocs, timeouts, max_restarts, env, gpu_bind and,
-                                 * with --signal, preempt_signal and preempt_all; job_id,
-                                 * argv, name and time_limit_s unset */
-    long time_limit_s;          /* -t/--time; 0: none */
-    const char *partition;      /* -p */
-    const char *account;        /* -A */
-    const char *job_name;       /* -J; NULL: the run's default (see gpurun --help) */
-    const char *output;         /* -o: where the merged stream goes; NULL: the terminal (local)
-                                 * or the job dir's neighbour JOBID.out (Slurm) */
-    const char *job_dir;        /* --job-dir; NULL: the default */
-    const char *metrics_dir;    /* --metrics-dir; NULL: no metrics files */
-    const char *log_level_name; /* --log-level as given (validated); "warn" by default */
+    struct jobspec spec;     /* nnodes, nprocs, timeouts, max_restarts, env, gpu_bind and,
+                              * with --signal, preempt_signal and preempt_all; job_id,
+                              * argv, name and time_limit_s unset */
+    long time_limit_s;       /* -t/--time; 0: none */
+    const char *partition;   /* -p */
+    const char *account;     /* -A */
+    const char *job_name;    /* -J; NULL: the run's default (see gpurun --help) */
+    const char *output;      /* -o: where the merged stream goes; NULL: the terminal (local)
+                              * or the job dir's neighbour JOBID.out (Slurm) */
+    const char *job_dir;     /* --job-dir; NULL: the default */
+    const char *metrics_dir; /* --metrics-dir; NULL: no metrics files */
+    /* sbatch's options with sbatch's meaning (struct sbatch_job says what each asks); NULL,
+     * 0 or false: not given. */
+    const char *qos;             /* -q */
+    enum sbatch_mem_per mem_per; /* --mem, --mem-per-cpu or --mem-per-gpu, whichever given */
+    unsigned long long mem_mb;   /* its size in MiB */
+    int exclusive;               /* --exclusive[=user|mcs]: an enum sbatch_exclusive */
+    const char *constraint;      /* -C */
+    const char *dependency;      /* -d, its syntax checked */
+    const char *nodelist;        /* -w */
+    const char *exclude;         /* -x */
+    const char *reservation;     /* --reservation */
+    const char *gres;            /* --gres, checked: no GPUs in it */
+    const char *begin;           /* --begin as given: slurmlib_parse_begin reads it */
+    bool hold;                   /* -H */
+    const char *chdir;           /* -D as given (relative to gpurun's working directory) */
+    const char *comment;         /* --comment */
+    unsigned mail_type;          /* --mail-type's SBATCH_MAIL_* bits */
+    const char *mail_type_text;  /* --mail-type as given */
+    const char *mail_user;       /* --mail-user */
+    const char *log_level_name;  /* --log-level as given (validated); "warn" by default */
     enum log_level log_level;
     int cpus_per_gpu; /* CPUs Slurm gives each rank */
     bool no_gpus;     /* ask Slurm for no GPUs (CPU ranks) */
@@ -118,9 +138,27 @@ int args_parse_time(const char *s, long *seconds);
  * with err filled ("--signal: ..."). */
 int args_parse_signal(const char *s, struct args_signal *sig, struct args_error *err);
 
-/* Whether the option named long_name ("nodes") was given on the command line, so that a
- * train.cfg's [job] value applies only where no flag overrides it. */
+/* Applies sbatch's input environment variables (SBATCH_PARTITION, SBATCH_TIMELIMIT... the
+ * ones of options gpurun has: see README.md, "On Slurm") from envp (borrowed,
+ * NULL-terminated "NAME=VALUE" strings, e.g. environ; it must outlive args) to the options no
+ * flag gave, with the flags' checks, as sbatch does: a flag beats a variable. A memory flag
+ * (--mem, --mem-per-cpu, --mem-per-gpu) beats every memory variable. Each option a variable
+ * sets counts as given (args_given), so that it beats a train.cfg's [job] value. Returns 0, or
+ * -EINVAL with err naming the variable ("SBATCH_MEM_PER_NODE: '10X' is not a size ..."). */
+int args_apply_env(struct gpurun_args *args, char *const *envp, struct args_error *err);
+
+/* Writes the variables args_apply_env reads, and their options, one "  NAME  --option" line
+ * each, to out. */
+void args_env_usage(FILE *out);
+
+/* Whether the option named long_name ("nodes") was given on the command line or by an sbatch
+ * variable (args_apply_env), so that a train.cfg's [job] value applies only where neither
+ * says otherwise. */
 bool args_given(const struct gpurun_args *args, const char *long_name);
+
+/* The long name of the first option given that only Slurm acts on (--partition, --mem...),
+ * or NULL: --local says it ignores them. */
+const char *args_slurm_only_given(const struct gpurun_args *args);
 
 /* Writes the help of cmd to out: usage line, then one line per option row it takes. */
 void args_usage(FILE *out, enum gpurun_cmd cmd);

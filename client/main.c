@@ -839,6 +839,28 @@ static void link_job_dir(const char *job_id, const char *abs_dir)
                 uv_strerror(r), abs_dir);
 }
 
+/* The job's and the ranks' working directory into buf (n bytes): --chdir's, absolute (as
+ * sbatch makes it), else gpurun's own. */
+static int work_dir(const struct gpurun_args *args, char *buf, size_t n)
+{
+    struct stat st;
+    int r;
+
+    if (!args->chdir) {
+        if (!getcwd(buf, n))
+            return error_out(EXIT_FAILED, "cannot get the working directory: %s",
+                             uv_strerror(-errno));
+        return 0;
+    }
+    r = absolute(args->chdir, buf, n);
+    if (r < 0)
+        return error_out(EXIT_FAILED, "--chdir: '%s': %s", args->chdir, uv_strerror(r));
+    /* The job dir is on a filesystem every node shares: so, as a rule, is the job's own. */
+    if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
+        return error_out(EXIT_FAILED, "--chdir: '%s' is not a directory", args->chdir);
+    return 0;
+}
+
 static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
 {
     char daemon[PATH_MAX], job_id[128], dir[PATH_MAX], root[PATH_MAX], cwd[PATH_MAX];
@@ -850,8 +872,9 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
 
     if (args->emit_sbatch)
         return error_out(EXIT_FAILED, "--emit-sbatch writes a Slurm batch script: drop --local");
-    if (args->partition || args->account)
-        log_info("--partition and --account are for Slurm: ignored with --local");
+    if (args_slurm_only_given(args))
+        log_info("--%s and Slurm's other options are ignored with --local",
+                 args_slurm_only_given(args));
     if (find_program("rendezvousd", daemon, sizeof(daemon)) < 0)
         return error_out(EXIT_FAILED, "cannot find 'rendezvousd' beside gpurun or on PATH");
     if (jobdir_local_id(job_id, sizeof(job_id), time(NULL), (long)getpid()) < 0)
@@ -870,7 +893,10 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     if (!spec->job_id || jobspec_set_argv(spec, p->argc, p->argv) < 0)
         return error_out(EXIT_FAILED, "out of memory");
     spec->loopback = true;
-    if (getcwd(cwd, sizeof(cwd)) && !(spec->workdir = strdup(cwd)))
+    ret = work_dir(args, cwd, sizeof(cwd));
+    if (ret)
+        return ret;
+    if (!(spec->workdir = strdup(cwd)))
         return error_out(EXIT_FAILED, "out of memory");
     ret = set_metrics_dir(args, spec);
     if (ret)
@@ -941,6 +967,64 @@ static int spec_text(const struct jobspec *spec, char **text)
     return ret;
 }
 
+/* sbatch's options that gpurun passes on as they are: into job, with the checks that need
+ * more than one option or libslurm. */
+static int sbatch_options(const struct gpurun_args *args, struct sbatch_job *job)
+{
+    struct slurmlib_error serr;
+
+    if (args->mem_per == SBATCH_MEM_GPU && args->no_gpus)
+        return error_out(EXIT_FAILED, "--mem-per-gpu: the job asks for no GPUs (--no-gpus): give "
+                                      "--mem or --mem-per-cpu");
+    if (args->comment && strlen(args->comment) > SBATCH_COMMENT_LEN_MAX)
+        return error_out(EXIT_FAILED, "--comment: longer than %d bytes", SBATCH_COMMENT_LEN_MAX);
+    if (args->begin && slurmlib_parse_begin(args->begin, &job->begin_time, &serr) < 0)
+        return error_out(EXIT_FAILED, "%s", serr.text);
+    job->begin = args->begin;
+    job->qos = args->qos;
+    job->mem_per = args->mem_per;
+    job->mem_mb = args->mem_mb;
+    job->exclusive = (enum sbatch_exclusive)args->exclusive;
+    job->constraint = args->constraint;
+    job->dependency = args->dependency;
+    job->nodelist = args->nodelist;
+    job->exclude = args->exclude;
+    job->reservation = args->reservation;
+    job->gres = args->gres;
+    job->hold = args->hold;
+    job->comment = args->comment;
+    job->mail_type = args->mail_type;
+    job->mail_type_text = args->mail_type_text;
+    job->mail_user = args->mail_user;
+    return 0;
+}
+
+/* -w names nodes the job must have: as in sbatch, their number is the job's node count when
+ * neither -N (nor SBATCH_... nor a train.cfg) gives one, and may not pass the count given. */
+static int nodelist_nodes(struct gpurun_args *args, const struct run_plan *p)
+{
+    char **names = NULL;
+    int n = 0, r;
+
+    if (!args->nodelist)
+        return 0;
+    r = slurmlib_hostlist_expand(args->nodelist, &names, &n);
+    slurmlib_names_free(names);
+    if (r == -ENOSYS) /* no libslurm: slurmctld will say, if it is ever asked */
+        return 0;
+    if (r < 0 || n == 0)
+        return error_out(EXIT_FAILED, "--nodelist: '%s' is not a list of nodes (node[1-2],gpu7)",
+                         args->nodelist);
+    if (!args_given(args, "nodes") && !p->have_cfg) {
+        args->spec.nnodes = n;
+        return 0;
+    }
+    if (n > args->spec.nnodes)
+        return error_out(EXIT_FAILED, "--nodelist: '%s' names %d nodes, more than the job's %d",
+                         args->nodelist, n, args->spec.nnodes);
+    return 0;
+}
+
 static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
 {
     char cwd[PATH_MAX], root[PATH_MAX], job_dir[PATH_MAX], output[PATH_MAX], daemon[PATH_MAX];
@@ -953,9 +1037,15 @@ static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     uint32_t id;
     int ret, r;
 
-    if (!getcwd(cwd, sizeof(cwd)))
-        return error_out(EXIT_FAILED, "cannot get the working directory: %s", uv_strerror(-errno));
+    ret = work_dir(args, cwd, sizeof(cwd));
+    if (ret)
+        return ret;
     ret = jobs_root(root, sizeof(root));
+    if (ret)
+        return ret;
+    ret = sbatch_options(args, &job);
+    if (ret == 0)
+        ret = nodelist_nodes(args, p);
     if (ret)
         return ret;
     /* Slurm counts whole minutes: the daemons must know the limit Slurm will enforce. */
@@ -969,8 +1059,11 @@ static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     }
     if (args->job_dir && absolute(args->job_dir, job_dir, sizeof(job_dir)) < 0)
         return error_out(EXIT_FAILED, "job dir '%s': path too long", args->job_dir);
-    if (args->output ? absolute(args->output, output, sizeof(output)) < 0
-                     : snprintf(output, sizeof(output), "%s/%%j.out", root) >= (int)sizeof(output))
+    /* A relative -o is relative to the job's working directory, as sbatch makes it. */
+    if (args->output
+            ? snprintf(output, sizeof(output), "%s%s%s", args->output[0] == '/' ? "" : cwd,
+                       args->output[0] == '/' ? "" : "/", args->output) >= (int)sizeof(output)
+            : snprintf(output, sizeof(output), "%s/%%j.out", root) >= (int)sizeof(output))
         return error_out(EXIT_FAILED, "output '%s': path too long", args->output);
     if (find_program("rendezvousd", daemon, sizeof(daemon)) < 0)
         return error_out(EXIT_FAILED, "cannot find 'rendezvousd' beside gpurun or on PATH");
@@ -1055,9 +1148,15 @@ out:
 
 static int cmd_run(struct gpurun_args *args, int *fatal_signal)
 {
+    extern char **environ;
+    struct args_error err;
     struct run_plan plan;
     int ret;
 
+    /* sbatch's variables are for Slurm jobs, as sbatch reads them; before the train.cfg,
+     * which they beat. */
+    if (!args->local && args_apply_env(args, environ, &err) < 0)
+        return error_out(EXIT_FAILED, "%s", err.text);
     memset(&plan, 0, sizeof(plan));
     ret = plan_run(args, &plan);
     if (ret == 0)

@@ -3,12 +3,15 @@
  * the job dir itself, at run time, because only then is the job id known; so the same text
  * works from gpurun and from a hand-run sbatch, and the key never travels through slurmctld
  * (which keeps a copy of every script). */
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "args.h"
 #include "sbatch.h"
@@ -36,6 +39,258 @@ static int fail(struct sbatch_error *err, int ret, const char *fmt, ...)
     vsnprintf(err->text, sizeof(err->text), fmt, ap);
     va_end(ap);
     return ret;
+}
+
+const char *sbatch_comment(const char *user, char *buf, size_t n)
+{
+    if (user)
+        snprintf(buf, n, "%s: %s", SBATCH_COMMENT, user);
+    else
+        snprintf(buf, n, "%s", SBATCH_COMMENT);
+    return buf;
+}
+
+bool sbatch_is_gpurun_comment(const char *comment)
+{
+    size_t n = strlen(SBATCH_COMMENT);
+
+    return comment && !strncmp(comment, SBATCH_COMMENT, n) &&
+           (comment[n] == '\0' || (comment[n] == ':' && comment[n + 1] == ' '));
+}
+
+/* The largest size in MiB: what slurmctld's 64-bit field holds below its MEM_PER_CPU flag
+ * bit and NO_VAL64 markers, far above any node's memory. */
+#define MEM_MB_MAX (1ULL << 62)
+
+/* sbatch's units (str_to_mbytes): the power of 1024 of a MiB each stands for; K rounds up. */
+static const struct {
+    char unit;
+    int shift; /* MiB = value << shift; -10: value / 1024, rounded up */
+} mem_units[] = {{'K', -10}, {'M', 0}, {'G', 10}, {'T', 20}};
+
+int sbatch_parse_mem(const char *s, unsigned long long *mb)
+{
+    unsigned long long v = 0;
+    const char *p = s;
+
+    if (!isdigit((unsigned char)*p))
+        return -EINVAL;
+    for (; isdigit((unsigned char)*p); p++) {
+        if (v > (MEM_MB_MAX - 9) / 10)
+            return -ERANGE;
+        v = v * 10 + (unsigned)(*p - '0');
+    }
+    if (*p == '\0') {
+        *mb = v;
+        return 0;
+    }
+    if (!(p[1] == '\0' || (toupper((unsigned char)p[1]) == 'B' && p[2] == '\0')))
+        return -EINVAL;
+    for (size_t i = 0; i < sizeof(mem_units) / sizeof(mem_units[0]); i++) {
+        int sh = mem_units[i].shift;
+        if (toupper((unsigned char)*p) != mem_units[i].unit)
+            continue;
+        if (sh < 0) {
+            *mb = (v + 1023) >> 10;
+            return 0;
+        }
+        if (v > MEM_MB_MAX >> sh)
+            return -ERANGE;
+        *mb = v << sh;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+void sbatch_format_mem(char *buf, size_t n, unsigned long long mb)
+{
+    static const char units[] = "MGT";
+    size_t u = 0;
+
+    while (mb && mb % 1024 == 0 && u + 1 < sizeof(units) - 1) {
+        mb /= 1024;
+        u++;
+    }
+    snprintf(buf, n, "%llu%c", mb, units[u]);
+}
+
+/* --mail-type's words, as Slurm's parse_mail_type reads them. */
+static const struct {
+    const char *word;
+    unsigned bits;
+} mail_words[] = {
+    {"NONE", 0},
+    {"BEGIN", SBATCH_MAIL_BEGIN},
+    {"END", SBATCH_MAIL_END},
+    {"FAIL", SBATCH_MAIL_FAIL},
+    {"REQUEUE", SBATCH_MAIL_REQUEUE},
+    {"ALL", SBATCH_MAIL_BEGIN | SBATCH_MAIL_END | SBATCH_MAIL_FAIL | SBATCH_MAIL_REQUEUE |
+                SBATCH_MAIL_STAGE_OUT | SBATCH_MAIL_INVALID_DEPEND},
+    {"INVALID_DEPEND", SBATCH_MAIL_INVALID_DEPEND},
+    {"STAGE_OUT", SBATCH_MAIL_STAGE_OUT},
+    {"TIME_LIMIT", SBATCH_MAIL_TIME100},
+    {"TIME_LIMIT_90", SBATCH_MAIL_TIME90},
+    {"TIME_LIMIT_80", SBATCH_MAIL_TIME80},
+    {"TIME_LIMIT_50", SBATCH_MAIL_TIME50},
+    {"ARRAY_TASKS", SBATCH_MAIL_ARRAY_TASKS},
+};
+
+int sbatch_parse_mail_type(const char *s, char *bad, size_t n)
+{
+    unsigned bits = 0;
+    const char *p = s;
+
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        size_t i, count = sizeof(mail_words) / sizeof(mail_words[0]);
+        for (i = 0; i < count; i++)
+            if (strlen(mail_words[i].word) == len && !strncasecmp(p, mail_words[i].word, len))
+                break;
+        if (i == count) {
+            snprintf(bad, n, "%.*s", (int)len, p);
+            return -EINVAL;
+        }
+        /* NONE ends the list, as in Slurm: nothing is mailed. */
+        if (mail_words[i].bits == 0)
+            return 0;
+        bits |= mail_words[i].bits;
+        if (!p[len])
+            return (int)bits;
+        p += len + 1;
+    }
+}
+
+/* --dependency's types that take job ids; "singleton" takes none. */
+static const char *const dependency_types[] = {
+    "after", "afterany", "afterburstbuffer", "aftercorr", "afternotok", "afterok",
+};
+
+static int why_fail(char *why, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int why_fail(char *why, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
+/* Whether s[0..len) is digits only (and at least one). */
+static bool all_digits(const char *s, size_t len)
+{
+    if (len == 0)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!isdigit((unsigned char)s[i]))
+            return false;
+    return true;
+}
+
+/* One job id of a TYPE:ID list (len bytes): ID, ID_TASK or ID_*, then "+MINUTES" for after. */
+static bool dependency_id_ok(const char *s, size_t len, bool after)
+{
+    size_t id = 0, rest;
+
+    while (id < len && isdigit((unsigned char)s[id]))
+        id++;
+    if (id == 0)
+        return false;
+    rest = id;
+    if (rest < len && s[rest] == '_') {
+        size_t t = rest + 1;
+        if (t < len && s[t] == '*')
+            t++;
+        else
+            while (t < len && isdigit((unsigned char)s[t]))
+                t++;
+        if (t == rest + 1)
+            return false;
+        rest = t;
+    }
+    if (rest < len && s[rest] == '+' && after)
+        return all_digits(s + rest + 1, len - rest - 1);
+    return rest == len;
+}
+
+/* One item of a --dependency list (len bytes). */
+static int dependency_item(const char *s, size_t len, char *why, size_t n)
+{
+    const char *colon = memchr(s, ':', len);
+    size_t tlen = colon ? (size_t)(colon - s) : len;
+    bool known = false;
+
+    if (tlen == strlen("singleton") && !strncmp(s, "singleton", tlen))
+        return colon ? why_fail(why, n, "'singleton' takes no job id") : 0;
+    for (size_t i = 0; i < sizeof(dependency_types) / sizeof(dependency_types[0]); i++)
+        known = known ||
+                (strlen(dependency_types[i]) == tlen && !strncmp(s, dependency_types[i], tlen));
+    if (!known)
+        return why_fail(why, n,
+                        "'%.*s' is not after, afterany, afterburstbuffer, aftercorr, "
+                        "afternotok, afterok or singleton",
+                        (int)tlen, s);
+    if (!colon)
+        return why_fail(why, n, "'%.*s' needs a job id (%.*s:ID)", (int)tlen, s, (int)tlen, s);
+    for (const char *p = colon + 1, *end = s + len;;) {
+        const char *next = memchr(p, ':', (size_t)(end - p));
+        size_t ilen = next ? (size_t)(next - p) : (size_t)(end - p);
+        if (!dependency_id_ok(p, ilen, tlen == strlen("after")))
+            return why_fail(why, n, "'%.*s' is not a job id", (int)ilen, p);
+        if (!next)
+            return 0;
+        p = next + 1;
+    }
+}
+
+int sbatch_check_dependency(const char *s, char *why, size_t n)
+{
+    bool comma = strchr(s, ',') != NULL, any = strchr(s, '?') != NULL;
+    char sep = any ? '?' : ',';
+    const char *p = s;
+
+    if (comma && any)
+        return why_fail(why, n, "',' (all of) and '?' (any of) cannot be mixed");
+    for (;;) {
+        const char *next = strchr(p, sep);
+        size_t len = next ? (size_t)(next - p) : strlen(p);
+        int r = dependency_item(p, len, why, n);
+        if (r < 0)
+            return r;
+        if (!next)
+            return 0;
+        p = next + 1;
+    }
+}
+
+int sbatch_check_gres(const char *s, char *why, size_t n)
+{
+    const char *p = s;
+
+    if (strlen(s) > SBATCH_GRES_LEN_MAX)
+        return why_fail(why, n, "longer than %d bytes", SBATCH_GRES_LEN_MAX);
+    for (;;) {
+        size_t len = strcspn(p, ","), name;
+        const char *item = p;
+        if (len >= 5 && (!strncmp(item, "gres:", 5) || !strncmp(item, "gres/", 5)))
+            item += 5, len -= 5;
+        name = strcspn(item, ":,");
+        if (name > len)
+            name = len;
+        if (name == 0)
+            return why_fail(why, n, "an item without a name ('%.*s')", (int)len, item);
+        if (name == 3 && !strncmp(item, "gpu", 3))
+            return why_fail(why, n, "the GPUs are --gpus-per-node's (or --no-gpus)");
+        for (size_t i = 0; i < len; i++)
+            if (isspace((unsigned char)item[i]) || item[i] == '"')
+                return why_fail(why, n, "'%.*s' is not name[:type][:count]", (int)len, item);
+        p = item + len;
+        if (!*p)
+            return 0;
+        p++;
+    }
 }
 
 long sbatch_time_minutes(long seconds)
@@ -129,9 +384,61 @@ static void comment_command(FILE *f, char *const *argv)
     free(line);
 }
 
+/* The directive names of --mem, --mem-per-cpu and --mem-per-gpu, by enum sbatch_mem_per. */
+static const char *const mem_directives[] = {
+    [SBATCH_MEM_NODE] = "mem",
+    [SBATCH_MEM_CPU] = "mem-per-cpu",
+    [SBATCH_MEM_GPU] = "mem-per-gpu",
+};
+
+/* --exclusive's forms, by enum sbatch_exclusive. */
+static const char *const exclusive_directives[] = {
+    [SBATCH_EXCLUSIVE] = "#SBATCH --exclusive\n",
+    [SBATCH_EXCLUSIVE_USER] = "#SBATCH --exclusive=user\n",
+    [SBATCH_EXCLUSIVE_MCS] = "#SBATCH --exclusive=mcs\n",
+};
+
+/* An optional string directive: a row per field of struct sbatch_job. */
+static const struct {
+    const char *name;
+    size_t offset;
+} string_directives[] = {
+    {"qos", offsetof(struct sbatch_job, qos)},
+    {"constraint", offsetof(struct sbatch_job, constraint)},
+    {"nodelist", offsetof(struct sbatch_job, nodelist)},
+    {"exclude", offsetof(struct sbatch_job, exclude)},
+    {"reservation", offsetof(struct sbatch_job, reservation)},
+    {"gres", offsetof(struct sbatch_job, gres)},
+    {"dependency", offsetof(struct sbatch_job, dependency)},
+    {"begin", offsetof(struct sbatch_job, begin)},
+};
+
+/* Where a job may run and when: sbatch's scheduling options, each when given. */
+static int scheduling_directives(FILE *f, const struct sbatch_job *j, struct sbatch_error *err)
+{
+    char buf[32];
+    int r = 0;
+
+    if (j->mem_per != SBATCH_MEM_NONE) {
+        sbatch_format_mem(buf, sizeof(buf), j->mem_mb);
+        r = directive(f, mem_directives[j->mem_per], buf, err);
+    }
+    if (r == 0 && j->exclusive != SBATCH_SHARED_DEFAULT)
+        fputs(exclusive_directives[j->exclusive], f);
+    for (size_t i = 0; r == 0 && i < sizeof(string_directives) / sizeof(string_directives[0]);
+         i++) {
+        const char *v = *(const char *const *)((const char *)j + string_directives[i].offset);
+        if (v)
+            r = directive(f, string_directives[i].name, v, err);
+    }
+    if (r == 0 && j->hold)
+        fputs("#SBATCH --hold\n", f);
+    return r;
+}
+
 static int directives(FILE *f, const struct sbatch_job *j, struct sbatch_error *err)
 {
-    char buf[64];
+    char buf[SBATCH_COMMENT_LEN_MAX + 16];
     int r = 0;
 
     r = r ? r : directive(f, "job-name", j->job_name, err);
@@ -148,6 +455,7 @@ static int directives(FILE *f, const struct sbatch_job *j, struct sbatch_error *
         r = r ? r : directive(f, "partition", j->partition, err);
     if (j->account)
         r = r ? r : directive(f, "account", j->account, err);
+    r = r ? r : scheduling_directives(f, j, err);
     r = r ? r : directive(f, "output", j->output, err);
     r = r ? r : directive(f, "chdir", j->work_dir, err);
     if (j->signal_text) {
@@ -158,7 +466,11 @@ static int directives(FILE *f, const struct sbatch_job *j, struct sbatch_error *
     }
     if (r == 0)
         fprintf(f, "#SBATCH --no-requeue\n");
-    r = r ? r : directive(f, "comment", SBATCH_COMMENT, err);
+    r = r ? r : directive(f, "comment", sbatch_comment(j->comment, buf, sizeof(buf)), err);
+    if (j->mail_type)
+        r = r ? r : directive(f, "mail-type", j->mail_type_text, err);
+    if (j->mail_user)
+        r = r ? r : directive(f, "mail-user", j->mail_user, err);
     return r;
 }
 

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +169,12 @@ int slurmlib_kill(uint32_t id, struct slurmlib_error *err)
     return slurmlib_open(0, err);
 }
 
+int slurmlib_parse_begin(const char *text, long long *t, struct slurmlib_error *err)
+{
+    (void)text, (void)t;
+    return slurmlib_open(0, err);
+}
+
 int slurmlib_hostlist_expand(const char *list, char ***names, int *n)
 {
     (void)list;
@@ -182,8 +189,20 @@ _Static_assert(JOB_PENDING == (int)SLURMLIB_PENDING && JOB_COMPLETE == (int)SLUR
                    JOB_OOM == (int)SLURMLIB_OOM && JOB_END == (int)SLURMLIB_STATE_COUNT,
                "Slurm's job states moved: update enum slurmlib_state");
 
+_Static_assert(MAIL_JOB_BEGIN == SBATCH_MAIL_BEGIN && MAIL_JOB_END == SBATCH_MAIL_END &&
+                   MAIL_JOB_FAIL == SBATCH_MAIL_FAIL && MAIL_JOB_REQUEUE == SBATCH_MAIL_REQUEUE &&
+                   MAIL_JOB_TIME100 == SBATCH_MAIL_TIME100 &&
+                   MAIL_JOB_TIME90 == SBATCH_MAIL_TIME90 && MAIL_JOB_TIME80 == SBATCH_MAIL_TIME80 &&
+                   MAIL_JOB_TIME50 == SBATCH_MAIL_TIME50 &&
+                   MAIL_JOB_STAGE_OUT == SBATCH_MAIL_STAGE_OUT &&
+                   MAIL_ARRAY_TASKS == SBATCH_MAIL_ARRAY_TASKS &&
+                   MAIL_INVALID_DEPEND == SBATCH_MAIL_INVALID_DEPEND,
+               "Slurm's mail types moved: update SBATCH_MAIL_*");
+
 /* Exported by libslurm 22.05 but missing from its slurm.h. */
 extern char *slurm_job_reason_string(enum job_state_reason inx);
+/* sbatch's own --begin parser (src/common/parse_time.c): 0 for a time it cannot read. */
+extern time_t slurm_parse_time(const char *time_str, int past);
 extern void slurm_free_will_run_response_msg(will_run_response_msg_t *msg);
 
 /* --- bounding libslurm ----------------------------------------------------------------------
@@ -319,9 +338,54 @@ void slurmlib_close(void)
     opened = false;
 }
 
+/* Slurm's shared values for --exclusive, by enum sbatch_exclusive. */
+static const uint16_t shared_values[] = {
+    [SBATCH_EXCLUSIVE] = JOB_SHARED_NONE,
+    [SBATCH_EXCLUSIVE_USER] = JOB_SHARED_USER,
+    [SBATCH_EXCLUSIVE_MCS] = JOB_SHARED_MCS,
+};
+
+/* The fields of sbatch's scheduling options, as slurm_opt_create_job_desc() fills them. */
+static void fill_scheduling(const struct sbatch_job *job, job_desc_msg_t *d)
+{
+    static char mem_tres[64];
+
+    d->qos = (char *)job->qos;
+    switch (job->mem_per) {
+    case SBATCH_MEM_NONE:
+        break;
+    case SBATCH_MEM_NODE:
+        d->pn_min_memory = job->mem_mb;
+        break;
+    case SBATCH_MEM_CPU:
+        d->pn_min_memory = job->mem_mb | MEM_PER_CPU;
+        break;
+    case SBATCH_MEM_GPU:
+        snprintf(mem_tres, sizeof(mem_tres), "gres:gpu:%llu", job->mem_mb);
+        d->mem_per_tres = mem_tres;
+        break;
+    }
+    if (job->exclusive != SBATCH_SHARED_DEFAULT)
+        d->shared = shared_values[job->exclusive];
+    d->features = (char *)job->constraint;
+    d->dependency = (char *)job->dependency;
+    d->req_nodes = (char *)job->nodelist;
+    d->exc_nodes = (char *)job->exclude;
+    d->reservation = (char *)job->reservation;
+    if (job->begin)
+        d->begin_time = (time_t)job->begin_time;
+    /* sbatch --hold: priority 0 is "held by the user" (scontrol release lifts it). */
+    if (job->hold)
+        d->priority = 0;
+    if (job->mail_type)
+        d->mail_type = (uint16_t)job->mail_type;
+    d->mail_user = (char *)job->mail_user;
+}
+
 void slurmlib_fill_desc(const struct sbatch_job *job, const char *script, char **env,
                         uint32_t env_size, struct job_descriptor *desc)
 {
+    static char tres[4 * SBATCH_GRES_LEN_MAX], comment[SBATCH_COMMENT_LEN_MAX + 16];
     job_desc_msg_t *d = desc;
 
     slurm_init_job_desc_msg(d);
@@ -335,10 +399,21 @@ void slurmlib_fill_desc(const struct sbatch_job *job, const char *script, char *
     d->num_tasks = (uint32_t)job->nodes;
     d->ntasks_per_node = 1;
     d->cpus_per_task = (uint16_t)job->cpus_per_task;
-    if (job->gpus_per_node > 0) {
-        static char tres[64];
-        /* The form sbatch sends for --gpus-per-node; "gpu:N" and "gres/gpu:N" are refused. */
-        snprintf(tres, sizeof(tres), "gres:gpu:%d", job->gpus_per_node);
+    if (job->gpus_per_node > 0 || job->gres) {
+        /* The form sbatch sends for --gpus-per-node; "gpu:N" and "gres/gpu:N" are refused.
+         * --gres follows, each of its items with "gres:" before it, as sbatch does
+         * (gres_prepend_tres_type). */
+        size_t len = 0;
+        tres[0] = '\0';
+        if (job->gpus_per_node > 0)
+            len = (size_t)snprintf(tres, sizeof(tres), "gres:gpu:%d", job->gpus_per_node);
+        for (const char *p = job->gres; p && *p && len < sizeof(tres);) {
+            size_t n = strcspn(p, ",");
+            bool prefixed = n >= 5 && !strncmp(p, "gres:", 5);
+            len += (size_t)snprintf(tres + len, sizeof(tres) - len, "%s%s%.*s", len ? "," : "",
+                                    prefixed ? "" : "gres:", (int)n, p);
+            p += n + (p[n] == ',');
+        }
         d->tres_per_node = tres;
     }
     if (job->time_limit_min > 0)
@@ -360,7 +435,8 @@ void slurmlib_fill_desc(const struct sbatch_job *job, const char *script, char *
         d->warn_flags = KILL_JOB_BATCH; /* the "B:" of --signal: the batch shell only */
     }
     d->requeue = 0;
-    d->comment = (char *)SBATCH_COMMENT;
+    d->comment = (char *)sbatch_comment(job->comment, comment, sizeof(comment));
+    fill_scheduling(job, d);
 }
 
 static uint32_t env_count(char **env)
@@ -371,6 +447,32 @@ static uint32_t env_count(char **env)
         n++;
     return n;
 }
+
+/* What slurmctld's will-run check says of a value of sbatch's options, and the option whose
+ * value it is (a field of struct sbatch_job): the message names both. */
+static const struct {
+    int code;
+    const char *option;
+    size_t offset;
+} refusals[] = {
+    {ESLURM_INVALID_QOS, "qos", offsetof(struct sbatch_job, qos)},
+    {ESLURM_INVALID_FEATURE, "constraint", offsetof(struct sbatch_job, constraint)},
+    {ESLURM_INVALID_NODE_NAME, "nodelist", offsetof(struct sbatch_job, nodelist)},
+    {ESLURM_INVALID_NODE_NAME, "exclude", offsetof(struct sbatch_job, exclude)},
+    {ESLURM_RESERVATION_INVALID, "reservation", offsetof(struct sbatch_job, reservation)},
+    {ESLURM_RESERVATION_ACCESS, "reservation", offsetof(struct sbatch_job, reservation)},
+    {ESLURM_RESERVATION_NOT_USABLE, "reservation", offsetof(struct sbatch_job, reservation)},
+    {ESLURM_DEPENDENCY, "dependency", offsetof(struct sbatch_job, dependency)},
+    {ESLURM_INVALID_GRES, "gres", offsetof(struct sbatch_job, gres)},
+};
+
+/* The memory options' names, by enum sbatch_mem_per, for the refusal of a job that asks
+ * more than a node has. */
+static const char *const mem_options[] = {
+    [SBATCH_MEM_NODE] = "mem",
+    [SBATCH_MEM_CPU] = "mem-per-cpu",
+    [SBATCH_MEM_GPU] = "mem-per-gpu",
+};
 
 int slurmlib_check(const struct sbatch_job *job, const char *script, struct slurmlib_error *err)
 {
@@ -389,6 +491,12 @@ int slurmlib_check(const struct sbatch_job *job, const char *script, struct slur
         slurm_free_will_run_response_msg(resp);
     if (r == SLURM_SUCCESS)
         return 0;
+    for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
+        const char *v = *(const char *const *)((const char *)job + refusals[i].offset);
+        if (refusals[i].code == code && v)
+            return fail(err, -EINVAL, "--%s: '%s': %s", refusals[i].option, v,
+                        slurm_text(code, text, sizeof(text)));
+    }
     switch (code) {
     case ESLURM_INVALID_PARTITION_NAME:
         return fail(err, -EINVAL, "unknown partition '%s'", job->partition ? job->partition : "");
@@ -400,14 +508,21 @@ int slurmlib_check(const struct sbatch_job *job, const char *script, struct slur
     case ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE:
     case ESLURM_INVALID_NODE_COUNT:
     case ESLURM_NODES_BUSY:
-        if (code != ESLURM_NODES_BUSY)
+        if (code != ESLURM_NODES_BUSY) {
+            char mem[64] = "";
+            if (job->mem_per != SBATCH_MEM_NONE) {
+                char size[32];
+                sbatch_format_mem(size, sizeof(size), job->mem_mb);
+                snprintf(mem, sizeof(mem), ", --%s=%s", mem_options[job->mem_per], size);
+            }
             return fail(err, -EINVAL,
-                        "Slurm cannot give %d node%s with %d GPU%s and %d CPU%s each%s%s%s (%s)",
+                        "Slurm cannot give %d node%s with %d GPU%s and %d CPU%s each%s%s%s%s (%s)",
                         job->nodes, job->nodes == 1 ? "" : "s", job->gpus_per_node,
                         job->gpus_per_node == 1 ? "" : "s", job->cpus_per_task,
-                        job->cpus_per_task == 1 ? "" : "s", job->partition ? " in '" : "",
+                        job->cpus_per_task == 1 ? "" : "s", mem, job->partition ? " in '" : "",
                         job->partition ? job->partition : "", job->partition ? "'" : "",
                         slurm_text(code, text, sizeof(text)));
+        }
         return 0;
     default:
         if (code == SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT ||
@@ -440,6 +555,24 @@ int slurmlib_submit(const struct sbatch_job *job, const char *script, uint32_t *
     }
     *id = resp->job_id;
     slurm_free_submit_response_response_msg(resp);
+    return 0;
+}
+
+int slurmlib_parse_begin(const char *text, long long *t, struct slurmlib_error *err)
+{
+    time_t v;
+
+    /* parse_time() says what it could not read on stderr, in words of its own. */
+    guard_enter(CALL_TIMEOUT_S, true);
+    v = slurm_parse_time(text, 0);
+    guard_leave();
+    if (v == 0)
+        return fail(err, -EINVAL,
+                    "--begin: '%s' is not a time (sbatch's forms: HH:MM[:SS], now+N[minutes|"
+                    "hours|days|weeks], YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], today, "
+                    "tomorrow, midnight, noon)",
+                    text);
+    *t = (long long)v;
     return 0;
 }
 
@@ -581,7 +714,7 @@ int slurmlib_list(uint32_t uid, struct slurmlib_job **jobs, size_t *n, struct sl
     }
     for (uint32_t i = 0; i < msg->record_count; i++) {
         const slurm_job_info_t *j = &msg->job_array[i];
-        if (!j->comment || strcmp(j->comment, SBATCH_COMMENT))
+        if (!sbatch_is_gpurun_comment(j->comment))
             continue;
         if (copy_job(j, &out[k]) < 0) {
             slurmlib_job_release(&out[k]);

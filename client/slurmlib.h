@@ -53,7 +53,7 @@ struct slurmlib_job {
     int n_nodes;      /* allocated nodes; while pending, the nodes asked for */
     char *batch_host; /* the node that runs the batch script */
     char *std_out;    /* the batch output's path, patterns expanded */
-    char *comment;    /* SBATCH_COMMENT for gpurun's jobs */
+    char *comment;    /* SBATCH_COMMENT for gpurun's jobs, "gpurun: TEXT" with a --comment */
     enum slurmlib_state state;
     bool completing;     /* ended, but processes are still being cleaned up on its nodes */
     bool ended;          /* a final state and nothing left on the nodes */
@@ -97,15 +97,24 @@ struct job_descriptor; /* libslurm's job_desc_msg_t */
  * #SBATCH directives name, plus script (borrowed), env (borrowed, env_size entries: sbatch
  * passes its whole environment, and slurmctld refuses a batch job without one) and the
  * caller's uid and gid. Pointers in desc are borrowed from job, script and env, but for
- * tres_per_node, which points to this module's static storage until the next call. */
+ * tres_per_node, mem_per_tres and comment, which point to this module's static storage until
+ * the next call. */
 void slurmlib_fill_desc(const struct sbatch_job *job, const char *script, char **env,
                         uint32_t env_size, struct job_descriptor *desc);
 
 /* Asks slurmctld whether job could ever run (slurm_job_will_run2), without submitting it:
- * an unknown partition or account, more nodes or GPUs than exist, a time over the
- * partition's limit are refused here. Returns 0, or -EINVAL with err filled ("unknown
- * partition 'gpu'"), or another negative errno for a failed call. */
+ * an unknown partition or account, more nodes, GPUs or memory than exist, a time over the
+ * partition's limit, and a QOS, feature, node, reservation, dependency or GRES slurmctld
+ * refuses are refused here. Returns 0, or -EINVAL with err filled ("unknown partition 'gpu'",
+ * "--constraint: 'x': invalid feature specification"), or another negative errno for a
+ * failed call. */
 int slurmlib_check(const struct sbatch_job *job, const char *script, struct slurmlib_error *err);
+
+/* Reads a --begin value as sbatch does (libslurm's parse_time: "16:00", "now+1hour",
+ * "2030-01-31T08:00", "tomorrow"...; a time of day past today's is tomorrow's) into *t (a
+ * time_t). Returns 0, -EINVAL with err filled ("--begin: 'x' is not a time (...)"), or
+ * -ENOSYS without libslurm. */
+int slurmlib_parse_begin(const char *text, long long *t, struct slurmlib_error *err);
 
 /* Submits job with its script (slurm_submit_batch_job) and the environment of this process.
  * Returns 0 with *id set, or a negative errno with err filled. */
@@ -117,8 +126,9 @@ int slurmlib_submit(const struct sbatch_job *job, const char *script, uint32_t *
  * errno with err filled. */
 int slurmlib_load(uint32_t id, struct slurmlib_job *job, struct slurmlib_error *err);
 
-/* Loads the jobs of user uid that carry gpurun's comment, into *jobs (new array of *n; free
- * each with slurmlib_job_release, then the array). Returns 0 or a negative errno. */
+/* Loads the jobs of user uid that carry gpurun's comment (sbatch_is_gpurun_comment), into *jobs
+ * (new array of *n; free each with slurmlib_job_release, then the array). Returns 0 or a negative
+ * errno. */
 int slurmlib_list(uint32_t uid, struct slurmlib_job **jobs, size_t *n, struct slurmlib_error *err);
 
 /* Terminates job id as scancel does (slurm_kill_job with SIGKILL: Slurm sends SIGCONT and

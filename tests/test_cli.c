@@ -139,6 +139,13 @@ TEST(cli_args_defaults)
     CHECK_EQ(a.spec.preempt_all, 0);
     CHECK(a.signal.text == NULL);
     CHECK_EQ(a.signal.sig, 0);
+    /* None of sbatch's own options: Slurm's defaults. */
+    CHECK(!a.qos && !a.constraint && !a.dependency && !a.nodelist && !a.exclude && !a.reservation &&
+          !a.gres && !a.begin && !a.chdir && !a.comment && !a.mail_user);
+    CHECK_EQ(a.mem_per, SBATCH_MEM_NONE);
+    CHECK_EQ(a.exclusive, SBATCH_SHARED_DEFAULT);
+    CHECK(!a.hold && a.mail_type == 0);
+    CHECK(args_slurm_only_given(&a) == NULL);
     args_release(&a);
     jobspec_release(&def);
 }
@@ -218,6 +225,157 @@ TEST(cli_args_heartbeat_timeout)
     args_release(&a);
 }
 
+/* sbatch's options, with sbatch's spelling: long and short. */
+TEST(cli_args_sbatch_options)
+{
+    struct gpurun_args a;
+    struct args_error err;
+
+    CHECK_EQ(parse(&a, &err,
+                   WORDS("--qos", "high", "--mem-per-gpu", "80G", "--exclusive", "--constraint",
+                         "a100&ib", "--dependency=afterok:12:13", "--nodelist", "node[1-2]",
+                         "--exclude=node3", "--reservation", "maint", "--gres", "nvme:1", "--begin",
+                         "now+1hour", "--hold", "--chdir", "/tmp", "--comment", "my run",
+                         "--mail-type", "END,FAIL", "--mail-user", "me@x", "--", "true")),
+             0);
+    CHECK_STR(a.qos, "high");
+    CHECK_EQ(a.mem_per, SBATCH_MEM_GPU);
+    CHECK_EQ(a.mem_mb, 80 * 1024);
+    CHECK_EQ(a.exclusive, SBATCH_EXCLUSIVE);
+    CHECK_STR(a.constraint, "a100&ib");
+    CHECK_STR(a.dependency, "afterok:12:13");
+    CHECK_STR(a.nodelist, "node[1-2]");
+    CHECK_STR(a.exclude, "node3");
+    CHECK_STR(a.reservation, "maint");
+    CHECK_STR(a.gres, "nvme:1");
+    CHECK_STR(a.begin, "now+1hour");
+    CHECK(a.hold);
+    CHECK_STR(a.chdir, "/tmp");
+    CHECK_STR(a.comment, "my run");
+    CHECK_EQ(a.mail_type, SBATCH_MAIL_END | SBATCH_MAIL_FAIL);
+    CHECK_STR(a.mail_type_text, "END,FAIL");
+    CHECK_STR(a.mail_user, "me@x");
+    CHECK_STR(args_slurm_only_given(&a), "qos");
+    args_release(&a);
+
+    /* The short forms; -w is --nodelist for a run and --watch for status. */
+    CHECK_EQ(parse(&a, &err,
+                   WORDS("-q", "low", "-C", "ib", "-d", "singleton", "-w", "node1", "-xnode2", "-H",
+                         "-D", "/", "--exclusive=user", "--mem", "0", "--", "true")),
+             0);
+    CHECK_STR(a.qos, "low");
+    CHECK_STR(a.constraint, "ib");
+    CHECK_STR(a.dependency, "singleton");
+    CHECK_STR(a.nodelist, "node1");
+    CHECK_STR(a.exclude, "node2");
+    CHECK(a.hold && !a.watch);
+    CHECK_STR(a.chdir, "/");
+    CHECK_EQ(a.exclusive, SBATCH_EXCLUSIVE_USER);
+    CHECK_EQ(a.mem_per, SBATCH_MEM_NODE);
+    CHECK_EQ(a.mem_mb, 0);
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("status", "-w", "12")), 0);
+    CHECK(a.watch && !a.nodelist);
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("--mem-per-cpu=1536", "--exclusive=mcs", "--", "true")), 0);
+    CHECK_EQ(a.mem_per, SBATCH_MEM_CPU);
+    CHECK_EQ(a.mem_mb, 1536);
+    CHECK_EQ(a.exclusive, SBATCH_EXCLUSIVE_MCS);
+    CHECK(args_slurm_only_given(&a) != NULL);
+    args_release(&a);
+    /* Neither --chdir nor the rest of the local options is Slurm's alone. */
+    CHECK_EQ(parse(&a, &err, WORDS("--local", "-D", "/", "-N", "2", "--", "true")), 0);
+    CHECK(args_slurm_only_given(&a) == NULL);
+    args_release(&a);
+}
+
+/* The environment of args_apply_env's tests: NAME=VALUE words. */
+#define ENV(...) ((char *const[]){__VA_ARGS__, NULL})
+
+/* sbatch's input variables: where no flag gives the option, with the flag's checks, and
+ * errors that name the variable. */
+TEST(cli_args_sbatch_variables)
+{
+    struct gpurun_args a;
+    struct args_error err;
+
+    CHECK_EQ(parse(&a, &err, WORDS("-p", "gpu", "--", "true")), 0);
+    CHECK_EQ(args_apply_env(
+                 &a,
+                 ENV("SBATCH_PARTITION=nope", "SBATCH_ACCOUNT=proj", "SBATCH_QOS=high",
+                     "SBATCH_TIMELIMIT=1:30:00", "SBATCH_EXCLUSIVE=user", "SBATCH_CONSTRAINT=ib",
+                     "SBATCH_RESERVATION=maint", "SBATCH_GRES=nvme:1", "SBATCH_MEM_PER_CPU=2G",
+                     "SBATCH_JOB_NAME=envname", "SBATCH_CPUS_PER_GPU=4", "SBATCH_GPUS_PER_NODE=2",
+                     "SBATCH_OUTPUT=o.txt", "SBATCH_SIGNAL=B:USR2@90", "SBATCH_WAIT=0",
+                     "SBATCH_HOLD=1", "SBATCH_PARTITIONS=x", "XSBATCH_QOS=y"),
+                 &err),
+             0);
+    CHECK_STR(a.partition, "gpu"); /* the flag beats the variable */
+    CHECK_STR(a.account, "proj");
+    CHECK_STR(a.qos, "high");
+    CHECK_EQ(a.time_limit_s, 5400);
+    CHECK_EQ(a.exclusive, SBATCH_EXCLUSIVE_USER);
+    CHECK_STR(a.constraint, "ib");
+    CHECK_STR(a.reservation, "maint");
+    CHECK_STR(a.gres, "nvme:1");
+    CHECK_EQ(a.mem_per, SBATCH_MEM_CPU);
+    CHECK_EQ(a.mem_mb, 2048);
+    CHECK_STR(a.job_name, "envname");
+    CHECK_EQ(a.cpus_per_gpu, 4);
+    CHECK_EQ(a.spec.nprocs, 2);
+    CHECK_STR(a.output, "o.txt");
+    CHECK_EQ(a.signal.sig, SIGUSR2);
+    CHECK_EQ(a.signal.time_s, 90);
+    CHECK(a.wait);  /* a flag's variable sets it whatever its value, as sbatch's does */
+    CHECK(!a.hold); /* sbatch documents no SBATCH_HOLD */
+    /* A variable counts as given: it beats a train.cfg's [job] value. */
+    CHECK(args_given(&a, "time") && args_given(&a, "account") && args_given(&a, "job-name"));
+    CHECK(!args_given(&a, "nodes"));
+    args_release(&a);
+
+    /* A memory flag beats every memory variable; two memory variables exclude each other. */
+    CHECK_EQ(parse(&a, &err, WORDS("--mem", "4G", "--", "true")), 0);
+    CHECK_EQ(args_apply_env(&a, ENV("SBATCH_MEM_PER_GPU=1G", "SBATCH_MEM_PER_CPU=1G"), &err), 0);
+    CHECK_EQ(a.mem_per, SBATCH_MEM_NODE);
+    CHECK_EQ(a.mem_mb, 4096);
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("--", "true")), 0);
+    CHECK_EQ(args_apply_env(&a, ENV("SBATCH_MEM_PER_NODE=1G", "SBATCH_MEM_PER_GPU=1G"), &err),
+             -EINVAL);
+    CHECK_STR(err.text, "SBATCH_MEM_PER_GPU and SBATCH_MEM_PER_NODE are mutually exclusive (give "
+                        "one, or --mem, --mem-per-cpu or --mem-per-gpu)");
+    args_release(&a);
+
+    {
+        static const struct {
+            const char *var, *msg;
+        } bad[] = {
+            {"SBATCH_MEM_PER_NODE=10X", "SBATCH_MEM_PER_NODE: '10X' is not a size (a whole "
+                                        "number and K, M, G or T; M by default)"},
+            {"SBATCH_TIMELIMIT=soon", "SBATCH_TIMELIMIT: 'soon' is not a time (minutes, MM:SS, "
+                                      "HH:MM:SS or D-HH[:MM[:SS]])"},
+            {"SBATCH_PARTITION=", "SBATCH_PARTITION: empty value"},
+            {"SBATCH_EXCLUSIVE=1", "SBATCH_EXCLUSIVE: '1' is not exclusive, user or mcs"},
+            {"SBATCH_GRES=gpu:2", "SBATCH_GRES: 'gpu:2': the GPUs are --gpus-per-node's (or "
+                                  "--no-gpus)"},
+            {"SBATCH_GPUS_PER_NODE=a100:2", "SBATCH_GPUS_PER_NODE: 'a100:2' is not a number"},
+            {"SBATCH_SIGNAL=FOO", "SBATCH_SIGNAL: 'FOO' is not a signal (a number 1..64, or a "
+                                  "name such as USR1 or SIGUSR1)"},
+            {"SBATCH_ARRAY_INX=0-3",
+             "SBATCH_ARRAY_INX: '0-3' is refused: a gpurun job is one rendezvous of all its "
+             "ranks, not an array of jobs; submit one gpurun per task instead (a shell loop, "
+             "each with --export TASK=N)"},
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            CHECK_EQ(parse(&a, &err, WORDS("--", "true")), 0);
+            if (args_apply_env(&a, ENV((char *)bad[i].var), &err) != -EINVAL)
+                test_fail(__FILE__, __LINE__, "'%s' taken", bad[i].var);
+            CHECK_STR(err.text, bad[i].msg);
+            args_release(&a);
+        }
+    }
+}
+
 struct bad_case {
     const char *const *words;
     const char *msg;
@@ -237,7 +395,7 @@ TEST(cli_args_refused_with_messages)
         {WORDS("--gpus-per-node", "1025"), "--gpus-per-node: must be 1..1024"},
         {WORDS("--frob"), "unknown option '--frob' (see 'gpurun --help')"},
         {WORDS("--frob=1"), "unknown option '--frob' (see 'gpurun --help')"},
-        {WORDS("-x"), "unknown option '-x' (see 'gpurun --help')"},
+        {WORDS("-Z"), "unknown option '-Z' (see 'gpurun --help')"},
         {WORDS("--nod", "2"), "unknown option '--nod' (see 'gpurun --help')"},
         {WORDS("--nodes"), "option '--nodes' needs a value"},
         {WORDS("-J", "--", "true"), "option '--job-name' needs a value"},
@@ -345,6 +503,40 @@ TEST(cli_args_refused_with_messages)
                                    "such as USR1 or SIGUSR1)"},
         {WORDS("status", "--signal", "USR1"),
          "option '--signal' does not apply to 'status' (see 'gpurun status --help')"},
+        /* sbatch's options: the value named, with sbatch's reasons. */
+        {WORDS("--mem", "10X", "--", "true"),
+         "--mem: '10X' is not a size (a whole number and K, M, G or T; M by default)"},
+        {WORDS("--mem-per-gpu=1.5G"),
+         "--mem-per-gpu: '1.5G' is not a size (a whole number and K, M, G or T; M by default)"},
+        {WORDS("--mem-per-cpu", "99999999999999999999"),
+         "--mem-per-cpu: '99999999999999999999' is more memory than Slurm counts"},
+        {WORDS("--mem", "1G", "--mem-per-cpu", "1G", "--", "true"),
+         "--mem, --mem-per-cpu and --mem-per-gpu are mutually exclusive"},
+        {WORDS("--exclusive=all"), "--exclusive: 'all' is not exclusive, user or mcs"},
+        {WORDS("--dependency", "foo"),
+         "--dependency: 'foo': 'foo' is not after, afterany, afterburstbuffer, aftercorr, "
+         "afternotok, afterok or singleton"},
+        {WORDS("-d", "afterok:x"), "--dependency: 'afterok:x': 'x' is not a job id"},
+        {WORDS("--gres", "gpu:2"),
+         "--gres: 'gpu:2': the GPUs are --gpus-per-node's (or --no-gpus)"},
+        {WORDS("--mail-type", "END,sometimes"),
+         "--mail-type: 'sometimes' is not a mail type (BEGIN, END, FAIL, REQUEUE, ALL, "
+         "TIME_LIMIT[_90|_80|_50], INVALID_DEPEND, STAGE_OUT, ARRAY_TASKS or NONE)"},
+        {WORDS("--hold=yes"), "option '--hold' takes no value"},
+        {WORDS("--qos", ""), "--qos: empty value"},
+        {WORDS("-C", "--hold"), "option '--constraint' needs a value, and '--hold' looks like an "
+                                "option (for a value that starts with '-', write "
+                                "--constraint=--hold)"},
+        {WORDS("--array", "0-3", "--", "true"),
+         "--array: '0-3' is refused: a gpurun job is one rendezvous of all its ranks, not an "
+         "array of jobs; submit one gpurun per task instead (a shell loop, each with --export "
+         "TASK=N)"},
+        {WORDS("-a", "1"), "--array: '1' is refused: a gpurun job is one rendezvous of all its "
+                           "ranks, not an array of jobs; submit one gpurun per task instead (a "
+                           "shell loop, each with --export TASK=N)"},
+        {WORDS("status", "--mem", "1G"),
+         "option '--mem' does not apply to 'status' (see 'gpurun status --help')"},
+        {WORDS("--quos", "x"), "unknown option '--quos'; did you mean '--qos'?"},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -679,6 +871,29 @@ TEST(cli_args_usage_lists_the_rows)
     CHECK_CONTAINS(buf, "--nnodes N               same as --nodes");
     CHECK_CONTAINS(buf, "--standalone");
     CHECK_CONTAINS(buf, "--rdzv-endpoint");
+    /* sbatch's options and variables. */
+    CHECK_CONTAINS(buf, "-q, --qos QOS");
+    CHECK_CONTAINS(buf, "    --mem SIZE");
+    CHECK_CONTAINS(buf, "    --mem-per-gpu SIZE");
+    CHECK_CONTAINS(buf, "    --mem-per-cpu SIZE");
+    CHECK_CONTAINS(buf, "    --exclusive[=user|mcs]");
+    CHECK_CONTAINS(buf, "-C, --constraint LIST");
+    CHECK_CONTAINS(buf, "-d, --dependency LIST");
+    CHECK_CONTAINS(buf, "-w, --nodelist NODES");
+    CHECK_CONTAINS(buf, "-x, --exclude NODES");
+    CHECK_CONTAINS(buf, "    --reservation NAME");
+    CHECK_CONTAINS(buf, "    --gres LIST");
+    CHECK_CONTAINS(buf, "    --begin TIME");
+    CHECK_CONTAINS(buf, "-H, --hold");
+    CHECK_CONTAINS(buf, "-D, --chdir DIR");
+    CHECK_CONTAINS(buf, "    --comment TEXT");
+    CHECK_CONTAINS(buf, "    --mail-type TYPES");
+    CHECK_CONTAINS(buf, "    --mail-user USER");
+    CHECK_CONTAINS(buf, "-a, --array INDEXES");
+    CHECK_CONTAINS(buf, "\n  SBATCH_PARTITION             --partition\n");
+    CHECK_CONTAINS(buf, "\n  SBATCH_MEM_PER_NODE          --mem\n");
+    CHECK_CONTAINS(buf, "flag >\nvariable > train.cfg [job] > default");
+    CHECK(!strstr(buf, "-w, --watch"));
     CHECK(!strstr(buf, "--rank"));
     CHECK(!strstr(buf, "--json"));
     free(buf);

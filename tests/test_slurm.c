@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -52,6 +53,30 @@ static struct sbatch_job full_job(void)
                                .log_level = "warn",
                                .spec_json = SPEC,
                                .argv = ARGV};
+}
+
+/* full_job() with every one of sbatch's scheduling options. */
+static struct sbatch_job sched_job(void)
+{
+    struct sbatch_job job = full_job();
+
+    job.qos = "high";
+    job.mem_per = SBATCH_MEM_GPU;
+    job.mem_mb = 80 * 1024;
+    job.exclusive = SBATCH_EXCLUSIVE;
+    job.constraint = "a100&ib";
+    job.nodelist = "node[1-2]";
+    job.exclude = "node3";
+    job.reservation = "maint";
+    job.gres = "nvme:1,gres:tmp:ssd:2";
+    job.dependency = "afterok:12:13,afterany:14";
+    job.begin = "2030-01-02T03:04:05"; /* begin_time: slurmlib_parse_begin's */
+    job.hold = true;
+    job.comment = "ablation 3, lr 3e-4";
+    job.mail_type = SBATCH_MAIL_END | SBATCH_MAIL_FAIL | SBATCH_MAIL_TIME90;
+    job.mail_type_text = "END,fail,TIME_LIMIT_90";
+    job.mail_user = "me@example.org";
+    return job;
 }
 
 static char *render_ok(const struct sbatch_job *job)
@@ -160,6 +185,152 @@ TEST(slurm_script_directives_and_body)
     free(text);
 }
 
+/* sbatch's scheduling options: one directive each, where sbatch reads them. */
+TEST(slurm_script_sbatch_options)
+{
+    struct sbatch_job job = sched_job();
+    char *text = render_ok(&job);
+
+    CHECK_CONTAINS(text, "\n#SBATCH --account=proj\n#SBATCH --mem-per-gpu=80G\n"
+                         "#SBATCH --exclusive\n#SBATCH --qos=high\n#SBATCH --constraint=a100&ib\n"
+                         "#SBATCH --nodelist=node[1-2]\n#SBATCH --exclude=node3\n"
+                         "#SBATCH --reservation=maint\n#SBATCH --gres=nvme:1,gres:tmp:ssd:2\n"
+                         "#SBATCH --dependency=afterok:12:13,afterany:14\n"
+                         "#SBATCH --begin=2030-01-02T03:04:05\n#SBATCH --hold\n#SBATCH --output=");
+    CHECK_CONTAINS(text,
+                   "\n#SBATCH --no-requeue\n#SBATCH --comment=\"gpurun: ablation 3, lr 3e-4\"\n"
+                   "#SBATCH --mail-type=END,fail,TIME_LIMIT_90\n"
+                   "#SBATCH --mail-user=me@example.org\n#\n");
+    free(text);
+    /* A comment that cannot be a directive is refused, named as the user gave it. */
+    job.comment = "say \"hi\"";
+    CHECK_EQ(sbatch_render(&job, &text, &(struct sbatch_error){{0}}), -EINVAL);
+}
+
+TEST(slurm_memory_sizes)
+{
+    static const struct {
+        const char *text;
+        unsigned long long mb;
+    } good[] = {
+        {"0", 0},     {"100", 100}, {"100M", 100}, {"100mb", 100},  {"1K", 1},
+        {"1025k", 2}, {"2G", 2048}, {"2gB", 2048}, {"1T", 1 << 20}, {"1536M", 1536},
+    };
+    static const char *const bad[] = {"",   "M",   "10X",  "1.5G", "-1",
+                                      " 1", "1G ", "1GBB", "1KM",  "G1"};
+    unsigned long long mb;
+    char buf[32];
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        mb = 12345;
+        if (sbatch_parse_mem(good[i].text, &mb) != 0 || mb != good[i].mb)
+            test_fail(__FILE__, __LINE__, "'%s': %llu MiB, not %llu", good[i].text, mb, good[i].mb);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (sbatch_parse_mem(bad[i], &mb) != -EINVAL)
+            test_fail(__FILE__, __LINE__, "'%s' taken as a size", bad[i]);
+    CHECK_EQ(sbatch_parse_mem("99999999999999999999", &mb), -ERANGE);
+    CHECK_EQ(sbatch_parse_mem("9999999999999T", &mb), -ERANGE);
+    sbatch_format_mem(buf, sizeof(buf), 80 * 1024);
+    CHECK_STR(buf, "80G");
+    sbatch_format_mem(buf, sizeof(buf), 1536);
+    CHECK_STR(buf, "1536M");
+    sbatch_format_mem(buf, sizeof(buf), 3 << 20);
+    CHECK_STR(buf, "3T");
+    sbatch_format_mem(buf, sizeof(buf), 0);
+    CHECK_STR(buf, "0M");
+}
+
+TEST(slurm_mail_types_dependencies_gres_comments)
+{
+    static const char *const deps_ok[] = {
+        "afterok:12",     "afterok:12:13",      "after:5+10",           "afterany:7_3",
+        "afternotok:7_*", "singleton",          "afterok:1,afterany:2", "afterok:1?afternotok:2",
+        "aftercorr:9",    "afterburstbuffer:4",
+    };
+    static const struct {
+        const char *text, *why;
+    } deps_bad[] = {
+        {"foo", "'foo' is not after, afterany, afterburstbuffer, aftercorr, afternotok, afterok "
+                "or singleton"},
+        {"afterok", "'afterok' needs a job id (afterok:ID)"},
+        {"afterok:", "'' is not a job id"},
+        {"afterok:12x", "'12x' is not a job id"},
+        {"afterok:12+5", "'12+5' is not a job id"},
+        {"singleton:3", "'singleton' takes no job id"},
+        {"afterok:1,afterany:2?after:3", "',' (all of) and '?' (any of) cannot be mixed"},
+        {"afterok:1,", "'' is not after, afterany, afterburstbuffer, aftercorr, afternotok, "
+                       "afterok or singleton"},
+    };
+    char why[160], bad[32];
+    int r;
+
+    for (size_t i = 0; i < sizeof(deps_ok) / sizeof(deps_ok[0]); i++)
+        if (sbatch_check_dependency(deps_ok[i], why, sizeof(why)) != 0)
+            test_fail(__FILE__, __LINE__, "'%s' refused: %s", deps_ok[i], why);
+    for (size_t i = 0; i < sizeof(deps_bad) / sizeof(deps_bad[0]); i++) {
+        why[0] = '\0';
+        CHECK_EQ(sbatch_check_dependency(deps_bad[i].text, why, sizeof(why)), -EINVAL);
+        CHECK_STR(why, deps_bad[i].why);
+    }
+
+    CHECK_EQ(sbatch_parse_mail_type("END", bad, sizeof(bad)), (int)SBATCH_MAIL_END);
+    CHECK_EQ(sbatch_parse_mail_type("begin,Fail", bad, sizeof(bad)),
+             (int)(SBATCH_MAIL_BEGIN | SBATCH_MAIL_FAIL));
+    r = sbatch_parse_mail_type("ALL", bad, sizeof(bad));
+    CHECK_EQ(r, (int)(SBATCH_MAIL_BEGIN | SBATCH_MAIL_END | SBATCH_MAIL_FAIL | SBATCH_MAIL_REQUEUE |
+                      SBATCH_MAIL_STAGE_OUT | SBATCH_MAIL_INVALID_DEPEND));
+    CHECK_EQ(sbatch_parse_mail_type("NONE", bad, sizeof(bad)), 0);
+    CHECK_EQ(sbatch_parse_mail_type("END,sometimes", bad, sizeof(bad)), -EINVAL);
+    CHECK_STR(bad, "sometimes");
+    CHECK_EQ(sbatch_parse_mail_type("END,", bad, sizeof(bad)), -EINVAL);
+    CHECK_STR(bad, "");
+
+    CHECK_EQ(sbatch_check_gres("nvme:1", why, sizeof(why)), 0);
+    CHECK_EQ(sbatch_check_gres("gres:tmp:ssd:2,nvme", why, sizeof(why)), 0);
+    CHECK_EQ(sbatch_check_gres("gpu:2", why, sizeof(why)), -EINVAL);
+    CHECK_STR(why, "the GPUs are --gpus-per-node's (or --no-gpus)");
+    CHECK_EQ(sbatch_check_gres("nvme:1,gres/gpu:a100:1", why, sizeof(why)), -EINVAL);
+    CHECK_EQ(sbatch_check_gres("nvme:1,", why, sizeof(why)), -EINVAL);
+    CHECK_STR(why, "an item without a name ('')");
+    CHECK_EQ(sbatch_check_gres(":1", why, sizeof(why)), -EINVAL);
+
+    CHECK_STR(sbatch_comment(NULL, why, sizeof(why)), "gpurun");
+    CHECK_STR(sbatch_comment("my run", why, sizeof(why)), "gpurun: my run");
+    CHECK(sbatch_is_gpurun_comment("gpurun") && sbatch_is_gpurun_comment("gpurun: my run"));
+    CHECK(!sbatch_is_gpurun_comment(NULL) && !sbatch_is_gpurun_comment("gpurunner") &&
+          !sbatch_is_gpurun_comment("gpurun:x") && !sbatch_is_gpurun_comment("my gpurun"));
+}
+
+#ifndef GPURUN_NO_LIBSLURM
+/* --begin through sbatch's own parser. */
+TEST(slurm_begin_times)
+{
+    struct slurmlib_error err;
+    long long t = 0, now = (long long)time(NULL);
+    struct tm tm = {.tm_year = 130,
+                    .tm_mon = 0,
+                    .tm_mday = 2,
+                    .tm_hour = 3,
+                    .tm_min = 4,
+                    .tm_sec = 5,
+                    .tm_isdst = -1};
+
+    CHECK_EQ(slurmlib_parse_begin("2030-01-02T03:04:05", &t, &err), 0);
+    CHECK_EQ(t, (long long)mktime(&tm));
+    CHECK_EQ(slurmlib_parse_begin("now+1hour", &t, &err), 0);
+    CHECK(t >= now + 3600 && t <= now + 3600 + 60);
+    CHECK_EQ(slurmlib_parse_begin("now+90", &t, &err), 0);
+    CHECK(t >= now + 90 && t <= now + 90 + 60);
+    CHECK_EQ(slurmlib_parse_begin("tomorrow", &t, &err), 0);
+    CHECK(t > now);
+    CHECK_EQ(slurmlib_parse_begin("yesterday-ish", &t, &err), -EINVAL);
+    CHECK_CONTAINS(err.text, "--begin: 'yesterday-ish' is not a time (sbatch's forms: ");
+    CHECK_EQ(slurmlib_parse_begin("", &t, &err), -EINVAL);
+    CHECK_EQ(slurmlib_parse_begin("now+1fortnight", &t, &err), -EINVAL);
+}
+#endif
+
 TEST(slurm_script_refusals)
 {
     struct sbatch_job job = full_job();
@@ -226,7 +397,10 @@ TEST(slurm_desc_matches_the_directives)
 {
     struct sbatch_job job = full_job();
     char *env[] = {(char *)"A=1", (char *)"B=2", NULL};
-    char *text = render_ok(&job), buf[256], tres[64];
+    char *text = render_ok(&job), buf[256], tres[64], bad[32];
+    struct slurmlib_error serr;
+    unsigned long long mb;
+    long long t;
     job_desc_msg_t d;
 
     slurmlib_fill_desc(&job, text, env, 2, &d);
@@ -257,6 +431,69 @@ TEST(slurm_desc_matches_the_directives)
     CHECK_EQ(d.group_id, getgid());
     free(text);
 
+    /* sbatch's scheduling options, each one directive and one field. */
+    job = sched_job();
+    CHECK_EQ(slurmlib_parse_begin(job.begin, &job.begin_time, &serr), 0);
+    text = render_ok(&job);
+    slurmlib_fill_desc(&job, text, env, 2, &d);
+    CHECK_STR(d.qos, directive(text, "qos", buf, sizeof(buf)));
+    CHECK_EQ(sbatch_parse_mem(directive(text, "mem-per-gpu", buf, sizeof(buf)), &mb), 0);
+    snprintf(tres, sizeof(tres), "gres:gpu:%llu", mb);
+    CHECK_STR(d.mem_per_tres, tres);
+    CHECK_EQ(mb, 80 * 1024);
+    CHECK(strstr(text, "\n#SBATCH --exclusive\n") && d.shared == JOB_SHARED_NONE);
+    CHECK_STR(d.features, directive(text, "constraint", buf, sizeof(buf)));
+    CHECK_STR(d.req_nodes, directive(text, "nodelist", buf, sizeof(buf)));
+    CHECK_STR(d.exc_nodes, directive(text, "exclude", buf, sizeof(buf)));
+    CHECK_STR(d.reservation, directive(text, "reservation", buf, sizeof(buf)));
+    /* The GPUs, then each --gres item with "gres:" before it (sbatch's
+     * gres_prepend_tres_type). */
+    CHECK_STR(directive(text, "gres", buf, sizeof(buf)), "nvme:1,gres:tmp:ssd:2");
+    CHECK_STR(d.tres_per_node, "gres:gpu:4,gres:nvme:1,gres:tmp:ssd:2");
+    CHECK_STR(d.dependency, directive(text, "dependency", buf, sizeof(buf)));
+    CHECK_EQ(slurmlib_parse_begin(directive(text, "begin", buf, sizeof(buf)), &t, &serr), 0);
+    CHECK_EQ(d.begin_time, (time_t)t);
+    CHECK(strstr(text, "\n#SBATCH --hold\n") && d.priority == 0);
+    CHECK_STR(d.comment, directive(text, "comment", buf, sizeof(buf)));
+    CHECK_STR(d.comment, "gpurun: ablation 3, lr 3e-4");
+    CHECK_EQ(d.mail_type, (unsigned)sbatch_parse_mail_type(
+                              directive(text, "mail-type", buf, sizeof(buf)), bad, sizeof(bad)));
+    CHECK_EQ(d.mail_type, MAIL_JOB_END | MAIL_JOB_FAIL | MAIL_JOB_TIME90);
+    CHECK_STR(d.mail_user, directive(text, "mail-user", buf, sizeof(buf)));
+    free(text);
+
+    /* The other memory options, and --exclusive's other forms. */
+    job.mem_per = SBATCH_MEM_NODE;
+    job.mem_mb = 1536;
+    job.exclusive = SBATCH_EXCLUSIVE_USER;
+    job.gres = NULL;
+    text = render_ok(&job);
+    slurmlib_fill_desc(&job, text, env, 2, &d);
+    CHECK_EQ(sbatch_parse_mem(directive(text, "mem", buf, sizeof(buf)), &mb), 0);
+    CHECK_EQ(d.pn_min_memory, mb);
+    CHECK_EQ(mb, 1536);
+    CHECK(d.mem_per_tres == NULL);
+    CHECK_STR(directive(text, "exclusive", buf, sizeof(buf)), "user");
+    CHECK_EQ(d.shared, JOB_SHARED_USER);
+    CHECK_STR(d.tres_per_node, "gres:gpu:4");
+    free(text);
+    job.mem_per = SBATCH_MEM_CPU;
+    job.mem_mb = 2048;
+    job.exclusive = SBATCH_EXCLUSIVE_MCS;
+    text = render_ok(&job);
+    slurmlib_fill_desc(&job, text, env, 2, &d);
+    CHECK_EQ(sbatch_parse_mem(directive(text, "mem-per-cpu", buf, sizeof(buf)), &mb), 0);
+    CHECK_STR(buf, "2G");
+    CHECK_EQ(d.pn_min_memory, mb | MEM_PER_CPU);
+    CHECK_EQ(d.shared, JOB_SHARED_MCS);
+    free(text);
+    /* --gres without GPUs. */
+    job.gpus_per_node = 0;
+    job.gres = "gres:nvme:2";
+    slurmlib_fill_desc(&job, "#!/bin/bash\n", env, 2, &d);
+    CHECK_STR(d.tres_per_node, "gres:nvme:2");
+    job = full_job();
+
     /* No GPUs, no limit, no signal: slurm_init_job_desc_msg's "unset" stays. */
     job.gpus_per_node = 0;
     job.time_limit_min = 0;
@@ -270,6 +507,15 @@ TEST(slurm_desc_matches_the_directives)
         slurm_init_job_desc_msg(&fresh);
         CHECK_EQ(d.warn_signal, fresh.warn_signal);
         CHECK_EQ(d.warn_time, fresh.warn_time);
+        /* None of sbatch's scheduling options: Slurm's defaults. */
+        CHECK_EQ(d.pn_min_memory, fresh.pn_min_memory);
+        CHECK_EQ(d.shared, fresh.shared);
+        CHECK_EQ(d.priority, fresh.priority);
+        CHECK_EQ(d.begin_time, fresh.begin_time);
+        CHECK_EQ(d.mail_type, fresh.mail_type);
+        CHECK(!d.qos && !d.mem_per_tres && !d.features && !d.dependency && !d.req_nodes &&
+              !d.exc_nodes && !d.reservation && !d.mail_user);
+        CHECK_STR(d.comment, "gpurun");
     }
     CHECK(d.partition == NULL);
 }
