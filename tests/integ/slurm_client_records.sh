@@ -12,7 +12,8 @@ set -euo pipefail
 # daemon_pid ID NODE: the pid of node NODE's rendezvousd of job ID (its SLURM_NODEID).
 daemon_pid() {
     local p
-    for p in $(pgrep -f "rendezvousd --job-dir $GPURUN_JOBS/$1 "); do
+    # The daemon's own command line starts with its path; srun's names it further on.
+    for p in $(pgrep -f "^[^ ]*rendezvousd --job-dir $GPURUN_JOBS/$1 "); do
         if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_NODEID=$2"; then
             echo "$p"
             return 0
