@@ -137,8 +137,10 @@ static void merge_sift(struct merge_src **h, int n, int i)
 }
 
 /* Prints every rank's lines in the order they were written, each prefixed "[N] ", from the
- * logs and their indexes (logidx.h). Returns 0; -ENOENT, having printed nothing, when a rank
- * has no index (a job dir from before them); or another negative errno with err filled. */
+ * logs and their indexes (logidx.h), holding every rank's two files open at once. Returns 0;
+ * 1, having printed nothing, when that cannot be done (a rank without an index, from before
+ * them; more ranks than this process may open files for); or a negative errno with err
+ * filled. */
 static int merge_logs(FILE *out, const char *dir, const int *ranks, int nranks,
                       struct logs_error *err)
 {
@@ -155,18 +157,16 @@ static int merge_logs(FILE *out, const char *dir, const int *ranks, int nranks,
         src[i].rank = ranks[i];
         snprintf(path, sizeof(path), "%s/rank-%d.idx", dir, ranks[i]);
         src[i].idx = fopen(path, "re");
-        if (!src[i].idx) {
-            ret = errno == ENOENT
-                      ? -ENOENT
-                      : fail(err, -errno, "cannot open '%s': %s", path, uv_strerror(-errno));
-            break;
+        if (src[i].idx) {
+            snprintf(path, sizeof(path), "%s/rank-%d.log", dir, ranks[i]);
+            src[i].log = fopen(path, "re");
         }
-        snprintf(path, sizeof(path), "%s/rank-%d.log", dir, ranks[i]);
-        src[i].log = fopen(path, "re");
-        if (!src[i].log)
-            ret = fail(err, -errno, "cannot open '%s': %s", path, uv_strerror(-errno));
+        if (!src[i].idx || !src[i].log)
+            ret = errno == ENOENT || errno == EMFILE || errno == ENFILE
+                      ? 1
+                      : fail(err, -errno, "cannot open '%s': %s", path, uv_strerror(-errno));
     }
-    if (ret < 0)
+    if (ret != 0)
         goto out;
     for (int i = 0; i < nranks; i++) {
         merge_next(&src[i]);
@@ -244,9 +244,9 @@ int logs_print(FILE *out, const char *job_dir, int rank, struct logs_error *err)
     }
     qsort(ranks, (size_t)nranks, sizeof(*ranks), cmp_int);
     ret = merge_logs(out, dir, ranks, nranks, err);
-    if (ret != -ENOENT)
+    if (ret <= 0)
         goto out;
-    /* A job dir from before the indexes: rank by rank. */
+    /* A job dir from before the indexes, or too many ranks to open at once: rank by rank. */
     for (int i = 0; i < nranks; i++) {
         snprintf(path, sizeof(path), "%s/rank-%d.log", dir, ranks[i]);
         snprintf(prefix, sizeof(prefix), "[%d] ", ranks[i]);

@@ -1224,10 +1224,11 @@ static void clean_one(const struct gpurun_args *args, const char *root, const ch
     snprintf(file, sizeof(file), "%s/summary.json", path);
     has_summary = stat(file, &sum) == 0;
     /* A Slurm job without a summary may still run: only slurmctld can say it has ended (or
-     * forgotten it, which it does only after the end). */
-    if (slurmlib_parse_id(name, &id) == 0 && !has_summary) {
+     * forgotten it, which it does only after the end). With a summary its batch script may
+     * still be finishing: where slurmctld answers, its word decides too. */
+    if (slurmlib_parse_id(name, &id) == 0 && (slurm_ok || !has_summary)) {
         r = slurm_ok ? slurmlib_load(id, &job, &err) : -EAGAIN;
-        if (r < 0 && r != -ENOENT) {
+        if (r < 0 && r != -ENOENT && !has_summary) {
             t->kept_unknown++;
             return;
         }

@@ -64,6 +64,9 @@
 /* How often the node's metrics file is rewritten (--metrics-dir): node_exporter's scrapes
  * come every 15 s or so, and a rewrite costs one small file. */
 #define METRICS_INTERVAL_MS 5000
+/* Writes to a rank log this close together share one index record (log_append): the order of
+ * lines across ranks is then known to this precision. */
+#define INDEX_COALESCE_MS   20
 /* Per-rank secret: 128 bits, shown to the rank in GPURUN_TOKEN. */
 #define TOKEN_BYTES         16
 
@@ -122,6 +125,8 @@ struct arank {
     int logfd;
     int idxfd;       /* logs/rank-N.idx: when each stretch of the log was written (open_log) */
     int64_t log_off; /* the log's size: where the next write lands */
+    int64_t idx_ms;  /* the index record not yet written: the time of its first write, 0:
+                      * none; it covers the log up to log_off */
     int alive_fd;    /* write end of its shim's heartbeat pipe (shim.h), or -1 */
     char token[2 * TOKEN_BYTES + 1];
     int64_t step, total_steps;
@@ -180,6 +185,7 @@ struct agent {
     int64_t t_start, teardown_ms, last_flush_ms, next_connect_ms;
     int64_t capture_until;              /* AG_CAPTURE's deadline */
     int64_t next_metrics_ms;            /* when the metrics file is next written */
+    int64_t join_ms;                    /* when the join was sent (AG_JOINING) */
     bool metrics_warned;                /* "cannot write metrics" was said once */
     struct stack_tool *tools;           /* stack tools started, until their handles close */
     char capture_cause[PROTO_TAIL_MAX]; /* the leader's abort cause, for the teardown after */
@@ -360,29 +366,50 @@ static void output_close(struct agent *a)
  * PIPE_BUF bytes, so lines of ranks and of other daemons sharing the terminal or pipe never
  * interleave inside a line. */
 _Static_assert(LINE_MAX_LEN + 32 <= OUTBUF_LINE_MAX, "a labelled line must fit one write");
-/* Appends n bytes to the rank's log, and to its index a record of the log's new size and
- * the time (logs/rank-N.idx, struct log_index_record: what `gpurun logs` merges the ranks'
- * lines by). Returns 0, or -1 with errno set when the log could not take it all. */
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Writes the rank's pending index record: the log up to log_off, written from idx_ms on. An
+ * index that cannot be written is given up (gpurun logs then prints rank by rank). */
+static void index_flush(struct arank *r)
+{
+    struct log_index_record rec = {.end = r->log_off, .unix_ms = r->idx_ms};
+
+    if (!r->idx_ms)
+        return;
+    r->idx_ms = 0;
+    if (r->idxfd >= 0 && write(r->idxfd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec)) {
+        close(r->idxfd);
+        r->idxfd = -1;
+    }
+}
+
+/* Appends n bytes to the rank's log and notes them in its index (logs/rank-N.idx, struct
+ * log_index_record: what `gpurun logs` merges the ranks' lines by). Writes within
+ * INDEX_COALESCE_MS of each other share one record, with the first one's time: the index
+ * costs one write per stretch, not one per write of the log. Returns 0, or -1 with errno set
+ * when the log could not take it all. */
 static int log_append(struct arank *r, const void *data, size_t n)
 {
-    struct log_index_record rec;
-    struct timespec ts;
+    int64_t t;
     ssize_t w;
 
     if (r->logfd < 0)
         return 0;
     w = write(r->logfd, data, n);
-    if (w > 0)
-        r->log_off += w;
-    if (w > 0 && r->idxfd >= 0) {
-        clock_gettime(CLOCK_REALTIME, &ts);
-        rec.end = r->log_off;
-        rec.unix_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-        if (write(r->idxfd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec)) {
-            close(r->idxfd);
-            r->idxfd = -1;
-        }
-    }
+    if (w <= 0)
+        return -1;
+    t = wall_ms();
+    if (r->idx_ms && t - r->idx_ms >= INDEX_COALESCE_MS)
+        index_flush(r);
+    r->log_off += w;
+    if (!r->idx_ms)
+        r->idx_ms = t > 0 ? t : 1;
     return w == (ssize_t)n ? 0 : -1;
 }
 
@@ -1563,8 +1590,7 @@ static void mark_restart(struct agent *a, int generation)
                  "----- gpurun: %s: restart %d of %d, the ranks start again -----\n", when,
                  generation, a->spec->max_restarts);
     for (int i = 0; i < a->nranks; i++)
-        if (log_append(&a->ranks[i], line, (size_t)n) < 0)
-            continue;
+        (void)log_append(&a->ranks[i], line, (size_t)n);
 }
 
 static void on_assign(struct agent *a, struct msg *m)
@@ -1730,6 +1756,7 @@ static void on_leader_ready(struct peer *p)
             uv_ip6_name((struct sockaddr_in6 *)&ss, a->advertise, sizeof(a->advertise));
     }
     a->state = AG_JOINING;
+    a->join_ms = now_ms(a);
     stop_watching(a);
     send_leader(a, proto_pack("{s:s, s:i, s:s, s:s, s:i, s:s}", "type", "join", "node_rank",
                               a->node_rank, "hostname", a->hostname, "addr", a->advertise, "nprocs",
@@ -1892,15 +1919,18 @@ static void on_tick(uv_timer_t *t)
         try_connect(a);
     if (a->spec->metrics_dir && a->state != AG_DONE && now >= a->next_metrics_ms)
         write_metrics(a);
+    for (int i = 0; i < a->nranks; i++)
+        if (a->ranks[i].idx_ms && wall_ms() - a->ranks[i].idx_ms >= INDEX_COALESCE_MS)
+            index_flush(&a->ranks[i]);
     if ((a->state == AG_FINDING && now - a->t_start > a->spec->join_timeout_ms) ||
         (a->state == AG_JOINING &&
-         now - a->t_start > (int64_t)a->spec->join_timeout_ms + JOIN_BACKSTOP_MS)) {
+         now - a->join_ms > (int64_t)a->spec->join_timeout_ms + JOIN_BACKSTOP_MS)) {
         if (a->state == AG_FINDING)
             log_error("node %d: no leader answered within %d ms", a->node_rank,
                       a->spec->join_timeout_ms);
         else
-            log_error("node %d: joined, but the leader started no job within %d ms", a->node_rank,
-                      a->spec->join_timeout_ms + JOIN_BACKSTOP_MS);
+            log_error("node %d: joined, but the leader started no job within %d ms of it",
+                      a->node_rank, a->spec->join_timeout_ms + JOIN_BACKSTOP_MS);
         agent_end(a, 124);
         return;
     }
@@ -2098,6 +2128,7 @@ static void maybe_free(struct agent *a)
     if (!a->closing || a->handles_open > 0 || a->rconns || a->leader)
         return;
     for (int i = 0; i < a->nranks; i++) {
+        index_flush(&a->ranks[i]);
         if (a->ranks[i].logfd >= 0)
             close(a->ranks[i].logfd);
         if (a->ranks[i].idxfd >= 0)

@@ -65,6 +65,9 @@
  * (a file system hiccup, a peer's port still in TIME_WAIT) gets time to pass. */
 #define RESTART_BACKOFF_MS     1000
 #define RESTART_BACKOFF_MAX_MS 30000
+/* Earlier generations' failures a live status reply carries, the newest (summary.json has
+ * them all): each may hold a 4 KiB tail, and max_restarts goes to 1,000. */
+#define LIVE_FAILURES_MAX      10
 /* Rank 0's losses kept for status's sparkline: one per step it reported, the newest this
  * many (a status line's width). */
 #define LOSS_HISTORY           48
@@ -414,7 +417,16 @@ static json_t *job_view(struct leader *l, bool for_summary, bool detail)
     json_object_set_new(job, "loss_history", history_view(l));
     /* Live and in the summary: a completed job may have failed and been restarted. */
     json_object_set_new(job, "restarts", json_integer(l->generation));
-    json_object_set(job, "earlier_failures", l->failures);
+    if (for_summary || json_array_size(l->failures) <= LIVE_FAILURES_MAX) {
+        json_object_set(job, "earlier_failures", l->failures);
+    } else {
+        /* The newest only: a status reply must stay far below a frame's 1 MiB. */
+        json_t *recent = json_array();
+        for (size_t i = json_array_size(l->failures) - LIVE_FAILURES_MAX;
+             recent && i < json_array_size(l->failures); i++)
+            json_array_append(recent, json_array_get(l->failures, i));
+        json_object_set_new(job, "earlier_failures", recent ? recent : json_array());
+    }
     if (for_summary) {
         json_t *timings =
             json_pack("{s:I, s:I, s:I}", "rendezvous_ms",
@@ -593,10 +605,31 @@ static void restart(struct leader *l)
 }
 
 /* The restart once its backoff has passed (on_tick calls again until then). */
+static bool at_time_limit(const struct leader *l);
+static const char *timeout_cause(const struct leader *l);
+
+/* Calls off what a failure may still start: a restart waiting for its backoff gives way to a
+ * cancel, the time limit or a lost node, and the failure that ended the last generation
+ * joins the earlier ones, so that the new cause becomes the job's record (fail()). */
+static void abandon_restart(struct leader *l)
+{
+    l->restartable = false;
+    if (!l->restart_at)
+        return;
+    l->restart_at = 0;
+    json_array_append_new(l->failures, l->first_failure);
+    l->first_failure = NULL;
+}
+
 static void restart_later(struct leader *l)
 {
     int64_t wait = RESTART_BACKOFF_MS;
 
+    if (l->restart_at && at_time_limit(l)) {
+        abandon_restart(l);
+        fail(l, 124, "timeout", false, failure_new(timeout_cause(l), -1, -1, "", 0, 0, ""));
+        return;
+    }
     if (l->restart_at && now_ms(l) >= l->restart_at) {
         restart(l);
         return;
@@ -1004,9 +1037,8 @@ static void on_message(struct peer *p, struct msg *m)
         /* A cancel or the time limit ends the job, a restart waiting for its backoff
          * included. */
         if (cancel)
-            l->restartable = false;
+            abandon_restart(l);
         if (m->status == 128 + SIGTERM && at_time_limit(l)) {
-            l->restartable = false;
             fail(l, 124, "timeout", false,
                  failure_new(timeout_cause(l), -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
             break;
@@ -1064,8 +1096,11 @@ static void on_closed(struct peer *p, const char *why)
         struct node *n = &l->nodes[c->node];
         n->conn = NULL;
         l->agents_open--;
-        if (!n->done && l->state != JOB_FINISHED) {
+        /* A node lost while a restart waits for its backoff (every node done) calls it off:
+         * the new generation would wait for it for ever. */
+        if ((!n->done || l->restart_at) && l->state != JOB_FINISHED) {
             char cause[320];
+            abandon_restart(l);
             n->lost = true;
             snprintf(cause, sizeof(cause), "node %d ('%s') lost: %s", c->node, n->hostname, why);
             if (l->state == JOB_JOINING) {
@@ -1325,7 +1360,7 @@ static void on_tick(uv_timer_t *t)
     }
     check_hang(l, now);
     poll_preempt(l, now);
-    if (l->state == JOB_ABORTING &&
+    if (l->state == JOB_ABORTING && !l->restart_at &&
         now - l->t_abort >
             l->spec->kill_grace_ms + ABORT_SLACK_MS + (l->abort_stacks ? STACK_CAPTURE_MS : 0)) {
         log_error("agents did not report their ranks gone in time; finishing");
@@ -1514,7 +1549,7 @@ void leader_cancel(struct leader *l, const char *cause)
     if (l->state == JOB_FINISHED)
         return;
     /* A cancel ends the job, a restart waiting for its backoff included. */
-    l->restartable = false;
+    abandon_restart(l);
     if (at_time_limit(l))
         fail(l, 124, "timeout", false, failure_new(timeout_cause(l), -1, -1, "", 0, 0, ""));
     else

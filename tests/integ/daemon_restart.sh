@@ -31,7 +31,8 @@ fail() {
 
 # run_job MAX_RESTARTS: writes a job dir and runs both nodes; sets node0/node1 statuses.
 run_job() {
-    local dir=$work/job$1
+    local dir=$work/job$1 fail_until=2
+    [ "${2:-}" = exit5 ] && fail_until=99
     mkdir -m 0700 "$dir"
     head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/key"
     echo >>"$dir/key"
@@ -39,7 +40,7 @@ run_job() {
     cat >"$dir/job.json" <<JSON
 {"version": 1, "job_id": "restart-$1", "nnodes": 2, "nprocs": 2, "loopback": true,
  "max_restarts": $1, "kill_grace_ms": 500, "join_timeout_ms": 20000,
- "argv": ["sh", "-c", "echo gen \$GPURUN_RESTART_COUNT; if [ \$RANK = 3 ] && [ \$GPURUN_RESTART_COUNT -lt 2 ]; then exit 5; fi; sleep 0.2"]}
+ "argv": ["sh", "-c", "echo gen \$GPURUN_RESTART_COUNT; if [ \$RANK = 3 ] && [ \$GPURUN_RESTART_COUNT -lt $fail_until ]; then exit 5; fi; sleep 0.2"]}
 JSON
     "$rdv" --job-dir "$dir" --node-rank 0 >"$work/n0-$1.out" 2>"$work/n0-$1.err" &
     pids=($!)
@@ -127,5 +128,18 @@ ms=$(($(date +%s%3N) - start))
 [ "$ms" -lt 2000 ] || fail "SIGTERM during the backoff took $ms ms to end the job"
 ! grep -q "restarting the job: generation 1" "$work/t0.err" ||
     fail "a generation started after SIGTERM"
-if [ "$t0" = 0 ] || [ "$t1" = 0 ]; then fail "statuses $t0/$t1 after SIGTERM, want failures"; fi
+[ "$t0/$t1" = 143/143 ] || fail "statuses $t0/$t1 after SIGTERM, want 143/143"
+summary=$dir/summary.json
+[ "$(field x "d['outcome'], d['exit_status'], d['restarts'], len(d['earlier_failures'])")" = "('cancelled', 143, 0, 1)" ] ||
+    fail "after SIGTERM in the backoff: $(field x "d['outcome'], d['exit_status'], d['restarts'], len(d['earlier_failures'])")"
+
+# Three restarts (1 + 2 + 4 s of backoff, each longer than kill_grace plus the leader's
+# slack for agents to report their ranks gone) all happen; then the job fails.
+run_job 3 exit5
+[ "$node0/$node1" = 5/5 ] || fail "with 3 restarts of a rank that always fails: statuses $node0/$node1"
+[ "$(field x "d['outcome'], d['restarts'], len(d['earlier_failures'])")" = "('failed', 3, 3)" ] ||
+    fail "3 restarts: $(field x "d['outcome'], d['restarts'], len(d['earlier_failures'])")"
+grep -qF "restarting the job in 4.0 s (restart 3 of 3)" "$work/n0-3.err" || fail "no 4 s backoff"
+! grep -q "did not report their ranks gone in time" "$work/n0-3.err" ||
+    fail "the leader gave up on the agents during a backoff"
 echo "restarts: generation 2 completed after two failures; one restart allowed: status 5"

@@ -19,6 +19,13 @@ if [ ! -s "$job/logs/rank-0.idx" ] || [ ! -s "$job/logs/rank-1.idx" ]; then fail
     fail "logs not in the order written: $(tr '\n' ' ' <"$work/logs")"
 "$gpurun" logs --job-dir "$job" --rank 1 >"$work/logs" 2>&1 || fail "logs --rank 1"
 [ "$(tr '\n' ' ' <"$work/logs")" = "b1 b2 " ] || fail "logs --rank 1: $(tr '\n' ' ' <"$work/logs")"
+# With too few descriptors to hold every log and index open, still every line, rank by rank.
+(
+    ulimit -n 6
+    "$gpurun" logs --job-dir "$job"
+) >"$work/logs" 2>&1 || fail "logs under ulimit -n 6: $(cat "$work/logs")"
+[ "$(tr '\n' ' ' <"$work/logs")" = "[0] a1 [0] a2 [1] b1 [1] b2 " ] ||
+    fail "logs under ulimit -n 6: $(tr '\n' ' ' <"$work/logs")"
 rm "$job"/logs/rank-*.idx
 "$gpurun" logs --job-dir "$job" >"$work/logs" 2>&1 || fail "logs without indexes"
 [ "$(tr '\n' ' ' <"$work/logs")" = "[0] a1 [0] a2 [1] b1 [1] b2 " ] ||
