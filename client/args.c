@@ -152,7 +152,9 @@ static const struct opt_row opts[] = {
     {0, "gpus-per-node", ARG_INT, FIELD(spec.nprocs), 1, 1024, ON_RUN, "N",
      "ranks per node, one GPU each"},
     {0, "cpus-per-gpu", ARG_INT, FIELD(cpus_per_gpu), 1, 1024, ON_RUN, "N",
-     "CPUs Slurm gives each rank"},
+     "CPUs Slurm gives each rank (default: the partition's nodes' CPUs\n"
+     "per GPU, the least; with --no-gpus their CPUs per rank; 1 when\n"
+     "Slurm cannot say)"},
     {0, "no-gpus", ARG_FLAG, FIELD(no_gpus), 0, 0, ON_RUN, NULL,
      "ask Slurm for no GPUs: the ranks run on CPUs"},
     {'t', "time", ARG_TIME, FIELD(time_limit_s), 0, 0, ON_RUN, "TIME",

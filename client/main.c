@@ -259,6 +259,23 @@ static int open_slurm(void)
     return 0;
 }
 
+/* The CPUs each rank asks Slurm for: --cpus-per-gpu (or SBATCH_CPUS_PER_GPU) when given;
+ * else the partition's share per GPU, its nodes' CPUs over their GPUs (the least), so that
+ * data loaders and OMP_NUM_THREADS get what a rank's GPU comes with rather than sbatch's one
+ * CPU; else, with Slurm out of reach, 1. */
+static int slurm_cpus_per_rank(const struct gpurun_args *args)
+{
+    struct slurmlib_error err;
+    char conf[PATH_MAX];
+    int cpus;
+
+    if (args_given(args, "cpus-per-gpu") || slurmlib_conf_path(conf, sizeof(conf)) < 0 ||
+        slurmlib_open(SLURM_OPEN_TIMEOUT_S, &err) < 0 ||
+        slurmlib_cpus_per_rank(args->partition, args->spec.nprocs, !args->no_gpus, &cpus, &err) < 0)
+        return args->cpus_per_gpu;
+    return cpus;
+}
+
 /* --- status ---------------------------------------------------------------------------------- */
 
 static int print_json(const json_t *v, size_t flags)
@@ -1082,7 +1099,7 @@ static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     job.nodes = spec->nnodes;
     job.ranks_per_node = spec->nprocs;
     job.gpus_per_node = args->no_gpus ? 0 : spec->nprocs;
-    job.cpus_per_task = args->cpus_per_gpu * spec->nprocs;
+    job.cpus_per_task = slurm_cpus_per_rank(args) * spec->nprocs;
     job.time_limit_min = sbatch_time_minutes(args->time_limit_s);
     job.signal_before_s = sbatch_signal_before(job.time_limit_min);
     job.preempt_signal = spec->preempt_signal;

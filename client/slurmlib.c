@@ -155,6 +155,13 @@ int slurmlib_load(uint32_t id, struct slurmlib_job *job, struct slurmlib_error *
     return slurmlib_open(0, err);
 }
 
+int slurmlib_cpus_per_rank(const char *partition, int ranks, bool gpus, int *cpus,
+                           struct slurmlib_error *err)
+{
+    (void)partition, (void)ranks, (void)gpus, (void)cpus;
+    return slurmlib_open(0, err);
+}
+
 int slurmlib_list(uint32_t uid, struct slurmlib_job **jobs, size_t *n, struct slurmlib_error *err)
 {
     (void)uid;
@@ -726,6 +733,79 @@ int slurmlib_list(uint32_t uid, struct slurmlib_job **jobs, size_t *n, struct sl
     *jobs = out;
     *n = k;
     return 0;
+}
+
+/* The GPUs in a node's GRES string ("gpu:8", "gpu:a100:4(S:0-1),nvme:2"): the count of its
+ * gpu items. */
+static int gres_gpus(const char *gres)
+{
+    int n = 0;
+
+    for (const char *p = gres; p && *p;) {
+        size_t len = strcspn(p, ",");
+        if (!strncmp(p, "gpu:", 4)) {
+            const char *end = p + len, *paren = memchr(p, '(', len), *c;
+            if (paren)
+                end = paren;
+            for (c = end; c > p && c[-1] != ':'; c--)
+                ;
+            n += (int)strtol(c, NULL, 10);
+        }
+        p += len + (p[len] == ',');
+    }
+    return n;
+}
+
+int slurmlib_cpus_per_rank(const char *partition, int ranks, bool gpus, int *cpus,
+                           struct slurmlib_error *err)
+{
+    partition_info_msg_t *parts = NULL;
+    node_info_msg_t *nodes = NULL;
+    partition_info_t *part = NULL;
+    hostlist_t hl = NULL;
+    int best = 0, ret = 0, r;
+
+    guard_enter(CALL_TIMEOUT_S, true);
+    r = slurm_load_partitions(0, &parts, SHOW_ALL);
+    if (r == SLURM_SUCCESS)
+        r = slurm_load_node(0, &nodes, SHOW_ALL);
+    if (r != SLURM_SUCCESS)
+        ret = fail(err, -EIO, "cannot read the partitions and nodes: %s",
+                   slurm_strerror(slurm_get_errno()));
+    guard_leave();
+    if (ret)
+        goto out;
+    for (uint32_t i = 0; i < parts->record_count && !part; i++) {
+        partition_info_t *p = &parts->partition_array[i];
+        if (partition ? (p->name && !strcmp(p->name, partition))
+                      : (p->flags & PART_FLAG_DEFAULT) != 0)
+            part = p;
+    }
+    if (!part || !part->nodes || !(hl = slurm_hostlist_create(part->nodes))) {
+        ret = fail(err, -ENOENT, "no partition '%s'", partition ? partition : "(default)");
+        goto out;
+    }
+    for (uint32_t i = 0; i < nodes->record_count; i++) {
+        node_info_t *n = &nodes->node_array[i];
+        int g = gres_gpus(n->gres), per;
+        if (!n->name || slurm_hostlist_find(hl, n->name) < 0 || (gpus && g < ranks))
+            continue;
+        per = gpus ? n->cpus / g : n->cpus / ranks;
+        if (per >= 1 && (!best || per < best))
+            best = per;
+    }
+    if (!best)
+        ret = fail(err, -ENOENT, "no node of partition '%s' has %d %s", part->name, ranks,
+                   gpus ? "GPUs" : "CPUs");
+    *cpus = best;
+out:
+    if (hl)
+        slurm_hostlist_destroy(hl);
+    if (nodes)
+        slurm_free_node_info_msg(nodes);
+    if (parts)
+        slurm_free_partition_info_msg(parts);
+    return ret;
 }
 
 int slurmlib_kill(uint32_t id, struct slurmlib_error *err)

@@ -131,6 +131,14 @@ int slurmlib_load(uint32_t id, struct slurmlib_job *job, struct slurmlib_error *
  * errno. */
 int slurmlib_list(uint32_t uid, struct slurmlib_job **jobs, size_t *n, struct slurmlib_error *err);
 
+/* The CPUs each rank can have on the nodes of partition (NULL: Slurm's default partition),
+ * for a job of ranks ranks per node each with a GPU when gpus: the least, over the
+ * partition's nodes with at least ranks GPUs, of the node's CPUs over its GPUs (its share of
+ * CPUs per GPU); without gpus, of its CPUs over ranks. Returns 0 with *cpus (>= 1) set,
+ * -ENOENT when no node of the partition fits, or a negative errno with err filled. */
+int slurmlib_cpus_per_rank(const char *partition, int ranks, bool gpus, int *cpus,
+                           struct slurmlib_error *err);
+
 /* Terminates job id as scancel does (slurm_kill_job with SIGKILL: Slurm sends SIGCONT and
  * SIGTERM to every process of the job, SIGKILL after KillWait). Returns 0, -EALREADY when
  * it has ended already, -ENOENT for an unknown id, or a negative errno with err filled. */
