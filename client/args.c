@@ -158,7 +158,8 @@ static const struct opt_row opts[] = {
     {0, "no-gpus", ARG_FLAG, FIELD(no_gpus), 0, 0, ON_RUN, NULL,
      "ask Slurm for no GPUs: the ranks run on CPUs"},
     {'t', "time", ARG_TIME, FIELD(time_limit_s), 0, 0, ON_RUN, "TIME",
-     "time limit as for sbatch (90, 1:30:00, 2-0...); exit 124 past it"},
+     "time limit as for sbatch (90, 1:30:00, 2-0...); exit 124 past it\n"
+     "(default: the partition's, which status shows)"},
     {'p', "partition", ARG_STRING, FIELD(partition), 0, 0, ON_RUN, "NAME", "Slurm partition", NULL,
      OPT_SLURM},
     {'A', "account", ARG_STRING, FIELD(account), 0, 0, ON_RUN, "NAME", "Slurm account", NULL,
