@@ -69,6 +69,9 @@ struct gpurun_args {
     const char *gres;            /* --gres, checked: no GPUs in it */
     const char *begin;           /* --begin as given: slurmlib_parse_begin reads it */
     bool hold;                   /* -H */
+    bool requeue;                /* --requeue */
+    bool no_requeue;             /* --no-requeue */
+    int max_requeues;            /* --max-requeues */
     const char *chdir;           /* -D as given (relative to gpurun's working directory) */
     const char *comment;         /* --comment */
     unsigned mail_type;          /* --mail-type's SBATCH_MAIL_* bits */

@@ -1009,6 +1009,11 @@ static int sbatch_options(const struct gpurun_args *args, struct sbatch_job *job
     job->reservation = args->reservation;
     job->gres = args->gres;
     job->hold = args->hold;
+    if (args->no_requeue && (args->requeue || args->max_requeues > 0))
+        return error_out(EXIT_FAILED, "--no-requeue: the job also asks to be requeued (%s)",
+                         args->requeue ? "--requeue" : "--max-requeues");
+    job->requeue = args->requeue || args->max_requeues > 0;
+    job->max_requeues = args->max_requeues;
     job->comment = args->comment;
     job->mail_type = args->mail_type;
     job->mail_type_text = args->mail_type_text;

@@ -464,8 +464,10 @@ static int directives(FILE *f, const struct sbatch_job *j, struct sbatch_error *
         snprintf(buf, sizeof(buf), "B:USR1@%d", j->signal_before_s);
         r = r ? r : directive(f, "signal", buf, err);
     }
+    /* A requeued job's output goes on in the same file. */
     if (r == 0)
-        fprintf(f, "#SBATCH --no-requeue\n");
+        fprintf(f, "#SBATCH --%s\n",
+                j->requeue ? "requeue\n#SBATCH --open-mode=append" : "no-requeue");
     r = r ? r : directive(f, "comment", sbatch_comment(j->comment, buf, sizeof(buf)), err);
     if (j->mail_type)
         r = r ? r : directive(f, "mail-type", j->mail_type_text, err);
@@ -510,12 +512,25 @@ static void body(FILE *f, const struct sbatch_job *j)
         fprintf(f, "}\ndir=$jobs/$SLURM_JOB_ID\n");
     }
     fprintf(f, "\numask 077\nmkdir -p \"$(dirname \"$dir\")\"\n"
-               "# Slurm's job ids start again from 1 when its state is reset: a dir an earlier\n"
-               "# job left under the same name is kept aside, not reused.\n"
-               "if [ -e \"$dir\" ] && ! rmdir \"$dir\" 2>/dev/null; then\n"
-               "    mv \"$dir\" \"$dir.$(date +%%Y%%m%%d-%%H%%M%%S)\"\n"
+               "# A requeued job (Slurm keeps its id) goes on in its own dir: checkpoints and\n"
+               "# logs stay, the last segment's summary moves to segments/N.json. Otherwise\n"
+               "# a dir an earlier job left under the same name (Slurm's ids start again from\n"
+               "# 1 when its state is reset) is kept aside, not reused.\n"
+               "requeues=${SLURM_RESTART_COUNT:-0}\n"
+               "if [ \"$requeues\" -gt 0 ] && grep -qsF '\"job_id\": \"'\"$SLURM_JOB_ID\"'\"' "
+               "\"$dir/job.json\"; then\n"
+               "    mkdir -p \"$dir/segments\" \"$dir/logs\"\n"
+               "    if [ -e \"$dir/summary.json\" ]; then\n"
+               "        mv -f \"$dir/summary.json\" \"$dir/segments/$((requeues - 1)).json\"\n"
+               "    fi\n"
+               "    rm -f \"$dir/endpoint.json\" \"$dir/preempt\" \"$dir/preempt.new\" "
+               "\"$dir/key\"\n"
+               "else\n"
+               "    if [ -e \"$dir\" ] && ! rmdir \"$dir\" 2>/dev/null; then\n"
+               "        mv \"$dir\" \"$dir.$(date +%%Y%%m%%d-%%H%%M%%S)\"\n"
+               "    fi\n"
+               "    mkdir \"$dir\" \"$dir/logs\"\n"
                "fi\n"
-               "mkdir \"$dir\" \"$dir/logs\"\n"
                "od -An -vtx1 -N32 /dev/urandom | tr -d ' \\n' >\"$dir/key\"\n"
                "sed 's/" EMPTY_JOB_ID "/\"job_id\": \"'\"$SLURM_JOB_ID\"'\"/' "
                ">\"$dir/job.json\" <<'GPURUN_JOB_JSON'\n");
@@ -553,9 +568,20 @@ static void body(FILE *f, const struct sbatch_job *j)
         "    status=$summary\n"
         "elif [ \"$status\" != 0 ]; then\n"
         "    status=125\n"
-        "fi\n"
-        "exit \"$status\"\n",
+        "fi\n",
         j->cpus_per_task, j->log_level, psig, tname);
+    if (j->max_requeues > 0)
+        fprintf(f,
+                "# --max-requeues: ranks that checkpointed on the pre-timeout signal and ended\n"
+                "# well go on in a requeued job, with this id and job dir, %d times at most.\n"
+                "if [ \"$status\" = 0 ] && [ \"$requeues\" -lt %d ] &&\n"
+                "    grep -qs '^  \"preempt_signal\": ' \"$dir/summary.json\"; then\n"
+                "    echo \"gpurun: job $SLURM_JOB_ID checkpointed at its time limit: requeue "
+                "$((requeues + 1)) of %d\" >&2\n"
+                "    scontrol requeue \"$SLURM_JOB_ID\" || status=125\n"
+                "fi\n",
+                j->max_requeues, j->max_requeues, j->max_requeues);
+    fprintf(f, "exit \"$status\"\n");
 }
 
 int sbatch_render(const struct sbatch_job *job, char **out, struct sbatch_error *err)

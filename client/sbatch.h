@@ -71,6 +71,10 @@ struct sbatch_job {
     const char *begin;               /* --begin as given (the directive); or NULL */
     long long begin_time;            /* --begin as a time_t (the descriptor) */
     bool hold;                       /* --hold: submitted with priority 0 */
+    bool requeue;                    /* --requeue: Slurm may requeue it (preemption) */
+    int max_requeues;                /* --max-requeues: the script requeues a job whose ranks
+                                      * checkpointed on the pre-timeout signal, while
+                                      * SLURM_RESTART_COUNT is below it */
     const char *comment;             /* --comment: follows SBATCH_COMMENT; or NULL */
     unsigned mail_type;              /* SBATCH_MAIL_* bits; 0: none asked */
     const char *mail_type_text;      /* --mail-type as given (the directive) */

@@ -441,7 +441,9 @@ void slurmlib_fill_desc(const struct sbatch_job *job, const char *script, char *
         d->warn_time = (uint16_t)job->signal_before_s;
         d->warn_flags = KILL_JOB_BATCH; /* the "B:" of --signal: the batch shell only */
     }
-    d->requeue = 0;
+    d->requeue = job->requeue ? 1 : 0;
+    if (job->requeue)
+        d->open_mode = OPEN_MODE_APPEND;
     d->comment = (char *)sbatch_comment(job->comment, comment, sizeof(comment));
     fill_scheduling(job, d);
 }
@@ -637,6 +639,7 @@ static int copy_job(const slurm_job_info_t *j, struct slurmlib_job *out)
         if (out->elapsed_s < 0)
             out->elapsed_s = 0;
     }
+    out->requeues = (int)j->restart_cnt;
     out->time_limit_min =
         j->time_limit == INFINITE || j->time_limit == NO_VAL ? 0 : (long)j->time_limit;
     out->exit_code = -1;

@@ -64,6 +64,7 @@ struct slurmlib_job {
     long time_limit_min; /* 0: unlimited */
     int exit_code;       /* the batch script's exit code; -1: none yet */
     int exit_signal;     /* the signal that ended it; 0: none */
+    int requeues;        /* times Slurm requeued it (its restart count) */
 };
 
 /* The name of a state ("RUNNING"), as Slurm spells it. */

@@ -55,6 +55,7 @@ static json_t *slurm_json(const struct slurmlib_job *j)
     json_object_set_new(o, "exit_signal",
                         j->exit_signal ? json_integer(j->exit_signal) : json_null());
     json_object_set_new(o, "output", str_or_null(j->std_out));
+    json_object_set_new(o, "requeues", json_integer(j->requeues));
     return o;
 }
 
@@ -280,8 +281,10 @@ json_t *view_build(const struct view_input *in)
     if (in->job_dir) {
         summary = load_file(in->job_dir, "summary.json");
         /* A job that has ended has a summary; one that runs has a leader to ask. Ask, and
-         * look for the summary again if the leader is gone, as it may have ended meanwhile. */
-        if (!summary && !in->no_live && (!in->slurm || !in->slurm->ended) &&
+         * look for the summary again if the leader is gone, as it may have ended meanwhile.
+         * A pending job has none yet (a requeued one may have its last segment's endpoint). */
+        if (!summary && !in->no_live &&
+            (!in->slurm || (!in->slurm->ended && in->slurm->state != SLURMLIB_PENDING)) &&
             mtime_of(in->job_dir, "endpoint.json") > 0) {
             if (status_query(in->job_dir, in->timeout_ms, &live, &serr) < 0) {
                 summary = load_file(in->job_dir, "summary.json");
@@ -651,6 +654,36 @@ static void print_restarts(FILE *out, const json_t *job)
     }
 }
 
+/* "requeues: N", then how each earlier segment of the job ended (the leader's "segments"). A
+ * job Slurm requeued that has not started again yet has only its last segment's summary:
+ * that one ended too. */
+static void print_requeues(FILE *out, const json_t *job, const json_t *sl)
+{
+    const json_t *segs = json_object_get(job, "segments"), *s;
+    long n = iget(job, "requeues", 0), ns = iget(sl, "requeues", 0);
+    size_t i;
+
+    if (n <= 0 && ns <= 0)
+        return;
+    fprintf(out, "requeues: %ld\n", ns > n ? ns : n);
+    json_array_foreach(segs, i, s)
+    {
+        const char *cause = sget(s, "cause");
+        fprintf(out, "  segment %ld ended: %s\n", iget(s, "segment", (long)i), cause ? cause : "?");
+    }
+    if (ns > n && sget(job, "outcome")) {
+        const json_t *pre = json_object_get(job, "preempt_signal");
+        long st = iget(job, "exit_status", -1);
+        if (json_is_object(pre) && st == 0)
+            fprintf(out,
+                    "  segment %ld ended: the ranks checkpointed on the pre-timeout signal %ld "
+                    "and ended\n",
+                    n, iget(pre, "signal", 0));
+        else
+            fprintf(out, "  segment %ld ended: %s, exit status %ld\n", n, sget(job, "outcome"), st);
+    }
+}
+
 void view_print(FILE *out, const json_t *v)
 {
     const json_t *sl = json_object_get(v, "slurm"), *live = json_object_get(v, "live");
@@ -679,6 +712,7 @@ void view_print(FILE *out, const json_t *v)
         fprintf(out, "\n");
     }
     print_restarts(out, json_is_object(summary) ? summary : live);
+    print_requeues(out, json_is_object(live) ? live : summary, sl);
     if (json_is_object(sl)) {
         const char *nodelist = sget(sl, "nodelist");
         if (nodelist)

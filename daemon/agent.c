@@ -192,6 +192,7 @@ struct agent {
 
     int world_size, rank_base, master_port, nnodes;
     int generation; /* the leader's: how many times the job was restarted */
+    int requeues;   /* Slurm's: how many times the job was requeued */
     char master_addr[64];
     int hvd_port;                      /* horovod's rendezvous on the leader, or 0 */
     char hvd_host[PROTO_NAME_MAX + 1]; /* HOROVOD_HOSTNAME, or "" */
@@ -829,11 +830,14 @@ out:
 }
 
 /* Opens the rank's log and its index (log_append), unless open already (a restart keeps
- * them). Without an index the log is still written. */
+ * them). Without an index the log is still written. In a requeued job the log goes on from
+ * the last segment's, after a line that says so. */
 static void open_log(struct agent *a, struct arank *r)
 {
-    char path[PATH_MAX];
+    char path[PATH_MAX], line[160], when[32];
+    time_t t = time(NULL);
     struct stat st;
+    struct tm tm;
 
     if (!a->job_dir || r->logfd >= 0)
         return;
@@ -846,6 +850,13 @@ static void open_log(struct agent *a, struct arank *r)
     r->log_off = fstat(r->logfd, &st) == 0 ? st.st_size : 0;
     snprintf(path, sizeof(path), "%s/logs/rank-%d.idx", a->job_dir, r->rank);
     r->idxfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (a->requeues > 0) {
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+        int n = snprintf(line, sizeof(line),
+                         "----- gpurun: %s: requeue %d, the job starts again -----\n", when,
+                         a->requeues);
+        (void)log_append(r, line, (size_t)n);
+    }
 }
 
 static int spawn_rank(struct agent *a, struct arank *r)
@@ -2030,6 +2041,7 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
     a->spec = cfg->spec;
     a->key = *cfg->key;
     a->job_dir = cfg->job_dir;
+    a->requeues = cfg->requeues;
     a->node_rank = cfg->node_rank;
     a->max_frame = cfg->max_frame;
     a->done = cfg->done;

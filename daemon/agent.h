@@ -21,6 +21,7 @@ struct agent_config {
     const struct jobspec *spec; /* borrowed: outlives the agent */
     const struct auth_key *key; /* copied */
     const char *job_dir;        /* borrowed: logs/ lives here; endpoint.json too */
+    int requeues;               /* times Slurm requeued the job: > 0 marks the rank logs */
     int node_rank;
     const char *hostname;   /* borrowed: reported to the leader */
     const char *advertise;  /* borrowed; NULL: the address of our end of the leader link */

@@ -190,6 +190,8 @@ struct leader {
     int64_t t_preempt_poll;
     int64_t t_preempt; /* when the pre-timeout signal went out; 0: never */
     int preempt_sig;
+    int requeues;     /* Slurm's requeues of the job before this segment */
+    json_t *segments; /* how each earlier segment ended (segments_load) */
     bool closing, done_called;
 };
 
@@ -223,6 +225,57 @@ static json_t *history_view(const struct leader *l)
         json_array_append_new(a, json_pack("[I, f]", (json_int_t)l->hist_step[k], l->hist_loss[k]));
     }
     return a;
+}
+
+/* --- a requeued job's earlier segments -------------------------------------------------- */
+
+/* What the summary of an earlier segment says of its end, for status: [{"segment", "outcome",
+ * "exit_status", "cause", "total_ms"}, ...], one per requeue, oldest first. A segment
+ * without its summary (its leader never wrote one: killed, or its node lost) says so. */
+static json_t *segments_load(const char *job_dir, int requeues)
+{
+    json_t *out = json_array();
+
+    for (int k = 0; out && job_dir && k < requeues; k++) {
+        char path[PATH_MAX], cause[256];
+        json_t *s, *pre, *ff;
+        const char *outcome;
+        json_int_t status;
+
+        snprintf(path, sizeof(path), "%.4000s/segments/%d.json", job_dir, k);
+        s = json_load_file(path, 0, NULL);
+        if (!json_is_object(s)) {
+            json_decref(s);
+            json_array_append_new(out, json_pack("{s:i, s:s, s:s}", "segment", k, "outcome",
+                                                 "unknown", "cause",
+                                                 "no summary: its daemons were killed or lost"));
+            continue;
+        }
+        outcome = json_string_value(json_object_get(s, "outcome"));
+        outcome = outcome ? outcome : "unknown";
+        status = json_integer_value(json_object_get(s, "exit_status"));
+        pre = json_object_get(s, "preempt_signal");
+        ff = json_object_get(s, "first_failure");
+        if (json_is_object(pre) && status == 0)
+            snprintf(cause, sizeof(cause),
+                     "the ranks checkpointed on the pre-timeout signal %d and ended",
+                     (int)json_integer_value(json_object_get(pre, "signal")));
+        else if (!strcmp(outcome, "cancelled"))
+            snprintf(cause, sizeof(cause), "stopped by Slurm (preempted), exit status %d",
+                     (int)status);
+        else if (json_is_object(ff) && json_is_string(json_object_get(ff, "cause")))
+            snprintf(cause, sizeof(cause), "%s: %s", outcome,
+                     json_string_value(json_object_get(ff, "cause")));
+        else
+            snprintf(cause, sizeof(cause), "%s, exit status %d", outcome, (int)status);
+        json_array_append_new(
+            out, json_pack("{s:i, s:s, s:I, s:s, s:I}", "segment", k, "outcome", outcome,
+                           "exit_status", status, "cause", cause, "total_ms",
+                           json_integer_value(
+                               json_object_get(json_object_get(s, "timings"), "total_ms"))));
+        json_decref(s);
+    }
+    return out;
 }
 
 /* --- the pending queue: connections not yet admitted, oldest first ------------------------- */
@@ -417,6 +470,10 @@ static json_t *job_view(struct leader *l, bool for_summary, bool detail)
     json_object_set_new(job, "loss_history", history_view(l));
     /* Live and in the summary: a completed job may have failed and been restarted. */
     json_object_set_new(job, "restarts", json_integer(l->generation));
+    if (l->requeues > 0) {
+        json_object_set_new(job, "requeues", json_integer(l->requeues));
+        json_object_set(job, "segments", l->segments);
+    }
     if (for_summary || json_array_size(l->failures) <= LIVE_FAILURES_MAX) {
         json_object_set(job, "earlier_failures", l->failures);
     } else {
@@ -1396,6 +1453,7 @@ static void maybe_free(struct leader *l)
     store_free(l->store);
     json_decref(l->barriers);
     json_decref(l->failures);
+    json_decref(l->segments);
     json_decref(l->first_failure);
     free(l->nodes);
     ranks_release(l);
@@ -1464,7 +1522,9 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
     l->store = store_new(PROTO_STORE_MAX, PROTO_STORE_KEYS_MAX, on_store_ready, l);
     l->barriers = json_object();
     l->failures = json_array();
-    if (!l->nodes || !l->store || !l->barriers || !l->failures) {
+    l->requeues = cfg->requeues;
+    l->segments = segments_load(cfg->job_dir, cfg->requeues);
+    if (!l->nodes || !l->store || !l->barriers || !l->failures || !l->segments) {
         ret = -ENOMEM;
         goto fail;
     }
@@ -1529,6 +1589,7 @@ fail:
     store_free(l->store);
     json_decref(l->barriers);
     json_decref(l->failures);
+    json_decref(l->segments);
     free(l->nodes);
     free(l);
     return ret;

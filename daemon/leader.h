@@ -21,6 +21,8 @@ struct leader_config {
     const struct jobspec *spec; /* borrowed: outlives the leader */
     const struct auth_key *key; /* copied */
     const char *job_dir;        /* borrowed; NULL: no endpoint.json or summary.json */
+    int requeues;               /* times Slurm requeued the job (SLURM_RESTART_COUNT): the
+                                 * ended segments' records are in job_dir/segments/N.json */
     const char *bind_addr;      /* numeric IPv4/IPv6 address to listen on */
     const char *advertise_addr; /* what agents and ranks dial (endpoint.json, MASTER_ADDR) */
     uint32_t max_frame;

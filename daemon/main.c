@@ -243,7 +243,7 @@ int main(int argc, char **argv)
     enum log_level level = LOG_WARN;
     char path[PATH_MAX], hostname[256], advertise[64], leader_addr[96];
     const char *bind;
-    int node_rank = 0, ret, status = EXIT_DAEMON_FAILED;
+    int node_rank = 0, requeues = 0, ret, status = EXIT_DAEMON_FAILED;
 
     sigset_t none;
 
@@ -283,6 +283,10 @@ int main(int argc, char **argv)
     if (o.node_rank && parse_int("--node-rank", o.node_rank, 0, d.spec.nnodes - 1, &node_rank) < 0)
         goto out;
     if (o.launcher_pid && parse_int("--launcher-pid", o.launcher_pid, 1, INT_MAX, &d.launcher) < 0)
+        goto out;
+    /* Slurm's count of this job's requeues (the batch script kept the job dir for them). */
+    if (getenv("SLURM_RESTART_COUNT") &&
+        parse_int("SLURM_RESTART_COUNT", getenv("SLURM_RESTART_COUNT"), 0, INT_MAX, &requeues) < 0)
         goto out;
     /* Before anything starts: a leader that would run out of descriptors halfway through
      * the join is one line now. */
@@ -329,6 +333,7 @@ int main(int argc, char **argv)
             .spec = &d.spec,
             .key = &d.key,
             .job_dir = o.job_dir,
+            .requeues = requeues,
             .bind_addr = bind,
             .advertise_addr = advertise,
             .max_frame = FRAME_MAX_DEFAULT,
@@ -353,6 +358,7 @@ int main(int argc, char **argv)
             .spec = &d.spec,
             .key = &d.key,
             .job_dir = o.job_dir,
+            .requeues = requeues,
             .node_rank = node_rank,
             .hostname = o.hostname,
             .advertise = o.advertise ? o.advertise : (d.is_leader ? advertise : NULL),

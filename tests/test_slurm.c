@@ -460,6 +460,19 @@ TEST(slurm_desc_matches_the_directives)
                               directive(text, "mail-type", buf, sizeof(buf)), bad, sizeof(bad)));
     CHECK_EQ(d.mail_type, MAIL_JOB_END | MAIL_JOB_FAIL | MAIL_JOB_TIME90);
     CHECK_STR(d.mail_user, directive(text, "mail-user", buf, sizeof(buf)));
+    CHECK(!strstr(text, "scontrol requeue"));
+    free(text);
+
+    /* --requeue, and --max-requeues: the script requeues a checkpointed job N times at most,
+     * and a requeued job's output goes on in its file. */
+    job.requeue = true;
+    job.max_requeues = 3;
+    text = render_ok(&job);
+    slurmlib_fill_desc(&job, text, env, 2, &d);
+    CHECK(strstr(text, "\n#SBATCH --requeue\n") && d.requeue == 1);
+    CHECK(strstr(text, "\n#SBATCH --open-mode=append\n") && d.open_mode == OPEN_MODE_APPEND);
+    CHECK_CONTAINS(text, "[ \"$requeues\" -lt 3 ]");
+    CHECK_CONTAINS(text, "    scontrol requeue \"$SLURM_JOB_ID\"");
     free(text);
 
     /* The other memory options, and --exclusive's other forms. */

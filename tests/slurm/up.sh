@@ -136,6 +136,8 @@ ReturnToService=2
 # Nodes advertise the CPUs configured here, not the machine's cores.
 SlurmdParameters=config_overrides
 KillWait=2
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 MinJobAge=600
 SlurmdTimeout=30
 InactiveLimit=0
@@ -150,6 +152,12 @@ EOF
             "Features=$( ((k % 2)) && echo odd || echo even) State=UNKNOWN"
     done
     echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
+    # Preemption for the requeue test: a job in "urgent" requeues the jobs of "spot" (and of
+    # "debug", whose tier is spot's, though no other test submits to urgent).
+    echo "PartitionName=spot Nodes=ALL MaxTime=INFINITE State=UP OverSubscribe=NO" \
+        "PriorityTier=1 PreemptMode=REQUEUE"
+    echo "PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP OverSubscribe=NO" \
+        "PriorityTier=2 PreemptMode=OFF"
 } >"$conf"
 
 # slurmd 22.05 always loads a cgroup plugin. cgroup/v1 with proctrack/linuxproc and task/none
