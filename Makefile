@@ -390,6 +390,32 @@ bench-gpu:
 	@echo "SKIP train_gpu: built without the CUDA backend (nvcc not found)"
 endif
 
+# The GPU bundle (README.md, "Checks on a GPU node without build tools"): what
+# scripts/run-gpu-checks.sh needs on a GPU node that has the driver and CUDA's libraries but no
+# build tools and none of Debian's packages. scripts/gpu-bundle.sh copies the programs of
+# make test-gpu and make bench-gpu (bin/, laid out as a build folder), every library they load
+# but glibc's, the C++ runtime's and CUDA's (lib/, found through an $ORIGIN RUNPATH), the test
+# scripts, jobs/ and run-gpu-checks.sh, in under 60 MiB. GPU_BUNDLE_FLAVOUR=sim bundles the
+# cudasim build instead (build/gpu-bundle-sim), whose checks run here without a GPU.
+.PHONY: gpu-bundle
+GPU_BUNDLE_FLAVOUR ?= cuda
+ifeq ($(CUDA),1)
+ifeq ($(GPU_BUNDLE_FLAVOUR),sim)
+GPU_BUNDLE_DIR   ?= $(BUILD)/gpu-bundle-sim
+GPU_BUNDLE_PROGS := $(SIM_TRAIN) $(SIM_RUNNER) $(SIM_COLL_RANK) $(SIM_BENCH_GPU)
+else
+GPU_BUNDLE_DIR   ?= $(BUILD)/gpu-bundle
+GPU_BUNDLE_PROGS := $(TRAIN) $(RUNNER) $(COLL_RANK) $(BENCH_GPU)
+endif
+gpu-bundle: $(GPURUN) $(RENDEZVOUSD) $(GPU_BUNDLE_PROGS)
+	$(Q)scripts/gpu-bundle.sh $(GPU_BUNDLE_FLAVOUR) $(GPU_BUNDLE_DIR) $(GPURUN) $(RENDEZVOUSD) \
+	    $(GPU_BUNDLE_PROGS)
+else
+gpu-bundle:
+	@echo "gpu-bundle: needs the CUDA backend (nvcc not found, or CUDA=0)" >&2
+	@exit 1
+endif
+
 # cudasim's cuBLASLt and NCCL on their own (tests/cudasim/libs_test.c, run by
 # tests/integ/cudasim_libs.sh): plain host code against the toolkit's headers, part of `make
 # sim`. The toolkit's headers are system headers (old-style prototypes in nccl.h, cublasLt.h).

@@ -7,7 +7,7 @@ pkgs=(
     libuv1-dev libjansson-dev libssl-dev libinih-dev
     libslurm-dev libmunge-dev libpmix-dev libopenmpi-dev openmpi-bin
     slurmctld slurmd slurm-client munge
-    iproute2 util-linux procps psmisc elfutils gdb
+    iproute2 util-linux procps psmisc elfutils gdb patchelf
     clang libclang-rt-14-dev clang-format shellcheck
     python3-torch libtorch-dev pybind11-dev python3-pip cmake prometheus
 )

@@ -11,8 +11,9 @@
 #
 # Real NCCL refuses two ranks on one GPU, so a world larger than the machine's device count is
 # skipped with that reason. Without a device, the CUDA emulation's build of coll_rank runs
-# the same checks where it is built (GPURUN_COLL_RANK_SIM, else $BUILD/sim/tests/coll_rank):
-# a run on the CPU, labelled cudasim, which says nothing about NCCL's own transports.
+# the same checks where it is built (GPURUN_COLL_RANK_SIM, else $BUILD/sim/tests/coll_rank,
+# or $BUILD/tests/coll_rank itself where that is the emulation's, as in the GPU bundle's sim
+# flavour): a run on the CPU, labelled cudasim, which says nothing about NCCL's own transports.
 # TRAIN_CUDA_FLAVOUR=cuda (make test-gpu: real devices only) leaves cudasim out.
 # timeout: 300
 set -euo pipefail
@@ -61,10 +62,15 @@ flavour=cuda
 label=
 why=
 devices "$bin"
-if [ "$nccl" = none ] || [ "$ndev" = 0 ]; then
+if [ "$nccl" = none ] || [ "$ndev" = 0 ] || [ "$devname" = cudasim ]; then
     reason=${why:-no CUDA device available}
-    [ "${TRAIN_CUDA_FLAVOUR:-}" != cuda ] || skip "$reason (real devices only: no cudasim)"
     sim=${GPURUN_COLL_RANK_SIM:-$build/sim/tests/coll_rank}
+    if [ "$devname" = cudasim ]; then
+        # The build folder's own coll_rank is the emulation's (the GPU bundle's sim flavour).
+        reason="'$bin' is a cudasim build"
+        sim=$bin
+    fi
+    [ "${TRAIN_CUDA_FLAVOUR:-}" != cuda ] || skip "$reason (real devices only: no cudasim)"
     [[ $sim == /* ]] || sim=$root/$sim
     [ -x "$sim" ] || skip "$reason (and no cudasim build of coll_rank at '$sim')"
     bin=$sim

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The GPU bundle (make gpu-bundle: scripts/gpu-bundle.sh and scripts/run-gpu-checks.sh) in its
+# sim flavour, as a GPU node would get it: made into a scratch folder by make, copied elsewhere
+# and the original removed, then used with `env -i` (a minimal PATH, no LD_LIBRARY_PATH).
+# Every program and library of the copy loads what it needs from the copy's lib/ alone, glibc,
+# the C++ runtime and libgcc_s aside; run-gpu-checks.sh runs every step with a shorter test
+# list and training run than on a GPU, exits 0, and its report.md says that each check passed.
+# timeout: 240
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${BUILD:-build}
+
+skip() {
+    echo "# SKIP $*"
+    exit 77
+}
+
+fail() {
+    echo "FAIL: $*"
+    for f in "$work/make.out" "$work/checks.out" "$work/out/report.md"; do
+        [ -s "$f" ] || continue
+        echo "# --- ${f#"$work"/} (last 40 lines)"
+        tail -n 40 "$f" | sed 's/^/# /'
+    done
+    exit 1
+}
+
+cd "$root"
+[ -x "$build/sim/gpurun-train" ] ||
+    skip "'$build/sim/gpurun-train' is not built (make sim; it needs the CUDA toolkit's headers)"
+command -v patchelf >/dev/null || skip "patchelf is not installed (scripts/deps.sh installs it)"
+
+work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gpu-bundle.XXXXXX")
+cleanup() {
+    local rc=$?
+    if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
+        rm -rf "$work"
+    else
+        echo "# scratch kept: $work"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+
+# make, outside any make that runs the tests (its jobserver is not this one's).
+env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory BUILD="$build" gpu-bundle \
+    GPU_BUNDLE_FLAVOUR=sim GPU_BUNDLE_DIR="$work/made" >"$work/make.out" 2>&1 ||
+    fail "make gpu-bundle GPU_BUNDLE_FLAVOUR=sim failed"
+grep '^gpu-bundle: ' "$work/make.out" | sed 's/^/# /'
+cp -r "$work/made" "$work/copy"
+rm -rf "$work/made"
+copy=$work/copy
+grep -qx 'flavour=sim' "$copy/bundle.txt" || fail "bundle.txt: $(cat "$copy/bundle.txt")"
+for p in gpurun rendezvousd gpurun-train tests/runner tests/coll_rank bench/train_gpu; do
+    [ -x "$copy/bin/$p" ] || fail "the bundle has no bin/$p"
+done
+for p in run-gpu-checks.sh tests/run tests/integ/train_cuda_common.sh jobs/gpt2-124m.cfg; do
+    [ -f "$copy/$p" ] || fail "the bundle has no $p"
+done
+mib=$(du -sm "$copy" | cut -f1)
+[ "$mib" -lt 60 ] || fail "the bundle is $mib MiB, over 60"
+
+# Where each ELF file of the copy finds its libraries, with nothing on the loader's path.
+n=0
+while IFS= read -r f; do
+    head -c 4 "$f" | grep -q 'ELF' || continue
+    n=$((n + 1))
+    env -i PATH=/usr/bin:/bin ldd "$f" >"$work/ldd" 2>&1 || fail "ldd '$f': $(cat "$work/ldd")"
+    while read -r name arrow path _; do
+        [ "$arrow" = "=>" ] || continue
+        case $name in
+        libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libresolv.so.* | \
+            libstdc++.so.* | libgcc_s.so.*) continue ;;
+        esac
+        [ "$path" != not ] || fail "'${f#"$copy"/}' needs '$name', which is not found"
+        [[ $(realpath "$path") == "$copy/lib/"* ]] ||
+            fail "'${f#"$copy"/}' loads '$name' from '$path', outside the bundle"
+    done <"$work/ldd"
+done < <(find "$copy/bin" "$copy/lib" -type f)
+[ "$n" -ge 6 ] || fail "only $n ELF files in the bundle"
+echo "# $n programs and libraries load from the bundle alone ($mib MiB)"
+
+# The checks, from elsewhere, in a bare environment, on a shorter schedule than a GPU's.
+rc=0
+(cd "$work" && env -i PATH=/usr/bin:/bin HOME="$work" GPU_CHECKS_TESTS="cuda_ops train_cuda_resume" \
+    GPU_CHECKS_STEPS=100 GPU_CHECKS_CMP_STEPS=6 GPU_CHECKS_TEXT_MB=1 GPU_CHECKS_TOTAL=200 \
+    "$copy/run-gpu-checks.sh" out) >"$work/checks.out" 2>&1 || rc=$?
+[ "$rc" = 0 ] || fail "run-gpu-checks.sh exited $rc"
+report=$work/out/report.md
+[ -s "$report" ] || fail "no report.md"
+grep -q '^# GPU checks (sim flavour)$' "$report" || fail "report.md does not name the sim flavour"
+grep -q '^- CUDA libraries: none needed (the sim flavour)$' "$report" ||
+    fail "report.md does not say which CUDA libraries it used"
+for check in tests bench train "NCCL, world size 1" train.zero=1 resume memcheck racecheck; do
+    grep -qF "| $check | pass | " "$report" || fail "report.md: '$check' did not pass"
+done
+grep -qE '^\| train \| pass \| .*: loss [0-9.]+ -> [0-9.]+ ' "$report" || fail "the train row has no losses"
+for f in env.txt tests.log bench.log train.log compare.log memcheck.log racecheck.log; do
+    [ -s "$work/out/$f" ] || fail "OUTDIR has no $f"
+done
+sed -n 's/^| \([^|]*\) | pass | \([0-9]* s\) | .*/# ok: \1 (\2)/p' "$report"
+tail -n 1 "$report" | sed 's/^/# /'
