@@ -1966,7 +1966,7 @@ static void on_heartbeat(uv_timer_t *t)
 {
     struct agent *a = t->data;
 
-    if (a->leader && a->leader->ready)
+    if (a->leader && a->leader->ready && peer_hb_due(a->leader, a->spec->hb_interval_ms))
         send_leader(a, proto_pack("{s:s}", "type", "hb"));
     /* The shims' watch (shim.h): a full pipe (a shim that stopped reading) loses nothing. */
     for (int i = 0; i < a->nranks; i++)

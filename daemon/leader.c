@@ -1431,7 +1431,7 @@ static void on_heartbeat(uv_timer_t *t)
     struct leader *l = t->data;
 
     for (int i = 0; i < l->spec->nnodes; i++)
-        if (l->nodes[i].conn)
+        if (l->nodes[i].conn && peer_hb_due(&l->nodes[i].conn->peer, l->spec->hb_interval_ms))
             peer_send(&l->nodes[i].conn->peer, proto_pack("{s:s}", "type", "hb"));
 }
 

@@ -303,6 +303,7 @@ int peer_send(struct peer *p, json_t *msg)
             auth_seal(&p->sess, f + FRAME_HDR_LEN, n);
         frame_put_header(f, (uint32_t)(n + extra));
         p->batch->len += FRAME_HDR_LEN + n + extra;
+        p->last_tx_ms = peer_now_ms(p);
         return 0;
     }
     w = n ? malloc(sizeof(*w) + FRAME_HDR_LEN + n + extra) : NULL;
@@ -317,7 +318,15 @@ int peer_send(struct peer *p, json_t *msg)
         auth_seal(&p->sess, w->buf + FRAME_HDR_LEN, n);
     w->len = FRAME_HDR_LEN + n + extra;
     frame_put_header(w->buf, (uint32_t)(n + extra));
+    p->last_tx_ms = peer_now_ms(p);
     return queue_write(p, w);
+}
+
+bool peer_hb_due(const struct peer *p, int64_t interval_ms)
+{
+    /* The timer's own jitter must not skip a beat on an idle link: a frame sent in the last
+     * tenth of the interval was the last heartbeat. */
+    return peer_now_ms(p) - p->last_tx_ms >= interval_ms - interval_ms / 10;
 }
 
 int peer_send_error(struct peer *p, int64_t id, const char *code, const char *text)

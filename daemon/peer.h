@@ -69,8 +69,9 @@ struct peer {
     bool dirty;               /* on that list */
     uint32_t max_frame;       /* the reader's limit once the handshake is done */
     int64_t opened_ms, last_rx_ms;
-    char name[96]; /* "10.0.0.2:43210" or "rank 3": the subject of log lines */
-    char addr[64]; /* TCP: the remote address without its port ("10.0.0.2"), else "" */
+    int64_t last_tx_ms; /* when peer_send last took a frame: a heartbeat sooner is not needed */
+    char name[96];      /* "10.0.0.2:43210" or "rank 3": the subject of log lines */
+    char addr[64];      /* TCP: the remote address without its port ("10.0.0.2"), else "" */
     char why[256];
 };
 
@@ -90,6 +91,11 @@ int peer_connect(struct peer *p, const struct sockaddr *addr);
 /* Sends msg (stolen: always consumed) once the link is ready. Returns 0, -ENOTCONN when
  * the link is closing or not ready, -ENOMEM, or a libuv error. */
 int peer_send(struct peer *p, json_t *msg);
+
+/* Whether p's other end needs a heartbeat now: nothing was sent to it for interval_ms. Any
+ * frame proves the sender alive (the receiver's clock is last_rx_ms), so a heartbeat goes
+ * only over an idle link: a leader busy with 12,500 agents sends none during a rendezvous. */
+bool peer_hb_due(const struct peer *p, int64_t interval_ms);
 
 /* Sends {"type":"error","id":id,"code":code,"msg":text}. */
 int peer_send_error(struct peer *p, int64_t id, const char *code, const char *text);

@@ -41,16 +41,20 @@ struct auth_key {
     uint8_t k[AUTH_KEY_LEN];
 };
 
-/* One direction pair of an established link. tx_mac and rx_mac are HMAC contexts keyed once
- * with tx_key and rx_key (OpenSSL's EVP_MAC_CTX; NULL: each frame keys one of its own, which
- * is also correct, only slower): owned by the session, freed by auth_session_release(). A
- * copy of a session shares them; release the original only, after its copies are done. */
+/* HMAC-SHA256 under one key, its inner and outer SHA-256 states computed once (auth.c):
+ * a frame's tag then costs its own hashing only. Plain bytes: a copy is a copy. */
+struct auth_hmac {
+    uint64_t inner[16], outer[16];
+};
+
+/* One direction pair of an established link: the keys, and tx_mac and rx_mac made from them
+ * (auth_session_key). */
 struct auth_session {
     uint8_t tx_key[AUTH_KEY_LEN];
     uint8_t rx_key[AUTH_KEY_LEN];
     uint64_t tx_seq;
     uint64_t rx_seq;
-    void *tx_mac, *rx_mac;
+    struct auth_hmac tx_mac, rx_mac;
 };
 
 /* The state of one side of a handshake in progress. */
@@ -93,8 +97,12 @@ int auth_server_challenge(struct auth_handshake *hs, const struct auth_key *key,
 int auth_server_finish(struct auth_handshake *hs, const uint8_t *in, size_t len,
                        struct auth_session *sess);
 
-/* Frees the session's keyed MAC contexts and wipes its keys; the session may be filled by a
- * handshake again. A zeroed session, or one released already, is fine. */
+/* Makes tx_mac and rx_mac from tx_key and rx_key (a handshake does; a session whose keys
+ * were set by hand needs it). */
+void auth_session_key(struct auth_session *s);
+
+/* Wipes the session's keys and states; the session may be filled by a handshake again. A
+ * zeroed session, or one released already, is fine. */
 void auth_session_release(struct auth_session *s);
 
 /* Seals a frame in place: buf holds AUTH_SEQ_LEN free bytes, then the n message bytes, then

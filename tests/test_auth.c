@@ -432,21 +432,28 @@ TEST(auth_hex_round_trip)
     CHECK_EQ(auth_unhex("007fa5fx", out, 4), -EINVAL);
 }
 
-/* A session's contexts keyed once give the tags a frame keyed on its own gives: a copy
- * without them seals what the keyed side opens, and the tags are the same bytes. */
+/* A frame's tag is HMAC-SHA256 under the session's key of its seq and message, as OpenSSL's
+ * own HMAC computes it; and a session keyed again from its keys (auth_session_key) seals
+ * what the handshake's opens, the same bytes. */
 TEST(auth_keyed_contexts_match_unkeyed)
 {
     struct auth_key k = key_of(9);
     struct auth_session cs = {0}, ss = {0}, plain;
-    uint8_t a[128], b[128];
+    uint8_t a[128], b[128], want[EVP_MAX_MD_SIZE];
+    unsigned wlen = 0;
     size_t la, lb;
     int side;
 
     CHECK_EQ(handshake(&k, &k, &cs, &ss, &side), 0);
-    CHECK(cs.tx_mac != NULL && ss.rx_mac != NULL);
-    plain = cs;
-    plain.tx_mac = plain.rx_mac = NULL;
     la = seal(&cs, a, "{\"type\":\"hb\"}");
+    CHECK(HMAC(EVP_sha256(), cs.tx_key, AUTH_KEY_LEN, a, la - AUTH_TAG_LEN, want, &wlen) != NULL);
+    CHECK_EQ(wlen, AUTH_TAG_LEN);
+    CHECK(!memcmp(a + la - AUTH_TAG_LEN, want, AUTH_TAG_LEN));
+    plain = cs;
+    memset(&plain.tx_mac, 0, sizeof(plain.tx_mac));
+    memset(&plain.rx_mac, 0, sizeof(plain.rx_mac));
+    auth_session_key(&plain);
+    plain.tx_seq = 0;
     lb = seal(&plain, b, "{\"type\":\"hb\"}");
     /* The same seq (0) and message: the same frame. */
     CHECK_EQ(la, lb);
@@ -457,5 +464,7 @@ TEST(auth_keyed_contexts_match_unkeyed)
     check_open(&ss, b, lb, "{\"type\":\"ok\",\"id\":1}");
     auth_session_release(&cs);
     auth_session_release(&ss);
-    CHECK(cs.tx_mac == NULL && ss.rx_mac == NULL);
+    /* Released: keys and states wiped. */
+    for (size_t i = 0; i < sizeof(cs); i++)
+        CHECK(((const uint8_t *)&cs)[i] == 0);
 }

@@ -208,8 +208,7 @@ void wire_session_for_key(const struct wire *w, const struct auth_key *key,
 
     derive(key, "gpurun c2s", w->nonce_c, w->nonce_s, s.tx_key);
     derive(key, "gpurun s2c", w->nonce_c, w->nonce_s, s.rx_key);
-    /* w's keyed contexts hold w's keys: this session keys every frame with its own. */
-    s.tx_mac = s.rx_mac = NULL;
+    auth_session_key(&s);
     *out = s;
 }
 
