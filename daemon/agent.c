@@ -969,7 +969,7 @@ static void forward_kv(struct agent *a, struct rconn *rc, struct msg *m)
         peer_send_error(&rc->peer, m->id, "too_large", "agent out of memory");
         return;
     }
-    fwd = json_deep_copy(m->root);
+    fwd = json_deep_copy(proto_msg_json(m));
     json_object_set_new(fwd, "id", json_integer(p->id));
     if (send_leader(a, fwd) < 0) {
         a->npend--;
@@ -1720,7 +1720,7 @@ static void on_leader_message(struct peer *p, struct msg *m)
             int64_t rank_id = a->pend[i].rank_id;
             a->pend[i] = a->pend[--a->npend];
             if (rc) {
-                json_t *back = json_deep_copy(m->root);
+                json_t *back = json_deep_copy(proto_msg_json(m));
                 json_object_set_new(back, "id", json_integer(rank_id));
                 peer_send(&rc->peer, back);
             }

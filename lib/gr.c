@@ -636,7 +636,7 @@ static int kv_get_once(struct gr *g, const char *key, void *buf, size_t cap, siz
         goto out;
     have = true;
     /* The length of the JSON string, not strlen: a NUL inside must not pass as an end. */
-    n = json_string_length(json_object_get(m.root, "value"));
+    n = m.value_len;
     tmp = malloc(n / 4 * 3 + 1);
     if (!tmp) {
         ret = fail(g, -ENOMEM, "kv_get '%s': out of memory", key);

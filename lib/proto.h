@@ -74,6 +74,7 @@
 #ifndef GPURUN_PROTO_H
 #define GPURUN_PROTO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -116,11 +117,15 @@ enum msg_type {
     MSG_TYPE_COUNT
 };
 
-/* A decoded message. Strings and objects are borrowed from root and live until
- * proto_msg_release(). Fields a type does not have stay zero/NULL; optional ones too. */
+/* A decoded message. Strings and objects are borrowed from root, or from text where the fast
+ * path read it, and live until proto_msg_release(). Fields a type does not have stay
+ * zero/NULL; optional ones too. */
 struct msg {
     enum msg_type type;
-    json_t *root;
+    json_t *root;     /* the JSON tree; NULL where the fast path read it: proto_msg_json */
+    char *text;       /* the fast path's block (owned), or NULL */
+    size_t text_len;  /* the message's length in it */
+    size_t value_len; /* the length of value: a JSON string may hold a NUL */
     json_int_t id;
     const char *key;   /* kv_*: key; barrier, barrier_done: name; error: code */
     const char *value; /* kv_put, kv_val: value; hello: token; error: msg; abort: cause;
@@ -148,8 +153,23 @@ struct proto_error {
  * "unknown type 'x'", "'join': 'nprocs' must be an integer", a key over PROTO_KEY_MAX...). */
 int proto_decode(const uint8_t *buf, size_t len, struct msg *m, struct proto_error *err);
 
+/* proto_decode without the fast path: every message through a jansson tree. For the tests,
+ * which hold the two paths to the same result. */
+int proto_decode_tree(const uint8_t *buf, size_t len, struct msg *m, struct proto_error *err);
+
+/* Whether a and b, two decoded messages, hold the same type and field values. */
+bool proto_msg_same(const struct msg *a, const struct msg *b);
+
 /* Drops the reference decode took; m may be decoded into again. */
 void proto_msg_release(struct msg *m);
+
+/* The message as a JSON object (borrowed, until proto_msg_release): the tree it was read
+ * from, or for a message the fast path read, parsed now. NULL when out of memory. */
+json_t *proto_msg_json(struct msg *m);
+
+/* Messages longer than this always go through jansson (the fast path copies a message
+ * twice). */
+#define PROTO_FAST_MAX 4096
 
 /* The wire name of a type ("kv_put"), or "?" for an out-of-range value. */
 const char *proto_type_name(enum msg_type t);

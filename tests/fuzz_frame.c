@@ -1,7 +1,8 @@
 /* libFuzzer harness for everything a peer's bytes reach before and after authentication:
  * the input is a byte stream fed to a frame_reader in chunks of varying size, and each frame's
  * payload goes to proto_decode (as on the rank's Unix socket) and to auth_open with a fixed
- * session, whose opened message goes to proto_decode too (as on a TCP link).
+ * session, whose opened message goes to proto_decode too (as on a TCP link). Every decode is
+ * done twice, with the fast path and through jansson alone, and the two must agree.
  *
  * Input layout: byte 0 chooses the chunk sizes and the reader's limit; the rest is the stream.
  * With FUZZ_FRAME_WRITE_SEEDS=DIR set, the harness writes a seed corpus to DIR (valid frames of
@@ -33,11 +34,17 @@ static void fixed_session(struct auth_session *s)
 
 static void decode(const uint8_t *p, size_t n)
 {
-    struct proto_error err;
-    struct msg m;
+    struct proto_error err, terr;
+    struct msg m, t;
+    int rc = proto_decode(p, n, &m, &err), trc = proto_decode_tree(p, n, &t, &terr);
 
-    if (proto_decode(p, n, &m, &err) == 0)
+    /* The fast path and jansson's must agree on every input: a divergence is a crash here. */
+    if (rc != trc || (rc == 0 && !proto_msg_same(&m, &t)))
+        abort();
+    if (rc == 0) {
         proto_msg_release(&m);
+        proto_msg_release(&t);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

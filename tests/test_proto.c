@@ -96,10 +96,10 @@ static int decode_json(json_t *root, struct proto_error *err)
     memset(err, 0, sizeof(*err));
     rc = proto_decode((const uint8_t *)text, strlen(text), &m, err);
     if (rc == 0) {
-        CHECK(m.root);
+        CHECK(proto_msg_json(&m));
         proto_msg_release(&m);
     } else {
-        CHECK(m.root == NULL);
+        CHECK(m.root == NULL && m.text == NULL);
         CHECK(err->text[0] != '\0');
     }
     free(text);
@@ -589,4 +589,98 @@ TEST(proto_pack_refuses_invalid_messages)
     CHECK(!proto_pack("{s:s", "type", "hb"));
     CHECK(!proto_pack("{s:s, s:i, s:s}", "type", "hello", "rank", -1, "token", "00"));
     CHECK(!proto_pack("{s:s, s:o}", "type", "progress", "ranks", json_string("x")));
+}
+
+/* Decodes text both ways: proto_decode (the fast path first) and proto_decode_tree (jansson
+ * alone). They must agree: both refuse, or both accept with the same fields. Returns whether
+ * the fast path read it. */
+static bool decode_both(const char *text)
+{
+    struct proto_error e1, e2;
+    struct msg a, b;
+    int r1 = proto_decode((const uint8_t *)text, strlen(text), &a, &e1);
+    int r2 = proto_decode_tree((const uint8_t *)text, strlen(text), &b, &e2);
+    bool fast = r1 == 0 && a.text != NULL;
+
+    if (r1 != r2)
+        test_fail(__FILE__, __LINE__, "%s: decode %d, tree %d (%s)", text, r1, r2,
+                  r1 ? e1.text : e2.text);
+    else if (r1 == 0 && !proto_msg_same(&a, &b))
+        test_fail(__FILE__, __LINE__, "%s: the two paths read different fields", text);
+    else if (r1 != 0 && strcmp(e1.text, e2.text))
+        test_fail(__FILE__, __LINE__, "%s: different refusals '%s', '%s'", text, e1.text, e2.text);
+    if (r1 == 0) {
+        /* What the fast path read parses on demand to the tree's message. */
+        CHECK(json_equal(proto_msg_json(&a), b.root));
+        proto_msg_release(&a);
+        proto_msg_release(&b);
+    }
+    return fast;
+}
+
+/* The fast path reads the flat messages of the busy paths, and reads them as jansson does;
+ * everything it does not take (spaces, escapes, reals, nesting, a duplicate key...) goes to
+ * jansson, with the same result and the same refusal. */
+TEST(proto_fast_path_matches_tree)
+{
+    static const char *const tricky[] = {
+        "{\"type\":\"ok\",\"id\":1}",
+        "{\"id\":1,\"type\":\"ok\"}",
+        "{ \"type\":\"ok\",\"id\":1}",
+        "{\"type\":\"ok\",\"id\":01}",
+        "{\"type\":\"ok\",\"id\":-0}",
+        "{\"type\":\"ok\",\"id\":1.0}",
+        "{\"type\":\"ok\",\"id\":1e3}",
+        "{\"type\":\"ok\",\"id\":9223372036854775807}",
+        "{\"type\":\"ok\",\"id\":99999999999999999999}",
+        "{\"type\":\"ok\",\"id\":123456789012345678}",
+        "{\"type\":\"ok\",\"id\":1234567890123456789}",
+        "{\"type\":\"ok\",\"id\":\"1\"}",
+        "{\"type\":\"ok\",\"id\":true}",
+        "{\"type\":\"ok\",\"id\":null}",
+        "{\"type\":\"ok\"}",
+        "{\"type\":\"ok\",\"id\":1,\"id\":2}",
+        "{\"type\":\"ok\",\"type\":\"ok\",\"id\":1}",
+        "{\"type\":\"ok\",\"id\":1,\"x\":1}",
+        "{\"type\":\"ok\",\"id\":1,}",
+        "{\"type\":\"ok\",\"id\":1",
+        "{\"type\":\"ok\",\"id\":1}}",
+        "{}",
+        "{\"type\":\"nope\",\"id\":1}",
+        "{\"type\":\"\\u006fk\",\"id\":1}",
+        "{\"type\":\"kv_put\",\"id\":1,\"key\":\"k\",\"value\":\"a\\u0000b\"}",
+        "{\"type\":\"kv_put\",\"id\":1,\"key\":\"k\",\"value\":\"caf\xc3\xa9\"}",
+        "{\"type\":\"kv_put\",\"id\":1,\"key\":\"k\",\"value\":\"\xff\"}",
+        "{\"type\":\"kv_put\",\"id\":1,\"key\":\"k\",\"value\":\"tab\there\"}",
+        "{\"type\":\"kv_put\",\"id\":1,\"key\":\"\",\"value\":\"\"}",
+        "{\"type\":\"join\",\"node_rank\":4294967297,\"hostname\":\"h\",\"addr\":\"a\","
+        "\"nprocs\":1,\"gpus\":\"\"}",
+        "{\"type\":\"join\",\"node_rank\":-1,\"hostname\":\"h\",\"addr\":\"a\",\"nprocs\":1,"
+        "\"gpus\":\"\"}",
+        "{\"type\":\"rank_exit\",\"rank\":1,\"code\":0,\"signal\":0,\"oom\":false,"
+        "\"killed\":true,\"tail\":\"\"}",
+        "{\"type\":\"rank_exit\",\"rank\":1,\"code\":0,\"signal\":0,\"oom\":0,\"killed\":true,"
+        "\"tail\":\"\"}",
+        "{\"type\":\"rank_exit\",\"rank\":1,\"code\":300,\"signal\":0,\"oom\":false,"
+        "\"killed\":true,\"tail\":\"\"}",
+        "{\"type\":\"report\",\"step\":3,\"loss\":2,\"lr\":0,\"tokens_per_s\":5,\"grad_norm\":1}",
+        "{\"type\":\"abort\",\"cause\":\"x\",\"stacks\":true}",
+        "{\"type\":\"barrier\",\"id\":1,\"name\":\"b\",\"count\":-3}",
+        "{\"type\":\"hb\"}",
+        "{\"type\":\"hb\",\"id\":1}",
+        "{\"type\":\"error\",\"id\":1,\"code\":\"c\",\"msg\":\"a \\\"quoted\\\" word\"}",
+    };
+    int fast = 0;
+
+    for (size_t i = 0; i < N_EXAMPLES; i++)
+        fast += decode_both(examples[i].json);
+    /* Every example without reals, nesting or escapes. */
+    CHECK_EQ(fast, (int)N_EXAMPLES - 4);
+    for (size_t i = 0; i < sizeof(tricky) / sizeof(tricky[0]); i++)
+        decode_both(tricky[i]);
+    CHECK(
+        decode_both("{\"type\":\"kv_put\",\"id\":1,\"key\":\"addr/5\",\"value\":\"10.0.0.1:1\"}"));
+    CHECK(decode_both("{\"type\":\"rank_exit\",\"rank\":1,\"code\":0,\"signal\":0,\"oom\":false,"
+                      "\"killed\":true,\"tail\":\"\"}"));
+    CHECK(!decode_both("{\"type\":\"ok\", \"id\":1}"));
 }
