@@ -122,12 +122,20 @@ out:
 }
 
 /* Counts of phases, the step range, the mean loss and the total rate of a ranks array. */
+/* A number of o's, NAN where o has none (a rank that did not report it). */
+static double nget(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
 static json_t *progress_json(const json_t *ranks, long total)
 {
     long counts[4] = {0, 0, 0, 0}, smin = LONG_MAX, smax = -1;
     static const char *const phases[4] = {"pending", "joined", "running", "exited"};
     double loss = 0, tps = 0, rate = 0;
-    int nloss = 0;
+    int nloss = 0, ntps = 0;
     size_t i;
     json_t *r, *o;
 
@@ -137,7 +145,7 @@ static json_t *progress_json(const json_t *ranks, long total)
     {
         const char *ph = json_string_value(json_object_get(r, "phase"));
         long step = (long)json_integer_value(json_object_get(r, "step"));
-        double l = json_number_value(json_object_get(r, "loss"));
+        double l = nget(r, "loss");
         for (int k = 0; k < 4; k++)
             if (ph && !strcmp(ph, phases[k]))
                 counts[k]++;
@@ -151,7 +159,10 @@ static json_t *progress_json(const json_t *ranks, long total)
         }
         if (ph && !strcmp(ph, "running")) {
             double sps = json_number_value(json_object_get(r, "steps_per_s"));
-            tps += json_number_value(json_object_get(r, "tokens_per_s"));
+            if (isfinite(nget(r, "tokens_per_s"))) {
+                tps += nget(r, "tokens_per_s");
+                ntps++;
+            }
             /* The job goes as fast as its slowest running rank. */
             if (sps > 0 && (rate == 0 || sps < rate))
                 rate = sps;
@@ -161,12 +172,13 @@ static json_t *progress_json(const json_t *ranks, long total)
         if (total <= 0 && json_integer_value(json_object_get(r, "total_steps")) > 0)
             total = (long)json_integer_value(json_object_get(r, "total_steps"));
     }
-    o = json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:f}", "ranks",
+    o = json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o}", "ranks",
                   (int)json_array_size(ranks), "pending", (json_int_t)counts[0], "joined",
                   (json_int_t)counts[1], "running", (json_int_t)counts[2], "exited",
                   (json_int_t)counts[3], "step_min", (json_int_t)smin, "step_max", (json_int_t)smax,
                   "steps_total", total > 0 ? json_integer(total) : json_null(), "loss_mean",
-                  nloss ? json_real(loss / nloss) : json_null(), "tokens_per_s", tps);
+                  nloss ? json_real(loss / nloss) : json_null(), "tokens_per_s",
+                  ntps ? json_real(tps) : json_null());
     /* The time left at the slowest rank's rate, from the slowest rank's step. */
     if (o && total > smin && rate > 0)
         json_object_set_new(o, "eta_s", json_real((double)(total - smin) / rate));
@@ -445,7 +457,7 @@ static void print_ranks(FILE *out, const json_t *job)
         size_t k;
         json_t *x;
         char *row[NCOL];
-        double loss = json_number_value(json_object_get(r, "loss"));
+        double loss = nget(r, "loss");
 
         json_array_foreach(nodes, k, x) if (iget(x, "node", -2) == node) nd = x;
         for (int c = 0; c < NCOL; c++)
@@ -459,7 +471,10 @@ static void print_ranks(FILE *out, const json_t *job)
             snprintf(row[5], 48, "%.4f", loss);
         else
             snprintf(row[5], 48, "-");
-        snprintf(row[6], 48, "%.0f", json_number_value(json_object_get(r, "tokens_per_s")));
+        if (isfinite(nget(r, "tokens_per_s")))
+            snprintf(row[6], 48, "%.0f", nget(r, "tokens_per_s"));
+        else
+            snprintf(row[6], 48, "-");
         age(row[7], 48, nd ? iget(nd, "hb_age_ms", -1) : -1);
         if (json_is_false(json_object_get(r, "reported")))
             snprintf(row[8], 48, "no reports");
@@ -500,7 +515,7 @@ static void print_progress(FILE *out, const json_t *p)
             fprintf(out, " of %ld", total);
         if (json_is_number(loss))
             fprintf(out, ", loss %.4f", json_number_value(loss));
-        if (iget(p, "running", 0) > 0)
+        if (iget(p, "running", 0) > 0 && json_is_number(json_object_get(p, "tokens_per_s")))
             fprintf(out, ", %.0f tokens/s", json_number_value(json_object_get(p, "tokens_per_s")));
         fprintf(out, "\n");
     }

@@ -575,11 +575,15 @@ static void flush_progress(struct agent *a)
         if (!r->dirty)
             continue;
         r->dirty = false;
-        json_array_append_new(
-            arr, json_pack("{s:i, s:I, s:f, s:f, s:f, s:f, s:I, s:I}", "rank", r->rank, "step",
-                           (json_int_t)r->step, "loss", r->loss, "lr", r->lr, "tokens_per_s",
-                           r->tokens_per_s, "grad_norm", r->grad_norm, "total_steps",
-                           (json_int_t)r->total_steps, "age_ms", (json_int_t)(t - r->progress_ms)));
+        json_t *e = json_pack("{s:i, s:I, s:I, s:I}", "rank", r->rank, "step", (json_int_t)r->step,
+                              "total_steps", (json_int_t)r->total_steps, "age_ms",
+                              (json_int_t)(t - r->progress_ms));
+        /* A number the rank did not give (NAN) stays out: unknown, not 0. */
+        proto_set_number(e, "loss", r->loss);
+        proto_set_number(e, "lr", r->lr);
+        proto_set_number(e, "tokens_per_s", r->tokens_per_s);
+        proto_set_number(e, "grad_norm", r->grad_norm);
+        json_array_append_new(arr, e);
     }
     a->last_flush_ms = t;
     if (json_array_size(arr) == 0) {

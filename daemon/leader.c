@@ -425,13 +425,18 @@ static json_t *rank_view(const struct leader *l, int r, bool detail)
     const struct rank *k = &l->ranks[r];
     json_t *v;
 
-    v = json_pack("{s:i, s:i, s:s, s:I, s:f, s:f, s:f, s:f, s:I, s:i, s:i, s:b, s:b, s:I, s:b}",
-                  "rank", r, "node", node_of(l, r), "phase", phase_names[k->phase], "step",
-                  (json_int_t)k->step, "loss", k->loss, "lr", k->lr, "tokens_per_s",
-                  k->tokens_per_s, "grad_norm", k->grad_norm, "report_age_ms",
-                  (json_int_t)(k->report_ms ? now_ms(l) - k->report_ms : -1), "code", k->code,
-                  "signal", k->signal, "oom", k->oom, "killed", k->killed, "total_steps",
-                  (json_int_t)k->total_steps, "reported", k->report_ms != 0);
+    v = json_pack("{s:i, s:i, s:s, s:I, s:I, s:i, s:i, s:b, s:b, s:I, s:b}", "rank", r, "node",
+                  node_of(l, r), "phase", phase_names[k->phase], "step", (json_int_t)k->step,
+                  "report_age_ms", (json_int_t)(k->report_ms ? now_ms(l) - k->report_ms : -1),
+                  "code", k->code, "signal", k->signal, "oom", k->oom, "killed", k->killed,
+                  "total_steps", (json_int_t)k->total_steps, "reported", k->report_ms != 0);
+    /* What the rank did not report (or has not yet) stays out: unknown, not 0. */
+    if (k->report_ms) {
+        proto_set_number(v, "loss", k->loss);
+        proto_set_number(v, "lr", k->lr);
+        proto_set_number(v, "tokens_per_s", k->tokens_per_s);
+        proto_set_number(v, "grad_norm", k->grad_norm);
+    }
     /* Steps per second since its first report: the ETA's rate. */
     if (v && k->report_ms > k->first_ms && k->step > k->first_step)
         json_object_set_new(v, "steps_per_s",
@@ -786,9 +791,9 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
     json_array_foreach(m->array, i, e)
     {
         int r;
-        struct rank k = {0};
+        struct rank k = {.loss = NAN, .lr = NAN, .tokens_per_s = NAN, .grad_norm = NAN};
         json_int_t step, total = 0, age = 0;
-        if (json_unpack(e, "{s:i, s:I, s:F, s:F, s:F, s:F, s?I, s?I}", "rank", &r, "step", &step,
+        if (json_unpack(e, "{s:i, s:I, s?F, s?F, s?F, s?F, s?I, s?I}", "rank", &r, "step", &step,
                         "loss", &k.loss, "lr", &k.lr, "tokens_per_s", &k.tokens_per_s, "grad_norm",
                         &k.grad_norm, "total_steps", &total, "age_ms", &age) < 0 ||
             age < 0 || age > INT32_MAX || r < l->nodes[c->node].rank_base ||

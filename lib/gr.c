@@ -736,11 +736,6 @@ int gr_barrier(struct gr *g, const char *name, int timeout_ms)
     return ret;
 }
 
-static double finite_or(double v)
-{
-    return isfinite(v) ? v : -1;
-}
-
 int gr_report(struct gr *g, const struct gr_progress *p)
 {
     json_t *req;
@@ -752,10 +747,12 @@ int gr_report(struct gr *g, const struct gr_progress *p)
         return 0;
     if (p->total_steps < 0)
         return fail(g, -EINVAL, "report: total_steps %lld is negative", (long long)p->total_steps);
-    req = proto_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:I}", "type", "report", "step",
-                     (json_int_t)p->step, "loss", finite_or(p->loss), "lr", finite_or(p->lr),
-                     "tokens_per_s", finite_or(p->tokens_per_s), "grad_norm",
-                     finite_or(p->grad_norm), "total_steps", (json_int_t)p->total_steps);
+    req = proto_pack("{s:s, s:I, s:I}", "type", "report", "step", (json_int_t)p->step,
+                     "total_steps", (json_int_t)p->total_steps);
+    proto_set_number(req, "loss", p->loss);
+    proto_set_number(req, "lr", p->lr);
+    proto_set_number(req, "tokens_per_s", p->tokens_per_s);
+    proto_set_number(req, "grad_norm", p->grad_norm);
     if (!req)
         return fail(g, -ENOMEM, "report: cannot build the message");
     return send_msg(g, req, "report");

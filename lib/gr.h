@@ -51,7 +51,7 @@ struct gr;
 
 /* Progress of one training step, as gpurun status shows it. */
 struct gr_progress {
-    int64_t step;
+    int64_t step; /* the numbers below: NAN where unknown (gr_report) */
     double loss;
     double lr;
     double tokens_per_s;
@@ -96,7 +96,8 @@ int gr_kv_del(struct gr *g, const char *key);
 int gr_barrier(struct gr *g, const char *name, int timeout_ms);
 
 /* Sends this rank's progress; the agent forwards it to the leader without blocking and does
- * not answer. A number that is not finite (a NaN loss) is sent as -1. */
+ * not answer. A number that is not finite is left out, and status shows it as unknown: give
+ * NAN for one the rank does not know (a rank without a loss). */
 int gr_report(struct gr *g, const struct gr_progress *p);
 
 /* Asks for the pre-timeout signal: Slurm's warning before the time limit (or gpurun's own,

@@ -2,6 +2,7 @@
  * contract, read from a jansson tree or, for flat messages, in one pass (the fast path). */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -58,8 +59,8 @@ static const struct proto_row rows[MSG_TYPE_COUNT] = {
                      {REQ("id", 'I', id), REQ("name", 's', key), OPT("count", 'i', count)}},
     [MSG_BARRIER_DONE] = {"barrier_done", {REQ("name", 's', key)}},
     [MSG_REPORT] = {"report",
-                    {REQ("step", 'I', step), REQ("loss", 'F', loss), REQ("lr", 'F', lr),
-                     REQ("tokens_per_s", 'F', tokens_per_s), REQ("grad_norm", 'F', grad_norm),
+                    {REQ("step", 'I', step), OPT("loss", 'F', loss), OPT("lr", 'F', lr),
+                     OPT("tokens_per_s", 'F', tokens_per_s), OPT("grad_norm", 'F', grad_norm),
                      OPT("total_steps", 'I', total_steps)}},
     [MSG_PROGRESS] = {"progress", {REQ("ranks", 'o', array)}},
     [MSG_PREEMPT] = {"preempt", {REQ("id", 'I', id)}},
@@ -245,6 +246,8 @@ static int decode_root(json_t *root, struct msg *m, struct proto_error *err)
     m->type = (enum msg_type)t;
     for (const struct field *f = row->f; f < row->f + FIELDS_MAX && f->key; f++) {
         v = json_object_get(root, f->key);
+        if (!v && f->optional && f->kind == 'F')
+            *(double *)((char *)m + f->off) = NAN; /* a number not given: unknown, not 0 */
         if (!v && f->optional)
             continue;
         if (!v) {
@@ -420,6 +423,8 @@ static bool fast_decode(const uint8_t *buf, size_t len, struct msg *m)
             hit = &ff[i];
         }
         if (!hit) {
+            if (f->optional && f->kind == 'F')
+                *(double *)((char *)m + f->off) = NAN;
             if (f->optional)
                 continue;
             goto fallback;
@@ -518,7 +523,7 @@ bool proto_msg_same(const struct msg *a, const struct msg *b)
             if (*(const json_int_t *)x != *(const json_int_t *)y)
                 return false;
             break;
-        case 'F':
+        case 'F': /* NAN (not given) equals NAN */
             if (memcmp(x, y, sizeof(double)))
                 return false;
             break;
@@ -546,6 +551,12 @@ void proto_msg_release(struct msg *m)
     json_decref(m->root);
     free(m->text);
     memset(m, 0, sizeof(*m));
+}
+
+void proto_set_number(json_t *o, const char *key, double v)
+{
+    if (o && isfinite(v))
+        json_object_set_new(o, key, json_real(v));
 }
 
 json_t *proto_pack(const char *fmt, ...)

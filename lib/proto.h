@@ -137,8 +137,8 @@ struct msg {
     int hvd_port; /* assign: horovod's rendezvous port, or 0 */
     int count, code, signal, oom, killed, status, stacks;
     json_int_t timeout_ms, step, total_steps;
-    double loss, lr, tokens_per_s, grad_norm;
-    json_t *array; /* progress: ranks; status_reply: job (an object) */
+    double loss, lr, tokens_per_s, grad_norm; /* report: NAN when not given */
+    json_t *array;                            /* progress: ranks; status_reply: job (an object) */
     json_t *error; /* rank_exit: the recorded exception (an object), or NULL */
 };
 
@@ -173,6 +173,10 @@ json_t *proto_msg_json(struct msg *m);
 
 /* The wire name of a type ("kv_put"), or "?" for an out-of-range value. */
 const char *proto_type_name(enum msg_type t);
+
+/* Sets key to v in object o when v is finite; one that is not (NAN: not known) is left out,
+ * as JSON has no NaN. */
+void proto_set_number(json_t *o, const char *key, double v);
 
 /* Builds a message: json_pack() with fmt, then checks the result against the table row of
  * its "type", so that nothing leaves a process that the receiver would refuse. Returns a new

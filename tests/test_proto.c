@@ -41,7 +41,7 @@ static const struct example examples[] = {
     {MSG_REPORT,
      "{\"type\":\"report\",\"step\":100,\"loss\":2.5,\"lr\":0.001,\"tokens_per_s\":12000.5,"
      "\"grad_norm\":1.25,\"total_steps\":5000000000}",
-     "total_steps"},
+     "loss lr tokens_per_s grad_norm total_steps"},
     {MSG_PROGRESS, "{\"type\":\"progress\",\"ranks\":[{\"rank\":0,\"step\":100}]}", NULL},
     {MSG_PREEMPT, "{\"type\":\"preempt\",\"id\":20}", NULL},
     {MSG_SIGNAL, "{\"type\":\"signal\",\"id\":21,\"signal\":10}", "id"},

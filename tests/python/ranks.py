@@ -102,7 +102,7 @@ def gr_example():
 
 def status():
     """Reports a step, a loss and the total steps, then waits for the file 'go' in the job
-    dir. Rank 1's loss is NaN (sent as -1, one warning line)."""
+    dir. Rank 1's loss is NaN (left out of the report, one warning line)."""
     r = gpurun.rank()
     loss = float("nan") if r == 1 else 2.0 + r / 4
     gpurun.report(10 + r, loss=loss, lr=0.001, tokens_per_s=100.0 * (r + 1), total_steps=500)

@@ -394,9 +394,8 @@ class Report(Base):
         self.assertNotIn("id", got)
         gpurun.report(8)
         a.wait_for(lambda: len(a.msgs("report")) == 2, what="second report")
-        self.assertEqual(a.msgs("report")[-1], {"type": "report", "step": 8, "loss": 0.0,
-                                                "lr": 0.0, "tokens_per_s": 0.0,
-                                                "grad_norm": 0.0})
+        # Numbers not given are left out: unknown, not 0.
+        self.assertEqual(a.msgs("report")[-1], {"type": "report", "step": 8})
 
     def test_step_types(self):
         a = self.start_agent()
@@ -427,7 +426,7 @@ class Report(Base):
         self.assertEqual(self.last_report()["loss"], 0.75)
         self.assertEqual(len(a.msgs("report")), 1)
 
-    def test_nan_is_sent_as_minus_one_and_warned_once(self):
+    def test_nan_is_left_out_and_warned_once(self):
         a = self.start_agent()
         err = io.StringIO()
         with redirect_stderr(err):
@@ -436,8 +435,8 @@ class Report(Base):
             gpurun.report(2, loss=float("inf"), grad_norm=float("-inf"))
         a.wait_for(lambda: len(a.msgs("report")) == 2, what="two reports")
         r1, r2 = a.msgs("report")
-        self.assertEqual((r1["loss"], r1["lr"]), (-1.0, 0.1))
-        self.assertEqual((r2["loss"], r2["grad_norm"]), (-1.0, -1.0))
+        self.assertEqual(r1, {"type": "report", "step": 1, "lr": 0.1})
+        self.assertEqual(r2, {"type": "report", "step": 2})
         want = "gpurun.report: test_gpurun.py:%d: loss is nan: not reported\n" % line
         self.assertEqual(err.getvalue(), want, "stderr: expected one warning line")
 

@@ -20,9 +20,10 @@ Progress: report(step, *, loss, lr, tokens_per_s, grad_norm, total_steps) sends 
 `gpurun status` shows. It never waits for the agent and never raises because of it (a
 report the agent cannot take now is dropped; the next one carries newer numbers). A step
 that is not an integer (a bool, a str, None, a float with a fraction) raises TypeError; a
-number that is None is sent as 0 and one that is not finite (a NaN loss) as -1, as the C
-library sends them; the first non-finite number prints one line to stderr per process,
-naming the caller ("gpurun.report: train.py:42: loss is nan: not reported").
+number that is None, or not finite (a NaN loss), is left out of the report, as the C
+library does, and status shows it as unknown; the first non-finite number prints one line
+to stderr per process, naming the caller ("gpurun.report: train.py:42: loss is nan: not
+reported").
 
 Store: set(key, value), get(key, timeout=None), delete(key), barrier(name=None,
 timeout=None). Keys and barrier names are str of 1..256 bytes of UTF-8; values are bytes (or
@@ -285,9 +286,10 @@ def _int_arg(name, v):
 
 
 def _number(name, v, bad):
-    """A float for the wire: None is 0, a non-finite number -1 (its name goes to bad)."""
+    """A float for the wire, or None to leave it out: None stays None (not known), and a
+    non-finite number is left out too (its name goes to bad)."""
     if v is None:
-        return 0.0
+        return None
     if isinstance(v, (bool, str, bytes)):
         raise TypeError("gpurun.report: %s must be a number, not %s" % (name, type(v).__name__))
     try:
@@ -298,7 +300,7 @@ def _number(name, v, bad):
     if math.isfinite(f):
         return f
     bad.append("%s is %s" % (name, f))
-    return -1.0
+    return None
 
 
 def report(step, *, loss=None, lr=None, tokens_per_s=None, grad_norm=None, total_steps=None):
@@ -309,9 +311,13 @@ def report(step, *, loss=None, lr=None, tokens_per_s=None, grad_norm=None, total
     global _warned, _conn
     step = _int_arg("step", step)
     bad = []
-    msg = {"type": "report", "step": step, "loss": _number("loss", loss, bad),
-           "lr": _number("lr", lr, bad), "tokens_per_s": _number("tokens_per_s", tokens_per_s, bad),
-           "grad_norm": _number("grad_norm", grad_norm, bad)}
+    msg = {"type": "report", "step": step}
+    # A number not known (None, or not finite) is left out: status shows it as unknown.
+    for key, v in (("loss", loss), ("lr", lr), ("tokens_per_s", tokens_per_s),
+                   ("grad_norm", grad_norm)):
+        v = _number(key, v, bad)
+        if v is not None:
+            msg[key] = v
     if total_steps is not None:
         total_steps = _int_arg("total_steps", total_steps)
         if total_steps < 0:
