@@ -124,7 +124,7 @@ CLIENT_MODS := $(filter-out client/main.c,$(CLIENT_SRC))
 KERNEL_SRC  := $(wildcard kernels/*.c)
 KERNEL_MODS := $(filter-out kernels/train.c,$(KERNEL_SRC))
 $(BUILD)/kernels/%.o: CFLAGS += -fopenmp
-$(call obj,tests/test_data.c tests/test_ckpt.c): CPPFLAGS += -Ikernels
+$(call obj,tests/test_data.c tests/test_ckpt.c tests/test_backend.c): CPPFLAGS += -Ikernels
 # The model's tests set OpenMP team sizes (results must not depend on them).
 $(call obj,tests/test_ops.c tests/test_gpt2.c tests/test_optim.c): CPPFLAGS += -Ikernels
 $(call obj,tests/test_ops.c tests/test_gpt2.c tests/test_optim.c): CFLAGS += -fopenmp
