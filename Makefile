@@ -125,6 +125,8 @@ KERNEL_SRC  := $(wildcard kernels/*.c)
 KERNEL_MODS := $(filter-out kernels/train.c,$(KERNEL_SRC))
 # The collectives: the interface and its backends (tcp with its shared-memory links, nccl).
 COLL_SRC    := kernels/coll.c kernels/coll_tcp.c kernels/coll_shm.c kernels/coll_nccl.c
+# The CPU model: GPT-2, its ops and their GEMM engine, AdamW (what the step benchmarks link).
+MODEL_SRC   := kernels/gpt2.c kernels/ops.c kernels/gemm.c kernels/optim.c
 $(BUILD)/kernels/%.o: CFLAGS += -fopenmp
 $(call obj,tests/test_data.c tests/test_ckpt.c tests/test_backend.c): CPPFLAGS += -Ikernels
 # The model's tests set OpenMP team sizes (results must not depend on them).
@@ -263,7 +265,7 @@ $(SIM_COLL_RANK): $(call obj,tests/coll_rank.c $(COLL_SRC)) $(GR_A) $(SIM_LIB)
 # The CUDA training step benchmark's smoke mode (bench/train_gpu.c --smoke) runs here too.
 SIM_BENCH_GPU:= $(SIM)/bench/train_gpu
 $(SIM_BENCH_GPU): LDLIBS += -lstdc++ -lpthread
-$(SIM_BENCH_GPU): $(call obj,bench/train_gpu.c kernels/gpt2.c kernels/ops.c kernels/optim.c) $(CUDA_C_OBJS) $(filter-out $(SIM_SELFTEST),$(SIM_CU_OBJS)) $(LIB_A) $(SIM_LIB)
+$(SIM_BENCH_GPU): $(call obj,bench/train_gpu.c $(MODEL_SRC)) $(CUDA_C_OBJS) $(filter-out $(SIM_SELFTEST),$(SIM_CU_OBJS)) $(LIB_A) $(SIM_LIB)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -293,9 +295,9 @@ $(BENCH_AR): $(call obj,bench/allreduce.c $(COLL_SRC)) $(GR_A)
 # The CPU training step benchmark: the model, its ops and AdamW.
 $(call obj,bench/train_step.c): CPPFLAGS += -Ikernels
 # The model's maths never reads errno: without it sqrtf is one instruction and vectorises.
-$(call obj,kernels/ops.c kernels/gpt2.c kernels/optim.c): CFLAGS += -fno-math-errno
+$(call obj,$(MODEL_SRC)): CFLAGS += -fno-math-errno
 $(call obj,bench/train_step.c): CFLAGS += -fopenmp
-$(BENCH_STEP): $(call obj,bench/train_step.c kernels/ops.c kernels/gpt2.c kernels/optim.c) $(LIB_A)
+$(BENCH_STEP): $(call obj,bench/train_step.c $(MODEL_SRC)) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/bench/mpi_allreduce: bench/mpi_allreduce.c
@@ -380,7 +382,7 @@ endif
 ifeq ($(CUDA),1)
 BENCH_GPU := $(BUILD)/bench/train_gpu
 $(call obj,bench/train_gpu.c): CPPFLAGS += -Ikernels -I$(CUDA_HOME)/include
-$(BENCH_GPU): $(call obj,bench/train_gpu.c kernels/gpt2.c kernels/ops.c kernels/optim.c) \
+$(BENCH_GPU): $(call obj,bench/train_gpu.c $(MODEL_SRC)) \
               $(CUDA_OBJS) $(CUDA_C_OBJS) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
