@@ -123,8 +123,12 @@ CLIENT_MODS := $(filter-out client/main.c,$(CLIENT_SRC))
 # The training core: plain C with OpenMP; kernels/train.c holds gpurun-train's main().
 KERNEL_SRC  := $(wildcard kernels/*.c)
 KERNEL_MODS := $(filter-out kernels/train.c,$(KERNEL_SRC))
+# The collectives: the interface and its backends (tcp with its shared-memory links, nccl).
+COLL_SRC    := kernels/coll.c kernels/coll_tcp.c kernels/coll_shm.c kernels/coll_nccl.c
+# The CPU model: GPT-2, its ops and their GEMM engine, AdamW (what the step benchmarks link).
+MODEL_SRC   := kernels/gpt2.c kernels/ops.c kernels/gemm.c kernels/optim.c
 $(BUILD)/kernels/%.o: CFLAGS += -fopenmp
-$(call obj,tests/test_data.c tests/test_ckpt.c): CPPFLAGS += -Ikernels
+$(call obj,tests/test_data.c tests/test_ckpt.c tests/test_backend.c): CPPFLAGS += -Ikernels
 # The model's tests set OpenMP team sizes (results must not depend on them).
 $(call obj,tests/test_ops.c tests/test_gpt2.c tests/test_optim.c): CPPFLAGS += -Ikernels
 $(call obj,tests/test_ops.c tests/test_gpt2.c tests/test_optim.c): CFLAGS += -fopenmp
@@ -168,7 +172,7 @@ endif
 
 # The nccl collectives backend (kernels/coll_nccl.c, plain C on the CUDA runtime and NCCL):
 # built with NCCL where CUDA=1 and nccl.h is in the toolkit or the system, and then every
-# program that links kernels/coll.c (gpurun-train, the test runner, coll_rank, the allreduce
+# program that links the collectives (gpurun-train, the test runner, coll_rank, the allreduce
 # benchmark) links libnccl and cudart through the rpath. Elsewhere the same file builds as a
 # backend that answers "nccl: built without NCCL", so those programs link the same objects
 # either way. The toolkit's headers are a system directory: nccl.h's old-style prototypes
@@ -254,14 +258,14 @@ $(SIM_RUNNER): $(RUNNER_OBJS) $(call obj,tests/cudasim/test_cudasim.c) $(CUDA_C_
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS) $(SLURM_LIBS)
-$(SIM_COLL_RANK): $(call obj,tests/coll_rank.c kernels/coll.c kernels/coll_nccl.c) $(GR_A) $(SIM_LIB)
+$(SIM_COLL_RANK): $(call obj,tests/coll_rank.c $(COLL_SRC)) $(GR_A) $(SIM_LIB)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
 # The CUDA training step benchmark's smoke mode (bench/train_gpu.c --smoke) runs here too.
 SIM_BENCH_GPU:= $(SIM)/bench/train_gpu
 $(SIM_BENCH_GPU): LDLIBS += -lstdc++ -lpthread
-$(SIM_BENCH_GPU): $(call obj,bench/train_gpu.c kernels/gpt2.c kernels/ops.c kernels/optim.c) $(CUDA_C_OBJS) $(filter-out $(SIM_SELFTEST),$(SIM_CU_OBJS)) $(LIB_A) $(SIM_LIB)
+$(SIM_BENCH_GPU): $(call obj,bench/train_gpu.c $(MODEL_SRC)) $(CUDA_C_OBJS) $(filter-out $(SIM_SELFTEST),$(SIM_CU_OBJS)) $(LIB_A) $(SIM_LIB)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -282,18 +286,18 @@ $(LOADGEN): $(call obj,bench/loadgen.c) $(LIB_A)
 # rank library and kernels/coll*.c alone; the benchmark's anchor is built with OpenMPI's mpicc
 # where one is installed.
 $(call obj,tests/coll_rank.c bench/allreduce.c tests/test_coll.c tests/test_coll_nccl.c): CPPFLAGS += -Ikernels
-$(COLL_RANK): $(call obj,tests/coll_rank.c kernels/coll.c kernels/coll_nccl.c) $(GR_A)
+$(COLL_RANK): $(call obj,tests/coll_rank.c $(COLL_SRC)) $(GR_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
-$(BENCH_AR): $(call obj,bench/allreduce.c kernels/coll.c kernels/coll_nccl.c) $(GR_A)
+$(BENCH_AR): $(call obj,bench/allreduce.c $(COLL_SRC)) $(GR_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
 # The CPU training step benchmark: the model, its ops and AdamW.
 $(call obj,bench/train_step.c): CPPFLAGS += -Ikernels
 # The model's maths never reads errno: without it sqrtf is one instruction and vectorises.
-$(call obj,kernels/ops.c kernels/gpt2.c kernels/optim.c): CFLAGS += -fno-math-errno
+$(call obj,$(MODEL_SRC)): CFLAGS += -fno-math-errno
 $(call obj,bench/train_step.c): CFLAGS += -fopenmp
-$(BENCH_STEP): $(call obj,bench/train_step.c kernels/ops.c kernels/gpt2.c kernels/optim.c) $(LIB_A)
+$(BENCH_STEP): $(call obj,bench/train_step.c $(MODEL_SRC)) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/bench/mpi_allreduce: bench/mpi_allreduce.c
@@ -378,7 +382,7 @@ endif
 ifeq ($(CUDA),1)
 BENCH_GPU := $(BUILD)/bench/train_gpu
 $(call obj,bench/train_gpu.c): CPPFLAGS += -Ikernels -I$(CUDA_HOME)/include
-$(BENCH_GPU): $(call obj,bench/train_gpu.c kernels/gpt2.c kernels/ops.c kernels/optim.c) \
+$(BENCH_GPU): $(call obj,bench/train_gpu.c $(MODEL_SRC)) \
               $(CUDA_OBJS) $(CUDA_C_OBJS) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)

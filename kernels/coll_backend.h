@@ -1,6 +1,6 @@
-/* What kernels/coll.c shares with the collectives' backends that live in files of their own
- * (kernels/coll_nccl.c): the backend's row in coll.c's table, and coll.c's services to a
- * backend. Internal to kernels/coll*.c; programs use coll.h. */
+/* What kernels/coll.c shares with the collectives' backends, each in a file of its own
+ * (kernels/coll_tcp.c, kernels/coll_nccl.c): the backend's row in coll.c's table, and coll.c's
+ * services to a backend. Internal to kernels/coll*.c; programs use coll.h. */
 #ifndef GPURUN_COLL_BACKEND_H
 #define GPURUN_COLL_BACKEND_H
 
@@ -37,6 +37,9 @@ struct coll_backend {
                           enum coll_dtype dt, void *stream);
     int (*dev_broadcast)(struct coll *c, void *buf, size_t bytes, int root, void *stream);
 };
+
+/* The tcp backend (kernels/coll_tcp.c, its shared-memory links kernels/coll_shm.c). */
+extern const struct coll_backend coll_tcp_backend;
 
 /* The nccl backend (kernels/coll_nccl.c; in a build without NCCL, its open says so). */
 extern const struct coll_backend coll_nccl_backend;

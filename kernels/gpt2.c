@@ -16,38 +16,19 @@
  * beyond any CPU run, and it keeps every size product inside size_t. */
 #define MAX_FLOATS 1099511627776.0
 
-enum tensor_id {
-    T_WTE,
-    T_WPE,
-    T_LN1W,
-    T_LN1B,
-    T_QKVW,
-    T_QKVB,
-    T_ATTPROJW,
-    T_ATTPROJB,
-    T_LN2W,
-    T_LN2B,
-    T_FCW,
-    T_FCB,
-    T_FCPROJW,
-    T_FCPROJB,
-    T_LNFW,
-    T_LNFB,
-};
-
 /* The tensors: name and whether weight decay applies. Sizes come from gpt2_tensors. */
 static const struct {
     const char *name;
     bool decay;
 } tensor_info[GPT2_NUM_TENSORS] = {
-    [T_WTE] = {"wte", true},           [T_WPE] = {"wpe", true},
-    [T_LN1W] = {"ln1w", false},        [T_LN1B] = {"ln1b", false},
-    [T_QKVW] = {"qkvw", true},         [T_QKVB] = {"qkvb", false},
-    [T_ATTPROJW] = {"attprojw", true}, [T_ATTPROJB] = {"attprojb", false},
-    [T_LN2W] = {"ln2w", false},        [T_LN2B] = {"ln2b", false},
-    [T_FCW] = {"fcw", true},           [T_FCB] = {"fcb", false},
-    [T_FCPROJW] = {"fcprojw", true},   [T_FCPROJB] = {"fcprojb", false},
-    [T_LNFW] = {"lnfw", false},        [T_LNFB] = {"lnfb", false},
+    [GPT2_WTE] = {"wte", true},           [GPT2_WPE] = {"wpe", true},
+    [GPT2_LN1W] = {"ln1w", false},        [GPT2_LN1B] = {"ln1b", false},
+    [GPT2_QKVW] = {"qkvw", true},         [GPT2_QKVB] = {"qkvb", false},
+    [GPT2_ATTPROJW] = {"attprojw", true}, [GPT2_ATTPROJB] = {"attprojb", false},
+    [GPT2_LN2W] = {"ln2w", false},        [GPT2_LN2B] = {"ln2b", false},
+    [GPT2_FCW] = {"fcw", true},           [GPT2_FCB] = {"fcb", false},
+    [GPT2_FCPROJW] = {"fcprojw", true},   [GPT2_FCPROJB] = {"fcprojb", false},
+    [GPT2_LNFW] = {"lnfw", false},        [GPT2_LNFB] = {"lnfb", false},
 };
 
 int gpt2_padded_vocab(int vocab_size)
@@ -59,22 +40,22 @@ size_t gpt2_tensors(const struct gpt2_config *cfg, struct gpt2_tensor t[GPT2_NUM
 {
     size_t C = (size_t)cfg->n_embd, L = (size_t)cfg->n_layer;
     size_t counts[GPT2_NUM_TENSORS] = {
-        [T_WTE] = (size_t)cfg->padded_vocab_size * C,
-        [T_WPE] = (size_t)cfg->max_seq_len * C,
-        [T_LN1W] = L * C,
-        [T_LN1B] = L * C,
-        [T_QKVW] = L * 3 * C * C,
-        [T_QKVB] = L * 3 * C,
-        [T_ATTPROJW] = L * C * C,
-        [T_ATTPROJB] = L * C,
-        [T_LN2W] = L * C,
-        [T_LN2B] = L * C,
-        [T_FCW] = L * 4 * C * C,
-        [T_FCB] = L * 4 * C,
-        [T_FCPROJW] = L * C * 4 * C,
-        [T_FCPROJB] = L * C,
-        [T_LNFW] = C,
-        [T_LNFB] = C,
+        [GPT2_WTE] = (size_t)cfg->padded_vocab_size * C,
+        [GPT2_WPE] = (size_t)cfg->max_seq_len * C,
+        [GPT2_LN1W] = L * C,
+        [GPT2_LN1B] = L * C,
+        [GPT2_QKVW] = L * 3 * C * C,
+        [GPT2_QKVB] = L * 3 * C,
+        [GPT2_ATTPROJW] = L * C * C,
+        [GPT2_ATTPROJB] = L * C,
+        [GPT2_LN2W] = L * C,
+        [GPT2_LN2B] = L * C,
+        [GPT2_FCW] = L * 4 * C * C,
+        [GPT2_FCB] = L * 4 * C,
+        [GPT2_FCPROJW] = L * C * 4 * C,
+        [GPT2_FCPROJB] = L * C,
+        [GPT2_LNFW] = C,
+        [GPT2_LNFB] = C,
     };
     size_t offset = 0;
 
@@ -307,25 +288,25 @@ void gpt2_init_random(struct gpt2 *m, uint64_t seed)
         float std = 0.0f, fill = 0.0f;
 
         switch (i) {
-        case T_WTE:
+        case GPT2_WTE:
             /* The padding rows stay 0: no token selects them and the loss ignores their
              * logits. */
             n = (size_t)cfg->vocab_size * cfg->n_embd;
             memset(p + n, 0, (t->count - n) * sizeof(float));
             std = INIT_STD;
             break;
-        case T_WPE:
-        case T_QKVW:
-        case T_FCW:
+        case GPT2_WPE:
+        case GPT2_QKVW:
+        case GPT2_FCW:
             std = INIT_STD;
             break;
-        case T_ATTPROJW:
-        case T_FCPROJW:
+        case GPT2_ATTPROJW:
+        case GPT2_FCPROJW:
             std = resid_std;
             break;
-        case T_LN1W:
-        case T_LN2W:
-        case T_LNFW:
+        case GPT2_LN1W:
+        case GPT2_LN2W:
+        case GPT2_LNFW:
             fill = 1.0f;
             break;
         default:
@@ -342,7 +323,7 @@ void gpt2_init_random(struct gpt2 *m, uint64_t seed)
 static float *tensor(const struct gpt2 *m, float *base, int i, int l)
 {
     const struct gpt2_tensor *t = &m->tensors[i];
-    bool per_layer = i >= T_LN1W && i <= T_FCPROJB;
+    bool per_layer = i >= GPT2_LN1W && i <= GPT2_FCPROJB;
 
     return base + t->offset + (per_layer ? (size_t)l * (t->count / (size_t)m->cfg.n_layer) : 0);
 }
@@ -371,7 +352,8 @@ int gpt2_forward(struct gpt2 *m, const int *inputs, const int *targets, int B, i
         memcpy(m->tokens + bt, targets, bt * sizeof(int));
     acts_views(m, &a);
 
-    ops_encoder_forward(a.encoded, inputs, tensor(m, p, T_WTE, 0), tensor(m, p, T_WPE, 0), B, T, C);
+    ops_encoder_forward(a.encoded, inputs, tensor(m, p, GPT2_WTE, 0), tensor(m, p, GPT2_WPE, 0), B,
+                        T, C);
     for (int l = 0; l < L; l++) {
         const float *residual = l ? a.residual3 + (l - 1) * btc : a.encoded;
         float *ln1 = a.ln1 + l * btc, *qkv = a.qkv + 3 * l * btc, *atty = a.atty + l * btc;
@@ -380,33 +362,33 @@ int gpt2_forward(struct gpt2 *m, const int *inputs, const int *targets, int B, i
         float *res3 = a.residual3 + l * btc;
 
         ops_layernorm_forward(ln1, a.ln1_mean + l * bt, a.ln1_rstd + l * bt, residual,
-                              tensor(m, p, T_LN1W, l), tensor(m, p, T_LN1B, l), (int)bt, C);
-        if ((err = ops_matmul_forward(qkv, ln1, tensor(m, p, T_QKVW, l), tensor(m, p, T_QKVB, l),
-                                      (int)bt, C, 3 * C)) < 0)
+                              tensor(m, p, GPT2_LN1W, l), tensor(m, p, GPT2_LN1B, l), (int)bt, C);
+        if ((err = ops_matmul_forward(qkv, ln1, tensor(m, p, GPT2_QKVW, l),
+                                      tensor(m, p, GPT2_QKVB, l), (int)bt, C, 3 * C)) < 0)
             return err;
         if ((err = ops_attention_forward(atty, a.att + l * att_layer, qkv, B, T, C, NH)) < 0)
             return err;
-        if ((err = ops_matmul_forward(res2, atty, tensor(m, p, T_ATTPROJW, l),
-                                      tensor(m, p, T_ATTPROJB, l), (int)bt, C, C)) < 0)
+        if ((err = ops_matmul_forward(res2, atty, tensor(m, p, GPT2_ATTPROJW, l),
+                                      tensor(m, p, GPT2_ATTPROJB, l), (int)bt, C, C)) < 0)
             return err;
         ops_residual_forward(res2, res2, residual, btc);
         ops_layernorm_forward(ln2, a.ln2_mean + l * bt, a.ln2_rstd + l * bt, res2,
-                              tensor(m, p, T_LN2W, l), tensor(m, p, T_LN2B, l), (int)bt, C);
-        if ((err = ops_matmul_forward(fch, ln2, tensor(m, p, T_FCW, l), tensor(m, p, T_FCB, l),
-                                      (int)bt, C, 4 * C)) < 0)
+                              tensor(m, p, GPT2_LN2W, l), tensor(m, p, GPT2_LN2B, l), (int)bt, C);
+        if ((err = ops_matmul_forward(fch, ln2, tensor(m, p, GPT2_FCW, l),
+                                      tensor(m, p, GPT2_FCB, l), (int)bt, C, 4 * C)) < 0)
             return err;
         /* fch keeps GELU's derivative from here on: the backward needs nothing else. */
         ops_gelu_forward_grad(fch_gelu, fch, fch, 4 * btc);
-        if ((err = ops_matmul_forward(res3, fch_gelu, tensor(m, p, T_FCPROJW, l),
-                                      tensor(m, p, T_FCPROJB, l), (int)bt, 4 * C, C)) < 0)
+        if ((err = ops_matmul_forward(res3, fch_gelu, tensor(m, p, GPT2_FCPROJW, l),
+                                      tensor(m, p, GPT2_FCPROJB, l), (int)bt, 4 * C, C)) < 0)
             return err;
         ops_residual_forward(res3, res3, res2, btc);
     }
     ops_layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3 + (L - 1) * btc,
-                          tensor(m, p, T_LNFW, 0), tensor(m, p, T_LNFB, 0), (int)bt, C);
+                          tensor(m, p, GPT2_LNFW, 0), tensor(m, p, GPT2_LNFB, 0), (int)bt, C);
     /* The LM head, tied: logits = lnf wte^T over all Vp rows of wte. */
-    if ((err = ops_matmul_forward(a.logits, a.lnf, tensor(m, p, T_WTE, 0), NULL, (int)bt, C, Vp)) <
-        0)
+    if ((err = ops_matmul_forward(a.logits, a.lnf, tensor(m, p, GPT2_WTE, 0), NULL, (int)bt, C,
+                                  Vp)) < 0)
         return err;
     if (!targets)
         return 0;
@@ -466,12 +448,12 @@ int gpt2_backward(struct gpt2 *m, float grad_scale)
 
     ops_crossentropy_backward(a.logits, a.logits, a.lse, targets, (int)bt, V, Vp,
                               grad_scale / (float)bt);
-    if ((err = ops_matmul_backward(d.dbuf, tensor(m, g, T_WTE, 0), NULL, a.logits, a.lnf,
-                                   tensor(m, p, T_WTE, 0), (int)bt, C, Vp)) < 0)
+    if ((err = ops_matmul_backward(d.dbuf, tensor(m, g, GPT2_WTE, 0), NULL, a.logits, a.lnf,
+                                   tensor(m, p, GPT2_WTE, 0), (int)bt, C, Vp)) < 0)
         return err;
     memset(d.dres, 0, btc * sizeof(float));
-    ops_layernorm_backward(d.dres, tensor(m, g, T_LNFW, 0), tensor(m, g, T_LNFB, 0), d.dbuf,
-                           a.residual3 + (L - 1) * btc, tensor(m, p, T_LNFW, 0), a.lnf_mean,
+    ops_layernorm_backward(d.dres, tensor(m, g, GPT2_LNFW, 0), tensor(m, g, GPT2_LNFB, 0), d.dbuf,
+                           a.residual3 + (L - 1) * btc, tensor(m, p, GPT2_LNFW, 0), a.lnf_mean,
                            a.lnf_rstd, (int)bt, C);
 
     /* d.dres holds the gradient of the block's output residual3; both residual additions pass
@@ -483,33 +465,35 @@ int gpt2_backward(struct gpt2 *m, float grad_scale)
         const float *ln2 = a.ln2 + l * btc, *fch = a.fch + 4 * l * btc;
         const float *fch_gelu = a.fch_gelu + 4 * l * btc;
 
-        if ((err = ops_matmul_backward(d.dfch, tensor(m, g, T_FCPROJW, l),
-                                       tensor(m, g, T_FCPROJB, l), d.dres, fch_gelu,
-                                       tensor(m, p, T_FCPROJW, l), (int)bt, 4 * C, C)) < 0)
+        if ((err = ops_matmul_backward(d.dfch, tensor(m, g, GPT2_FCPROJW, l),
+                                       tensor(m, g, GPT2_FCPROJB, l), d.dres, fch_gelu,
+                                       tensor(m, p, GPT2_FCPROJW, l), (int)bt, 4 * C, C)) < 0)
             return err;
         ops_gelu_backward_grad(d.dfch, fch, d.dfch, 4 * btc);
-        if ((err = ops_matmul_backward(d.dbuf, tensor(m, g, T_FCW, l), tensor(m, g, T_FCB, l),
-                                       d.dfch, ln2, tensor(m, p, T_FCW, l), (int)bt, C, 4 * C)) < 0)
+        if ((err = ops_matmul_backward(d.dbuf, tensor(m, g, GPT2_FCW, l), tensor(m, g, GPT2_FCB, l),
+                                       d.dfch, ln2, tensor(m, p, GPT2_FCW, l), (int)bt, C, 4 * C)) <
+            0)
             return err;
-        ops_layernorm_backward(d.dres, tensor(m, g, T_LN2W, l), tensor(m, g, T_LN2B, l), d.dbuf,
-                               res2, tensor(m, p, T_LN2W, l), a.ln2_mean + l * bt,
+        ops_layernorm_backward(d.dres, tensor(m, g, GPT2_LN2W, l), tensor(m, g, GPT2_LN2B, l),
+                               d.dbuf, res2, tensor(m, p, GPT2_LN2W, l), a.ln2_mean + l * bt,
                                a.ln2_rstd + l * bt, (int)bt, C);
-        if ((err = ops_matmul_backward(d.dbuf, tensor(m, g, T_ATTPROJW, l),
-                                       tensor(m, g, T_ATTPROJB, l), d.dres, atty,
-                                       tensor(m, p, T_ATTPROJW, l), (int)bt, C, C)) < 0)
+        if ((err = ops_matmul_backward(d.dbuf, tensor(m, g, GPT2_ATTPROJW, l),
+                                       tensor(m, g, GPT2_ATTPROJB, l), d.dres, atty,
+                                       tensor(m, p, GPT2_ATTPROJW, l), (int)bt, C, C)) < 0)
             return err;
         if ((err = ops_attention_backward(d.dqkv, d.dbuf, qkv, a.att + l * att_layer, B, T, C,
                                           NH)) < 0)
             return err;
-        if ((err = ops_matmul_backward(d.dbuf, tensor(m, g, T_QKVW, l), tensor(m, g, T_QKVB, l),
-                                       d.dqkv, ln1, tensor(m, p, T_QKVW, l), (int)bt, C, 3 * C)) <
-            0)
+        if ((err = ops_matmul_backward(d.dbuf, tensor(m, g, GPT2_QKVW, l),
+                                       tensor(m, g, GPT2_QKVB, l), d.dqkv, ln1,
+                                       tensor(m, p, GPT2_QKVW, l), (int)bt, C, 3 * C)) < 0)
             return err;
-        ops_layernorm_backward(d.dres, tensor(m, g, T_LN1W, l), tensor(m, g, T_LN1B, l), d.dbuf,
-                               residual, tensor(m, p, T_LN1W, l), a.ln1_mean + l * bt,
+        ops_layernorm_backward(d.dres, tensor(m, g, GPT2_LN1W, l), tensor(m, g, GPT2_LN1B, l),
+                               d.dbuf, residual, tensor(m, p, GPT2_LN1W, l), a.ln1_mean + l * bt,
                                a.ln1_rstd + l * bt, (int)bt, C);
     }
-    ops_encoder_backward(tensor(m, g, T_WTE, 0), tensor(m, g, T_WPE, 0), d.dres, inputs, B, T, C);
+    ops_encoder_backward(tensor(m, g, GPT2_WTE, 0), tensor(m, g, GPT2_WPE, 0), d.dres, inputs, B, T,
+                         C);
     return 0;
 }
 

@@ -18,9 +18,27 @@
 
 /* The vocabulary is padded to a multiple of this (llm.c's choice: 50257 -> 50304). */
 #define GPT2_VOCAB_ALIGN 128
-/* Parameter tensors, in llm.c's order: wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb,
- * ln2w, ln2b, fcw, fcb, fcprojw, fcprojb, lnfw, lnfb. */
-#define GPT2_NUM_TENSORS 16
+/* Parameter tensors, in llm.c's order: the index of each in gpt2_tensors' array and in the
+ * flat buffer's layout, for both backends. The per-layer ones are GPT2_LN1W to GPT2_FCPROJB. */
+enum gpt2_tensor_id {
+    GPT2_WTE,
+    GPT2_WPE,
+    GPT2_LN1W,
+    GPT2_LN1B,
+    GPT2_QKVW,
+    GPT2_QKVB,
+    GPT2_ATTPROJW,
+    GPT2_ATTPROJB,
+    GPT2_LN2W,
+    GPT2_LN2B,
+    GPT2_FCW,
+    GPT2_FCB,
+    GPT2_FCPROJW,
+    GPT2_FCPROJB,
+    GPT2_LNFW,
+    GPT2_LNFB,
+    GPT2_NUM_TENSORS,
+};
 
 struct gpt2_config {
     int max_seq_len;       /* T_max: rows of wpe */

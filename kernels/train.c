@@ -1,9 +1,9 @@
-/* gpurun-train: trains the GPT-2 of a train.cfg on the CPU backend (data parallel over the
- * collectives' tcp ring) or on one GPU per rank (train.device = cuda: kernels/cuda/gpt2_gpu.h,
- * NCCL, optionally ZeRO-1), alone (a world of one) or as one rank of a gpurun job, with
- * checkpoints that a resumed run continues from bit for bit and that either device reads;
- * and `gpurun-train prep`, the byte-level tokenizer that makes token shards from text.
- * DESIGN.md section 7. */
+/* gpurun-train: the training loop of the GPT-2 of a train.cfg on a backend of backend.h (cpu,
+ * data parallel over the collectives' tcp ring; or cuda, one GPU per rank over NCCL,
+ * optionally ZeRO-1), alone (a world of one) or as one rank of a gpurun job, with checkpoints
+ * that a resumed run continues from bit for bit and that either backend reads; and
+ * `gpurun-train prep`, the byte-level tokenizer that makes token shards from text. DESIGN.md
+ * section 7. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -26,12 +26,9 @@
 #include <omp.h>
 #endif
 
+#include "backend.h"
 #include "ckpt.h"
 #include "coll.h"
-#include "cuda/cuda_ops.h"
-#ifdef GPURUN_CUDA
-#include "cuda/gpt2_gpu.h"
-#endif
 #include "data.h"
 #include "fsutil.h"
 #include "gpt2.h"
@@ -58,11 +55,6 @@
 #define SAMPLE_RNG_SALT    0x9e3779b97f4a7c15ull
 /* The default share of the text `prep` keeps for validation. */
 #define PREP_VAL_FRACTION  0.05
-/* ZeRO-1 pads the parameter and gradient buffers to a multiple of world x this many elements:
- * every rank's shard is then the same size (what reduce-scatter and all-gather need) and
- * starts 128 elements (256 bytes in bf16, 512 in fp32) after the previous one, so that each
- * shard keeps cudaMalloc's 256-byte alignment for the vectorised kernels and NCCL. */
-#define ZERO_PAD_ELEMS     128
 
 /* SIGTERM or SIGUSR1 received: finish the step, save a checkpoint, exit 0. */
 static volatile sig_atomic_t stop_signal;
@@ -78,7 +70,7 @@ struct run {
     const char *cfg_path;
     struct gr *g; /* NULL when standalone */
     struct coll *coll;
-    int rank, world, threads;
+    int rank, world;
 
     struct data_set *train_ds, *val_ds;
     struct data_loader dl, dl_val;
@@ -86,22 +78,8 @@ struct run {
 
     struct gpt2_config mcfg;
     size_t n_params;
-    struct gpt2 model; /* cpu */
-    bool model_ready;
-    struct adamw opt; /* cpu */
-    bool opt_ready;
-    bool cuda; /* cfg.device is cuda: the gpu fields below, not model and opt */
-#ifdef GPURUN_CUDA
-    int device;          /* within CUDA_VISIBLE_DEVICES */
-    struct gpu_ctx *gpu; /* the rank's device context */
-    struct gpt2_gpu *gm; /* the model on it */
-    struct gpt2_gpu_bufs gb;
-    enum gpu_dtype dt;
-    enum coll_dtype cdt; /* the same, for the collectives */
-    float *logits_row;   /* rank 0's sampling: padded_vocab_size floats */
-    char gerr[512];      /* the gpu model's last failure */
-#endif
-    uint64_t gpu_opt_step; /* cuda: AdamW's update count (the cpu's is opt.step) */
+    const struct backend_ops *be; /* cfg.device's */
+    struct backend *b;            /* the model and its optimizer on it */
     struct lr_schedule sched;
     uint64_t rng;        /* the sampling generator (checkpointed as rng[0]) */
     uint64_t step;       /* the next step to run (0-based); step s is printed as s + 1 */
@@ -172,32 +150,23 @@ static void fmt_float(char *buf, size_t n, float f)
 
 /* ---- set-up ------------------------------------------------------------------------------- */
 
-#ifdef GPURUN_CUDA
-/* cuda: the rank's GPU becomes current (NCCL's communicator binds to it). By default every
- * local rank sees all of the node's GPUs (as under torchrun) and LOCAL_RANK picks one; under
- * --gpu-bind=single it sees only its own, device 0. */
-static int setup_device(struct run *r)
+/* The rank's place on its node: the job's, else LOCAL_RANK (torchrun's), else 0. */
+static int local_rank(const struct run *r)
 {
     const char *env = getenv("LOCAL_RANK");
-    int count = gpu_device_count(), local = 0;
-    char err[512];
 
-    if (r->g) {
-        local = gr_local_rank(r->g);
-    } else if (env) {
+    if (r->g)
+        return gr_local_rank(r->g);
+    if (env) {
         long v = strtol(env, NULL, 10);
-        local = v > 0 && v < INT_MAX ? (int)v : 0;
+        return v > 0 && v < INT_MAX ? (int)v : 0;
     }
-    r->device = count > 1 && local > 0 ? local % count : 0;
-    r->gpu = gpu_ctx_new(r->device, err, sizeof(err));
-    if (!r->gpu)
-        return fail(r, -ENODEV, "device 'cuda': cannot set up device %d: %s", r->device, err);
     return 0;
 }
-#endif
 
-/* Joins the job (when started by rendezvousd or a PMIx launcher), takes its GPU (cuda) and
- * opens the collectives: the tcp ring on cpu, NCCL on cuda (also for a world of one). */
+/* Joins the job (when started by rendezvousd or a PMIx launcher), opens the backend (cuda: the
+ * rank's GPU becomes current, which NCCL's communicator binds to) and then the collectives the
+ * backend asks for: the tcp ring on cpu, NCCL on cuda (also for a world of one). */
 static int setup_world(struct run *r)
 {
     const char *backend;
@@ -224,15 +193,10 @@ static int setup_world(struct run *r)
             sigaction(sig, &sa, NULL);
         }
     }
-    backend = r->world > 1 ? "tcp" : "single";
-#ifdef GPURUN_CUDA
-    if (r->cuda) {
-        ret = setup_device(r);
-        if (ret < 0)
-            return ret;
-        backend = "nccl";
-    }
-#endif
+    ret = r->be->open(&r->b, local_rank(r), err, sizeof(err));
+    if (ret < 0)
+        return fail(r, ret, "device '%s': %s", r->be->name, err);
+    backend = r->be->coll ? r->be->coll : r->world > 1 ? "tcp" : "single";
     ret = coll_open(backend, r->g, &r->coll, err, sizeof(err));
     if (ret < 0)
         return fail(r, ret, "cannot open the collectives: %s", err);
@@ -271,53 +235,24 @@ static int setup_data(struct run *r)
     return 0;
 }
 
-#ifdef GPURUN_CUDA
-/* cuda: the model on the rank's device. With zero, the parameter and gradient buffers are
- * padded (ZERO_PAD_ELEMS) and this rank's optimizer shard is [r n_pad / W, (r+1) n_pad / W). */
-static int setup_gpu_model(struct run *r, const struct adamw_config *acfg)
-{
-    struct gpt2_tensor t[GPT2_NUM_TENSORS];
-    struct gpt2_gpu_opts o = {
-        .dt = r->cfg.dtype == TRAINCFG_DTYPE_FP32 ? GPU_F32 : GPU_BF16,
-        .batch_cap = r->cfg.batch_size,
-        .seq_cap = r->cfg.seq_len,
-        .adamw = *acfg,
-    };
-
-    r->n_params = gpt2_tensors(&r->mcfg, t);
-    if (r->cfg.zero) {
-        size_t unit = (size_t)r->world * ZERO_PAD_ELEMS;
-        o.n_pad = (r->n_params + unit - 1) / unit * unit;
-        o.opt_lo = o.n_pad / (size_t)r->world * (size_t)r->rank;
-        o.opt_hi = o.opt_lo + o.n_pad / (size_t)r->world;
-    }
-    r->dt = o.dt;
-    r->cdt = o.dt == GPU_BF16 ? COLL_BF16 : COLL_F32;
-    r->gm = gpt2_gpu_new(r->gpu, &r->mcfg, &o, r->gerr, sizeof(r->gerr));
-    if (!r->gm)
-        return fail(r, -ENOMEM, "cannot set up the model on cuda device %d: %s", r->device,
-                    r->gerr);
-    gpt2_gpu_buffers(r->gm, &r->gb);
-    if (r->rank == 0) {
-        r->logits_row = malloc((size_t)r->mcfg.padded_vocab_size * sizeof(float));
-        if (!r->logits_row)
-            return fail(r, -ENOMEM, "out of memory for a row of logits");
-    }
-    return 0;
-}
-#endif
-
+/* The model and its optimizer on the backend, and the learning-rate schedule. */
 static int setup_model(struct run *r)
 {
-    struct optim_span spans[GPT2_NUM_TENSORS];
-    struct adamw_config acfg = {
-        .beta1 = (float)r->cfg.beta1,
-        .beta2 = (float)r->cfg.beta2,
-        .eps = (float)r->cfg.eps,
-        .weight_decay = (float)r->cfg.weight_decay,
+    struct backend_opts o = {
+        .batch_size = r->cfg.batch_size,
+        .seq_len = r->cfg.seq_len,
+        .adamw =
+            {
+                .beta1 = (float)r->cfg.beta1,
+                .beta2 = (float)r->cfg.beta2,
+                .eps = (float)r->cfg.eps,
+                .weight_decay = (float)r->cfg.weight_decay,
+            },
+        .fp32 = r->cfg.dtype == TRAINCFG_DTYPE_FP32,
+        .zero = r->cfg.zero,
+        .coll = r->coll,
     };
     char why[256], where[PATH_MAX + 32];
-    size_t nspans;
     int ret;
 
     r->mcfg = (struct gpt2_config){
@@ -338,20 +273,11 @@ static int setup_model(struct run *r)
         .total_steps = r->cfg.steps,
     };
     r->rng = (uint64_t)r->cfg.seed ^ SAMPLE_RNG_SALT;
-#ifdef GPURUN_CUDA
-    if (r->cuda)
-        return setup_gpu_model(r, &acfg);
-#endif
-    ret = gpt2_init(&r->model, &r->mcfg, r->cfg.batch_size, r->cfg.seq_len);
+    o.model = r->mcfg;
+    ret = r->be->init(r->b, &o);
     if (ret < 0)
-        return fail(r, ret, "cannot set up the model: %s", strerror(-ret));
-    r->model_ready = true;
-    r->n_params = r->model.n_params;
-    nspans = gpt2_optim_spans(&r->model, spans);
-    ret = adamw_init(&r->opt, r->model.n_params, &acfg, spans, nspans);
-    if (ret < 0)
-        return fail(r, ret, "cannot set up AdamW: %s", strerror(-ret));
-    r->opt_ready = true;
+        return fail(r, ret, "%s", r->b->err);
+    r->n_params = r->b->n_params;
     return 0;
 }
 
@@ -377,47 +303,21 @@ struct start_state {
 };
 enum { START_RANDOM, START_LLMC, START_CKPT };
 
-/* The model's state as flat fp32 host arrays in kernels/gpt2.h's layout, n_params floats each:
- * what a checkpoint holds and what the start hands from rank 0 to the others. On cpu the
- * model's and AdamW's own buffers (borrowed); on cuda staging buffers (owned: freed by
- * host_state_release), the device keeps the state between uses. */
-struct host_state {
-    float *params, *m, *v;
-    bool owned;
-};
-
-/* Points hs at the state's host arrays, allocating them on cuda; a no-op when it already
+/* Points st at the backend's host arrays for its state (backend.h); a no-op when it already
  * does. */
-static int host_state_open(struct run *r, struct host_state *hs)
+static int state_open(struct run *r, struct backend_state *st)
 {
-    if (hs->params)
-        return 0;
-    if (!r->cuda) {
-        *hs = (struct host_state){.params = r->model.params, .m = r->opt.m, .v = r->opt.v};
-        return 0;
-    }
-    hs->owned = true;
-    hs->params = malloc(r->n_params * sizeof(float));
-    hs->m = malloc(r->n_params * sizeof(float));
-    hs->v = malloc(r->n_params * sizeof(float));
-    if (!hs->params || !hs->m || !hs->v)
-        return fail(r, -ENOMEM, "out of memory for a host copy of %zu parameters", r->n_params);
-    return 0;
-}
+    int ret;
 
-static void host_state_release(struct host_state *hs)
-{
-    if (hs->owned) {
-        free(hs->params);
-        free(hs->m);
-        free(hs->v);
-    }
-    *hs = (struct host_state){0};
+    if (st->params)
+        return 0;
+    ret = r->be->state_host(r->b, st);
+    return ret < 0 ? fail(r, ret, "%s", r->b->err) : 0;
 }
 
 /* Rank 0: init_from's llm.c checkpoint into the parameters of hs, its shape checked against
  * [model]. */
-static int load_llmc(struct run *r, struct host_state *hs)
+static int load_llmc(struct run *r, struct backend_state *hs)
 {
     struct ckpt_model want = ckpt_shape(r), found;
     struct ckpt_error cerr;
@@ -455,7 +355,7 @@ static int load_llmc(struct run *r, struct host_state *hs)
                    r->n_params);
         goto out;
     }
-    ret = host_state_open(r, hs);
+    ret = state_open(r, hs);
     if (ret < 0)
         goto out;
     memcpy(hs->params, params, nparams * sizeof(float));
@@ -470,7 +370,7 @@ out:
  * way to the newest valid one behind it (the one kept for that, CKPT_KEEP) and is set aside
  * with a warning; a newer format, a file that cannot be read, damage with nothing valid
  * behind it are errors, leaving out_dir as it was. */
-static int load_ckpt(struct run *r, struct start_state *st, struct host_state *hs)
+static int load_ckpt(struct run *r, struct start_state *st, struct backend_state *hs)
 {
     struct ckpt_model shape = ckpt_shape(r);
     struct ckpt_state cs = {0};
@@ -479,7 +379,7 @@ static int load_ckpt(struct run *r, struct start_state *st, struct host_state *h
     char aside[PATH_MAX + 32];
     int ret;
 
-    ret = host_state_open(r, hs);
+    ret = state_open(r, hs);
     if (ret < 0)
         return ret;
     cs.params = hs->params;
@@ -629,43 +529,13 @@ out:
     return ret;
 }
 
-#ifdef GPURUN_CUDA
-/* cuda: the starting state onto the device: hs's parameters, and its moments when
- * with_moments (else zero); or, hs NULL, the seed's initialisation, made on the host by the
- * cpu model's code so that both devices start from the same parameters. */
-static int gpu_set_state(struct run *r, const struct host_state *hs, bool with_moments)
-{
-    struct gpt2 init;
-    int ret;
-
-    if (!hs) {
-        /* A model with room for one position: its parameter buffer is what is used. */
-        ret = gpt2_init(&init, &r->mcfg, 1, 1);
-        if (ret < 0)
-            return fail(r, ret, "cannot initialise the parameters: %s", strerror(-ret));
-        gpt2_init_random(&init, (uint64_t)r->cfg.seed);
-        ret = gpt2_gpu_set_params(r->gm, init.params);
-        gpt2_release(&init);
-    } else {
-        ret = gpt2_gpu_set_params(r->gm, hs->params);
-        if (ret == 0)
-            ret = gpt2_gpu_set_moments(r->gm, with_moments ? hs->m : NULL,
-                                       with_moments ? hs->v : NULL);
-    }
-    if (ret < 0)
-        return fail(r, ret, "cannot load the starting state onto cuda device %d: %s", r->device,
-                    r->gerr);
-    return 0;
-}
-#endif
-
 /* The run's starting point: rank 0 picks it (the newest checkpoint when resuming, else
  * init_from, else the seed) and the others take it, so that out_dir and init_from need only
  * be readable on rank 0's node. */
 static int setup_start(struct run *r)
 {
     struct start_state st = {.from = START_RANDOM};
-    struct host_state hs = {0};
+    struct backend_state hs = {0};
     bool resume = r->cfg.resume;
     const char *restarts = getenv("GPURUN_RESTART_COUNT");
     int ret = 0;
@@ -706,7 +576,7 @@ static int setup_start(struct run *r)
     }
 
     if (st.from != START_RANDOM) {
-        ret = host_state_open(r, &hs);
+        ret = state_open(r, &hs);
         if (ret < 0)
             goto out;
         if (r->world > 1)
@@ -720,21 +590,19 @@ static int setup_start(struct run *r)
             fail(r, ret, "cannot share the starting state: %s", coll_strerror(r->coll));
             goto out;
         }
+        hs.opt_step = st.opt_step;
+        ret = r->be->state_set(r->b, &hs, st.from == START_CKPT);
+    } else {
+        ret = r->be->init_random(r->b, (uint64_t)r->cfg.seed);
     }
-#ifdef GPURUN_CUDA
-    if (r->cuda)
-        ret = gpu_set_state(r, st.from == START_RANDOM ? NULL : &hs, st.from == START_CKPT);
-#endif
-    if (!r->cuda && st.from == START_RANDOM)
-        gpt2_init_random(&r->model, (uint64_t)r->cfg.seed);
-    if (ret < 0)
+    if (ret < 0) {
+        fail(r, ret, "%s", r->b->err);
         goto out;
+    }
     r->saved_step = UINT64_MAX;
     if (st.from == START_CKPT) {
         r->step = st.step;
         r->saved_step = st.step;
-        r->opt.step = st.opt_step;
-        r->gpu_opt_step = st.opt_step;
         r->rng = st.rng;
         data_loader_restore(&r->dl, &st.data);
     }
@@ -748,13 +616,14 @@ static int setup_start(struct run *r)
     }
     ret = 0;
 out:
-    host_state_release(&hs);
+    r->be->state_release(r->b, &hs);
     return ret;
 }
 
 static void print_setup(const struct run *r)
 {
     uint64_t tokens_step = r->dl.G * (uint64_t)r->cfg.seq_len;
+    char what[256];
 
     printf("model: GPT-2, %d layers, %d heads, %d channels, context %d, vocabulary %d "
            "(padded %d): %.2fM parameters\n",
@@ -768,19 +637,9 @@ static void print_setup(const struct run *r)
            "is %" PRIu64 " steps\n",
            tokens_step, r->world, r->world == 1 ? "" : "s", r->cfg.batch_size, r->cfg.grad_accum,
            r->cfg.seq_len, r->dl.nseq / r->dl.G);
-#ifdef GPURUN_CUDA
-    if (r->cuda) {
-        printf("run: %d steps, cuda, one GPU per rank, %s", r->cfg.steps,
-               r->dt == GPU_BF16 ? "bf16 (fp32 master weights)" : "fp32");
-        if (r->cfg.zero)
-            printf(", ZeRO-1 (optimizer shard of %zu of %zu padded parameters)",
-                   r->gb.opt_hi - r->gb.opt_lo, r->gb.n_pad);
-        printf(", %s; out_dir '%s'\n", coll_describe(r->coll), r->cfg.out_dir);
-        return;
-    }
-#endif
-    printf("run: %d steps, cpu, %d thread%s per rank, %s; out_dir '%s'\n", r->cfg.steps, r->threads,
-           r->threads == 1 ? "" : "s", coll_describe(r->coll), r->cfg.out_dir);
+    r->be->describe(r->b, what, sizeof(what));
+    printf("run: %d steps, %s, %s; out_dir '%s'\n", r->cfg.steps, what, coll_describe(r->coll),
+           r->cfg.out_dir);
 }
 
 /* ---- the step loop ------------------------------------------------------------------------ */
@@ -794,20 +653,10 @@ static int evaluate(struct run *r, float *val_loss)
 
     for (int e = 0; e < r->cfg.eval_batches; e++) {
         data_loader_val_batch(&r->dl_val, e, r->inputs, r->targets);
-#ifdef GPURUN_CUDA
-        if (r->cuda) {
-            ret = gpt2_gpu_forward(r->gm, r->inputs, r->targets, r->cfg.batch_size, r->cfg.seq_len,
-                                   &loss);
-            if (ret < 0)
-                return fail(r, ret, "validation forward failed: %s", r->gerr);
-            sum += loss;
-            continue;
-        }
-#endif
-        ret = gpt2_forward(&r->model, r->inputs, r->targets, r->cfg.batch_size, r->cfg.seq_len,
-                           &loss);
+        ret =
+            r->be->eval_loss(r->b, r->inputs, r->targets, r->cfg.batch_size, r->cfg.seq_len, &loss);
         if (ret < 0)
-            return fail(r, ret, "validation forward failed: %s", strerror(-ret));
+            return fail(r, ret, "validation %s", r->b->err);
         sum += loss;
     }
     sum /= r->cfg.eval_batches;
@@ -865,7 +714,7 @@ static void print_tokens(const int *tok, int n, int vocab_size)
  * window of the last seq_len tokens (the context the model was trained on), printed. */
 static int sample(struct run *r, int n)
 {
-    int T = r->cfg.seq_len, V = r->mcfg.vocab_size, Vp = r->mcfg.padded_vocab_size;
+    int T = r->cfg.seq_len, V = r->mcfg.vocab_size;
     int *ctx = malloc((size_t)(n + 1) * sizeof(int));
     int ret;
 
@@ -875,25 +724,12 @@ static int sample(struct run *r, int n)
     for (int len = 1; len <= n; len++) {
         int t = len < T ? len : T;
         const float *row;
-#ifdef GPURUN_CUDA
-        if (r->cuda) {
-            ret = gpt2_gpu_forward(r->gm, ctx + len - t, NULL, 1, t, NULL);
-            if (ret == 0)
-                ret = gpt2_gpu_logits_row(r->gm, 0, t - 1, r->logits_row);
-            if (ret < 0) {
-                free(ctx);
-                return fail(r, ret, "sample: forward failed: %s", r->gerr);
-            }
-            ctx[len] = gpt2_sample_next(r->logits_row, V, SAMPLE_TEMPERATURE, &r->rng);
-            continue;
-        }
-#endif
-        ret = gpt2_forward(&r->model, ctx + len - t, NULL, 1, t, NULL);
+
+        ret = r->be->last_logits(r->b, ctx + len - t, t, &row);
         if (ret < 0) {
             free(ctx);
-            return fail(r, ret, "sample: forward failed: %s", strerror(-ret));
+            return fail(r, ret, "sample: %s", r->b->err);
         }
-        row = gpt2_logits(&r->model) + (size_t)(t - 1) * (size_t)Vp;
         ctx[len] = gpt2_sample_next(row, V, SAMPLE_TEMPERATURE, &r->rng);
     }
     printf("sample after step %" PRIu64 " (%d tokens, temperature %.1f):\n", r->step, n,
@@ -902,49 +738,6 @@ static int sample(struct run *r, int n)
     free(ctx);
     return 0;
 }
-
-#ifdef GPURUN_CUDA
-/* cuda: the fp32 master weights (the parameters in fp32 mode) and AdamW's moments into hs on
- * rank 0 (the other ranks pass hs unopened). Without zero rank 0 holds them whole; with zero
- * every rank's shard is gathered into a device buffer, one array at a time, and rank 0
- * downloads the first n_params of it (the padding is no parameter). Collective with zero. */
-static int gpu_get_state(struct run *r, struct host_state *hs)
-{
-    const struct gpt2_gpu_bufs *b = &r->gb;
-    size_t count = b->opt_hi - b->opt_lo;
-    const float *src[3] = {b->master ? b->master : (const float *)b->params + b->opt_lo, b->m,
-                           b->v};
-    float *dst[3] = {hs->params, hs->m, hs->v};
-    void *all = NULL;
-    int ret;
-
-    if (!r->cfg.zero) {
-        ret = r->rank == 0 ? gpt2_gpu_get_shard(r->gm, hs->params, hs->m, hs->v) : 0;
-        return ret < 0 ? fail(r, ret, "cannot download the optimizer state: %s", r->gerr) : 0;
-    }
-    ret = gpu_alloc(r->gpu, &all, b->n_pad * sizeof(float));
-    if (ret < 0)
-        return fail(r, ret, "cannot gather the optimizer state for a checkpoint: %s",
-                    gpu_ctx_error(r->gpu));
-    for (int i = 0; i < 3; i++) {
-        ret = coll_dev_all_gather(r->coll, src[i], all, count, COLL_F32, gpu_ctx_stream(r->gpu));
-        if (ret < 0) {
-            fail(r, ret, "cannot gather the optimizer state for a checkpoint: %s",
-                 coll_strerror(r->coll));
-            goto out;
-        }
-        if (r->rank == 0 &&
-            (ret = gpu_download(r->gpu, dst[i], all, r->n_params * sizeof(float))) < 0) {
-            fail(r, ret, "cannot download the optimizer state: %s", gpu_ctx_error(r->gpu));
-            goto out;
-        }
-    }
-    ret = 0;
-out:
-    gpu_free(r->gpu, all);
-    return ret;
-}
-#endif
 
 /* Rank 0 writes the checkpoint of the state before step r->step; every rank then waits for it
  * at a barrier, so that none exits or goes on before the file is complete. */
@@ -956,12 +749,11 @@ static int save_ckpt(struct run *r)
         .batch_size = r->cfg.batch_size,
         .grad_accum = r->cfg.grad_accum,
         .step = r->step,
-        .opt_step = r->cuda ? r->gpu_opt_step : r->opt.step,
         .rng = {r->rng},
         .data = data_loader_pos(&r->dl, r->step),
         .nparams = r->n_params,
     };
-    struct host_state hs = {0};
+    struct backend_state hs = {0};
     struct ckpt_error cerr;
     char path[PATH_MAX];
     double t0 = now_s();
@@ -969,13 +761,14 @@ static int save_ckpt(struct run *r)
 
     if (r->saved_step == r->step)
         return 0;
-    if (r->rank == 0 && (ret = host_state_open(r, &hs)) < 0)
+    if (r->rank == 0 && (ret = state_open(r, &hs)) < 0)
         goto out;
-#ifdef GPURUN_CUDA
-    if (r->cuda && (ret = gpu_get_state(r, &hs)) < 0)
+    if ((ret = r->be->state_get(r->b, r->rank == 0 ? &hs : NULL)) < 0) {
+        fail(r, ret, "%s", r->b->err);
         goto out;
-#endif
+    }
     if (r->rank == 0) {
+        cs.opt_step = hs.opt_step;
         cs.params = hs.params;
         cs.m = hs.m;
         cs.v = hs.v;
@@ -998,7 +791,7 @@ static int save_ckpt(struct run *r)
     r->saved_step = r->step;
     ret = 0;
 out:
-    host_state_release(&hs);
+    r->be->state_release(r->b, &hs);
     return ret;
 }
 
@@ -1040,97 +833,33 @@ static void print_step(const struct run *r, const struct step_stats *s)
            s->tokens_per_s, s->ms);
 }
 
-#ifdef GPURUN_CUDA
-/* train_step on cuda: the same step on the device, the gradients averaged by NCCL. With zero
- * (ZeRO-1) the reduce-scatter leaves each rank the average of its own shard of them, in place,
- * the norm is the sum of the shards' squares over the ranks, each rank updates its shard of
- * the parameters and the all-gather hands every rank the others' (in place). */
-static int gpu_train_step(struct run *r, float *loss, float *lr, float *grad_norm)
-{
-    const struct gpt2_gpu_bufs *b = &r->gb;
-    void *stream = gpu_ctx_stream(r->gpu);
-    size_t esz = gpu_dtype_size(r->dt), count = b->opt_hi - b->opt_lo;
-    int accum = r->cfg.grad_accum;
-    double sum = 0.0, sumsq = 0.0;
-    float l;
-    int ret;
-
-    ret = gpt2_gpu_zero_grad(r->gm);
-    for (int micro = 0; ret == 0 && micro < accum; micro++) {
-        data_loader_batch(&r->dl, r->step, micro, r->inputs, r->targets);
-        ret = gpt2_gpu_forward_backward(r->gm, r->inputs, r->targets, r->cfg.batch_size,
-                                        r->cfg.seq_len, 1.0f / (float)accum, &l);
-        if (ret == 0)
-            sum += l;
-    }
-    if (ret < 0)
-        return fail(r, ret, "step %" PRIu64 ": forward/backward failed: %s", r->step + 1, r->gerr);
-    if (!r->cfg.zero)
-        ret = coll_dev_allreduce_avg(r->coll, b->grads, b->n_params, r->cdt, stream);
-    else
-        ret = coll_dev_reduce_scatter_avg(r->coll, b->grads, (char *)b->grads + b->opt_lo * esz,
-                                          count, r->cdt, stream);
-    if (ret < 0)
-        return fail(r, ret, "step %" PRIu64 ": gradient %s: %s", r->step + 1,
-                    r->cfg.zero ? "reduce-scatter" : "allreduce", coll_strerror(r->coll));
-    /* The shard's padding is zero: it adds nothing to the sum. */
-    ret = r->cfg.zero ? gpt2_gpu_grad_sumsq(r->gm, b->opt_lo, b->opt_hi, &sumsq)
-                      : gpt2_gpu_grad_sumsq(r->gm, 0, b->n_params, &sumsq);
-    if (ret < 0)
-        return fail(r, ret, "step %" PRIu64 ": gradient norm: %s", r->step + 1, r->gerr);
-    if (r->cfg.zero && (ret = coll_allreduce_sum_f64(r->coll, &sumsq, 1)) < 0)
-        return fail(r, ret, "step %" PRIu64 ": gradient norm: %s", r->step + 1,
-                    coll_strerror(r->coll));
-    *grad_norm = (float)sqrt(sumsq);
-    *lr = optim_lr(&r->sched, (long)r->step);
-    ret = gpt2_gpu_update(r->gm, r->gpu_opt_step + 1, *lr,
-                          optim_clip_scale(sqrt(sumsq), (float)r->cfg.grad_clip));
-    if (ret < 0)
-        return fail(r, ret, "step %" PRIu64 ": AdamW update failed: %s", r->step + 1, r->gerr);
-    r->gpu_opt_step++;
-    if (r->cfg.zero && (ret = coll_dev_all_gather(r->coll, (char *)b->params + b->opt_lo * esz,
-                                                  b->params, count, r->cdt, stream)) < 0)
-        return fail(r, ret, "step %" PRIu64 ": parameter all-gather: %s", r->step + 1,
-                    coll_strerror(r->coll));
-    *loss = (float)(sum / accum);
-    return 0;
-}
-#endif
-
 /* One optimizer step: grad_accum forward/backward pairs, the gradients averaged over the
  * ranks, clipped by their global norm, AdamW. Returns the rank's mean loss in *loss. */
 static int train_step(struct run *r, float *loss, float *lr, float *grad_norm)
 {
+    const struct backend_ops *be = r->be;
     int accum = r->cfg.grad_accum;
-    double sum = 0.0, norm;
+    double sum = 0.0, norm = 0.0;
     float l;
     int ret;
 
-#ifdef GPURUN_CUDA
-    if (r->cuda)
-        return gpu_train_step(r, loss, lr, grad_norm);
-#endif
-
-    gpt2_zero_grad(&r->model);
-    for (int micro = 0; micro < accum; micro++) {
+    ret = be->zero_grad(r->b);
+    for (int micro = 0; ret == 0 && micro < accum; micro++) {
         data_loader_batch(&r->dl, r->step, micro, r->inputs, r->targets);
-        ret = gpt2_forward(&r->model, r->inputs, r->targets, r->cfg.batch_size, r->cfg.seq_len, &l);
+        ret = be->forward_backward(r->b, r->inputs, r->targets, r->cfg.batch_size, r->cfg.seq_len,
+                                   1.0f / (float)accum, &l);
         if (ret == 0)
-            ret = gpt2_backward(&r->model, 1.0f / (float)accum);
-        if (ret < 0)
-            return fail(r, ret, "step %" PRIu64 ": forward/backward failed: %s", r->step + 1,
-                        strerror(-ret));
-        sum += l;
+            sum += l;
     }
-    ret = coll_allreduce_avg_f32(r->coll, r->model.grads, r->model.n_params);
-    if (ret < 0)
-        return fail(r, ret, "step %" PRIu64 ": gradient allreduce: %s", r->step + 1,
-                    coll_strerror(r->coll));
-    /* The gradients are bitwise equal on every rank now, and so are the norm and the update. */
-    norm = optim_grad_norm(r->model.grads, r->model.n_params);
+    if (ret == 0)
+        ret = be->average_grads(r->b);
+    if (ret == 0)
+        ret = be->grad_norm(r->b, &norm);
     *lr = optim_lr(&r->sched, (long)r->step);
-    adamw_update(&r->opt, r->model.params, r->model.grads, *lr,
-                 optim_clip_scale(norm, (float)r->cfg.grad_clip));
+    if (ret == 0)
+        ret = be->update(r->b, *lr, optim_clip_scale(norm, (float)r->cfg.grad_clip));
+    if (ret < 0)
+        return fail(r, ret, "step %" PRIu64 ": %s", r->step + 1, r->b->err);
     *loss = (float)(sum / accum);
     *grad_norm = (float)norm;
     return 0;
@@ -1237,23 +966,14 @@ static void run_release(struct run *r)
 {
     if (r->metrics)
         fclose(r->metrics);
-    if (r->opt_ready)
-        adamw_release(&r->opt);
-    if (r->model_ready)
-        gpt2_release(&r->model);
-#ifdef GPURUN_CUDA
-    gpt2_gpu_free(r->gm);
-    free(r->logits_row);
-#endif
     free(r->inputs);
     free(r->targets);
     data_close(r->train_ds);
     data_close(r->val_ds);
-    /* NCCL's communicator before the device context it runs on. */
+    /* NCCL's communicator before the device it runs on. */
     coll_close(r->coll);
-#ifdef GPURUN_CUDA
-    gpu_ctx_free(r->gpu);
-#endif
+    if (r->b)
+        r->be->close(r->b);
     if (r->g)
         gr_finalize(r->g);
     free(r->config_json);
@@ -1277,7 +997,7 @@ static int train_main(const char *path, const char *const *overrides, size_t n)
     struct run r = {.cfg_path = path};
     struct traincfg_error cerr;
     struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
-    char where[PATH_MAX + 32];
+    char where[PATH_MAX + 32], why[512];
     json_t *j;
     int ret;
 
@@ -1287,25 +1007,14 @@ static int train_main(const char *path, const char *const *overrides, size_t n)
         fprintf(stderr, PROG ": %s\n", cerr.text);
         return 1;
     }
-    if (r.cfg.device == TRAINCFG_DEVICE_CUDA) {
-#ifdef GPURUN_CUDA
-        /* Before anything that takes time or joins the collectives: a rank without a GPU says
-         * so in one line. */
-        char why[512];
-        r.cuda = true;
-        ret = gpu_require_device(why, sizeof(why));
-        if (ret < 0) {
-            fail(&r, ret, "%s: device 'cuda': %s",
-                 cfg_where(&r, "train", "device", where, sizeof(where)), why);
-            goto out;
-        }
-#else
-        ret = fail(&r, -ENOTSUP,
-                   "%s: device 'cuda': this gpurun-train has no CUDA backend (built without "
-                   "nvcc); use device = cpu",
-                   cfg_where(&r, "train", "device", where, sizeof(where)));
+    /* Before anything that takes time or joins the collectives: a rank without a GPU says so
+     * in one line. */
+    r.be = r.cfg.device == TRAINCFG_DEVICE_CUDA ? &backend_cuda : &backend_cpu;
+    ret = r.be->probe(why, sizeof(why));
+    if (ret < 0) {
+        fail(&r, ret, "%s: device '%s': %s", cfg_where(&r, "train", "device", where, sizeof(where)),
+             r.be->name, why);
         goto out;
-#endif
     }
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
@@ -1313,9 +1022,6 @@ static int train_main(const char *path, const char *const *overrides, size_t n)
 #ifdef _OPENMP
     if (r.cfg.threads > 0)
         omp_set_num_threads(r.cfg.threads);
-    r.threads = omp_get_max_threads();
-#else
-    r.threads = 1;
 #endif
     j = traincfg_to_json(&r.cfg);
     r.config_json =

@@ -32,25 +32,6 @@
 /* The attention kernels' largest head size (cuda_ops.h). */
 #define MAX_HEAD_SIZE 128
 
-enum tensor_id {
-    T_WTE,
-    T_WPE,
-    T_LN1W,
-    T_LN1B,
-    T_QKVW,
-    T_QKVB,
-    T_ATTPROJW,
-    T_ATTPROJB,
-    T_LN2W,
-    T_LN2B,
-    T_FCW,
-    T_FCB,
-    T_FCPROJW,
-    T_FCPROJB,
-    T_LNFW,
-    T_LNFB,
-};
-
 /* The activations of a forward of shape (B, T), gpt2.c's plus what the flash attention and
  * the cross-entropy keep in place of the (T,T) attention matrix and the probabilities.
  * floatX unless marked; per-layer tensors hold layer l at l * (their per-layer size for the
@@ -254,7 +235,7 @@ static void *at(const struct gpt2_gpu *m, void *base, size_t i)
 static void *tensor(const struct gpt2_gpu *m, void *base, int i, int l)
 {
     const struct gpt2_tensor *t = &m->tensors[i];
-    bool per_layer = i >= T_LN1W && i <= T_FCPROJB;
+    bool per_layer = i >= GPT2_LN1W && i <= GPT2_FCPROJB;
 
     return at(m, base,
               t->offset + (per_layer ? (size_t)l * (t->count / (size_t)m->cfg.n_layer) : 0));
@@ -561,8 +542,8 @@ static int forward(struct gpt2_gpu *m, const int *inputs, const int *targets, in
     m->B = B;
     m->T = T;
 
-    if (gpu_encoder_forward(ctx, dt, a.encoded, a.inputs, tensor(m, p, T_WTE, 0),
-                            tensor(m, p, T_WPE, 0), B, T, C) < 0)
+    if (gpu_encoder_forward(ctx, dt, a.encoded, a.inputs, tensor(m, p, GPT2_WTE, 0),
+                            tensor(m, p, GPT2_WPE, 0), B, T, C) < 0)
         return fail_ctx(m, -EIO);
     for (int l = 0; l < L; l++) {
         void *ln1 = at(m, a.ln1, l * btc), *qkv = at(m, a.qkv, 3 * l * btc);
@@ -575,36 +556,37 @@ static int forward(struct gpt2_gpu *m, const int *inputs, const int *targets, in
 
         /* residual3 of the previous layer = its MLP projection + residual2, then LN1. */
         if (l == 0)
-            ret =
-                gpu_layernorm_forward(ctx, dt, ln1, ln1_mean, ln1_rstd, residual,
-                                      tensor(m, p, T_LN1W, l), tensor(m, p, T_LN1B, l), (int)bt, C);
+            ret = gpu_layernorm_forward(ctx, dt, ln1, ln1_mean, ln1_rstd, residual,
+                                        tensor(m, p, GPT2_LN1W, l), tensor(m, p, GPT2_LN1B, l),
+                                        (int)bt, C);
         else
             ret = gpu_residual_layernorm_forward(ctx, dt, residual, ln1, ln1_mean, ln1_rstd,
                                                  residual, at(m, a.residual2, (l - 1) * btc),
-                                                 tensor(m, p, T_LN1W, l), tensor(m, p, T_LN1B, l),
-                                                 (int)bt, C);
+                                                 tensor(m, p, GPT2_LN1W, l),
+                                                 tensor(m, p, GPT2_LN1B, l), (int)bt, C);
         if (ret < 0 ||
-            gpu_matmul_forward(ctx, dt, qkv, NULL, ln1, tensor(m, p, T_QKVW, l),
-                               tensor(m, p, T_QKVB, l), (int)bt, C, 3 * C) < 0 ||
+            gpu_matmul_forward(ctx, dt, qkv, NULL, ln1, tensor(m, p, GPT2_QKVW, l),
+                               tensor(m, p, GPT2_QKVB, l), (int)bt, C, 3 * C) < 0 ||
             gpu_attention_forward(ctx, dt, atty, a.att_lse + l * bt * NH, qkv, B, T, C, NH) < 0 ||
-            gpu_matmul_forward(ctx, dt, res2, NULL, atty, tensor(m, p, T_ATTPROJW, l),
-                               tensor(m, p, T_ATTPROJB, l), (int)bt, C, C) < 0 ||
+            gpu_matmul_forward(ctx, dt, res2, NULL, atty, tensor(m, p, GPT2_ATTPROJW, l),
+                               tensor(m, p, GPT2_ATTPROJB, l), (int)bt, C, C) < 0 ||
             gpu_residual_layernorm_forward(ctx, dt, res2, ln2, ln2_mean, ln2_rstd, res2, residual,
-                                           tensor(m, p, T_LN2W, l), tensor(m, p, T_LN2B, l),
+                                           tensor(m, p, GPT2_LN2W, l), tensor(m, p, GPT2_LN2B, l),
                                            (int)bt, C) < 0 ||
-            gpu_matmul_forward(ctx, dt, fch_gelu, fch, ln2, tensor(m, p, T_FCW, l),
-                               tensor(m, p, T_FCB, l), (int)bt, C, 4 * C) < 0 ||
-            gpu_matmul_forward(ctx, dt, res3, NULL, fch_gelu, tensor(m, p, T_FCPROJW, l),
-                               tensor(m, p, T_FCPROJB, l), (int)bt, 4 * C, C) < 0)
+            gpu_matmul_forward(ctx, dt, fch_gelu, fch, ln2, tensor(m, p, GPT2_FCW, l),
+                               tensor(m, p, GPT2_FCB, l), (int)bt, C, 4 * C) < 0 ||
+            gpu_matmul_forward(ctx, dt, res3, NULL, fch_gelu, tensor(m, p, GPT2_FCPROJW, l),
+                               tensor(m, p, GPT2_FCPROJB, l), (int)bt, 4 * C, C) < 0)
             return fail_ctx(m, -EIO);
     }
     /* The LM head, tied: logits = lnf wte^T over all Vp rows of wte. */
     void *res3_last = at(m, a.residual3, (L - 1) * btc);
     if (gpu_residual_layernorm_forward(ctx, dt, res3_last, a.lnf, a.lnf_mean, a.lnf_rstd, res3_last,
-                                       at(m, a.residual2, (L - 1) * btc), tensor(m, p, T_LNFW, 0),
-                                       tensor(m, p, T_LNFB, 0), (int)bt, C) < 0 ||
-        gpu_matmul_forward(ctx, dt, a.logits, NULL, a.lnf, tensor(m, p, T_WTE, 0), NULL, (int)bt, C,
-                           Vp) < 0)
+                                       at(m, a.residual2, (L - 1) * btc),
+                                       tensor(m, p, GPT2_LNFW, 0), tensor(m, p, GPT2_LNFB, 0),
+                                       (int)bt, C) < 0 ||
+        gpu_matmul_forward(ctx, dt, a.logits, NULL, a.lnf, tensor(m, p, GPT2_WTE, 0), NULL, (int)bt,
+                           C, Vp) < 0)
         return fail_ctx(m, -EIO);
     return 0;
 }
@@ -652,12 +634,12 @@ int gpt2_gpu_forward_backward(struct gpt2_gpu *m, const int *inputs, const int *
         return ret;
 
     void *res3_last = at(m, a.residual3, (L - 1) * btc);
-    if (gpu_matmul_backward(ctx, dt, d.dbuf, tensor(m, g, T_WTE, 0), NULL, a.logits, a.lnf,
-                            tensor(m, p, T_WTE, 0), NULL, (int)bt, C, Vp) < 0 ||
+    if (gpu_matmul_backward(ctx, dt, d.dbuf, tensor(m, g, GPT2_WTE, 0), NULL, a.logits, a.lnf,
+                            tensor(m, p, GPT2_WTE, 0), NULL, (int)bt, C, Vp) < 0 ||
         gpu_fill_bytes(ctx, d.dres, 0, btc * m->es) < 0 ||
-        gpu_layernorm_backward(ctx, dt, d.dres, tensor(m, g, T_LNFW, 0), tensor(m, g, T_LNFB, 0),
-                               d.dbuf, res3_last, tensor(m, p, T_LNFW, 0), a.lnf_mean, a.lnf_rstd,
-                               (int)bt, C) < 0)
+        gpu_layernorm_backward(ctx, dt, d.dres, tensor(m, g, GPT2_LNFW, 0),
+                               tensor(m, g, GPT2_LNFB, 0), d.dbuf, res3_last,
+                               tensor(m, p, GPT2_LNFW, 0), a.lnf_mean, a.lnf_rstd, (int)bt, C) < 0)
         return fail_ctx(m, -EIO);
 
     /* d.dres holds the gradient of the block's output residual3; both residual additions pass
@@ -670,28 +652,31 @@ int gpt2_gpu_forward_backward(struct gpt2_gpu *m, const int *inputs, const int *
         void *fch_gelu = at(m, a.fch_gelu, 4 * l * btc);
 
         /* The MLP projection's input was gelu(fch): its dinp is the gradient at fch. */
-        if (gpu_matmul_backward(ctx, dt, d.dfch, tensor(m, g, T_FCPROJW, l),
-                                tensor(m, g, T_FCPROJB, l), d.dres, fch_gelu,
-                                tensor(m, p, T_FCPROJW, l), fch, (int)bt, 4 * C, C) < 0 ||
-            gpu_matmul_backward(ctx, dt, d.dbuf, tensor(m, g, T_FCW, l), tensor(m, g, T_FCB, l),
-                                d.dfch, ln2, tensor(m, p, T_FCW, l), NULL, (int)bt, C, 4 * C) < 0 ||
-            gpu_layernorm_backward(ctx, dt, d.dres, tensor(m, g, T_LN2W, l),
-                                   tensor(m, g, T_LN2B, l), d.dbuf, res2, tensor(m, p, T_LN2W, l),
-                                   a.ln2_mean + l * bt, a.ln2_rstd + l * bt, (int)bt, C) < 0 ||
-            gpu_matmul_backward(ctx, dt, d.dbuf, tensor(m, g, T_ATTPROJW, l),
-                                tensor(m, g, T_ATTPROJB, l), d.dres, atty,
-                                tensor(m, p, T_ATTPROJW, l), NULL, (int)bt, C, C) < 0 ||
+        if (gpu_matmul_backward(ctx, dt, d.dfch, tensor(m, g, GPT2_FCPROJW, l),
+                                tensor(m, g, GPT2_FCPROJB, l), d.dres, fch_gelu,
+                                tensor(m, p, GPT2_FCPROJW, l), fch, (int)bt, 4 * C, C) < 0 ||
+            gpu_matmul_backward(ctx, dt, d.dbuf, tensor(m, g, GPT2_FCW, l),
+                                tensor(m, g, GPT2_FCB, l), d.dfch, ln2, tensor(m, p, GPT2_FCW, l),
+                                NULL, (int)bt, C, 4 * C) < 0 ||
+            gpu_layernorm_backward(ctx, dt, d.dres, tensor(m, g, GPT2_LN2W, l),
+                                   tensor(m, g, GPT2_LN2B, l), d.dbuf, res2,
+                                   tensor(m, p, GPT2_LN2W, l), a.ln2_mean + l * bt,
+                                   a.ln2_rstd + l * bt, (int)bt, C) < 0 ||
+            gpu_matmul_backward(ctx, dt, d.dbuf, tensor(m, g, GPT2_ATTPROJW, l),
+                                tensor(m, g, GPT2_ATTPROJB, l), d.dres, atty,
+                                tensor(m, p, GPT2_ATTPROJW, l), NULL, (int)bt, C, C) < 0 ||
             gpu_attention_backward(ctx, dt, d.dqkv, d.dbuf, qkv, atty, a.att_lse + l * bt * NH, B,
                                    T, C, NH) < 0 ||
-            gpu_matmul_backward(ctx, dt, d.dbuf, tensor(m, g, T_QKVW, l), tensor(m, g, T_QKVB, l),
-                                d.dqkv, ln1, tensor(m, p, T_QKVW, l), NULL, (int)bt, C,
-                                3 * C) < 0 ||
-            gpu_layernorm_backward(
-                ctx, dt, d.dres, tensor(m, g, T_LN1W, l), tensor(m, g, T_LN1B, l), d.dbuf, residual,
-                tensor(m, p, T_LN1W, l), a.ln1_mean + l * bt, a.ln1_rstd + l * bt, (int)bt, C) < 0)
+            gpu_matmul_backward(ctx, dt, d.dbuf, tensor(m, g, GPT2_QKVW, l),
+                                tensor(m, g, GPT2_QKVB, l), d.dqkv, ln1, tensor(m, p, GPT2_QKVW, l),
+                                NULL, (int)bt, C, 3 * C) < 0 ||
+            gpu_layernorm_backward(ctx, dt, d.dres, tensor(m, g, GPT2_LN1W, l),
+                                   tensor(m, g, GPT2_LN1B, l), d.dbuf, residual,
+                                   tensor(m, p, GPT2_LN1W, l), a.ln1_mean + l * bt,
+                                   a.ln1_rstd + l * bt, (int)bt, C) < 0)
             return fail_ctx(m, -EIO);
     }
-    if (gpu_encoder_backward(ctx, dt, tensor(m, g, T_WTE, 0), tensor(m, g, T_WPE, 0), d.dres,
+    if (gpu_encoder_backward(ctx, dt, tensor(m, g, GPT2_WTE, 0), tensor(m, g, GPT2_WPE, 0), d.dres,
                              inputs, B, T, C, V) < 0)
         return fail_ctx(m, -EIO);
     return 0;
