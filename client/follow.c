@@ -1,7 +1,7 @@
-/* Waiting for a Slurm job. The batch output is a plain file on the shared filesystem that
- * slurmstepd appends to, so it is tailed by reading from where the last read stopped;
- * slurmctld is polled with a backoff for the job's state. Both waits are one sigtimedwait(),
- * which also takes the signals that cancel the job. */
+/* Following a Slurm job until it ends. The batch output is a plain file on the shared
+ * filesystem that slurmstepd appends to, so it is tailed by reading from where the last read
+ * stopped; slurmctld is polled with a backoff for the job's state. Both waits are one
+ * sigtimedwait(), which also takes the signals that cancel the job. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -17,7 +17,7 @@
 #include <uv.h>
 
 #include "slurmlib.h"
-#include "submit.h"
+#include "follow.h"
 #include "banned.h"
 
 static long long now_ms(void)
@@ -80,14 +80,14 @@ static int summary_status(const char *job_dir)
     return st;
 }
 
-int submit_wait(uint32_t id, const char *job_dir, int *fatal_signal)
+int follow_job(uint32_t id, const char *job_dir, int *fatal_signal)
 {
     struct slurmlib_job job = {0};
     struct slurmlib_error err;
     sigset_t set, old;
     char *path = NULL;
     long long next_poll = 0, give_up_at = 0;
-    int poll_ms = SUBMIT_POLL_MIN_MS, fd = -1, ret = 125, signals = 0;
+    int poll_ms = FOLLOW_POLL_MIN_MS, fd = -1, ret = 125, signals = 0;
     bool known = false;
 
     *fatal_signal = 0;
@@ -97,7 +97,7 @@ int submit_wait(uint32_t id, const char *job_dir, int *fatal_signal)
     sigaddset(&set, SIGHUP);
     sigprocmask(SIG_BLOCK, &set, &old);
     for (;;) {
-        struct timespec ts = {0, SUBMIT_READ_MS * 1000000L};
+        struct timespec ts = {0, FOLLOW_READ_MS * 1000000L};
         long long now = now_ms();
         siginfo_t info;
         int sig, r;
@@ -126,7 +126,7 @@ int submit_wait(uint32_t id, const char *job_dir, int *fatal_signal)
                 break;
             }
             next_poll = now + poll_ms;
-            poll_ms = poll_ms * 2 > SUBMIT_POLL_MAX_MS ? SUBMIT_POLL_MAX_MS : poll_ms * 2;
+            poll_ms = poll_ms * 2 > FOLLOW_POLL_MAX_MS ? FOLLOW_POLL_MAX_MS : poll_ms * 2;
         }
         /* The file exists once the batch script starts (slurmstepd creates it). */
         if (fd < 0 && path && job.state != SLURMLIB_PENDING)
@@ -141,7 +141,7 @@ int submit_wait(uint32_t id, const char *job_dir, int *fatal_signal)
         }
         if (give_up_at && now >= give_up_at) {
             fprintf(stderr, "gpurun: job %u still ends after %d s; stopped waiting\n", id,
-                    SUBMIT_CANCEL_WAIT_MS / 1000);
+                    FOLLOW_CANCEL_WAIT_MS / 1000);
             break;
         }
         sig = sigtimedwait(&set, &info, &ts);
@@ -158,8 +158,8 @@ int submit_wait(uint32_t id, const char *job_dir, int *fatal_signal)
             fprintf(stderr, "gpurun: %s\n", err.text);
         else
             fprintf(stderr, "gpurun: cancelling job %u (once more to stop waiting)\n", id);
-        give_up_at = now + SUBMIT_CANCEL_WAIT_MS;
-        poll_ms = SUBMIT_POLL_MIN_MS;
+        give_up_at = now + FOLLOW_CANCEL_WAIT_MS;
+        poll_ms = FOLLOW_POLL_MIN_MS;
         next_poll = 0;
     }
     if (job.ended && ret != 0 && !*fatal_signal) {
