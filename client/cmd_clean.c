@@ -35,6 +35,64 @@ static const char *human_size(char *buf, size_t n, uint64_t bytes)
     return buf;
 }
 
+/* A link in the jobs root, a --job-dir's: its dir is the user's, never removed here; a
+ * dangling link is. */
+static void clean_link(const struct gpurun_args *args, const char *path, struct clean_tally *t)
+{
+    struct stat st;
+
+    if (stat(path, &st) == 0 || errno != ENOENT)
+        return;
+    if (!args->dry_run && unlink(path) < 0) {
+        t->failed++;
+        fprintf(stderr, "gpurun: cannot remove the link '%s': %s\n", path, uv_strerror(-errno));
+        return;
+    }
+    t->links++;
+    printf("%s the link '%s' (its job dir is gone)\n", args->dry_run ? "would remove" : "removed",
+           path);
+}
+
+/* Slurm's record of the job of job dir NAME, into job where it is asked for. A Slurm job
+ * without a summary may still run: only slurmctld can say it has ended (or forgotten it,
+ * which it does only after the end). With a summary its batch script may still be finishing:
+ * where slurmctld answers, its word decides too. Returns 1 when job was loaded (release it),
+ * 0 when there is no record to go by, -EAGAIN when only Slurm could say the job has ended
+ * and it did not. */
+static int slurm_record(const char *name, bool slurm_ok, bool has_summary, struct slurmlib_job *job)
+{
+    struct slurmlib_error err;
+    uint32_t id;
+    int r;
+
+    if (slurmlib_parse_id(name, &id) != 0 || (!slurm_ok && has_summary))
+        return 0;
+    r = slurm_ok ? slurmlib_load(id, job, &err) : -EAGAIN;
+    if (r < 0 && r != -ENOENT && !has_summary)
+        return -EAGAIN;
+    return r == 0;
+}
+
+/* Removes job dir path and its batch output ROOT/NAME.out, or with --dry-run only measures
+ * them; adds what they held to *bytes. Returns 0, or fs_remove_tree's negative errno. */
+static int remove_job(const struct gpurun_args *args, const char *root, const char *name,
+                      const char *path, uint64_t *bytes)
+{
+    char file[PATH_MAX + 300];
+    struct stat out;
+
+    snprintf(file, sizeof(file), "%s/%s.out", root, name);
+    if (args->dry_run) {
+        fs_tree_size(path, bytes);
+        if (stat(file, &out) == 0)
+            *bytes += (uint64_t)out.st_size;
+        return 0;
+    }
+    if (stat(file, &out) == 0 && unlink(file) == 0)
+        *bytes += (uint64_t)out.st_size;
+    return fs_remove_tree(path, bytes);
+}
+
 /* One entry of the jobs root: a dangling link goes; a job dir goes when its job has ended
  * (and longer ago than --older-than), with its batch output ROOT/NAME.out. */
 static void clean_one(const struct gpurun_args *args, const char *root, const char *name,
@@ -42,29 +100,17 @@ static void clean_one(const struct gpurun_args *args, const char *root, const ch
 {
     char path[PATH_MAX], file[PATH_MAX + 300], size[32];
     struct slurmlib_job job = {0};
-    struct slurmlib_error err;
+    struct view_input in = {.job_id = name, .no_live = true};
     struct stat st, sum;
-    bool loaded = false, has_summary, ended;
+    bool loaded, has_summary;
     uint64_t bytes = 0;
-    uint32_t id;
     json_t *v;
     int r;
 
     if (!path_join(path, sizeof(path), root, name) || lstat(path, &st) < 0)
         return;
     if (S_ISLNK(st.st_mode)) {
-        /* A --job-dir's link: its dir is the user's, never removed here; a dangling link is. */
-        if (stat(path, &st) < 0 && errno == ENOENT) {
-            if (!args->dry_run && unlink(path) < 0) {
-                t->failed++;
-                fprintf(stderr, "gpurun: cannot remove the link '%s': %s\n", path,
-                        uv_strerror(-errno));
-                return;
-            }
-            t->links++;
-            printf("%s the link '%s' (its job dir is gone)\n",
-                   args->dry_run ? "would remove" : "removed", path);
-        }
+        clean_link(args, path, t);
         return;
     }
     snprintf(file, sizeof(file), "%s/job.json", path);
@@ -72,24 +118,16 @@ static void clean_one(const struct gpurun_args *args, const char *root, const ch
         return;
     snprintf(file, sizeof(file), "%s/summary.json", path);
     has_summary = stat(file, &sum) == 0;
-    /* A Slurm job without a summary may still run: only slurmctld can say it has ended (or
-     * forgotten it, which it does only after the end). With a summary its batch script may
-     * still be finishing: where slurmctld answers, its word decides too. */
-    if (slurmlib_parse_id(name, &id) == 0 && (slurm_ok || !has_summary)) {
-        r = slurm_ok ? slurmlib_load(id, &job, &err) : -EAGAIN;
-        if (r < 0 && r != -ENOENT && !has_summary) {
-            t->kept_unknown++;
-            return;
-        }
-        loaded = r == 0;
+    r = slurm_record(name, slurm_ok, has_summary, &job);
+    if (r == -EAGAIN) {
+        t->kept_unknown++;
+        return;
     }
-    {
-        struct view_input in = {
-            .job_id = name, .slurm = loaded ? &job : NULL, .job_dir = path, .no_live = true};
-        v = view_build(&in);
-    }
-    ended = v && view_ended(v);
-    if (!ended) {
+    loaded = r == 1;
+    in.slurm = loaded ? &job : NULL;
+    in.job_dir = path;
+    v = view_build(&in);
+    if (!v || !view_ended(v)) {
         t->kept_live++;
         goto out;
     }
@@ -98,22 +136,11 @@ static void clean_one(const struct gpurun_args *args, const char *root, const ch
         t->kept_recent++;
         goto out;
     }
-    snprintf(file, sizeof(file), "%s/%s.out", root, name);
-    if (args->dry_run) {
-        struct stat out;
-        fs_tree_size(path, &bytes);
-        if (stat(file, &out) == 0)
-            bytes += (uint64_t)out.st_size;
-    } else {
-        struct stat out;
-        if (stat(file, &out) == 0 && unlink(file) == 0)
-            bytes += (uint64_t)out.st_size;
-        r = fs_remove_tree(path, &bytes);
-        if (r < 0) {
-            t->failed++;
-            fprintf(stderr, "gpurun: cannot remove '%s' whole: %s\n", path, uv_strerror(r));
-            goto out;
-        }
+    r = remove_job(args, root, name, path, &bytes);
+    if (r < 0) {
+        t->failed++;
+        fprintf(stderr, "gpurun: cannot remove '%s' whole: %s\n", path, uv_strerror(r));
+        goto out;
     }
     t->removed++;
     t->bytes += bytes;

@@ -92,13 +92,31 @@ static void plan_release(struct run_plan *p)
     free(p->argv);
 }
 
+/* The name of a train.cfg's job where -J gives none: its [job] name, else the file's name
+ * without ".cfg". */
+static void cfg_job_name(struct gpurun_args *args, struct run_plan *p)
+{
+    const char *base;
+    size_t len;
+
+    if (p->cfg.job_name) {
+        args->job_name = p->cfg.job_name;
+        return;
+    }
+    base = strrchr(args->target, '/');
+    base = base ? base + 1 : args->target;
+    len = strlen(base);
+    if (len > 4 && !strcmp(base + len - 4, ".cfg"))
+        len -= 4;
+    snprintf(p->job_name, sizeof(p->job_name), "%.*s", (int)len, base);
+    args->job_name = p->job_name;
+}
+
 /* A train.cfg: its [job] keys where no flag is given, and gpurun-train as the command. */
 static int plan_cfg(struct gpurun_args *args, struct run_plan *p)
 {
     struct traincfg_error terr;
     struct traincfg *c = &p->cfg;
-    const char *base;
-    size_t len;
 
     if (access(args->target, F_OK) < 0)
         return error_out(EXIT_FAILED,
@@ -127,19 +145,8 @@ static int plan_cfg(struct gpurun_args *args, struct run_plan *p)
         args->spec.max_restarts = c->max_restarts;
     if (!args_given(args, "no-gpus") && c->device == TRAINCFG_DEVICE_CPU)
         args->no_gpus = true;
-    if (!args_given(args, "job-name")) {
-        if (c->job_name) {
-            args->job_name = c->job_name;
-        } else {
-            base = strrchr(args->target, '/');
-            base = base ? base + 1 : args->target;
-            len = strlen(base);
-            if (len > 4 && !strcmp(base + len - 4, ".cfg"))
-                len -= 4;
-            snprintf(p->job_name, sizeof(p->job_name), "%.*s", (int)len, base);
-            args->job_name = p->job_name;
-        }
-    }
+    if (!args_given(args, "job-name"))
+        cfg_job_name(args, p);
     if (find_program("gpurun-train", p->train, sizeof(p->train)) < 0)
         return error_out(EXIT_NOT_FOUND, "cannot find 'gpurun-train' beside gpurun or on PATH");
     if (!realpath(args->target, p->cfg_path))
@@ -280,13 +287,72 @@ static int work_dir(const struct gpurun_args *args, char *buf, size_t n)
     return 0;
 }
 
+/* A local job's dir into dir (n bytes): --job-dir's as given, else ROOT/JOB_ID. Returns 0 or
+ * an exit status with the error printed. */
+static int local_dir(const struct gpurun_args *args, const char *job_id, char *dir, size_t n)
+{
+    char root[PATH_MAX];
+    int ret;
+
+    if (args->job_dir) {
+        if (snprintf(dir, n, "%s", args->job_dir) >= (int)n)
+            return error_out(EXIT_FAILED, "job dir '%s': path too long", args->job_dir);
+        return 0;
+    }
+    ret = jobs_root(root, sizeof(root));
+    if (ret)
+        return ret;
+    if (snprintf(dir, n, "%s/%s", root, job_id) >= (int)n)
+        return error_out(EXIT_FAILED, "job dir '%s/%s': path too long", root, job_id);
+    return 0;
+}
+
+/* The job's spec, completed for a local job (job_id borrowed). Returns 0 or an exit status
+ * with the error printed. */
+static int local_spec(struct gpurun_args *args, const struct run_plan *p, const char *job_id)
+{
+    struct jobspec *spec = &args->spec;
+    char cwd[PATH_MAX];
+    int ret;
+
+    spec->job_id = strdup(job_id);
+    if (!spec->job_id || jobspec_set_argv(spec, p->argc, p->argv) < 0)
+        return error_out(EXIT_FAILED, "out of memory");
+    spec->loopback = true;
+    ret = work_dir(args, cwd, sizeof(cwd));
+    if (ret)
+        return ret;
+    if (!(spec->workdir = strdup(cwd)))
+        return error_out(EXIT_FAILED, "out of memory");
+    return set_metrics_dir(args, spec);
+}
+
+/* What local.c's launcher is given besides the output: the job dir and rendezvousd (both
+ * borrowed), the log level, the size and the time limit. */
+static void local_job_fill(struct local_job *job, const struct gpurun_args *args,
+                           const char *abs_dir, const char *daemon)
+{
+    const struct jobspec *spec = &args->spec;
+
+    job->job_dir = abs_dir;
+    job->daemon = daemon;
+    job->log_level = args->log_level_name;
+    job->nnodes = spec->nnodes;
+    job->time_limit_s = args->time_limit_s;
+    job->kill_grace_ms = spec->kill_grace_ms;
+    /* The pre-timeout signal as on Slurm: --signal's lead, else 120 s (a quarter of a
+     * shorter limit, so that a short job is not signalled at its start). */
+    job->preempt_signal = spec->preempt_signal;
+    job->preempt_before_s = args->signal.text                ? args->signal.time_s
+                            : args->time_limit_s >= 4 * 120L ? 120
+                                                             : args->time_limit_s / 4;
+}
+
 static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
 {
-    char daemon[PATH_MAX], job_id[128], dir[PATH_MAX], root[PATH_MAX], cwd[PATH_MAX];
-    char abs_dir[PATH_MAX];
+    char daemon[PATH_MAX], job_id[128], dir[PATH_MAX], abs_dir[PATH_MAX];
     struct local_job job = {.out_fd = -1};
     struct jobdir_error jerr;
-    struct jobspec *spec = &args->spec;
     int ret;
 
     if (args->emit_sbatch)
@@ -298,26 +364,9 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
         return error_out(EXIT_FAILED, "cannot find 'rendezvousd' beside gpurun or on PATH");
     if (jobdir_local_id(job_id, sizeof(job_id), time(NULL), (long)getpid()) < 0)
         return error_out(EXIT_FAILED, "cannot make a job id");
-    if (args->job_dir) {
-        if (snprintf(dir, sizeof(dir), "%s", args->job_dir) >= (int)sizeof(dir))
-            return error_out(EXIT_FAILED, "job dir '%s': path too long", args->job_dir);
-    } else {
-        ret = jobs_root(root, sizeof(root));
-        if (ret)
-            return ret;
-        if (snprintf(dir, sizeof(dir), "%s/%s", root, job_id) >= (int)sizeof(dir))
-            return error_out(EXIT_FAILED, "job dir '%s/%s': path too long", root, job_id);
-    }
-    spec->job_id = strdup(job_id);
-    if (!spec->job_id || jobspec_set_argv(spec, p->argc, p->argv) < 0)
-        return error_out(EXIT_FAILED, "out of memory");
-    spec->loopback = true;
-    ret = work_dir(args, cwd, sizeof(cwd));
-    if (ret)
-        return ret;
-    if (!(spec->workdir = strdup(cwd)))
-        return error_out(EXIT_FAILED, "out of memory");
-    ret = set_metrics_dir(args, spec);
+    ret = local_dir(args, job_id, dir, sizeof(dir));
+    if (ret == 0)
+        ret = local_spec(args, p, job_id);
     if (ret)
         return ret;
 
@@ -329,7 +378,7 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
             return error_out(EXIT_FAILED, "cannot open '%s': %s", args->output,
                              uv_strerror(-errno));
     }
-    if (jobdir_create(dir, spec, &jerr) < 0) {
+    if (jobdir_create(dir, &args->spec, &jerr) < 0) {
         ret = error_out(EXIT_FAILED, "%s", jerr.text);
         goto out;
     }
@@ -342,19 +391,7 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
         link_job_dir(job_id, abs_dir);
     /* Before any rank speaks, so that another shell can follow the job at once. */
     fprintf(stderr, "gpurun: job %s, job dir %s\n", job_id, abs_dir);
-
-    job.job_dir = abs_dir;
-    job.daemon = daemon;
-    job.log_level = args->log_level_name;
-    job.nnodes = spec->nnodes;
-    job.time_limit_s = args->time_limit_s;
-    job.kill_grace_ms = spec->kill_grace_ms;
-    /* The pre-timeout signal as on Slurm: --signal's lead, else 120 s (a quarter of a
-     * shorter limit, so that a short job is not signalled at its start). */
-    job.preempt_signal = spec->preempt_signal;
-    job.preempt_before_s = args->signal.text                ? args->signal.time_s
-                           : args->time_limit_s >= 4 * 120L ? 120
-                                                            : args->time_limit_s / 4;
+    local_job_fill(&job, args, abs_dir, daemon);
     ret = local_run(&job, fatal_signal);
     if (ret != 0 && !*fatal_signal)
         fprintf(stderr, "gpurun: job '%s' exited with status %d; logs in '%s/logs'\n", job_id, ret,
@@ -466,97 +503,165 @@ static int slurm_cpus_per_rank(const struct gpurun_args *args)
     return cpus;
 }
 
-static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
-{
-    char cwd[PATH_MAX], root[PATH_MAX], job_dir[PATH_MAX], output[PATH_MAX], daemon[PATH_MAX];
-    char dir[PATH_MAX];
-    struct jobspec *spec = &args->spec;
-    struct sbatch_job job = {0};
-    struct sbatch_error berr;
-    struct slurmlib_error serr;
-    char *json = NULL, *script = NULL;
-    uint32_t id;
-    int ret, r;
+/* Where a Slurm job's parts are, all absolute: what its batch script is written with. */
+struct slurm_paths {
+    char cwd[PATH_MAX];     /* the job's and the ranks' working directory */
+    char root[PATH_MAX];    /* the jobs root */
+    char job_dir[PATH_MAX]; /* --job-dir's; unset without it */
+    char output[PATH_MAX];  /* the batch output: -o's, else ROOT/%j.out */
+    char daemon[PATH_MAX];  /* rendezvousd */
+};
 
-    ret = work_dir(args, cwd, sizeof(cwd));
-    if (ret)
-        return ret;
-    ret = jobs_root(root, sizeof(root));
-    if (ret)
-        return ret;
-    ret = sbatch_options(args, &job);
-    if (ret == 0)
-        ret = nodelist_nodes(args, p);
-    if (ret)
-        return ret;
-    /* Slurm counts whole minutes: the daemons must know the limit Slurm will enforce. */
-    if (args->time_limit_s % 60) {
-        long min = sbatch_time_minutes(args->time_limit_s);
-        if (!args->emit_sbatch)
-            fprintf(stderr, "gpurun: -t %lds: Slurm counts whole minutes; the limit is %ld:00\n",
-                    args->time_limit_s, min);
-        args->time_limit_s = min * 60;
-        spec->time_limit_s = (int)args->time_limit_s;
-    }
-    if (args->job_dir && path_absolute(args->job_dir, job_dir, sizeof(job_dir)) < 0)
+/* Slurm counts whole minutes: the daemons must know the limit Slurm will enforce. */
+static void whole_minutes(struct gpurun_args *args)
+{
+    long min;
+
+    if (args->time_limit_s % 60 == 0)
+        return;
+    min = sbatch_time_minutes(args->time_limit_s);
+    if (!args->emit_sbatch)
+        fprintf(stderr, "gpurun: -t %lds: Slurm counts whole minutes; the limit is %ld:00\n",
+                args->time_limit_s, min);
+    args->time_limit_s = min * 60;
+    args->spec.time_limit_s = (int)args->time_limit_s;
+}
+
+/* The paths at->cwd and at->root lead to: --job-dir's, the batch output's, rendezvousd's.
+ * Returns 0 or an exit status with the error printed. */
+static int slurm_paths(const struct gpurun_args *args, struct slurm_paths *at)
+{
+    const char *o = args->output;
+
+    if (args->job_dir && path_absolute(args->job_dir, at->job_dir, sizeof(at->job_dir)) < 0)
         return error_out(EXIT_FAILED, "job dir '%s': path too long", args->job_dir);
     /* A relative -o is relative to the job's working directory, as sbatch makes it. */
-    if (args->output
-            ? snprintf(output, sizeof(output), "%s%s%s", args->output[0] == '/' ? "" : cwd,
-                       args->output[0] == '/' ? "" : "/", args->output) >= (int)sizeof(output)
-            : snprintf(output, sizeof(output), "%s/%%j.out", root) >= (int)sizeof(output))
+    if (o ? snprintf(at->output, sizeof(at->output), "%s%s%s", o[0] == '/' ? "" : at->cwd,
+                     o[0] == '/' ? "" : "/", o) >= (int)sizeof(at->output)
+          : snprintf(at->output, sizeof(at->output), "%s/%%j.out", at->root) >=
+                (int)sizeof(at->output))
         return error_out(EXIT_FAILED, "output '%s': path too long", args->output);
-    if (find_program("rendezvousd", daemon, sizeof(daemon)) < 0)
+    if (find_program("rendezvousd", at->daemon, sizeof(at->daemon)) < 0)
         return error_out(EXIT_FAILED, "cannot find 'rendezvousd' beside gpurun or on PATH");
+    return 0;
+}
+
+/* The job's spec, completed for Slurm, as job.json's text into *json (new: free it). Returns
+ * 0 or an exit status with the error printed. */
+static int slurm_spec(struct gpurun_args *args, const struct run_plan *p, const char *cwd,
+                      char **json)
+{
+    struct jobspec *spec = &args->spec;
+    int r;
+
     if (jobspec_set_argv(spec, p->argc, p->argv) < 0 || !(spec->workdir = strdup(cwd)))
         return error_out(EXIT_FAILED, "out of memory");
     r = set_metrics_dir(args, spec);
     if (r)
         return r;
     spec->loopback = false;
-    r = spec_text(spec, &json);
+    r = spec_text(spec, json);
     if (r < 0)
         return error_out(EXIT_FAILED, "cannot write the job spec: %s",
                          r == -EINVAL ? "a string is not UTF-8" : uv_strerror(r));
+    return 0;
+}
 
-    job.job_name = args->job_name;
-    job.nodes = spec->nnodes;
-    job.ranks_per_node = spec->nprocs;
-    job.gpus_per_node = args->no_gpus ? 0 : spec->nprocs;
-    job.cpus_per_task = slurm_cpus_per_rank(args) * spec->nprocs;
-    job.time_limit_min = sbatch_time_minutes(args->time_limit_s);
-    job.signal_before_s = sbatch_signal_before(job.time_limit_min);
-    job.preempt_signal = spec->preempt_signal;
+/* What the batch script is written from, besides sbatch_options(): the job's size, time,
+ * signals, paths (at, borrowed) and spec (json, borrowed). */
+static void slurm_job_fill(struct sbatch_job *job, const struct gpurun_args *args,
+                           const struct run_plan *p, const struct slurm_paths *at, const char *json)
+{
+    const struct jobspec *spec = &args->spec;
+
+    job->job_name = args->job_name;
+    job->nodes = spec->nnodes;
+    job->ranks_per_node = spec->nprocs;
+    job->gpus_per_node = args->no_gpus ? 0 : spec->nprocs;
+    job->cpus_per_task = slurm_cpus_per_rank(args) * spec->nprocs;
+    job->time_limit_min = sbatch_time_minutes(args->time_limit_s);
+    job->signal_before_s = sbatch_signal_before(job->time_limit_min);
+    job->preempt_signal = spec->preempt_signal;
     if (args->signal.text) {
-        job.signal_text = args->signal.text;
-        job.signal_time_s = args->signal.time_s;
-        job.signal_batch_only = args->signal.batch_only;
-        job.signal_reservation = args->signal.reservation;
+        job->signal_text = args->signal.text;
+        job->signal_time_s = args->signal.time_s;
+        job->signal_batch_only = args->signal.batch_only;
+        job->signal_reservation = args->signal.reservation;
     }
-    job.partition = args->partition;
-    job.account = args->account;
-    job.output = output;
-    job.work_dir = cwd;
-    job.rendezvousd = daemon;
-    job.jobs_root = root;
-    job.job_dir = args->job_dir ? job_dir : NULL;
-    job.log_level = args->log_level_name;
-    job.spec_json = json;
-    job.argv = p->argv;
-    if (job.cpus_per_task > 65535) {
-        ret = error_out(EXIT_FAILED, "--cpus-per-gpu: %d CPUs per node is more than Slurm takes",
-                        job.cpus_per_task);
-        goto out;
-    }
-    if (sbatch_render(&job, &script, &berr) < 0) {
-        ret = error_out(EXIT_FAILED, "%s", berr.text);
-        goto out;
-    }
+    job->partition = args->partition;
+    job->account = args->account;
+    job->output = at->output;
+    job->work_dir = at->cwd;
+    job->rendezvousd = at->daemon;
+    job->jobs_root = at->root;
+    job->job_dir = args->job_dir ? at->job_dir : NULL;
+    job->log_level = args->log_level_name;
+    job->spec_json = json;
+    job->argv = p->argv;
+}
+
+/* The batch script of job (borrowed) into *script (new: free it); the jobs root (borrowed)
+ * is made when the batch output goes there. Returns 0 or an exit status with the error
+ * printed. */
+static int slurm_script(const struct gpurun_args *args, const struct sbatch_job *job,
+                        const char *root, char **script)
+{
+    struct sbatch_error berr;
+    int r;
+
+    if (job->cpus_per_task > 65535)
+        return error_out(EXIT_FAILED, "--cpus-per-gpu: %d CPUs per node is more than Slurm takes",
+                         job->cpus_per_task);
+    if (sbatch_render(job, script, &berr) < 0)
+        return error_out(EXIT_FAILED, "%s", berr.text);
     /* Slurm opens the batch output before the script runs: its directory must exist. */
-    if (!args->output && (r = fs_mkdirs(root, 0700)) < 0) {
-        ret = error_out(EXIT_FAILED, "cannot create '%s': %s", root, uv_strerror(r));
+    if (!args->output && (r = fs_mkdirs(root, 0700)) < 0)
+        return error_out(EXIT_FAILED, "cannot create '%s': %s", root, uv_strerror(r));
+    return 0;
+}
+
+/* --wait: follows Slurm job id to its end (follow.c). Returns its exit status. */
+static int slurm_wait(const struct gpurun_args *args, uint32_t id, const struct slurm_paths *at,
+                      int *fatal_signal)
+{
+    char num[16], dir[PATH_MAX];
+
+    snprintf(num, sizeof(num), "%u", id);
+    if (args->job_dir)
+        snprintf(dir, sizeof(dir), "%s", at->job_dir);
+    else if (!path_join(dir, sizeof(dir), at->root, num))
+        dir[0] = '\0';
+    return follow_job(id, dir[0] ? dir : NULL, fatal_signal);
+}
+
+static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
+{
+    struct slurm_paths at;
+    struct sbatch_job job = {0};
+    struct slurmlib_error serr;
+    char *json = NULL, *script = NULL;
+    uint32_t id;
+    int ret;
+
+    ret = work_dir(args, at.cwd, sizeof(at.cwd));
+    if (ret == 0)
+        ret = jobs_root(at.root, sizeof(at.root));
+    if (ret == 0)
+        ret = sbatch_options(args, &job);
+    if (ret == 0)
+        ret = nodelist_nodes(args, p);
+    if (ret)
+        return ret;
+    whole_minutes(args);
+    ret = slurm_paths(args, &at);
+    if (ret == 0)
+        ret = slurm_spec(args, p, at.cwd, &json);
+    if (ret)
+        return ret;
+    slurm_job_fill(&job, args, p, &at, json);
+    ret = slurm_script(args, &job, at.root, &script);
+    if (ret)
         goto out;
-    }
     if (args->emit_sbatch) {
         fputs(script, stdout);
         ret = 0;
@@ -571,15 +676,8 @@ static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     }
     printf("Submitted job %u\n", id);
     fflush(stdout);
-    if (args->wait) {
-        char num[16];
-        snprintf(num, sizeof(num), "%u", id);
-        if (args->job_dir)
-            snprintf(dir, sizeof(dir), "%s", job_dir);
-        else if (!path_join(dir, sizeof(dir), root, num))
-            dir[0] = '\0';
-        ret = follow_job(id, dir[0] ? dir : NULL, fatal_signal);
-    }
+    if (args->wait)
+        ret = slurm_wait(args, id, &at, fatal_signal);
 out:
     slurmlib_close();
     free(script);

@@ -66,109 +66,143 @@ static json_t *target_view(const struct target *t, bool slurm_open, const char *
     return v;
 }
 
+/* A list of jobs being made: Slurm's jobs of the user (n, as slurmlib_list gives them), the
+ * views so far, and how many were shown and left out (LIST_MAX without --all). */
+struct job_list {
+    const struct gpurun_args *args;
+    const char *root; /* the jobs root */
+    struct slurmlib_job *jobs;
+    size_t n;
+    json_t *views;
+    int shown, hidden;
+};
+
+/* A job dir of the list, by its modification time. */
+struct dir_order {
+    double mtime;
+    int i; /* its entry in the jobs root's scandir() */
+};
+
+/* Slurm's jobs, newest first: by id, descending (Slurm forgets a job minutes after its end,
+ * so these are the recent ones). */
+static void list_slurm_jobs(struct job_list *l)
+{
+    for (size_t k = 0; k < l->n; k++) {
+        size_t i = l->n - 1 - k;
+        struct target t = {.slurm = l->jobs[i].id};
+        struct view_input in = {.slurm = &l->jobs[i], .timeout_ms = 0};
+        if (!l->args->all && l->shown >= LIST_MAX) {
+            l->hidden++;
+            continue;
+        }
+        l->shown++;
+        snprintf(t.id, sizeof(t.id), "%u", l->jobs[i].id);
+        in.job_id = t.id;
+        in.job_dir =
+            path_join(t.dir, sizeof(t.dir), l->root, t.id) && path_is_dir(t.dir) ? t.dir : NULL;
+        in.no_live = true;
+        json_array_append_new(l->views, view_build(&in));
+    }
+}
+
+/* The job dirs among the jobs root's nents entries that Slurm's list does not hold, into
+ * order; returns how many. */
+static int dirs_not_in_slurm(const struct job_list *l, struct dirent **ents, int nents,
+                             struct dir_order *order)
+{
+    int k = 0;
+
+    for (int i = 0; i < nents; i++) {
+        char path[PATH_MAX + 300];
+        struct stat st;
+        uint32_t id;
+        bool known = false;
+        snprintf(path, sizeof(path), "%s/%s/job.json", l->root, ents[i]->d_name);
+        if (ents[i]->d_name[0] == '.' || stat(path, &st) < 0)
+            continue;
+        if (slurmlib_parse_id(ents[i]->d_name, &id) == 0)
+            for (size_t j = 0; j < l->n; j++)
+                known = known || l->jobs[j].id == id;
+        if (known)
+            continue;
+        order[k].mtime = (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9;
+        order[k++].i = i;
+    }
+    return k;
+}
+
+/* The job dirs Slurm has forgotten (or never knew: local jobs), newest first by their
+ * modification time. */
+static void list_job_dirs(struct job_list *l)
+{
+    struct dirent **ents = NULL;
+    struct dir_order *order;
+    int nents = scandir(l->root, &ents, NULL, NULL), k;
+
+    order = nents > 0 ? calloc((size_t)nents, sizeof(*order)) : NULL;
+    k = order ? dirs_not_in_slurm(l, ents, nents, order) : 0;
+    for (int a = 0; a < k; a++)
+        for (int b = a + 1; b < k; b++)
+            if (order[b].mtime > order[a].mtime) {
+                struct dir_order o = order[a];
+                order[a] = order[b];
+                order[b] = o;
+            }
+    l->hidden += l->args->all || k <= LIST_MAX - l->shown ? 0 : k - (LIST_MAX - l->shown);
+    for (int a = 0; a < k && (l->args->all || l->shown < LIST_MAX); a++, l->shown++) {
+        struct target t;
+        struct view_input in = {.timeout_ms = 0};
+        memset(&t, 0, sizeof(t));
+        snprintf(t.id, sizeof(t.id), "%s", ents[order[a].i]->d_name);
+        if (!path_join(t.dir, sizeof(t.dir), l->root, t.id))
+            continue;
+        resolve_dir(&t);
+        in.job_id = t.id;
+        in.job_dir = t.dir;
+        in.no_live = true;
+        json_array_append_new(l->views, view_build(&in));
+    }
+    free(order);
+    for (int i = 0; i < nents; i++)
+        free(ents[i]);
+    free(ents);
+}
+
 /* status without a JOBID: the user's gpurun jobs that Slurm knows, then the job dirs it does
  * not (ended long ago, or local jobs), newest first. */
 static int status_list(const struct gpurun_args *args)
 {
-    struct slurmlib_job *jobs = NULL;
+    struct job_list l = {.args = args};
     struct slurmlib_error err;
-    size_t n = 0;
     char root[PATH_MAX], conf[PATH_MAX];
-    json_t *views = json_array();
-    struct dirent **ents = NULL;
-    int nents = 0, shown = 0, hidden = 0, ret;
+    int ret;
 
     ret = jobs_root(root, sizeof(root));
     if (ret)
         return ret;
+    l.root = root;
+    l.views = json_array();
     if (slurmlib_conf_path(conf, sizeof(conf)) == 0) {
         if (slurmlib_open(SLURM_OPEN_TIMEOUT_S, &err) < 0 ||
-            slurmlib_list(getuid(), &jobs, &n, &err) < 0)
+            slurmlib_list(getuid(), &l.jobs, &l.n, &err) < 0)
             fprintf(stderr, "gpurun: %s\n", err.text);
     }
-    /* Newest first: Slurm's jobs by id, descending (Slurm forgets a job minutes after its
-     * end, so these are the recent ones), then the job dirs it has forgotten. */
-    for (size_t k = 0; k < n; k++) {
-        size_t i = n - 1 - k;
-        struct target t = {.slurm = jobs[i].id};
-        struct view_input in = {.slurm = &jobs[i], .timeout_ms = 0};
-        if (!args->all && shown >= LIST_MAX) {
-            hidden++;
-            continue;
-        }
-        shown++;
-        snprintf(t.id, sizeof(t.id), "%u", jobs[i].id);
-        in.job_id = t.id;
-        in.job_dir =
-            path_join(t.dir, sizeof(t.dir), root, t.id) && path_is_dir(t.dir) ? t.dir : NULL;
-        in.no_live = true;
-        json_array_append_new(views, view_build(&in));
-    }
-    nents = scandir(root, &ents, NULL, NULL);
-    /* Newest first, by the job dir's modification time. */
-    if (nents > 0) {
-        struct {
-            double mtime;
-            int i;
-        } *order = calloc((size_t)nents, sizeof(*order));
-        int k = 0;
-        for (int i = 0; order && i < nents; i++) {
-            char path[PATH_MAX + 300];
-            struct stat st;
-            uint32_t id;
-            bool known = false;
-            snprintf(path, sizeof(path), "%s/%s/job.json", root, ents[i]->d_name);
-            if (ents[i]->d_name[0] == '.' || stat(path, &st) < 0)
-                continue;
-            if (slurmlib_parse_id(ents[i]->d_name, &id) == 0)
-                for (size_t j = 0; j < n; j++)
-                    known = known || jobs[j].id == id;
-            if (known)
-                continue;
-            order[k].mtime = (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9;
-            order[k++].i = i;
-        }
-        for (int a = 0; order && a < k; a++)
-            for (int b = a + 1; b < k; b++)
-                if (order[b].mtime > order[a].mtime) {
-                    double m = order[a].mtime;
-                    int i = order[a].i;
-                    order[a] = order[b];
-                    order[b].mtime = m;
-                    order[b].i = i;
-                }
-        hidden += args->all || k <= LIST_MAX - shown ? 0 : k - (LIST_MAX - shown);
-        for (int a = 0; order && a < k && (args->all || shown < LIST_MAX); a++, shown++) {
-            struct target t;
-            struct view_input in = {.timeout_ms = 0};
-            memset(&t, 0, sizeof(t));
-            snprintf(t.id, sizeof(t.id), "%s", ents[order[a].i]->d_name);
-            if (!path_join(t.dir, sizeof(t.dir), root, t.id))
-                continue;
-            resolve_dir(&t);
-            in.job_id = t.id;
-            in.job_dir = t.dir;
-            in.no_live = true;
-            json_array_append_new(views, view_build(&in));
-        }
-        free(order);
-    }
-    for (int i = 0; i < nents; i++)
-        free(ents[i]);
-    free(ents);
-    for (size_t i = 0; i < n; i++)
-        slurmlib_job_release(&jobs[i]);
-    free(jobs);
+    list_slurm_jobs(&l);
+    list_job_dirs(&l);
+    for (size_t i = 0; i < l.n; i++)
+        slurmlib_job_release(&l.jobs[i]);
+    free(l.jobs);
     slurmlib_close();
     if (args->json)
-        ret = print_json(views, JSON_INDENT(2)) < 0 ? EXIT_FAILED : 0;
-    else if (json_array_size(views) == 0)
+        ret = print_json(l.views, JSON_INDENT(2)) < 0 ? EXIT_FAILED : 0;
+    else if (json_array_size(l.views) == 0)
         printf("no gpurun jobs (Slurm's, or job dirs in '%s')\n", root);
     else
-        view_print_list(stdout, views);
-    if (hidden && !args->json)
-        printf("(%d older job%s not shown: gpurun status --all)\n", hidden, hidden == 1 ? "" : "s");
-    json_decref(views);
+        view_print_list(stdout, l.views);
+    if (l.hidden && !args->json)
+        printf("(%d older job%s not shown: gpurun status --all)\n", l.hidden,
+               l.hidden == 1 ? "" : "s");
+    json_decref(l.views);
     return ret;
 }
 

@@ -80,15 +80,114 @@ static int summary_status(const char *job_dir)
     return st;
 }
 
+/* A Slurm job being followed. */
+struct follow {
+    uint32_t id;
+    const char *job_dir;     /* borrowed; NULL: unknown */
+    struct slurmlib_job job; /* Slurm's record at the last poll */
+    char *path;              /* the batch output's, once Slurm has said */
+    int fd;                  /* the batch output, open once the script has started; or -1 */
+    int poll_ms, signals;
+    long long next_poll, give_up_at; /* monotonic ms; give_up_at 0: not cancelled */
+    bool known;                      /* Slurm has answered once */
+};
+
+/* Asks slurmctld about the job when a poll is due, the period doubling. Returns false to go
+ * on, or true with *ret, the wait's exit status, when the wait is over. */
+static bool poll_job(struct follow *f, long long now, int *ret)
+{
+    struct slurmlib_error err;
+    int r;
+
+    if (now < f->next_poll)
+        return false;
+    slurmlib_job_release(&f->job);
+    r = slurmlib_load(f->id, &f->job, &err);
+    if (r == -ENOENT && f->known) {
+        /* Purged (MinJobAge) between two polls: the summary has the outcome. */
+        int st = summary_status(f->job_dir);
+        if (f->fd >= 0)
+            copy_new(f->fd);
+        if (st < 0)
+            fprintf(stderr, "gpurun: Slurm forgot job %u before its end was seen\n", f->id);
+        *ret = st < 0 ? 125 : st;
+        return true;
+    }
+    if (r < 0) {
+        fprintf(stderr, "gpurun: %s\n", err.text);
+        *ret = 125;
+        return true;
+    }
+    f->known = true;
+    if (!f->path && f->job.std_out && !(f->path = strdup(f->job.std_out))) {
+        fprintf(stderr, "gpurun: out of memory\n");
+        *ret = 125;
+        return true;
+    }
+    f->next_poll = now + f->poll_ms;
+    f->poll_ms = f->poll_ms * 2 > FOLLOW_POLL_MAX_MS ? FOLLOW_POLL_MAX_MS : f->poll_ms * 2;
+    return false;
+}
+
+/* A SIGINT, SIGTERM or SIGHUP: the first cancels the job, which is followed on to its end
+ * (for FOLLOW_CANCEL_WAIT_MS at most); the second stops the wait. Returns true when the wait
+ * is over. */
+static bool take_signal(struct follow *f, int sig, long long now, int *fatal_signal)
+{
+    struct slurmlib_error err;
+    int r;
+
+    if (!*fatal_signal)
+        *fatal_signal = sig;
+    if (++f->signals > 1) {
+        fprintf(stderr, "gpurun: stopped waiting; job %u ends on its own\n", f->id);
+        return true;
+    }
+    r = slurmlib_kill(f->id, &err);
+    if (r < 0 && r != -EALREADY)
+        fprintf(stderr, "gpurun: %s\n", err.text);
+    else
+        fprintf(stderr, "gpurun: cancelling job %u (once more to stop waiting)\n", f->id);
+    f->give_up_at = now + FOLLOW_CANCEL_WAIT_MS;
+    f->poll_ms = FOLLOW_POLL_MIN_MS;
+    f->next_poll = 0;
+    return false;
+}
+
+/* One turn of the wait: a poll when due, the output's new bytes, then the end or a signal
+ * (waited for FOLLOW_READ_MS at most). Returns true with *ret when the wait is over. */
+static bool follow_turn(struct follow *f, const sigset_t *set, int *ret, int *fatal_signal)
+{
+    struct timespec ts = {0, FOLLOW_READ_MS * 1000000L};
+    long long now = now_ms();
+    int sig;
+
+    if (poll_job(f, now, ret))
+        return true;
+    /* The file exists once the batch script starts (slurmstepd creates it). */
+    if (f->fd < 0 && f->path && f->job.state != SLURMLIB_PENDING)
+        f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (f->fd >= 0 && copy_new(f->fd) == -EPIPE)
+        return true;
+    if (f->job.ended) {
+        *ret = slurmlib_exit_status(&f->job);
+        return true;
+    }
+    if (f->give_up_at && now >= f->give_up_at) {
+        fprintf(stderr, "gpurun: job %u still ends after %d s; stopped waiting\n", f->id,
+                FOLLOW_CANCEL_WAIT_MS / 1000);
+        return true;
+    }
+    sig = sigtimedwait(set, NULL, &ts);
+    return sig > 0 && take_signal(f, sig, now, fatal_signal);
+}
+
 int follow_job(uint32_t id, const char *job_dir, int *fatal_signal)
 {
-    struct slurmlib_job job = {0};
-    struct slurmlib_error err;
+    struct follow f = {.id = id, .job_dir = job_dir, .fd = -1, .poll_ms = FOLLOW_POLL_MIN_MS};
+    struct timespec zero = {0, 0};
     sigset_t set, old;
-    char *path = NULL;
-    long long next_poll = 0, give_up_at = 0;
-    int poll_ms = FOLLOW_POLL_MIN_MS, fd = -1, ret = 125, signals = 0;
-    bool known = false;
+    int ret = 125;
 
     *fatal_signal = 0;
     sigemptyset(&set);
@@ -96,89 +195,22 @@ int follow_job(uint32_t id, const char *job_dir, int *fatal_signal)
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
     sigprocmask(SIG_BLOCK, &set, &old);
-    for (;;) {
-        struct timespec ts = {0, FOLLOW_READ_MS * 1000000L};
-        long long now = now_ms();
-        siginfo_t info;
-        int sig, r;
-
-        if (now >= next_poll) {
-            slurmlib_job_release(&job);
-            r = slurmlib_load(id, &job, &err);
-            if (r == -ENOENT && known) {
-                /* Purged (MinJobAge) between two polls: the summary has the outcome. */
-                int st = summary_status(job_dir);
-                if (fd >= 0)
-                    copy_new(fd);
-                if (st < 0)
-                    fprintf(stderr, "gpurun: Slurm forgot job %u before its end was seen\n", id);
-                ret = st < 0 ? 125 : st;
-                break;
-            }
-            if (r < 0) {
-                fprintf(stderr, "gpurun: %s\n", err.text);
-                ret = 125;
-                break;
-            }
-            known = true;
-            if (!path && job.std_out && !(path = strdup(job.std_out))) {
-                fprintf(stderr, "gpurun: out of memory\n");
-                break;
-            }
-            next_poll = now + poll_ms;
-            poll_ms = poll_ms * 2 > FOLLOW_POLL_MAX_MS ? FOLLOW_POLL_MAX_MS : poll_ms * 2;
-        }
-        /* The file exists once the batch script starts (slurmstepd creates it). */
-        if (fd < 0 && path && job.state != SLURMLIB_PENDING)
-            fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0 && copy_new(fd) == -EPIPE) {
-            ret = 125;
-            break;
-        }
-        if (job.ended) {
-            ret = slurmlib_exit_status(&job);
-            break;
-        }
-        if (give_up_at && now >= give_up_at) {
-            fprintf(stderr, "gpurun: job %u still ends after %d s; stopped waiting\n", id,
-                    FOLLOW_CANCEL_WAIT_MS / 1000);
-            break;
-        }
-        sig = sigtimedwait(&set, &info, &ts);
-        if (sig <= 0)
-            continue;
-        if (!*fatal_signal)
-            *fatal_signal = sig;
-        if (++signals > 1) {
-            fprintf(stderr, "gpurun: stopped waiting; job %u ends on its own\n", id);
-            break;
-        }
-        r = slurmlib_kill(id, &err);
-        if (r < 0 && r != -EALREADY)
-            fprintf(stderr, "gpurun: %s\n", err.text);
-        else
-            fprintf(stderr, "gpurun: cancelling job %u (once more to stop waiting)\n", id);
-        give_up_at = now + FOLLOW_CANCEL_WAIT_MS;
-        poll_ms = FOLLOW_POLL_MIN_MS;
-        next_poll = 0;
-    }
-    if (job.ended && ret != 0 && !*fatal_signal) {
-        fprintf(stderr, "gpurun: job %u %s with exit status %d", id, slurmlib_state_name(job.state),
-                ret);
+    while (!follow_turn(&f, &set, &ret, fatal_signal))
+        ;
+    if (f.job.ended && ret != 0 && !*fatal_signal) {
+        fprintf(stderr, "gpurun: job %u %s with exit status %d", id,
+                slurmlib_state_name(f.job.state), ret);
         if (job_dir)
             fprintf(stderr, "; logs in '%s/logs'", job_dir);
         fprintf(stderr, "\n");
     }
     /* Signals that arrived after the decision are spoken for: take them before unblocking. */
-    {
-        struct timespec zero = {0, 0};
-        while (sigtimedwait(&set, NULL, &zero) > 0)
-            ;
-    }
+    while (sigtimedwait(&set, NULL, &zero) > 0)
+        ;
     sigprocmask(SIG_SETMASK, &old, NULL);
-    if (fd >= 0)
-        close(fd);
-    free(path);
-    slurmlib_job_release(&job);
+    if (f.fd >= 0)
+        close(f.fd);
+    free(f.path);
+    slurmlib_job_release(&f.job);
     return ret;
 }
