@@ -134,7 +134,7 @@ int open_slurm(void)
 {
     struct slurmlib_error err;
 
-    if (slurmlib_open(SLURM_OPEN_TIMEOUT_S, &err) < 0)
+    if (slurmlib_open(OPEN_SLURM_TIMEOUT_S, &err) < 0)
         return error_out(EXIT_FAILED, "%s", err.text);
     return 0;
 }

@@ -14,7 +14,7 @@
 /* How long slurmctld has to answer gpurun's first call before gpurun says it is down. A
  * controller that is up answers in milliseconds; libslurm itself would retry for
  * MessageTimeout (10 s by default) before giving up. */
-#define SLURM_OPEN_TIMEOUT_S 3
+#define OPEN_SLURM_TIMEOUT_S 3
 
 /* A subcommand: runs what args (parsed by args_parse; the command may fill in more of it)
  * asks. Returns gpurun's exit status, its failures printed as "gpurun: ..." lines on stderr.
@@ -61,7 +61,7 @@ int resolve_target(const struct gpurun_args *args, struct target *t);
  * cannot be resolved. */
 void resolve_dir(struct target *t);
 
-/* Opens libslurm for a command (slurmlib_open, SLURM_OPEN_TIMEOUT_S). Returns 0, or
+/* Opens libslurm for a command (slurmlib_open, OPEN_SLURM_TIMEOUT_S). Returns 0, or
  * EXIT_FAILED with the one line of why not printed. */
 int open_slurm(void);
 

@@ -59,7 +59,7 @@ static void clean_link(const struct gpurun_args *args, const char *path, struct 
  * where slurmctld answers, its word decides too. Returns 1 when job was loaded (release it),
  * 0 when there is no record to go by, -EAGAIN when only Slurm could say the job has ended
  * and it did not. */
-static int slurm_record(const char *name, bool slurm_ok, bool has_summary, struct slurmlib_job *job)
+static int job_record(const char *name, bool slurm_ok, bool has_summary, struct slurmlib_job *job)
 {
     struct slurmlib_error err;
     uint32_t id;
@@ -118,7 +118,7 @@ static void clean_one(const struct gpurun_args *args, const char *root, const ch
         return;
     snprintf(file, sizeof(file), "%s/summary.json", path);
     has_summary = stat(file, &sum) == 0;
-    r = slurm_record(name, slurm_ok, has_summary, &job);
+    r = job_record(name, slurm_ok, has_summary, &job);
     if (r == -EAGAIN) {
         t->kept_unknown++;
         return;
@@ -173,7 +173,7 @@ int cmd_clean(struct gpurun_args *args, int *fatal_signal)
     if (n < 0)
         return error_out(EXIT_FAILED, "cannot read '%s': %s", root, uv_strerror(-errno));
     if (slurmlib_conf_path(conf, sizeof(conf)) == 0) {
-        slurm_ok = slurmlib_open(SLURM_OPEN_TIMEOUT_S, &err) == 0;
+        slurm_ok = slurmlib_open(OPEN_SLURM_TIMEOUT_S, &err) == 0;
         if (!slurm_ok)
             fprintf(stderr, "gpurun: %s; Slurm jobs without a summary are kept\n", err.text);
     }

@@ -25,6 +25,8 @@
 #include "traincfg.h"
 #include "banned.h"
 
+/* --- the plan: what the ranks run ------------------------------------------------------------- */
+
 /* The path of the running gpurun, or NULL. */
 static const char *self_path(char *buf, size_t n)
 {
@@ -225,6 +227,8 @@ static int plan_spec(struct gpurun_args *args)
     return 0;
 }
 
+/* --- the job's places, here and on Slurm ------------------------------------------------------ */
+
 /* --metrics-dir into the spec, absolute: every node's daemon reads it (on Slurm the folder is
  * each node's own, node_exporter's, so it need not exist here). Returns 0 or an exit status
  * with the error printed. */
@@ -240,6 +244,30 @@ static int set_metrics_dir(const struct gpurun_args *args, struct jobspec *spec)
         return error_out(EXIT_FAILED, "out of memory");
     return 0;
 }
+
+/* The job's and the ranks' working directory into buf (n bytes): --chdir's, absolute (as
+ * sbatch makes it), else gpurun's own. */
+static int work_dir(const struct gpurun_args *args, char *buf, size_t n)
+{
+    struct stat st;
+    int r;
+
+    if (!args->chdir) {
+        if (!getcwd(buf, n))
+            return error_out(EXIT_FAILED, "cannot get the working directory: %s",
+                             uv_strerror(-errno));
+        return 0;
+    }
+    r = path_absolute(args->chdir, buf, n);
+    if (r < 0)
+        return error_out(EXIT_FAILED, "--chdir: '%s': %s", args->chdir, uv_strerror(r));
+    /* The job dir is on a filesystem every node shares: so, as a rule, is the job's own. */
+    if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
+        return error_out(EXIT_FAILED, "--chdir: '%s' is not a directory", args->chdir);
+    return 0;
+}
+
+/* --- a job here (--local) --------------------------------------------------------------------- */
 
 /* A local job whose dir was given with --job-dir: a link to it from the jobs root, named by
  * its id, so that "gpurun status|logs|cancel ID" find it as they find any local job. Not
@@ -263,28 +291,6 @@ static void link_job_dir(const char *job_id, const char *abs_dir)
                 "gpurun: cannot link the job's id to its dir in the jobs root: %s; give "
                 "gpurun status|logs|cancel --job-dir '%s'\n",
                 uv_strerror(r), abs_dir);
-}
-
-/* The job's and the ranks' working directory into buf (n bytes): --chdir's, absolute (as
- * sbatch makes it), else gpurun's own. */
-static int work_dir(const struct gpurun_args *args, char *buf, size_t n)
-{
-    struct stat st;
-    int r;
-
-    if (!args->chdir) {
-        if (!getcwd(buf, n))
-            return error_out(EXIT_FAILED, "cannot get the working directory: %s",
-                             uv_strerror(-errno));
-        return 0;
-    }
-    r = path_absolute(args->chdir, buf, n);
-    if (r < 0)
-        return error_out(EXIT_FAILED, "--chdir: '%s': %s", args->chdir, uv_strerror(r));
-    /* The job dir is on a filesystem every node shares: so, as a rule, is the job's own. */
-    if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
-        return error_out(EXIT_FAILED, "--chdir: '%s' is not a directory", args->chdir);
-    return 0;
 }
 
 /* A local job's dir into dir (n bytes): --job-dir's as given, else ROOT/JOB_ID. Returns 0 or
@@ -402,6 +408,8 @@ out:
     return ret;
 }
 
+/* --- a job on Slurm --------------------------------------------------------------------------- */
+
 /* job.json's text for spec (job_id empty: the script fills it in), through jobspec_save so
  * that the daemons read what the one writer of job.json writes. */
 static int spec_text(const struct jobspec *spec, char **text)
@@ -490,21 +498,21 @@ static int nodelist_nodes(struct gpurun_args *args, const struct run_plan *p)
  * else the partition's share per GPU, its nodes' CPUs over their GPUs (the least), so that
  * data loaders and OMP_NUM_THREADS get what a rank's GPU comes with rather than sbatch's one
  * CPU; else, with Slurm out of reach, 1. */
-static int slurm_cpus_per_rank(const struct gpurun_args *args)
+static int cpus_per_rank(const struct gpurun_args *args)
 {
     struct slurmlib_error err;
     char conf[PATH_MAX];
     int cpus;
 
     if (args_given(args, "cpus-per-gpu") || slurmlib_conf_path(conf, sizeof(conf)) < 0 ||
-        slurmlib_open(SLURM_OPEN_TIMEOUT_S, &err) < 0 ||
+        slurmlib_open(OPEN_SLURM_TIMEOUT_S, &err) < 0 ||
         slurmlib_cpus_per_rank(args->partition, args->spec.nprocs, !args->no_gpus, &cpus, &err) < 0)
         return args->cpus_per_gpu;
     return cpus;
 }
 
 /* Where a Slurm job's parts are, all absolute: what its batch script is written with. */
-struct slurm_paths {
+struct batch_paths {
     char cwd[PATH_MAX];     /* the job's and the ranks' working directory */
     char root[PATH_MAX];    /* the jobs root */
     char job_dir[PATH_MAX]; /* --job-dir's; unset without it */
@@ -529,7 +537,7 @@ static void whole_minutes(struct gpurun_args *args)
 
 /* The paths at->cwd and at->root lead to: --job-dir's, the batch output's, rendezvousd's.
  * Returns 0 or an exit status with the error printed. */
-static int slurm_paths(const struct gpurun_args *args, struct slurm_paths *at)
+static int find_batch_paths(const struct gpurun_args *args, struct batch_paths *at)
 {
     const char *o = args->output;
 
@@ -548,7 +556,7 @@ static int slurm_paths(const struct gpurun_args *args, struct slurm_paths *at)
 
 /* The job's spec, completed for Slurm, as job.json's text into *json (new: free it). Returns
  * 0 or an exit status with the error printed. */
-static int slurm_spec(struct gpurun_args *args, const struct run_plan *p, const char *cwd,
+static int batch_spec(struct gpurun_args *args, const struct run_plan *p, const char *cwd,
                       char **json)
 {
     struct jobspec *spec = &args->spec;
@@ -569,8 +577,8 @@ static int slurm_spec(struct gpurun_args *args, const struct run_plan *p, const 
 
 /* What the batch script is written from, besides sbatch_options(): the job's size, time,
  * signals, paths (at, borrowed) and spec (json, borrowed). */
-static void slurm_job_fill(struct sbatch_job *job, const struct gpurun_args *args,
-                           const struct run_plan *p, const struct slurm_paths *at, const char *json)
+static void batch_job_fill(struct sbatch_job *job, const struct gpurun_args *args,
+                           const struct run_plan *p, const struct batch_paths *at, const char *json)
 {
     const struct jobspec *spec = &args->spec;
 
@@ -578,7 +586,7 @@ static void slurm_job_fill(struct sbatch_job *job, const struct gpurun_args *arg
     job->nodes = spec->nnodes;
     job->ranks_per_node = spec->nprocs;
     job->gpus_per_node = args->no_gpus ? 0 : spec->nprocs;
-    job->cpus_per_task = slurm_cpus_per_rank(args) * spec->nprocs;
+    job->cpus_per_task = cpus_per_rank(args) * spec->nprocs;
     job->time_limit_min = sbatch_time_minutes(args->time_limit_s);
     job->signal_before_s = sbatch_signal_before(job->time_limit_min);
     job->preempt_signal = spec->preempt_signal;
@@ -603,7 +611,7 @@ static void slurm_job_fill(struct sbatch_job *job, const struct gpurun_args *arg
 /* The batch script of job (borrowed) into *script (new: free it); the jobs root (borrowed)
  * is made when the batch output goes there. Returns 0 or an exit status with the error
  * printed. */
-static int slurm_script(const struct gpurun_args *args, const struct sbatch_job *job,
+static int batch_script(const struct gpurun_args *args, const struct sbatch_job *job,
                         const char *root, char **script)
 {
     struct sbatch_error berr;
@@ -621,7 +629,7 @@ static int slurm_script(const struct gpurun_args *args, const struct sbatch_job 
 }
 
 /* --wait: follows Slurm job id to its end (follow.c). Returns its exit status. */
-static int slurm_wait(const struct gpurun_args *args, uint32_t id, const struct slurm_paths *at,
+static int batch_wait(const struct gpurun_args *args, uint32_t id, const struct batch_paths *at,
                       int *fatal_signal)
 {
     char num[16], dir[PATH_MAX];
@@ -636,7 +644,7 @@ static int slurm_wait(const struct gpurun_args *args, uint32_t id, const struct 
 
 static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
 {
-    struct slurm_paths at;
+    struct batch_paths at;
     struct sbatch_job job = {0};
     struct slurmlib_error serr;
     char *json = NULL, *script = NULL;
@@ -653,13 +661,13 @@ static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     if (ret)
         return ret;
     whole_minutes(args);
-    ret = slurm_paths(args, &at);
+    ret = find_batch_paths(args, &at);
     if (ret == 0)
-        ret = slurm_spec(args, p, at.cwd, &json);
+        ret = batch_spec(args, p, at.cwd, &json);
     if (ret)
         return ret;
-    slurm_job_fill(&job, args, p, &at, json);
-    ret = slurm_script(args, &job, at.root, &script);
+    batch_job_fill(&job, args, p, &at, json);
+    ret = batch_script(args, &job, at.root, &script);
     if (ret)
         goto out;
     if (args->emit_sbatch) {
@@ -677,7 +685,7 @@ static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     printf("Submitted job %u\n", id);
     fflush(stdout);
     if (args->wait)
-        ret = slurm_wait(args, id, &at, fatal_signal);
+        ret = batch_wait(args, id, &at, fatal_signal);
 out:
     slurmlib_close();
     free(script);

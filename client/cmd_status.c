@@ -183,7 +183,7 @@ static int status_list(const struct gpurun_args *args)
     l.root = root;
     l.views = json_array();
     if (slurmlib_conf_path(conf, sizeof(conf)) == 0) {
-        if (slurmlib_open(SLURM_OPEN_TIMEOUT_S, &err) < 0 ||
+        if (slurmlib_open(OPEN_SLURM_TIMEOUT_S, &err) < 0 ||
             slurmlib_list(getuid(), &l.jobs, &l.n, &err) < 0)
             fprintf(stderr, "gpurun: %s\n", err.text);
     }
@@ -220,7 +220,7 @@ int cmd_status(struct gpurun_args *args, int *fatal_signal)
     if (ret)
         return ret;
     if (t.slurm) {
-        slurm_open = slurmlib_open(SLURM_OPEN_TIMEOUT_S, &err) == 0;
+        slurm_open = slurmlib_open(OPEN_SLURM_TIMEOUT_S, &err) == 0;
         if (!slurm_open && !t.has_dir)
             return error_out(EXIT_FAILED, "%s", err.text);
     }
