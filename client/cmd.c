@@ -46,14 +46,14 @@ void sleep_ms(int ms)
 
 int jobs_root(char *buf, size_t n)
 {
-    const char *env = getenv("GPURUN_JOBS");
+    const char *env = getenv(JOBDIR_ENV);
     int r = jobdir_root(buf, n);
 
     if (r == -ENAMETOOLONG)
-        return error_out(EXIT_FAILED, "GPURUN_JOBS '%s': path too long", env);
+        return error_out(EXIT_FAILED, JOBDIR_ENV " '%s': path too long", env);
     if (r < 0)
-        return error_out(EXIT_FAILED, "no home directory for the job dirs; set GPURUN_JOBS or "
-                                      "give --job-dir");
+        return error_out(EXIT_FAILED, "no home directory for the job dirs; set " JOBDIR_ENV
+                                      " or give --job-dir");
     return 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "args.h"
@@ -28,10 +29,8 @@ cmd_fn cmd_logs;   /* gpurun logs JOBID: its rank logs, -f while it runs */
 cmd_fn cmd_cancel; /* gpurun cancel JOBID: ends it, and waits for its processes */
 cmd_fn cmd_clean;  /* gpurun clean: removes the job dirs of ended jobs */
 
-int error_out(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 /* Prints "gpurun: <text>" to stderr and returns status, for "return error_out(125, ...)". */
-int error_out(int status, const char *fmt, ...);
+int error_out(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Milliseconds of the monotonic clock. */
 long long now_ms(void);

@@ -61,7 +61,7 @@ static const char *home_dir(void)
 
 int jobdir_root(char *buf, size_t n)
 {
-    const char *env = getenv("GPURUN_JOBS"), *home;
+    const char *env = getenv(JOBDIR_ENV), *home;
 
     if (env && *env)
         return path_absolute(env, buf, n) < 0 ? -ENAMETOOLONG : 0;

@@ -18,14 +18,16 @@ struct jobdir_error {
  * bytes. Returns 0, or -ENAMETOOLONG when it does not fit. */
 int jobdir_local_id(char *buf, size_t n, time_t t, long pid);
 
-/* The jobs root under a home directory, when $GPURUN_JOBS is not set. */
+/* The environment variable that names the jobs root, and the root under a home directory
+ * when it is not set. */
+#define JOBDIR_ENV       "GPURUN_JOBS"
 #define JOBDIR_HOME_ROOT ".gpurun/jobs"
 
 /* Writes the jobs root, the directory job dirs live in by default, to buf (n bytes): the
- * environment's GPURUN_JOBS made absolute against the working directory, else
+ * environment's JOBDIR_ENV made absolute against the working directory, else
  * HOME/JOBDIR_HOME_ROOT (HOME from the environment, else the password database). Every gpurun
  * command that looks for or makes a job dir asks here. Returns 0, -ENAMETOOLONG (also when
- * GPURUN_JOBS cannot be made absolute), or -ENOENT when there is no home directory (or the
+ * JOBDIR_ENV's value cannot be made absolute), or -ENOENT when there is no home directory (or the
  * root under it does not fit). */
 int jobdir_root(char *buf, size_t n);
 
