@@ -1,12 +1,14 @@
-/* Creating a job dir. The directory is made private before the key is written into it, and
- * every file goes through lib/ (auth_key_write, jobspec_save) so that the daemons read what
- * gpurun wrote with the same code. */
+/* Where job dirs live, and creating one. The directory is made private before the key is
+ * written into it, and every file goes through lib/ (auth_key_write, jobspec_save) so that
+ * the daemons read what gpurun wrote with the same code. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include "auth.h"
 #include "fsutil.h"
 #include "jobdir.h"
+#include "path.h"
 #include "banned.h"
 
 static int fail(struct jobdir_error *err, int ret, const char *fmt, ...)
@@ -45,9 +48,32 @@ int jobdir_local_id(char *buf, size_t n, time_t t, long pid)
     return 0;
 }
 
+static const char *home_dir(void)
+{
+    const char *home = getenv("HOME");
+    struct passwd *pw;
+
+    if (home && *home)
+        return home;
+    pw = getpwuid(getuid());
+    return pw ? pw->pw_dir : NULL;
+}
+
+int jobdir_root(char *buf, size_t n)
+{
+    const char *env = getenv(JOBDIR_ENV), *home;
+
+    if (env && *env)
+        return path_absolute(env, buf, n) < 0 ? -ENAMETOOLONG : 0;
+    home = home_dir();
+    if (!home || snprintf(buf, n, "%s/" JOBDIR_HOME_ROOT, home) >= (int)n)
+        return -ENOENT;
+    return 0;
+}
+
 int jobdir_default_path(char *buf, size_t n, const char *home, const char *job_id)
 {
-    if (snprintf(buf, n, "%s/.gpurun/jobs/%s", home, job_id) >= (int)n)
+    if (snprintf(buf, n, "%s/" JOBDIR_HOME_ROOT "/%s", home, job_id) >= (int)n)
         return -ENAMETOOLONG;
     return 0;
 }

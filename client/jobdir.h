@@ -1,5 +1,6 @@
 /* The job dir as gpurun creates it (DESIGN.md section 2): a private directory holding the
- * per-job key, the spec every daemon reads, and logs/. */
+ * per-job key, the spec every daemon reads, and logs/; and the jobs root, the one place where
+ * gpurun works out where job dirs live. */
 #ifndef GPURUN_CLIENT_JOBDIR_H
 #define GPURUN_CLIENT_JOBDIR_H
 
@@ -17,8 +18,21 @@ struct jobdir_error {
  * bytes. Returns 0, or -ENAMETOOLONG when it does not fit. */
 int jobdir_local_id(char *buf, size_t n, time_t t, long pid);
 
-/* Writes the default job dir, "HOME/.gpurun/jobs/JOB_ID", to buf of n bytes (home and job_id
- * borrowed). Returns 0, or -ENAMETOOLONG when it does not fit. */
+/* The environment variable that names the jobs root, and the root under a home directory
+ * when it is not set. */
+#define JOBDIR_ENV       "GPURUN_JOBS"
+#define JOBDIR_HOME_ROOT ".gpurun/jobs"
+
+/* Writes the jobs root, the directory job dirs live in by default, to buf (n bytes): the
+ * environment's JOBDIR_ENV made absolute against the working directory, else
+ * HOME/JOBDIR_HOME_ROOT (HOME from the environment, else the password database). Every gpurun
+ * command that looks for or makes a job dir asks here. Returns 0, -ENAMETOOLONG (also when
+ * JOBDIR_ENV's value cannot be made absolute), or -ENOENT when there is no home directory (or the
+ * root under it does not fit). */
+int jobdir_root(char *buf, size_t n);
+
+/* Writes the default job dir without GPURUN_JOBS, "HOME/.gpurun/jobs/JOB_ID", to buf of n
+ * bytes (home and job_id borrowed). Returns 0, or -ENAMETOOLONG when it does not fit. */
 int jobdir_default_path(char *buf, size_t n, const char *home, const char *job_id);
 
 /* Makes dir a job dir for spec (borrowed; its job_id and argv set): creates dir (and missing

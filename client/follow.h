@@ -1,21 +1,21 @@
-/* gpurun --wait for a Slurm job: follow it through slurmctld until it ends, stream its batch
- * output (the daemons' merged "[R] line" stream) to stdout as it grows, and turn its end
- * into gpurun's exit status. */
-#ifndef GPURUN_CLIENT_SUBMIT_H
-#define GPURUN_CLIENT_SUBMIT_H
+/* Following a Slurm job for gpurun --wait: its state through slurmctld until it ends, its
+ * batch output (the daemons' merged "[R] line" stream) to stdout as it grows, and its end
+ * turned into gpurun's exit status. */
+#ifndef GPURUN_CLIENT_FOLLOW_H
+#define GPURUN_CLIENT_FOLLOW_H
 
 #include <stdint.h>
 
-/* How often slurmctld is asked about the job: first after SUBMIT_POLL_MIN_MS, doubling up
- * to SUBMIT_POLL_MAX_MS, so that a short job ends promptly and a long one costs slurmctld
- * one RPC a second. The output file is read every SUBMIT_READ_MS. */
-#define SUBMIT_POLL_MIN_MS 200
-#define SUBMIT_POLL_MAX_MS 1000
-#define SUBMIT_READ_MS     100
+/* How often slurmctld is asked about the job: first after FOLLOW_POLL_MIN_MS, doubling up
+ * to FOLLOW_POLL_MAX_MS, so that a short job ends promptly and a long one costs slurmctld
+ * one RPC a second. The output file is read every FOLLOW_READ_MS. */
+#define FOLLOW_POLL_MIN_MS 200
+#define FOLLOW_POLL_MAX_MS 1000
+#define FOLLOW_READ_MS     100
 
 /* How long gpurun keeps streaming after it cancelled the job on a signal: time for every
  * node to tear its ranks down and for Slurm's KillWait. */
-#define SUBMIT_CANCEL_WAIT_MS 30000
+#define FOLLOW_CANCEL_WAIT_MS 30000
 
 /* Waits for Slurm job id (libslurm opened) to end, copying its batch output to stdout from
  * the start. job_dir (borrowed; NULL: unknown) is where summary.json is looked for if Slurm
@@ -25,6 +25,6 @@
  * known; sets *fatal_signal to the signal that stopped the wait (0: none), which the caller
  * should die of. Prints its own failures as "gpurun: ..." lines on stderr. Thread context:
  * the process's only thread; the three signals are blocked while it runs. */
-int submit_wait(uint32_t id, const char *job_dir, int *fatal_signal);
+int follow_job(uint32_t id, const char *job_dir, int *fatal_signal);
 
 #endif

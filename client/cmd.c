@@ -1,0 +1,140 @@
+/* What gpurun's subcommands share: the one way they print an error, the jobs root, and which
+ * job a status, logs or cancel command means. */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "cmd.h"
+#include "jobdir.h"
+#include "path.h"
+#include "slurmlib.h"
+#include "banned.h"
+
+int error_out(int status, const char *fmt, ...)
+{
+    char line[2048];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "gpurun: %s\n", line);
+    return status;
+}
+
+long long now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+int jobs_root(char *buf, size_t n)
+{
+    const char *env = getenv(JOBDIR_ENV);
+    int r = jobdir_root(buf, n);
+
+    if (r == -ENAMETOOLONG)
+        return error_out(EXIT_FAILED, JOBDIR_ENV " '%s': path too long", env);
+    if (r < 0)
+        return error_out(EXIT_FAILED, "no home directory for the job dirs; set " JOBDIR_ENV
+                                      " or give --job-dir");
+    return 0;
+}
+
+/* The job's id from DIR/job.json, into t->id. */
+static int id_from_dir(struct target *t)
+{
+    char path[PATH_MAX + 16];
+    json_error_t je;
+    json_t *spec;
+    const char *id;
+
+    snprintf(path, sizeof(path), "%s/job.json", t->dir);
+    spec = json_load_file(path, 0, &je);
+    id = json_string_value(json_object_get(spec, "job_id"));
+    if (!id) {
+        json_decref(spec);
+        return error_out(EXIT_FAILED, "'%s' is not a job dir (no job.json)", t->dir);
+    }
+    snprintf(t->id, sizeof(t->id), "%s", id);
+    json_decref(spec);
+    return 0;
+}
+
+void resolve_dir(struct target *t)
+{
+    char real[PATH_MAX];
+
+    if (realpath(t->dir, real))
+        snprintf(t->dir, sizeof(t->dir), "%s", real);
+}
+
+int resolve_target(const struct gpurun_args *args, struct target *t)
+{
+    char root[PATH_MAX];
+    int ret;
+
+    memset(t, 0, sizeof(*t));
+    if (args->job_dir) {
+        if (path_absolute(args->job_dir, t->dir, sizeof(t->dir)) < 0)
+            return error_out(EXIT_FAILED, "job dir '%s': path too long", args->job_dir);
+        if (!path_is_dir(t->dir))
+            return error_out(EXIT_FAILED, "no job dir '%s'", t->dir);
+        ret = id_from_dir(t);
+        if (ret)
+            return ret;
+        if (args->target && strcmp(args->target, t->id))
+            return error_out(EXIT_FAILED, "job dir '%s' holds job '%s', not '%s'", t->dir, t->id,
+                             args->target);
+        slurmlib_parse_id(t->id, &t->slurm);
+        t->has_dir = true;
+        resolve_dir(t);
+        return 0;
+    }
+    if (!args->target)
+        return error_out(EXIT_FAILED, "%s: name a JOBID or --job-dir DIR (see 'gpurun %s --help')",
+                         args_cmd_name(args->cmd), args_cmd_name(args->cmd));
+    ret = jobs_root(root, sizeof(root));
+    if (ret)
+        return ret;
+    snprintf(t->id, sizeof(t->id), "%s", args->target);
+    if (strchr(t->id, '/') || !strcmp(t->id, ".") || !strcmp(t->id, ".."))
+        return error_out(EXIT_FAILED, "'%s' is not a job id (for a directory use --job-dir)",
+                         t->id);
+    if (!path_join(t->dir, sizeof(t->dir), root, t->id))
+        return error_out(EXIT_FAILED, "job dir of '%s': path too long", t->id);
+    t->has_dir = path_is_dir(t->dir);
+    if (t->has_dir)
+        resolve_dir(t);
+    if (slurmlib_parse_id(t->id, &t->slurm) == 0)
+        return 0;
+    if (!t->has_dir)
+        return error_out(EXIT_FAILED, "no job '%s' (no '%s', and it is not a Slurm job id)", t->id,
+                         t->dir);
+    return 0;
+}
+
+int open_slurm(void)
+{
+    struct slurmlib_error err;
+
+    if (slurmlib_open(OPEN_SLURM_TIMEOUT_S, &err) < 0)
+        return error_out(EXIT_FAILED, "%s", err.text);
+    return 0;
+}

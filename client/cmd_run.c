@@ -1,0 +1,716 @@
+/* gpurun's run: the command line and a train.cfg made into a run plan (the ranks' command,
+ * the job's name and size), then the job, either here (run_local: a job dir, then local.c's
+ * launcher) or on Slurm (run_slurm: sbatch.c's batch script submitted through slurmlib.c,
+ * followed with --wait by follow.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "cmd.h"
+#include "follow.h"
+#include "fsutil.h"
+#include "jobdir.h"
+#include "local.h"
+#include "path.h"
+#include "sbatch.h"
+#include "slurmlib.h"
+#include "traincfg.h"
+#include "banned.h"
+
+/* --- the plan: what the ranks run ------------------------------------------------------------- */
+
+/* The path of the running gpurun, or NULL. */
+static const char *self_path(char *buf, size_t n)
+{
+    ssize_t len = readlink("/proc/self/exe", buf, n - 1);
+
+    if (len <= 0)
+        return NULL;
+    buf[len] = '\0';
+    return buf;
+}
+
+/* Finds a program gpurun ships: beside gpurun, else on PATH. Writes an absolute path. */
+static int find_program(const char *name, char *out, size_t n)
+{
+    char self[PATH_MAX], found[PATH_MAX];
+    const char *s = self_path(self, sizeof(self)), *slash = s ? strrchr(s, '/') : NULL;
+
+    if (slash &&
+        snprintf(found, sizeof(found), "%.*s/%s", (int)(slash - s), s, name) < (int)sizeof(found) &&
+        access(found, X_OK) == 0)
+        return realpath(found, out) ? 0 : -errno;
+    if (local_resolve(name, getenv("PATH"), found, sizeof(found)) < 0)
+        return -ENOENT;
+    (void)n;
+    return realpath(found, out) ? 0 : -errno;
+}
+
+/* Checks CMD the way the daemons will exec it, so that a typo fails here with 127 before a
+ * job dir, a daemon or a Slurm job exists. */
+static int check_command(const char *cmd)
+{
+    char found[PATH_MAX];
+    int r = local_resolve(cmd, getenv("PATH"), found, sizeof(found));
+
+    if (r == -ENOENT)
+        return error_out(EXIT_NOT_FOUND,
+                         strchr(cmd, '/') ? "'%s': no such file" : "'%s': command not found", cmd);
+    if (r == -EACCES)
+        return error_out(EXIT_CANNOT_RUN, "'%s': permission denied (not an executable file)", cmd);
+    if (r < 0)
+        return error_out(EXIT_NOT_FOUND, "'%s': %s", cmd, uv_strerror(r));
+    return 0;
+}
+
+/* The interpreter of a SCRIPT.py run. torchrun runs a script with its own Python; gpurun is no
+ * Python program, so each node takes python3 from its PATH (an activated venv's, a module's),
+ * as it finds any command. */
+#define SCRIPT_INTERPRETER "python3"
+
+/* What a run needs besides the options: the ranks' command and, for a train.cfg, the
+ * configuration whose strings the options borrow. */
+struct run_plan {
+    struct traincfg cfg;
+    bool have_cfg;
+    char **argv; /* NULL-terminated; new, strings borrowed or in store */
+    int argc;
+    char train[PATH_MAX], cfg_path[PATH_MAX];
+    char job_name[256];
+};
+
+static void plan_release(struct run_plan *p)
+{
+    if (p->have_cfg)
+        traincfg_release(&p->cfg);
+    free(p->argv);
+}
+
+/* The name of a train.cfg's job where -J gives none: its [job] name, else the file's name
+ * without ".cfg". */
+static void cfg_job_name(struct gpurun_args *args, struct run_plan *p)
+{
+    const char *base;
+    size_t len;
+
+    if (p->cfg.job_name) {
+        args->job_name = p->cfg.job_name;
+        return;
+    }
+    base = strrchr(args->target, '/');
+    base = base ? base + 1 : args->target;
+    len = strlen(base);
+    if (len > 4 && !strcmp(base + len - 4, ".cfg"))
+        len -= 4;
+    snprintf(p->job_name, sizeof(p->job_name), "%.*s", (int)len, base);
+    args->job_name = p->job_name;
+}
+
+/* A train.cfg: its [job] keys where no flag is given, and gpurun-train as the command. */
+static int plan_cfg(struct gpurun_args *args, struct run_plan *p)
+{
+    struct traincfg_error terr;
+    struct traincfg *c = &p->cfg;
+
+    if (access(args->target, F_OK) < 0)
+        return error_out(EXIT_FAILED,
+                         "'%s': no such file (to run a command, put it after '--': gpurun "
+                         "[options] -- %s)",
+                         args->target, args->target);
+    if (traincfg_read(c, args->target, args->overrides, (size_t)args->n_overrides, &terr) < 0)
+        return error_out(EXIT_FAILED, "%s", terr.text);
+    p->have_cfg = true;
+    if (!args_given(args, "nodes")) {
+        if (c->nodes > 65536)
+            return error_out(EXIT_FAILED, "%s: [job] nodes: must be 1..65536", args->target);
+        args->spec.nnodes = c->nodes;
+    }
+    if (!args_given(args, "gpus-per-node"))
+        args->spec.nprocs = c->gpus_per_node;
+    if (!args_given(args, "time") && c->time_min > 0)
+        args->time_limit_s = (long)c->time_min * 60;
+    if (!args_given(args, "partition") && c->partition)
+        args->partition = c->partition;
+    if (!args_given(args, "account") && c->account)
+        args->account = c->account;
+    if (!args_given(args, "output") && c->output)
+        args->output = c->output;
+    if (!args_given(args, "max-restarts"))
+        args->spec.max_restarts = c->max_restarts;
+    if (!args_given(args, "no-gpus") && c->device == TRAINCFG_DEVICE_CPU)
+        args->no_gpus = true;
+    if (!args_given(args, "job-name"))
+        cfg_job_name(args, p);
+    if (find_program("gpurun-train", p->train, sizeof(p->train)) < 0)
+        return error_out(EXIT_NOT_FOUND, "cannot find 'gpurun-train' beside gpurun or on PATH");
+    if (!realpath(args->target, p->cfg_path))
+        return error_out(EXIT_FAILED, "cannot resolve '%s': %s", args->target, uv_strerror(-errno));
+    p->argc = 2 + args->n_overrides;
+    p->argv = calloc((size_t)p->argc + 1, sizeof(*p->argv));
+    if (!p->argv)
+        return error_out(EXIT_FAILED, "out of memory");
+    p->argv[0] = p->train;
+    p->argv[1] = p->cfg_path;
+    for (int i = 0; i < args->n_overrides; i++)
+        p->argv[2 + i] = (char *)args->overrides[i];
+    return 0;
+}
+
+/* The default name of a job running argv (argc words): the file name of its first word that
+ * ends in ".py" (the script of "python3 train.py"), else of the command. */
+static void default_job_name(char *buf, size_t n, char *const *argv, int argc)
+{
+    const char *word = argv[0], *base;
+
+    for (int i = 0; i < argc; i++) {
+        size_t len = strlen(argv[i]);
+        if (len > 3 && !strcmp(argv[i] + len - 3, ".py")) {
+            word = argv[i];
+            break;
+        }
+    }
+    base = strrchr(word, '/');
+    snprintf(buf, n, "%s", base ? base + 1 : word);
+}
+
+static int plan_run(struct gpurun_args *args, struct run_plan *p)
+{
+    struct stat st;
+    int ret, lead = args->script ? 1 : 0;
+
+    if (args->target)
+        return plan_cfg(args, p);
+    if (args->n_overrides > 0)
+        return error_out(EXIT_FAILED, "'%s': an override needs a train.cfg to apply to",
+                         args->overrides[0]);
+    if (!args->cmd_argv)
+        return error_out(EXIT_FAILED, "no command to run: give a train.cfg, a SCRIPT.py or "
+                                      "'-- CMD ARGS...' (see 'gpurun --help')");
+    /* torchrun's "train.py ARGS": python3 runs it, found on PATH by each node as any command
+     * is; the script is checked here, where it is named. */
+    if (args->script && stat(args->script, &st) < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return error_out(EXIT_NOT_FOUND, "'%s': no such file", args->script);
+        return error_out(EXIT_CANNOT_RUN, "'%s': %s", args->script, uv_strerror(-errno));
+    }
+    ret = check_command(args->script ? SCRIPT_INTERPRETER : args->cmd_argv[0]);
+    if (ret)
+        return ret;
+    p->argc = lead + args->cmd_argc;
+    p->argv = calloc((size_t)p->argc + 1, sizeof(*p->argv));
+    if (!p->argv)
+        return error_out(EXIT_FAILED, "out of memory");
+    if (args->script)
+        p->argv[0] = (char *)SCRIPT_INTERPRETER;
+    memcpy(p->argv + lead, args->cmd_argv, (size_t)args->cmd_argc * sizeof(*p->argv));
+    if (!args->job_name) {
+        default_job_name(p->job_name, sizeof(p->job_name), p->argv, p->argc);
+        args->job_name = p->job_name;
+    }
+    return 0;
+}
+
+/* What the daemons know of the job besides its command: its name and its time limit. */
+static int plan_spec(struct gpurun_args *args)
+{
+    args->spec.time_limit_s = (int)args->time_limit_s;
+    if (args->job_name && !(args->spec.name = strdup(args->job_name)))
+        return error_out(EXIT_FAILED, "out of memory");
+    return 0;
+}
+
+/* --- the job's places, here and on Slurm ------------------------------------------------------ */
+
+/* --metrics-dir into the spec, absolute: every node's daemon reads it (on Slurm the folder is
+ * each node's own, node_exporter's, so it need not exist here). Returns 0 or an exit status
+ * with the error printed. */
+static int set_metrics_dir(const struct gpurun_args *args, struct jobspec *spec)
+{
+    char dir[PATH_MAX];
+
+    if (!args->metrics_dir)
+        return 0;
+    if (!args->metrics_dir[0] || path_absolute(args->metrics_dir, dir, sizeof(dir)) < 0)
+        return error_out(EXIT_FAILED, "--metrics-dir '%s': not a usable path", args->metrics_dir);
+    if (!(spec->metrics_dir = strdup(dir)))
+        return error_out(EXIT_FAILED, "out of memory");
+    return 0;
+}
+
+/* The job's and the ranks' working directory into buf (n bytes): --chdir's, absolute (as
+ * sbatch makes it), else gpurun's own. */
+static int work_dir(const struct gpurun_args *args, char *buf, size_t n)
+{
+    struct stat st;
+    int r;
+
+    if (!args->chdir) {
+        if (!getcwd(buf, n))
+            return error_out(EXIT_FAILED, "cannot get the working directory: %s",
+                             uv_strerror(-errno));
+        return 0;
+    }
+    r = path_absolute(args->chdir, buf, n);
+    if (r < 0)
+        return error_out(EXIT_FAILED, "--chdir: '%s': %s", args->chdir, uv_strerror(r));
+    /* The job dir is on a filesystem every node shares: so, as a rule, is the job's own. */
+    if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
+        return error_out(EXIT_FAILED, "--chdir: '%s' is not a directory", args->chdir);
+    return 0;
+}
+
+/* --- a job here (--local) --------------------------------------------------------------------- */
+
+/* A local job whose dir was given with --job-dir: a link to it from the jobs root, named by
+ * its id, so that "gpurun status|logs|cancel ID" find it as they find any local job. Not
+ * being able to link costs only that: said, not fatal. */
+static void link_job_dir(const char *job_id, const char *abs_dir)
+{
+    char root[PATH_MAX], link[PATH_MAX], real[PATH_MAX];
+    int r = jobdir_root(root, sizeof(root));
+
+    if (r == 0 && !path_join(link, sizeof(link), root, job_id))
+        r = -ENAMETOOLONG;
+    /* Already there: a --job-dir that names the default place. */
+    if (r == 0 && realpath(link, real) && !strcmp(real, abs_dir))
+        return;
+    if (r == 0)
+        r = fs_mkdirs(root, 0700);
+    if (r == 0 && symlink(abs_dir, link) < 0)
+        r = -errno;
+    if (r < 0)
+        fprintf(stderr,
+                "gpurun: cannot link the job's id to its dir in the jobs root: %s; give "
+                "gpurun status|logs|cancel --job-dir '%s'\n",
+                uv_strerror(r), abs_dir);
+}
+
+/* A local job's dir into dir (n bytes): --job-dir's as given, else ROOT/JOB_ID. Returns 0 or
+ * an exit status with the error printed. */
+static int local_dir(const struct gpurun_args *args, const char *job_id, char *dir, size_t n)
+{
+    char root[PATH_MAX];
+    int ret;
+
+    if (args->job_dir) {
+        if (snprintf(dir, n, "%s", args->job_dir) >= (int)n)
+            return error_out(EXIT_FAILED, "job dir '%s': path too long", args->job_dir);
+        return 0;
+    }
+    ret = jobs_root(root, sizeof(root));
+    if (ret)
+        return ret;
+    if (snprintf(dir, n, "%s/%s", root, job_id) >= (int)n)
+        return error_out(EXIT_FAILED, "job dir '%s/%s': path too long", root, job_id);
+    return 0;
+}
+
+/* The job's spec, completed for a local job (job_id borrowed). Returns 0 or an exit status
+ * with the error printed. */
+static int local_spec(struct gpurun_args *args, const struct run_plan *p, const char *job_id)
+{
+    struct jobspec *spec = &args->spec;
+    char cwd[PATH_MAX];
+    int ret;
+
+    spec->job_id = strdup(job_id);
+    if (!spec->job_id || jobspec_set_argv(spec, p->argc, p->argv) < 0)
+        return error_out(EXIT_FAILED, "out of memory");
+    spec->loopback = true;
+    ret = work_dir(args, cwd, sizeof(cwd));
+    if (ret)
+        return ret;
+    if (!(spec->workdir = strdup(cwd)))
+        return error_out(EXIT_FAILED, "out of memory");
+    return set_metrics_dir(args, spec);
+}
+
+/* What local.c's launcher is given besides the output: the job dir and rendezvousd (both
+ * borrowed), the log level, the size and the time limit. */
+static void local_job_fill(struct local_job *job, const struct gpurun_args *args,
+                           const char *abs_dir, const char *daemon)
+{
+    const struct jobspec *spec = &args->spec;
+
+    job->job_dir = abs_dir;
+    job->daemon = daemon;
+    job->log_level = args->log_level_name;
+    job->nnodes = spec->nnodes;
+    job->time_limit_s = args->time_limit_s;
+    job->kill_grace_ms = spec->kill_grace_ms;
+    /* The pre-timeout signal as on Slurm: --signal's lead, else 120 s (a quarter of a
+     * shorter limit, so that a short job is not signalled at its start). */
+    job->preempt_signal = spec->preempt_signal;
+    job->preempt_before_s = args->signal.text                ? args->signal.time_s
+                            : args->time_limit_s >= 4 * 120L ? 120
+                                                             : args->time_limit_s / 4;
+}
+
+static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
+{
+    char daemon[PATH_MAX], job_id[128], dir[PATH_MAX], abs_dir[PATH_MAX];
+    struct local_job job = {.out_fd = -1};
+    struct jobdir_error jerr;
+    int ret;
+
+    if (args->emit_sbatch)
+        return error_out(EXIT_FAILED, "--emit-sbatch writes a Slurm batch script: drop --local");
+    if (args_slurm_only_given(args))
+        log_info("--%s and Slurm's other options are ignored with --local",
+                 args_slurm_only_given(args));
+    if (find_program("rendezvousd", daemon, sizeof(daemon)) < 0)
+        return error_out(EXIT_FAILED, "cannot find 'rendezvousd' beside gpurun or on PATH");
+    if (jobdir_local_id(job_id, sizeof(job_id), time(NULL), (long)getpid()) < 0)
+        return error_out(EXIT_FAILED, "cannot make a job id");
+    ret = local_dir(args, job_id, dir, sizeof(dir));
+    if (ret == 0)
+        ret = local_spec(args, p, job_id);
+    if (ret)
+        return ret;
+
+    /* Opened before the job dir exists, so that a bad path leaves nothing behind. O_APPEND
+     * keeps the daemons' lines whole when they share the file. */
+    if (args->output) {
+        job.out_fd = open(args->output, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0666);
+        if (job.out_fd < 0)
+            return error_out(EXIT_FAILED, "cannot open '%s': %s", args->output,
+                             uv_strerror(-errno));
+    }
+    if (jobdir_create(dir, &args->spec, &jerr) < 0) {
+        ret = error_out(EXIT_FAILED, "%s", jerr.text);
+        goto out;
+    }
+    /* Ranks get the job dir in GPURUN_JOB_DIR and may change directory: make it absolute. */
+    if (!realpath(dir, abs_dir)) {
+        ret = error_out(EXIT_FAILED, "cannot resolve '%s': %s", dir, uv_strerror(-errno));
+        goto out;
+    }
+    if (args->job_dir)
+        link_job_dir(job_id, abs_dir);
+    /* Before any rank speaks, so that another shell can follow the job at once. */
+    fprintf(stderr, "gpurun: job %s, job dir %s\n", job_id, abs_dir);
+    local_job_fill(&job, args, abs_dir, daemon);
+    ret = local_run(&job, fatal_signal);
+    if (ret != 0 && !*fatal_signal)
+        fprintf(stderr, "gpurun: job '%s' exited with status %d; logs in '%s/logs'\n", job_id, ret,
+                abs_dir);
+out:
+    if (job.out_fd >= 0)
+        close(job.out_fd);
+    return ret;
+}
+
+/* --- a job on Slurm --------------------------------------------------------------------------- */
+
+/* job.json's text for spec (job_id empty: the script fills it in), through jobspec_save so
+ * that the daemons read what the one writer of job.json writes. */
+static int spec_text(const struct jobspec *spec, char **text)
+{
+    char tmpl[PATH_MAX], path[PATH_MAX + 16];
+    const char *tmp = getenv("TMPDIR");
+    size_t len;
+    int ret;
+
+    snprintf(tmpl, sizeof(tmpl), "%s/gpurun-spec.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(tmpl))
+        return -errno;
+    snprintf(path, sizeof(path), "%s/job.json", tmpl);
+    ret = jobspec_save(spec, path);
+    if (ret == 0)
+        ret = fs_read_all(path, 4 * 1024 * 1024, text, &len);
+    unlink(path);
+    rmdir(tmpl);
+    return ret;
+}
+
+/* sbatch's options that gpurun passes on as they are: into job, with the checks that need
+ * more than one option or libslurm. */
+static int sbatch_options(const struct gpurun_args *args, struct sbatch_job *job)
+{
+    struct slurmlib_error serr;
+
+    if (args->mem_per == SBATCH_MEM_GPU && args->no_gpus)
+        return error_out(EXIT_FAILED, "--mem-per-gpu: the job asks for no GPUs (--no-gpus): give "
+                                      "--mem or --mem-per-cpu");
+    if (args->comment && strlen(args->comment) > SBATCH_COMMENT_LEN_MAX)
+        return error_out(EXIT_FAILED, "--comment: longer than %d bytes", SBATCH_COMMENT_LEN_MAX);
+    if (args->begin && slurmlib_parse_begin(args->begin, &job->begin_time, &serr) < 0)
+        return error_out(EXIT_FAILED, "%s", serr.text);
+    job->begin = args->begin;
+    job->qos = args->qos;
+    job->mem_per = args->mem_per;
+    job->mem_mb = args->mem_mb;
+    job->exclusive = (enum sbatch_exclusive)args->exclusive;
+    job->constraint = args->constraint;
+    job->dependency = args->dependency;
+    job->nodelist = args->nodelist;
+    job->exclude = args->exclude;
+    job->reservation = args->reservation;
+    job->gres = args->gres;
+    job->hold = args->hold;
+    if (args->no_requeue && (args->requeue || args->max_requeues > 0))
+        return error_out(EXIT_FAILED, "--no-requeue: the job also asks to be requeued (%s)",
+                         args->requeue ? "--requeue" : "--max-requeues");
+    job->requeue = args->requeue || args->max_requeues > 0;
+    job->max_requeues = args->max_requeues;
+    job->comment = args->comment;
+    job->mail_type = args->mail_type;
+    job->mail_type_text = args->mail_type_text;
+    job->mail_user = args->mail_user;
+    return 0;
+}
+
+/* -w names nodes the job must have: as in sbatch, their number is the job's node count when
+ * neither -N (nor SBATCH_... nor a train.cfg) gives one, and may not pass the count given. */
+static int nodelist_nodes(struct gpurun_args *args, const struct run_plan *p)
+{
+    char **names = NULL;
+    int n = 0, r;
+
+    if (!args->nodelist)
+        return 0;
+    r = slurmlib_hostlist_expand(args->nodelist, &names, &n);
+    slurmlib_names_free(names);
+    if (r == -ENOSYS) /* no libslurm: slurmctld will say, if it is ever asked */
+        return 0;
+    if (r < 0 || n == 0)
+        return error_out(EXIT_FAILED, "--nodelist: '%s' is not a list of nodes (node[1-2],gpu7)",
+                         args->nodelist);
+    if (!args_given(args, "nodes") && !p->have_cfg) {
+        args->spec.nnodes = n;
+        return 0;
+    }
+    if (n > args->spec.nnodes)
+        return error_out(EXIT_FAILED, "--nodelist: '%s' names %d nodes, more than the job's %d",
+                         args->nodelist, n, args->spec.nnodes);
+    return 0;
+}
+
+/* The CPUs each rank asks Slurm for: --cpus-per-gpu (or SBATCH_CPUS_PER_GPU) when given;
+ * else the partition's share per GPU, its nodes' CPUs over their GPUs (the least), so that
+ * data loaders and OMP_NUM_THREADS get what a rank's GPU comes with rather than sbatch's one
+ * CPU; else, with Slurm out of reach, 1. */
+static int cpus_per_rank(const struct gpurun_args *args)
+{
+    struct slurmlib_error err;
+    char conf[PATH_MAX];
+    int cpus;
+
+    if (args_given(args, "cpus-per-gpu") || slurmlib_conf_path(conf, sizeof(conf)) < 0 ||
+        slurmlib_open(OPEN_SLURM_TIMEOUT_S, &err) < 0 ||
+        slurmlib_cpus_per_rank(args->partition, args->spec.nprocs, !args->no_gpus, &cpus, &err) < 0)
+        return args->cpus_per_gpu;
+    return cpus;
+}
+
+/* Where a Slurm job's parts are, all absolute: what its batch script is written with. */
+struct batch_paths {
+    char cwd[PATH_MAX];     /* the job's and the ranks' working directory */
+    char root[PATH_MAX];    /* the jobs root */
+    char job_dir[PATH_MAX]; /* --job-dir's; unset without it */
+    char output[PATH_MAX];  /* the batch output: -o's, else ROOT/%j.out */
+    char daemon[PATH_MAX];  /* rendezvousd */
+};
+
+/* Slurm counts whole minutes: the daemons must know the limit Slurm will enforce. */
+static void whole_minutes(struct gpurun_args *args)
+{
+    long min;
+
+    if (args->time_limit_s % 60 == 0)
+        return;
+    min = sbatch_time_minutes(args->time_limit_s);
+    if (!args->emit_sbatch)
+        fprintf(stderr, "gpurun: -t %lds: Slurm counts whole minutes; the limit is %ld:00\n",
+                args->time_limit_s, min);
+    args->time_limit_s = min * 60;
+    args->spec.time_limit_s = (int)args->time_limit_s;
+}
+
+/* The paths at->cwd and at->root lead to: --job-dir's, the batch output's, rendezvousd's.
+ * Returns 0 or an exit status with the error printed. */
+static int find_batch_paths(const struct gpurun_args *args, struct batch_paths *at)
+{
+    const char *o = args->output;
+
+    if (args->job_dir && path_absolute(args->job_dir, at->job_dir, sizeof(at->job_dir)) < 0)
+        return error_out(EXIT_FAILED, "job dir '%s': path too long", args->job_dir);
+    /* A relative -o is relative to the job's working directory, as sbatch makes it. */
+    if (o ? snprintf(at->output, sizeof(at->output), "%s%s%s", o[0] == '/' ? "" : at->cwd,
+                     o[0] == '/' ? "" : "/", o) >= (int)sizeof(at->output)
+          : snprintf(at->output, sizeof(at->output), "%s/%%j.out", at->root) >=
+                (int)sizeof(at->output))
+        return error_out(EXIT_FAILED, "output '%s': path too long", args->output);
+    if (find_program("rendezvousd", at->daemon, sizeof(at->daemon)) < 0)
+        return error_out(EXIT_FAILED, "cannot find 'rendezvousd' beside gpurun or on PATH");
+    return 0;
+}
+
+/* The job's spec, completed for Slurm, as job.json's text into *json (new: free it). Returns
+ * 0 or an exit status with the error printed. */
+static int batch_spec(struct gpurun_args *args, const struct run_plan *p, const char *cwd,
+                      char **json)
+{
+    struct jobspec *spec = &args->spec;
+    int r;
+
+    if (jobspec_set_argv(spec, p->argc, p->argv) < 0 || !(spec->workdir = strdup(cwd)))
+        return error_out(EXIT_FAILED, "out of memory");
+    r = set_metrics_dir(args, spec);
+    if (r)
+        return r;
+    spec->loopback = false;
+    r = spec_text(spec, json);
+    if (r < 0)
+        return error_out(EXIT_FAILED, "cannot write the job spec: %s",
+                         r == -EINVAL ? "a string is not UTF-8" : uv_strerror(r));
+    return 0;
+}
+
+/* What the batch script is written from, besides sbatch_options(): the job's size, time,
+ * signals, paths (at, borrowed) and spec (json, borrowed). */
+static void batch_job_fill(struct sbatch_job *job, const struct gpurun_args *args,
+                           const struct run_plan *p, const struct batch_paths *at, const char *json)
+{
+    const struct jobspec *spec = &args->spec;
+
+    job->job_name = args->job_name;
+    job->nodes = spec->nnodes;
+    job->ranks_per_node = spec->nprocs;
+    job->gpus_per_node = args->no_gpus ? 0 : spec->nprocs;
+    job->cpus_per_task = cpus_per_rank(args) * spec->nprocs;
+    job->time_limit_min = sbatch_time_minutes(args->time_limit_s);
+    job->signal_before_s = sbatch_signal_before(job->time_limit_min);
+    job->preempt_signal = spec->preempt_signal;
+    if (args->signal.text) {
+        job->signal_text = args->signal.text;
+        job->signal_time_s = args->signal.time_s;
+        job->signal_batch_only = args->signal.batch_only;
+        job->signal_reservation = args->signal.reservation;
+    }
+    job->partition = args->partition;
+    job->account = args->account;
+    job->output = at->output;
+    job->work_dir = at->cwd;
+    job->rendezvousd = at->daemon;
+    job->jobs_root = at->root;
+    job->job_dir = args->job_dir ? at->job_dir : NULL;
+    job->log_level = args->log_level_name;
+    job->spec_json = json;
+    job->argv = p->argv;
+}
+
+/* The batch script of job (borrowed) into *script (new: free it); the jobs root (borrowed)
+ * is made when the batch output goes there. Returns 0 or an exit status with the error
+ * printed. */
+static int batch_script(const struct gpurun_args *args, const struct sbatch_job *job,
+                        const char *root, char **script)
+{
+    struct sbatch_error berr;
+    int r;
+
+    if (job->cpus_per_task > 65535)
+        return error_out(EXIT_FAILED, "--cpus-per-gpu: %d CPUs per node is more than Slurm takes",
+                         job->cpus_per_task);
+    if (sbatch_render(job, script, &berr) < 0)
+        return error_out(EXIT_FAILED, "%s", berr.text);
+    /* Slurm opens the batch output before the script runs: its directory must exist. */
+    if (!args->output && (r = fs_mkdirs(root, 0700)) < 0)
+        return error_out(EXIT_FAILED, "cannot create '%s': %s", root, uv_strerror(r));
+    return 0;
+}
+
+/* --wait: follows Slurm job id to its end (follow.c). Returns its exit status. */
+static int batch_wait(const struct gpurun_args *args, uint32_t id, const struct batch_paths *at,
+                      int *fatal_signal)
+{
+    char num[16], dir[PATH_MAX];
+
+    snprintf(num, sizeof(num), "%u", id);
+    if (args->job_dir)
+        snprintf(dir, sizeof(dir), "%s", at->job_dir);
+    else if (!path_join(dir, sizeof(dir), at->root, num))
+        dir[0] = '\0';
+    return follow_job(id, dir[0] ? dir : NULL, fatal_signal);
+}
+
+static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
+{
+    struct batch_paths at;
+    struct sbatch_job job = {0};
+    struct slurmlib_error serr;
+    char *json = NULL, *script = NULL;
+    uint32_t id;
+    int ret;
+
+    ret = work_dir(args, at.cwd, sizeof(at.cwd));
+    if (ret == 0)
+        ret = jobs_root(at.root, sizeof(at.root));
+    if (ret == 0)
+        ret = sbatch_options(args, &job);
+    if (ret == 0)
+        ret = nodelist_nodes(args, p);
+    if (ret)
+        return ret;
+    whole_minutes(args);
+    ret = find_batch_paths(args, &at);
+    if (ret == 0)
+        ret = batch_spec(args, p, at.cwd, &json);
+    if (ret)
+        return ret;
+    batch_job_fill(&job, args, p, &at, json);
+    ret = batch_script(args, &job, at.root, &script);
+    if (ret)
+        goto out;
+    if (args->emit_sbatch) {
+        fputs(script, stdout);
+        ret = 0;
+        goto out;
+    }
+    ret = open_slurm();
+    if (ret)
+        goto out;
+    if (slurmlib_check(&job, script, &serr) < 0 || slurmlib_submit(&job, script, &id, &serr) < 0) {
+        ret = error_out(EXIT_FAILED, "%s; nothing submitted", serr.text);
+        goto out;
+    }
+    printf("Submitted job %u\n", id);
+    fflush(stdout);
+    if (args->wait)
+        ret = batch_wait(args, id, &at, fatal_signal);
+out:
+    slurmlib_close();
+    free(script);
+    free(json);
+    return ret;
+}
+
+int cmd_run(struct gpurun_args *args, int *fatal_signal)
+{
+    extern char **environ;
+    struct args_error err;
+    struct run_plan plan;
+    int ret;
+
+    /* sbatch's variables are for Slurm jobs, as sbatch reads them; before the train.cfg,
+     * which they beat. */
+    if (!args->local && args_apply_env(args, environ, &err) < 0)
+        return error_out(EXIT_FAILED, "%s", err.text);
+    memset(&plan, 0, sizeof(plan));
+    ret = plan_run(args, &plan);
+    if (ret == 0)
+        ret = plan_spec(args);
+    if (ret == 0)
+        ret = args->local ? run_local(args, &plan, fatal_signal)
+                          : run_slurm(args, &plan, fatal_signal);
+    plan_release(&plan);
+    return ret;
+}

@@ -1,0 +1,216 @@
+/* Following a Slurm job until it ends. The batch output is a plain file on the shared
+ * filesystem that slurmstepd appends to, so it is tailed by reading from where the last read
+ * stopped; slurmctld is polled with a backoff for the job's state. Both waits are one
+ * sigtimedwait(), which also takes the signals that cancel the job. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <uv.h>
+
+#include "slurmlib.h"
+#include "follow.h"
+#include "banned.h"
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Copies what fd gained since the last call to stdout. Returns the bytes copied, or a
+ * negative errno. */
+static long copy_new(int fd)
+{
+    char buf[65536];
+    long total = 0;
+
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return total;
+        if (write_all(STDOUT_FILENO, buf, (size_t)n) < 0)
+            return -EPIPE;
+        total += n;
+    }
+}
+
+/* The exit status summary.json records, or -1. */
+static int summary_status(const char *job_dir)
+{
+    char path[PATH_MAX];
+    json_error_t je;
+    json_t *s;
+    int st = -1;
+
+    if (!job_dir || snprintf(path, sizeof(path), "%s/summary.json", job_dir) >= (int)sizeof(path))
+        return -1;
+    s = json_load_file(path, 0, &je);
+    if (json_is_integer(json_object_get(s, "exit_status")))
+        st = (int)json_integer_value(json_object_get(s, "exit_status"));
+    json_decref(s);
+    return st;
+}
+
+/* A Slurm job being followed. */
+struct follow {
+    uint32_t id;
+    const char *job_dir;     /* borrowed; NULL: unknown */
+    struct slurmlib_job job; /* Slurm's record at the last poll */
+    char *path;              /* the batch output's, once Slurm has said */
+    int fd;                  /* the batch output, open once the script has started; or -1 */
+    int poll_ms, signals;
+    long long next_poll, give_up_at; /* monotonic ms; give_up_at 0: not cancelled */
+    bool known;                      /* Slurm has answered once */
+};
+
+/* Asks slurmctld about the job when a poll is due, the period doubling. Returns false to go
+ * on, or true with *ret, the wait's exit status, when the wait is over. */
+static bool poll_job(struct follow *f, long long now, int *ret)
+{
+    struct slurmlib_error err;
+    int r;
+
+    if (now < f->next_poll)
+        return false;
+    slurmlib_job_release(&f->job);
+    r = slurmlib_load(f->id, &f->job, &err);
+    if (r == -ENOENT && f->known) {
+        /* Purged (MinJobAge) between two polls: the summary has the outcome. */
+        int st = summary_status(f->job_dir);
+        if (f->fd >= 0)
+            copy_new(f->fd);
+        if (st < 0)
+            fprintf(stderr, "gpurun: Slurm forgot job %u before its end was seen\n", f->id);
+        *ret = st < 0 ? 125 : st;
+        return true;
+    }
+    if (r < 0) {
+        fprintf(stderr, "gpurun: %s\n", err.text);
+        *ret = 125;
+        return true;
+    }
+    f->known = true;
+    if (!f->path && f->job.std_out && !(f->path = strdup(f->job.std_out))) {
+        fprintf(stderr, "gpurun: out of memory\n");
+        *ret = 125;
+        return true;
+    }
+    f->next_poll = now + f->poll_ms;
+    f->poll_ms = f->poll_ms * 2 > FOLLOW_POLL_MAX_MS ? FOLLOW_POLL_MAX_MS : f->poll_ms * 2;
+    return false;
+}
+
+/* A SIGINT, SIGTERM or SIGHUP: the first cancels the job, which is followed on to its end
+ * (for FOLLOW_CANCEL_WAIT_MS at most); the second stops the wait. Returns true when the wait
+ * is over. */
+static bool take_signal(struct follow *f, int sig, long long now, int *fatal_signal)
+{
+    struct slurmlib_error err;
+    int r;
+
+    if (!*fatal_signal)
+        *fatal_signal = sig;
+    if (++f->signals > 1) {
+        fprintf(stderr, "gpurun: stopped waiting; job %u ends on its own\n", f->id);
+        return true;
+    }
+    r = slurmlib_kill(f->id, &err);
+    if (r < 0 && r != -EALREADY)
+        fprintf(stderr, "gpurun: %s\n", err.text);
+    else
+        fprintf(stderr, "gpurun: cancelling job %u (once more to stop waiting)\n", f->id);
+    f->give_up_at = now + FOLLOW_CANCEL_WAIT_MS;
+    f->poll_ms = FOLLOW_POLL_MIN_MS;
+    f->next_poll = 0;
+    return false;
+}
+
+/* One turn of the wait: a poll when due, the output's new bytes, then the end or a signal
+ * (waited for FOLLOW_READ_MS at most). Returns true with *ret when the wait is over. */
+static bool follow_turn(struct follow *f, const sigset_t *set, int *ret, int *fatal_signal)
+{
+    struct timespec ts = {0, FOLLOW_READ_MS * 1000000L};
+    long long now = now_ms();
+    int sig;
+
+    if (poll_job(f, now, ret))
+        return true;
+    /* The file exists once the batch script starts (slurmstepd creates it). */
+    if (f->fd < 0 && f->path && f->job.state != SLURMLIB_PENDING)
+        f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (f->fd >= 0 && copy_new(f->fd) == -EPIPE)
+        return true;
+    if (f->job.ended) {
+        *ret = slurmlib_exit_status(&f->job);
+        return true;
+    }
+    if (f->give_up_at && now >= f->give_up_at) {
+        fprintf(stderr, "gpurun: job %u still ends after %d s; stopped waiting\n", f->id,
+                FOLLOW_CANCEL_WAIT_MS / 1000);
+        return true;
+    }
+    sig = sigtimedwait(set, NULL, &ts);
+    return sig > 0 && take_signal(f, sig, now, fatal_signal);
+}
+
+int follow_job(uint32_t id, const char *job_dir, int *fatal_signal)
+{
+    struct follow f = {.id = id, .job_dir = job_dir, .fd = -1, .poll_ms = FOLLOW_POLL_MIN_MS};
+    struct timespec zero = {0, 0};
+    sigset_t set, old;
+    int ret = 125;
+
+    *fatal_signal = 0;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, &old);
+    while (!follow_turn(&f, &set, &ret, fatal_signal))
+        ;
+    if (f.job.ended && ret != 0 && !*fatal_signal) {
+        fprintf(stderr, "gpurun: job %u %s with exit status %d", id,
+                slurmlib_state_name(f.job.state), ret);
+        if (job_dir)
+            fprintf(stderr, "; logs in '%s/logs'", job_dir);
+        fprintf(stderr, "\n");
+    }
+    /* Signals that arrived after the decision are spoken for: take them before unblocking. */
+    while (sigtimedwait(&set, NULL, &zero) > 0)
+        ;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    if (f.fd >= 0)
+        close(f.fd);
+    free(f.path);
+    slurmlib_job_release(&f.job);
+    return ret;
+}
