@@ -32,12 +32,7 @@ done
 touch -d '10 days ago' "$GPURUN_JOBS/$old/summary.json"
 "$gpurun" --local -- sleep 30 >"$work/long.out" 2>"$work/long.err" </dev/null &
 bg_pids+=($!)
-running=
-for ((i = 0; i < 100; i++)); do
-    running=$(sed -n 's/^gpurun: job \([^,]*\), job dir .*/\1/p' "$work/long.err")
-    [ -n "$running" ] && break
-    sleep 0.1
-done
+running=$(wait_job_id "$work/long.err")
 [ -n "$running" ] || fail "the long job did not start"
 run --local --job-dir "$work/mine" -- true
 expect_rc 0 "a job with --job-dir outside the root"

@@ -92,3 +92,16 @@ wait_for_lines() {
 mode_of() {
     stat -c %a "$1"
 }
+
+# wait_job_id ERRFILE: waits (up to 10 s) for gpurun's "gpurun: job ID, job dir ..." line in
+# ERRFILE and prints ID ("" when none came). For a gpurun started in the background, whose
+# ERRFILE may not even exist yet.
+wait_job_id() {
+    local i id=
+    for ((i = 0; i < 100; i++)); do
+        id=$(sed -n 's/^gpurun: job \([^,]*\), job dir .*/\1/p' "$1" 2>/dev/null || true)
+        [ -n "$id" ] && break
+        sleep 0.1
+    done
+    echo "$id"
+}

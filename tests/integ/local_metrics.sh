@@ -18,12 +18,7 @@ job=$work/job
     -- "$example" --steps 60 --step-ms 100 >"$work/out" 2>"$work/err" </dev/null &
 pid=$!
 bg_pids+=("$pid")
-id=
-for ((i = 0; i < 100; i++)); do
-    id=$(sed -n 's/^gpurun: job \([^,]*\), job dir .*/\1/p' "$work/err")
-    [ -n "$id" ] && break
-    sleep 0.1
-done
+id=$(wait_job_id "$work/err")
 [ -n "$id" ] || fail "no job line"
 f0=$mdir/gpurun_${id}_node0.prom
 f1=$mdir/gpurun_${id}_node1.prom
