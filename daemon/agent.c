@@ -323,11 +323,8 @@ static int output_start(struct agent *a)
         .notice = output_notice,
         .arg = a,
     };
-    int ret = outbuf_start(a->loop, &cfg, &a->out);
 
-    if (ret < 0)
-        log_error("cannot start the output writer: %s", uv_strerror(ret));
-    return ret;
+    return outbuf_start(a->loop, &cfg, &a->out);
 }
 
 /* Whether fds a and b are the same file (2>&1, one terminal). */
@@ -1994,15 +1991,19 @@ static void setup_cgroup(struct agent *a)
     said = true;
 }
 
-/* Every rank runs under the shim (shim.h): this program again, with the rank's command. */
-static int build_spawn_argv(struct agent *a)
+/* Every rank runs under the shim (shim.h): this program again, with the rank's command.
+ * Returns 0, or a negative errno with why (cap bytes) filled with a lowercase reason. */
+static int build_spawn_argv(struct agent *a, char *why, size_t cap)
 {
     static char pid[24], alive_ms[24];
     size_t n = 0, i = 0;
     ssize_t len = readlink("/proc/self/exe", a->self_exe, sizeof(a->self_exe) - 1);
 
-    if (len <= 0)
-        return -errno;
+    if (len <= 0) {
+        int err = len < 0 ? errno : ENOENT;
+        snprintf(why, cap, "cannot read '/proc/self/exe': %s", strerror(err));
+        return -err;
+    }
     a->self_exe[len] = '\0';
     find_python_dir(a);
     snprintf(pid, sizeof(pid), "%ld", (long)getpid());
@@ -2010,8 +2011,10 @@ static int build_spawn_argv(struct agent *a)
         n++;
     snprintf(alive_ms, sizeof(alive_ms), "%d", a->spec->hb_timeout_ms);
     a->spawn_argv = calloc(n + 11, sizeof(char *));
-    if (!a->spawn_argv)
+    if (!a->spawn_argv) {
+        snprintf(why, cap, "out of memory");
         return -ENOMEM;
+    }
     a->spawn_argv[i++] = a->self_exe;
     a->spawn_argv[i++] = (char *)SHIM_FLAG;
     a->spawn_argv[i++] = pid;
@@ -2034,9 +2037,11 @@ static int build_spawn_argv(struct agent *a)
 int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **out)
 {
     struct agent *a = calloc(1, sizeof(*a));
+    char why[PATH_MAX + 64] = "out of memory";
+    int ret = -ENOMEM;
 
     if (!a)
-        return -ENOMEM;
+        goto out;
     a->loop = loop;
     a->spec = cfg->spec;
     a->key = *cfg->key;
@@ -2055,30 +2060,21 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
     a->nranks = cfg->spec->nprocs;
     a->ranks = calloc((size_t)a->nranks, sizeof(*a->ranks));
     a->barrier_counts = json_object();
-    if (!a->ranks || !a->barrier_counts) {
-        free(a->ranks);
-        json_decref(a->barrier_counts);
-        free(a);
-        return -ENOMEM;
-    }
+    if (!a->ranks || !a->barrier_counts)
+        goto out;
     for (int i = 0; i < a->nranks; i++) {
         a->ranks[i].agent = a;
         a->ranks[i].local = i;
         a->ranks[i].logfd = a->ranks[i].idxfd = -1;
         a->ranks[i].alive_fd = -1;
     }
-    if (build_spawn_argv(a) < 0) {
-        free(a->ranks);
-        json_decref(a->barrier_counts);
-        free(a);
-        return -ENOMEM;
-    }
-    if (output_start(a) < 0) {
-        free(a->spawn_argv);
-        free(a->ranks);
-        json_decref(a->barrier_counts);
-        free(a);
-        return -ENOMEM;
+    ret = build_spawn_argv(a, why, sizeof(why));
+    if (ret < 0)
+        goto out;
+    ret = output_start(a);
+    if (ret < 0) {
+        snprintf(why, sizeof(why), "cannot start the output writer: %s", uv_strerror(ret));
+        goto out;
     }
     /* Orphans of our ranks come back to us, not to init: see kill_orphans(). */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -2098,7 +2094,20 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
     }
     try_connect(a);
     *out = a;
-    return 0;
+    a = NULL;
+    ret = 0;
+out:
+    if (a) {
+        if (a->cgroup[0])
+            cgroup_remove(a->cgroup, 0);
+        free(a->spawn_argv);
+        free(a->ranks);
+        json_decref(a->barrier_counts);
+        free(a);
+    }
+    if (ret < 0)
+        log_error("cannot start the agent: %s", why);
+    return ret;
 }
 
 void agent_signal(struct agent *a, int sig)
