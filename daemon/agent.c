@@ -822,6 +822,25 @@ static void reset_generation(struct agent *a)
     a->status = 0;
 }
 
+/* What the ranks' environments take from the leader's assign. */
+static void take_assignment(struct agent *a, const struct msg *m)
+{
+    a->generation = m->generation;
+    a->world_size = m->world_size;
+    a->rank_base = m->rank_base;
+    a->nnodes = m->nnodes;
+    a->master_port = m->master_port;
+    snprintf(a->master_addr, sizeof(a->master_addr), "%s", m->master_addr);
+    a->hvd_port = m->hvd_port;
+    snprintf(a->hvd_host, sizeof(a->hvd_host), "%s", m->hvd_host ? m->hvd_host : "");
+    /* gloo binds the interface horovodrun names: here the one this node is reached at. */
+    if (hvd_iface_of(a->advertise, a->hvd_iface, sizeof(a->hvd_iface)) < 0) {
+        a->hvd_iface[0] = '\0';
+        log_info("no interface holds '%s', this node's address: HOROVOD_GLOO_IFACE not set",
+                 a->advertise);
+    }
+}
+
 static void on_assign(struct agent *a, struct msg *m)
 {
     bool all_reported = true, restart;
@@ -837,20 +856,7 @@ static void on_assign(struct agent *a, struct msg *m)
         reset_generation(a);
         agent_mark_restart(a, (int)m->generation);
     }
-    a->generation = m->generation;
-    a->world_size = m->world_size;
-    a->rank_base = m->rank_base;
-    a->nnodes = m->nnodes;
-    a->master_port = m->master_port;
-    snprintf(a->master_addr, sizeof(a->master_addr), "%s", m->master_addr);
-    a->hvd_port = m->hvd_port;
-    snprintf(a->hvd_host, sizeof(a->hvd_host), "%s", m->hvd_host ? m->hvd_host : "");
-    /* gloo binds the interface horovodrun names: here the one this node is reached at. */
-    if (hvd_iface_of(a->advertise, a->hvd_iface, sizeof(a->hvd_iface)) < 0) {
-        a->hvd_iface[0] = '\0';
-        log_info("no interface holds '%s', this node's address: HOROVOD_GLOO_IFACE not set",
-                 a->advertise);
-    }
+    take_assignment(a, m);
     a->state = AG_RUNNING;
     if (!restart && listen_ranks(a) < 0) {
         send_leader(a, proto_pack("{s:s, s:s, s:i}", "type", "abort", "cause",
@@ -1188,6 +1194,29 @@ static void on_heartbeat(uv_timer_t *t)
             continue;
 }
 
+/* The agent's start once everything it needs is there: its timers and its watch of the job
+ * dir run, and the leader is looked for. */
+static void begin(struct agent *a)
+{
+    /* Orphans of our ranks come back to us, not to init: see kill_orphans(). */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    uv_timer_init(a->loop, &a->tick);
+    uv_timer_init(a->loop, &a->hb);
+    a->tick.data = a->hb.data = a;
+    a->handles_open += 2;
+    uv_timer_start(&a->tick, on_tick, TICK_MS, TICK_MS);
+    uv_timer_start(&a->hb, on_heartbeat, (uint64_t)a->spec->hb_interval_ms,
+                   (uint64_t)a->spec->hb_interval_ms);
+    if (!a->rendezvous[0] && a->job_dir && uv_fs_event_init(a->loop, &a->watch) == 0) {
+        a->watch.data = a;
+        a->handles_open++;
+        a->watching = true;
+        if (uv_fs_event_start(&a->watch, on_job_dir_change, a->job_dir, 0) < 0)
+            stop_watching(a);
+    }
+    try_connect(a);
+}
+
 int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **out)
 {
     struct agent *a = calloc(1, sizeof(*a));
@@ -1230,23 +1259,7 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
         snprintf(why, sizeof(why), "cannot start the output writer: %s", uv_strerror(ret));
         goto out;
     }
-    /* Orphans of our ranks come back to us, not to init: see kill_orphans(). */
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-    uv_timer_init(loop, &a->tick);
-    uv_timer_init(loop, &a->hb);
-    a->tick.data = a->hb.data = a;
-    a->handles_open += 2;
-    uv_timer_start(&a->tick, on_tick, TICK_MS, TICK_MS);
-    uv_timer_start(&a->hb, on_heartbeat, (uint64_t)a->spec->hb_interval_ms,
-                   (uint64_t)a->spec->hb_interval_ms);
-    if (!a->rendezvous[0] && a->job_dir && uv_fs_event_init(loop, &a->watch) == 0) {
-        a->watch.data = a;
-        a->handles_open++;
-        a->watching = true;
-        if (uv_fs_event_start(&a->watch, on_job_dir_change, a->job_dir, 0) < 0)
-            stop_watching(a);
-    }
-    try_connect(a);
+    begin(a);
     *out = a;
     a = NULL;
     ret = 0;

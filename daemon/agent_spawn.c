@@ -248,13 +248,65 @@ static void on_rank_exit(uv_process_t *p, int64_t status, int sig)
     agent_rank_exited(a, r);
 }
 
+/* Whether env turns Python's faulthandler on: Python reads any non-empty value as "on". */
+static bool env_faulthandler(char **env)
+{
+    bool on = false;
+
+    for (char **e = env; *e; e++)
+        if (!strncmp(*e, "PYTHONFAULTHANDLER=", 19))
+            on = (*e)[19] != '\0';
+    return on;
+}
+
+/* Fills the rank's stdio: no stdin, stdout and stderr into r's streams, and as fd 3
+ * (SHIM_ALIVE_FD) the shim's heartbeat pipe, a byte per heartbeat and end of file when we
+ * die (without one the shim still has the parent-death signal). Returns the pipe's end for
+ * the child, closed by the caller after the spawn, or -1. */
+static int rank_stdio(struct arank *r, uv_stdio_container_t stdio[4])
+{
+    int alive[2];
+
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[1].data.stream = (uv_stream_t *)&r->out->pipe;
+    stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[2].data.stream = (uv_stream_t *)&r->err->pipe;
+    stdio[3].flags = UV_IGNORE;
+    if (pipe2(alive, O_CLOEXEC | O_NONBLOCK) < 0)
+        return -1;
+    stdio[3].flags = UV_INHERIT_FD;
+    stdio[3].data.fd = alive[0];
+    r->alive_fd = alive[1];
+    return alive[0];
+}
+
+/* Rank r could not be spawned (err): it counts as exited, with the status a shell gives (127:
+ * no such command, else 126) and a tail line that says why. */
+static void spawn_failed(struct agent *a, struct arank *r, int err)
+{
+    char msg[PATH_MAX + 64];
+
+    /* The handle is initialised even on failure and must be closed. */
+    a->handles_open++;
+    uv_close((uv_handle_t *)&r->proc, on_proc_closed);
+    ostream_close(&r->out);
+    ostream_close(&r->err);
+    snprintf(msg, sizeof(msg), "cannot execute '%s': %s", a->spec->argv[0], uv_strerror(err));
+    log_error("rank %d: %s", r->rank, msg);
+    arank_tail_add(r, msg, strlen(msg));
+    r->exited = true;
+    r->code = err == UV_ENOENT ? 127 : 126;
+    a->exited++;
+}
+
 int agent_spawn_rank(struct agent *a, struct arank *r)
 {
     uv_process_options_t opt = {0};
     uv_stdio_container_t stdio[4];
     uint8_t tok[TOKEN_BYTES];
-    char **env = NULL, msg[PATH_MAX + 64], cgdir[PATH_MAX + 16];
-    int ret = -1, alive[2];
+    char **env = NULL, cgdir[PATH_MAX + 16];
+    int ret = -1, alive;
 
     if (RAND_bytes(tok, sizeof(tok)) != 1)
         return -EIO;
@@ -264,11 +316,7 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
     env = build_env(a, r);
     if (!env)
         return -ENOMEM;
-    /* Python reads any non-empty value as "on". */
-    r->faulthandler = false;
-    for (char **e = env; *e; e++)
-        if (!strncmp(*e, "PYTHONFAULTHANDLER=", 19))
-            r->faulthandler = (*e)[19] != '\0';
+    r->faulthandler = env_faulthandler(env);
     r->out = ostream_new(a, r);
     r->err = ostream_new(a, r);
     if (r->err)
@@ -279,21 +327,7 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
         free_env(env);
         return -ENOMEM;
     }
-    stdio[0].flags = UV_IGNORE;
-    stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-    stdio[1].data.stream = (uv_stream_t *)&r->out->pipe;
-    stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-    stdio[2].data.stream = (uv_stream_t *)&r->err->pipe;
-    /* The shim's heartbeat pipe, its fd 3 (SHIM_ALIVE_FD): a byte per heartbeat, end of
-     * file when we die. Without one the shim still has the parent-death signal. */
-    stdio[3].flags = UV_IGNORE;
-    if (pipe2(alive, O_CLOEXEC | O_NONBLOCK) == 0) {
-        stdio[3].flags = UV_INHERIT_FD;
-        stdio[3].data.fd = alive[0];
-        r->alive_fd = alive[1];
-    } else {
-        alive[0] = -1;
-    }
+    alive = rank_stdio(r, stdio);
     if (a->cgroup_slot) {
         rank_cgroup(a, r, cgdir, sizeof(cgdir));
         a->spawn_argv[a->cgroup_slot] = cgdir;
@@ -312,20 +346,10 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
     r->proc.data = r;
     ret = uv_spawn(a->loop, &r->proc, &opt);
     free_env(env);
-    if (alive[0] >= 0)
-        close(alive[0]);
+    if (alive >= 0)
+        close(alive);
     if (ret < 0) {
-        /* The handle is initialised even on failure and must be closed. */
-        a->handles_open++;
-        uv_close((uv_handle_t *)&r->proc, on_proc_closed);
-        ostream_close(&r->out);
-        ostream_close(&r->err);
-        snprintf(msg, sizeof(msg), "cannot execute '%s': %s", a->spec->argv[0], uv_strerror(ret));
-        log_error("rank %d: %s", r->rank, msg);
-        arank_tail_add(r, msg, strlen(msg));
-        r->exited = true;
-        r->code = ret == UV_ENOENT ? 127 : 126;
-        a->exited++;
+        spawn_failed(a, r, ret);
         return ret;
     }
     r->spawned = true;
@@ -335,12 +359,36 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
     return 0;
 }
 
+/* The innermost frame of a Python traceback that is the user's: its last 'File "X", line N'
+ * line outside the installed packages (torch's own frames say less), else the last. Fills
+ * where (cap bytes) with X, "" when stack (NULL: none) has no such line, and returns N. */
+static long user_frame(const char *stack, char *where, size_t cap)
+{
+    long line = 0;
+
+    where[0] = '\0';
+    for (int pass = 0; pass < 2 && !where[0]; pass++) {
+        for (const char *p = stack; p && (p = strstr(p, "File \"")); p++) {
+            const char *q = strchr(p + 6, '"');
+            long n;
+            if (!q || sscanf(q, "\", line %ld", &n) != 1)
+                continue;
+            if (pass == 0 && (memmem(p, (size_t)(q - p), "-packages/", 10) ||
+                              memmem(p, (size_t)(q - p), "/lib/python3", 12)))
+                continue;
+            snprintf(where, cap, "%.*s", (int)(q - p - 6), p + 6);
+            line = n;
+        }
+    }
+    return line;
+}
+
 /* The error file of torch's @record (torch/distributed/elastic/multiprocessing/errors):
  * {"message": {"message": "Type: text", "extraInfo": {"py_callstack": "Traceback..."}}}, or
  * "message" a plain string. */
 json_t *agent_read_error_file(struct agent *a, struct arank *r)
 {
-    char path[PATH_MAX], where[PATH_MAX] = "";
+    char path[PATH_MAX], where[PATH_MAX];
     json_t *root, *msg, *out = NULL;
     const char *text = NULL, *stack = NULL, *colon;
     long line = 0;
@@ -364,21 +412,7 @@ json_t *agent_read_error_file(struct agent *a, struct arank *r)
         log_warn("rank %d's error file '%s' is not torch's format: ignored", r->rank, path);
         goto out;
     }
-    /* The innermost frame of the traceback that is the user's: its last 'File "X", line N'
-     * line outside the installed packages (torch's own frames say less), else the last. */
-    for (int pass = 0; pass < 2 && !where[0]; pass++) {
-        for (const char *p = stack; p && (p = strstr(p, "File \"")); p++) {
-            const char *q = strchr(p + 6, '"');
-            long n;
-            if (!q || sscanf(q, "\", line %ld", &n) != 1)
-                continue;
-            if (pass == 0 && (memmem(p, (size_t)(q - p), "-packages/", 10) ||
-                              memmem(p, (size_t)(q - p), "/lib/python3", 12)))
-                continue;
-            snprintf(where, sizeof(where), "%.*s", (int)(q - p - 6), p + 6);
-            line = n;
-        }
-    }
+    line = user_frame(stack, where, sizeof(where));
     colon = strstr(text, ": ");
     out = json_pack("{s:s%, s:s}", "type", text, colon ? (size_t)(colon - text) : strlen(text),
                     "message", colon ? colon + 2 : "");
