@@ -1,13 +1,12 @@
-/* The agent. One libuv loop holds: the leader link (TCP), the rank listener (Unix socket),
- * one process handle and two output pipes per rank, and two timers. Ranks run in their own
- * process groups (setsid through UV_PROCESS_DETACHED) so that a signal reaches everything a
- * rank started; the agent is a child subreaper so that what escapes the group still comes
- * back to it and is killed at the end. */
+/* The agent's lifecycle: its state machine (agent_int.h), the leader link, the ranks' link
+ * (store requests and barriers forwarded to the leader, progress reports, the pre-timeout
+ * signal), a hang's stack capture and the teardown. One libuv loop holds the leader link (TCP),
+ * the rank listener (Unix socket), each rank's process and output pipes (agent_spawn.c,
+ * agent_output.c) and two timers. */
+#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,27 +15,17 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
-#include <dirent.h>
 
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 
-#include "agent.h"
+#include "agent_int.h"
 #include "cgroup.h"
-#include "fsutil.h"
+#include "hvd.h"
 #include "log.h"
-#include "logidx.h"
 #include "metrics.h"
 #include "peer.h"
-#include "proto.h"
-#include "hvd.h"
-#include "outbuf.h"
-#include "rankenv.h"
-#include "shim.h"
 #include "signame.h"
 #include "sockdir.h"
 #include "stacks.h"
@@ -46,16 +35,11 @@
 #define TICK_MS             20
 /* Progress goes to the leader at most this often, batched for all local ranks. */
 #define PROGRESS_FLUSH_MS   250
-/* Lines of a rank's output kept for the failure message, and their longest length. */
-#define TAIL_LINES          10
-#define TAIL_LINE_MAX       240
-/* A line longer than this is passed on in pieces. */
-#define LINE_MAX_LEN        4000
 /* After a rank exits, how long its output pipes may stay open (held by a child of it)
  * before its exit is reported anyway. */
 #define OUTPUT_DRAIN_MS     200
-/* How often endpoint.json is looked for, and connection attempts are retried. */
-#define ENDPOINT_POLL_MS    20
+/* endpoint.json is looked for at every tick; a leader that refused the connection is dialled
+ * again this much later. */
 #define CONNECT_RETRY_MS    100
 /* An agent that has sent its join leaves the verdict to the leader, whose join timeout names
  * the missing nodes (and which its heartbeats show alive); the agent's own join timeout is
@@ -64,78 +48,14 @@
 /* How often the node's metrics file is rewritten (--metrics-dir): node_exporter's scrapes
  * come every 15 s or so, and a rewrite costs one small file. */
 #define METRICS_INTERVAL_MS 5000
-/* Writes to a rank log this close together share one index record (log_append): the order of
- * lines across ranks is then known to this precision. */
-#define INDEX_COALESCE_MS   20
-/* Per-rank secret: 128 bits, shown to the rank in GPURUN_TOKEN. */
-#define TOKEN_BYTES         16
-
-/* FINDING -> JOINING -> RUNNING -> [CAPTURE ->] TEARDOWN -> DONE; a restart goes from
- * TEARDOWN back to RUNNING. CAPTURE is a hang's: stacks are taken before the kill. */
-enum agent_state { AG_FINDING, AG_JOINING, AG_RUNNING, AG_CAPTURE, AG_TEARDOWN, AG_DONE };
-
-/* How long the agent waits for a killed rank's cgroup to empty before it leaves the cgroup
- * to the job's end (killed processes leave within milliseconds), and how long the job's
- * cgroup may take at the end. */
-#define RANK_CGROUP_WAIT_MS 50
+/* How long the job's cgroup may take to empty at the end (cgroup_remove). */
 #define JOB_CGROUP_WAIT_MS  1000
-/* The shim's heartbeat pipe (shim.h): the fd after stdin, stdout and stderr. */
-#define SHIM_ALIVE_FD       "3"
 
 /* How long a hang's stack capture may take on this node before the teardown goes on
  * without the stacks still missing (the leader waits a little longer: leader.c). */
 #define STACK_CAPTURE_MS 4000
 
-/* A rank's stack capture: none asked, SIGABRT sent to its Python process (the traceback
- * comes on its stderr), a native tool running, or finished. */
-enum capture { CAP_NONE, CAP_PYTHON, CAP_TOOL, CAP_DONE };
-
-struct agent;
-struct arank;
-
-/* One output pipe of a rank. Allocated per spawn and freed in its close callback, so that a
- * restart can reuse the rank's record while an old pipe is still closing. */
-struct ostream {
-    uv_pipe_t pipe;
-    struct agent *agent;
-    struct arank *rank; /* NULL once detached from the rank (closing) */
-    bool is_err;        /* the rank's stderr */
-    char line[LINE_MAX_LEN];
-    size_t len;
-};
-
-struct arank {
-    struct agent *agent;
-    uv_process_t proc;
-    struct ostream *out, *err; /* NULL when closed */
-    int local, rank;
-    bool spawned, exited, reported, killed, oom;
-    bool wants_preempt; /* asked for the pre-timeout signal (a "preempt" request) */
-    pid_t preempt_pid;  /* the process that asked: the signal goes to it alone */
-    int preempt_fd;     /* a pidfd of it (valid when wants_preempt; -1: none), so that a
-                         * later signal can never reach another process that took its pid */
-    enum capture cap;
-    bool faulthandler; /* its environment has PYTHONFAULTHANDLER set (a capture's SIGABRT) */
-    char *stack;       /* the captured stack (PROTO_STACK_MAX bytes at most), or NULL */
-    size_t stack_len;
-    int code, sig;
-    int64_t exit_ms;
-    int64_t progress_ms; /* when its last report arrived; 0: it never reported */
-    long oom_base;
-    int logfd;
-    int idxfd;       /* logs/rank-N.idx: when each stretch of the log was written (open_log) */
-    int64_t log_off; /* the log's size: where the next write lands */
-    int64_t idx_ms;  /* the index record not yet written: the time of its first write, 0:
-                      * none; it covers the log up to log_off */
-    int alive_fd;    /* write end of its shim's heartbeat pipe (shim.h), or -1 */
-    char token[2 * TOKEN_BYTES + 1];
-    int64_t step, total_steps;
-    double loss, lr, tokens_per_s, grad_norm;
-    bool dirty;
-    char tail[TAIL_LINES][TAIL_LINE_MAX];
-    int tail_next, tail_count;
-};
-
+/* A connection on the ranks' socket: a rank once its hello proved its token. */
 struct rconn {
     struct peer peer;
     struct rconn *prev, *next;
@@ -159,369 +79,21 @@ struct bwait {
     char *name;
 };
 
-struct agent {
-    uv_loop_t *loop;
-    const struct jobspec *spec;
-    struct auth_key key;
-    const char *job_dir;
-    int node_rank;
-    char hostname[128];
-    char advertise[64];
-    char rendezvous[128];
-    uint32_t max_frame;
-    agent_done_fn done;
-    void *arg;
-
-    enum agent_state state;
-    struct peer *leader;
-    bool leader_open;
-    uv_timer_t tick, hb;
-    uv_fs_event_t watch; /* the job dir, for endpoint.json, until the leader is found */
-    bool watching;
-    uv_pipe_t listener;
-    bool listener_open;
-    int handles_open;
-    bool closing;
-    int64_t t_start, teardown_ms, last_flush_ms, next_connect_ms;
-    int64_t capture_until;              /* AG_CAPTURE's deadline */
-    int64_t next_metrics_ms;            /* when the metrics file is next written */
-    int64_t join_ms;                    /* when the join was sent (AG_JOINING) */
-    bool metrics_warned;                /* "cannot write metrics" was said once */
-    struct stack_tool *tools;           /* stack tools started, until their handles close */
-    char capture_cause[PROTO_TAIL_MAX]; /* the leader's abort cause, for the teardown after */
-
-    int world_size, rank_base, master_port, nnodes;
-    int generation; /* the leader's: how many times the job was restarted */
-    int requeues;   /* Slurm's: how many times the job was requeued */
-    char master_addr[64];
-    int hvd_port;                      /* horovod's rendezvous on the leader, or 0 */
-    char hvd_host[PROTO_NAME_MAX + 1]; /* HOROVOD_HOSTNAME, or "" */
-    char hvd_iface[64];                /* HOROVOD_GLOO_IFACE, or "" */
-    struct arank *ranks;
-    int nranks, exited;
-    char self_exe[PATH_MAX];   /* this program, run as the rank shim (shim.h) */
-    char python_dir[PATH_MAX]; /* the gpurun Python package's folder, or "" */
-    char **spawn_argv;         /* self_exe --exec-rank PID ... -- argv... (build_spawn_argv) */
-    int cgroup_slot;           /* spawn_argv's index of the rank's cgroup, or 0: none */
-    char cgroup[PATH_MAX];     /* the job's cgroup (cgroup.h), or "" */
-    char sockdir[PATH_MAX];
-    char sockpath[PATH_MAX];
-
-    struct rconn *rconns;
-    struct pending *pend;
-    size_t npend, cappend;
-    int64_t next_id;
-    json_t *barrier_counts; /* name -> local ranks arrived */
-    struct bwait *bwaits;
-
-    struct outbuf *out; /* the merged stream, our stdout (output section below) */
-
-    bool failed_here; /* this node saw the first failure it knows of */
-    int status;       /* exit status when the leader cannot tell us one */
-    bool finished;
-};
-
 static int64_t now_ms(const struct agent *a)
 {
     return (int64_t)uv_now(a->loop);
 }
 
-static void maybe_free(struct agent *a);
 static void teardown(struct agent *a, const char *cause);
 static void capture_check(struct agent *a);
-static void check_done(struct agent *a);
 static void stop_watching(struct agent *a);
-
-/* --- output ------------------------------------------------------------------------------- */
-
-static void tail_add(struct arank *r, const char *s, size_t n)
-{
-    if (n >= TAIL_LINE_MAX)
-        n = TAIL_LINE_MAX - 1;
-    memcpy(r->tail[r->tail_next], s, n);
-    r->tail[r->tail_next][n] = '\0';
-    r->tail_next = (r->tail_next + 1) % TAIL_LINES;
-    if (r->tail_count < TAIL_LINES)
-        r->tail_count++;
-}
-
-static void tail_join(const struct arank *r, char *out, size_t cap)
-{
-    size_t n = 0;
-
-    out[0] = '\0';
-    for (int i = 0; i < r->tail_count; i++) {
-        int idx = (r->tail_next - r->tail_count + i + TAIL_LINES) % TAIL_LINES;
-        int w = snprintf(out + n, cap - n, "%s%s", i ? "\n" : "", r->tail[idx]);
-        if (w < 0 || (size_t)w >= cap - n)
-            break;
-        n += (size_t)w;
-    }
-}
-
-/* Appends n bytes to r's captured stack; what passes PROTO_STACK_MAX is cut. JSON carries
- * the stack: anything but printable ASCII, tabs and newlines becomes '?'. */
-static void stack_append(struct arank *r, const char *s, size_t n)
-{
-    if (!r->stack && !(r->stack = malloc(PROTO_STACK_MAX + 1)))
-        return;
-    if (r->stack_len + n > PROTO_STACK_MAX)
-        n = PROTO_STACK_MAX - r->stack_len;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        r->stack[r->stack_len + i] =
-            (c >= 0x20 && c < 0x7f) || c == '\t' || c == '\n' ? (char)c : '?';
-    }
-    r->stack_len += n;
-    r->stack[r->stack_len] = '\0';
-}
-
-static void stack_add(struct arank *r, const char *s, size_t n)
-{
-    stack_append(r, s, n);
-    stack_append(r, "\n", 1);
-}
-
-/* The merged stream (our stdout: a terminal, a pipe, the -o file or the batch output) is
- * written by a thread of its own (outbuf.h), never by the loop: a reader that stops (a
- * pager, Ctrl-S, a full pipe, a stalled file system) must not delay heartbeats and fail the
- * job. Up to this many bytes wait for a slow reader: 4 MiB, some 40,000 lines of 100 bytes,
- * rides out a pager's pause without a gap and is little next to a rank's own memory. Past it,
- * lines are dropped from the stream only (never from logs/rank-N.log), and once the reader
- * has caught up a notice takes their place: output_notice(). */
-#define OUTPUT_QUEUE_MAX (4 << 20)
-/* At the end, how long the queue waits for a reader that reads nothing at all: long enough
- * for a reader pausing a few seconds to get the end of the job's output, short enough that
- * a reader that never reads holds the job's status back only this long. */
-#define OUTPUT_LINGER_MS 5000
-
-/* "[gpurun] 12,345 lines not shown; complete in logs/rank-3.log": what stands in the merged
- * stream for local rank src's lines that it dropped. */
-static size_t output_notice(void *arg, int src, uint64_t lines, char *buf, size_t cap)
-{
-    struct agent *a = arg;
-    char num[32], grouped[48];
-    int n = snprintf(num, sizeof(num), "%" PRIu64, lines), k = 0, w;
-
-    for (int i = 0; i < n; i++) {
-        if (i && (n - i) % 3 == 0)
-            grouped[k++] = ',';
-        grouped[k++] = num[i];
-    }
-    grouped[k] = '\0';
-    w = snprintf(buf, cap, "[gpurun] %s line%s not shown; complete in logs/rank-%d.log\n", grouped,
-                 lines == 1 ? "" : "s", a->ranks[src].rank);
-    return w < 0 || (size_t)w >= cap ? 0 : (size_t)w;
-}
-
-static int output_start(struct agent *a)
-{
-    struct outbuf_config cfg = {
-        .fd = STDOUT_FILENO,
-        .cap = OUTPUT_QUEUE_MAX,
-        .nsrc = a->nranks > 0 ? a->nranks : 1,
-        .notice = output_notice,
-        .arg = a,
-    };
-    int ret = outbuf_start(a->loop, &cfg, &a->out);
-
-    if (ret < 0)
-        log_error("cannot start the output writer: %s", uv_strerror(ret));
-    return ret;
-}
-
-/* Whether fds a and b are the same file (2>&1, one terminal). */
-static bool same_file(int a, int b)
-{
-    struct stat sa, sb;
-
-    return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
-           sa.st_ino == sb.st_ino;
-}
-
-static void on_output_closed(void *arg, size_t unwritten)
-{
-    struct agent *a = arg;
-
-    /* Not to a stderr that is the stream no one reads: the warning would block the loop. */
-    if (unwritten && !same_file(STDOUT_FILENO, STDERR_FILENO))
-        log_warn("cannot write the last %zu bytes of the ranks' output: its reader read nothing "
-                 "for %d ms (each rank's output is complete in logs/)",
-                 unwritten, OUTPUT_LINGER_MS);
-    a->handles_open--;
-    maybe_free(a);
-}
-
-/* After the ranks' streams are closed (their last partial lines queued): the rest of the
- * queue is written, for OUTPUT_LINGER_MS of a reader reading nothing at most. */
-static void output_close(struct agent *a)
-{
-    if (!a->out)
-        return;
-    a->handles_open++;
-    outbuf_close(a->out, OUTPUT_LINGER_MS, on_output_closed, a);
-    a->out = NULL;
-}
-
-/* One merged-stream line "[R] text\n", queued whole: the writer writes whole lines of at most
- * PIPE_BUF bytes, so lines of ranks and of other daemons sharing the terminal or pipe never
- * interleave inside a line. */
-_Static_assert(LINE_MAX_LEN + 32 <= OUTBUF_LINE_MAX, "a labelled line must fit one write");
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Writes the rank's pending index record: the log up to log_off, written from idx_ms on. An
- * index that cannot be written is given up (gpurun logs then prints rank by rank). */
-static void index_flush(struct arank *r)
-{
-    struct log_index_record rec = {.end = r->log_off, .unix_ms = r->idx_ms};
-
-    if (!r->idx_ms)
-        return;
-    r->idx_ms = 0;
-    if (r->idxfd >= 0 && write(r->idxfd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec)) {
-        close(r->idxfd);
-        r->idxfd = -1;
-    }
-}
-
-/* Appends n bytes to the rank's log and notes them in its index (logs/rank-N.idx, struct
- * log_index_record: what `gpurun logs` merges the ranks' lines by). Writes within
- * INDEX_COALESCE_MS of each other share one record, with the first one's time: the index
- * costs one write per stretch, not one per write of the log. Returns 0, or -1 with errno set
- * when the log could not take it all. */
-static int log_append(struct arank *r, const void *data, size_t n)
-{
-    int64_t t;
-    ssize_t w;
-
-    if (r->logfd < 0)
-        return 0;
-    w = write(r->logfd, data, n);
-    if (w <= 0)
-        return -1;
-    t = wall_ms();
-    if (r->idx_ms && t - r->idx_ms >= INDEX_COALESCE_MS)
-        index_flush(r);
-    r->log_off += w;
-    if (!r->idx_ms)
-        r->idx_ms = t > 0 ? t : 1;
-    return w == (ssize_t)n ? 0 : -1;
-}
-
-static void emit_line(struct arank *r, const char *s, size_t n)
-{
-    char buf[LINE_MAX_LEN + 32];
-    int h = snprintf(buf, sizeof(buf), "[%d] ", r->rank);
-    size_t len;
-
-    if (n > sizeof(buf) - (size_t)h - 1)
-        n = sizeof(buf) - (size_t)h - 1;
-    memcpy(buf + h, s, n);
-    len = (size_t)h + n;
-    buf[len++] = '\n';
-    /* A '\n' inside the text cannot come from stream_take(); a dropped line is counted. */
-    if (r->agent->out)
-        outbuf_line(r->agent->out, r->local, buf, len);
-    tail_add(r, s, n);
-}
-
-/* The rank's log gets every byte, synchronously: it is a regular file in the job dir, where
- * the kernel's page cache takes a write without waiting for a reader; bounded and dropped it
- * would no longer be complete, and unbounded it would only move the wait into our memory. A
- * job dir on a stalled file system stalls the job's other files there too. */
-static void stream_take(struct ostream *o, const char *data, size_t n)
-{
-    struct arank *r = o->rank;
-
-    if (log_append(r, data, n) < 0)
-        log_debug("cannot write rank %d's log: %s", r->rank, strerror(errno));
-    for (size_t i = 0; i < n; i++) {
-        if (data[i] == '\n' || o->len == sizeof(o->line)) {
-            /* After SIGABRT, what a Python rank writes on stderr is faulthandler's dump. */
-            if (o->is_err && r->cap == CAP_PYTHON)
-                stack_add(r, o->line, o->len);
-            emit_line(r, o->line, o->len);
-            o->len = 0;
-            if (data[i] == '\n')
-                continue;
-        }
-        o->line[o->len++] = data[i];
-    }
-}
-
-static char out_chunk[64 * 1024];
-
-static void on_out_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-    (void)h;
-    (void)suggested;
-    *buf = uv_buf_init(out_chunk, sizeof(out_chunk));
-}
 
 static void on_handle_closed(uv_handle_t *h)
 {
     struct agent *a = h->data;
 
     a->handles_open--;
-    maybe_free(a);
-}
-
-static void on_stream_closed(uv_handle_t *h)
-{
-    struct ostream *o = h->data;
-    struct agent *a = o->agent;
-
-    free(o);
-    a->handles_open--;
-    check_done(a);
-    maybe_free(a);
-}
-
-/* Flushes a partial last line, detaches the stream from its rank and closes it. */
-static void stream_close(struct ostream **slot)
-{
-    struct ostream *o = *slot;
-
-    if (!o)
-        return;
-    *slot = NULL;
-    if (o->len) {
-        emit_line(o->rank, o->line, o->len);
-        o->len = 0;
-    }
-    o->rank = NULL;
-    uv_close((uv_handle_t *)&o->pipe, on_stream_closed);
-}
-
-static void on_out_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-    struct ostream *o = s->data;
-    struct arank *r = o->rank;
-
-    if (nread > 0)
-        stream_take(o, buf->base, (size_t)nread);
-    else if (nread < 0)
-        stream_close(r->out == o ? &r->out : &r->err);
-}
-
-static struct ostream *stream_new(struct agent *a, struct arank *r)
-{
-    struct ostream *o = calloc(1, sizeof(*o));
-
-    if (!o)
-        return NULL;
-    o->agent = a;
-    o->rank = r;
-    uv_pipe_init(a->loop, &o->pipe, 0);
-    o->pipe.data = o;
-    a->handles_open++;
-    return o;
+    agent_maybe_free(a);
 }
 
 /* --- the leader link ---------------------------------------------------------------------- */
@@ -537,8 +109,6 @@ static int send_leader(struct agent *a, json_t *msg)
 
 static void flush_progress(struct agent *a);
 
-static json_t *read_error_file(struct agent *a, struct arank *r);
-
 static void report_exit(struct agent *a, struct arank *r)
 {
     char tail[PROTO_TAIL_MAX];
@@ -550,9 +120,9 @@ static void report_exit(struct agent *a, struct arank *r)
     /* The last progress first: the leader's view and summary.json end on the final step. */
     if (r->dirty)
         flush_progress(a);
-    tail_join(r, tail, sizeof(tail));
+    arank_tail_join(r, tail, sizeof(tail));
     if ((r->code || r->sig) && !r->killed)
-        err = read_error_file(a, r);
+        err = agent_read_error_file(a, r);
     msg = proto_pack("{s:s, s:i, s:i, s:i, s:b, s:b, s:s}", "type", "rank_exit", "rank", r->rank,
                      "code", r->code, "signal", r->sig, "oom", r->oom, "killed", r->killed, "tail",
                      tail);
@@ -591,360 +161,6 @@ static void flush_progress(struct agent *a)
         return;
     }
     send_leader(a, proto_pack("{s:s, s:o}", "type", "progress", "ranks", arr));
-}
-
-/* --- rank processes ----------------------------------------------------------------------- */
-
-/* The cgroup's count of OOM kills (v2 memory.events or v1 memory.oom_control), so that a
- * SIGKILL can be told apart: the count rises when the kernel's OOM killer did it. */
-static long oom_kills(void)
-{
-    char line[512], path[PATH_MAX], *cg = NULL;
-    FILE *f = fopen("/proc/self/cgroup", "re");
-    long n = -1;
-
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof(line), f)) {
-        line[strcspn(line, "\n")] = '\0';
-        if (!strncmp(line, "0::", 3)) {
-            snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.events", line + 3);
-            cg = path;
-        } else if (strstr(line, ":memory:")) {
-            snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.oom_control",
-                     strstr(line, ":memory:") + 8);
-            cg = path;
-            break;
-        }
-    }
-    fclose(f);
-    if (!cg || !(f = fopen(cg, "re")))
-        return -1;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "oom_kill %ld", &n) == 1)
-            break;
-    fclose(f);
-    return n;
-}
-
-/* The rank's cgroup, below the job's. */
-static void rank_cgroup(const struct agent *a, const struct arank *r, char *dir, size_t len)
-{
-    snprintf(dir, len, "%s/rank-%d", a->cgroup, r->rank);
-}
-
-static void signal_group(struct arank *r, int sig)
-{
-    if (r->spawned && !r->exited && r->proc.pid > 0)
-        kill(-r->proc.pid, sig);
-}
-
-static void on_proc_closed(uv_handle_t *h)
-{
-    struct arank *r = h->data;
-    struct agent *a = r->agent;
-
-    a->handles_open--;
-    maybe_free(a);
-}
-
-static void on_rank_exit(uv_process_t *p, int64_t status, int sig)
-{
-    struct arank *r = p->data;
-    struct agent *a = r->agent;
-    char cause[320];
-
-    r->exited = true;
-    r->code = (int)status;
-    r->sig = sig;
-    r->exit_ms = now_ms(a);
-    a->exited++;
-    r->oom = sig == SIGKILL && !r->killed && r->oom_base >= 0 && oom_kills() > r->oom_base;
-    uv_close((uv_handle_t *)p, on_proc_closed);
-    if (r->alive_fd >= 0) {
-        close(r->alive_fd);
-        r->alive_fd = -1;
-    }
-    /* What a rank started may still hold its group or its cgroup: it ends with the rank.
-     * The shim removed the cgroup already unless it was killed itself (the teardown's
-     * SIGKILL reaches the whole group). */
-    kill(-p->pid, SIGKILL);
-    if (a->cgroup[0]) {
-        char dir[PATH_MAX + 16];
-        rank_cgroup(a, r, dir, sizeof(dir));
-        cgroup_remove(dir, RANK_CGROUP_WAIT_MS);
-    }
-    if ((status || sig) && !r->killed && a->state == AG_RUNNING) {
-        /* Kill the neighbours at once, before the leader's abort comes back: that is what
-         * keeps teardown within milliseconds. */
-        if (sig)
-            snprintf(cause, sizeof(cause), "rank %d was killed by signal %d", r->rank, sig);
-        else
-            snprintf(cause, sizeof(cause), "rank %d exited with status %d", r->rank, (int)status);
-        a->failed_here = true;
-        a->status = sig ? 128 + sig : (int)status;
-        teardown(a, cause);
-    }
-    capture_check(a);
-    check_done(a);
-}
-
-/* The folder holding the gpurun Python package, found from this program's path: the source
- * tree's lib/python (build/rendezvousd, build/asan/rendezvousd) or an installed
- * PREFIX/lib/gpurun/python (PREFIX/bin/rendezvousd). Empty when none is there. */
-static void find_python_dir(struct agent *a)
-{
-    static const char *const rel[] = {"../lib/python", "../../lib/python", "../lib/gpurun/python"};
-    char dir[PATH_MAX], probe[PATH_MAX + 64];
-    const char *slash = strrchr(a->self_exe, '/');
-
-    a->python_dir[0] = '\0';
-    if (!slash)
-        return;
-    snprintf(dir, sizeof(dir), "%.*s", (int)(slash - a->self_exe), a->self_exe);
-    for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-        snprintf(probe, sizeof(probe), "%s/%s/gpurun/__init__.py", dir, rel[i]);
-        if (access(probe, R_OK) == 0) {
-            snprintf(probe, sizeof(probe), "%s/%s", dir, rel[i]);
-            if (!realpath(probe, a->python_dir))
-                a->python_dir[0] = '\0';
-            return;
-        }
-    }
-}
-
-/* Where rank r's torch error file goes (TORCHELASTIC_ERROR_FILE): beside its log. */
-static void error_file_path(const struct agent *a, const struct arank *r, char *out, size_t cap)
-{
-    if (a->job_dir)
-        snprintf(out, cap, "%.4000s/logs/rank-%d.error.json", a->job_dir, r->rank);
-    else
-        snprintf(out, cap, "%.4000s/rank-%d.error.json", a->sockdir, r->rank);
-}
-
-static char **build_env(struct agent *a, struct arank *r)
-{
-    extern char **environ;
-    char errfile[PATH_MAX];
-    cpu_set_t set;
-    struct rankenv_rank re = {
-        .spec = a->spec,
-        .rank = r->rank,
-        .local_rank = r->local,
-        .local_world_size = a->nranks,
-        .world_size = a->world_size,
-        .node_rank = a->node_rank,
-        .nnodes = a->nnodes,
-        .restart_count = a->generation,
-        .master_addr = a->master_addr,
-        .master_port = a->master_port,
-        .sock = a->sockpath,
-        .token = r->token,
-        .job_dir = a->job_dir,
-        .node_addr = a->advertise,
-        .hostname = a->hostname,
-        .error_file = errfile,
-        .python_dir = a->python_dir[0] ? a->python_dir : NULL,
-        .cpus = 1,
-        .hvd_port = a->hvd_port,
-        .hvd_host = a->hvd_host[0] ? a->hvd_host : NULL,
-        .hvd_iface = a->hvd_iface[0] ? a->hvd_iface : NULL,
-    };
-
-    error_file_path(a, r, errfile, sizeof(errfile));
-    /* A file an earlier generation's rank left must not be read as this one's failure. */
-    unlink(errfile);
-    if (sched_getaffinity(0, sizeof(set), &set) == 0)
-        re.cpus = CPU_COUNT(&set);
-    return rankenv_build(&re, environ);
-}
-
-static void free_env(char **env)
-{
-    rankenv_free(env);
-}
-
-/* The error file of torch's @record (torch/distributed/elastic/multiprocessing/errors):
- * {"message": {"message": "Type: text", "extraInfo": {"py_callstack": "Traceback..."}}}, or
- * "message" a plain string. Parsed into {type, message, file, line, traceback} for the
- * leader; NULL when there is no file or it is not torch's. */
-#define ERROR_FILE_MAX (256 * 1024)
-
-static json_t *read_error_file(struct agent *a, struct arank *r)
-{
-    char path[PATH_MAX], where[PATH_MAX] = "";
-    json_t *root, *msg, *out = NULL;
-    const char *text = NULL, *stack = NULL, *colon;
-    long line = 0;
-    char *buf = NULL;
-    size_t len;
-
-    error_file_path(a, r, path, sizeof(path));
-    if (fs_read_all(path, ERROR_FILE_MAX, &buf, &len) < 0)
-        return NULL;
-    root = json_loadb(buf, len, 0, NULL);
-    free(buf);
-    msg = json_object_get(root, "message");
-    if (json_is_string(msg)) {
-        text = json_string_value(msg);
-    } else if (json_is_object(msg)) {
-        text = json_string_value(json_object_get(msg, "message"));
-        stack =
-            json_string_value(json_object_get(json_object_get(msg, "extraInfo"), "py_callstack"));
-    }
-    if (!text) {
-        log_warn("rank %d's error file '%s' is not torch's format: ignored", r->rank, path);
-        goto out;
-    }
-    /* The innermost frame of the traceback that is the user's: its last 'File "X", line N'
-     * line outside the installed packages (torch's own frames say less), else the last. */
-    for (int pass = 0; pass < 2 && !where[0]; pass++) {
-        for (const char *p = stack; p && (p = strstr(p, "File \"")); p++) {
-            const char *q = strchr(p + 6, '"');
-            long n;
-            if (!q || sscanf(q, "\", line %ld", &n) != 1)
-                continue;
-            if (pass == 0 && (memmem(p, (size_t)(q - p), "-packages/", 10) ||
-                              memmem(p, (size_t)(q - p), "/lib/python3", 12)))
-                continue;
-            snprintf(where, sizeof(where), "%.*s", (int)(q - p - 6), p + 6);
-            line = n;
-        }
-    }
-    colon = strstr(text, ": ");
-    out = json_pack("{s:s%, s:s}", "type", text, colon ? (size_t)(colon - text) : strlen(text),
-                    "message", colon ? colon + 2 : "");
-    if (out && where[0]) {
-        json_object_set_new(out, "file", json_string(where));
-        json_object_set_new(out, "line", json_integer(line));
-    }
-    if (out && stack) {
-        size_t sl = strlen(stack);
-        const char *from = stack + (sl > PROTO_TAIL_MAX ? sl - PROTO_TAIL_MAX : 0);
-        /* The end of the traceback is what names the failure; it starts on a character. */
-        while (((unsigned char)*from & 0xc0) == 0x80)
-            from++;
-        json_object_set_new(out, "traceback", json_string(from));
-    }
-    if (out)
-        log_info("rank %d recorded %s", r->rank, text);
-out:
-    json_decref(root);
-    return out;
-}
-
-/* Opens the rank's log and its index (log_append), unless open already (a restart keeps
- * them). Without an index the log is still written. In a requeued job the log goes on from
- * the last segment's, after a line that says so. */
-static void open_log(struct agent *a, struct arank *r)
-{
-    char path[PATH_MAX], line[160], when[32];
-    time_t t = time(NULL);
-    struct stat st;
-    struct tm tm;
-
-    if (!a->job_dir || r->logfd >= 0)
-        return;
-    snprintf(path, sizeof(path), "%s/logs/rank-%d.log", a->job_dir, r->rank);
-    r->logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (r->logfd < 0) {
-        log_warn("cannot open '%s': %s", path, strerror(errno));
-        return;
-    }
-    r->log_off = fstat(r->logfd, &st) == 0 ? st.st_size : 0;
-    snprintf(path, sizeof(path), "%s/logs/rank-%d.idx", a->job_dir, r->rank);
-    r->idxfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (a->requeues > 0) {
-        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
-        int n = snprintf(line, sizeof(line),
-                         "----- gpurun: %s: requeue %d, the job starts again -----\n", when,
-                         a->requeues);
-        (void)log_append(r, line, (size_t)n);
-    }
-}
-
-static int spawn_rank(struct agent *a, struct arank *r)
-{
-    uv_process_options_t opt = {0};
-    uv_stdio_container_t stdio[4];
-    uint8_t tok[TOKEN_BYTES];
-    char **env = NULL, msg[PATH_MAX + 64], cgdir[PATH_MAX + 16];
-    int ret = -1, alive[2];
-
-    if (RAND_bytes(tok, sizeof(tok)) != 1)
-        return -EIO;
-    auth_hex(tok, sizeof(tok), r->token);
-    open_log(a, r);
-    r->oom_base = oom_kills();
-    env = build_env(a, r);
-    if (!env)
-        return -ENOMEM;
-    /* Python reads any non-empty value as "on". */
-    r->faulthandler = false;
-    for (char **e = env; *e; e++)
-        if (!strncmp(*e, "PYTHONFAULTHANDLER=", 19))
-            r->faulthandler = (*e)[19] != '\0';
-    r->out = stream_new(a, r);
-    r->err = stream_new(a, r);
-    if (r->err)
-        r->err->is_err = true;
-    if (!r->out || !r->err) {
-        stream_close(&r->out);
-        stream_close(&r->err);
-        free_env(env);
-        return -ENOMEM;
-    }
-    stdio[0].flags = UV_IGNORE;
-    stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-    stdio[1].data.stream = (uv_stream_t *)&r->out->pipe;
-    stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-    stdio[2].data.stream = (uv_stream_t *)&r->err->pipe;
-    /* The shim's heartbeat pipe, its fd 3 (SHIM_ALIVE_FD): a byte per heartbeat, end of
-     * file when we die. Without one the shim still has the parent-death signal. */
-    stdio[3].flags = UV_IGNORE;
-    if (pipe2(alive, O_CLOEXEC | O_NONBLOCK) == 0) {
-        stdio[3].flags = UV_INHERIT_FD;
-        stdio[3].data.fd = alive[0];
-        r->alive_fd = alive[1];
-    } else {
-        alive[0] = -1;
-    }
-    if (a->cgroup_slot) {
-        rank_cgroup(a, r, cgdir, sizeof(cgdir));
-        a->spawn_argv[a->cgroup_slot] = cgdir;
-    }
-    opt.file = a->spawn_argv[0];
-    opt.args = a->spawn_argv;
-    opt.env = env;
-    opt.cwd = a->spec->workdir;
-    opt.flags = UV_PROCESS_DETACHED;
-    opt.stdio_count = 4;
-    opt.stdio = stdio;
-    opt.exit_cb = on_rank_exit;
-    r->proc.data = r;
-    ret = uv_spawn(a->loop, &r->proc, &opt);
-    free_env(env);
-    if (alive[0] >= 0)
-        close(alive[0]);
-    if (ret < 0) {
-        /* The handle is initialised even on failure and must be closed. */
-        a->handles_open++;
-        uv_close((uv_handle_t *)&r->proc, on_proc_closed);
-        stream_close(&r->out);
-        stream_close(&r->err);
-        snprintf(msg, sizeof(msg), "cannot execute '%s': %s", a->spec->argv[0], uv_strerror(ret));
-        log_error("rank %d: %s", r->rank, msg);
-        tail_add(r, msg, strlen(msg));
-        r->exited = true;
-        r->code = ret == UV_ENOENT ? 127 : 126;
-        a->exited++;
-        return ret;
-    }
-    r->spawned = true;
-    a->handles_open++;
-    uv_read_start((uv_stream_t *)&r->out->pipe, on_out_alloc, on_out_read);
-    uv_read_start((uv_stream_t *)&r->err->pipe, on_out_alloc, on_out_read);
-    return 0;
 }
 
 /* --- rank connections --------------------------------------------------------------------- */
@@ -1140,7 +356,7 @@ static void on_rank_closed(struct peer *p, const char *why)
             w->rc = NULL;
     peer_release(p);
     free(rc);
-    maybe_free(a);
+    agent_maybe_free(a);
 }
 
 static const struct peer_ops rank_ops = {
@@ -1239,7 +455,7 @@ static void on_tool_closed(uv_handle_t *h)
         *pp = t->next;
         free(t);
     }
-    maybe_free(a);
+    agent_maybe_free(a);
 }
 
 /* Ends every stack tool still running: a tool stuck on its target (gdb reading a large
@@ -1268,8 +484,8 @@ static void on_tool_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     struct stack_tool *t = s->data;
 
     if (nread > 0 && t->rank) {
-        stack_append(t->rank, buf->base, (size_t)nread);
-        if (log_append(t->rank, buf->base, (size_t)nread) < 0)
+        arank_stack_append(t->rank, buf->base, (size_t)nread);
+        if (arank_log_append(t->rank, buf->base, (size_t)nread) < 0)
             log_debug("cannot write rank %d's log: %s", t->rank->rank, strerror(errno));
     } else if (nread < 0) {
         uv_close((uv_handle_t *)&t->out, on_tool_closed);
@@ -1330,11 +546,11 @@ static int run_stack_tool(struct agent *a, struct arank *r, pid_t pid)
     }
     snprintf(head, sizeof(head), "--- stack of rank %d (pid %ld), by %s ---\n", r->rank, (long)pid,
              tool);
-    stack_append(r, head, strlen(head));
-    if (log_append(r, head, strlen(head)) < 0)
+    arank_stack_append(r, head, strlen(head));
+    if (arank_log_append(r, head, strlen(head)) < 0)
         log_debug("cannot write rank %d's log: %s", r->rank, strerror(errno));
     r->cap = CAP_TOOL;
-    uv_read_start((uv_stream_t *)&t->out, on_out_alloc, on_tool_read);
+    uv_read_start((uv_stream_t *)&t->out, agent_on_out_alloc, on_tool_read);
     return 0;
 }
 
@@ -1362,11 +578,11 @@ static void capture_stacks(struct agent *a, const char *cause)
                                "[gpurun] the job hangs: SIGABRT to rank %d (pid %ld) for its "
                                "Python stack, which follows as 'Fatal Python error: Aborted'",
                                r->rank, (long)t.pid);
-            emit_line(r, note, (size_t)len);
+            arank_emit_line(r, note, (size_t)len);
             if (len > (int)sizeof(note) - 2)
                 len = (int)sizeof(note) - 2;
             note[len++] = '\n';
-            if (log_append(r, note, (size_t)len) < 0)
+            if (arank_log_append(r, note, (size_t)len) < 0)
                 log_debug("cannot write rank %d's log: %s", r->rank, strerror(errno));
             prlimit(t.pid, RLIMIT_CORE, &none, NULL);
             r->killed = true;
@@ -1449,10 +665,10 @@ static void teardown(struct agent *a, const char *cause)
             continue;
         r->killed = true;
         /* SIGCONT first: a stopped rank would not act on SIGTERM until continued. */
-        signal_group(r, SIGCONT);
-        signal_group(r, a->spec->kill_grace_ms > 0 ? SIGTERM : SIGKILL);
+        arank_signal(r, SIGCONT);
+        arank_signal(r, a->spec->kill_grace_ms > 0 ? SIGTERM : SIGKILL);
     }
-    check_done(a);
+    agent_check_done(a);
 }
 
 /* The node's metrics file (metrics.h), rewritten every METRICS_INTERVAL_MS while the agent
@@ -1525,7 +741,7 @@ static void finish(struct agent *a, int status)
 
 /* Whether every rank's exit is known and its output drained; reports each as it becomes
  * so, and ends the agent when the job is over for this node. */
-static void check_done(struct agent *a)
+void agent_check_done(struct agent *a)
 {
     int64_t t = now_ms(a);
     int all = 1;
@@ -1547,10 +763,29 @@ static void check_done(struct agent *a)
         return;
     if (a->finished) {
         finish(a, a->status);
-    } else if (!a->leader_open) {
+    } else if (!a->leader) {
         /* Self-fencing: without a leader nobody else will end this node's job. */
         finish(a, a->failed_here ? a->status : 125);
     }
+}
+
+void agent_rank_exited(struct agent *a, struct arank *r)
+{
+    char cause[320];
+
+    if ((r->code || r->sig) && !r->killed && a->state == AG_RUNNING) {
+        /* Kill the neighbours at once, before the leader's abort comes back: that is what
+         * keeps teardown within milliseconds. */
+        if (r->sig)
+            snprintf(cause, sizeof(cause), "rank %d was killed by signal %d", r->rank, r->sig);
+        else
+            snprintf(cause, sizeof(cause), "rank %d exited with status %d", r->rank, r->code);
+        a->failed_here = true;
+        a->status = r->sig ? 128 + r->sig : r->code;
+        teardown(a, cause);
+    }
+    capture_check(a);
+    agent_check_done(a);
 }
 
 /* --- leader link events ------------------------------------------------------------------- */
@@ -1566,8 +801,8 @@ static void reset_generation(struct agent *a)
         int logfd = r->logfd, idxfd = r->idxfd;
         int64_t log_off = r->log_off;
 
-        stream_close(&r->out);
-        stream_close(&r->err);
+        ostream_close(&r->out);
+        ostream_close(&r->err);
         free(r->stack);
         if (r->wants_preempt && r->preempt_fd >= 0)
             close(r->preempt_fd);
@@ -1591,21 +826,23 @@ static void reset_generation(struct agent *a)
     a->status = 0;
 }
 
-/* A line in every rank log between two generations, so that a reader sees where the
- * restarted ranks' output begins. */
-static void mark_restart(struct agent *a, int generation)
+/* What the ranks' environments take from the leader's assign. */
+static void take_assignment(struct agent *a, const struct msg *m)
 {
-    char line[160], when[32];
-    time_t t = time(NULL);
-    struct tm tm;
-    int n;
-
-    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
-    n = snprintf(line, sizeof(line),
-                 "----- gpurun: %s: restart %d of %d, the ranks start again -----\n", when,
-                 generation, a->spec->max_restarts);
-    for (int i = 0; i < a->nranks; i++)
-        (void)log_append(&a->ranks[i], line, (size_t)n);
+    a->generation = m->generation;
+    a->world_size = m->world_size;
+    a->rank_base = m->rank_base;
+    a->nnodes = m->nnodes;
+    a->master_port = m->master_port;
+    snprintf(a->master_addr, sizeof(a->master_addr), "%s", m->master_addr);
+    a->hvd_port = m->hvd_port;
+    snprintf(a->hvd_host, sizeof(a->hvd_host), "%s", m->hvd_host ? m->hvd_host : "");
+    /* gloo binds the interface horovodrun names: here the one this node is reached at. */
+    if (hvd_iface_of(a->advertise, a->hvd_iface, sizeof(a->hvd_iface)) < 0) {
+        a->hvd_iface[0] = '\0';
+        log_info("no interface holds '%s', this node's address: HOROVOD_GLOO_IFACE not set",
+                 a->advertise);
+    }
 }
 
 static void on_assign(struct agent *a, struct msg *m)
@@ -1621,22 +858,9 @@ static void on_assign(struct agent *a, struct msg *m)
     }
     if (restart) {
         reset_generation(a);
-        mark_restart(a, (int)m->generation);
+        agent_mark_restart(a, (int)m->generation);
     }
-    a->generation = m->generation;
-    a->world_size = m->world_size;
-    a->rank_base = m->rank_base;
-    a->nnodes = m->nnodes;
-    a->master_port = m->master_port;
-    snprintf(a->master_addr, sizeof(a->master_addr), "%s", m->master_addr);
-    a->hvd_port = m->hvd_port;
-    snprintf(a->hvd_host, sizeof(a->hvd_host), "%s", m->hvd_host ? m->hvd_host : "");
-    /* gloo binds the interface horovodrun names: here the one this node is reached at. */
-    if (hvd_iface_of(a->advertise, a->hvd_iface, sizeof(a->hvd_iface)) < 0) {
-        a->hvd_iface[0] = '\0';
-        log_info("no interface holds '%s', this node's address: HOROVOD_GLOO_IFACE not set",
-                 a->advertise);
-    }
+    take_assignment(a, m);
     a->state = AG_RUNNING;
     if (!restart && listen_ranks(a) < 0) {
         send_leader(a, proto_pack("{s:s, s:s, s:i}", "type", "abort", "cause",
@@ -1649,7 +873,7 @@ static void on_assign(struct agent *a, struct msg *m)
         struct arank *r = &a->ranks[i];
         r->rank = a->rank_base + i;
         if (a->state == AG_RUNNING) {
-            spawn_rank(a, r);
+            agent_spawn_rank(a, r);
         } else {
             r->exited = true;
             r->code = 125;
@@ -1669,7 +893,7 @@ static void on_assign(struct agent *a, struct msg *m)
             teardown(a, "a rank could not be started");
         }
     }
-    check_done(a);
+    agent_check_done(a);
 }
 
 /* The pre-timeout signal: to the ranks that asked for it ("preempt"), or to every rank when
@@ -1687,7 +911,7 @@ static void deliver_preempt(struct agent *a, int sig)
          * spawn and so without its handler) share its group and would die of it. The user's
          * own --signal goes to the whole group, as Slurm's does. */
         if (a->spec->preempt_all || r->preempt_pid <= 0)
-            signal_group(r, sig);
+            arank_signal(r, sig);
         else if (r->preempt_fd >= 0)
             syscall(SYS_pidfd_send_signal, r->preempt_fd, sig, NULL, 0);
         else
@@ -1750,7 +974,7 @@ static void on_leader_message(struct peer *p, struct msg *m)
         a->status = m->status;
         if (a->exited < a->nranks)
             teardown(a, "the job finished");
-        check_done(a);
+        agent_check_done(a);
         break;
     default:
         log_error("unexpected '%s' from the leader", proto_type_name(m->type));
@@ -1784,12 +1008,11 @@ static void on_leader_closed(struct peer *p, const char *why)
     char cause[320];
     bool refused = strstr(why, "connection refused") != NULL;
 
-    a->leader_open = false;
     a->leader = NULL;
     peer_release(p);
     free(p);
     if (a->closing) {
-        maybe_free(a);
+        agent_maybe_free(a);
         return;
     }
     if (a->state == AG_FINDING && refused) {
@@ -1798,7 +1021,7 @@ static void on_leader_closed(struct peer *p, const char *why)
         return;
     }
     if (a->finished || a->state == AG_DONE) {
-        check_done(a);
+        agent_check_done(a);
         return;
     }
     if (a->state == AG_FINDING || a->state == AG_JOINING) {
@@ -1809,7 +1032,7 @@ static void on_leader_closed(struct peer *p, const char *why)
     snprintf(cause, sizeof(cause), "lost the leader: %s", why);
     log_error("node %d %s", a->node_rank, cause);
     teardown(a, cause);
-    check_done(a);
+    agent_check_done(a);
 }
 
 static void on_leader_bad_message(struct peer *p, const struct proto_error *err)
@@ -1895,7 +1118,6 @@ static void try_connect(struct agent *a)
         a->leader = NULL;
         return;
     }
-    a->leader_open = true;
     snprintf(a->leader->name, sizeof(a->leader->name), "leader %.80s", hp);
     ret = peer_connect(a->leader, (struct sockaddr *)&ss);
     if (ret < 0) {
@@ -1934,9 +1156,7 @@ static void on_tick(uv_timer_t *t)
         try_connect(a);
     if (a->spec->metrics_dir && a->state != AG_DONE && now >= a->next_metrics_ms)
         write_metrics(a);
-    for (int i = 0; i < a->nranks; i++)
-        if (a->ranks[i].idx_ms && wall_ms() - a->ranks[i].idx_ms >= INDEX_COALESCE_MS)
-            index_flush(&a->ranks[i]);
+    agent_flush_index(a);
     if ((a->state == AG_FINDING && now - a->t_start > a->spec->join_timeout_ms) ||
         (a->state == AG_JOINING &&
          now - a->join_ms > (int64_t)a->spec->join_timeout_ms + JOIN_BACKSTOP_MS)) {
@@ -1958,12 +1178,12 @@ static void on_tick(uv_timer_t *t)
         teardown(a, a->capture_cause);
     if (a->state == AG_TEARDOWN && now - a->teardown_ms >= a->spec->kill_grace_ms)
         for (int i = 0; i < a->nranks; i++)
-            signal_group(&a->ranks[i], SIGKILL);
+            arank_signal(&a->ranks[i], SIGKILL);
     if ((a->state == AG_RUNNING || a->state == AG_CAPTURE || a->state == AG_TEARDOWN) &&
         now - a->last_flush_ms >= PROGRESS_FLUSH_MS)
         flush_progress(a);
     if (a->state == AG_TEARDOWN || a->state == AG_RUNNING || a->state == AG_CAPTURE)
-        check_done(a);
+        agent_check_done(a);
 }
 
 static void on_heartbeat(uv_timer_t *t)
@@ -1978,69 +1198,37 @@ static void on_heartbeat(uv_timer_t *t)
             continue;
 }
 
-/* --- lifecycle ---------------------------------------------------------------------------- */
-
-/* Where the ranks' cgroups go (cgroup.h). Said once per daemon where there are none. */
-static void setup_cgroup(struct agent *a)
+/* The agent's start once everything it needs is there: its timers and its watch of the job
+ * dir run, and the leader is looked for. */
+static void begin(struct agent *a)
 {
-    static bool said;
-    char why[PATH_MAX + 128];
-
-    if (cgroup_job_create(a->cgroup, sizeof(a->cgroup), why, sizeof(why)) == 0) {
-        log_debug("ranks run in cgroups under '%s'", a->cgroup);
-        return;
+    /* Orphans of our ranks come back to us, not to init: see kill_orphans(). */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    uv_timer_init(a->loop, &a->tick);
+    uv_timer_init(a->loop, &a->hb);
+    a->tick.data = a->hb.data = a;
+    a->handles_open += 2;
+    uv_timer_start(&a->tick, on_tick, TICK_MS, TICK_MS);
+    uv_timer_start(&a->hb, on_heartbeat, (uint64_t)a->spec->hb_interval_ms,
+                   (uint64_t)a->spec->hb_interval_ms);
+    if (!a->rendezvous[0] && a->job_dir && uv_fs_event_init(a->loop, &a->watch) == 0) {
+        a->watch.data = a;
+        a->handles_open++;
+        a->watching = true;
+        if (uv_fs_event_start(&a->watch, on_job_dir_change, a->job_dir, 0) < 0)
+            stop_watching(a);
     }
-    a->cgroup[0] = '\0';
-    if (!said)
-        log_info("ranks run without cgroups of their own (%s): %s", why,
-                 getenv("SLURM_JOB_ID") ? "Slurm's job cgroup, where it has one, contains them"
-                                        : "they are ended by process group only");
-    said = true;
-}
-
-/* Every rank runs under the shim (shim.h): this program again, with the rank's command. */
-static int build_spawn_argv(struct agent *a)
-{
-    static char pid[24], alive_ms[24];
-    size_t n = 0, i = 0;
-    ssize_t len = readlink("/proc/self/exe", a->self_exe, sizeof(a->self_exe) - 1);
-
-    if (len <= 0)
-        return -errno;
-    a->self_exe[len] = '\0';
-    find_python_dir(a);
-    snprintf(pid, sizeof(pid), "%ld", (long)getpid());
-    while (a->spec->argv[n])
-        n++;
-    snprintf(alive_ms, sizeof(alive_ms), "%d", a->spec->hb_timeout_ms);
-    a->spawn_argv = calloc(n + 11, sizeof(char *));
-    if (!a->spawn_argv)
-        return -ENOMEM;
-    a->spawn_argv[i++] = a->self_exe;
-    a->spawn_argv[i++] = (char *)SHIM_FLAG;
-    a->spawn_argv[i++] = pid;
-    a->spawn_argv[i++] = (char *)"--alive-fd";
-    a->spawn_argv[i++] = (char *)SHIM_ALIVE_FD;
-    a->spawn_argv[i++] = (char *)"--alive-ms";
-    a->spawn_argv[i++] = alive_ms;
-    setup_cgroup(a);
-    if (a->cgroup[0]) {
-        a->spawn_argv[i++] = (char *)"--cgroup";
-        a->cgroup_slot = (int)i;
-        a->spawn_argv[i++] = a->cgroup; /* replaced per rank by spawn_rank() */
-    }
-    a->spawn_argv[i++] = (char *)"--";
-    for (size_t k = 0; k < n; k++)
-        a->spawn_argv[i++] = a->spec->argv[k];
-    return 0;
+    try_connect(a);
 }
 
 int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **out)
 {
     struct agent *a = calloc(1, sizeof(*a));
+    char why[PATH_MAX + 64] = "out of memory";
+    int ret = -ENOMEM;
 
     if (!a)
-        return -ENOMEM;
+        goto out;
     a->loop = loop;
     a->spec = cfg->spec;
     a->key = *cfg->key;
@@ -2059,50 +1247,38 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
     a->nranks = cfg->spec->nprocs;
     a->ranks = calloc((size_t)a->nranks, sizeof(*a->ranks));
     a->barrier_counts = json_object();
-    if (!a->ranks || !a->barrier_counts) {
-        free(a->ranks);
-        json_decref(a->barrier_counts);
-        free(a);
-        return -ENOMEM;
-    }
+    if (!a->ranks || !a->barrier_counts)
+        goto out;
     for (int i = 0; i < a->nranks; i++) {
         a->ranks[i].agent = a;
         a->ranks[i].local = i;
         a->ranks[i].logfd = a->ranks[i].idxfd = -1;
         a->ranks[i].alive_fd = -1;
     }
-    if (build_spawn_argv(a) < 0) {
-        free(a->ranks);
-        json_decref(a->barrier_counts);
-        free(a);
-        return -ENOMEM;
+    ret = agent_spawn_init(a, why, sizeof(why));
+    if (ret < 0)
+        goto out;
+    ret = agent_output_start(a);
+    if (ret < 0) {
+        snprintf(why, sizeof(why), "cannot start the output writer: %s", uv_strerror(ret));
+        goto out;
     }
-    if (output_start(a) < 0) {
+    begin(a);
+    *out = a;
+    a = NULL;
+    ret = 0;
+out:
+    if (a) {
+        if (a->cgroup[0])
+            cgroup_remove(a->cgroup, 0);
         free(a->spawn_argv);
         free(a->ranks);
         json_decref(a->barrier_counts);
         free(a);
-        return -ENOMEM;
     }
-    /* Orphans of our ranks come back to us, not to init: see kill_orphans(). */
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-    uv_timer_init(loop, &a->tick);
-    uv_timer_init(loop, &a->hb);
-    a->tick.data = a->hb.data = a;
-    a->handles_open += 2;
-    uv_timer_start(&a->tick, on_tick, TICK_MS, TICK_MS);
-    uv_timer_start(&a->hb, on_heartbeat, (uint64_t)a->spec->hb_interval_ms,
-                   (uint64_t)a->spec->hb_interval_ms);
-    if (!a->rendezvous[0] && a->job_dir && uv_fs_event_init(loop, &a->watch) == 0) {
-        a->watch.data = a;
-        a->handles_open++;
-        a->watching = true;
-        if (uv_fs_event_start(&a->watch, on_job_dir_change, a->job_dir, 0) < 0)
-            stop_watching(a);
-    }
-    try_connect(a);
-    *out = a;
-    return 0;
+    if (ret < 0)
+        log_error("cannot start the agent: %s", why);
+    return ret;
 }
 
 void agent_signal(struct agent *a, int sig)
@@ -2121,7 +1297,7 @@ void agent_signal(struct agent *a, int sig)
             return;
         }
         for (int i = 0; i < a->nranks; i++)
-            signal_group(&a->ranks[i], sig);
+            arank_signal(&a->ranks[i], sig);
         return;
     }
     snprintf(cause, sizeof(cause), "cancelled: node %d ('%.64s') received %s", a->node_rank,
@@ -2139,16 +1315,12 @@ void agent_signal(struct agent *a, int sig)
     teardown(a, cause);
 }
 
-static void maybe_free(struct agent *a)
+void agent_maybe_free(struct agent *a)
 {
     if (!a->closing || a->handles_open > 0 || a->rconns || a->leader)
         return;
     for (int i = 0; i < a->nranks; i++) {
-        index_flush(&a->ranks[i]);
-        if (a->ranks[i].logfd >= 0)
-            close(a->ranks[i].logfd);
-        if (a->ranks[i].idxfd >= 0)
-            close(a->ranks[i].idxfd);
+        arank_close_log(&a->ranks[i]);
         if (a->ranks[i].alive_fd >= 0)
             close(a->ranks[i].alive_fd);
         if (a->ranks[i].wants_preempt && a->ranks[i].preempt_fd >= 0)
@@ -2182,14 +1354,14 @@ void agent_close(struct agent *a)
     for (struct rconn *rc = a->rconns; rc; rc = rc->next)
         peer_close(&rc->peer, "agent shutting down");
     for (int i = 0; i < a->nranks; i++) {
-        stream_close(&a->ranks[i].out);
-        stream_close(&a->ranks[i].err);
+        ostream_close(&a->ranks[i].out);
+        ostream_close(&a->ranks[i].err);
     }
-    output_close(a);
+    agent_output_close(a);
     stop_watching(a);
     if (a->listener_open)
         uv_close((uv_handle_t *)&a->listener, on_handle_closed);
     uv_close((uv_handle_t *)&a->tick, on_handle_closed);
     uv_close((uv_handle_t *)&a->hb, on_handle_closed);
-    maybe_free(a);
+    agent_maybe_free(a);
 }

@@ -368,7 +368,6 @@ int main(int argc, char **argv)
             .arg = &d,
         };
         if (agent_start(d.loop, &ac, &d.agent) < 0) {
-            log_error("cannot start the agent");
             if (d.leader)
                 leader_close(d.leader);
             goto out_loop;

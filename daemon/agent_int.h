@@ -1,0 +1,273 @@
+/* The agent's own header, for its three files and no other: the records they share (struct
+ * agent, one struct arank per local rank, struct ostream per output pipe) and the calls between
+ * them, all on the loop's thread. agent.c runs the agent (its states, the leader and rank links,
+ * stack capture, teardown), agent_spawn.c starts and reaps the ranks' processes, and
+ * agent_output.c takes their output. */
+#ifndef GPURUN_AGENT_INT_H
+#define GPURUN_AGENT_INT_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+#include <uv.h>
+
+#include "agent.h"
+#include "auth.h"
+#include "proto.h"
+
+/* Lines of a rank's output kept for the failure message, and their longest length. */
+#define TAIL_LINES    10
+#define TAIL_LINE_MAX 240
+/* A line longer than this is passed on in pieces. */
+#define LINE_MAX_LEN  4000
+/* Per-rank secret: 128 bits, shown to the rank in GPURUN_TOKEN. */
+#define TOKEN_BYTES   16
+
+/* The agent's states, and what moves it from each:
+ *   FINDING   looking for the leader (endpoint.json or --rendezvous) and dialling it.
+ *             -> JOINING when the link's handshake is done and the join is sent;
+ *             -> DONE when no leader answers within join_timeout (124), the link fails for
+ *                another reason than a refused connection (125), or a signal cancels (128+N).
+ *   JOINING   waiting for the leader's assign.
+ *             -> RUNNING on the assign, which spawns the ranks;
+ *             -> TEARDOWN on the leader's abort or finish (no rank to end yet);
+ *             -> DONE as FINDING, join_timeout counting from the join plus a backstop.
+ *   RUNNING   the ranks run.
+ *             -> CAPTURE on the leader's abort that asks for stacks (a hang);
+ *             -> TEARDOWN when a local rank fails or cannot be started (or the ranks' socket
+ *                cannot be made), on the leader's abort, on its finish while ranks still run,
+ *                when the leader is lost, or when a signal cancels;
+ *             -> DONE once every rank is reported after the leader's finish.
+ *   CAPTURE   the ranks' stacks are taken (SIGABRT to a Python rank, a tool for another).
+ *             -> TEARDOWN once every capture is done or STACK_CAPTURE_MS pass, and as
+ *                RUNNING's on finish, lost leader or signal (a rank failing meanwhile is no
+ *                failure of its own, and another abort is ignored).
+ *   TEARDOWN  the ranks get SIGCONT and SIGTERM, then SIGKILL after kill_grace.
+ *             -> RUNNING on a restart's assign (generation + 1) once every rank is reported;
+ *             -> DONE once every rank is reported after the leader's finish, or without a
+ *                leader (self-fencing).
+ *   DONE      the done callback was called (agent_end); the daemon closes the agent. */
+enum agent_state { AG_FINDING, AG_JOINING, AG_RUNNING, AG_CAPTURE, AG_TEARDOWN, AG_DONE };
+
+/* A rank's stack capture: none asked, SIGABRT sent to its Python process (the traceback
+ * comes on its stderr), a native tool running, or finished. */
+enum capture { CAP_NONE, CAP_PYTHON, CAP_TOOL, CAP_DONE };
+
+struct agent;
+struct arank;
+struct bwait;
+struct outbuf;
+struct peer;
+struct pending;
+struct rconn;
+struct stack_tool;
+
+/* One output pipe of a rank. Allocated per spawn and freed in its close callback, so that a
+ * restart can reuse the rank's record while an old pipe is still closing. */
+struct ostream {
+    uv_pipe_t pipe;
+    struct agent *agent;
+    struct arank *rank; /* NULL once detached from the rank (closing) */
+    bool is_err;        /* the rank's stderr */
+    char line[LINE_MAX_LEN];
+    size_t len;
+};
+
+/* One local rank: its process, output, log files, progress and exit. A restart resets it
+ * (reset_generation in agent.c) but for its open log files. */
+struct arank {
+    struct agent *agent;
+    uv_process_t proc;
+    struct ostream *out, *err; /* NULL when closed */
+    int local, rank;
+    bool spawned, exited, reported, killed, oom;
+    bool wants_preempt; /* asked for the pre-timeout signal (a "preempt" request) */
+    pid_t preempt_pid;  /* the process that asked: the signal goes to it alone */
+    int preempt_fd;     /* a pidfd of it (valid when wants_preempt; -1: none), so that a
+                         * later signal can never reach another process that took its pid */
+    enum capture cap;
+    bool faulthandler; /* its environment has PYTHONFAULTHANDLER set (a capture's SIGABRT) */
+    char *stack;       /* the captured stack (PROTO_STACK_MAX bytes at most), or NULL */
+    size_t stack_len;
+    int code, sig;
+    int64_t exit_ms;
+    int64_t progress_ms; /* when its last report arrived; 0: it never reported */
+    long oom_base;
+    int logfd;
+    int idxfd;       /* logs/rank-N.idx: when each stretch of the log was written */
+    int64_t log_off; /* the log's size: where the next write lands */
+    int64_t idx_ms;  /* the index record not yet written: the time of its first write, 0:
+                      * none; it covers the log up to log_off */
+    int alive_fd;    /* write end of its shim's heartbeat pipe (shim.h), or -1 */
+    char token[2 * TOKEN_BYTES + 1];
+    int64_t step, total_steps;
+    double loss, lr, tokens_per_s, grad_norm;
+    bool dirty;
+    char tail[TAIL_LINES][TAIL_LINE_MAX];
+    int tail_next, tail_count;
+};
+
+struct agent {
+    uv_loop_t *loop;
+    const struct jobspec *spec;
+    struct auth_key key;
+    const char *job_dir;
+    int node_rank;
+    char hostname[128];
+    char advertise[64];
+    char rendezvous[128];
+    uint32_t max_frame;
+    agent_done_fn done;
+    void *arg;
+
+    enum agent_state state;
+    struct peer *leader; /* the leader link from connect to its close callback, or NULL */
+    uv_timer_t tick, hb;
+    uv_fs_event_t watch; /* the job dir, for endpoint.json, until the leader is found */
+    bool watching;
+    uv_pipe_t listener;
+    bool listener_open;
+    int handles_open;
+    bool closing;
+    int64_t t_start, teardown_ms, last_flush_ms, next_connect_ms;
+    int64_t capture_until;              /* AG_CAPTURE's deadline */
+    int64_t next_metrics_ms;            /* when the metrics file is next written */
+    int64_t join_ms;                    /* when the join was sent (AG_JOINING) */
+    bool metrics_warned;                /* "cannot write metrics" was said once */
+    struct stack_tool *tools;           /* stack tools started, until their handles close */
+    char capture_cause[PROTO_TAIL_MAX]; /* the leader's abort cause, for the teardown after */
+
+    int world_size, rank_base, master_port, nnodes;
+    int generation; /* the leader's: how many times the job was restarted */
+    int requeues;   /* Slurm's: how many times the job was requeued */
+    char master_addr[64];
+    int hvd_port;                      /* horovod's rendezvous on the leader, or 0 */
+    char hvd_host[PROTO_NAME_MAX + 1]; /* HOROVOD_HOSTNAME, or "" */
+    char hvd_iface[64];                /* HOROVOD_GLOO_IFACE, or "" */
+    struct arank *ranks;
+    int nranks, exited;
+    char self_exe[PATH_MAX];   /* this program, run as the rank shim (shim.h) */
+    char python_dir[PATH_MAX]; /* the gpurun Python package's folder, or "" */
+    char **spawn_argv;         /* self_exe --exec-rank PID ... -- argv... (agent_spawn_init) */
+    int cgroup_slot;           /* spawn_argv's index of the rank's cgroup, or 0: none */
+    char cgroup[PATH_MAX];     /* the job's cgroup (cgroup.h), or "" */
+    char sockdir[PATH_MAX];
+    char sockpath[PATH_MAX];
+
+    struct rconn *rconns;
+    struct pending *pend;
+    size_t npend, cappend;
+    int64_t next_id;
+    json_t *barrier_counts; /* name -> local ranks arrived */
+    struct bwait *bwaits;
+
+    struct outbuf *out; /* the merged stream, our stdout (agent_output.c) */
+
+    bool failed_here; /* this node saw the first failure it knows of */
+    int status;       /* exit status when the leader cannot tell us one */
+    /* The leader's finish came: status is the job's, and the agent ends once every rank is
+     * reported. Not a state: it comes in RUNNING (the ranks exited, their output may still
+     * drain) as well as in JOINING or TEARDOWN. */
+    bool finished;
+};
+
+/* --- agent.c -------------------------------------------------------------------------------- */
+
+/* Rank r's process was reaped and its exit recorded (agent_spawn.c): decides what it means
+ * for the job (a failure tears the node down) and moves the state machine on. */
+void agent_rank_exited(struct agent *a, struct arank *r);
+
+/* Reports each rank whose exit is known and output drained, and ends the agent when the job
+ * is over for this node. Called whenever a rank exits or a stream closes. */
+void agent_check_done(struct agent *a);
+
+/* Frees a closing agent once its last handle, rank connection and leader link are gone;
+ * called from every close callback (a handle's owner is freed only there). */
+void agent_maybe_free(struct agent *a);
+
+/* --- agent_spawn.c: the ranks' processes ----------------------------------------------------- */
+
+/* Prepares spawning: finds this program (the rank shim) and the gpurun Python package, makes
+ * the job's cgroup where the machine allows, and builds a->spawn_argv. Returns 0, or a negative
+ * errno with why (caller-owned, cap bytes) filled with a lowercase reason. a->spawn_argv is
+ * new: freed with free() (its strings are borrowed from a and the spec). */
+int agent_spawn_init(struct agent *a, char *why, size_t cap);
+
+/* Spawns rank r of a->ranks under the shim, in a process group (and cgroup) of its own, with
+ * its environment, a fresh token, its log open and its stdout and stderr read; its exit comes
+ * to agent_rank_exited(). Returns 0; a libuv error when the spawn failed, logged, with r
+ * recorded as exited (127: no such command, else 126) and a tail line that says why; or -EIO
+ * or -ENOMEM when nothing was started (r is then neither spawned nor exited). */
+int agent_spawn_rank(struct agent *a, struct arank *r);
+
+/* Sends sig to rank r's process group, while it runs. */
+void arank_signal(struct arank *r, int sig);
+
+/* The error file torch's @record left for rank r (TORCHELASTIC_ERROR_FILE), as the
+ * rank_exit's "error" object {type, message, file, line, traceback}: new (caller decrefs), or
+ * NULL when there is none, it is too large, or it is not torch's (then said in a warning). */
+json_t *agent_read_error_file(struct agent *a, struct arank *r);
+
+/* --- agent_output.c: the ranks' output ------------------------------------------------------ */
+
+/* Starts the writer of the merged stream on our stdout (outbuf.h). Returns 0 or a negative
+ * errno; logs nothing. */
+int agent_output_start(struct agent *a);
+
+/* Closes the merged stream once the ranks' streams are closed: what is queued is still
+ * written, for at most OUTPUT_LINGER_MS (5 s) of a reader that reads nothing; the agent counts
+ * the writer as an open handle until then. */
+void agent_output_close(struct agent *a);
+
+/* Opens rank r's log and its index in the job dir unless they are open (a restart keeps
+ * them); a log that cannot be opened is said in a warning and not written. */
+void agent_open_log(struct agent *a, struct arank *r);
+
+/* Writes a line into every rank log where the ranks of generation start. */
+void agent_mark_restart(struct agent *a, int generation);
+
+/* Writes the ranks' index records that are old enough to be complete; from the tick. */
+void agent_flush_index(struct agent *a);
+
+/* Writes r's last index record and closes its log and index. */
+void arank_close_log(struct arank *r);
+
+/* Appends data[0..n) to r's log and notes it in its index. Returns 0 (also without a log), or
+ * -1 with errno set when the log could not take it all. */
+int arank_log_append(struct arank *r, const void *data, size_t n);
+
+/* Passes one line of r's output (s[0..n), no '\n') on: labelled to the merged stream, and
+ * into r's tail. */
+void arank_emit_line(struct arank *r, const char *s, size_t n);
+
+/* Keeps s[0..n) as the newest of r's last TAIL_LINES lines (cut to TAIL_LINE_MAX). */
+void arank_tail_add(struct arank *r, const char *s, size_t n);
+
+/* Joins r's tail lines with '\n' into out (cap bytes, always terminated). */
+void arank_tail_join(const struct arank *r, char *out, size_t cap);
+
+/* Appends s[0..n) to r's captured stack (r->stack, allocated here and freed by the owner of
+ * r), cut at PROTO_STACK_MAX bytes; anything but printable ASCII, tab and newline becomes '?'. */
+void arank_stack_append(struct arank *r, const char *s, size_t n);
+
+/* A new stream for one of r's pipes, its handle initialised on a's loop and counted open;
+ * NULL when out of memory. End it with ostream_close(). */
+struct ostream *ostream_new(struct agent *a, struct arank *r);
+
+/* Starts reading o's pipe (after the spawn connected it). Returns 0 or a libuv error. */
+int ostream_read_start(struct ostream *o);
+
+/* Passes on the partial last line of the stream in *slot, detaches the stream from its rank,
+ * sets *slot to NULL and closes it; it frees itself in its close callback. NULL *slot:
+ * nothing. */
+void ostream_close(struct ostream **slot);
+
+/* The read buffer of every pipe the agent reads (ranks' output, stack tools): one static
+ * buffer, as the loop runs one read callback at a time. */
+void agent_on_out_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+
+#endif

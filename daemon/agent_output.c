@@ -1,0 +1,370 @@
+/* The agent's output path: each rank's stdout and stderr, read from their pipes, go whole to
+ * logs/rank-N.log (with its time index, logs/rank-N.idx) and line by line, labelled "[R] ", to
+ * the merged stream (outbuf.h); the last lines of each rank are kept for its failure message,
+ * and what a hang's capture brings is kept as the rank's stack. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent_int.h"
+#include "log.h"
+#include "logidx.h"
+#include "outbuf.h"
+#include "banned.h"
+
+/* Writes to a rank log this close together share one index record (arank_log_append): the
+ * order of lines across ranks is then known to this precision. */
+#define INDEX_COALESCE_MS 20
+
+void arank_tail_add(struct arank *r, const char *s, size_t n)
+{
+    if (n >= TAIL_LINE_MAX)
+        n = TAIL_LINE_MAX - 1;
+    memcpy(r->tail[r->tail_next], s, n);
+    r->tail[r->tail_next][n] = '\0';
+    r->tail_next = (r->tail_next + 1) % TAIL_LINES;
+    if (r->tail_count < TAIL_LINES)
+        r->tail_count++;
+}
+
+void arank_tail_join(const struct arank *r, char *out, size_t cap)
+{
+    size_t n = 0;
+
+    out[0] = '\0';
+    for (int i = 0; i < r->tail_count; i++) {
+        int idx = (r->tail_next - r->tail_count + i + TAIL_LINES) % TAIL_LINES;
+        int w = snprintf(out + n, cap - n, "%s%s", i ? "\n" : "", r->tail[idx]);
+        if (w < 0 || (size_t)w >= cap - n)
+            break;
+        n += (size_t)w;
+    }
+}
+
+/* Appends n bytes to r's captured stack; what passes PROTO_STACK_MAX is cut. JSON carries
+ * the stack: anything but printable ASCII, tabs and newlines becomes '?'. */
+void arank_stack_append(struct arank *r, const char *s, size_t n)
+{
+    if (!r->stack && !(r->stack = malloc(PROTO_STACK_MAX + 1)))
+        return;
+    if (r->stack_len + n > PROTO_STACK_MAX)
+        n = PROTO_STACK_MAX - r->stack_len;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        r->stack[r->stack_len + i] =
+            (c >= 0x20 && c < 0x7f) || c == '\t' || c == '\n' ? (char)c : '?';
+    }
+    r->stack_len += n;
+    r->stack[r->stack_len] = '\0';
+}
+
+static void stack_add(struct arank *r, const char *s, size_t n)
+{
+    arank_stack_append(r, s, n);
+    arank_stack_append(r, "\n", 1);
+}
+
+/* The merged stream (our stdout: a terminal, a pipe, the -o file or the batch output) is
+ * written by a thread of its own (outbuf.h), never by the loop: a reader that stops (a
+ * pager, Ctrl-S, a full pipe, a stalled file system) must not delay heartbeats and fail the
+ * job. Up to this many bytes wait for a slow reader: 4 MiB, some 40,000 lines of 100 bytes,
+ * rides out a pager's pause without a gap and is little next to a rank's own memory. Past it,
+ * lines are dropped from the stream only (never from logs/rank-N.log), and once the reader
+ * has caught up a notice takes their place: output_notice(). */
+#define OUTPUT_QUEUE_MAX (4 << 20)
+/* At the end, how long the queue waits for a reader that reads nothing at all: long enough
+ * for a reader pausing a few seconds to get the end of the job's output, short enough that
+ * a reader that never reads holds the job's status back only this long. */
+#define OUTPUT_LINGER_MS 5000
+
+/* "[gpurun] 12,345 lines not shown; complete in logs/rank-3.log": what stands in the merged
+ * stream for local rank src's lines that it dropped. */
+static size_t output_notice(void *arg, int src, uint64_t lines, char *buf, size_t cap)
+{
+    struct agent *a = arg;
+    char num[32], grouped[48];
+    int n = snprintf(num, sizeof(num), "%" PRIu64, lines), k = 0, w;
+
+    for (int i = 0; i < n; i++) {
+        if (i && (n - i) % 3 == 0)
+            grouped[k++] = ',';
+        grouped[k++] = num[i];
+    }
+    grouped[k] = '\0';
+    w = snprintf(buf, cap, "[gpurun] %s line%s not shown; complete in logs/rank-%d.log\n", grouped,
+                 lines == 1 ? "" : "s", a->ranks[src].rank);
+    return w < 0 || (size_t)w >= cap ? 0 : (size_t)w;
+}
+
+int agent_output_start(struct agent *a)
+{
+    struct outbuf_config cfg = {
+        .fd = STDOUT_FILENO,
+        .cap = OUTPUT_QUEUE_MAX,
+        .nsrc = a->nranks > 0 ? a->nranks : 1,
+        .notice = output_notice,
+        .arg = a,
+    };
+
+    return outbuf_start(a->loop, &cfg, &a->out);
+}
+
+/* Whether fds a and b are the same file (2>&1, one terminal). */
+static bool same_file(int a, int b)
+{
+    struct stat sa, sb;
+
+    return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+static void on_output_closed(void *arg, size_t unwritten)
+{
+    struct agent *a = arg;
+
+    /* Not to a stderr that is the stream no one reads: the warning would block the loop. */
+    if (unwritten && !same_file(STDOUT_FILENO, STDERR_FILENO))
+        log_warn("cannot write the last %zu bytes of the ranks' output: its reader read nothing "
+                 "for %d ms (each rank's output is complete in logs/)",
+                 unwritten, OUTPUT_LINGER_MS);
+    a->handles_open--;
+    agent_maybe_free(a);
+}
+
+/* After the ranks' streams are closed (their last partial lines queued): the rest of the
+ * queue is written, for OUTPUT_LINGER_MS of a reader reading nothing at most. */
+void agent_output_close(struct agent *a)
+{
+    if (!a->out)
+        return;
+    a->handles_open++;
+    outbuf_close(a->out, OUTPUT_LINGER_MS, on_output_closed, a);
+    a->out = NULL;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Writes the rank's pending index record: the log up to log_off, written from idx_ms on. An
+ * index that cannot be written is given up (gpurun logs then prints rank by rank). */
+static void index_flush(struct arank *r)
+{
+    struct log_index_record rec = {.end = r->log_off, .unix_ms = r->idx_ms};
+
+    if (!r->idx_ms)
+        return;
+    r->idx_ms = 0;
+    if (r->idxfd >= 0 && write(r->idxfd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec)) {
+        close(r->idxfd);
+        r->idxfd = -1;
+    }
+}
+
+/* Appends n bytes to the rank's log and notes them in its index (logs/rank-N.idx, struct
+ * log_index_record: what `gpurun logs` merges the ranks' lines by). Writes within
+ * INDEX_COALESCE_MS of each other share one record, with the first one's time: the index
+ * costs one write per stretch, not one per write of the log. Returns 0, or -1 with errno set
+ * when the log could not take it all. */
+int arank_log_append(struct arank *r, const void *data, size_t n)
+{
+    int64_t t;
+    ssize_t w;
+
+    if (r->logfd < 0)
+        return 0;
+    w = write(r->logfd, data, n);
+    if (w <= 0)
+        return -1;
+    t = wall_ms();
+    if (r->idx_ms && t - r->idx_ms >= INDEX_COALESCE_MS)
+        index_flush(r);
+    r->log_off += w;
+    if (!r->idx_ms)
+        r->idx_ms = t > 0 ? t : 1;
+    return w == (ssize_t)n ? 0 : -1;
+}
+
+/* Opens the rank's log and its index (arank_log_append), unless open already (a restart keeps
+ * them). Without an index the log is still written. In a requeued job the log goes on from
+ * the last segment's, after a line that says so. */
+void agent_open_log(struct agent *a, struct arank *r)
+{
+    char path[PATH_MAX], line[160], when[32];
+    time_t t = time(NULL);
+    struct stat st;
+    struct tm tm;
+
+    if (!a->job_dir || r->logfd >= 0)
+        return;
+    snprintf(path, sizeof(path), "%s/logs/rank-%d.log", a->job_dir, r->rank);
+    r->logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (r->logfd < 0) {
+        log_warn("cannot open '%s': %s", path, strerror(errno));
+        return;
+    }
+    r->log_off = fstat(r->logfd, &st) == 0 ? st.st_size : 0;
+    snprintf(path, sizeof(path), "%s/logs/rank-%d.idx", a->job_dir, r->rank);
+    r->idxfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (a->requeues > 0) {
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+        int n = snprintf(line, sizeof(line),
+                         "----- gpurun: %s: requeue %d, the job starts again -----\n", when,
+                         a->requeues);
+        (void)arank_log_append(r, line, (size_t)n);
+    }
+}
+
+/* A line in every rank log between two generations, so that a reader sees where the
+ * restarted ranks' output begins. */
+void agent_mark_restart(struct agent *a, int generation)
+{
+    char line[160], when[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    int n;
+
+    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+    n = snprintf(line, sizeof(line),
+                 "----- gpurun: %s: restart %d of %d, the ranks start again -----\n", when,
+                 generation, a->spec->max_restarts);
+    for (int i = 0; i < a->nranks; i++)
+        (void)arank_log_append(&a->ranks[i], line, (size_t)n);
+}
+
+void agent_flush_index(struct agent *a)
+{
+    for (int i = 0; i < a->nranks; i++)
+        if (a->ranks[i].idx_ms && wall_ms() - a->ranks[i].idx_ms >= INDEX_COALESCE_MS)
+            index_flush(&a->ranks[i]);
+}
+
+void arank_close_log(struct arank *r)
+{
+    index_flush(r);
+    if (r->logfd >= 0)
+        close(r->logfd);
+    if (r->idxfd >= 0)
+        close(r->idxfd);
+}
+
+/* One merged-stream line "[R] text\n", queued whole: the writer writes whole lines of at most
+ * PIPE_BUF bytes, so lines of ranks and of other daemons sharing the terminal or pipe never
+ * interleave inside a line. */
+_Static_assert(LINE_MAX_LEN + 32 <= OUTBUF_LINE_MAX, "a labelled line must fit one write");
+void arank_emit_line(struct arank *r, const char *s, size_t n)
+{
+    char buf[LINE_MAX_LEN + 32];
+    int h = snprintf(buf, sizeof(buf), "[%d] ", r->rank);
+    size_t len;
+
+    if (n > sizeof(buf) - (size_t)h - 1)
+        n = sizeof(buf) - (size_t)h - 1;
+    memcpy(buf + h, s, n);
+    len = (size_t)h + n;
+    buf[len++] = '\n';
+    /* A '\n' inside the text cannot come from stream_take(); a dropped line is counted. */
+    if (r->agent->out)
+        outbuf_line(r->agent->out, r->local, buf, len);
+    arank_tail_add(r, s, n);
+}
+
+/* The rank's log gets every byte, synchronously: it is a regular file in the job dir, where
+ * the kernel's page cache takes a write without waiting for a reader; bounded and dropped it
+ * would no longer be complete, and unbounded it would only move the wait into our memory. A
+ * job dir on a stalled file system stalls the job's other files there too. */
+static void stream_take(struct ostream *o, const char *data, size_t n)
+{
+    struct arank *r = o->rank;
+
+    if (arank_log_append(r, data, n) < 0)
+        log_debug("cannot write rank %d's log: %s", r->rank, strerror(errno));
+    for (size_t i = 0; i < n; i++) {
+        if (data[i] == '\n' || o->len == sizeof(o->line)) {
+            /* After SIGABRT, what a Python rank writes on stderr is faulthandler's dump. */
+            if (o->is_err && r->cap == CAP_PYTHON)
+                stack_add(r, o->line, o->len);
+            arank_emit_line(r, o->line, o->len);
+            o->len = 0;
+            if (data[i] == '\n')
+                continue;
+        }
+        o->line[o->len++] = data[i];
+    }
+}
+
+static char out_chunk[64 * 1024];
+
+void agent_on_out_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)h;
+    (void)suggested;
+    *buf = uv_buf_init(out_chunk, sizeof(out_chunk));
+}
+
+static void on_stream_closed(uv_handle_t *h)
+{
+    struct ostream *o = h->data;
+    struct agent *a = o->agent;
+
+    free(o);
+    a->handles_open--;
+    agent_check_done(a);
+    agent_maybe_free(a);
+}
+
+/* Flushes a partial last line, detaches the stream from its rank and closes it. */
+void ostream_close(struct ostream **slot)
+{
+    struct ostream *o = *slot;
+
+    if (!o)
+        return;
+    *slot = NULL;
+    if (o->len) {
+        arank_emit_line(o->rank, o->line, o->len);
+        o->len = 0;
+    }
+    o->rank = NULL;
+    uv_close((uv_handle_t *)&o->pipe, on_stream_closed);
+}
+
+static void on_out_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct ostream *o = s->data;
+    struct arank *r = o->rank;
+
+    if (nread > 0)
+        stream_take(o, buf->base, (size_t)nread);
+    else if (nread < 0)
+        ostream_close(r->out == o ? &r->out : &r->err);
+}
+
+struct ostream *ostream_new(struct agent *a, struct arank *r)
+{
+    struct ostream *o = calloc(1, sizeof(*o));
+
+    if (!o)
+        return NULL;
+    o->agent = a;
+    o->rank = r;
+    uv_pipe_init(a->loop, &o->pipe, 0);
+    o->pipe.data = o;
+    a->handles_open++;
+    return o;
+}
+
+int ostream_read_start(struct ostream *o)
+{
+    return uv_read_start((uv_stream_t *)&o->pipe, agent_on_out_alloc, on_out_read);
+}

@@ -1,0 +1,436 @@
+/* The ranks' processes: the shim's command line (shim.h) with the job's cgroup, each rank's
+ * environment (rankenv.h), token, log and heartbeat pipe, its spawn and its reaping, the OOM
+ * evidence for a SIGKILL, and the error file torch's @record leaves. What an exit means for
+ * the job is agent.c's to decide. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+#include "agent_int.h"
+#include "cgroup.h"
+#include "fsutil.h"
+#include "log.h"
+#include "rankenv.h"
+#include "shim.h"
+#include "banned.h"
+
+/* How long the agent waits for a killed rank's cgroup to empty before it leaves the cgroup
+ * to the job's end (killed processes leave within milliseconds). */
+#define RANK_CGROUP_WAIT_MS 50
+/* The shim's heartbeat pipe (shim.h): the fd after stdin, stdout and stderr. */
+#define SHIM_ALIVE_FD       "3"
+/* The largest error file read (agent_read_error_file): a traceback is a few KiB. */
+#define ERROR_FILE_MAX      (256 * 1024)
+
+/* The folder holding the gpurun Python package, found from this program's path: the source
+ * tree's lib/python (build/rendezvousd, build/asan/rendezvousd) or an installed
+ * PREFIX/lib/gpurun/python (PREFIX/bin/rendezvousd). Empty when none is there. */
+static void find_python_dir(struct agent *a)
+{
+    static const char *const rel[] = {"../lib/python", "../../lib/python", "../lib/gpurun/python"};
+    char dir[PATH_MAX], probe[PATH_MAX + 64];
+    const char *slash = strrchr(a->self_exe, '/');
+
+    a->python_dir[0] = '\0';
+    if (!slash)
+        return;
+    snprintf(dir, sizeof(dir), "%.*s", (int)(slash - a->self_exe), a->self_exe);
+    for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+        snprintf(probe, sizeof(probe), "%s/%s/gpurun/__init__.py", dir, rel[i]);
+        if (access(probe, R_OK) == 0) {
+            snprintf(probe, sizeof(probe), "%s/%s", dir, rel[i]);
+            if (!realpath(probe, a->python_dir))
+                a->python_dir[0] = '\0';
+            return;
+        }
+    }
+}
+
+/* Where the ranks' cgroups go (cgroup.h). Said once per daemon where there are none. */
+static void setup_cgroup(struct agent *a)
+{
+    static bool said;
+    char why[PATH_MAX + 128];
+
+    if (cgroup_job_create(a->cgroup, sizeof(a->cgroup), why, sizeof(why)) == 0) {
+        log_debug("ranks run in cgroups under '%s'", a->cgroup);
+        return;
+    }
+    a->cgroup[0] = '\0';
+    if (!said)
+        log_info("ranks run without cgroups of their own (%s): %s", why,
+                 getenv("SLURM_JOB_ID") ? "Slurm's job cgroup, where it has one, contains them"
+                                        : "they are ended by process group only");
+    said = true;
+}
+
+/* Every rank runs under the shim (shim.h): this program again, with the rank's command. */
+int agent_spawn_init(struct agent *a, char *why, size_t cap)
+{
+    static char pid[24], alive_ms[24];
+    size_t n = 0, i = 0;
+    ssize_t len = readlink("/proc/self/exe", a->self_exe, sizeof(a->self_exe) - 1);
+
+    if (len <= 0) {
+        int err = len < 0 ? errno : ENOENT;
+        snprintf(why, cap, "cannot read '/proc/self/exe': %s", strerror(err));
+        return -err;
+    }
+    a->self_exe[len] = '\0';
+    find_python_dir(a);
+    snprintf(pid, sizeof(pid), "%ld", (long)getpid());
+    while (a->spec->argv[n])
+        n++;
+    snprintf(alive_ms, sizeof(alive_ms), "%d", a->spec->hb_timeout_ms);
+    a->spawn_argv = calloc(n + 11, sizeof(char *));
+    if (!a->spawn_argv) {
+        snprintf(why, cap, "out of memory");
+        return -ENOMEM;
+    }
+    a->spawn_argv[i++] = a->self_exe;
+    a->spawn_argv[i++] = (char *)SHIM_FLAG;
+    a->spawn_argv[i++] = pid;
+    a->spawn_argv[i++] = (char *)"--alive-fd";
+    a->spawn_argv[i++] = (char *)SHIM_ALIVE_FD;
+    a->spawn_argv[i++] = (char *)"--alive-ms";
+    a->spawn_argv[i++] = alive_ms;
+    setup_cgroup(a);
+    if (a->cgroup[0]) {
+        a->spawn_argv[i++] = (char *)"--cgroup";
+        a->cgroup_slot = (int)i;
+        a->spawn_argv[i++] = a->cgroup; /* replaced per rank by agent_spawn_rank() */
+    }
+    a->spawn_argv[i++] = (char *)"--";
+    for (size_t k = 0; k < n; k++)
+        a->spawn_argv[i++] = a->spec->argv[k];
+    return 0;
+}
+
+/* The cgroup's count of OOM kills (v2 memory.events or v1 memory.oom_control), so that a
+ * SIGKILL can be told apart: the count rises when the kernel's OOM killer did it. */
+static long oom_kills(void)
+{
+    char line[512], path[PATH_MAX], *cg = NULL;
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    long n = -1;
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!strncmp(line, "0::", 3)) {
+            snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.events", line + 3);
+            cg = path;
+        } else if (strstr(line, ":memory:")) {
+            snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.oom_control",
+                     strstr(line, ":memory:") + 8);
+            cg = path;
+            break;
+        }
+    }
+    fclose(f);
+    if (!cg || !(f = fopen(cg, "re")))
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "oom_kill %ld", &n) == 1)
+            break;
+    fclose(f);
+    return n;
+}
+
+/* The rank's cgroup, below the job's. */
+static void rank_cgroup(const struct agent *a, const struct arank *r, char *dir, size_t len)
+{
+    snprintf(dir, len, "%s/rank-%d", a->cgroup, r->rank);
+}
+
+void arank_signal(struct arank *r, int sig)
+{
+    if (r->spawned && !r->exited && r->proc.pid > 0)
+        kill(-r->proc.pid, sig);
+}
+
+/* Where rank r's torch error file goes (TORCHELASTIC_ERROR_FILE): beside its log. */
+static void error_file_path(const struct agent *a, const struct arank *r, char *out, size_t cap)
+{
+    if (a->job_dir)
+        snprintf(out, cap, "%.4000s/logs/rank-%d.error.json", a->job_dir, r->rank);
+    else
+        snprintf(out, cap, "%.4000s/rank-%d.error.json", a->sockdir, r->rank);
+}
+
+static char **build_env(struct agent *a, struct arank *r)
+{
+    extern char **environ;
+    char errfile[PATH_MAX];
+    cpu_set_t set;
+    struct rankenv_rank re = {
+        .spec = a->spec,
+        .rank = r->rank,
+        .local_rank = r->local,
+        .local_world_size = a->nranks,
+        .world_size = a->world_size,
+        .node_rank = a->node_rank,
+        .nnodes = a->nnodes,
+        .restart_count = a->generation,
+        .master_addr = a->master_addr,
+        .master_port = a->master_port,
+        .sock = a->sockpath,
+        .token = r->token,
+        .job_dir = a->job_dir,
+        .node_addr = a->advertise,
+        .hostname = a->hostname,
+        .error_file = errfile,
+        .python_dir = a->python_dir[0] ? a->python_dir : NULL,
+        .cpus = 1,
+        .hvd_port = a->hvd_port,
+        .hvd_host = a->hvd_host[0] ? a->hvd_host : NULL,
+        .hvd_iface = a->hvd_iface[0] ? a->hvd_iface : NULL,
+    };
+
+    error_file_path(a, r, errfile, sizeof(errfile));
+    /* A file an earlier generation's rank left must not be read as this one's failure. */
+    unlink(errfile);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        re.cpus = CPU_COUNT(&set);
+    return rankenv_build(&re, environ);
+}
+
+static void free_env(char **env)
+{
+    rankenv_free(env);
+}
+
+static void on_proc_closed(uv_handle_t *h)
+{
+    struct arank *r = h->data;
+    struct agent *a = r->agent;
+
+    a->handles_open--;
+    agent_maybe_free(a);
+}
+
+/* Records the exit of rank r's process and ends what it left; agent_rank_exited() decides
+ * what the exit means. */
+static void on_rank_exit(uv_process_t *p, int64_t status, int sig)
+{
+    struct arank *r = p->data;
+    struct agent *a = r->agent;
+
+    r->exited = true;
+    r->code = (int)status;
+    r->sig = sig;
+    r->exit_ms = (int64_t)uv_now(a->loop);
+    a->exited++;
+    r->oom = sig == SIGKILL && !r->killed && r->oom_base >= 0 && oom_kills() > r->oom_base;
+    uv_close((uv_handle_t *)p, on_proc_closed);
+    if (r->alive_fd >= 0) {
+        close(r->alive_fd);
+        r->alive_fd = -1;
+    }
+    /* What a rank started may still hold its group or its cgroup: it ends with the rank.
+     * The shim removed the cgroup already unless it was killed itself (the teardown's
+     * SIGKILL reaches the whole group). */
+    kill(-p->pid, SIGKILL);
+    if (a->cgroup[0]) {
+        char dir[PATH_MAX + 16];
+        rank_cgroup(a, r, dir, sizeof(dir));
+        cgroup_remove(dir, RANK_CGROUP_WAIT_MS);
+    }
+    agent_rank_exited(a, r);
+}
+
+/* Whether env turns Python's faulthandler on: Python reads any non-empty value as "on". */
+static bool env_faulthandler(char **env)
+{
+    bool on = false;
+
+    for (char **e = env; *e; e++)
+        if (!strncmp(*e, "PYTHONFAULTHANDLER=", 19))
+            on = (*e)[19] != '\0';
+    return on;
+}
+
+/* Fills the rank's stdio: no stdin, stdout and stderr into r's streams, and as fd 3
+ * (SHIM_ALIVE_FD) the shim's heartbeat pipe, a byte per heartbeat and end of file when we
+ * die (without one the shim still has the parent-death signal). Returns the pipe's end for
+ * the child, closed by the caller after the spawn, or -1. */
+static int rank_stdio(struct arank *r, uv_stdio_container_t stdio[4])
+{
+    int alive[2];
+
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[1].data.stream = (uv_stream_t *)&r->out->pipe;
+    stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[2].data.stream = (uv_stream_t *)&r->err->pipe;
+    stdio[3].flags = UV_IGNORE;
+    if (pipe2(alive, O_CLOEXEC | O_NONBLOCK) < 0)
+        return -1;
+    stdio[3].flags = UV_INHERIT_FD;
+    stdio[3].data.fd = alive[0];
+    r->alive_fd = alive[1];
+    return alive[0];
+}
+
+/* Rank r could not be spawned (err): it counts as exited, with the status a shell gives (127:
+ * no such command, else 126) and a tail line that says why. */
+static void spawn_failed(struct agent *a, struct arank *r, int err)
+{
+    char msg[PATH_MAX + 64];
+
+    /* The handle is initialised even on failure and must be closed. */
+    a->handles_open++;
+    uv_close((uv_handle_t *)&r->proc, on_proc_closed);
+    ostream_close(&r->out);
+    ostream_close(&r->err);
+    snprintf(msg, sizeof(msg), "cannot execute '%s': %s", a->spec->argv[0], uv_strerror(err));
+    log_error("rank %d: %s", r->rank, msg);
+    arank_tail_add(r, msg, strlen(msg));
+    r->exited = true;
+    r->code = err == UV_ENOENT ? 127 : 126;
+    a->exited++;
+}
+
+int agent_spawn_rank(struct agent *a, struct arank *r)
+{
+    uv_process_options_t opt = {0};
+    uv_stdio_container_t stdio[4];
+    uint8_t tok[TOKEN_BYTES];
+    char **env = NULL, cgdir[PATH_MAX + 16];
+    int ret = -1, alive;
+
+    if (RAND_bytes(tok, sizeof(tok)) != 1)
+        return -EIO;
+    auth_hex(tok, sizeof(tok), r->token);
+    agent_open_log(a, r);
+    r->oom_base = oom_kills();
+    env = build_env(a, r);
+    if (!env)
+        return -ENOMEM;
+    r->faulthandler = env_faulthandler(env);
+    r->out = ostream_new(a, r);
+    r->err = ostream_new(a, r);
+    if (r->err)
+        r->err->is_err = true;
+    if (!r->out || !r->err) {
+        ostream_close(&r->out);
+        ostream_close(&r->err);
+        free_env(env);
+        return -ENOMEM;
+    }
+    alive = rank_stdio(r, stdio);
+    if (a->cgroup_slot) {
+        rank_cgroup(a, r, cgdir, sizeof(cgdir));
+        a->spawn_argv[a->cgroup_slot] = cgdir;
+    }
+    opt.file = a->spawn_argv[0];
+    opt.args = a->spawn_argv;
+    opt.env = env;
+    opt.cwd = a->spec->workdir;
+    /* A process group of its own (setsid): a signal reaches everything the rank started.
+     * What escapes the group still comes back to the agent, a child subreaper, and is killed
+     * at the end (kill_orphans in agent.c). */
+    opt.flags = UV_PROCESS_DETACHED;
+    opt.stdio_count = 4;
+    opt.stdio = stdio;
+    opt.exit_cb = on_rank_exit;
+    r->proc.data = r;
+    ret = uv_spawn(a->loop, &r->proc, &opt);
+    free_env(env);
+    if (alive >= 0)
+        close(alive);
+    if (ret < 0) {
+        spawn_failed(a, r, ret);
+        return ret;
+    }
+    r->spawned = true;
+    a->handles_open++;
+    ostream_read_start(r->out);
+    ostream_read_start(r->err);
+    return 0;
+}
+
+/* The innermost frame of a Python traceback that is the user's: its last 'File "X", line N'
+ * line outside the installed packages (torch's own frames say less), else the last. Fills
+ * where (cap bytes) with X, "" when stack (NULL: none) has no such line, and returns N. */
+static long user_frame(const char *stack, char *where, size_t cap)
+{
+    long line = 0;
+
+    where[0] = '\0';
+    for (int pass = 0; pass < 2 && !where[0]; pass++) {
+        for (const char *p = stack; p && (p = strstr(p, "File \"")); p++) {
+            const char *q = strchr(p + 6, '"');
+            long n;
+            if (!q || sscanf(q, "\", line %ld", &n) != 1)
+                continue;
+            if (pass == 0 && (memmem(p, (size_t)(q - p), "-packages/", 10) ||
+                              memmem(p, (size_t)(q - p), "/lib/python3", 12)))
+                continue;
+            snprintf(where, cap, "%.*s", (int)(q - p - 6), p + 6);
+            line = n;
+        }
+    }
+    return line;
+}
+
+/* The error file of torch's @record (torch/distributed/elastic/multiprocessing/errors):
+ * {"message": {"message": "Type: text", "extraInfo": {"py_callstack": "Traceback..."}}}, or
+ * "message" a plain string. */
+json_t *agent_read_error_file(struct agent *a, struct arank *r)
+{
+    char path[PATH_MAX], where[PATH_MAX];
+    json_t *root, *msg, *out = NULL;
+    const char *text = NULL, *stack = NULL, *colon;
+    long line = 0;
+    char *buf = NULL;
+    size_t len;
+
+    error_file_path(a, r, path, sizeof(path));
+    if (fs_read_all(path, ERROR_FILE_MAX, &buf, &len) < 0)
+        return NULL;
+    root = json_loadb(buf, len, 0, NULL);
+    free(buf);
+    msg = json_object_get(root, "message");
+    if (json_is_string(msg)) {
+        text = json_string_value(msg);
+    } else if (json_is_object(msg)) {
+        text = json_string_value(json_object_get(msg, "message"));
+        stack =
+            json_string_value(json_object_get(json_object_get(msg, "extraInfo"), "py_callstack"));
+    }
+    if (!text) {
+        log_warn("rank %d's error file '%s' is not torch's format: ignored", r->rank, path);
+        goto out;
+    }
+    line = user_frame(stack, where, sizeof(where));
+    colon = strstr(text, ": ");
+    out = json_pack("{s:s%, s:s}", "type", text, colon ? (size_t)(colon - text) : strlen(text),
+                    "message", colon ? colon + 2 : "");
+    if (out && where[0]) {
+        json_object_set_new(out, "file", json_string(where));
+        json_object_set_new(out, "line", json_integer(line));
+    }
+    if (out && stack) {
+        size_t sl = strlen(stack);
+        const char *from = stack + (sl > PROTO_TAIL_MAX ? sl - PROTO_TAIL_MAX : 0);
+        /* The end of the traceback is what names the failure; it starts on a character. */
+        while (((unsigned char)*from & 0xc0) == 0x80)
+            from++;
+        json_object_set_new(out, "traceback", json_string(from));
+    }
+    if (out)
+        log_info("rank %d recorded %s", r->rank, text);
+out:
+    json_decref(root);
+    return out;
+}
