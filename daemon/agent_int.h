@@ -201,7 +201,7 @@ int agent_spawn_init(struct agent *a, char *why, size_t cap);
  * its environment, a fresh token, its log open and its stdout and stderr read; its exit comes
  * to agent_rank_exited(). Returns 0; a libuv error when the spawn failed, logged, with r
  * recorded as exited (127: no such command, else 126) and a tail line that says why; or -EIO
- * or -ENOMEM when nothing was started (r is then neither spawned nor exited). */
+ * or -ENOMEM when it could not be prepared, logged, with r recorded as exited with 125. */
 int agent_spawn_rank(struct agent *a, struct arank *r);
 
 /* Sends sig to rank r's process group, while it runs. */

@@ -300,6 +300,23 @@ static void spawn_failed(struct agent *a, struct arank *r, int err)
     a->exited++;
 }
 
+/* Rank r could not even be prepared (err: no random bytes for its token, out of memory): it
+ * counts as exited with gpurun's own failure status, 125, so that the job ends rather than
+ * waiting for a rank that never started. */
+static int spawn_refused(struct agent *a, struct arank *r, int err)
+{
+    char msg[160];
+
+    snprintf(msg, sizeof(msg), "cannot start the rank: %s", strerror(-err));
+    log_error("rank %d: %s", r->rank, msg);
+    arank_tail_add(r, msg, strlen(msg));
+    r->exited = true;
+    r->code = 125;
+    r->exit_ms = (int64_t)uv_now(a->loop);
+    a->exited++;
+    return err;
+}
+
 int agent_spawn_rank(struct agent *a, struct arank *r)
 {
     uv_process_options_t opt = {0};
@@ -309,13 +326,13 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
     int ret = -1, alive;
 
     if (RAND_bytes(tok, sizeof(tok)) != 1)
-        return -EIO;
+        return spawn_refused(a, r, -EIO);
     auth_hex(tok, sizeof(tok), r->token);
     agent_open_log(a, r);
     r->oom_base = oom_kills();
     env = build_env(a, r);
     if (!env)
-        return -ENOMEM;
+        return spawn_refused(a, r, -ENOMEM);
     r->faulthandler = env_faulthandler(env);
     r->out = ostream_new(a, r);
     r->err = ostream_new(a, r);
@@ -325,7 +342,7 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
         ostream_close(&r->out);
         ostream_close(&r->err);
         free_env(env);
-        return -ENOMEM;
+        return spawn_refused(a, r, -ENOMEM);
     }
     alive = rank_stdio(r, stdio);
     if (a->cgroup_slot) {
