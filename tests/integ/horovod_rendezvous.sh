@@ -9,46 +9,18 @@
 # timeout: 300
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD:-build}
-[[ $build == /* ]] || build=$root/$build
+# shellcheck source=prologue.sh
+. "$(dirname "$0")/prologue.sh"
+fail_show=(gpurun.out gpurun.err)
+# shellcheck source=horovod_common.sh
+. "$(dirname "$0")/horovod_common.sh"
 python=${HOROVOD_TEST_PYTHON:-/usr/bin/python3}
 NODES=2
 NPROCS=2
 WORLD=$((NODES * NPROCS))
-# shellcheck source=tests/integ/horovod_common.sh
-. "$root/tests/integ/horovod_common.sh"
 
-skip() {
-    echo "# SKIP $*"
-    exit 77
-}
-fail() {
-    echo "FAIL: $*"
-    for f in "$work/gpurun.out" "$work/gpurun.err"; do
-        [ -s "$f" ] || continue
-        echo "# --- ${f##*/} (last 40 lines)"
-        tail -n 40 "$f" | sed 's/^/# /'
-    done
-    exit 1
-}
-
-for p in gpurun rendezvousd; do
-    [ -x "$build/$p" ] || skip "'$build/$p' is not built"
-done
+need_built gpurun rendezvousd
 [ -x "$python" ] || skip "no '$python'"
-
-work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gr-horovod-test.XXXXXX")
-cleanup() {
-    local rc=$?
-    if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
-        rm -rf "$work"
-    else
-        echo "# scratch kept: $work"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
 
 hvd_fetch "$python" "$work/horovod"
 export PYTHONPATH=$HVD_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}
