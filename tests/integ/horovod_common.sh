@@ -5,7 +5,7 @@
 
 # The horovod release whose client and launcher code the tests hold gpurun to.
 HVD_VERSION=0.28.1
-# Files of the release the checker (tests/horovod_rendezvous.py) uses: the HTTP client and the
+# Files of the release the checker (tests/ranks/horovod_rendezvous.py) uses: the HTTP client and the
 # codec it imports, horovodrun's host assignment, and gloo_run.py, read for two functions.
 HVD_FILES=(horovod/runner/http/http_client.py horovod/runner/common/util/codec.py
     horovod/runner/common/util/hosts.py horovod/runner/gloo_run.py)

@@ -3,7 +3,7 @@
 # rendezvousd each, named node0 and node1, two ranks per node). Every rank checks its HOROVOD_*
 # variables against gloo_run's for -H node0:2,node1:2 with the rendezvous at node 0's address
 # and HOROVOD_GLOO_IFACE the namespace's own interface (eth0, its end of the veth), and uses
-# horovod's HTTP client across the bridge (tests/horovod_rendezvous.py). Horovod's code comes
+# horovod's HTTP client across the bridge (tests/ranks/horovod_rendezvous.py). Horovod's code comes
 # from PyPI at test time; skips when PyPI cannot be reached or namespaces cannot be made.
 # timeout: 300
 set -euo pipefail
@@ -28,7 +28,7 @@ unset HOROVOD_CONTROLLER HOROVOD_CPU_OPERATIONS HOROVOD_GLOO_IFACE
 
 addr0=$(netns_addr 0)
 netns_job_write "$job" "$NODES" "$NPROCS" '"join_timeout_ms": 20000, "kill_grace_ms": 1000' \
-    "$python" "$root/tests/horovod_rendezvous.py" --hosts "node0:$NPROCS,node1:$NPROCS" \
+    "$python" "$root/tests/ranks/horovod_rendezvous.py" --hosts "node0:$NPROCS,node1:$NPROCS" \
     --addr "$addr0" --iface eth0 --gloo-run "$HVD_GLOO_RUN"
 t0=$(netns_now_ms)
 netns_job_start "$job" "$NETNS_WORK" "$NETNS_BUILD/rendezvousd"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Real horovod under gpurun, no horovodrun: horovod 0.28.1 for PyTorch with its gloo controller,
-# built from PyPI's source release against Debian's torch, runs tests/horovod_torch.py
+# built from PyPI's source release against Debian's torch, runs tests/ranks/horovod_torch.py
 # (hvd.init(), allreduce, allgather, broadcast, shutdown, and all of it again) under
 # `gpurun --local --gpus-per-node 2` and `--local --nodes 2 --gpus-per-node 2`.
 #
@@ -69,7 +69,7 @@ for nodes in 1 2; do
     rc=0
     t0=$(date +%s%N)
     timeout -k 5 240 "$build/gpurun" --local --nodes "$nodes" --gpus-per-node "$NPROCS" \
-        --job-dir "$work/job-$nodes" -- "$python" "$root/tests/horovod_torch.py" \
+        --job-dir "$work/job-$nodes" -- "$python" "$root/tests/ranks/horovod_torch.py" \
         >"$work/gpurun.out" 2>"$work/gpurun.err" || rc=$?
     echo "# horovod_torch_nodes${nodes}_ms=$((($(date +%s%N) - t0) / 1000000))"
     [ "$rc" != 124 ] || fail "gpurun ($nodes nodes) did not finish within 240 s"

@@ -28,7 +28,7 @@ export GLOO_SOCKET_IFNAME=lo
 rc=0
 t0=$(date +%s%N)
 timeout -k 5 180 "$build/gpurun" --local --gpus-per-node "$NPROCS" --job-dir "$work/job" \
-    -- "$python" "$root/tests/torch_allreduce.py" >"$work/gpurun.out" 2>"$work/gpurun.err" || rc=$?
+    -- "$python" "$root/tests/ranks/torch_allreduce.py" >"$work/gpurun.out" 2>"$work/gpurun.err" || rc=$?
 echo "# torch_job_ms=$((($(date +%s%N) - t0) / 1000000))"
 [ "$rc" != 124 ] || fail "gpurun did not finish within 180 s"
 if [ "$rc" != 0 ]; then
