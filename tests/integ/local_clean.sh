@@ -32,6 +32,8 @@ done
 touch -d '10 days ago' "$GPURUN_JOBS/$old/summary.json"
 "$gpurun" --local -- sleep 30 >"$work/long.out" 2>"$work/long.err" </dev/null &
 bg_pids+=($!)
+# The shell may not have opened long.err yet.
+wait_for_lines "$work/long.err" 1
 running=
 for ((i = 0; i < 100; i++)); do
     running=$(sed -n 's/^gpurun: job \([^,]*\), job dir .*/\1/p' "$work/long.err")
