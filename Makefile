@@ -108,11 +108,11 @@ $(GPURUN): $(call obj,$(CLIENT_SRC)) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(SLURM_LIBS)
 
-$(GR_EXAMPLE): $(call obj,tests/gr_example.c) $(GR_A)
+$(GR_EXAMPLE): $(call obj,tests/helpers/gr_example.c) $(GR_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/gr_pmix_check: $(call obj,tests/gr_pmix_check.c) $(GR_A)
+$(BUILD)/tests/gr_pmix_check: $(call obj,tests/helpers/gr_pmix_check.c) $(GR_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -186,11 +186,11 @@ NCCL_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_LIBDIR)/libnc
 NCCL_CPPFLAGS := -DGPURUN_NCCL -isystem $(CUDA_HOME)/include
 NCCL_LIBS   := -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl \
                -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart
-$(call obj,kernels/coll_nccl.c tests/coll_rank.c tests/test_coll_nccl.c): CPPFLAGS += $(NCCL_CPPFLAGS)
+$(call obj,kernels/coll_nccl.c tests/helpers/coll_rank.c tests/test_coll_nccl.c): CPPFLAGS += $(NCCL_CPPFLAGS)
 $(TRAIN) $(RUNNER) $(COLL_RANK) $(BENCH_AR): LDLIBS += $(NCCL_LIBS)
 endif
 
-RUNNER_OBJS := $(call obj,tests/runner.c tests/wire.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(KERNEL_MODS) $(wildcard lib/gr.c lib/gr_pmix.c)) $(LIB_A)
+RUNNER_OBJS := $(call obj,tests/runner.c tests/helpers/wire.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(KERNEL_MODS) $(wildcard lib/gr.c lib/gr_pmix.c)) $(LIB_A)
 $(RUNNER): $(RUNNER_OBJS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS) $(SLURM_LIBS)
@@ -258,7 +258,7 @@ $(SIM_RUNNER): $(RUNNER_OBJS) $(call obj,tests/cudasim/test_cudasim.c) $(CUDA_C_
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS) $(SLURM_LIBS)
-$(SIM_COLL_RANK): $(call obj,tests/coll_rank.c $(COLL_SRC)) $(GR_A) $(SIM_LIB)
+$(SIM_COLL_RANK): $(call obj,tests/helpers/coll_rank.c $(COLL_SRC)) $(GR_A) $(SIM_LIB)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -285,8 +285,8 @@ $(LOADGEN): $(call obj,bench/loadgen.c) $(LIB_A)
 # The collectives' rank programs: the multi-rank tests and the allreduce benchmark, on the
 # rank library and kernels/coll*.c alone; the benchmark's anchor is built with OpenMPI's mpicc
 # where one is installed.
-$(call obj,tests/coll_rank.c bench/allreduce.c tests/test_coll.c tests/test_coll_nccl.c): CPPFLAGS += -Ikernels
-$(COLL_RANK): $(call obj,tests/coll_rank.c $(COLL_SRC)) $(GR_A)
+$(call obj,tests/helpers/coll_rank.c bench/allreduce.c tests/test_coll.c tests/test_coll_nccl.c): CPPFLAGS += -Ikernels
+$(COLL_RANK): $(call obj,tests/helpers/coll_rank.c $(COLL_SRC)) $(GR_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BENCH_AR): $(call obj,bench/allreduce.c $(COLL_SRC)) $(GR_A)
@@ -305,7 +305,7 @@ $(BUILD)/bench/mpi_allreduce: bench/mpi_allreduce.c
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC) -O2 -Wall -Wextra -Werror -Ilib -o $@ $<
 # The MPI program of the Slurm tests (srun --mpi=pmix across the test cluster's nodes).
-$(MPI_HELLO): tests/mpi_hello.c
+$(MPI_HELLO): tests/helpers/mpi_hello.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC) -O2 -g -std=c11 -Wall -Wextra -Werror -Ilib -o $@ $<

@@ -29,7 +29,7 @@
 #
 # The library also has what the integration scripts share (each documented below):
 # netns_wait and netns_now_ms; netns_job_write and netns_job_start (a job dir and one
-# rendezvousd per node); netns_test_begin, netns_fail and netns_json.
+# rendezvousd per node); netns_test_begin (the prologue, with fail) and netns_json.
 
 # A library must not change the shell options of the script that sources it.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
@@ -360,65 +360,29 @@ netns_job_start() {
 
 # ---- scaffolding for the integration scripts ---------------------------------------------------
 
-# Starts a test on N nodes: skips (exit 77) when this machine cannot make them or a program
-# named (relative to the build dir: $BUILD, else build/ of the source tree; a relative $BUILD
-# is taken from the source tree's root) is not built; sets NETNS_BUILD; makes NETNS_WORK, a
-# scratch dir (under $TEST_TMPDIR when the test runner gives one); installs an EXIT trap that
-# removes the nodes, everything running in them and the scratch dir (kept, and its logs
-# shown, when the test fails or $TEST_KEEP_TMPDIR is set).
+# Starts a test on N nodes with the integration scripts' prologue (tests/integ/prologue.sh:
+# root, build, work, skip, fail...): skips (exit 77) when a program named (relative to the
+# build dir) is not built or this machine cannot make the nodes; sets NETNS_BUILD (the build
+# dir) and NETNS_WORK (the scratch dir); at exit the nodes and everything running in them go
+# first, then the scratch dir (kept, and the tails of its *.out and *.err shown, when the test
+# fails or $TEST_KEEP_TMPDIR is set).
 #   netns_test_begin N PROGRAM...
 netns_test_begin() {
-    local n=$1 root p rc=0
+    local n=$1 rc=0
     shift
-    root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-    NETNS_BUILD=${BUILD:-build}
-    [[ $NETNS_BUILD == /* ]] || NETNS_BUILD=$root/$NETNS_BUILD
-    for p in "$@"; do
-        if [ ! -x "$NETNS_BUILD/$p" ]; then
-            netns__skip "'$NETNS_BUILD/$p' is not built"
-            exit 77
-        fi
-    done
-    if ! command -v python3 >/dev/null; then
-        netns__skip "no python3 to read the daemons' JSON files"
-        exit 77
-    fi
-    trap netns_test_end EXIT
-    # A signal ends the script through exit, so that the EXIT trap still cleans up.
-    trap 'exit 129' HUP
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
+    # shellcheck source=integ/prologue.sh
+    . "$(dirname "${BASH_SOURCE[0]}")/integ/prologue.sh"
+    fail_show=('*.out' '*.err')
+    show_lines=20
+    need_built "$@"
+    command -v python3 >/dev/null || skip "no python3 to read the daemons' JSON files"
+    exit_hooks+=(netns_down)
+    # shellcheck disable=SC2034 # read by the sourcing script
+    NETNS_BUILD=$build
+    NETNS_WORK=$work
     netns_up "$n" || rc=$?
     [ "$rc" = 0 ] || exit "$rc"
-    NETNS_WORK=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gr-netns-test.XXXXXX")
     echo "# nodes: $(netns_name 0)..$(netns_name $((n - 1))) in $(netns_subnet).0/24, scratch $NETNS_WORK"
-}
-
-netns_test_end() {
-    local rc=$? f
-    trap - EXIT
-    netns_down
-    if [ -n "${NETNS_WORK:-}" ]; then
-        if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
-            for f in "$NETNS_WORK"/*.out "$NETNS_WORK"/*.err; do
-                [ -s "$f" ] || continue
-                echo "# --- ${f##*/} (last 20 lines)"
-                tail -n 20 "$f" | sed 's/^/# /'
-            done
-        fi
-        if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
-            rm -rf "$NETNS_WORK"
-        else
-            echo "# scratch kept: $NETNS_WORK"
-        fi
-    fi
-    exit "$rc"
-}
-
-# Ends the test as failed with a one-line reason.
-netns_fail() {
-    echo "FAIL: $*"
-    exit 1
 }
 
 # Prints what the Python expression EXPR gives for j, the JSON document in FILE (a string as

@@ -1,7 +1,7 @@
 /* Tests of the collectives (kernels/coll.h) in a world of one rank: every operation leaves the
  * data as it is and opens no socket, whichever backend; the errors of a bad backend or root;
  * the device-memory operations refused by the backends without them. The ring itself runs
- * with real ranks in tests/integ/coll_*.sh (tests/coll_rank.c); the nccl backend has
+ * with real ranks in tests/integ/coll_*.sh (tests/helpers/coll_rank.c); the nccl backend has
  * tests/test_coll_nccl.c. */
 #include <dirent.h>
 #include <errno.h>

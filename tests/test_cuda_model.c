@@ -23,6 +23,7 @@
 #include "gpt2.h"
 #include "optim.h"
 #include "test.h"
+#include "cuda_test.h"
 #include "banned.h"
 
 struct tol {
@@ -51,85 +52,16 @@ static const struct gpt2_config cfg = {
 
 static const struct adamw_config adamw_cfg = {0.9f, 0.95f, 1e-8f, 0.1f};
 
-static struct gpu_ctx *ctx;
-static uint64_t rng_state;
+/* The models' error buffer (given to gpt2_gpu_new). */
 static char gerr[256];
 
-#define MAX_TRACKED 64
-static void *host_bufs[MAX_TRACKED];
-static int n_host;
-
+/* Fails the test when call, an action on a model, returns < 0, with the model's message. */
 #define CHECK_GPU(call)                                                                            \
     do {                                                                                           \
         int r_ = (call);                                                                           \
         if (r_ < 0)                                                                                \
             test_fail(__FILE__, __LINE__, "%s: %d (%s)", #call, r_, gerr);                         \
     } while (0)
-
-#define CHECK_CTX(call)                                                                            \
-    do {                                                                                           \
-        int r_ = (call);                                                                           \
-        if (r_ < 0)                                                                                \
-            test_fail(__FILE__, __LINE__, "%s: %d (%s)", #call, r_, gpu_ctx_error(ctx));           \
-    } while (0)
-
-/* Skips without a device; else a context on device 0 and the seed. */
-static void setup(void)
-{
-    char err[256];
-    const char *s = getenv("GPURUN_TEST_SEED");
-
-    if (gpu_require_device(err, sizeof(err)) < 0)
-        test_skip("%s", err);
-    ctx = gpu_ctx_new(0, err, sizeof(err));
-    if (!ctx)
-        test_fail(__FILE__, __LINE__, "%s", err);
-    if (s && *s) {
-        rng_state = strtoull(s, NULL, 10);
-    } else {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        rng_state = (uint64_t)ts.tv_sec * 1000000007ull + (uint64_t)ts.tv_nsec;
-    }
-    fprintf(stderr, "seed %llu (GPURUN_TEST_SEED repeats it)\n", (unsigned long long)rng_state);
-}
-
-static void finish(void)
-{
-    CHECK_CTX(gpu_ctx_sync(ctx));
-    while (n_host)
-        free(host_bufs[--n_host]);
-    gpu_ctx_free(ctx);
-    ctx = NULL;
-}
-
-static void *hmalloc(size_t bytes)
-{
-    void *p = calloc(1, bytes ? bytes : 1);
-    CHECK(p);
-    CHECK_INT(n_host, <, MAX_TRACKED);
-    host_bufs[n_host++] = p;
-    return p;
-}
-
-/* splitmix64 */
-static uint64_t next_u64(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double urand(void)
-{
-    return (double)(next_u64() >> 11) / 9007199254740992.0;
-}
-
-static int irand(int n)
-{
-    return (int)(next_u64() % (uint64_t)n);
-}
 
 /* bf16 on the host: round to nearest even. */
 static float round_dt(enum gpu_dtype dt, float f)
@@ -265,7 +197,7 @@ TEST_T(cuda_model_step_f32, 120)
     int B = B_CAP, T = T_CAP, n = B * T;
     float loss_cpu = 0.0f, loss = 0.0f, loss2 = 0.0f;
 
-    setup();
+    test_device_setup();
     cpu_model(&cpu, GPU_F32);
     struct gpt2_gpu_opts o = opts_of(GPU_F32);
     struct gpt2_gpu *m = gpu_model(&o, &cpu);
@@ -289,7 +221,7 @@ TEST_T(cuda_model_step_f32, 120)
 
     gpt2_gpu_free(m);
     gpt2_release(&cpu);
-    finish();
+    test_device_finish();
 }
 
 /* Two micro-batches of a smaller shape with grad_scale 1/2 each, added into one gradient. */
@@ -299,7 +231,7 @@ TEST_T(cuda_model_accumulation_f32, 120)
     int B = 2, T = 11, n = B * T;
     float lc[2], lg[2];
 
-    setup();
+    test_device_setup();
     cpu_model(&cpu, GPU_F32);
     struct gpt2_gpu_opts o = opts_of(GPU_F32);
     struct gpt2_gpu *m = gpu_model(&o, &cpu);
@@ -319,7 +251,7 @@ TEST_T(cuda_model_accumulation_f32, 120)
 
     gpt2_gpu_free(m);
     gpt2_release(&cpu);
-    finish();
+    test_device_finish();
 }
 
 /* bf16: parameters are the same bf16 values on both sides, but the GPU stores every
@@ -335,7 +267,7 @@ TEST_T(cuda_model_step_bf16, 120)
     int B = B_CAP, T = T_CAP, n = B * T;
     float loss_cpu = 0.0f, loss = 0.0f;
 
-    setup();
+    test_device_setup();
     cpu_model(&cpu, GPU_BF16);
     struct gpt2_gpu_opts o = opts_of(GPU_BF16);
     struct gpt2_gpu *m = gpu_model(&o, &cpu);
@@ -353,7 +285,7 @@ TEST_T(cuda_model_step_bf16, 120)
 
     gpt2_gpu_free(m);
     gpt2_release(&cpu);
-    finish();
+    test_device_finish();
 }
 
 /* ---- forward only -------------------------------------------------------------------------- */
@@ -403,16 +335,16 @@ static void forward_only(enum gpu_dtype dt)
 
 TEST_T(cuda_model_forward_f32, 120)
 {
-    setup();
+    test_device_setup();
     forward_only(GPU_F32);
-    finish();
+    test_device_finish();
 }
 
 TEST_T(cuda_model_forward_bf16, 120)
 {
-    setup();
+    test_device_setup();
     forward_only(GPU_BF16);
-    finish();
+    test_device_finish();
 }
 
 /* ---- the update ---------------------------------------------------------------------------- */
@@ -488,16 +420,16 @@ static void update_whole(enum gpu_dtype dt)
 
 TEST_T(cuda_model_update_f32, 120)
 {
-    setup();
+    test_device_setup();
     update_whole(GPU_F32);
-    finish();
+    test_device_finish();
 }
 
 TEST_T(cuda_model_update_bf16, 120)
 {
-    setup();
+    test_device_setup();
     update_whole(GPU_BF16);
-    finish();
+    test_device_finish();
 }
 
 /* n floatX elements at device address d (floatX of dt) as host floats. */
@@ -612,18 +544,18 @@ static void update_shard(enum gpu_dtype dt, int rank)
 
 TEST_T(cuda_model_update_shard_f32, 120)
 {
-    setup();
+    test_device_setup();
     update_shard(GPU_F32, 1);
     update_shard(GPU_F32, 2);
-    finish();
+    test_device_finish();
 }
 
 TEST_T(cuda_model_update_shard_bf16, 120)
 {
-    setup();
+    test_device_setup();
     update_shard(GPU_BF16, 1);
     update_shard(GPU_BF16, 2);
-    finish();
+    test_device_finish();
 }
 
 /* ---- state round trips --------------------------------------------------------------------- */
@@ -699,16 +631,16 @@ static void round_trips(enum gpu_dtype dt)
 
 TEST_T(cuda_model_round_trips_f32, 120)
 {
-    setup();
+    test_device_setup();
     round_trips(GPU_F32);
-    finish();
+    test_device_finish();
 }
 
 TEST_T(cuda_model_round_trips_bf16, 120)
 {
-    setup();
+    test_device_setup();
     round_trips(GPU_BF16);
-    finish();
+    test_device_finish();
 }
 
 /* ---- gradient norm ------------------------------------------------------------------------- */
@@ -719,7 +651,7 @@ TEST_T(cuda_model_grad_sumsq, 120)
     struct gpt2 cpu;
     int n = B_CAP * T_CAP;
 
-    setup();
+    test_device_setup();
     cpu_model(&cpu, GPU_BF16);
     struct gpt2_gpu_opts o = opts_of(GPU_BF16);
     size_t np = cpu.n_params;
@@ -749,7 +681,7 @@ TEST_T(cuda_model_grad_sumsq, 120)
 
     gpt2_gpu_free(m);
     gpt2_release(&cpu);
-    finish();
+    test_device_finish();
 }
 
 /* ---- errors -------------------------------------------------------------------------------- */
@@ -759,7 +691,7 @@ TEST_T(cuda_model_bad_input, 120)
     struct gpt2 cpu;
     int n = B_CAP * T_CAP;
 
-    setup();
+    test_device_setup();
     cpu_model(&cpu, GPU_F32);
     struct gpt2_gpu_opts o = opts_of(GPU_F32);
     struct gpt2_gpu *m = gpu_model(&o, &cpu);
@@ -818,5 +750,5 @@ TEST_T(cuda_model_bad_input, 120)
     CHECK_CONTAINS(err, "shard");
 
     gpt2_release(&cpu);
-    finish();
+    test_device_finish();
 }

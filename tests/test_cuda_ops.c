@@ -23,6 +23,7 @@
 #include "ops.h"
 #include "optim.h"
 #include "test.h"
+#include "cuda_test.h"
 #include "banned.h"
 
 /* ---- harness ------------------------------------------------------------------------------- */
@@ -37,90 +38,6 @@ static const struct tol TOL_BF16 = {1e-2, 1e-2};
 static struct tol tol_of(enum gpu_dtype dt)
 {
     return dt == GPU_BF16 ? TOL_BF16 : TOL_F32;
-}
-
-static struct gpu_ctx *ctx;
-static uint64_t rng_state;
-
-/* Every host and device buffer of a test is tracked and freed by finish(). */
-#define MAX_TRACKED 512
-static void *host_bufs[MAX_TRACKED], *dev_bufs[MAX_TRACKED];
-static int n_host, n_dev;
-
-#define CHECK_GPU(call)                                                                            \
-    do {                                                                                           \
-        int r_ = (call);                                                                           \
-        if (r_ < 0)                                                                                \
-            test_fail(__FILE__, __LINE__, "%s: %d (%s)", #call, r_, gpu_ctx_error(ctx));           \
-    } while (0)
-
-/* Skips without a device; else a context on device 0 and the seed. */
-static void setup(void)
-{
-    char err[256];
-    const char *s = getenv("GPURUN_TEST_SEED");
-
-    if (gpu_require_device(err, sizeof(err)) < 0)
-        test_skip("%s", err);
-    ctx = gpu_ctx_new(0, err, sizeof(err));
-    if (!ctx)
-        test_fail(__FILE__, __LINE__, "%s", err);
-    if (s && *s) {
-        rng_state = strtoull(s, NULL, 10);
-    } else {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        rng_state = (uint64_t)ts.tv_sec * 1000000007ull + (uint64_t)ts.tv_nsec;
-    }
-    fprintf(stderr, "seed %llu (GPURUN_TEST_SEED repeats it)\n", (unsigned long long)rng_state);
-}
-
-static void finish(void)
-{
-    CHECK_GPU(gpu_ctx_sync(ctx));
-    while (n_dev)
-        gpu_free(ctx, dev_bufs[--n_dev]);
-    while (n_host)
-        free(host_bufs[--n_host]);
-    gpu_ctx_free(ctx);
-    ctx = NULL;
-}
-
-static void *hmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    CHECK(p);
-    CHECK_INT(n_host, <, MAX_TRACKED);
-    host_bufs[n_host++] = p;
-    return p;
-}
-
-static void *dmalloc(size_t bytes)
-{
-    void *p = NULL;
-    CHECK_GPU(gpu_alloc(ctx, &p, bytes));
-    CHECK_INT(n_dev, <, MAX_TRACKED);
-    dev_bufs[n_dev++] = p;
-    return p;
-}
-
-/* splitmix64 */
-static uint64_t next_u64(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double urand(void)
-{
-    return (double)(next_u64() >> 11) / 9007199254740992.0;
-}
-
-static int irand(int n)
-{
-    return (int)(next_u64() % (uint64_t)n);
 }
 
 /* bf16 on the host: round to nearest even (NaN stays a quiet NaN). */
@@ -169,9 +86,9 @@ static void *dput(enum gpu_dtype dt, const float *h, size_t n)
         uint16_t *b = hmalloc(n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++)
             b[i] = bf16_bits(h[i]);
-        CHECK_GPU(gpu_upload(ctx, d, b, n * sizeof(uint16_t)));
+        CHECK_CTX(gpu_upload(ctx, d, b, n * sizeof(uint16_t)));
     } else {
-        CHECK_GPU(gpu_upload(ctx, d, h, n * sizeof(float)));
+        CHECK_CTX(gpu_upload(ctx, d, h, n * sizeof(float)));
     }
     return d;
 }
@@ -190,7 +107,7 @@ static void *dput_at(enum gpu_dtype dt, const float *h, size_t n, size_t off)
             b[i] = bf16_bits(h[i]);
         src = b;
     }
-    CHECK_GPU(gpu_upload(ctx, d + off * es, src, n * es));
+    CHECK_CTX(gpu_upload(ctx, d + off * es, src, n * es));
     return d + off * es;
 }
 
@@ -202,7 +119,7 @@ static float *dputf(const float *h, size_t n)
 static int *dputi(const int *h, size_t n)
 {
     int *d = dmalloc(n * sizeof(int));
-    CHECK_GPU(gpu_upload(ctx, d, h, n * sizeof(int)));
+    CHECK_CTX(gpu_upload(ctx, d, h, n * sizeof(int)));
     return d;
 }
 
@@ -210,7 +127,7 @@ static int *dputi(const int *h, size_t n)
 static void *dnan(enum gpu_dtype dt, size_t n)
 {
     void *d = dmalloc(n * gpu_dtype_size(dt));
-    CHECK_GPU(gpu_fill_bytes(ctx, d, 0xff, n * gpu_dtype_size(dt)));
+    CHECK_CTX(gpu_fill_bytes(ctx, d, 0xff, n * gpu_dtype_size(dt)));
     return d;
 }
 
@@ -226,11 +143,11 @@ static float *dget(enum gpu_dtype dt, const void *d, size_t n)
     float *h = hmalloc(n * sizeof(float));
     if (dt == GPU_BF16) {
         uint16_t *b = hmalloc(n * sizeof(uint16_t));
-        CHECK_GPU(gpu_download(ctx, b, d, n * sizeof(uint16_t)));
+        CHECK_CTX(gpu_download(ctx, b, d, n * sizeof(uint16_t)));
         for (size_t i = 0; i < n; i++)
             h[i] = bf16_float(b[i]);
     } else {
-        CHECK_GPU(gpu_download(ctx, h, d, n * sizeof(float)));
+        CHECK_CTX(gpu_download(ctx, h, d, n * sizeof(float)));
     }
     return h;
 }
@@ -276,15 +193,15 @@ static void compare(const char *file, int line, const char *what, const float *g
     static void name(enum gpu_dtype dt);                                                           \
     TEST(cuda_##name##_f32)                                                                        \
     {                                                                                              \
-        setup();                                                                                   \
+        test_device_setup();                                                                       \
         name(GPU_F32);                                                                             \
-        finish();                                                                                  \
+        test_device_finish();                                                                      \
     }                                                                                              \
     TEST(cuda_##name##_bf16)                                                                       \
     {                                                                                              \
-        setup();                                                                                   \
+        test_device_setup();                                                                       \
         name(GPU_BF16);                                                                            \
-        finish();                                                                                  \
+        test_device_finish();                                                                      \
     }                                                                                              \
     static void name(enum gpu_dtype dt)
 
@@ -306,18 +223,18 @@ TEST(cuda_device_context)
 {
     char err[256] = "";
 
-    setup();
+    test_device_setup();
     CHECK_INT(gpu_device_count(), >=, 1);
     CHECK_EQ(gpu_require_device(err, sizeof(err)), 0);
     CHECK(gpu_ctx_stream(ctx) != NULL);
     CHECK_STR(gpu_ctx_error(ctx), "");
-    finish();
+    test_device_finish();
 }
 
 /* Launchers refuse bad shapes before launching, naming the op. */
 TEST(cuda_shape_errors)
 {
-    setup();
+    test_device_setup();
     void *buf = dmalloc(1 << 16);
     CHECK_EQ(gpu_layernorm_forward(ctx, GPU_F32, buf, NULL, NULL, buf, buf, buf, 0, 8), -EINVAL);
     CHECK_CONTAINS(gpu_ctx_error(ctx), "layernorm_forward: N (0)");
@@ -331,7 +248,7 @@ TEST(cuda_shape_errors)
                               &(struct adamw_config){0.9f, 0.95f, 1e-8f, 0.1f}, 1, 1e-3f, 1.0f),
              -EINVAL);
     CHECK_CONTAINS(gpu_ctx_error(ctx), "master");
-    finish();
+    test_device_finish();
 }
 
 /* fp32 -> bf16 rounds to nearest even, bf16 -> fp32 is exact; ties, NaN, infinities. */
@@ -341,7 +258,7 @@ TEST(cuda_convert)
     float *x;
     uint16_t *b;
 
-    setup();
+    test_device_setup();
     x = hmalloc(n * sizeof(float));
     b = hmalloc(n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) {
@@ -355,8 +272,8 @@ TEST(cuda_convert)
     x[0] = NAN, x[4] = INFINITY, x[8] = -INFINITY, x[12] = -0.0f, x[16] = 3.4028235e38f;
     float *d32 = dputf(x, n);
     void *d16 = dnan(GPU_BF16, n);
-    CHECK_GPU(gpu_convert(ctx, GPU_BF16, d16, GPU_F32, d32, n));
-    CHECK_GPU(gpu_download(ctx, b, d16, n * sizeof(uint16_t)));
+    CHECK_CTX(gpu_convert(ctx, GPU_BF16, d16, GPU_F32, d32, n));
+    CHECK_CTX(gpu_download(ctx, b, d16, n * sizeof(uint16_t)));
     for (size_t i = 0; i < n; i++) {
         if (isnan(x[i])) {
             CHECK(isnan(bf16_float(b[i])));
@@ -367,13 +284,13 @@ TEST(cuda_convert)
                       b[i], bf16_bits(x[i]));
     }
     float *back = dnan(GPU_F32, n);
-    CHECK_GPU(gpu_convert(ctx, GPU_F32, back, GPU_BF16, d16, n));
+    CHECK_CTX(gpu_convert(ctx, GPU_F32, back, GPU_BF16, d16, n));
     float *h = dgetf(back, n);
     for (size_t i = 0; i < n; i++) {
         float want = bf16_float(b[i]);
         CHECK(memcmp(&h[i], &want, sizeof(float)) == 0 || (isnan(h[i]) && isnan(want)));
     }
-    finish();
+    test_device_finish();
 }
 
 /* ---- encoder ------------------------------------------------------------------------------- */
@@ -392,7 +309,7 @@ CUDA_TEST(encoder)
     ops_encoder_forward(ref, inp, wte, wpe, B, T, C);
     int *dinp = dputi(inp, (size_t)B * T);
     void *out = dnan(dt, nout);
-    CHECK_GPU(gpu_encoder_forward(ctx, dt, out, dinp, dput(dt, wte, (size_t)V * C),
+    CHECK_CTX(gpu_encoder_forward(ctx, dt, out, dinp, dput(dt, wte, (size_t)V * C),
                                   dput(dt, wpe, (size_t)maxT * C), B, T, C));
     COMPARE("out", dget(dt, out, nout), ref, nout, tol_of(dt));
 
@@ -400,7 +317,7 @@ CUDA_TEST(encoder)
     float *dwte = hrand(dt, (size_t)V * C, 1.0f), *dwpe = hrand(dt, (size_t)maxT * C, 1.0f);
     void *g_dwte = dput(dt, dwte, (size_t)V * C), *g_dwpe = dput(dt, dwpe, (size_t)maxT * C);
     ops_encoder_backward(dwte, dwpe, dout, inp, B, T, C);
-    CHECK_GPU(gpu_encoder_backward(ctx, dt, g_dwte, g_dwpe, dput(dt, dout, nout), inp, B, T, C, V));
+    CHECK_CTX(gpu_encoder_backward(ctx, dt, g_dwte, g_dwpe, dput(dt, dout, nout), inp, B, T, C, V));
     COMPARE("dwte", dget(dt, g_dwte, (size_t)V * C), dwte, (size_t)V * C, tol_of(dt));
     COMPARE("dwpe", dget(dt, g_dwpe, (size_t)maxT * C), dwpe, (size_t)maxT * C, tol_of(dt));
 
@@ -425,7 +342,7 @@ CUDA_TEST(layernorm)
     void *g_x = dput(dt, x, n), *g_w = dput(dt, w, C), *g_b = dput(dt, b, C);
     void *g_out = dnan(dt, n);
     float *g_mean = dnan(GPU_F32, N), *g_rstd = dnan(GPU_F32, N);
-    CHECK_GPU(gpu_layernorm_forward(ctx, dt, g_out, g_mean, g_rstd, g_x, g_w, g_b, N, C));
+    CHECK_CTX(gpu_layernorm_forward(ctx, dt, g_out, g_mean, g_rstd, g_x, g_w, g_b, N, C));
     COMPARE("out", dget(dt, g_out, n), out, n, tol_of(dt));
     COMPARE("mean", dgetf(g_mean, N), mean, N, TOL_F32);
     COMPARE("rstd", dgetf(g_rstd, N), rstd, N, TOL_F32);
@@ -435,7 +352,7 @@ CUDA_TEST(layernorm)
     float *dw = hrand(dt, C, 1.0f), *db = hrand(dt, C, 1.0f);
     void *g_dinp = dput(dt, dinp, n), *g_dw = dput(dt, dw, C), *g_db = dput(dt, db, C);
     ops_layernorm_backward(dinp, dw, db, dout, x, w, mean, rstd, N, C);
-    CHECK_GPU(gpu_layernorm_backward(ctx, dt, g_dinp, g_dw, g_db, dput(dt, dout, n), g_x, g_w,
+    CHECK_CTX(gpu_layernorm_backward(ctx, dt, g_dinp, g_dw, g_db, dput(dt, dout, n), g_x, g_w,
                                      dputf(mean, N), dputf(rstd, N), N, C));
     COMPARE("dinp", dget(dt, g_dinp, n), dinp, n, tol_of(dt));
     COMPARE("dweight", dget(dt, g_dw, C), dw, C, tol_of(dt));
@@ -460,7 +377,7 @@ CUDA_TEST(residual_layernorm)
     void *g_a = dput(dt, a, n), *g_b = dput(dt, b, n), *g_w = dput(dt, w, C);
     void *g_bias = dput(dt, bias, C), *g_res = dnan(dt, n), *g_out = dnan(dt, n);
     float *g_mean = dnan(GPU_F32, N), *g_rstd = dnan(GPU_F32, N);
-    CHECK_GPU(gpu_residual_layernorm_forward(ctx, dt, g_res, g_out, g_mean, g_rstd, g_a, g_b, g_w,
+    CHECK_CTX(gpu_residual_layernorm_forward(ctx, dt, g_res, g_out, g_mean, g_rstd, g_a, g_b, g_w,
                                              g_bias, N, C));
     COMPARE("residual", dget(dt, g_res, n), res, n, tol_of(dt));
     COMPARE("out", dget(dt, g_out, n), out, n, tol_of(dt));
@@ -468,7 +385,7 @@ CUDA_TEST(residual_layernorm)
     COMPARE("rstd", dgetf(g_rstd, N), rstd, N, TOL_F32);
 
     g_out = dnan(dt, n);
-    CHECK_GPU(gpu_residual_layernorm_forward(ctx, dt, g_a, g_out, NULL, NULL, g_a, g_b, g_w, g_bias,
+    CHECK_CTX(gpu_residual_layernorm_forward(ctx, dt, g_a, g_out, NULL, NULL, g_a, g_b, g_w, g_bias,
                                              N, C));
     COMPARE("residual in a", dget(dt, g_a, n), res, n, tol_of(dt));
     COMPARE("out (in place)", dget(dt, g_out, n), out, n, tol_of(dt));
@@ -483,13 +400,13 @@ CUDA_TEST(residual)
     void *g_out = dnan(dt, n);
 
     ops_residual_forward(out, a, b, n);
-    CHECK_GPU(gpu_residual_forward(ctx, dt, g_out, dput(dt, a, n), dput(dt, b, n), n));
+    CHECK_CTX(gpu_residual_forward(ctx, dt, g_out, dput(dt, a, n), dput(dt, b, n), n));
     COMPARE("out", dget(dt, g_out, n), out, n, tol_of(dt));
 
     float *dout = hrand(dt, n, 1.0f), *da = hrand(dt, n, 1.0f), *db = hrand(dt, n, 1.0f);
     void *g_da = dput(dt, da, n), *g_db = dput(dt, db, n);
     ops_residual_backward(da, db, dout, n);
-    CHECK_GPU(gpu_residual_backward(ctx, dt, g_da, g_db, dput(dt, dout, n), n));
+    CHECK_CTX(gpu_residual_backward(ctx, dt, g_da, g_db, dput(dt, dout, n), n));
     COMPARE("da", dget(dt, g_da, n), da, n, tol_of(dt));
     COMPARE("db", dget(dt, g_db, n), db, n, tol_of(dt));
 }
@@ -502,18 +419,18 @@ CUDA_TEST(gelu)
     void *g_x = dput(dt, x, n), *g_out = dnan(dt, n);
 
     ops_gelu_forward(out, x, n);
-    CHECK_GPU(gpu_gelu_forward(ctx, dt, g_out, g_x, n));
+    CHECK_CTX(gpu_gelu_forward(ctx, dt, g_out, g_x, n));
     COMPARE("out", dget(dt, g_out, n), out, n, tol_of(dt));
 
     ops_gelu_backward(dinp, x, dout, n);
     void *g_dinp = dnan(dt, n), *g_dout = dput(dt, dout, n);
-    CHECK_GPU(gpu_gelu_backward(ctx, dt, g_dinp, g_x, g_dout, n));
+    CHECK_CTX(gpu_gelu_backward(ctx, dt, g_dinp, g_x, g_dout, n));
     COMPARE("dinp", dget(dt, g_dinp, n), dinp, n, tol_of(dt));
 
     /* In place: out over inp, dinp over dout. */
-    CHECK_GPU(gpu_gelu_backward(ctx, dt, g_dout, g_x, g_dout, n));
+    CHECK_CTX(gpu_gelu_backward(ctx, dt, g_dout, g_x, g_dout, n));
     COMPARE("dinp in place", dget(dt, g_dout, n), dinp, n, tol_of(dt));
-    CHECK_GPU(gpu_gelu_forward(ctx, dt, g_x, g_x, n));
+    CHECK_CTX(gpu_gelu_forward(ctx, dt, g_x, g_x, n));
     COMPARE("out in place", dget(dt, g_x, n), out, n, tol_of(dt));
 }
 
@@ -535,7 +452,7 @@ static void matmul_forward_case(enum gpu_dtype dt, int N, int C, int OC, bool bi
         ops_gelu_forward(out, pre, no);
     void *g_out = dnan_at(dt, no, off), *g_pre = gelu ? dnan_at(dt, no, off) : NULL;
     gpu_ctx_set_fusion(ctx, fusion);
-    CHECK_GPU(gpu_matmul_forward(ctx, dt, g_out, g_pre, dput_at(dt, inp, ni, off),
+    CHECK_CTX(gpu_matmul_forward(ctx, dt, g_out, g_pre, dput_at(dt, inp, ni, off),
                                  dput_at(dt, w, nw, off), bias ? dput_at(dt, b, OC, off) : NULL, N,
                                  C, OC));
     snprintf(what, sizeof(what), "out (%dx%dx%d%s%s%s%s)", N, C, OC, bias ? " bias" : "",
@@ -584,7 +501,7 @@ static void matmul_backward_case(enum gpu_dtype dt, int N, int C, int OC, bool b
     if (gelu)
         ops_gelu_backward(dinp, pre, dinp, ni);
     gpu_ctx_set_fusion(ctx, fusion);
-    CHECK_GPU(gpu_matmul_backward(ctx, dt, g_dinp, g_dw, g_db, dput_at(dt, dout, no, off),
+    CHECK_CTX(gpu_matmul_backward(ctx, dt, g_dinp, g_dw, g_db, dput_at(dt, dout, no, off),
                                   dput_at(dt, inp, ni, off), dput_at(dt, w, nw, off),
                                   gelu ? dput_at(dt, pre, ni, off) : NULL, N, C, OC));
     snprintf(what, sizeof(what), "(%dx%dx%d%s%s%s%s)", N, C, OC, bias ? " bias" : "",
@@ -633,26 +550,26 @@ static void crossentropy_case(enum gpu_dtype dt, int N, int V, int Vp)
     void *g_logits = dput(dt, logits, n);
     int *g_targets = dputi(targets, N);
     float *g_losses = dnan(GPU_F32, N), *g_lse = dnan(GPU_F32, N);
-    CHECK_GPU(gpu_crossentropy_forward(ctx, dt, g_losses, g_lse, g_logits, g_targets, N, V, Vp));
+    CHECK_CTX(gpu_crossentropy_forward(ctx, dt, g_losses, g_lse, g_logits, g_targets, N, V, Vp));
     COMPARE("losses", dgetf(g_losses, N), losses, N, TOL_F32);
     COMPARE("lse", dgetf(g_lse, N), lse, N, TOL_F32);
 
     void *g_d = dnan(dt, n);
-    CHECK_GPU(gpu_crossentropy_backward(ctx, dt, g_d, g_logits, dputf(lse, N), g_targets, N, V, Vp,
+    CHECK_CTX(gpu_crossentropy_backward(ctx, dt, g_d, g_logits, dputf(lse, N), g_targets, N, V, Vp,
                                         dloss));
     COMPARE("dlogits", dget(dt, g_d, n), dlogits, n, tol_of(dt));
 
     /* Fused, in place over a copy of the logits. */
     g_losses = dnan(GPU_F32, N), g_lse = dnan(GPU_F32, N);
     void *g_inplace = dput(dt, logits, n);
-    CHECK_GPU(
+    CHECK_CTX(
         gpu_crossentropy_fused(ctx, dt, g_losses, g_lse, g_inplace, g_targets, N, V, Vp, dloss));
     COMPARE("fused losses", dgetf(g_losses, N), losses, N, TOL_F32);
     COMPARE("fused lse", dgetf(g_lse, N), lse, N, TOL_F32);
     COMPARE("fused dlogits", dget(dt, g_inplace, n), dlogits, n, tol_of(dt));
 
     /* The separate backward in place. */
-    CHECK_GPU(gpu_crossentropy_backward(ctx, dt, g_logits, g_logits, dputf(lse, N), g_targets, N, V,
+    CHECK_CTX(gpu_crossentropy_backward(ctx, dt, g_logits, g_logits, dputf(lse, N), g_targets, N, V,
                                         Vp, dloss));
     COMPARE("dlogits in place", dget(dt, g_logits, n), dlogits, n, tol_of(dt));
 }
@@ -667,7 +584,7 @@ CUDA_TEST(crossentropy)
     int N = 2, V = 10, Vp = 16, targets[2] = {3, 10};
     float *logits = hrand(dt, (size_t)N * Vp, 2.0f);
     float *losses = dnan(GPU_F32, N), *lse = dnan(GPU_F32, N);
-    CHECK_GPU(gpu_crossentropy_forward(ctx, dt, losses, lse, dput(dt, logits, (size_t)N * Vp),
+    CHECK_CTX(gpu_crossentropy_forward(ctx, dt, losses, lse, dput(dt, logits, (size_t)N * Vp),
                                        dputi(targets, N), N, V, Vp));
     float *h = dgetf(losses, N), *hl = dgetf(lse, N);
     CHECK(isfinite(h[0]) && isnan(h[1]));
@@ -716,7 +633,7 @@ static void attention_case(enum gpu_dtype dt, int B, int T, int C, int NH)
 
     void *g_qkv = dput(dt, qkv, nqkv), *g_out = dnan(dt, nout);
     float *g_lse = dnan(GPU_F32, nl);
-    CHECK_GPU(gpu_attention_forward(ctx, dt, g_out, g_lse, g_qkv, B, T, C, NH));
+    CHECK_CTX(gpu_attention_forward(ctx, dt, g_out, g_lse, g_qkv, B, T, C, NH));
     snprintf(what, sizeof(what), "out (B %d T %d C %d NH %d)", B, T, C, NH);
     COMPARE(what, dget(dt, g_out, nout), out, nout, tol_of(dt));
     snprintf(what, sizeof(what), "lse (B %d T %d C %d NH %d)", B, T, C, NH);
@@ -724,7 +641,7 @@ static void attention_case(enum gpu_dtype dt, int B, int T, int C, int NH)
 
     /* The backward from the GPU's own out and lse, as in training. */
     void *g_dqkv = dnan(dt, nqkv);
-    CHECK_GPU(gpu_attention_backward(ctx, dt, g_dqkv, dput(dt, dout, nout), g_qkv, g_out, g_lse, B,
+    CHECK_CTX(gpu_attention_backward(ctx, dt, g_dqkv, dput(dt, dout, nout), g_qkv, g_out, g_lse, B,
                                      T, C, NH));
     snprintf(what, sizeof(what), "dqkv (B %d T %d C %d NH %d)", B, T, C, NH);
     COMPARE(what, dget(dt, g_dqkv, nqkv), dqkv, nqkv, tol_of(dt));
@@ -758,8 +675,8 @@ static void attention_repeat(enum gpu_dtype dt, int B, int T, int C, int NH)
         }
         void *out = dnan(dt, nout), *dqkv = dnan(dt, nqkv);
         float *lse = dnan(GPU_F32, nl);
-        CHECK_GPU(gpu_attention_forward(ctx, dt, out, lse, qkv, B, T, C, NH));
-        CHECK_GPU(gpu_attention_backward(ctx, dt, dqkv, dout, qkv, out, lse, B, T, C, NH));
+        CHECK_CTX(gpu_attention_forward(ctx, dt, out, lse, qkv, B, T, C, NH));
+        CHECK_CTX(gpu_attention_backward(ctx, dt, dqkv, dout, qkv, out, lse, B, T, C, NH));
         got[r][0] = dget(dt, out, nout);
         got[r][1] = dgetf(lse, nl);
         got[r][2] = dget(dt, dqkv, nqkv);
@@ -776,7 +693,7 @@ static void attention_repeat(enum gpu_dtype dt, int B, int T, int C, int NH)
  * tile, one position, a head size padded with zeros and read element by element. */
 TEST(cuda_attention_tc_bf16)
 {
-    setup();
+    test_device_setup();
     attention_case(GPU_BF16, 2, 300, 128, 2); /* hs 64 (GPT-2's), five tiles, the last ragged */
     attention_case(GPU_BF16, 1, 300, 256, 2); /* hs 128 */
     attention_case(GPU_BF16, 1, 64, 256, 2);  /* hs 128, exactly one tile */
@@ -785,7 +702,7 @@ TEST(cuda_attention_tc_bf16)
     attention_case(GPU_BF16, 1, 130, 20, 1);  /* hs 20: padded to 32, scalar loads */
     attention_repeat(GPU_BF16, 1, 300, 256, 2);
     attention_repeat(GPU_BF16, 2, 129, 128, 2);
-    finish();
+    test_device_finish();
 }
 
 /* ---- optimizer ----------------------------------------------------------------------------- */
@@ -813,7 +730,7 @@ CUDA_TEST(adamw)
     memcpy(opt.v, v, n * sizeof(float));
     opt.step = t - 1;
     adamw_update(&opt, params, grads, lr, scale);
-    CHECK_GPU(gpu_adamw_update(ctx, dt, g_params, g_master, dput(dt, grads, n), g_m, g_v, spans, ns,
+    CHECK_CTX(gpu_adamw_update(ctx, dt, g_params, g_master, dput(dt, grads, n), g_m, g_v, spans, ns,
                                &cfg, t, lr, scale));
     COMPARE("m", dgetf(g_m, n), opt.m, n, TOL_F32);
     COMPARE("v", dgetf(g_v, n), opt.v, n, TOL_F32);
@@ -838,11 +755,11 @@ CUDA_TEST(grad_norm)
         float *g = hrand(dt, n, 1.0f);
         double got = -1.0, sumsq = -1.0, want = optim_grad_norm(g, n);
         void *d = dput(dt, g, n);
-        CHECK_GPU(gpu_grad_norm(ctx, dt, d, n, &got));
+        CHECK_CTX(gpu_grad_norm(ctx, dt, d, n, &got));
         if (!(fabs(got - want) <= 1e-12 * want))
             test_fail(__FILE__, __LINE__, "norm of %zu: gpu %.17g vs cpu %.17g", n, got, want);
         /* The shard form: the same sum, before the square root. */
-        CHECK_GPU(gpu_sum_squares(ctx, dt, d, n, &sumsq));
+        CHECK_CTX(gpu_sum_squares(ctx, dt, d, n, &sumsq));
         if (sqrt(sumsq) != got)
             test_fail(__FILE__, __LINE__, "sum of squares of %zu: sqrt(%.17g) vs norm %.17g", n,
                       sumsq, got);
@@ -889,11 +806,11 @@ static void det_run(enum gpu_dtype dt, const struct det_in *in, struct det_out *
     /* LayerNorm: forward, then all three gradients (accumulating onto copies of x and w). */
     void *out = dnan(dt, n), *dinp = dnan(dt, n), *dw = dnan(dt, C), *db = dnan(dt, C);
     float *mean = dnan(GPU_F32, N), *rstd = dnan(GPU_F32, N);
-    CHECK_GPU(gpu_layernorm_forward(ctx, dt, out, mean, rstd, in->x, in->w, in->b, N, C));
-    CHECK_GPU(gpu_convert(ctx, dt, dinp, dt, in->x, n));
-    CHECK_GPU(gpu_convert(ctx, dt, dw, dt, in->w, C));
-    CHECK_GPU(gpu_convert(ctx, dt, db, dt, in->b, C));
-    CHECK_GPU(gpu_layernorm_backward(ctx, dt, dinp, dw, db, in->dout, in->x, in->w, in->mean,
+    CHECK_CTX(gpu_layernorm_forward(ctx, dt, out, mean, rstd, in->x, in->w, in->b, N, C));
+    CHECK_CTX(gpu_convert(ctx, dt, dinp, dt, in->x, n));
+    CHECK_CTX(gpu_convert(ctx, dt, dw, dt, in->w, C));
+    CHECK_CTX(gpu_convert(ctx, dt, db, dt, in->b, C));
+    CHECK_CTX(gpu_layernorm_backward(ctx, dt, dinp, dw, db, in->dout, in->x, in->w, in->mean,
                                      in->rstd, N, C));
     det_keep(o, dt, "layernorm out", out, n);
     det_keep(o, GPU_F32, "layernorm rstd", rstd, N);
@@ -903,17 +820,17 @@ static void det_run(enum gpu_dtype dt, const struct det_in *in, struct det_out *
 
     /* Encoder backward (tokens repeat: V is small). */
     void *dwte = dnan(dt, (size_t)in->V * C), *dwpe = dnan(dt, (size_t)T * C);
-    CHECK_GPU(gpu_fill_bytes(ctx, dwte, 0, (size_t)in->V * C * gpu_dtype_size(dt)));
-    CHECK_GPU(gpu_fill_bytes(ctx, dwpe, 0, (size_t)T * C * gpu_dtype_size(dt)));
-    CHECK_GPU(gpu_encoder_backward(ctx, dt, dwte, dwpe, in->dout, in->tok, B, T, C, in->V));
+    CHECK_CTX(gpu_fill_bytes(ctx, dwte, 0, (size_t)in->V * C * gpu_dtype_size(dt)));
+    CHECK_CTX(gpu_fill_bytes(ctx, dwpe, 0, (size_t)T * C * gpu_dtype_size(dt)));
+    CHECK_CTX(gpu_encoder_backward(ctx, dt, dwte, dwpe, in->dout, in->tok, B, T, C, in->V));
     det_keep(o, dt, "encoder dwte", dwte, (size_t)in->V * C);
     det_keep(o, dt, "encoder dwpe", dwpe, (size_t)T * C);
 
     /* Matmul backward with bias and GELU: dbias is our column sum. */
     void *mdinp = dnan(dt, n), *mdw = dnan(dt, (size_t)OC * C), *mdb = dnan(dt, OC);
-    CHECK_GPU(gpu_fill_bytes(ctx, mdw, 0, (size_t)OC * C * gpu_dtype_size(dt)));
-    CHECK_GPU(gpu_fill_bytes(ctx, mdb, 0, OC * gpu_dtype_size(dt)));
-    CHECK_GPU(gpu_matmul_backward(ctx, dt, mdinp, mdw, mdb, in->mm_dout, in->x, in->mm_w, in->x, N,
+    CHECK_CTX(gpu_fill_bytes(ctx, mdw, 0, (size_t)OC * C * gpu_dtype_size(dt)));
+    CHECK_CTX(gpu_fill_bytes(ctx, mdb, 0, OC * gpu_dtype_size(dt)));
+    CHECK_CTX(gpu_matmul_backward(ctx, dt, mdinp, mdw, mdb, in->mm_dout, in->x, in->mm_w, in->x, N,
                                   C, OC));
     det_keep(o, dt, "matmul dinp", mdinp, n);
     det_keep(o, dt, "matmul dbias", mdb, OC);
@@ -921,8 +838,8 @@ static void det_run(enum gpu_dtype dt, const struct det_in *in, struct det_out *
     /* Attention forward and backward. */
     void *aout = dnan(dt, natt), *dqkv = dnan(dt, nqkv);
     float *lse = dnan(GPU_F32, (size_t)B * NH * T);
-    CHECK_GPU(gpu_attention_forward(ctx, dt, aout, lse, in->qkv, B, T, C, NH));
-    CHECK_GPU(gpu_attention_backward(ctx, dt, dqkv, in->att_dout, in->qkv, aout, lse, B, T, C, NH));
+    CHECK_CTX(gpu_attention_forward(ctx, dt, aout, lse, in->qkv, B, T, C, NH));
+    CHECK_CTX(gpu_attention_backward(ctx, dt, dqkv, in->att_dout, in->qkv, aout, lse, B, T, C, NH));
     det_keep(o, dt, "attention out", aout, natt);
     det_keep(o, GPU_F32, "attention lse", lse, (size_t)B * NH * T);
     det_keep(o, dt, "attention dqkv", dqkv, nqkv);
@@ -930,14 +847,14 @@ static void det_run(enum gpu_dtype dt, const struct det_in *in, struct det_out *
     /* Cross-entropy, fused, over a copy of the logits. */
     void *logits = dnan(dt, nl);
     float *losses = dnan(GPU_F32, (size_t)B * T), *clse = dnan(GPU_F32, (size_t)B * T);
-    CHECK_GPU(gpu_convert(ctx, dt, logits, dt, in->logits, nl));
-    CHECK_GPU(gpu_crossentropy_fused(ctx, dt, losses, clse, logits, in->g_targets, B * T, in->V,
+    CHECK_CTX(gpu_convert(ctx, dt, logits, dt, in->logits, nl));
+    CHECK_CTX(gpu_crossentropy_fused(ctx, dt, losses, clse, logits, in->g_targets, B * T, in->V,
                                      in->Vp, 1.0f / (float)(B * T)));
     det_keep(o, GPU_F32, "crossentropy losses", losses, (size_t)B * T);
     det_keep(o, dt, "crossentropy dlogits", logits, nl);
 
     /* The gradient norm over everything the attention produced. */
-    CHECK_GPU(gpu_grad_norm(ctx, dt, dqkv, nqkv, &norm));
+    CHECK_CTX(gpu_grad_norm(ctx, dt, dqkv, nqkv, &norm));
     double *h = hmalloc(sizeof(double));
     *h = norm;
     CHECK_INT(o->n, <, DET_OUTS);

@@ -1,9 +1,9 @@
 /* Tests of the real rendezvousd against bad input: a job dir in the test's scratch dir, the
  * daemon started from the build the runner belongs to (the ASan runner starts the ASan
- * daemon), and a client (tests/wire.h) that attacks its leader port: wrong keys, replayed and
- * forged frames, bad lengths, bad JSON, oversized store entries, floods and bad joins. Every
- * test ends by stopping the daemon with SIGTERM and checking that it exited by itself, and
- * that its stderr holds no sanitizer report. */
+ * daemon), and a client (tests/helpers/wire.h) that attacks its leader port: wrong keys,
+ * replayed and forged frames, bad lengths, bad JSON, oversized store entries, floods and bad
+ * joins. Every test ends by stopping the daemon with SIGTERM and checking that it exited by
+ * itself, and that its stderr holds no sanitizer report. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,7 +29,7 @@
 #include "jobspec.h"
 #include "proto.h"
 #include "test.h"
-#include "wire.h"
+#include "helpers/wire.h"
 #include "banned.h"
 
 /* How long a test waits for something the daemon does at once (a reply, a close, a log

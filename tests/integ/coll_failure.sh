@@ -8,39 +8,10 @@
 # timeout: 120
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD:-build}
-[[ $build == /* ]] || build=$root/$build
-
-skip() {
-    echo "# SKIP $*"
-    exit 77
-}
-fail() {
-    echo "FAIL: $*"
-    for f in "$work/gpurun.out" "$work/gpurun.err"; do
-        [ -s "$f" ] || continue
-        echo "# --- ${f##*/} (last 30 lines)"
-        tail -n 30 "$f" | sed 's/^/# /'
-    done
-    exit 1
-}
-
-for p in gpurun rendezvousd tests/coll_rank; do
-    [ -x "$build/$p" ] || skip "'$build/$p' is not built"
-done
-
-work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gr-coll-fail.XXXXXX")
-cleanup() {
-    local rc=$?
-    if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
-        rm -rf "$work"
-    else
-        echo "# scratch kept: $work"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
+# shellcheck source=prologue.sh
+. "$(dirname "$0")/prologue.sh"
+fail_show=(gpurun.out gpurun.err)
+need_built gpurun rendezvousd tests/coll_rank
 
 # run MODE NPROCS SHM: every rank but the last must report the error it saw.
 run() {

@@ -9,39 +9,10 @@
 # timeout: 240
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD:-build}
-[[ $build == /* ]] || build=$root/$build
-
-skip() {
-    echo "# SKIP $*"
-    exit 77
-}
-fail() {
-    echo "FAIL: $*"
-    for f in "$work/gpurun.out" "$work/gpurun.err"; do
-        [ -s "$f" ] || continue
-        echo "# --- ${f##*/} (last 30 lines)"
-        tail -n 30 "$f" | sed 's/^/# /'
-    done
-    exit 1
-}
-
-for p in gpurun rendezvousd tests/coll_rank; do
-    [ -x "$build/$p" ] || skip "'$build/$p' is not built"
-done
-
-work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gr-coll-test.XXXXXX")
-cleanup() {
-    local rc=$?
-    if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
-        rm -rf "$work"
-    else
-        echo "# scratch kept: $work"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
+# shellcheck source=prologue.sh
+. "$(dirname "$0")/prologue.sh"
+fail_show=(gpurun.out gpurun.err)
+need_built gpurun rendezvousd tests/coll_rank
 
 # run NAME NNODES NPROCS SHM: one job of coll_rank check with GPURUN_COLL_SHM=SHM; checks
 # that every rank passed and that its links went over what SHM asks for, and that the hash is

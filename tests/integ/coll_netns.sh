@@ -26,26 +26,26 @@ run() {
     netns_job_start "$job" "$NETNS_WORK" "$NETNS_BUILD/rendezvousd"
     for ((k = 0; k < NODES; k++)); do
         netns_wait "${NETNS_DAEMONS[k]}" 60000 ||
-            netns_fail "$name: node $k's rendezvousd still runs after 60 s"
+            fail "$name: node $k's rendezvousd still runs after 60 s"
         [ "$NETNS_STATUS" = 0 ] ||
-            netns_fail "$name: node $k's rendezvousd exited with status $NETNS_STATUS, not 0"
+            fail "$name: node $k's rendezvousd exited with status $NETNS_STATUS, not 0"
     done
     echo "# ${name}_job_ms=$(($(netns_now_ms) - t0))"
     for ((r = 0; r < WORLD; r++)); do
         k=$((r / NPROCS))
         ok="rank $r/$WORLD: all checks passed"
         grep -qxF "[$r] $ok" "$NETNS_WORK/node$k.out" ||
-            netns_fail "$name: node $k's output lacks '[$r] $ok'"
+            fail "$name: node $k's output lacks '[$r] $ok'"
         line=$(grep -F "[$r] rank $r/$WORLD: tcp ring of $WORLD ranks: " "$NETNS_WORK/node$k.out") ||
-            netns_fail "$name: rank $r did not describe its ring"
+            fail "$name: rank $r did not describe its ring"
         [ "$(grep -o "over $link" <<<"$line" | wc -l)" = 2 ] ||
-            netns_fail "$name: rank $r's links are not both over $link: $line"
+            fail "$name: rank $r's links are not both over $link: $line"
         # Over TCP, the ring's peers are the other nodes' addresses, not loopback.
         [ "$link" = "shared memory" ] || ! grep -qF "127.0.0.1" <<<"$line" ||
-            netns_fail "$name: rank $r's ring runs over loopback: $line"
+            fail "$name: rank $r's ring runs over loopback: $line"
     done
     grep -qE '^\[0\] hash [0-9a-f]{16}$' "$NETNS_WORK/node0.out" ||
-        netns_fail "$name: rank 0 printed no hash"
+        fail "$name: rank 0 printed no hash"
     echo "# $name: $WORLD ranks on $NODES namespaced nodes: allreduce, broadcast, barrier ok"
 }
 

@@ -9,31 +9,22 @@
 # timeout: 120
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD:-build}
-[[ $build == /* ]] || build=$root/$build
+# shellcheck source=prologue.sh
+. "$(dirname "$0")/prologue.sh"
 bin=$build/sim/libs_test
 
-skip() {
-    echo "# SKIP $*"
-    exit 77
-}
-
 # Built by `make sim` wherever the CUDA toolkit's headers are (the Makefile finds them).
-[ -x "$bin" ] || skip "'$bin' is not built (make sim; it needs the CUDA toolkit's headers)"
+need_built --hint "make sim; it needs the CUDA toolkit's headers" sim/libs_test
 if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
     skip "no writable /dev/shm for the emulated NCCL"
 fi
 
-out=$(mktemp "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/cudasim-libs.XXXXXX")
-trap 'rm -f "$out"' EXIT
 rc=0
 # The refusals print what they refused on stderr: kept with the rest for a failure's report.
-(cd "${TEST_TMPDIR:-${TMPDIR:-/tmp}}" && "$bin") >"$out" 2>&1 || rc=$?
+(cd "$work" && "$bin") >"$work/out" 2>&1 || rc=$?
 if [ "$rc" != 0 ]; then
-    echo "FAIL: '$bin' exited $rc"
-    sed 's/^/# /' "$out" | tail -n 120
-    exit 1
+    show_lines=120
+    fail "'$bin' exited $rc"
 fi
-grep -E '^(ok|not ok|#)' "$out" | sed 's/^\(ok\|not ok\)/# \1/'
+grep -E '^(ok|not ok|#)' "$work/out" | sed 's/^\(ok\|not ok\)/# \1/'
 echo "# cudasim: cuBLASLt and NCCL emulations agree with their documented semantics"

@@ -8,31 +8,13 @@
 # timeout: 60
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build=${BUILD:-build}
-[[ $build == /* ]] || build=$root/$build
+# shellcheck source=prologue.sh
+. "$(dirname "$0")/prologue.sh"
+fail_show=('*.err' '*.out')
+show_lines=30
+need_built --hint "make all" rendezvousd bench/loadgen
 rdv=$build/rendezvousd
 loadgen=$build/bench/loadgen
-for p in "$rdv" "$loadgen"; do
-    if [ ! -x "$p" ]; then
-        echo "# SKIP '$p' is not built (make all)"
-        exit 77
-    fi
-done
-work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/flood.XXXXXX")
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
-fail() {
-    echo "FAIL: $*"
-    for f in "$work"/*.err "$work"/*.out; do
-        [ -s "$f" ] && { echo "# --- ${f##*/}"; tail -n 30 "$f" | sed 's/^/# /'; }
-    done
-    exit 1
-}
 
 dir=$work/job
 mkdir -m 0700 "$dir"
@@ -47,7 +29,7 @@ cat >"$dir/job.json" <<JSON
  "argv": ["sh", "-c", "sleep 5; echo done \$RANK"]}
 JSON
 "$rdv" --job-dir "$dir" --node-rank 0 --log-level info >"$work/n0.out" 2>"$work/n0.err" &
-pids=($!)
+bg_pids=($!)
 for _ in $(seq 100); do
     [ -s "$dir/endpoint.json" ] && break
     sleep 0.1
@@ -61,21 +43,21 @@ port=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[
     "$loadgen" flood --port "$port" --seconds 4 --hold 2000 --hello ) >"$work/flood.out" \
     2>"$work/flood.err" &
 flood=$!
-pids+=("$flood")
+bg_pids+=("$flood")
 sleep 1
 "$rdv" --job-dir "$dir" --node-rank 1 --rendezvous "127.0.0.1:$port" >"$work/n1.out" \
     2>"$work/n1.err" &
-pids+=($!)
+bg_pids+=($!)
 # A new job (another leader, 64 agents of 8 ranks) rendezvouses while the flood goes on.
 sleep 2
 newjob=0
 TMPDIR=$work "$loadgen" rendezvous --agents 64 --reps 1 --rendezvousd "$rdv" >"$work/newjob.out" \
     2>"$work/newjob.err" || newjob=$?
 node0=0 node1=0
-wait "${pids[0]}" || node0=$?
-wait "${pids[2]}" || node1=$?
+wait "${bg_pids[0]}" || node0=$?
+wait "${bg_pids[2]}" || node1=$?
 wait "$flood" || fail "the flood failed: $(cat "$work/flood.err")"
-pids=()
+bg_pids=()
 
 attempts=$(awk '{ n += $1 } END { print n + 0 }' "$work/flood.out")
 echo "# flood: $(tr '\n' ';' <"$work/flood.out")"

@@ -6,28 +6,11 @@
 # timeout: 30
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build=${BUILD:-build}
-[[ $build == /* ]] || build=$root/$build
+# shellcheck source=prologue.sh
+. "$(dirname "$0")/prologue.sh"
+fail_show=('*.err')
+need_built --hint "make all" rendezvousd
 rdv=$build/rendezvousd
-if [ ! -x "$rdv" ]; then
-    echo "# SKIP '$rdv' is not built (make all)"
-    exit 77
-fi
-work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/limit.XXXXXX")
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
-fail() {
-    echo "FAIL: $*"
-    for f in "$work"/*.err; do
-        [ -s "$f" ] && { echo "# --- ${f##*/}"; tail -n 20 "$f" | sed 's/^/# /'; }
-    done
-    exit 1
-}
 
 dir=$work/job
 mkdir -m 0700 "$dir"
@@ -41,7 +24,7 @@ cat >"$dir/job.json" <<JSON
 JSON
 start=$(date +%s%3N)
 "$rdv" --job-dir "$dir" --node-rank 0 >"$work/n0.out" 2>"$work/n0.err" &
-pids=($!)
+bg_pids=($!)
 for _ in $(seq 100); do
     [ -s "$dir/endpoint.json" ] && break
     sleep 0.1
@@ -50,11 +33,11 @@ port=$(sed -n 's/.*"port": *\([0-9]*\).*/\1/p' "$dir/endpoint.json")
 [ -n "$port" ] || fail "no endpoint.json from node 0"
 "$rdv" --job-dir "$dir" --node-rank 1 --rendezvous "127.0.0.1:$port" >"$work/n1.out" \
     2>"$work/n1.err" &
-pids+=($!)
+bg_pids+=($!)
 node0=0 node1=0
-wait "${pids[0]}" || node0=$?
-wait "${pids[1]}" || node1=$?
-pids=()
+wait "${bg_pids[0]}" || node0=$?
+wait "${bg_pids[1]}" || node1=$?
+bg_pids=()
 elapsed=$(($(date +%s%3N) - start))
 [ "$node0/$node1" = 124/124 ] || fail "exit statuses $node0/$node1, want 124/124"
 if [ "$elapsed" -lt 1800 ] || [ "$elapsed" -gt 6000 ]; then fail "ended after $elapsed ms, want about 2 s"; fi

@@ -6,28 +6,12 @@
 # timeout: 60
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build=${BUILD:-build}
-[[ $build == /* ]] || build=$root/$build
+# shellcheck source=prologue.sh
+. "$(dirname "$0")/prologue.sh"
+fail_show=('*.err' '*.out')
+show_lines=30
+need_built rendezvousd
 rdv=$build/rendezvousd
-if [ ! -x "$rdv" ]; then
-    echo "# SKIP '$rdv' is not built (make)"
-    exit 77
-fi
-work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/restart.XXXXXX")
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
-fail() {
-    echo "FAIL: $*"
-    for f in "$work"/*.err "$work"/*.out; do
-        [ -s "$f" ] && { echo "# --- ${f##*/}"; tail -n 30 "$f" | sed 's/^/# /'; }
-    done
-    exit 1
-}
 
 # run_job MAX_RESTARTS: writes a job dir and runs both nodes; sets node0/node1 statuses.
 run_job() {
@@ -43,14 +27,14 @@ run_job() {
  "argv": ["sh", "-c", "echo gen \$GPURUN_RESTART_COUNT; if [ \$RANK = 3 ] && [ \$GPURUN_RESTART_COUNT -lt $fail_until ]; then exit 5; fi; sleep 0.2"]}
 JSON
     "$rdv" --job-dir "$dir" --node-rank 0 >"$work/n0-$1.out" 2>"$work/n0-$1.err" &
-    pids=($!)
+    bg_pids=($!)
     "$rdv" --job-dir "$dir" --node-rank 1 >"$work/n1-$1.out" 2>"$work/n1-$1.err" &
-    pids+=($!)
+    bg_pids+=($!)
     node0=0 node1=0
     start=$(date +%s%3N)
-    wait "${pids[0]}" || node0=$?
-    wait "${pids[1]}" || node1=$?
-    pids=()
+    wait "${bg_pids[0]}" || node0=$?
+    wait "${bg_pids[1]}" || node1=$?
+    bg_pids=()
     elapsed=$(($(date +%s%3N) - start))
     summary=$dir/summary.json
 }
@@ -110,20 +94,20 @@ cat >"$dir/job.json" <<JSON
  "argv": ["sh", "-c", "exit 5"]}
 JSON
 "$rdv" --job-dir "$dir" --node-rank 0 >"$work/t0.out" 2>"$work/t0.err" &
-pids=($!)
+bg_pids=($!)
 "$rdv" --job-dir "$dir" --node-rank 1 >"$work/t1.out" 2>"$work/t1.err" &
-pids+=($!)
+bg_pids+=($!)
 for _ in $(seq 100); do
     grep -q "restarting the job in" "$work/t0.err" && break
     sleep 0.05
 done
 grep -q "restarting the job in 1.0 s" "$work/t0.err" || fail "no backoff before the first restart"
 start=$(date +%s%3N)
-kill -TERM "${pids[0]}"
+kill -TERM "${bg_pids[0]}"
 t0=0 t1=0
-wait "${pids[0]}" || t0=$?
-wait "${pids[1]}" || t1=$?
-pids=()
+wait "${bg_pids[0]}" || t0=$?
+wait "${bg_pids[1]}" || t1=$?
+bg_pids=()
 ms=$(($(date +%s%3N) - start))
 [ "$ms" -lt 2000 ] || fail "SIGTERM during the backoff took $ms ms to end the job"
 ! grep -q "restarting the job: generation 1" "$work/t0.err" ||

@@ -8,40 +8,13 @@
 # timeout: 240
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD:-build}
-
-skip() {
-    echo "# SKIP $*"
-    exit 77
-}
-
-fail() {
-    echo "FAIL: $*"
-    for f in "$work/make.out" "$work/checks.out" "$work/out/report.md"; do
-        [ -s "$f" ] || continue
-        echo "# --- ${f#"$work"/} (last 40 lines)"
-        tail -n 40 "$f" | sed 's/^/# /'
-    done
-    exit 1
-}
+# shellcheck source=prologue.sh
+. "$(dirname "$0")/prologue.sh"
+fail_show=(make.out checks.out out/report.md)
 
 cd "$root"
-[ -x "$build/sim/gpurun-train" ] ||
-    skip "'$build/sim/gpurun-train' is not built (make sim; it needs the CUDA toolkit's headers)"
+need_built --hint "make sim; it needs the CUDA toolkit's headers" sim/gpurun-train
 command -v patchelf >/dev/null || skip "patchelf is not installed (scripts/deps.sh installs it)"
-
-work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gpu-bundle.XXXXXX")
-cleanup() {
-    local rc=$?
-    if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
-        rm -rf "$work"
-    else
-        echo "# scratch kept: $work"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
 
 # make, outside any make that runs the tests (its jobserver is not this one's).
 env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory BUILD="$build" gpu-bundle \

@@ -6,39 +6,10 @@
 # both in the merged output and in its own log.
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD:-build}
-[[ $build == /* ]] || build=$root/$build
-
-skip() {
-    echo "# SKIP $*"
-    exit 77
-}
-fail() {
-    echo "FAIL: $*"
-    for f in "$work/gpurun.out" "$work/gpurun.err"; do
-        [ -s "$f" ] || continue
-        echo "# --- ${f##*/} (last 30 lines)"
-        tail -n 30 "$f" | sed 's/^/# /'
-    done
-    exit 1
-}
-
-for p in gpurun rendezvousd tests/gr_example; do
-    [ -x "$build/$p" ] || skip "'$build/$p' is not built"
-done
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/gr-local-test.XXXXXX")
-cleanup() {
-    local rc=$?
-    if [ "$rc" = 0 ] && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
-        rm -rf "$work"
-    else
-        echo "# scratch kept: $work"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
+# shellcheck source=prologue.sh
+. "$(dirname "$0")/prologue.sh"
+fail_show=(gpurun.out gpurun.err)
+need_built gpurun rendezvousd tests/gr_example
 
 # run NAME NNODES NPROCS: one job, and the checks of every rank's line.
 run() {

@@ -5,31 +5,14 @@
 # timeout: 120
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD:-build}
-[[ $build == /* ]] || build=$root/$build
+# shellcheck source=prologue.sh
+. "$(dirname "$0")/prologue.sh"
+fail_show=('*.out' '*.err')
+show_lines=20
 
-skip() {
-    echo "# SKIP $*"
-    exit 77
-}
-fail() {
-    echo "FAIL: $*"
-    for f in "$work"/*.out "$work"/*.err; do
-        [ -s "$f" ] || continue
-        echo "# --- ${f##*/} (last 20 lines)"
-        tail -n 20 "$f" | sed 's/^/# /'
-    done
-    exit 1
-}
-
-for p in tests/gr_example tests/gr_pmix_check; do
-    [ -x "$build/$p" ] || skip "'$build/$p' is not built (it needs libpmix)"
-done
+need_built --hint "make; it needs libpmix" tests/gr_example tests/gr_pmix_check
 command -v mpirun >/dev/null || skip "no mpirun (openmpi-bin)"
 
-work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gr-pmix-mpirun.XXXXXX")
-trap 'rm -rf "$work"' EXIT
 # mpirun refuses root without these; --oversubscribe: more ranks than this machine's cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun=(timeout -k 5 60 mpirun --oversubscribe -n 4)

@@ -3,52 +3,24 @@
 # check every HOROVOD_* variable against what horovodrun's gloo_run sets for the same layout
 # (-H node0:2,node1:2: two --local nodes share this machine's name, so gpurun names them
 # node0 and node1) and use horovod's own HTTP client to exchange values through the leader's
-# rendezvous and to walk its three scopes through DELETE (tests/horovod_rendezvous.py); then
+# rendezvous and to walk its three scopes through DELETE (tests/ranks/horovod_rendezvous.py); then
 # a job restarted once (--max-restarts 1) whose second generation must find the store empty.
 # Horovod's code comes from PyPI at test time; skips when PyPI cannot be reached.
 # timeout: 300
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD:-build}
-[[ $build == /* ]] || build=$root/$build
+# shellcheck source=prologue.sh
+. "$(dirname "$0")/prologue.sh"
+fail_show=(gpurun.out gpurun.err)
+# shellcheck source=horovod_common.sh
+. "$(dirname "$0")/horovod_common.sh"
 python=${HOROVOD_TEST_PYTHON:-/usr/bin/python3}
 NODES=2
 NPROCS=2
 WORLD=$((NODES * NPROCS))
-# shellcheck source=tests/integ/horovod_common.sh
-. "$root/tests/integ/horovod_common.sh"
 
-skip() {
-    echo "# SKIP $*"
-    exit 77
-}
-fail() {
-    echo "FAIL: $*"
-    for f in "$work/gpurun.out" "$work/gpurun.err"; do
-        [ -s "$f" ] || continue
-        echo "# --- ${f##*/} (last 40 lines)"
-        tail -n 40 "$f" | sed 's/^/# /'
-    done
-    exit 1
-}
-
-for p in gpurun rendezvousd; do
-    [ -x "$build/$p" ] || skip "'$build/$p' is not built"
-done
+need_built gpurun rendezvousd
 [ -x "$python" ] || skip "no '$python'"
-
-work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gr-horovod-test.XXXXXX")
-cleanup() {
-    local rc=$?
-    if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
-        rm -rf "$work"
-    else
-        echo "# scratch kept: $work"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
 
 hvd_fetch "$python" "$work/horovod"
 export PYTHONPATH=$HVD_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}
@@ -58,7 +30,7 @@ unset HOROVOD_CONTROLLER HOROVOD_CPU_OPERATIONS HOROVOD_GLOO_IFACE
 rc=0
 t0=$(date +%s%N)
 timeout -k 5 120 "$build/gpurun" --local --nodes "$NODES" --gpus-per-node "$NPROCS" \
-    --job-dir "$work/job" -- "$python" "$root/tests/horovod_rendezvous.py" \
+    --job-dir "$work/job" -- "$python" "$root/tests/ranks/horovod_rendezvous.py" \
     --hosts "node0:$NPROCS,node1:$NPROCS" --addr 127.0.0.1 --iface lo \
     --gloo-run "$HVD_GLOO_RUN" >"$work/gpurun.out" 2>"$work/gpurun.err" || rc=$?
 echo "# horovod_job_ms=$((($(date +%s%N) - t0) / 1000000))"
@@ -73,10 +45,10 @@ done
     fail "the leader logged a refusal"
 echo "# $WORLD ranks on $NODES --local nodes: HOROVOD_* as gloo_run's, horovod's client and scopes ok"
 
-# A restart: generation 1 must find nothing generation 0 stored (tests/horovod_restart.py).
+# A restart: generation 1 must find nothing generation 0 stored (tests/ranks/horovod_restart.py).
 rc=0
 timeout -k 5 120 "$build/gpurun" --local --nodes "$NODES" --gpus-per-node "$NPROCS" \
-    --max-restarts 1 --job-dir "$work/job-restart" -- "$python" "$root/tests/horovod_restart.py" \
+    --max-restarts 1 --job-dir "$work/job-restart" -- "$python" "$root/tests/ranks/horovod_restart.py" \
     >"$work/gpurun.out" 2>"$work/gpurun.err" || rc=$?
 [ "$rc" = 0 ] || fail "the restart job exited with status $rc, not 0"
 for ((r = 0; r < WORLD; r++)); do

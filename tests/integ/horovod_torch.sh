@@ -1,6 +1,6 @@
 #!/bin/bash
 # Real horovod under gpurun, no horovodrun: horovod 0.28.1 for PyTorch with its gloo controller,
-# built from PyPI's source release against Debian's torch, runs tests/horovod_torch.py
+# built from PyPI's source release against Debian's torch, runs tests/ranks/horovod_torch.py
 # (hvd.init(), allreduce, allgather, broadcast, shutdown, and all of it again) under
 # `gpurun --local --gpus-per-node 2` and `--local --nodes 2 --gpus-per-node 2`.
 #
@@ -11,48 +11,20 @@
 # timeout: 1800
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD:-build}
-[[ $build == /* ]] || build=$root/$build
+# shellcheck source=prologue.sh
+. "$(dirname "$0")/prologue.sh"
+fail_show=(gpurun.out gpurun.err)
+# shellcheck source=horovod_common.sh
+. "$(dirname "$0")/horovod_common.sh"
 python=${TORCH_PYTHON:-/usr/bin/python3}
 NPROCS=2
 # The build's own limit (horovod's C++ and its copy of gloo).
 BUILD_LIMIT_S=1500
-# shellcheck source=tests/integ/horovod_common.sh
-. "$root/tests/integ/horovod_common.sh"
 
-skip() {
-    echo "# SKIP $*"
-    exit 77
-}
-fail() {
-    echo "FAIL: $*"
-    for f in "$work/gpurun.out" "$work/gpurun.err"; do
-        [ -s "$f" ] || continue
-        echo "# --- ${f##*/} (last 40 lines)"
-        tail -n 40 "$f" | sed 's/^/# /'
-    done
-    exit 1
-}
-
-for p in gpurun rendezvousd; do
-    [ -x "$build/$p" ] || skip "'$build/$p' is not built"
-done
+need_built gpurun rendezvousd
 [ -x "$python" ] || skip "no '$python'"
 "$python" -c 'import importlib.util as u; assert u.find_spec("torch")' >/dev/null 2>&1 ||
     skip "'$python' has no torch (Debian's python3-torch)"
-
-work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gr-horovod-torch.XXXXXX")
-cleanup() {
-    local rc=$?
-    if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
-        rm -rf "$work"
-    else
-        echo "# scratch kept: $work"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
 
 target=${GPURUN_HOROVOD_DIR:-$build/python-deps/horovod}
 importable() {
@@ -97,7 +69,7 @@ for nodes in 1 2; do
     rc=0
     t0=$(date +%s%N)
     timeout -k 5 240 "$build/gpurun" --local --nodes "$nodes" --gpus-per-node "$NPROCS" \
-        --job-dir "$work/job-$nodes" -- "$python" "$root/tests/horovod_torch.py" \
+        --job-dir "$work/job-$nodes" -- "$python" "$root/tests/ranks/horovod_torch.py" \
         >"$work/gpurun.out" 2>"$work/gpurun.err" || rc=$?
     echo "# horovod_torch_nodes${nodes}_ms=$((($(date +%s%N) - t0) / 1000000))"
     [ "$rc" != 124 ] || fail "gpurun ($nodes nodes) did not finish within 240 s"

@@ -1,61 +1,20 @@
-# Shared by the tests/integ/local_*.sh scripts (sourced, not run): where the programs are,
-# skip and fail, a scratch dir with its own HOME (so default job dirs land in it), and
-# helpers that run gpurun and check what it did. Needs the real build: a script skips
-# (exit 77) when gpurun or rendezvousd is not built.
+# Shared by the tests/integ/local_*.sh scripts (sourced, not run): the prologue (prologue.sh:
+# root, build, work, skip, fail, bg_pids stopped at exit), gpurun, a HOME of its own in the
+# scratch dir (so default job dirs land in it), and helpers that run gpurun and check what it
+# did. Needs the real build: a script skips (exit 77) when gpurun or rendezvousd is not built.
 # shellcheck shell=bash
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build=${BUILD:-build}
-[[ $build == /* ]] || build=$root/$build
+# shellcheck source=prologue.sh
+. "$(dirname "${BASH_SOURCE[0]}")/prologue.sh"
+
 gpurun=$build/gpurun
 # A bound on every gpurun run: these jobs take well under a second; a hang fails the test
 # with a message instead of running into the runner's timeout.
 GPURUN_LIMIT=${GPURUN_LIMIT:-60}
 
-skip() {
-    echo "# SKIP $*"
-    exit 77
-}
-
-# show FILE: its last lines as "# " lines, for a failure's context.
-show() {
-    [ -s "$1" ] || return 0
-    echo "# --- ${1##*/} (last 40 lines)"
-    tail -n 40 "$1" | sed 's/^/# /'
-}
-
-fail() {
-    echo "FAIL: $*"
-    show "$work/out"
-    show "$work/err"
-    exit 1
-}
-
-for p in gpurun rendezvousd; do
-    [ -x "$build/$p" ] || skip "'$build/$p' is not built (make)"
-done
-
-work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gpurun-local.XXXXXX")
+need_built gpurun rendezvousd
 export HOME=$work/home
 mkdir -p "$HOME"
-# Background gpurun processes a script started: stopped on exit, whatever happened.
-bg_pids=()
-cleanup() {
-    local rc=$? pid
-    for pid in "${bg_pids[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${bg_pids[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
-        rm -rf "$work"
-    else
-        echo "# scratch kept: $work"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
 
 # run ARGS...: runs gpurun ARGS with stdout in $work/out and stderr in $work/err; sets rc.
 run() {

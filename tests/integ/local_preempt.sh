@@ -11,7 +11,7 @@ set -euo pipefail
 
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
-rank=$root/tests/preempt_rank.py
+rank=$root/tests/ranks/preempt_rank.py
 
 job=$work/pre
 t0=$(date +%s%N)

@@ -34,9 +34,9 @@ netns_job_start "$job" "$NETNS_WORK" "$NETNS_BUILD/rendezvousd"
 
 deadline=$(($(netns_now_ms) + 20000))
 while [ "$(find "$pids" -name '[0-9]*' ! -name '*.tmp' | wc -l)" -lt "$WORLD" ]; do
-    [ "$(netns_now_ms)" -lt "$deadline" ] || netns_fail "not all $WORLD ranks started within 20 s"
+    [ "$(netns_now_ms)" -lt "$deadline" ] || fail "not all $WORLD ranks started within 20 s"
     for ((k = 0; k < NODES; k++)); do
-        netns__alive "${NETNS_DAEMONS[k]}" || netns_fail "node $k's rendezvousd exited early"
+        netns__alive "${NETNS_DAEMONS[k]}" || fail "node $k's rendezvousd exited early"
     done
     sleep 0.05
 done
@@ -47,7 +47,7 @@ done
 # A few heartbeats go by with the link up: a healthy job must not fail.
 sleep $(((3 * HB_INTERVAL_MS + 999) / 1000))
 for ((k = 0; k < NODES; k++)); do
-    netns__alive "${NETNS_DAEMONS[k]}" || netns_fail "node $k's rendezvousd exited before the cut"
+    netns__alive "${NETNS_DAEMONS[k]}" || fail "node $k's rendezvousd exited before the cut"
 done
 
 t0=$(netns_now_ms)
@@ -65,7 +65,7 @@ while [ "$running" -gt 0 ]; do
         if netns__alive "${NETNS_DAEMONS[k]}"; then
             running=$((running + 1))
             [ "$now" -lt "$DEADLINE_MS" ] ||
-                netns_fail "node $k's rendezvousd still runs $DEADLINE_MS ms after node $CUT's link went down"
+                fail "node $k's rendezvousd still runs $DEADLINE_MS ms after node $CUT's link went down"
         else
             exit_ms[k]=$now
             netns_wait "${NETNS_DAEMONS[k]}" 0
@@ -76,32 +76,32 @@ while [ "$running" -gt 0 ]; do
 done
 echo "# leader_exit_ms=${exit_ms[0]} fence_ms=${exit_ms[CUT]} (hb_timeout_ms=$HB_TIMEOUT_MS)"
 for ((k = 0; k < NODES; k++)); do
-    [ "${status[k]}" != 0 ] || netns_fail "node $k's rendezvousd exited 0 after losing node $CUT"
+    [ "${status[k]}" != 0 ] || fail "node $k's rendezvousd exited 0 after losing node $CUT"
 done
 # Not long before the heartbeat timeout: the loss must come from hb_timeout_ms of silence
 # (counted from the last heartbeat, which came up to a period before the cut, later on a
 # loaded machine), as the cut itself tells neither side anything.
 [ "${exit_ms[0]}" -ge $((HB_TIMEOUT_MS / 2)) ] ||
-    netns_fail "the leader ended ${exit_ms[0]} ms after the cut, before hb_timeout ($HB_TIMEOUT_MS ms)"
+    fail "the leader ended ${exit_ms[0]} ms after the cut, before hb_timeout ($HB_TIMEOUT_MS ms)"
 
 for ((r = 0; r < WORLD; r++)); do
     ! netns__alive "${rank_pid[r]}" ||
-        netns_fail "rank $r (pid ${rank_pid[r]}, node $((r / NPROCS))) still runs"
+        fail "rank $r (pid ${rank_pid[r]}, node $((r / NPROCS))) still runs"
 done
 for ((k = 0; k < NODES; k++)); do
     left=$(ip netns pids "$(netns_name "$k")" | tr '\n' ' ')
-    [ -z "$left" ] || netns_fail "processes left on node $k after the job: $left"
+    [ -z "$left" ] || fail "processes left on node $k after the job: $left"
 done
 
-[ -f "$job/summary.json" ] || netns_fail "the leader wrote no summary.json"
+[ -f "$job/summary.json" ] || fail "the leader wrote no summary.json"
 got=$(netns_json "$job/summary.json" '[j["outcome"], j["exit_status"] != 0]')
-[ "$got" = '["failed", true]' ] || netns_fail "summary.json outcome, exit_status != 0 = $got"
+[ "$got" = '["failed", true]' ] || fail "summary.json outcome, exit_status != 0 = $got"
 cause=$(netns_json "$job/summary.json" 'j["first_failure"]["cause"]')
 node=$(netns_json "$job/summary.json" 'j["first_failure"]["node"]')
 echo "# summary cause: $cause"
-[[ ${cause,,} == *lost* ]] || netns_fail "summary.json cause '$cause' does not say the node was lost"
+[[ ${cause,,} == *lost* ]] || fail "summary.json cause '$cause' does not say the node was lost"
 [ "$node" = "$CUT" ] || [[ $cause == *"node $CUT"* ]] ||
-    netns_fail "summary.json names node '$node' / cause '$cause', not node $CUT"
+    fail "summary.json names node '$node' / cause '$cause', not node $CUT"
 grep -qi leader "$NETNS_WORK/node$CUT.err" ||
-    netns_fail "node $CUT's rendezvousd did not log losing the leader"
+    fail "node $CUT's rendezvousd did not log losing the leader"
 echo "# node $CUT cut off: leader failed the job in ${exit_ms[0]} ms, node $CUT fenced itself in ${exit_ms[CUT]} ms"

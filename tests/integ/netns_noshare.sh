@@ -33,8 +33,8 @@ netns_spawn -e "$NETNS_WORK/node0.err" 0 "$NETNS_WORK/node0.out" "$NETNS_BUILD/r
 daemon[0]=$NETNS_PID
 deadline=$(($(netns_now_ms) + 10000))
 until [ -s "$job0/endpoint.json" ]; do
-    [ "$(netns_now_ms)" -lt "$deadline" ] || netns_fail "the leader wrote no endpoint.json within 10 s"
-    netns__alive "${daemon[0]}" || netns_fail "node 0's rendezvousd exited early"
+    [ "$(netns_now_ms)" -lt "$deadline" ] || fail "the leader wrote no endpoint.json within 10 s"
+    netns__alive "${daemon[0]}" || fail "node 0's rendezvousd exited early"
     sleep 0.02
 done
 port=$(netns_json "$job0/endpoint.json" 'j["port"]')
@@ -46,20 +46,20 @@ for ((k = 1; k < NODES; k++)); do
     daemon[k]=$NETNS_PID
 done
 for ((k = 0; k < NODES; k++)); do
-    netns_wait "${daemon[k]}" 30000 || netns_fail "node $k's rendezvousd still runs after 30 s"
-    [ "$NETNS_STATUS" = 0 ] || netns_fail "node $k's rendezvousd exited with status $NETNS_STATUS, not 0"
+    netns_wait "${daemon[k]}" 30000 || fail "node $k's rendezvousd still runs after 30 s"
+    [ "$NETNS_STATUS" = 0 ] || fail "node $k's rendezvousd exited with status $NETNS_STATUS, not 0"
 done
 
 for ((r = 0; r < WORLD; r++)); do
     k=$((r / NPROCS))
     ok="rank $r/$WORLD local $((r % NPROCS)) node $k: store ok, barrier ok"
-    grep -qxF "[$r] $ok" "$NETNS_WORK/node$k.out" || netns_fail "node $k's output lacks '[$r] $ok'"
+    grep -qxF "[$r] $ok" "$NETNS_WORK/node$k.out" || fail "node $k's output lacks '[$r] $ok'"
     grep -qxF "$ok" "${dir[k]}/logs/rank-$r.log" ||
-        netns_fail "node $k's own job dir has no logs/rank-$r.log with '$ok'"
+        fail "node $k's own job dir has no logs/rank-$r.log with '$ok'"
 done
 for ((k = 1; k < NODES; k++)); do
-    [ ! -e "${dir[k]}/endpoint.json" ] || netns_fail "follower node $k wrote an endpoint.json"
+    [ ! -e "${dir[k]}/endpoint.json" ] || fail "follower node $k wrote an endpoint.json"
 done
 got=$(netns_json "$job0/summary.json" '[j["outcome"], j["exit_status"]]')
-[ "$got" = '["completed", 0]' ] || netns_fail "summary.json outcome, exit_status = $got"
+[ "$got" = '["completed", 0]' ] || fail "summary.json outcome, exit_status = $got"
 echo "# $WORLD ranks on $NODES nodes with separate job dirs, joined through --rendezvous: ok"

@@ -27,21 +27,21 @@ netns_job_write "$job" "$NODES" "$NPROCS" \
 t0=$(netns_now_ms)
 netns_job_start "$job" "$NETNS_WORK" "$NETNS_BUILD/rendezvousd"
 for ((k = 0; k < NODES; k++)); do
-    netns_wait "${NETNS_DAEMONS[k]}" 30000 || netns_fail "node $k's rendezvousd still runs after 30 s"
-    [ "$NETNS_STATUS" = 0 ] || netns_fail "node $k's rendezvousd exited with status $NETNS_STATUS, not 0"
+    netns_wait "${NETNS_DAEMONS[k]}" 30000 || fail "node $k's rendezvousd still runs after 30 s"
+    [ "$NETNS_STATUS" = 0 ] || fail "node $k's rendezvousd exited with status $NETNS_STATUS, not 0"
 done
 echo "# job_ms=$(($(netns_now_ms) - t0))"
 
 addr0=$(netns_addr 0)
-[ -f "$job/endpoint.json" ] || netns_fail "no endpoint.json in the job dir"
+[ -f "$job/endpoint.json" ] || fail "no endpoint.json in the job dir"
 host=$(netns_json "$job/endpoint.json" 'j["host"]')
-[ "$host" = "$addr0" ] || netns_fail "endpoint.json host is '$host', not node 0's '$addr0'"
+[ "$host" = "$addr0" ] || fail "endpoint.json host is '$host', not node 0's '$addr0'"
 netns_json "$job/endpoint.json" 'j["port"]' | grep -qE '^[1-9][0-9]*$' ||
-    netns_fail "endpoint.json has no port"
+    fail "endpoint.json has no port"
 
 # Every rank's line from its own node's daemon, with one MASTER_PORT for the whole job.
 port=$(sed -n 's/^\[0\] env .* MASTER_PORT=\([0-9]*\) .*/\1/p' "$NETNS_WORK/node0.out")
-[ -n "$port" ] || netns_fail "rank 0 printed no MASTER_PORT"
+[ -n "$port" ] || fail "rank 0 printed no MASTER_PORT"
 for ((r = 0; r < WORLD; r++)); do
     k=$((r / NPROCS))
     out=$NETNS_WORK/node$k.out
@@ -52,27 +52,27 @@ for ((r = 0; r < WORLD; r++)); do
     grep -qxF "$want" "$out" || {
         echo "# want: $want"
         grep -F "[$r] env" "$out" | sed 's/^/# got:  /'
-        netns_fail "rank $r's environment on node $k is wrong or missing"
+        fail "rank $r's environment on node $k is wrong or missing"
     }
     ok="rank $r/$WORLD local $((r % NPROCS)) node $k: store ok, barrier ok"
-    grep -qxF "[$r] $ok" "$out" || netns_fail "node $k's output lacks '[$r] $ok'"
-    grep -qxF "$ok" "$job/logs/rank-$r.log" || netns_fail "logs/rank-$r.log lacks '$ok'"
+    grep -qxF "[$r] $ok" "$out" || fail "node $k's output lacks '[$r] $ok'"
+    grep -qxF "$ok" "$job/logs/rank-$r.log" || fail "logs/rank-$r.log lacks '$ok'"
     for ((o = 0; o < NODES; o++)); do
         [ "$o" = "$k" ] && continue
         ! grep -qF "[$r] " "$NETNS_WORK/node$o.out" ||
-            netns_fail "rank $r's output appears on node $o, not only on node $k"
+            fail "rank $r's output appears on node $o, not only on node $k"
     done
 done
 
-[ -f "$job/summary.json" ] || netns_fail "the leader wrote no summary.json"
+[ -f "$job/summary.json" ] || fail "the leader wrote no summary.json"
 outcome=$(netns_json "$job/summary.json" 'j["outcome"], j["exit_status"], j["first_failure"]')
 [ "$outcome" = '["completed", 0, null]' ] ||
-    netns_fail "summary.json says outcome, exit_status, first_failure = $outcome"
+    fail "summary.json says outcome, exit_status, first_failure = $outcome"
 # The leader knows each node by the address and name it advertised.
 nodes=$(netns_json "$job/summary.json" '" ".join("%s=%s/%s" % (n["node"], n["addr"], n["hostname"]) for n in j["nodes"])')
 want=""
 for ((k = 0; k < NODES; k++)); do
     want+="${want:+ }$k=$(netns_addr "$k")/node$k"
 done
-[ "$nodes" = "$want" ] || netns_fail "summary.json nodes are '$nodes', not '$want'"
+[ "$nodes" = "$want" ] || fail "summary.json nodes are '$nodes', not '$want'"
 echo "# $WORLD ranks on $NODES nodes: environment, store and barrier ok"

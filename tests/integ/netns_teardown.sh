@@ -34,20 +34,20 @@ netns_job_start "$job" "$NETNS_WORK" "$NETNS_BUILD/rendezvousd"
 # All ranks running.
 deadline=$(($(netns_now_ms) + 20000))
 while [ "$(find "$pids" -name '[0-9]*' ! -name '*.tmp' | wc -l)" -lt "$WORLD" ]; do
-    [ "$(netns_now_ms)" -lt "$deadline" ] || netns_fail "not all $WORLD ranks started within 20 s"
+    [ "$(netns_now_ms)" -lt "$deadline" ] || fail "not all $WORLD ranks started within 20 s"
     for ((k = 0; k < NODES; k++)); do
-        netns__alive "${NETNS_DAEMONS[k]}" || netns_fail "node $k's rendezvousd exited early"
+        netns__alive "${NETNS_DAEMONS[k]}" || fail "node $k's rendezvousd exited early"
     done
     sleep 0.05
 done
 declare -a rank_pid
 for ((r = 0; r < WORLD; r++)); do
     rank_pid[r]=$(cat "$pids/$r")
-    netns__alive "${rank_pid[r]}" || netns_fail "rank $r (pid ${rank_pid[r]}) is not running"
+    netns__alive "${rank_pid[r]}" || fail "rank $r (pid ${rank_pid[r]}) is not running"
 done
 victim_ns=$(readlink "/proc/${rank_pid[VICTIM]}/ns/net")
 [ "$victim_ns" = "$(stat -L -c 'net:[%i]' "/run/netns/$(netns_name 2)")" ] ||
-    netns_fail "rank $VICTIM does not run in node 2's namespace ($victim_ns)"
+    fail "rank $VICTIM does not run in node 2's namespace ($victim_ns)"
 
 t0=$(netns_now_ms)
 kill -KILL "${rank_pid[VICTIM]}"
@@ -64,7 +64,7 @@ while [ "$left" = 1 ]; do
     done
     [ "$left" = 0 ] && break
     [ "$(($(netns_now_ms) - t0))" -lt "$DEADLINE_MS" ] ||
-        netns_fail "rank $r (pid ${rank_pid[r]}) still runs $DEADLINE_MS ms after the kill"
+        fail "rank $r (pid ${rank_pid[r]}) still runs $DEADLINE_MS ms after the kill"
     sleep 0.005
 done
 teardown_ms=$(($(netns_now_ms) - t0))
@@ -73,9 +73,9 @@ echo "# teardown_ms=$teardown_ms"
 for ((k = 0; k < NODES; k++)); do
     wait_ms=$((DEADLINE_MS - ($(netns_now_ms) - t0)))
     netns_wait "${NETNS_DAEMONS[k]}" $((wait_ms > 0 ? wait_ms : 0)) ||
-        netns_fail "node $k's rendezvousd still runs $DEADLINE_MS ms after the kill"
+        fail "node $k's rendezvousd still runs $DEADLINE_MS ms after the kill"
     [ "$NETNS_STATUS" = 137 ] ||
-        netns_fail "node $k's rendezvousd exited with $NETNS_STATUS, not 137 (rank $VICTIM's SIGKILL)"
+        fail "node $k's rendezvousd exited with $NETNS_STATUS, not 137 (rank $VICTIM's SIGKILL)"
 done
 echo "# daemons_exited_ms=$(($(netns_now_ms) - t0))"
 
@@ -83,14 +83,14 @@ echo "# daemons_exited_ms=$(($(netns_now_ms) - t0))"
 # can only be ranks or their children.
 for ((k = 0; k < NODES; k++)); do
     left=$(ip netns pids "$(netns_name "$k")" | tr '\n' ' ')
-    [ -z "$left" ] || netns_fail "processes left on node $k after the job: $left"
+    [ -z "$left" ] || fail "processes left on node $k after the job: $left"
 done
 
-[ -f "$job/summary.json" ] || netns_fail "the leader wrote no summary.json"
+[ -f "$job/summary.json" ] || fail "the leader wrote no summary.json"
 got=$(netns_json "$job/summary.json" \
     '[j["outcome"], j["exit_status"], j["first_failure"]["rank"], j["first_failure"]["node"], j["first_failure"]["signal"]]')
 [ "$got" = "[\"failed\", 137, $VICTIM, 2, 9]" ] ||
-    netns_fail "summary.json outcome, exit_status, first_failure rank, node, signal = $got"
+    fail "summary.json outcome, exit_status, first_failure rank, node, signal = $got"
 grep -qF "job failed: rank $VICTIM on node 2 ('node2')" "$NETNS_WORK"/node*.out "$NETNS_WORK"/node*.err ||
-    netns_fail "no daemon printed 'job failed: rank $VICTIM on node 2 ('node2') ...'"
+    fail "no daemon printed 'job failed: rank $VICTIM on node 2 ('node2') ...'"
 echo "# rank $VICTIM killed on node 2: all $WORLD ranks gone in $teardown_ms ms, every daemon exited 137"

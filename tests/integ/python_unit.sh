@@ -8,13 +8,11 @@
 # timeout: 120
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=prologue.sh
+. "$(dirname "$0")/prologue.sh"
 python=${GPURUN_PYTHON:-/usr/bin/python3}
 
-[ -x "$python" ] || {
-    echo "# SKIP no '$python'"
-    exit 77
-}
+[ -x "$python" ] || skip "no '$python'"
 
 # run PYTHON: the whole suite under PYTHON, on the sources as they are, with
 # no bytecode left behind in the tree.
@@ -23,18 +21,14 @@ run() {
     t0=$(date +%s%N)
     (cd "$root/tests/python" &&
         PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$root/lib/python" \
-            "$py" -m unittest -v test_gpurun test_callbacks) >"$out" 2>&1 || rc=$?
+            "$py" -m unittest -v test_gpurun test_callbacks) >"$work/out" 2>&1 || rc=$?
     if [ "$rc" != 0 ]; then
-        echo "FAIL: the unit tests under $py exited with $rc"
-        sed 's/^/# /' "$out"
-        exit 1
+        show_lines=120
+        fail "the unit tests under $py exited with $rc"
     fi
     echo "# $("$py" -c 'import sys; print("python %d.%d" % sys.version_info[:2])'):" \
-        "$(grep -E '^Ran [0-9]+ tests' "$out") in $((($(date +%s%N) - t0) / 1000000)) ms, OK"
+        "$(grep -E '^Ran [0-9]+ tests' "$work/out") in $((($(date +%s%N) - t0) / 1000000)) ms, OK"
 }
-
-out=$(mktemp "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/python-unit.XXXXXX")
-trap 'rm -f "$out"' EXIT
 
 run "$python"
 if old=$(command -v python3.8) && "$old" -c 'import sys; assert sys.version_info[:2] == (3, 8)' \

@@ -12,7 +12,7 @@ set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"
 
-rank=$(cd "$here/../.." && pwd)/tests/preempt_rank.py
+rank=$(cd "$here/../.." && pwd)/tests/ranks/preempt_rank.py
 
 # wait_lines FILE REGEX N: waits (up to 60 s) until N lines of FILE match REGEX.
 wait_lines() {

@@ -10,7 +10,7 @@ set -euo pipefail
 . "$(dirname "$0")/slurm_client_common.sh"
 
 python=$py
-rank=$(cd "$here/../.." && pwd)/tests/preempt_rank.py
+rank=$(cd "$here/../.." && pwd)/tests/ranks/preempt_rank.py
 
 t0=$(grs_now_ms)
 rc_u=0

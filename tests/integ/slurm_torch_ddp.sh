@@ -13,7 +13,7 @@ if ! "$python" -c 'import importlib.util as u; assert u.find_spec("torch")' >/de
     echo "# SKIP '$python' has no torch (Debian's python3-torch)"
     exit 77
 fi
-script=$(cd "$(dirname "$0")/../.." && pwd)/tests/torch_ddp.py
+script=$(cd "$(dirname "$0")/../.." && pwd)/tests/ranks/torch_ddp.py
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"
 

@@ -15,7 +15,7 @@ python=${TORCH_PYTHON:-/usr/bin/python3}
 "$python" -c 'import importlib.util as u; assert u.find_spec("torch")' >/dev/null 2>&1 ||
     skip "'$python' has no torch (Debian's python3-torch)"
 export GLOO_SOCKET_IFNAME=lo
-script=$root/tests/torch_ddp.py
+script=$root/tests/ranks/torch_ddp.py
 
 # json FILE EXPR: the Python expression EXPR of the JSON in FILE (as v).
 json() {

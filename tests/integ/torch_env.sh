@@ -25,7 +25,7 @@ json() {
 job=$work/rec
 export CUDA_VISIBLE_DEVICES=4,5
 run --local -N 2 --gpus-per-node 2 --max-restarts 0 --job-dir "$job" \
-    -- "$python" "$root/tests/torch_record.py"
+    -- "$python" "$root/tests/ranks/torch_record.py"
 expect_rc 1 "a job whose rank 1 raises under @record"
 
 # The environment, rank by rank, as torchrun would give it (one role, "default").
@@ -51,7 +51,7 @@ grep -q "error: job failed: rank 1 on node 0 ('[^']*') exited with status 1: Val
     "$work/err" || fail "the failure line does not name the exception and where it was raised"
 [ "$(json "$job/summary.json" 'v["first_failure"]["error"]["type"]')" = ValueError ] ||
     fail "summary.json's first failure has no ValueError"
-want_line=$(grep -n 'raise ValueError' "$root/tests/torch_record.py" | cut -d: -f1)
+want_line=$(grep -n 'raise ValueError' "$root/tests/ranks/torch_record.py" | cut -d: -f1)
 [ "$(json "$job/summary.json" 'v["first_failure"]["error"]["line"]')" = "$want_line" ] ||
     fail "the exception's line is not $want_line (where it was raised)"
 "$gpurun" status --job-dir "$job" >"$work/st.out" 2>&1 || true

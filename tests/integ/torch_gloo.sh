@@ -6,29 +6,13 @@
 # timeout: 240
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD:-build}
-[[ $build == /* ]] || build=$root/$build
+# shellcheck source=prologue.sh
+. "$(dirname "$0")/prologue.sh"
+fail_show=(gpurun.out gpurun.err)
 python=${TORCH_PYTHON:-/usr/bin/python3}
 NPROCS=4
 
-skip() {
-    echo "# SKIP $*"
-    exit 77
-}
-fail() {
-    echo "FAIL: $*"
-    for f in "$work/gpurun.out" "$work/gpurun.err"; do
-        [ -s "$f" ] || continue
-        echo "# --- ${f##*/} (last 30 lines)"
-        tail -n 30 "$f" | sed 's/^/# /'
-    done
-    exit 1
-}
-
-for p in gpurun rendezvousd; do
-    [ -x "$build/$p" ] || skip "'$build/$p' is not built"
-done
+need_built gpurun rendezvousd
 [ -x "$python" ] || skip "no '$python'"
 # Importing torch takes a second or more: here only look for it; a torch that is found but
 # cannot be imported is told apart after a failed run.
@@ -39,24 +23,12 @@ torch_usable() {
         >/dev/null 2>&1
 }
 
-work=$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/gr-torch-test.XXXXXX")
-cleanup() {
-    local rc=$?
-    if { [ "$rc" = 0 ] || [ "$rc" = 77 ]; } && [ -z "${TEST_KEEP_TMPDIR:-}" ]; then
-        rm -rf "$work"
-    else
-        echo "# scratch kept: $work"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
-
 # gloo on loopback only: nothing leaves the machine and no interface is guessed.
 export GLOO_SOCKET_IFNAME=lo
 rc=0
 t0=$(date +%s%N)
 timeout -k 5 180 "$build/gpurun" --local --gpus-per-node "$NPROCS" --job-dir "$work/job" \
-    -- "$python" "$root/tests/torch_allreduce.py" >"$work/gpurun.out" 2>"$work/gpurun.err" || rc=$?
+    -- "$python" "$root/tests/ranks/torch_allreduce.py" >"$work/gpurun.out" 2>"$work/gpurun.err" || rc=$?
 echo "# torch_job_ms=$((($(date +%s%N) - t0) / 1000000))"
 [ "$rc" != 124 ] || fail "gpurun did not finish within 180 s"
 if [ "$rc" != 0 ]; then

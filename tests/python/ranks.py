@@ -78,7 +78,7 @@ def store():
 
 
 def gr_example():
-    """tests/gr_example.c in Python, key for key and barrier for barrier, so that C and
+    """tests/helpers/gr_example.c in Python, key for key and barrier for barrier, so that C and
     Python ranks run in one job: rank 0's 128-byte binary id read by every rank, an address
     per rank read by all after the implicit barrier "#0", reports, the barrier "done"."""
     r, w, lw = gpurun.rank(), gpurun.world_size(), gpurun.local_world_size()
