@@ -883,6 +883,9 @@ static void on_assign(struct agent *a, struct msg *m)
     }
     log_info("node %d running ranks %d..%d of %d (generation %d)", a->node_rank, a->rank_base,
              a->rank_base + a->nranks - 1, a->world_size, a->generation);
+    /* The ranks' metrics at once: a job shorter than a tick is seen too. */
+    if (a->spec->metrics_dir)
+        write_metrics(a);
     /* Failed spawns are exits too: report them, and fail the job on the first. */
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];
