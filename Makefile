@@ -9,7 +9,7 @@ PREFIX   ?= /usr/local
 NVCC     ?= $(firstword $(wildcard $(shell command -v nvcc 2>/dev/null) /usr/local/cuda/bin/nvcc))
 
 LIBS_PC  := libuv jansson libcrypto inih
-CPPFLAGS += -Ilib -D_GNU_SOURCE $(shell $(PKG) --cflags $(LIBS_PC) 2>/dev/null)
+CPPFLAGS += -Ilib -Ilib/rank -D_GNU_SOURCE $(shell $(PKG) --cflags $(LIBS_PC) 2>/dev/null)
 CFLAGS   ?= -O2 -g
 override CFLAGS += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wno-missing-field-initializers -fno-strict-aliasing -MMD -MP
@@ -29,8 +29,8 @@ Q := @
 endif
 
 # --- sources -------------------------------------------------------------------------------
-LIB_SRC    := $(filter-out lib/gr.c lib/gr_pmix.c,$(wildcard lib/*.c))
-GR_SRC     := lib/gr.c lib/gr_pmix.c lib/frame.c lib/proto.c lib/log.c lib/auth.c
+LIB_SRC    := $(wildcard lib/*.c)
+GR_SRC     := lib/rank/gr.c lib/rank/gr_pmix.c lib/frame.c lib/proto.c lib/log.c lib/auth.c
 DAEMON_SRC := $(wildcard daemon/*.c)
 CLIENT_SRC := $(wildcard client/*.c)
 TEST_SRC   := $(wildcard tests/test_*.c)
@@ -52,7 +52,7 @@ MPICC      ?= $(shell command -v mpicc 2>/dev/null)
 BENCH_MPI  := $(if $(MPICC),$(BUILD)/bench/mpi_allreduce)
 MPI_HELLO  := $(if $(MPICC),$(BUILD)/tests/mpi_hello)
 # A rank started by srun --mpi=pmix without rendezvousd takes its place, store and barriers
-# from PMIx (lib/gr_pmix.h): built in where libpmix is, and then every program with the rank
+# from PMIx (lib/rank/gr_pmix.h): built in where libpmix is, and then every program with the rank
 # library links it.
 HAVE_PMIX  := $(shell $(PKG) --exists pmix 2>/dev/null && echo 1)
 GR_LIBS    := $(if $(HAVE_PMIX),$(shell $(PKG) --libs pmix))
@@ -76,7 +76,7 @@ $(LIB_A): $(call obj,$(LIB_SRC))
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(call obj,lib/gr.c lib/gr_pmix.c tests/test_gr.c): CPPFLAGS += $(if $(HAVE_PMIX),-DHAVE_PMIX $(shell $(PKG) --cflags pmix))
+$(call obj,lib/rank/gr.c lib/rank/gr_pmix.c tests/test_gr.c): CPPFLAGS += $(if $(HAVE_PMIX),-DHAVE_PMIX $(shell $(PKG) --cflags pmix))
 $(GR_EXAMPLE) $(GR_PMIX_CHECK) $(RUNNER) $(COLL_RANK) $(BENCH_AR) $(TRAIN): LDLIBS += $(GR_LIBS)
 
 $(GR_A): $(call obj,$(sort $(GR_SRC)))
@@ -85,7 +85,7 @@ $(GR_A): $(call obj,$(sort $(GR_SRC)))
 
 # The rank library as a shared library (installed as libgr.so): libgr.a's sources compiled
 # position-independent under $(BUILD)/pic/, exporting gr.h's functions and nothing else
-# (lib/libgr.map: frame_*, proto_*, log_* stay inside), linked with what those sources need
+# (lib/rank/libgr.map: frame_*, proto_*, log_* stay inside), linked with what those sources need
 # (jansson, libcrypto, libpmix where it is built in) and no more; --no-undefined proves that
 # list complete.
 pic = $(patsubst %.c,$(BUILD)/pic/%.o,$(1))
@@ -94,11 +94,11 @@ $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $< (PIC)")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -c -o $@ $<
-$(call pic,lib/gr.c lib/gr_pmix.c): CPPFLAGS += $(if $(HAVE_PMIX),-DHAVE_PMIX $(shell $(PKG) --cflags pmix))
-$(GR_SO): $(call pic,$(sort $(GR_SRC))) lib/libgr.map
+$(call pic,lib/rank/gr.c lib/rank/gr_pmix.c): CPPFLAGS += $(if $(HAVE_PMIX),-DHAVE_PMIX $(shell $(PKG) --cflags pmix))
+$(GR_SO): $(call pic,$(sort $(GR_SRC))) lib/rank/libgr.map
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -shared -Wl,-soname,$(GR_SONAME) \
-	    -Wl,--version-script=lib/libgr.map -Wl,--no-undefined -o $@ $(filter %.o,$^) $(GR_SO_LIBS)
+	    -Wl,--version-script=lib/rank/libgr.map -Wl,--no-undefined -o $@ $(filter %.o,$^) $(GR_SO_LIBS)
 
 $(RENDEZVOUSD): $(call obj,$(DAEMON_SRC)) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
@@ -149,7 +149,7 @@ CUDA_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(addsuffix /libcuda
 NVCCFLAGS   ?= -O3 -g -lineinfo
 override NVCCFLAGS += -std=c++17 -gencode arch=compute_90,code=sm_90 \
                -gencode arch=compute_90,code=compute_90 -Werror all-warnings \
-               -Xcompiler -Wall,-Wextra,-Werror -Ilib -DGPURUN_CUDA -MMD -MP
+               -Xcompiler -Wall,-Wextra,-Werror -Ilib -Ilib/rank -DGPURUN_CUDA -MMD -MP
 CUDA_OBJS   := $(patsubst kernels/cuda/%.cu,$(BUILD)/cuda/%.o,$(wildcard kernels/cuda/*.cu))
 CUDA_LIBS   := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcudart -lstdc++
 CPPFLAGS    += -DGPURUN_CUDA
@@ -190,7 +190,7 @@ $(call obj,kernels/coll_nccl.c tests/helpers/coll_rank.c tests/test_coll_nccl.c)
 $(TRAIN) $(RUNNER) $(COLL_RANK) $(BENCH_AR): LDLIBS += $(NCCL_LIBS)
 endif
 
-RUNNER_OBJS := $(call obj,tests/runner.c tests/helpers/wire.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(KERNEL_MODS) $(wildcard lib/gr.c lib/gr_pmix.c)) $(LIB_A)
+RUNNER_OBJS := $(call obj,tests/runner.c tests/helpers/wire.c $(TEST_SRC) $(DAEMON_MODS) $(CLIENT_MODS) $(KERNEL_MODS) $(wildcard lib/rank/gr.c lib/rank/gr_pmix.c)) $(LIB_A)
 $(RUNNER): $(RUNNER_OBJS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS) $(SLURM_LIBS)
@@ -222,8 +222,8 @@ SIM_LINKS    := $(SIM)/rendezvousd $(SIM)/gpurun
 # The rewritten sources are kept (compiler messages point at the .cu, a debugger at them).
 SIM_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wextra -Werror -Wno-unknown-pragmas -MMD -MP \
                 -include tests/cudasim/sim.h -DGPURUN_CUDA -DGPURUN_CUDASIM \
-                -isystem $(SIM_CUDA_INC) -Ilib -iquote kernels/cuda -iquote tests/cudasim
-SIM_LIBFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Werror -MMD -MP -isystem $(SIM_CUDA_INC) -Ilib
+                -isystem $(SIM_CUDA_INC) -Ilib -Ilib/rank -iquote kernels/cuda -iquote tests/cudasim
+SIM_LIBFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Werror -MMD -MP -isystem $(SIM_CUDA_INC) -Ilib -Ilib/rank
 $(SIM)/src/%.cc: kernels/cuda/%.cu tests/cudasim/rewrite
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  REWRITE $<")
@@ -303,12 +303,12 @@ $(BENCH_STEP): $(call obj,bench/train_step.c $(MODEL_SRC)) $(LIB_A)
 $(BUILD)/bench/mpi_allreduce: bench/mpi_allreduce.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
-	$(Q)$(MPICC) -O2 -Wall -Wextra -Werror -Ilib -o $@ $<
+	$(Q)$(MPICC) -O2 -Wall -Wextra -Werror -Ilib -Ilib/rank -o $@ $<
 # The MPI program of the Slurm tests (srun --mpi=pmix across the test cluster's nodes).
 $(MPI_HELLO): tests/helpers/mpi_hello.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
-	$(Q)$(MPICC) -O2 -g -std=c11 -Wall -Wextra -Werror -Ilib -o $@ $<
+	$(Q)$(MPICC) -O2 -g -std=c11 -Wall -Wextra -Werror -Ilib -Ilib/rank -o $@ $<
 
 # --- set-up, demo and tests ----------------------------------------------------------------
 deps:
@@ -430,7 +430,7 @@ $(SIM_LIBS_DIR)/%.o: tests/cudasim/%.cc
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CXX     $<")
 	$(Q)$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -MMD -MP -isystem $(CUDA_HOME)/include \
-	    -Ilib -c -o $@ $<
+	    -Ilib -Ilib/rank -c -o $@ $<
 $(SIM_LIBS_DIR)/libs_test.o: tests/cudasim/libs_test.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")
@@ -443,7 +443,7 @@ endif
 
 # What a node needs: gpurun and rendezvousd; the rank library for C (gr.h, libgr.a, libgr.so)
 # and for Python (the gpurun package, in lib/gpurun/python where rendezvousd finds it and puts
-# it on every rank's PYTHONPATH; `pip install lib/python` is the other way in). It builds
+# it on every rank's PYTHONPATH; `pip install lib/rank/python` is the other way in). It builds
 # what it installs, nothing else; DESTDIR is honoured.
 PY_DIR := $(PREFIX)/lib/gpurun/python/gpurun
 install: $(GPURUN) $(RENDEZVOUSD) $(GR_A) $(GR_SO)
@@ -453,8 +453,8 @@ install: $(GPURUN) $(RENDEZVOUSD) $(GR_A) $(GR_SO)
 	install -m 0644 $(GR_A) $(DESTDIR)$(PREFIX)/lib
 	install -m 0755 $(GR_SO) $(DESTDIR)$(PREFIX)/lib
 	ln -sfn $(GR_SONAME) $(DESTDIR)$(PREFIX)/lib/libgr.so
-	install -m 0644 lib/gr.h $(DESTDIR)$(PREFIX)/include
-	install -m 0644 $(wildcard lib/python/gpurun/*.py) $(DESTDIR)$(PY_DIR)
+	install -m 0644 lib/rank/gr.h $(DESTDIR)$(PREFIX)/include
+	install -m 0644 $(wildcard lib/rank/python/gpurun/*.py) $(DESTDIR)$(PY_DIR)
 
 clean:
 	rm -rf $(BUILD)

@@ -31,11 +31,12 @@
 #define ERROR_FILE_MAX      (256 * 1024)
 
 /* The folder holding the gpurun Python package, found from this program's path: the source
- * tree's lib/python (build/rendezvousd, build/asan/rendezvousd) or an installed
+ * tree's lib/rank/python (build/rendezvousd, build/asan/rendezvousd) or an installed
  * PREFIX/lib/gpurun/python (PREFIX/bin/rendezvousd). Empty when none is there. */
 static void find_python_dir(struct agent *a)
 {
-    static const char *const rel[] = {"../lib/python", "../../lib/python", "../lib/gpurun/python"};
+    static const char *const rel[] = {"../lib/rank/python", "../../lib/rank/python",
+                                      "../lib/gpurun/python"};
     char dir[PATH_MAX], probe[PATH_MAX + 64];
     const char *slash = strrchr(a->self_exe, '/');
 

@@ -7,7 +7,7 @@
  *             listens on its node's address (GPURUN_NODE_ADDR, the address the node's agent
  *             reaches the leader from; else the interface that routes to MASTER_ADDR; else
  *             127.0.0.1), publishes "host port token" under the store key
- *             "coll/<seq>/addr/<rank>" (lib/gr.h), connects to rank+1 and accepts rank-1.
+ *             "coll/<seq>/addr/<rank>" (lib/rank/gr.h), connects to rank+1 and accepts rank-1.
  *             seq counts the coll_open calls of the process, so every rank must open its
  *             collectives in the same order. A connection presents the token its acceptor
  *             published, so that only a rank that read the job's store can join the ring.

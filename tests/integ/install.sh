@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make install DESTDIR=...` and `pip install lib/python`: every file lands where it should
+# `make install DESTDIR=...` and `pip install lib/rank/python`: every file lands where it should
 # (gpurun, rendezvousd, gr.h, libgr.a, libgr.so and the Python package under
 # PREFIX/lib/gpurun/python); libgr.so exports gr.h's functions and nothing else and needs no
 # library libgr.a does not (no libuv, inih, slurm); a C program built against the installed
@@ -38,7 +38,7 @@ want_file 644 lib/libgr.a
 want_file 755 lib/libgr.so.0
 [ "$(readlink "$top/lib/libgr.so")" = libgr.so.0 ] ||
     fail "lib/libgr.so is not a link to libgr.so.0: $(ls -l "$top/lib/libgr.so" 2>&1)"
-for f in "$root"/lib/python/gpurun/*.py; do
+for f in "$root"/lib/rank/python/gpurun/*.py; do
     want_file 644 "lib/gpurun/python/gpurun/${f##*/}"
     cmp -s "$f" "$top/lib/gpurun/python/gpurun/${f##*/}" || fail "installed ${f##*/} differs"
 done
@@ -122,24 +122,24 @@ grep -qxF "[1] py rank 1 read b'C\\x00side' from $top_real/lib/gpurun/python/gpu
     "$work/out" || fail "the Python rank did not read the C key from the installed package"
 echo "# installed gpurun: a C rank on libgr.so and a Python rank on the installed package"
 
-# --- pip install lib/python into a scratch target ---------------------------------------------
+# --- pip install lib/rank/python into a scratch target ---------------------------------------------
 "$python" -m pip --version >/dev/null 2>&1 || skip "'$python -m pip' does not run (python3-pip)"
 # From a copy: pip builds in the source folder, and the tree stays clean. No index, no build
 # isolation: Debian's setuptools builds it offline.
-cp -r "$root/lib/python" "$work/src"
+cp -r "$root/lib/rank/python" "$work/src"
 rm -rf "$work/src/build" "$work/src"/*.egg-info
 rc=0
 t0=$(date +%s%N)
 "$python" -m pip install --quiet --no-index --no-build-isolation --no-deps \
     --target "$work/site" "$work/src" >"$work/out" 2>"$work/err" || rc=$?
-expect_rc 0 "pip install --target of lib/python"
+expect_rc 0 "pip install --target of lib/rank/python"
 echo "# pip install: $((($(date +%s%N) - t0) / 1000000)) ms"
 got=$(cd "$work" && env -u PYTHONPATH -u GPURUN_SOCK PYTHONPATH="$work/site" "$python" -B -c '
 import importlib.metadata as md, gpurun, gpurun.lightning, gpurun.hf
 print(gpurun.__file__, gpurun.__version__, md.version("gpurun"), gpurun.rank(), gpurun.get("k"))')
 c_version=$(sed -n 's/^#define GPURUN_VERSION "\(.*\)"$/\1/p' "$root/client/args.h")
-v=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$root/lib/python/gpurun/__init__.py")
-[ -n "$v" ] || fail "no __version__ line in lib/python/gpurun/__init__.py"
+v=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$root/lib/rank/python/gpurun/__init__.py")
+[ -n "$v" ] || fail "no __version__ line in lib/rank/python/gpurun/__init__.py"
 want="$work/site/gpurun/__init__.py $v $v 0 None"
 [ "$got" = "$want" ] || fail "import gpurun from the pip target: got '$got', expected '$want'"
 [ "$v" = "$c_version" ] || fail "the Python package is version $v, gpurun (client/args.h) $c_version"

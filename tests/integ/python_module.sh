@@ -17,7 +17,7 @@ python=${GPURUN_PYTHON:-/usr/bin/python3}
 ranks=$root/tests/python/ranks.py
 [ -x "$python" ] || skip "no '$python'"
 [ -x "$build/tests/gr_example" ] || skip "'$build/tests/gr_example' is not built (make)"
-[ -f "$root/lib/python/gpurun/__init__.py" ] || fail "no lib/python/gpurun/__init__.py"
+[ -f "$root/lib/rank/python/gpurun/__init__.py" ] || fail "no lib/rank/python/gpurun/__init__.py"
 
 # No bytecode in the source tree from the ranks' imports.
 export PYTHONDONTWRITEBYTECODE=1

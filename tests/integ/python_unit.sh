@@ -20,7 +20,7 @@ run() {
     local py=$1 rc=0 t0
     t0=$(date +%s%N)
     (cd "$root/tests/python" &&
-        PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$root/lib/python" \
+        PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$root/lib/rank/python" \
             "$py" -m unittest -v test_gpurun test_callbacks) >"$work/out" 2>&1 || rc=$?
     if [ "$rc" != 0 ]; then
         show_lines=120

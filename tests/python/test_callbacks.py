@@ -3,7 +3,7 @@ classes and trainer objects, and the fake agent: what each hook reports, and wha
 pre-timeout signal makes them do. The real frameworks run in tests/integ/python_frameworks.sh
 where they can be installed; these run everywhere.
 
-Run: python3 -m unittest test_callbacks (in tests/python, lib/python on PYTHONPATH)."""
+Run: python3 -m unittest test_callbacks (in tests/python, lib/rank/python on PYTHONPATH)."""
 
 import os
 import signal

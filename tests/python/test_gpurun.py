@@ -1,10 +1,10 @@
 """Unit tests of the gpurun Python module against a fake agent (fake_agent.py): the wire
-(framing, ids, base64 as lib/gr.c writes it), the agent's errors, timeouts and late replies,
+(framing, ids, base64 as lib/rank/gr.c writes it), the agent's errors, timeouts and late replies,
 the checks made before sending, report()'s NaN and type handling and its never blocking, a
 dead, garbage-speaking or refusing agent, threads, fork, the pre-timeout signal, finalize and
 the atexit hook, and the no-op outside a job.
 
-Run: python3 -m unittest discover -s tests/python (with lib/python on PYTHONPATH)."""
+Run: python3 -m unittest discover -s tests/python (with lib/rank/python on PYTHONPATH)."""
 
 import base64
 import builtins
@@ -101,7 +101,7 @@ class Framing(Base):
         self.assertEqual(hello, {"type": "hello", "rank": 3, "token": a.token},
                          "first frame: expected the hello")
         self.assertEqual(put, {"type": "kv_put", "id": 1, "key": "k", "value": "dg=="})
-        # Compact JSON, as lib/gr.c sends it (JSON_COMPACT): no spaces.
+        # Compact JSON, as lib/rank/gr.c sends it (JSON_COMPACT): no spaces.
         raw = conn.raw[1]
         self.assertNotIn(b" ", raw, "kv_put frame: expected compact JSON, got %r" % raw)
 

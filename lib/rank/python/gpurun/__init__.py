@@ -1,7 +1,7 @@
 """gpurun's rank library for Python: what a training script gets from the job it runs in.
 
 A rank started by gpurun (rendezvousd) talks to its node's agent over the Unix socket named
-by GPURUN_SOCK, as C ranks do through lib/gr.h, and shares the job's store with them (values
+by GPURUN_SOCK, as C ranks do through lib/rank/gr.h, and shares the job's store with them (values
 travel as base64 on both sides, so a key put by either is read byte for byte by the other).
 Standard library only; Python 3.8 or later.
 

@@ -1,4 +1,4 @@
-/* The rank library's second transport (internal to lib/gr.c): a rank started by `srun
+/* The rank library's second transport (internal to lib/rank/gr.c): a rank started by `srun
  * --mpi=pmix` (or another PMIx launcher) without rendezvousd takes its place in the job from
  * PMIx, and the store and barrier become PMIx puts, gets and fences. gr.h documents what a
  * caller sees; this header is the contract between gr.c and gr_pmix.c. Built only where

@@ -1,6 +1,6 @@
 """The connection of one process to its node's rendezvousd: framing, requests and replies.
 
-The wire is lib/proto.h's rank link, the same bytes lib/gr.c sends: a 4-byte big-endian
+The wire is lib/proto.h's rank link, the same bytes lib/rank/gr.c sends: a 4-byte big-endian
 length, then one compact JSON object. Everything here runs under the one lock of the module
 (LOCK), which is never held while waiting: the thread whose reply is awaited polls the socket
 with the lock released, and any thread that reads the socket hands out what it read (a reply
@@ -18,7 +18,7 @@ import struct
 import threading
 import time
 
-# The store's limits, as lib/gr.h has them (GR_KEY_MAX, GR_NAME_MAX, GR_VALUE_MAX): a key
+# The store's limits, as lib/rank/gr.h has them (GR_KEY_MAX, GR_NAME_MAX, GR_VALUE_MAX): a key
 # and a barrier name are at most 256 bytes of UTF-8; a value travels as base64 in at most
 # 256 KiB, so it holds at most 196608 bytes.
 KEY_MAX = 256
@@ -27,10 +27,10 @@ VALUE_MAX = 3 * (256 * 1024) // 4
 # The longest frame the agent accepts and sends (lib/frame.h FRAME_MAX_DEFAULT).
 FRAME_MAX = 1 << 20
 # How long a request that waits for nobody (kv_put, kv_del, preempt, finalize) may go
-# unanswered before the agent is taken for stuck: lib/gr.c's GR_REQUEST_TIMEOUT_MS.
+# unanswered before the agent is taken for stuck: lib/rank/gr.c's GR_REQUEST_TIMEOUT_MS.
 REQUEST_TIMEOUT = 120.0
 # Time the agent gets to deliver a kv_get's answer after the wait it was asked for ran out
-# (the leader's timer, the hop to the agent): lib/gr.c's GR_REPLY_GRACE_MS.
+# (the leader's timer, the hop to the agent): lib/rank/gr.c's GR_REPLY_GRACE_MS.
 REPLY_GRACE = 10.0
 # The wait a kv_get asks for when the caller set no limit (a day); when it runs out the
 # request is made again, so that the wait really is unbounded: GR_WAIT_FOREVER_MS.
@@ -102,7 +102,7 @@ def reset_after_fork():
 
 class Error(RuntimeError):
     """A request failed: the agent refused it, the link broke, or an answer made no sense.
-    The text names the request, its subject and why, as lib/gr.c's gr_strerror does."""
+    The text names the request, its subject and why, as lib/rank/gr.c's gr_strerror does."""
 
 
 class TimeoutError(Error, builtins.TimeoutError):
@@ -118,7 +118,7 @@ class Expired(Exception):
 
 
 # The agent's error codes (lib/proto.h): those that refuse one request; any other code
-# ("bad_request") means the link is out of step, and it is given up, as lib/gr.c does.
+# ("bad_request") means the link is out of step, and it is given up, as lib/rank/gr.c does.
 _ERROR_CODES = {
     "timeout": TimeoutError,
     "not_found": NotFound,
