@@ -10,9 +10,9 @@
  *
  * Framing (frame.h): 4-byte big-endian length, then the payload. On TCP links the payload is
  * seq | JSON | tag (auth.h); on the Unix socket it is the JSON alone. The JSON is one object
- * whose "type" selects a row of the table below; the row's format is applied with
- * json_unpack_ex(JSON_STRICT), so a missing field, a field of the wrong type or an unknown
- * field is an error: the receiver answers an "error" frame, logs one line and, for anything
+ * whose "type" selects a row of the table below (lib/proto.c has it as data: each field's
+ * key, kind and whether it may be left out), so a missing field, a field of the wrong type
+ * or an unknown field is an error: the receiver answers an "error" frame, logs one line and, for anything
  * but a request it can refuse, closes the link. Lengths over the reader's limit close the
  * link before any allocation. Before its handshake is done a TCP link accepts only frames of
  * the handshake's size (68 bytes at most, PEER_HANDSHAKE_FRAME_MAX in daemon/peer.h) and
@@ -31,7 +31,8 @@
  *                                 cost O(nodes^2) bytes; the status view has the nodes),
  *                                 hvd_port, hvd_host (optional: the leader's horovod
  *                                 rendezvous port and this node's HOROVOD_HOSTNAME)
- * hb            both ways         (none): a heartbeat, every hb_interval
+ * hb            both ways         (none): a heartbeat, over a link that carried nothing
+ *                                 else for hb_interval (any frame proves its sender alive)
  * kv_put        rank->agent->leader  id, key, value (a string; the rank library uses base64)
  * kv_get        rank->agent->leader  id, key, timeout_ms (0: answer at once; the reply waits
  *                                 until the key exists or the timeout passes)
@@ -39,11 +40,13 @@
  * barrier       rank->agent       id, name
  *               agent->leader     id, name, count (how many ranks of that node arrived)
  * barrier_done  leader->agent     name: every rank of the world has arrived
- * report        rank->agent       step, loss, lr, tokens_per_s, grad_norm, total_steps
- *                                 (optional: the step count the run aims at, for the
- *                                 progress bar and ETA; 0 or absent: unknown)
+ * report        rank->agent       step, loss, lr, tokens_per_s, grad_norm (each optional:
+ *                                 absent is unknown, as a NaN is, which JSON cannot say),
+ *                                 total_steps (optional: the step count the run aims at,
+ *                                 for the progress bar and ETA; 0 or absent: unknown)
  * progress      agent->leader     ranks [{rank, step, loss, lr, tokens_per_s, grad_norm,
- *                                 total_steps, age_ms}] (age_ms: how long before this frame
+ *                                 total_steps, age_ms}] (the four numbers only where the
+ *                                 rank gave them; age_ms: how long before this frame
  *                                 the rank's last report reached the agent, so that the
  *                                 leader's report times are exact whatever the batching)
  * preempt       rank->agent       id: this rank handles the pre-timeout signal (the signal
