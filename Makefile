@@ -30,7 +30,8 @@ endif
 
 # --- sources -------------------------------------------------------------------------------
 LIB_SRC    := $(filter-out lib/gr.c lib/gr_pmix.c,$(wildcard lib/*.c))
-GR_SRC     := lib/gr.c lib/gr_pmix.c lib/frame.c lib/proto.c lib/log.c lib/auth.c
+GR_SRC     := lib/gr.c lib/gr_pmix.c lib/frame.c lib/proto.c lib/log.c lib/auth.c lib/errmsg.c \
+              lib/monotime.c
 DAEMON_SRC := $(wildcard daemon/*.c)
 CLIENT_SRC := $(wildcard client/*.c)
 TEST_SRC   := $(wildcard tests/test_*.c)

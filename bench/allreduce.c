@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "coll.h"
 #include "gr.h"
+#include "monotime.h"
 #include "banned.h"
 
 /* The schedule both benchmarks share: about 256 MiB of buffer reduced per size (at least 3
@@ -38,14 +38,6 @@ static int parse_bytes(const char *s, size_t *out)
         return -1;
     *out = (size_t)v;
     return 0;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int main(int argc, char **argv)
@@ -114,12 +106,12 @@ int main(int argc, char **argv)
         for (int b = 0; b < BATCHES; b++) {
             if (coll_barrier(c) < 0)
                 goto coll_failed;
-            t0 = now_s();
+            t0 = monotime_s();
             for (int it = 0; it < iters / BATCHES; it++)
                 if (coll_allreduce_sum_f32(c, buf, n) < 0)
                     goto coll_failed;
             memset(times, 0, (size_t)world * sizeof(*times));
-            times[rank] = (now_s() - t0) / (iters / BATCHES);
+            times[rank] = (monotime_s() - t0) / (iters / BATCHES);
             if (coll_allreduce_sum_f64(c, times, (size_t)world) < 0)
                 goto coll_failed;
             t = 0;

@@ -7,6 +7,7 @@
 #include "cmd.h"
 #include "follow.h"
 #include "logs.h"
+#include "monotime.h"
 #include "slurmlib.h"
 #include "banned.h"
 
@@ -29,9 +30,9 @@ static bool job_ended(void *arg)
         struct slurmlib_job job;
         struct slurmlib_error err;
         int r;
-        if (now_ms() < s->next_ms)
+        if (monotime_ms() < s->next_ms)
             return false;
-        s->next_ms = now_ms() + FOLLOW_POLL_MAX_MS;
+        s->next_ms = monotime_ms() + FOLLOW_POLL_MAX_MS;
         r = slurmlib_load(s->t->slurm, &job, &err);
         s->ended = r < 0 || job.ended;
         slurmlib_job_release(&job);
@@ -41,9 +42,9 @@ static bool job_ended(void *arg)
     if (access(path, F_OK) == 0) {
         /* The leader writes the summary, then waits for every node to finish: give the
          * followers' last lines the time of a poll. */
-        s->ended = s->next_ms != 0 && now_ms() >= s->next_ms;
+        s->ended = s->next_ms != 0 && monotime_ms() >= s->next_ms;
         if (!s->next_ms)
-            s->next_ms = now_ms() + LOGS_POLL_MS;
+            s->next_ms = monotime_ms() + LOGS_POLL_MS;
     }
     return s->ended;
 }

@@ -33,6 +33,7 @@
 #include "fsutil.h"
 #include "gpt2.h"
 #include "gr.h"
+#include "monotime.h"
 #include "optim.h"
 #include "traincfg.h"
 #include "banned.h"
@@ -103,14 +104,6 @@ static int fail(struct run *r, int code, const char *fmt, ...)
     vsnprintf(r->err, sizeof(r->err), fmt, ap);
     va_end(ap);
     return code;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Where a key's value came from, for an error: "jobs/tiny.cfg:22", "command line", or the file
@@ -756,7 +749,7 @@ static int save_ckpt(struct run *r)
     struct backend_state hs = {0};
     struct ckpt_error cerr;
     char path[PATH_MAX];
-    double t0 = now_s();
+    double t0 = monotime_s();
     int ret;
 
     if (r->saved_step == r->step)
@@ -781,7 +774,7 @@ static int save_ckpt(struct run *r)
         }
         ckpt_path(path, sizeof(path), r->cfg.out_dir, r->step);
         printf("saved '%s' (%.1f MB in %.0f ms)\n", path, (double)r->n_params * 12.0 / 1e6,
-               1e3 * (now_s() - t0));
+               1e3 * (monotime_s() - t0));
     }
     ret = coll_barrier(r->coll);
     if (ret < 0) {
@@ -873,7 +866,7 @@ static bool every(int n, uint64_t step)
 static int train(struct run *r)
 {
     uint64_t steps = (uint64_t)r->cfg.steps;
-    double t_start = now_s();
+    double t_start = monotime_s();
     uint64_t first = r->step;
     float last_loss = NAN, last_val = NAN;
     int ret;
@@ -886,7 +879,7 @@ static int train(struct run *r)
     }
     while (r->step < steps) {
         struct step_stats s = {.step = r->step + 1};
-        double t0 = now_s(), agree[2];
+        double t0 = monotime_s(), agree[2];
         bool last;
 
         ret = train_step(r, &s.loss, &s.lr, &s.grad_norm);
@@ -900,7 +893,7 @@ static int train(struct run *r)
         if (ret < 0)
             return fail(r, ret, "step %" PRIu64 ": %s", s.step, coll_strerror(r->coll));
         s.loss = (float)(agree[0] / r->world);
-        s.ms = 1e3 * (now_s() - t0);
+        s.ms = 1e3 * (monotime_s() - t0);
         s.tokens_per_s = (double)(r->dl.G * (uint64_t)r->cfg.seq_len) / (s.ms / 1e3);
         r->step++;
         last = r->step == steps || agree[1] > 0.0;
@@ -949,8 +942,8 @@ static int train(struct run *r)
         }
     }
     if (r->rank == 0) {
-        printf("done: %" PRIu64 " steps in %.1f s, loss %.4f", r->step - first, now_s() - t_start,
-               (double)last_loss);
+        printf("done: %" PRIu64 " steps in %.1f s, loss %.4f", r->step - first,
+               monotime_s() - t_start, (double)last_loss);
         if (!isnan(last_val))
             printf(", val loss %.4f", (double)last_val);
         printf("\n");

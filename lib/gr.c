@@ -13,14 +13,15 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
 
+#include "errmsg.h"
 #include "frame.h"
 #include "gr.h"
 #include "gr_pmix.h"
+#include "monotime.h"
 #include "proto.h"
 #include "banned.h"
 
@@ -93,25 +94,6 @@ __attribute__((format(printf, 3, 4))) static int broken(struct gr *g, int err, c
     va_end(ap);
     g->dead = err;
     return err;
-}
-
-/* strerror() in the grammar of our messages: "connection refused". */
-static const char *errstr(int err)
-{
-    static _Thread_local char buf[64];
-
-    snprintf(buf, sizeof(buf), "%s", strerror(err < 0 ? -err : err));
-    if (buf[0] >= 'A' && buf[0] <= 'Z' && !(buf[1] >= 'A' && buf[1] <= 'Z'))
-        buf[0] = (char)(buf[0] - 'A' + 'a');
-    return buf;
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* --- environment ------------------------------------------------------------------------ */
@@ -264,7 +246,8 @@ static int send_msg(struct gr *g, json_t *msg, const char *what)
     if (ret == -ECONNRESET)
         ret = broken(g, ret, "%s: agent '%s' closed the connection", what, g->sock);
     else if (ret < 0)
-        ret = broken(g, ret, "%s: cannot send to agent '%s': %s", what, g->sock, errstr(ret));
+        ret = broken(g, ret, "%s: cannot send to agent '%s': %s", what, g->sock,
+                     errmsg_strerror(ret));
 out:
     free(buf);
     free(text);
@@ -303,7 +286,7 @@ static bool take_abandoned(struct gr *g, json_int_t id)
 static int read_reply(struct gr *g, json_int_t id, int64_t timeout_ms, struct msg *m,
                       const char *what)
 {
-    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    int64_t deadline = timeout_ms < 0 ? -1 : monotime_ms() + timeout_ms;
     uint8_t chunk[GR_READ_CHUNK];
 
     for (;;) {
@@ -336,7 +319,7 @@ static int read_reply(struct gr *g, json_int_t id, int64_t timeout_ms, struct ms
 
         int wait = -1;
         if (deadline >= 0) {
-            int64_t left = deadline - now_ms();
+            int64_t left = deadline - monotime_ms();
             if (left <= 0)
                 return -ETIMEDOUT;
             wait = left > INT_MAX ? INT_MAX : (int)left;
@@ -345,7 +328,7 @@ static int read_reply(struct gr *g, json_int_t id, int64_t timeout_ms, struct ms
         r = poll(&pfd, 1, wait);
         if (r < 0 && errno != EINTR)
             return broken(g, -errno, "%s: cannot wait for agent '%s': %s", what, g->sock,
-                          errstr(errno));
+                          errmsg_strerror(errno));
         if (r <= 0)
             continue;
         ssize_t got = recv(g->fd, chunk, sizeof(chunk), 0);
@@ -355,7 +338,7 @@ static int read_reply(struct gr *g, json_int_t id, int64_t timeout_ms, struct ms
             return broken(g, -ECONNRESET, "%s: agent '%s' closed the connection", what, g->sock);
         if (got < 0)
             return broken(g, -errno, "%s: cannot read from agent '%s': %s", what, g->sock,
-                          errstr(errno));
+                          errmsg_strerror(errno));
         if (frame_reader_feed(&g->rd, chunk, (size_t)got) < 0)
             return broken(g, -ENOMEM, "%s: out of memory reading from agent '%s'", what, g->sock);
     }
@@ -500,7 +483,8 @@ int gr_init(struct gr **out)
         goto out;
     g->fd = connect_unix(g->sock);
     if (g->fd < 0) {
-        ret = fail(NULL, g->fd, "cannot connect to agent '%s': %s", g->sock, errstr(g->fd));
+        ret =
+            fail(NULL, g->fd, "cannot connect to agent '%s': %s", g->sock, errmsg_strerror(g->fd));
         goto out;
     }
     /* The hello is answered with id 0; its failures go to init_err once g is freed. */

@@ -19,6 +19,7 @@
 #endif
 
 #include "gr_pmix.h"
+#include "monotime.h"
 #include "banned.h"
 
 #ifdef HAVE_PMIX
@@ -79,17 +80,9 @@ __attribute__((format(printf, 4, 5))) static int fail(char *err, size_t errlen, 
     return ret;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int64_t deadline_of(int timeout_ms)
 {
-    return timeout_ms < 0 ? NO_DEADLINE : now_ms() + timeout_ms;
+    return timeout_ms < 0 ? NO_DEADLINE : monotime_ms() + timeout_ms;
 }
 
 static void sleep_ms(int64_t ms)
@@ -202,7 +195,7 @@ static bool wait_locked(struct gr_pmix *px, struct op *op, int64_t deadline)
             pthread_cond_wait(&px->cv, &px->mu);
             continue;
         }
-        int64_t now = now_ms();
+        int64_t now = monotime_ms();
         if (now >= deadline)
             return false;
         struct timespec ts;
@@ -537,7 +530,7 @@ static int search(struct gr_pmix *px, const char *pkey, long hint, int64_t deadl
         if (rank < 0 || (i >= 0 && i == hint) || px->local[rank])
             continue;
         /* A look without a wait still gives each rank its patience. */
-        until = now_ms() + PROBE_PATIENCE_MS;
+        until = monotime_ms() + PROBE_PATIENCE_MS;
         if (!once && deadline < until)
             until = deadline;
         st = PMIX_ERR_NOT_FOUND;
@@ -546,7 +539,7 @@ static int search(struct gr_pmix *px, const char *pkey, long hint, int64_t deadl
             return 1;
         if (st != PMIX_ERR_NOT_FOUND && st != PMIX_SUCCESS)
             *last_st = st;
-        if (!once && now_ms() >= deadline)
+        if (!once && monotime_ms() >= deadline)
             break;
     }
     return 0;
@@ -573,7 +566,7 @@ int gr_pmix_get(struct gr_pmix *px, const char *key, void *buf, size_t cap, size
             ret = fail(err, errlen, -ENOENT, "kv_get '%s': no such key", key);
             goto out;
         }
-        int64_t left = deadline == NO_DEADLINE ? pause : deadline - now_ms();
+        int64_t left = deadline == NO_DEADLINE ? pause : deadline - monotime_ms();
         if (left <= 0) {
             if (last_st != PMIX_SUCCESS)
                 ret = fail(err, errlen, -ETIMEDOUT,
