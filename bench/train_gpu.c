@@ -111,7 +111,7 @@ static int parse_args(struct opts *o, int argc, char **argv)
 static int model_config(const struct opts *o, struct gpt2_config *mc)
 {
     struct traincfg cfg;
-    struct traincfg_error err;
+    struct errmsg err;
     char why[256];
     int ret;
 

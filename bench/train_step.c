@@ -318,7 +318,7 @@ int main(int argc, char **argv)
     }
     if (cfg_given || access(cfg_path, R_OK) == 0) {
         struct traincfg tc;
-        struct traincfg_error terr;
+        struct errmsg terr;
         static char name[160];
 
         if (traincfg_init(&tc) < 0 || traincfg_load(&tc, cfg_path, &terr) < 0) {

@@ -117,7 +117,7 @@ static void cfg_job_name(struct gpurun_args *args, struct run_plan *p)
 /* A train.cfg: its [job] keys where no flag is given, and gpurun-train as the command. */
 static int plan_cfg(struct gpurun_args *args, struct run_plan *p)
 {
-    struct traincfg_error terr;
+    struct errmsg terr;
     struct traincfg *c = &p->cfg;
 
     if (access(args->target, F_OK) < 0)

@@ -251,7 +251,7 @@ static int query(int fd, const char *where, const struct auth_key *key, json_t *
         else if (auth_open(&sess, payload, len, &text, &n) < 0)
             ret = fail(err, -EPROTO, "a reply from '%s' failed authentication", where);
         else if (proto_decode(text, n, &m, &perr) < 0)
-            ret = fail(err, -EPROTO, "bad reply from '%s': %s", where, perr.text);
+            ret = fail(err, -EPROTO, "bad reply from '%s': %s", where, perr.why.text);
         if (ret < 0)
             goto out;
         if (m.type == MSG_HB && skipped < SKIP_FRAMES_MAX) {

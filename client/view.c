@@ -86,9 +86,9 @@ long view_total_steps(const char *job_dir)
 {
     char path[PATH_MAX];
     struct jobspec spec;
-    struct jobspec_error jerr;
+    struct errmsg jerr;
     struct traincfg cfg;
-    struct traincfg_error terr;
+    struct errmsg terr;
     const char *base;
     long steps = 0;
     int argc = 0;

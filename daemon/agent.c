@@ -328,8 +328,8 @@ static void on_rank_bad_message(struct peer *p, const struct proto_error *err)
 {
     struct rconn *rc = (struct rconn *)p;
 
-    log_error("bad message from %s: %s", p->name, err->text);
-    peer_send_error(p, err->id, "bad_request", err->text);
+    log_error("bad message from %s: %s", p->name, err->why.text);
+    peer_send_error(p, err->id, "bad_request", err->why.text);
     /* The first frame must be a valid hello (proto.h): a connection that starts with
      * anything else is not a rank's. */
     if (!rc->rank)
@@ -1037,8 +1037,8 @@ static void on_leader_closed(struct peer *p, const char *why)
 
 static void on_leader_bad_message(struct peer *p, const struct proto_error *err)
 {
-    log_error("bad message from the leader: %s", err->text);
-    peer_close(p, err->text);
+    log_error("bad message from the leader: %s", err->why.text);
+    peer_close(p, err->why.text);
 }
 
 static const struct peer_ops leader_ops = {

@@ -988,7 +988,7 @@ static int open_metrics(struct run *r)
 static int train_main(const char *path, const char *const *overrides, size_t n)
 {
     struct run r = {.cfg_path = path};
-    struct traincfg_error cerr;
+    struct errmsg cerr;
     struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
     char where[PATH_MAX + 32], why[512];
     json_t *j;

@@ -301,7 +301,7 @@ static int read_reply(struct gr *g, json_int_t id, int64_t timeout_ms, struct ms
         if (r == 1) {
             if (proto_decode(p, n, m, &pe) < 0)
                 return broken(g, -EPROTO, "%s: garbage from agent '%s': %s", what, g->sock,
-                              pe.text);
+                              pe.why.text);
             if (m->type == MSG_HB ||
                 (is_reply(m->type) && m->id != id && take_abandoned(g, m->id))) {
                 proto_msg_release(m);

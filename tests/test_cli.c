@@ -944,7 +944,7 @@ static void spec_for_test(struct jobspec *spec)
 TEST(cli_jobdir_create_modes_and_spec)
 {
     struct jobspec spec, back;
-    struct jobspec_error jerr;
+    struct errmsg jerr;
     struct jobdir_error err;
     struct auth_key key, zero = {{0}};
     char dir[PATH_MAX];
