@@ -48,7 +48,7 @@ int main(int argc, char **argv)
     int rank, world, bad = 0, ret = 1;
     double *times = NULL;
     float *buf = NULL;
-    char err[512];
+    struct errmsg err;
 
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--min-bytes") && i + 1 < argc)
@@ -68,8 +68,8 @@ int main(int argc, char **argv)
     }
     rank = gr_rank(g);
     world = gr_world_size(g);
-    if (coll_open("tcp", g, &c, err, sizeof(err)) < 0) {
-        fprintf(stderr, "allreduce: rank %d: cannot open the collectives: %s\n", rank, err);
+    if (coll_open("tcp", g, &c, &err) < 0) {
+        fprintf(stderr, "allreduce: rank %d: cannot open the collectives: %s\n", rank, err.text);
         goto out;
     }
     buf = malloc(max_bytes);
