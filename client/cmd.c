@@ -124,7 +124,7 @@ int resolve_target(const struct gpurun_args *args, struct target *t)
 
 int open_slurm(void)
 {
-    struct slurmlib_error err;
+    struct errmsg err;
 
     if (slurmlib_open(OPEN_SLURM_TIMEOUT_S, &err) < 0)
         return error_out(EXIT_FAILED, "%s", err.text);

@@ -52,7 +52,7 @@ static int cancel_local(const struct target *t)
 
 int cmd_cancel(struct gpurun_args *args, int *fatal_signal)
 {
-    struct slurmlib_error err;
+    struct errmsg err;
     struct slurmlib_job job;
     struct target t;
     long long until;

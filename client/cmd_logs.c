@@ -28,7 +28,7 @@ static bool job_ended(void *arg)
         return true;
     if (s->t->slurm) {
         struct slurmlib_job job;
-        struct slurmlib_error err;
+        struct errmsg err;
         int r;
         if (monotime_ms() < s->next_ms)
             return false;
@@ -52,7 +52,7 @@ static bool job_ended(void *arg)
 int cmd_logs(struct gpurun_args *args, int *fatal_signal)
 {
     struct job_end end = {0};
-    struct logs_error err;
+    struct errmsg err;
     struct target t;
     int ret;
 
@@ -68,7 +68,7 @@ int cmd_logs(struct gpurun_args *args, int *fatal_signal)
     }
     if (!t.has_dir && !args->follow) {
         struct slurmlib_job job;
-        struct slurmlib_error serr;
+        struct errmsg serr;
         if (slurmlib_load(t.slurm, &job, &serr) < 0)
             return error_out(EXIT_FAILED, "%s", serr.text);
         ret = error_out(EXIT_FAILED,

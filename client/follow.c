@@ -89,7 +89,7 @@ struct follow {
  * on, or true with *ret, the wait's exit status, when the wait is over. */
 static bool poll_job(struct follow *f, long long now, int *ret)
 {
-    struct slurmlib_error err;
+    struct errmsg err;
     int r;
 
     if (now < f->next_poll)
@@ -127,7 +127,7 @@ static bool poll_job(struct follow *f, long long now, int *ret)
  * is over. */
 static bool take_signal(struct follow *f, int sig, long long now, int *fatal_signal)
 {
-    struct slurmlib_error err;
+    struct errmsg err;
     int r;
 
     if (!*fatal_signal)

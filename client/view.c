@@ -283,7 +283,7 @@ static bool local_leader_dead(const char *dir)
 json_t *view_build(const struct view_input *in)
 {
     json_t *v = json_object(), *summary = NULL, *live = NULL, *ranks;
-    struct status_error serr;
+    struct errmsg serr;
     const char *state = "UNKNOWN";
     bool ended = false, dead = false;
     int exit_status = -1;
