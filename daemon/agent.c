@@ -1224,7 +1224,7 @@ static void begin(struct agent *a)
 int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **out)
 {
     struct agent *a = calloc(1, sizeof(*a));
-    char why[PATH_MAX + 64] = "out of memory";
+    struct errmsg why = {"out of memory"};
     int ret = -ENOMEM;
 
     if (!a)
@@ -1255,12 +1255,12 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
         a->ranks[i].logfd = a->ranks[i].idxfd = -1;
         a->ranks[i].alive_fd = -1;
     }
-    ret = agent_spawn_init(a, why, sizeof(why));
+    ret = agent_spawn_init(a, &why);
     if (ret < 0)
         goto out;
     ret = agent_output_start(a);
     if (ret < 0) {
-        snprintf(why, sizeof(why), "cannot start the output writer: %s", uv_strerror(ret));
+        errmsg_set(&why, ret, "cannot start the output writer: %s", uv_strerror(ret));
         goto out;
     }
     begin(a);
@@ -1277,7 +1277,7 @@ out:
         free(a);
     }
     if (ret < 0)
-        log_error("cannot start the agent: %s", why);
+        log_error("cannot start the agent: %s", why.text);
     return ret;
 }
 

@@ -279,7 +279,7 @@ struct start_state {
     int32_t from;   /* START_* */
     uint64_t step, opt_step, rng;
     struct data_pos data;
-    char text[1024];
+    char text[ERRMSG_MAX]; /* rank 0's failure, or the checkpoint it resumes from */
 };
 enum { START_RANDOM, START_LLMC, START_CKPT };
 

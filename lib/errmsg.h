@@ -3,11 +3,12 @@
 #ifndef GPURUN_ERRMSG_H
 #define GPURUN_ERRMSG_H
 
+#include <limits.h>
 #include <stdarg.h>
 
-/* Room for a message that names a path or two (a job dir, a shard, a checkpoint) with its
- * reason; a longer one is cut, never an error. */
-#define ERRMSG_MAX 1024
+/* Room for a message that names one path of any length (PATH_MAX) with its reason; a longer
+ * one is cut, never an error. */
+#define ERRMSG_MAX (PATH_MAX + 128)
 
 struct errmsg {
     char text[ERRMSG_MAX];
