@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "coll.h"
 #include "gr.h"
+#include "monotime.h"
 #include "banned.h"
 
 /* The schedule both benchmarks share: about 256 MiB of buffer reduced per size (at least 3
@@ -40,14 +40,6 @@ static int parse_bytes(const char *s, size_t *out)
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int main(int argc, char **argv)
 {
     size_t min_bytes = 1 << 20, max_bytes = (size_t)256 << 20;
@@ -56,7 +48,7 @@ int main(int argc, char **argv)
     int rank, world, bad = 0, ret = 1;
     double *times = NULL;
     float *buf = NULL;
-    char err[512];
+    struct errmsg err;
 
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--min-bytes") && i + 1 < argc)
@@ -76,8 +68,8 @@ int main(int argc, char **argv)
     }
     rank = gr_rank(g);
     world = gr_world_size(g);
-    if (coll_open("tcp", g, &c, err, sizeof(err)) < 0) {
-        fprintf(stderr, "allreduce: rank %d: cannot open the collectives: %s\n", rank, err);
+    if (coll_open("tcp", g, &c, &err) < 0) {
+        fprintf(stderr, "allreduce: rank %d: cannot open the collectives: %s\n", rank, err.text);
         goto out;
     }
     buf = malloc(max_bytes);
@@ -114,12 +106,12 @@ int main(int argc, char **argv)
         for (int b = 0; b < BATCHES; b++) {
             if (coll_barrier(c) < 0)
                 goto coll_failed;
-            t0 = now_s();
+            t0 = monotime_s();
             for (int it = 0; it < iters / BATCHES; it++)
                 if (coll_allreduce_sum_f32(c, buf, n) < 0)
                     goto coll_failed;
             memset(times, 0, (size_t)world * sizeof(*times));
-            times[rank] = (now_s() - t0) / (iters / BATCHES);
+            times[rank] = (monotime_s() - t0) / (iters / BATCHES);
             if (coll_allreduce_sum_f64(c, times, (size_t)world) < 0)
                 goto coll_failed;
             t = 0;

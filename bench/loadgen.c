@@ -46,6 +46,7 @@
 #include "frame.h"
 #include "fsutil.h"
 #include "jobspec.h"
+#include "monotime.h"
 #include "banned.h"
 
 extern char **environ;
@@ -75,12 +76,10 @@ extern char **environ;
 /* The teardown poll period: ~0.5 ms resolution at a few percent of one core. */
 #define POLL_NS           500000L
 
+/* Milliseconds with their fraction: a store round trip here takes well under one. */
 static double now_ms(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    return 1e3 * monotime_s();
 }
 
 static double cpu_self_ms(void)

@@ -15,13 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cuda_runtime_api.h>
 
 #include "cuda/cuda_ops.h"
 #include "cuda/gpt2_gpu.h"
 #include "gpt2.h"
+#include "monotime.h"
 #include "optim.h"
 #include "traincfg.h"
 #include "banned.h"
@@ -42,14 +42,6 @@ struct opts {
     enum gpu_dtype dt;
     bool smoke;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int usage(void)
 {
@@ -119,7 +111,7 @@ static int parse_args(struct opts *o, int argc, char **argv)
 static int model_config(const struct opts *o, struct gpt2_config *mc)
 {
     struct traincfg cfg;
-    struct traincfg_error err;
+    struct errmsg err;
     char why[256];
     int ret;
 
@@ -213,7 +205,7 @@ static int bench_batch(struct gpu_ctx *ctx, const struct opts *o, const struct g
         ret = step(m, tok, tok + 1, B, o->seq, ++t, n_params, &loss);
     if (ret == 0)
         ret = gpu_ctx_sync(ctx);
-    t0 = now_s();
+    t0 = monotime_s();
     for (int i = 0; ret == 0 && i < o->steps; i++)
         ret = step(m, tok, tok + 1, B, o->seq, ++t, n_params, &loss);
     if (ret == 0)
@@ -222,7 +214,7 @@ static int bench_batch(struct gpu_ctx *ctx, const struct opts *o, const struct g
         fprintf(stderr, PROG ": batch %d: %s\n", B, err);
         goto out;
     }
-    dt = (now_s() - t0) / o->steps;
+    dt = (monotime_s() - t0) / o->steps;
     flops = gpt2_flops_per_sequence(mc, o->seq) * B;
     printf("| %d | %d | %.1f | %.0f | %.1f | **%.1f%%** | %.3f |\n", B, o->seq, 1e3 * dt,
            (double)bt / dt, flops / dt / 1e12, 100.0 * flops / dt / PEAK_FLOPS, (double)loss);

@@ -13,11 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <omp.h>
 
 #include "gpt2.h"
+#include "monotime.h"
 #include "ops.h"
 #include "optim.h"
 #include "traincfg.h"
@@ -33,13 +33,6 @@ struct model_case {
     int B, T;
     int reps; /* timed steps (the best is reported), after one warm-up step */
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -104,13 +97,13 @@ static void time_matmul(int N, int C, int OC, int reps, double *fwd, double *bwd
     if (reps > 64)
         reps = 64;
     for (int r = -1; r < reps; r++) {
-        double t0 = now();
+        double t0 = monotime_s();
         if ((err = ops_matmul_forward(out, inp, w, b, N, C, OC)) < 0)
             die("matmul forward", err);
-        double t1 = now();
+        double t1 = monotime_s();
         if ((err = ops_matmul_backward(dinp, dw, db, out, inp, w, N, C, OC)) < 0)
             die("matmul backward", err);
-        double t2 = now();
+        double t2 = monotime_s();
         if (r >= 0)
             tf[r] = t1 - t0, tb[r] = t2 - t1;
     }
@@ -126,7 +119,7 @@ static double reference_gflops(int N, int C, int OC)
     uint64_t rng = 2;
     float *inp = random_buffer((size_t)N * C, &rng), *w = random_buffer((size_t)OC * C, &rng);
     float *b = random_buffer((size_t)OC, &rng), *out = random_buffer((size_t)N * OC, &rng);
-    double t0 = now();
+    double t0 = monotime_s();
 
     for (int n = 0; n < N; n++) {
         for (int o = 0; o < OC; o++) {
@@ -136,7 +129,7 @@ static double reference_gflops(int N, int C, int OC)
             out[(size_t)n * OC + o] = s;
         }
     }
-    double t = now() - t0;
+    double t = monotime_s() - t0;
     /* Keep the result observable. */
     volatile float sink = out[(size_t)(N - 1) * OC + OC - 1];
     (void)sink;
@@ -216,17 +209,17 @@ static void time_steps(const struct model_case *mc, struct step_times *st)
         die("cannot set up AdamW", err);
 
     for (int r = -1; r < reps; r++) {
-        double t0 = now();
+        double t0 = monotime_s();
         if ((err = gpt2_forward(&m, tokens, tokens + 1, mc->B, mc->T, &st->loss)) < 0)
             die("forward", err);
-        double t1 = now();
+        double t1 = monotime_s();
         gpt2_zero_grad(&m);
         if ((err = gpt2_backward(&m, 1.0f)) < 0)
             die("backward", err);
-        double t2 = now();
+        double t2 = monotime_s();
         double norm = optim_grad_norm(m.grads, m.n_params);
         adamw_update(&opt, m.params, m.grads, 1e-4f, optim_clip_scale(norm, 1.0f));
-        double t3 = now();
+        double t3 = monotime_s();
         if (r >= 0)
             tf[r] = t1 - t0, tb[r] = t2 - t1, tu[r] = t3 - t2, ts[r] = t3 - t0;
     }
@@ -325,7 +318,7 @@ int main(int argc, char **argv)
     }
     if (cfg_given || access(cfg_path, R_OK) == 0) {
         struct traincfg tc;
-        struct traincfg_error terr;
+        struct errmsg terr;
         static char name[160];
 
         if (traincfg_init(&tc) < 0 || traincfg_load(&tc, cfg_path, &terr) < 0) {

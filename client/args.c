@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -281,13 +280,11 @@ static const char *const reserved_env[] = {
 /* A torchrun value that gpurun reads its own way: may point *val at a rewritten value in buf
  * (n bytes), or refuse it with err. spelling: the option's name as given, for messages. */
 typedef int (*alias_check)(const char *spelling, const char **val, char *buf, size_t n,
-                           struct args_error *err);
-
-static int fail(struct args_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+                           struct errmsg *err);
 
 /* torchrun's "auto", "cpu" and "gpu" count the node's devices, which gpurun does not do. */
 static int check_nproc(const char *spelling, const char **val, char *buf, size_t n,
-                       struct args_error *err)
+                       struct errmsg *err)
 {
     static const char *const counted[] = {"auto", "cpu", "gpu"};
 
@@ -295,16 +292,17 @@ static int check_nproc(const char *spelling, const char **val, char *buf, size_t
     (void)n;
     for (size_t i = 0; i < sizeof(counted) / sizeof(counted[0]); i++)
         if (!strcmp(*val, counted[i]))
-            return fail(err,
-                        "--%s: '%s' is not supported (gpurun does not count the node's devices): "
-                        "give the number of ranks per node, e.g. --%s 8",
-                        spelling, *val, spelling);
+            return errmsg_set(
+                err, -EINVAL,
+                "--%s: '%s' is not supported (gpurun does not count the node's devices): "
+                "give the number of ranks per node, e.g. --%s 8",
+                spelling, *val, spelling);
     return 0;
 }
 
 /* torchrun's "MIN:MAX" asks for an elastic job; "N:N" is N nodes, which gpurun does. */
 static int check_nnodes(const char *spelling, const char **val, char *buf, size_t n,
-                        struct args_error *err)
+                        struct errmsg *err)
 {
     const char *colon = strchr(*val, ':');
     size_t len;
@@ -317,10 +315,11 @@ static int check_nnodes(const char *spelling, const char **val, char *buf, size_
         *val = buf;
         return 0;
     }
-    return fail(err,
-                "--%s: '%s' is an elastic range, which gpurun does not run: give one number of "
-                "nodes (--%s N), and --max-restarts N to survive failures",
-                spelling, *val, spelling);
+    return errmsg_set(
+        err, -EINVAL,
+        "--%s: '%s' is an elastic range, which gpurun does not run: give one number of "
+        "nodes (--%s N), and --max-restarts N to survive failures",
+        spelling, *val, spelling);
 }
 
 /* torchrun's spellings. With a canonical name, an alias of that option row: the same field,
@@ -367,16 +366,6 @@ void args_release(struct gpurun_args *args)
 const char *args_cmd_name(enum gpurun_cmd cmd)
 {
     return (unsigned)cmd < CMD_COUNT ? cmds[cmd].name : "?";
-}
-
-static int fail(struct args_error *err, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err->text, sizeof(err->text), fmt, ap);
-    va_end(ap);
-    return -EINVAL;
 }
 
 /* Strict decimal: optional sign, digits, nothing after; no blanks. */
@@ -506,18 +495,19 @@ static bool env_name_ok(const char *kv, size_t n)
 }
 
 static int set_export(struct gpurun_args *args, const char *name, const char *kv,
-                      struct args_error *err)
+                      struct errmsg *err)
 {
     const char *eq = strchr(kv, '=');
 
     if (!eq || !env_name_ok(kv, (size_t)(eq - kv)))
-        return fail(err, "--%s: '%s' is not NAME=VALUE", name, kv);
+        return errmsg_set(err, -EINVAL, "--%s: '%s' is not NAME=VALUE", name, kv);
     for (size_t i = 0; i < sizeof(reserved_env) / sizeof(reserved_env[0]); i++)
         if (strlen(reserved_env[i]) == (size_t)(eq - kv) &&
             !strncmp(kv, reserved_env[i], (size_t)(eq - kv)))
-            return fail(err, "--%s: '%s' is set by gpurun for every rank", name, reserved_env[i]);
+            return errmsg_set(err, -EINVAL, "--%s: '%s' is set by gpurun for every rank", name,
+                              reserved_env[i]);
     if (jobspec_add_env(&args->spec, kv) < 0)
-        return fail(err, "--%s: out of memory", name);
+        return errmsg_set(err, -EINVAL, "--%s: out of memory", name);
     return 0;
 }
 
@@ -570,7 +560,7 @@ static int signal_number(const char *s, size_t len)
 /* The largest TIME of --signal: Slurm keeps it in 16 bits. */
 #define SIGNAL_TIME_MAX 65535
 
-int args_parse_signal(const char *s, struct args_signal *sig, struct args_error *err)
+int args_parse_signal(const char *s, struct args_signal *sig, struct errmsg *err)
 {
     struct args_signal out = {.text = s, .time_s = ARGS_SIGNAL_TIME_DEFAULT};
     const char *p = s, *colon = strchr(s, ':'), *at;
@@ -586,10 +576,10 @@ int args_parse_signal(const char *s, struct args_signal *sig, struct args_error 
             else if (c == 'B' && !out.batch_only)
                 out.batch_only = true;
             else
-                return fail(err,
-                            "--signal: '%.*s' is not R, B or RB (the flags before ':' in "
-                            "[{R|B}:]SIG[@TIME])",
-                            (int)(colon - s), s);
+                return errmsg_set(err, -EINVAL,
+                                  "--signal: '%.*s' is not R, B or RB (the flags before ':' in "
+                                  "[{R|B}:]SIG[@TIME])",
+                                  (int)(colon - s), s);
         }
         p = colon + 1;
     }
@@ -597,21 +587,23 @@ int args_parse_signal(const char *s, struct args_signal *sig, struct args_error 
     len = at ? (size_t)(at - p) : strlen(p);
     out.sig = signal_number(p, len);
     if (!out.sig)
-        return fail(err,
-                    "--signal: '%.*s' is not a signal (a number 1..%d, or a name such as USR1 "
-                    "or SIGUSR1)",
-                    (int)len, p, ARGS_SIGNAL_MAX);
+        return errmsg_set(
+            err, -EINVAL,
+            "--signal: '%.*s' is not a signal (a number 1..%d, or a name such as USR1 "
+            "or SIGUSR1)",
+            (int)len, p, ARGS_SIGNAL_MAX);
     /* The daemons pass on USR1 and USR2; any other would be theirs (TERM, INT, HUP cancel
      * the job) or kill them (ALRM...), not reach the ranks. */
     if (out.sig != SIGUSR1 && out.sig != SIGUSR2)
-        return fail(err,
-                    "--signal: '%.*s': gpurun passes only USR1 or USR2 on to the ranks (the time "
-                    "limit itself ends them with SIGTERM)",
-                    (int)len, p);
+        return errmsg_set(
+            err, -EINVAL,
+            "--signal: '%.*s': gpurun passes only USR1 or USR2 on to the ranks (the time "
+            "limit itself ends them with SIGTERM)",
+            (int)len, p);
     if (at) {
         if (time_field(at + 1, strlen(at + 1), &t) < 0 || t > SIGNAL_TIME_MAX)
-            return fail(err, "--signal: '%s' is not a TIME of 0..%d seconds", at + 1,
-                        SIGNAL_TIME_MAX);
+            return errmsg_set(err, -EINVAL, "--signal: '%s' is not a TIME of 0..%d seconds", at + 1,
+                              SIGNAL_TIME_MAX);
         out.time_s = (int)t;
     }
     *sig = out;
@@ -620,7 +612,7 @@ int args_parse_signal(const char *s, struct args_signal *sig, struct args_error 
 
 /* Stores the value of the word val of row o's choices into field (an int). */
 static int set_choice(const struct opt_row *o, const char *name, const char *val, void *field,
-                      struct args_error *err)
+                      struct errmsg *err)
 {
     char words[128];
 
@@ -631,13 +623,13 @@ static int set_choice(const struct opt_row *o, const char *name, const char *val
         }
     }
     choice_words(words, sizeof(words), o->choices);
-    return fail(err, "--%s: '%s' is not %s", name, val, words);
+    return errmsg_set(err, -EINVAL, "--%s: '%s' is not %s", name, val, words);
 }
 
 /* Stores val (NULL for a flag) into the field of row o; name is the option as spelt on the
  * command line (an alias's own name), for messages. */
 static int set_value(struct gpurun_args *args, const struct opt_row *o, const char *name,
-                     const char *val, struct args_error *err)
+                     const char *val, struct errmsg *err)
 {
     void *field = (char *)args + o->offset;
     long v;
@@ -650,43 +642,44 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
     case ARG_INT:
         r = parse_long(val, &v);
         if (r == -EINVAL)
-            return fail(err, "--%s: '%s' is not a number", name, val);
+            return errmsg_set(err, -EINVAL, "--%s: '%s' is not a number", name, val);
         if (r < 0 || v < o->min || v > o->max)
-            return fail(err, "--%s: must be %d..%d", name, o->min, o->max);
+            return errmsg_set(err, -EINVAL, "--%s: must be %d..%d", name, o->min, o->max);
         *(int *)field = (int)v;
         return 0;
     case ARG_SECONDS:
         r = parse_ms(val, &v);
         if (r == -EINVAL)
-            return fail(err, "--%s: '%s' is not a number of seconds", name, val);
+            return errmsg_set(err, -EINVAL, "--%s: '%s' is not a number of seconds", name, val);
         if (r < 0 || v < o->min || v > o->max) {
             char lo[32], hi[32];
             format_ms(lo, sizeof(lo), o->min);
             format_ms(hi, sizeof(hi), o->max);
-            return fail(err, "--%s: must be %s..%s seconds", name, lo, hi);
+            return errmsg_set(err, -EINVAL, "--%s: must be %s..%s seconds", name, lo, hi);
         }
         *(int *)field = (int)v;
         return 0;
     case ARG_TIME:
         r = args_parse_time(val, &v);
         if (r == -EINVAL)
-            return fail(err,
-                        "--%s: '%s' is not a time (minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]])",
-                        name, val);
+            return errmsg_set(
+                err, -EINVAL,
+                "--%s: '%s' is not a time (minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]])", name, val);
         if (r < 0)
-            return fail(err, "--%s: must be 1 second..365 days", name);
+            return errmsg_set(err, -EINVAL, "--%s: must be 1 second..365 days", name);
         *(long *)field = v;
         return 0;
     case ARG_STRING:
         if (!*val)
-            return fail(err, "--%s: empty value", name);
+            return errmsg_set(err, -EINVAL, "--%s: empty value", name);
         *(const char **)field = val;
         return 0;
     case ARG_EXPORT:
         return set_export(args, name, val, err);
     case ARG_LOGLEVEL:
         if (log_level_parse(val, (enum log_level *)field) < 0)
-            return fail(err, "--%s: '%s' is not error, warn, info or debug", name, val);
+            return errmsg_set(err, -EINVAL, "--%s: '%s' is not error, warn, info or debug", name,
+                              val);
         args->log_level_name = val;
         return 0;
     case ARG_CHOICE:
@@ -695,12 +688,13 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
         unsigned long long mb;
         r = sbatch_parse_mem(val, &mb);
         if (r == -ERANGE)
-            return fail(err, "--%s: '%s' is more memory than Slurm counts", name, val);
+            return errmsg_set(err, -EINVAL, "--%s: '%s' is more memory than Slurm counts", name,
+                              val);
         if (r < 0)
-            return fail(err,
-                        "--%s: '%s' is not a size (a whole number and K, M, G or T; M by "
-                        "default)",
-                        name, val);
+            return errmsg_set(err, -EINVAL,
+                              "--%s: '%s' is not a size (a whole number and K, M, G or T; M by "
+                              "default)",
+                              name, val);
         *(unsigned long long *)field = mb;
         args->mem_per = (enum sbatch_mem_per)o->min;
         return 0;
@@ -713,11 +707,10 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
         return set_choice(o, name, val, field, err);
     case ARG_DEPENDENCY:
     case ARG_GRES: {
-        char why[160];
-        r = o->kind == ARG_GRES ? sbatch_check_gres(val, why, sizeof(why))
-                                : sbatch_check_dependency(val, why, sizeof(why));
+        struct errmsg why;
+        r = o->kind == ARG_GRES ? sbatch_check_gres(val, &why) : sbatch_check_dependency(val, &why);
         if (r < 0)
-            return fail(err, "--%s: '%s': %s", name, val, why);
+            return errmsg_set(err, -EINVAL, "--%s: '%s': %s", name, val, why.text);
         *(const char **)field = val;
         return 0;
     }
@@ -725,20 +718,22 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
         char bad[64];
         r = sbatch_parse_mail_type(val, bad, sizeof(bad));
         if (r < 0)
-            return fail(err,
-                        "--%s: '%s' is not a mail type (BEGIN, END, FAIL, REQUEUE, ALL, "
-                        "TIME_LIMIT[_90|_80|_50], INVALID_DEPEND, STAGE_OUT, ARRAY_TASKS or NONE)",
-                        name, bad);
+            return errmsg_set(
+                err, -EINVAL,
+                "--%s: '%s' is not a mail type (BEGIN, END, FAIL, REQUEUE, ALL, "
+                "TIME_LIMIT[_90|_80|_50], INVALID_DEPEND, STAGE_OUT, ARRAY_TASKS or NONE)",
+                name, bad);
         *(unsigned *)field = (unsigned)r;
         args->mail_type_text = val;
         return 0;
     }
     case ARG_REFUSED:
-        return fail(err,
-                    "--%s: '%s' is refused: a gpurun job is one rendezvous of all its ranks, not "
-                    "an array of jobs; submit one gpurun per task instead (a shell loop, each "
-                    "with --export TASK=N)",
-                    name, val);
+        return errmsg_set(
+            err, -EINVAL,
+            "--%s: '%s' is refused: a gpurun job is one rendezvous of all its ranks, not "
+            "an array of jobs; submit one gpurun per task instead (a shell loop, each "
+            "with --export TASK=N)",
+            name, val);
     case ARG_SIGNAL:
         r = args_parse_signal(val, (struct args_signal *)field, err);
         if (r < 0)
@@ -748,7 +743,7 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
         args->spec.preempt_all = 1;
         return 0;
     }
-    return fail(err, "--%s: bad option row", name);
+    return errmsg_set(err, -EINVAL, "--%s: bad option row", name);
 }
 
 static const struct opt_row *find_long(const char *name, size_t n)
@@ -863,7 +858,7 @@ static void suggest_consider(struct suggestion *s, const char *word, size_t n, c
 /* An unknown long option (word, its name n bytes after the "--"): the nearest option or
  * torchrun spelling the subcommand takes, if one is near, else where to look. */
 static int unknown_long(const struct gpurun_args *args, const char *word, size_t n,
-                        struct args_error *err)
+                        struct errmsg *err)
 {
     struct suggestion s = {NULL, 0};
     unsigned on = 1u << args->cmd;
@@ -883,8 +878,10 @@ static int unknown_long(const struct gpurun_args *args, const char *word, size_t
         }
     }
     if (s.name)
-        return fail(err, "unknown option '%.*s'; did you mean '--%s'?", (int)(n + 2), word, s.name);
-    return fail(err, "unknown option '%.*s' (see '%s')", (int)(n + 2), word, cmds[args->cmd].hint);
+        return errmsg_set(err, -EINVAL, "unknown option '%.*s'; did you mean '--%s'?", (int)(n + 2),
+                          word, s.name);
+    return errmsg_set(err, -EINVAL, "unknown option '%.*s' (see '%s')", (int)(n + 2), word,
+                      cmds[args->cmd].hint);
 }
 
 /* torchrun's "train.py": a word ending in ".py" that is not an override. */
@@ -897,7 +894,7 @@ static bool is_script(const char *word)
 
 /* A first word that is neither a subcommand nor a file but is near a subcommand's name is a
  * slip ("stauts"), refused here rather than taken for a train.cfg that does not exist. */
-static int check_misspelt(const char *word, struct args_error *err)
+static int check_misspelt(const char *word, struct errmsg *err)
 {
     struct suggestion s = {NULL, 0};
 
@@ -907,7 +904,8 @@ static int check_misspelt(const char *word, struct args_error *err)
         suggest_consider(&s, word, strlen(word), cmds[c].name);
     if (!s.name)
         return 0;
-    return fail(err, "'%s' is not a gpurun command or a file; did you mean '%s'?", word, s.name);
+    return errmsg_set(err, -EINVAL, "'%s' is not a gpurun command or a file; did you mean '%s'?",
+                      word, s.name);
 }
 
 /* --- parsing --------------------------------------------------------------------------------- */
@@ -915,7 +913,7 @@ static int check_misspelt(const char *word, struct args_error *err)
 /* Handles the option at argv[*i] (which starts with '-' and is not "--" or "-"), taking its
  * value from the same word or the next one. */
 static int parse_option(struct gpurun_args *args, int argc, char **argv, int *i, bool *hb_seen,
-                        struct args_error *err)
+                        struct errmsg *err)
 {
     const char *word = argv[*i], *val = NULL;
     const struct opt_row *o;
@@ -934,7 +932,8 @@ static int parse_option(struct gpurun_args *args, int argc, char **argv, int *i,
                 o = find_long(al->canonical, strlen(al->canonical));
         }
         if (!o && al && args->cmd == CMD_RUN)
-            return fail(err, "'%.*s' is torchrun's: %s", (int)(n + 2), word, al->note);
+            return errmsg_set(err, -EINVAL, "'%.*s' is torchrun's: %s", (int)(n + 2), word,
+                              al->note);
         if (!o)
             return unknown_long(args, word, n, err);
         snprintf(spelling, sizeof(spelling), "%.*s", (int)n, name);
@@ -943,28 +942,29 @@ static int parse_option(struct gpurun_args *args, int argc, char **argv, int *i,
     } else {
         o = find_short(word[1], args->cmd);
         if (!o)
-            return fail(err, "unknown option '-%c' (see '%s')", word[1], cmds[args->cmd].hint);
+            return errmsg_set(err, -EINVAL, "unknown option '-%c' (see '%s')", word[1],
+                              cmds[args->cmd].hint);
         snprintf(spelling, sizeof(spelling), "%s", o->long_name);
         if (word[2])
             val = word + 2;
     }
     if (!(o->cmds & (1u << args->cmd)))
-        return fail(err, "option '--%s' does not apply to '%s' (see '%s')", spelling,
-                    args->cmd == CMD_RUN ? "gpurun" : args_cmd_name(args->cmd),
-                    cmds[args->cmd].hint);
+        return errmsg_set(err, -EINVAL, "option '--%s' does not apply to '%s' (see '%s')", spelling,
+                          args->cmd == CMD_RUN ? "gpurun" : args_cmd_name(args->cmd),
+                          cmds[args->cmd].hint);
     if (!takes_value(o) && val && o->kind != ARG_OPT_CHOICE)
-        return fail(err, "option '--%s' takes no value", spelling);
+        return errmsg_set(err, -EINVAL, "option '--%s' takes no value", spelling);
     if (takes_value(o) && !val) {
         if (*i + 1 >= argc || !strcmp(argv[*i + 1], "--"))
-            return fail(err, "option '--%s' needs a value", spelling);
+            return errmsg_set(err, -EINVAL, "option '--%s' needs a value", spelling);
         /* "-J --wait" is a forgotten value far more often than a name: a value that looks
          * like an option is taken only in the "--opt=VALUE" form. (Numbers may be negative:
          * their own checks refuse them.) */
         if (takes_text(o) && argv[*i + 1][0] == '-' && argv[*i + 1][1])
-            return fail(err,
-                        "option '--%s' needs a value, and '%s' looks like an option (for a "
-                        "value that starts with '-', write --%s=%s)",
-                        spelling, argv[*i + 1], o->long_name, argv[*i + 1]);
+            return errmsg_set(err, -EINVAL,
+                              "option '--%s' needs a value, and '%s' looks like an option (for a "
+                              "value that starts with '-', write --%s=%s)",
+                              spelling, argv[*i + 1], o->long_name, argv[*i + 1]);
         val = argv[++*i];
     }
     if (al && al->check) {
@@ -980,22 +980,24 @@ static int parse_option(struct gpurun_args *args, int argc, char **argv, int *i,
 
 /* The positional arguments: run takes one train.cfg and its "section.key=value" overrides,
  * the others one JOBID. */
-static int parse_positional(struct gpurun_args *args, const char *word, struct args_error *err)
+static int parse_positional(struct gpurun_args *args, const char *word, struct errmsg *err)
 {
     if (args->cmd == CMD_RUN && traincfg_is_override(word)) {
         if (args->n_overrides == ARGS_MAX_OVERRIDES)
-            return fail(err, "more than %d overrides", ARGS_MAX_OVERRIDES);
+            return errmsg_set(err, -EINVAL, "more than %d overrides", ARGS_MAX_OVERRIDES);
         args->overrides[args->n_overrides++] = word;
         return 0;
     }
     if (args->cmd == CMD_CLEAN)
-        return fail(err, "gpurun clean takes no job: unexpected argument '%s'", word);
+        return errmsg_set(err, -EINVAL, "gpurun clean takes no job: unexpected argument '%s'",
+                          word);
     if (args->target)
-        return fail(err,
-                    args->cmd == CMD_RUN ? "unexpected argument '%s' (to run a command, put it "
-                                           "after '--': gpurun [options] -- CMD ARGS...)"
-                                         : "unexpected argument '%s'",
-                    word);
+        return errmsg_set(err, -EINVAL,
+                          args->cmd == CMD_RUN
+                              ? "unexpected argument '%s' (to run a command, put it "
+                                "after '--': gpurun [options] -- CMD ARGS...)"
+                              : "unexpected argument '%s'",
+                          word);
     args->target = word;
     return 0;
 }
@@ -1011,7 +1013,7 @@ static int mem_given(const struct gpurun_args *args)
 }
 
 /* The heartbeat timeout follows the interval unless it was given: ten beats of silence. */
-static int finish_heartbeat(struct gpurun_args *args, bool hb_seen, struct args_error *err)
+static int finish_heartbeat(struct gpurun_args *args, bool hb_seen, struct errmsg *err)
 {
     struct jobspec *s = &args->spec;
 
@@ -1024,13 +1026,14 @@ static int finish_heartbeat(struct gpurun_args *args, bool hb_seen, struct args_
         char t[32], iv[32];
         format_ms(t, sizeof(t), s->hb_timeout_ms);
         format_ms(iv, sizeof(iv), s->hb_interval_ms);
-        return fail(err, "--heartbeat-timeout: %s seconds is not longer than the heartbeat (%s)", t,
-                    iv);
+        return errmsg_set(err, -EINVAL,
+                          "--heartbeat-timeout: %s seconds is not longer than the heartbeat (%s)",
+                          t, iv);
     }
     return 0;
 }
 
-int args_parse(struct gpurun_args *args, int argc, char **argv, struct args_error *err)
+int args_parse(struct gpurun_args *args, int argc, char **argv, struct errmsg *err)
 {
     bool hb_seen = false, dashdash = false;
     int i = 1, r;
@@ -1067,11 +1070,11 @@ int args_parse(struct gpurun_args *args, int argc, char **argv, struct args_erro
     }
     if (args->script) {
         if (args->target)
-            return fail(err, "give a train.cfg or a script, not both ('%s', '%s')", args->target,
-                        args->script);
+            return errmsg_set(err, -EINVAL, "give a train.cfg or a script, not both ('%s', '%s')",
+                              args->target, args->script);
         if (args->n_overrides > 0)
-            return fail(err, "'%s': overrides are for a train.cfg, not for a script",
-                        args->overrides[0]);
+            return errmsg_set(err, -EINVAL, "'%s': overrides are for a train.cfg, not for a script",
+                              args->overrides[0]);
         args->cmd_argv = argv + i;
         args->cmd_argc = argc - i;
     } else if (i < argc) {
@@ -1080,19 +1083,20 @@ int args_parse(struct gpurun_args *args, int argc, char **argv, struct args_erro
                 if ((r = parse_positional(args, argv[i], err)) < 0)
                     return r;
         } else if (args->target) {
-            return fail(err, "give a train.cfg or '-- CMD', not both");
+            return errmsg_set(err, -EINVAL, "give a train.cfg or '-- CMD', not both");
         } else if (args->n_overrides > 0) {
-            return fail(err, "'%s': overrides are for a train.cfg, not for '-- CMD'",
-                        args->overrides[0]);
+            return errmsg_set(err, -EINVAL, "'%s': overrides are for a train.cfg, not for '-- CMD'",
+                              args->overrides[0]);
         } else {
             args->cmd_argv = argv + i;
             args->cmd_argc = argc - i;
         }
     } else if (args->cmd == CMD_RUN && dashdash && !args->target) {
-        return fail(err, "nothing after '--': name the command to run");
+        return errmsg_set(err, -EINVAL, "nothing after '--': name the command to run");
     }
     if (mem_given(args) > 1)
-        return fail(err, "--mem, --mem-per-cpu and --mem-per-gpu are mutually exclusive");
+        return errmsg_set(err, -EINVAL,
+                          "--mem, --mem-per-cpu and --mem-per-gpu are mutually exclusive");
     return finish_heartbeat(args, hb_seen, err);
 }
 
@@ -1140,7 +1144,7 @@ static const char *env_value(char *const *envp, const char *name)
     return NULL;
 }
 
-int args_apply_env(struct gpurun_args *args, char *const *envp, struct args_error *err)
+int args_apply_env(struct gpurun_args *args, char *const *envp, struct errmsg *err)
 {
     bool mem_flag = mem_given(args) > 0;
     const char *mem_vars[3];
@@ -1157,10 +1161,10 @@ int args_apply_env(struct gpurun_args *args, char *const *envp, struct args_erro
         if (o->kind == ARG_MEM) {
             mem_vars[n_mem++] = env_rows[i].var;
             if (n_mem > 1)
-                return fail(err,
-                            "%s and %s are mutually exclusive (give one, or --mem, "
-                            "--mem-per-cpu or --mem-per-gpu)",
-                            mem_vars[0], mem_vars[1]);
+                return errmsg_set(err, -EINVAL,
+                                  "%s and %s are mutually exclusive (give one, or --mem, "
+                                  "--mem-per-cpu or --mem-per-gpu)",
+                                  mem_vars[0], mem_vars[1]);
         }
         /* A flag's variable sets it whatever its value, as sbatch's does. */
         r = set_value(args, o, o->long_name, o->kind == ARG_FLAG ? NULL : val, err);
@@ -1172,8 +1176,8 @@ int args_apply_env(struct gpurun_args *args, char *const *envp, struct args_erro
             snprintf(text, sizeof(text), "%s", err->text);
             if (!strncmp(text, "--", 2) && !strncmp(text + 2, o->long_name, skip - 2) &&
                 text[skip] == ':')
-                return fail(err, "%s%s", env_rows[i].var, text + skip);
-            return fail(err, "%s: %s", env_rows[i].var, text);
+                return errmsg_set(err, -EINVAL, "%s%s", env_rows[i].var, text + skip);
+            return errmsg_set(err, -EINVAL, "%s: %s", env_rows[i].var, text);
         }
         args->given |= 1ull << row;
     }

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "errmsg.h"
 #include "jobspec.h"
 #include "log.h"
 #include "sbatch.h"
@@ -106,11 +107,8 @@ struct gpurun_args {
     unsigned long long given; /* bit i: the i-th option row was on the command line */
 };
 
-/* One line of what went wrong, without the "gpurun: " prefix:
- * "--nodes: 'abc' is not a number". */
-struct args_error {
-    char text[320];
-};
+/* A failure below fills the caller's struct errmsg with one line of what went wrong, without
+ * the "gpurun: " prefix: "--nodes: 'abc' is not a number". */
 
 /* Fills args with the defaults: one node, one rank per node, jobspec's timeouts. */
 void args_init(struct gpurun_args *args);
@@ -127,7 +125,7 @@ void args_release(struct gpurun_args *args);
  * existing file but is close to a subcommand's name ("did you mean 'status'?"): the only
  * check that looks at the filesystem. A run without a command is not an error here (see
  * args.help / args.target / args.script / args.cmd_argv). */
-int args_parse(struct gpurun_args *args, int argc, char **argv, struct args_error *err);
+int args_parse(struct gpurun_args *args, int argc, char **argv, struct errmsg *err);
 
 /* Parses a Slurm time limit ("minutes", "minutes:seconds", "hours:minutes:seconds",
  * "days-hours", "days-hours:minutes", "days-hours:minutes:seconds", or "UNLIMITED") into
@@ -139,7 +137,7 @@ int args_parse_time(const char *s, long *seconds);
  * "SIG" (either case: USR1, SIGUSR1, usr1), TIME 0..65535 seconds (default
  * ARGS_SIGNAL_TIME_DEFAULT). Fills sig (text set to s, borrowed). Returns 0, or -EINVAL
  * with err filled ("--signal: ..."). */
-int args_parse_signal(const char *s, struct args_signal *sig, struct args_error *err);
+int args_parse_signal(const char *s, struct args_signal *sig, struct errmsg *err);
 
 /* Applies sbatch's input environment variables (SBATCH_PARTITION, SBATCH_TIMELIMIT... the
  * ones of options gpurun has: see README.md, "On Slurm") from envp (borrowed,
@@ -148,7 +146,7 @@ int args_parse_signal(const char *s, struct args_signal *sig, struct args_error 
  * (--mem, --mem-per-cpu, --mem-per-gpu) beats every memory variable. Each option a variable
  * sets counts as given (args_given), so that it beats a train.cfg's [job] value. Returns 0, or
  * -EINVAL with err naming the variable ("SBATCH_MEM_PER_NODE: '10X' is not a size ..."). */
-int args_apply_env(struct gpurun_args *args, char *const *envp, struct args_error *err);
+int args_apply_env(struct gpurun_args *args, char *const *envp, struct errmsg *err);
 
 /* Writes the variables args_apply_env reads, and their options, one "  NAME  --option" line
  * each, to out. */

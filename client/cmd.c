@@ -28,14 +28,6 @@ int error_out(int status, const char *fmt, ...)
     return status;
 }
 
-long long now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -132,7 +124,7 @@ int resolve_target(const struct gpurun_args *args, struct target *t)
 
 int open_slurm(void)
 {
-    struct slurmlib_error err;
+    struct errmsg err;
 
     if (slurmlib_open(OPEN_SLURM_TIMEOUT_S, &err) < 0)
         return error_out(EXIT_FAILED, "%s", err.text);

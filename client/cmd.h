@@ -32,9 +32,6 @@ cmd_fn cmd_clean;  /* gpurun clean: removes the job dirs of ended jobs */
 /* Prints "gpurun: <text>" to stderr and returns status, for "return error_out(125, ...)". */
 int error_out(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Milliseconds of the monotonic clock. */
-long long now_ms(void);
-
 /* Sleeps ms milliseconds, through signals' interruptions. */
 void sleep_ms(int ms);
 

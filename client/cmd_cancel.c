@@ -12,6 +12,7 @@
 
 #include "cmd.h"
 #include "follow.h"
+#include "monotime.h"
 #include "slurmlib.h"
 #include "banned.h"
 
@@ -44,14 +45,14 @@ static int cancel_local(const struct target *t)
                                           t->id, (int)pid)
                               : error_out(EXIT_FAILED, "cannot signal pid %d: %s", (int)pid,
                                           uv_strerror(-errno));
-    for (until = now_ms() + CANCEL_WAIT_MS; now_ms() < until && kill(pid, 0) == 0;)
+    for (until = monotime_ms() + CANCEL_WAIT_MS; monotime_ms() < until && kill(pid, 0) == 0;)
         sleep_ms(50);
     return 0;
 }
 
 int cmd_cancel(struct gpurun_args *args, int *fatal_signal)
 {
-    struct slurmlib_error err;
+    struct errmsg err;
     struct slurmlib_job job;
     struct target t;
     long long until;
@@ -78,13 +79,13 @@ int cmd_cancel(struct gpurun_args *args, int *fatal_signal)
         goto out;
     }
     /* Slurm says CANCELLED at once; the processes go over KillWait. Return when they have. */
-    for (until = now_ms() + CANCEL_WAIT_MS;; sleep_ms(FOLLOW_POLL_MIN_MS)) {
+    for (until = monotime_ms() + CANCEL_WAIT_MS;; sleep_ms(FOLLOW_POLL_MIN_MS)) {
         r = slurmlib_load(t.slurm, &job, &err);
         bool ended = r < 0 || job.ended;
         slurmlib_job_release(&job);
         if (ended)
             break;
-        if (now_ms() >= until) {
+        if (monotime_ms() >= until) {
             fprintf(stderr, "gpurun: job %s is still completing after %d s\n", t.id,
                     CANCEL_WAIT_MS / 1000);
             break;

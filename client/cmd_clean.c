@@ -61,7 +61,7 @@ static void clean_link(const struct gpurun_args *args, const char *path, struct 
  * and it did not. */
 static int job_record(const char *name, bool slurm_ok, bool has_summary, struct slurmlib_job *job)
 {
-    struct slurmlib_error err;
+    struct errmsg err;
     uint32_t id;
     int r;
 
@@ -155,7 +155,7 @@ out:
 int cmd_clean(struct gpurun_args *args, int *fatal_signal)
 {
     struct clean_tally t = {0};
-    struct slurmlib_error err;
+    struct errmsg err;
     struct dirent **ents = NULL;
     char root[PATH_MAX], conf[PATH_MAX], size[32];
     bool slurm_ok = false;

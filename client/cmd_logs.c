@@ -7,6 +7,7 @@
 #include "cmd.h"
 #include "follow.h"
 #include "logs.h"
+#include "monotime.h"
 #include "slurmlib.h"
 #include "banned.h"
 
@@ -27,11 +28,11 @@ static bool job_ended(void *arg)
         return true;
     if (s->t->slurm) {
         struct slurmlib_job job;
-        struct slurmlib_error err;
+        struct errmsg err;
         int r;
-        if (now_ms() < s->next_ms)
+        if (monotime_ms() < s->next_ms)
             return false;
-        s->next_ms = now_ms() + FOLLOW_POLL_MAX_MS;
+        s->next_ms = monotime_ms() + FOLLOW_POLL_MAX_MS;
         r = slurmlib_load(s->t->slurm, &job, &err);
         s->ended = r < 0 || job.ended;
         slurmlib_job_release(&job);
@@ -41,9 +42,9 @@ static bool job_ended(void *arg)
     if (access(path, F_OK) == 0) {
         /* The leader writes the summary, then waits for every node to finish: give the
          * followers' last lines the time of a poll. */
-        s->ended = s->next_ms != 0 && now_ms() >= s->next_ms;
+        s->ended = s->next_ms != 0 && monotime_ms() >= s->next_ms;
         if (!s->next_ms)
-            s->next_ms = now_ms() + LOGS_POLL_MS;
+            s->next_ms = monotime_ms() + LOGS_POLL_MS;
     }
     return s->ended;
 }
@@ -51,7 +52,7 @@ static bool job_ended(void *arg)
 int cmd_logs(struct gpurun_args *args, int *fatal_signal)
 {
     struct job_end end = {0};
-    struct logs_error err;
+    struct errmsg err;
     struct target t;
     int ret;
 
@@ -67,7 +68,7 @@ int cmd_logs(struct gpurun_args *args, int *fatal_signal)
     }
     if (!t.has_dir && !args->follow) {
         struct slurmlib_job job;
-        struct slurmlib_error serr;
+        struct errmsg serr;
         if (slurmlib_load(t.slurm, &job, &serr) < 0)
             return error_out(EXIT_FAILED, "%s", serr.text);
         ret = error_out(EXIT_FAILED,

@@ -117,7 +117,7 @@ static void cfg_job_name(struct gpurun_args *args, struct run_plan *p)
 /* A train.cfg: its [job] keys where no flag is given, and gpurun-train as the command. */
 static int plan_cfg(struct gpurun_args *args, struct run_plan *p)
 {
-    struct traincfg_error terr;
+    struct errmsg terr;
     struct traincfg *c = &p->cfg;
 
     if (access(args->target, F_OK) < 0)
@@ -358,7 +358,7 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
 {
     char daemon[PATH_MAX], job_id[128], dir[PATH_MAX], abs_dir[PATH_MAX];
     struct local_job job = {.out_fd = -1};
-    struct jobdir_error jerr;
+    struct errmsg jerr;
     int ret;
 
     if (args->emit_sbatch)
@@ -435,7 +435,7 @@ static int spec_text(const struct jobspec *spec, char **text)
  * more than one option or libslurm. */
 static int sbatch_options(const struct gpurun_args *args, struct sbatch_job *job)
 {
-    struct slurmlib_error serr;
+    struct errmsg serr;
 
     if (args->mem_per == SBATCH_MEM_GPU && args->no_gpus)
         return error_out(EXIT_FAILED, "--mem-per-gpu: the job asks for no GPUs (--no-gpus): give "
@@ -500,7 +500,7 @@ static int nodelist_nodes(struct gpurun_args *args, const struct run_plan *p)
  * CPU; else, with Slurm out of reach, 1. */
 static int cpus_per_rank(const struct gpurun_args *args)
 {
-    struct slurmlib_error err;
+    struct errmsg err;
     char conf[PATH_MAX];
     int cpus;
 
@@ -614,7 +614,7 @@ static void batch_job_fill(struct sbatch_job *job, const struct gpurun_args *arg
 static int batch_script(const struct gpurun_args *args, const struct sbatch_job *job,
                         const char *root, char **script)
 {
-    struct sbatch_error berr;
+    struct errmsg berr;
     int r;
 
     if (job->cpus_per_task > 65535)
@@ -646,7 +646,7 @@ static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_si
 {
     struct batch_paths at;
     struct sbatch_job job = {0};
-    struct slurmlib_error serr;
+    struct errmsg serr;
     char *json = NULL, *script = NULL;
     uint32_t id;
     int ret;
@@ -696,7 +696,7 @@ out:
 int cmd_run(struct gpurun_args *args, int *fatal_signal)
 {
     extern char **environ;
-    struct args_error err;
+    struct errmsg err;
     struct run_plan plan;
     int ret;
 

@@ -41,7 +41,7 @@ static int print_json(const json_t *v, size_t flags)
 static json_t *target_view(const struct target *t, bool slurm_open, const char *slurm_why)
 {
     struct slurmlib_job job;
-    struct slurmlib_error err;
+    struct errmsg err;
     struct view_input in = {
         .job_id = t->id, .job_dir = t->has_dir ? t->dir : NULL, .timeout_ms = STATUS_TIMEOUT_MS};
     json_t *v;
@@ -173,7 +173,7 @@ static void list_job_dirs(struct job_list *l)
 static int status_list(const struct gpurun_args *args)
 {
     struct job_list l = {.args = args};
-    struct slurmlib_error err;
+    struct errmsg err;
     char root[PATH_MAX], conf[PATH_MAX];
     int ret;
 
@@ -208,7 +208,7 @@ static int status_list(const struct gpurun_args *args)
 
 int cmd_status(struct gpurun_args *args, int *fatal_signal)
 {
-    struct slurmlib_error err = {{0}};
+    struct errmsg err = {{0}};
     struct target t;
     bool slurm_open = false, tty = isatty(STDOUT_FILENO);
     int ret;

@@ -18,15 +18,8 @@
 
 #include "slurmlib.h"
 #include "follow.h"
+#include "monotime.h"
 #include "banned.h"
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int write_all(int fd, const char *p, size_t n)
 {
@@ -96,7 +89,7 @@ struct follow {
  * on, or true with *ret, the wait's exit status, when the wait is over. */
 static bool poll_job(struct follow *f, long long now, int *ret)
 {
-    struct slurmlib_error err;
+    struct errmsg err;
     int r;
 
     if (now < f->next_poll)
@@ -134,7 +127,7 @@ static bool poll_job(struct follow *f, long long now, int *ret)
  * is over. */
 static bool take_signal(struct follow *f, int sig, long long now, int *fatal_signal)
 {
-    struct slurmlib_error err;
+    struct errmsg err;
     int r;
 
     if (!*fatal_signal)
@@ -159,7 +152,7 @@ static bool take_signal(struct follow *f, int sig, long long now, int *fatal_sig
 static bool follow_turn(struct follow *f, const sigset_t *set, int *ret, int *fatal_signal)
 {
     struct timespec ts = {0, FOLLOW_READ_MS * 1000000L};
-    long long now = now_ms();
+    long long now = monotime_ms();
     int sig;
 
     if (poll_job(f, now, ret))

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,20 +20,6 @@
 #include "jobdir.h"
 #include "path.h"
 #include "banned.h"
-
-static int fail(struct jobdir_error *err, int ret, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Fills err and returns ret. A message naming a long path is cut, not an error. */
-static int fail(struct jobdir_error *err, int ret, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err->text, sizeof(err->text), fmt, ap);
-    va_end(ap);
-    return ret;
-}
 
 int jobdir_local_id(char *buf, size_t n, time_t t, long pid)
 {
@@ -99,7 +84,7 @@ static int dir_is_empty(const char *dir)
 
 /* Creates dir (mode 0700) with its missing parents; *made says whether dir itself is new. An
  * existing dir must be an empty directory. */
-static int make_dir(const char *dir, bool *made, struct jobdir_error *err)
+static int make_dir(const char *dir, bool *made, struct errmsg *err)
 {
     char parent[PATH_MAX];
     const char *slash = strrchr(dir, '/');
@@ -109,10 +94,10 @@ static int make_dir(const char *dir, bool *made, struct jobdir_error *err)
     if (slash && slash != dir) {
         if (snprintf(parent, sizeof(parent), "%.*s", (int)(slash - dir), dir) >=
             (int)sizeof(parent))
-            return fail(err, -ENAMETOOLONG, "job dir '%s': path too long", dir);
+            return errmsg_set(err, -ENAMETOOLONG, "job dir '%s': path too long", dir);
         r = fs_mkdirs(parent, 0700);
         if (r < 0)
-            return fail(err, r, "cannot create '%s': %s", parent, uv_strerror(r));
+            return errmsg_set(err, r, "cannot create '%s': %s", parent, uv_strerror(r));
     }
     if (mkdir(dir, 0700) == 0) {
         *made = true;
@@ -120,18 +105,19 @@ static int make_dir(const char *dir, bool *made, struct jobdir_error *err)
     }
     r = -errno;
     if (r != -EEXIST)
-        return fail(err, r, "cannot create job dir '%s': %s", dir, uv_strerror(r));
+        return errmsg_set(err, r, "cannot create job dir '%s': %s", dir, uv_strerror(r));
     r = dir_is_empty(dir);
     if (r < 0)
-        return fail(err, r, "cannot use job dir '%s': %s", dir, uv_strerror(r));
+        return errmsg_set(err, r, "cannot use job dir '%s': %s", dir, uv_strerror(r));
     if (r == 0) {
-        return fail(err, -EEXIST,
-                    "job dir '%s' is not empty (a job dir holds one job; give a new one)", dir);
+        return errmsg_set(err, -EEXIST,
+                          "job dir '%s' is not empty (a job dir holds one job; give a new one)",
+                          dir);
     }
     return 0;
 }
 
-int jobdir_create(const char *dir, const struct jobspec *spec, struct jobdir_error *err)
+int jobdir_create(const char *dir, const struct jobspec *spec, struct errmsg *err)
 {
     char logs[PATH_MAX], key_path[PATH_MAX], spec_path[PATH_MAX];
     bool made = false, made_logs = false, made_key = false;
@@ -141,34 +127,35 @@ int jobdir_create(const char *dir, const struct jobspec *spec, struct jobdir_err
     if (snprintf(logs, sizeof(logs), "%s/logs", dir) >= (int)sizeof(logs) ||
         snprintf(key_path, sizeof(key_path), "%s/key", dir) >= (int)sizeof(key_path) ||
         snprintf(spec_path, sizeof(spec_path), "%s/job.json", dir) >= (int)sizeof(spec_path))
-        return fail(err, -ENAMETOOLONG, "job dir '%s': path too long", dir);
+        return errmsg_set(err, -ENAMETOOLONG, "job dir '%s': path too long", dir);
     ret = make_dir(dir, &made, err);
     if (ret < 0)
         return ret;
     /* mkdir's mode passes through the umask, and a directory we were given may be wider. */
     if (chmod(dir, 0700) < 0) {
-        ret = fail(err, -errno, "cannot make job dir '%s' private: %s", dir, uv_strerror(-errno));
+        ret = errmsg_set(err, -errno, "cannot make job dir '%s' private: %s", dir,
+                         uv_strerror(-errno));
         goto out;
     }
     if (mkdir(logs, 0700) < 0) {
-        ret = fail(err, -errno, "cannot create '%s': %s", logs, uv_strerror(-errno));
+        ret = errmsg_set(err, -errno, "cannot create '%s': %s", logs, uv_strerror(-errno));
         goto out;
     }
     made_logs = true;
     ret = auth_key_generate(&key);
     if (ret < 0) {
-        fail(err, ret, "cannot generate the job key: %s", uv_strerror(ret));
+        errmsg_set(err, ret, "cannot generate the job key: %s", uv_strerror(ret));
         goto out;
     }
     ret = auth_key_write(key_path, &key);
     if (ret < 0) {
-        fail(err, ret, "cannot write '%s': %s", key_path, uv_strerror(ret));
+        errmsg_set(err, ret, "cannot write '%s': %s", key_path, uv_strerror(ret));
         goto out;
     }
     made_key = true;
     ret = jobspec_save(spec, spec_path);
     if (ret < 0) {
-        fail(err, ret, "cannot write '%s': %s", spec_path, uv_strerror(ret));
+        errmsg_set(err, ret, "cannot write '%s': %s", spec_path, uv_strerror(ret));
         goto out;
     }
     ret = 0;

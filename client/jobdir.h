@@ -7,12 +7,11 @@
 #include <stddef.h>
 #include <time.h>
 
+#include "errmsg.h"
 #include "jobspec.h"
 
-/* One line: "cannot create job dir '/x/y': permission denied". */
-struct jobdir_error {
-    char text[1024];
-};
+/* A failure below fills the caller's struct errmsg with one line: "cannot create job dir
+ * '/x/y': permission denied". */
 
 /* Writes the id of a local job, "local-YYYYmmdd-HHMMSS-PID" (t in local time), to buf of n
  * bytes. Returns 0, or -ENAMETOOLONG when it does not fit. */
@@ -40,6 +39,6 @@ int jobdir_default_path(char *buf, size_t n, const char *home, const char *job_i
  * (0700), a fresh key in key (0600, auth_key_write) and job.json (0600, jobspec_save). A
  * directory that is not empty is refused, so one dir never holds two jobs' keys. Returns 0,
  * or a negative errno with err filled; on failure what this call created is removed again. */
-int jobdir_create(const char *dir, const struct jobspec *spec, struct jobdir_error *err);
+int jobdir_create(const char *dir, const struct jobspec *spec, struct errmsg *err);
 
 #endif

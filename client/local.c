@@ -18,6 +18,7 @@
 #include <uv.h>
 
 #include "local.h"
+#include "monotime.h"
 #include "banned.h"
 
 extern char **environ;
@@ -133,14 +134,6 @@ struct supervisor {
     long long kill_at;     /* when stopped daemons still alive get SIGKILL; 0: none */
 };
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void send_all(struct supervisor *s, int sig)
 {
     for (int k = 0; k < s->job->nnodes; k++)
@@ -159,7 +152,7 @@ static void stop_all(struct supervisor *s)
         }
     }
     if (!s->kill_at)
-        s->kill_at = now_ms() + s->job->kill_grace_ms + STOP_MARGIN_MS;
+        s->kill_at = monotime_ms() + s->job->kill_grace_ms + STOP_MARGIN_MS;
 }
 
 static void on_daemon_exit(struct supervisor *s, int k, int wstatus)
@@ -173,7 +166,7 @@ static void on_daemon_exit(struct supervisor *s, int k, int wstatus)
         /* The leader has ended the job; a signal now would only cut the followers' own exit
          * short (their status then counts for nothing), so they get a grace first. */
         if (!s->straggle_at)
-            s->straggle_at = now_ms() + FOLLOWER_GRACE_MS;
+            s->straggle_at = monotime_ms() + FOLLOWER_GRACE_MS;
     } else if (WIFEXITED(wstatus) && s->status[k] == 125 && !s->stopped[k]) {
         /* A follower that cannot start never joins, and the leader would wait for it until
          * the join timeout: end the job now, with the follower's status. */
@@ -261,7 +254,7 @@ static struct timespec *next_timeout(const struct supervisor *s, struct timespec
             at = cand[i];
     if (!at)
         return NULL;
-    now = now_ms();
+    now = monotime_ms();
     if (at < now)
         at = now;
     ts->tv_sec = (at - now) / 1000;
@@ -364,7 +357,7 @@ int local_run(const struct local_job *job, int *fatal_signal)
         s.running++;
     }
     if (job->time_limit_s > 0)
-        s.limit_at = now_ms() + job->time_limit_s * 1000;
+        s.limit_at = monotime_ms() + job->time_limit_s * 1000;
     if (job->time_limit_s > 0 && job->preempt_signal > 0 && job->preempt_before_s > 0)
         s.warn_at = s.limit_at - job->preempt_before_s * 1000;
 
@@ -376,7 +369,7 @@ int local_run(const struct local_job *job, int *fatal_signal)
         if (sig > 0) {
             on_signal(&s, &info);
         } else if (errno == EAGAIN) {
-            on_deadline(&s, now_ms());
+            on_deadline(&s, monotime_ms());
         } else if (errno != EINTR) {
             fprintf(stderr, "gpurun: cannot wait for signals: %s\n", uv_strerror(-errno));
             send_all(&s, SIGKILL);

@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,20 +15,6 @@
 #include "logidx.h"
 #include "logs.h"
 #include "banned.h"
-
-static int fail(struct logs_error *err, int ret, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Fills err and returns ret. */
-static int fail(struct logs_error *err, int ret, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err->text, sizeof(err->text), fmt, ap);
-    va_end(ap);
-    return ret;
-}
 
 /* The rank of a file named "rank-N.log", or -1 for any other name. */
 static int log_rank(const char *name)
@@ -54,7 +39,7 @@ static int cmp_int(const void *a, const void *b)
 }
 
 /* Copies path to out, each line prefixed with prefix (NULL: none). */
-static int copy_log(FILE *out, const char *path, const char *prefix, struct logs_error *err)
+static int copy_log(FILE *out, const char *path, const char *prefix, struct errmsg *err)
 {
     FILE *in = fopen(path, "re");
     char *line = NULL;
@@ -63,7 +48,7 @@ static int copy_log(FILE *out, const char *path, const char *prefix, struct logs
     int ret = 0;
 
     if (!in)
-        return fail(err, -errno, "cannot open '%s': %s", path, uv_strerror(-errno));
+        return errmsg_set(err, -errno, "cannot open '%s': %s", path, uv_strerror(-errno));
     while ((n = getline(&line, &cap, in)) > 0) {
         if (prefix)
             fputs(prefix, out);
@@ -72,7 +57,7 @@ static int copy_log(FILE *out, const char *path, const char *prefix, struct logs
             fputc('\n', out);
     }
     if (ferror(in))
-        ret = fail(err, -EIO, "cannot read '%s': %s", path, uv_strerror(-EIO));
+        ret = errmsg_set(err, -EIO, "cannot read '%s': %s", path, uv_strerror(-EIO));
     free(line);
     fclose(in);
     return ret;
@@ -141,8 +126,7 @@ static void merge_sift(struct merge_src **h, int n, int i)
  * 1, having printed nothing, when that cannot be done (a rank without an index, from before
  * them; more ranks than this process may open files for); or a negative errno with err
  * filled. */
-static int merge_logs(FILE *out, const char *dir, const int *ranks, int nranks,
-                      struct logs_error *err)
+static int merge_logs(FILE *out, const char *dir, const int *ranks, int nranks, struct errmsg *err)
 {
     struct merge_src *src = calloc((size_t)nranks, sizeof(*src));
     struct merge_src **heap = calloc((size_t)nranks, sizeof(*heap));
@@ -150,7 +134,7 @@ static int merge_logs(FILE *out, const char *dir, const int *ranks, int nranks,
     int n = 0, ret = 0;
 
     if (!src || !heap) {
-        ret = fail(err, -ENOMEM, "out of memory");
+        ret = errmsg_set(err, -ENOMEM, "out of memory");
         goto out;
     }
     for (int i = 0; i < nranks && ret == 0; i++) {
@@ -164,7 +148,7 @@ static int merge_logs(FILE *out, const char *dir, const int *ranks, int nranks,
         if (!src[i].idx || !src[i].log)
             ret = errno == ENOENT || errno == EMFILE || errno == ENFILE
                       ? 1
-                      : fail(err, -errno, "cannot open '%s': %s", path, uv_strerror(-errno));
+                      : errmsg_set(err, -errno, "cannot open '%s': %s", path, uv_strerror(-errno));
     }
     if (ret != 0)
         goto out;
@@ -188,7 +172,7 @@ static int merge_logs(FILE *out, const char *dir, const int *ranks, int nranks,
     }
     for (int i = 0; i < nranks; i++)
         if (ferror(src[i].log))
-            ret = fail(err, -EIO, "cannot read the log of rank %d in '%s'", src[i].rank, dir);
+            ret = errmsg_set(err, -EIO, "cannot read the log of rank %d in '%s'", src[i].rank, dir);
 out:
     for (int i = 0; src && i < nranks; i++) {
         if (src[i].log)
@@ -202,7 +186,7 @@ out:
     return ret;
 }
 
-int logs_print(FILE *out, const char *job_dir, int rank, struct logs_error *err)
+int logs_print(FILE *out, const char *job_dir, int rank, struct errmsg *err)
 {
     char dir[PATH_MAX], path[PATH_MAX + 32], prefix[32];
     int *ranks = NULL, nranks = 0, cap = 0, ret = -1;
@@ -210,17 +194,17 @@ int logs_print(FILE *out, const char *job_dir, int rank, struct logs_error *err)
     struct dirent *e;
 
     if (snprintf(dir, sizeof(dir), "%s/logs", job_dir) >= (int)sizeof(dir))
-        return fail(err, -ENAMETOOLONG, "job dir '%s': path too long", job_dir);
+        return errmsg_set(err, -ENAMETOOLONG, "job dir '%s': path too long", job_dir);
     if (rank >= 0) {
         snprintf(path, sizeof(path), "%s/rank-%d.log", dir, rank);
         ret = copy_log(out, path, NULL, err);
         if (ret == -ENOENT)
-            fail(err, ret, "no log of rank %d in '%s'", rank, dir);
+            errmsg_set(err, ret, "no log of rank %d in '%s'", rank, dir);
         return ret;
     }
     d = opendir(dir);
     if (!d) {
-        ret = fail(err, -errno, "cannot open '%s': %s", dir, uv_strerror(-errno));
+        ret = errmsg_set(err, -errno, "cannot open '%s': %s", dir, uv_strerror(-errno));
         goto out;
     }
     while ((e = readdir(d))) {
@@ -230,7 +214,7 @@ int logs_print(FILE *out, const char *job_dir, int rank, struct logs_error *err)
         if (nranks == cap) {
             int *nr = realloc(ranks, (size_t)(cap ? cap * 2 : 64) * sizeof(*nr));
             if (!nr) {
-                ret = fail(err, -ENOMEM, "out of memory");
+                ret = errmsg_set(err, -ENOMEM, "out of memory");
                 goto out;
             }
             ranks = nr;
@@ -239,7 +223,7 @@ int logs_print(FILE *out, const char *job_dir, int rank, struct logs_error *err)
         ranks[nranks++] = r;
     }
     if (nranks == 0) {
-        ret = fail(err, -ENOENT, "no rank logs in '%s' yet", dir);
+        ret = errmsg_set(err, -ENOENT, "no rank logs in '%s' yet", dir);
         goto out;
     }
     qsort(ranks, (size_t)nranks, sizeof(*ranks), cmp_int);
@@ -297,7 +281,7 @@ static struct tail *tail_of(struct follow *f, int rank)
 /* Prints what rank's log gained since the last call: whole lines, each with prefix (NULL:
  * none); with last, also a partial line, ended with a newline. */
 static int pump(FILE *out, const char *dir, struct tail *t, const char *prefix, bool last,
-                struct logs_error *err)
+                struct errmsg *err)
 {
     char path[PATH_MAX + 32], buf[65536];
     FILE *in;
@@ -309,10 +293,10 @@ static int pump(FILE *out, const char *dir, struct tail *t, const char *prefix, 
     if (!in)
         return errno == ENOENT
                    ? 0
-                   : fail(err, -errno, "cannot open '%s': %s", path, uv_strerror(-errno));
+                   : errmsg_set(err, -errno, "cannot open '%s': %s", path, uv_strerror(-errno));
     if (fseeko(in, (off_t)t->off, SEEK_SET) < 0) {
         fclose(in);
-        return fail(err, -errno, "cannot read '%s': %s", path, uv_strerror(-errno));
+        return errmsg_set(err, -errno, "cannot read '%s': %s", path, uv_strerror(-errno));
     }
     while ((n = fread(buf, 1, sizeof(buf), in)) > 0) {
         char *p = buf, *nl;
@@ -330,7 +314,7 @@ static int pump(FILE *out, const char *dir, struct tail *t, const char *prefix, 
             size_t more = (size_t)(buf + n - p);
             char *np = realloc(t->part, t->npart + more);
             if (!np) {
-                ret = fail(err, -ENOMEM, "out of memory");
+                ret = errmsg_set(err, -ENOMEM, "out of memory");
                 break;
             }
             t->part = np;
@@ -339,7 +323,7 @@ static int pump(FILE *out, const char *dir, struct tail *t, const char *prefix, 
         }
     }
     if (ferror(in) && ret == 0)
-        ret = fail(err, -EIO, "cannot read '%s': %s", path, uv_strerror(-EIO));
+        ret = errmsg_set(err, -EIO, "cannot read '%s': %s", path, uv_strerror(-EIO));
     fclose(in);
     if (last && t->npart && ret == 0) {
         if (prefix)
@@ -352,23 +336,23 @@ static int pump(FILE *out, const char *dir, struct tail *t, const char *prefix, 
 }
 
 /* Adds the ranks whose logs exist now to f (in rank order of discovery). */
-static int discover(struct follow *f, const char *dir, int rank, struct logs_error *err)
+static int discover(struct follow *f, const char *dir, int rank, struct errmsg *err)
 {
     DIR *d;
     struct dirent *e;
 
     if (rank >= 0)
-        return tail_of(f, rank) ? 0 : fail(err, -ENOMEM, "out of memory");
+        return tail_of(f, rank) ? 0 : errmsg_set(err, -ENOMEM, "out of memory");
     d = opendir(dir);
     if (!d)
         return errno == ENOENT
                    ? 0
-                   : fail(err, -errno, "cannot open '%s': %s", dir, uv_strerror(-errno));
+                   : errmsg_set(err, -errno, "cannot open '%s': %s", dir, uv_strerror(-errno));
     while ((e = readdir(d))) {
         int r = log_rank(e->d_name);
         if (r >= 0 && !tail_of(f, r)) {
             closedir(d);
-            return fail(err, -ENOMEM, "out of memory");
+            return errmsg_set(err, -ENOMEM, "out of memory");
         }
     }
     closedir(d);
@@ -381,7 +365,7 @@ static int cmp_tail(const void *a, const void *b)
 }
 
 int logs_follow(FILE *out, const char *job_dir, int rank, logs_ended_fn ended, void *arg,
-                struct logs_error *err)
+                struct errmsg *err)
 {
     struct follow f = {0};
     char dir[PATH_MAX], prefix[32];
@@ -390,7 +374,7 @@ int logs_follow(FILE *out, const char *job_dir, int rank, logs_ended_fn ended, v
     int ret = 0;
 
     if (snprintf(dir, sizeof(dir), "%s/logs", job_dir) >= (int)sizeof(dir))
-        return fail(err, -ENAMETOOLONG, "job dir '%s': path too long", job_dir);
+        return errmsg_set(err, -ENAMETOOLONG, "job dir '%s': path too long", job_dir);
     for (;;) {
         /* Asked before reading: what the job wrote before it ended is read after. */
         last = ended(arg);

@@ -41,7 +41,7 @@ static int die_of(int sig)
 int main(int argc, char **argv)
 {
     struct gpurun_args args;
-    struct args_error err;
+    struct errmsg err;
     int ret, fatal_signal = 0;
 
     args_init(&args);

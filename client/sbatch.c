@@ -6,7 +6,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,19 +26,6 @@
 
 /* How the job.json text marks the job id the script fills in. */
 #define EMPTY_JOB_ID "\"job_id\": \"\""
-
-static int fail(struct sbatch_error *err, int ret, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct sbatch_error *err, int ret, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err->text, sizeof(err->text), fmt, ap);
-    va_end(ap);
-    return ret;
-}
 
 const char *sbatch_comment(const char *user, char *buf, size_t n)
 {
@@ -165,19 +151,6 @@ static const char *const dependency_types[] = {
     "after", "afterany", "afterburstbuffer", "aftercorr", "afternotok", "afterok",
 };
 
-static int why_fail(char *why, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int why_fail(char *why, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-    return -EINVAL;
-}
-
 /* Whether s[0..len) is digits only (and at least one). */
 static bool all_digits(const char *s, size_t len)
 {
@@ -216,47 +189,48 @@ static bool dependency_id_ok(const char *s, size_t len, bool after)
 }
 
 /* One item of a --dependency list (len bytes). */
-static int dependency_item(const char *s, size_t len, char *why, size_t n)
+static int dependency_item(const char *s, size_t len, struct errmsg *why)
 {
     const char *colon = memchr(s, ':', len);
     size_t tlen = colon ? (size_t)(colon - s) : len;
     bool known = false;
 
     if (tlen == strlen("singleton") && !strncmp(s, "singleton", tlen))
-        return colon ? why_fail(why, n, "'singleton' takes no job id") : 0;
+        return colon ? errmsg_set(why, -EINVAL, "'singleton' takes no job id") : 0;
     for (size_t i = 0; i < sizeof(dependency_types) / sizeof(dependency_types[0]); i++)
         known = known ||
                 (strlen(dependency_types[i]) == tlen && !strncmp(s, dependency_types[i], tlen));
     if (!known)
-        return why_fail(why, n,
-                        "'%.*s' is not after, afterany, afterburstbuffer, aftercorr, "
-                        "afternotok, afterok or singleton",
-                        (int)tlen, s);
+        return errmsg_set(why, -EINVAL,
+                          "'%.*s' is not after, afterany, afterburstbuffer, aftercorr, "
+                          "afternotok, afterok or singleton",
+                          (int)tlen, s);
     if (!colon)
-        return why_fail(why, n, "'%.*s' needs a job id (%.*s:ID)", (int)tlen, s, (int)tlen, s);
+        return errmsg_set(why, -EINVAL, "'%.*s' needs a job id (%.*s:ID)", (int)tlen, s, (int)tlen,
+                          s);
     for (const char *p = colon + 1, *end = s + len;;) {
         const char *next = memchr(p, ':', (size_t)(end - p));
         size_t ilen = next ? (size_t)(next - p) : (size_t)(end - p);
         if (!dependency_id_ok(p, ilen, tlen == strlen("after")))
-            return why_fail(why, n, "'%.*s' is not a job id", (int)ilen, p);
+            return errmsg_set(why, -EINVAL, "'%.*s' is not a job id", (int)ilen, p);
         if (!next)
             return 0;
         p = next + 1;
     }
 }
 
-int sbatch_check_dependency(const char *s, char *why, size_t n)
+int sbatch_check_dependency(const char *s, struct errmsg *why)
 {
     bool comma = strchr(s, ',') != NULL, any = strchr(s, '?') != NULL;
     char sep = any ? '?' : ',';
     const char *p = s;
 
     if (comma && any)
-        return why_fail(why, n, "',' (all of) and '?' (any of) cannot be mixed");
+        return errmsg_set(why, -EINVAL, "',' (all of) and '?' (any of) cannot be mixed");
     for (;;) {
         const char *next = strchr(p, sep);
         size_t len = next ? (size_t)(next - p) : strlen(p);
-        int r = dependency_item(p, len, why, n);
+        int r = dependency_item(p, len, why);
         if (r < 0)
             return r;
         if (!next)
@@ -265,12 +239,12 @@ int sbatch_check_dependency(const char *s, char *why, size_t n)
     }
 }
 
-int sbatch_check_gres(const char *s, char *why, size_t n)
+int sbatch_check_gres(const char *s, struct errmsg *why)
 {
     const char *p = s;
 
     if (strlen(s) > SBATCH_GRES_LEN_MAX)
-        return why_fail(why, n, "longer than %d bytes", SBATCH_GRES_LEN_MAX);
+        return errmsg_set(why, -EINVAL, "longer than %d bytes", SBATCH_GRES_LEN_MAX);
     for (;;) {
         size_t len = strcspn(p, ","), name;
         const char *item = p;
@@ -280,12 +254,13 @@ int sbatch_check_gres(const char *s, char *why, size_t n)
         if (name > len)
             name = len;
         if (name == 0)
-            return why_fail(why, n, "an item without a name ('%.*s')", (int)len, item);
+            return errmsg_set(why, -EINVAL, "an item without a name ('%.*s')", (int)len, item);
         if (name == 3 && !strncmp(item, "gpu", 3))
-            return why_fail(why, n, "the GPUs are --gpus-per-node's (or --no-gpus)");
+            return errmsg_set(why, -EINVAL, "the GPUs are --gpus-per-node's (or --no-gpus)");
         for (size_t i = 0; i < len; i++)
             if (isspace((unsigned char)item[i]) || item[i] == '"')
-                return why_fail(why, n, "'%.*s' is not name[:type][:count]", (int)len, item);
+                return errmsg_set(why, -EINVAL, "'%.*s' is not name[:type][:count]", (int)len,
+                                  item);
         p = item + len;
         if (!*p)
             return 0;
@@ -317,21 +292,21 @@ void sbatch_format_time(char *buf, size_t n, long minutes)
 
 /* sbatch reads a directive's value up to the first blank unless it is in double quotes, and
  * has no escapes: a value with a quote or a control character cannot be written. */
-static int directive(FILE *f, const char *name, const char *value, struct sbatch_error *err)
+static int directive(FILE *f, const char *name, const char *value, struct errmsg *err)
 {
     bool blank = false;
 
     for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
         if (*p == '"' || *p < 0x20 || *p == 0x7f)
-            return fail(err, -EINVAL, "--%s: '%s' cannot be written as an #SBATCH directive", name,
-                        value);
+            return errmsg_set(err, -EINVAL, "--%s: '%s' cannot be written as an #SBATCH directive",
+                              name, value);
         blank = blank || *p == ' ';
     }
     fprintf(f, blank ? "#SBATCH --%s=\"%s\"\n" : "#SBATCH --%s=%s\n", name, value);
     return 0;
 }
 
-static int directive_int(FILE *f, const char *name, long value, struct sbatch_error *err)
+static int directive_int(FILE *f, const char *name, long value, struct errmsg *err)
 {
     char buf[32];
 
@@ -414,7 +389,7 @@ static const struct {
 };
 
 /* Where a job may run and when: sbatch's scheduling options, each when given. */
-static int scheduling_directives(FILE *f, const struct sbatch_job *j, struct sbatch_error *err)
+static int scheduling_directives(FILE *f, const struct sbatch_job *j, struct errmsg *err)
 {
     char buf[32];
     int r = 0;
@@ -436,7 +411,7 @@ static int scheduling_directives(FILE *f, const struct sbatch_job *j, struct sba
     return r;
 }
 
-static int directives(FILE *f, const struct sbatch_job *j, struct sbatch_error *err)
+static int directives(FILE *f, const struct sbatch_job *j, struct errmsg *err)
 {
     char buf[SBATCH_COMMENT_LEN_MAX + 16];
     int r = 0;
@@ -584,7 +559,7 @@ static void body(FILE *f, const struct sbatch_job *j)
     fprintf(f, "exit \"$status\"\n");
 }
 
-int sbatch_render(const struct sbatch_job *job, char **out, struct sbatch_error *err)
+int sbatch_render(const struct sbatch_job *job, char **out, struct errmsg *err)
 {
     char *text = NULL;
     size_t len = 0;
@@ -593,18 +568,18 @@ int sbatch_render(const struct sbatch_job *job, char **out, struct sbatch_error 
 
     *out = NULL;
     if (!strstr(job->spec_json, EMPTY_JOB_ID))
-        return fail(err, -EINVAL, "the job spec lacks an empty job_id");
+        return errmsg_set(err, -EINVAL, "the job spec lacks an empty job_id");
     if (strstr(job->spec_json, "\nGPURUN_JOB_JSON\n"))
-        return fail(err, -EINVAL, "the job spec holds the script's heredoc delimiter");
+        return errmsg_set(err, -EINVAL, "the job spec holds the script's heredoc delimiter");
     f = open_memstream(&text, &len);
     if (!f)
-        return fail(err, -ENOMEM, "out of memory");
+        return errmsg_set(err, -ENOMEM, "out of memory");
     fprintf(f, "#!/bin/bash\n");
     ret = directives(f, job, err);
     if (ret == 0)
         body(f, job);
     if (fclose(f) != 0 && ret == 0)
-        ret = fail(err, -ENOMEM, "out of memory");
+        ret = errmsg_set(err, -ENOMEM, "out of memory");
     if (ret < 0) {
         free(text);
         return ret;

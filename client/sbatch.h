@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "errmsg.h"
+
 /* The comment every gpurun job carries in Slurm, so that `gpurun status` can tell the user's
  * gpurun jobs from the others. A --comment follows it: "gpurun: TEXT" (see sbatch_comment). */
 #define SBATCH_COMMENT "gpurun"
@@ -89,15 +91,13 @@ struct sbatch_job {
     char *const *argv;       /* the ranks' command, NULL-terminated, for the header comment */
 };
 
-/* One line: "--job-name: 'a"b' cannot be written as an #SBATCH directive". */
-struct sbatch_error {
-    char text[512];
-};
+/* A failure below fills the caller's struct errmsg with one line: "--job-name: 'a"b' cannot be
+ * written as an #SBATCH directive". */
 
 /* Renders the script of job into *out (new, NUL-terminated; caller frees). Returns 0, -EINVAL
  * with err filled when a value cannot be written into a directive (a quote or a control
  * character) or the spec lacks the empty job_id, -ENOMEM. */
-int sbatch_render(const struct sbatch_job *job, char **out, struct sbatch_error *err);
+int sbatch_render(const struct sbatch_job *job, char **out, struct errmsg *err);
 
 /* The comment of a job with a user's comment (or NULL): "gpurun" alone, or "gpurun: TEXT",
  * into buf (n bytes). Returns buf. */
@@ -123,9 +123,9 @@ int sbatch_parse_mail_type(const char *s, char *bad, size_t n);
 /* Checks a --dependency value's syntax as slurmctld reads it: "singleton", or
  * TYPE:ID[:ID...] with TYPE after, afterany, afterburstbuffer, aftercorr, afternotok or
  * afterok, ID a job id (with _TASK for an array task, and "+MINUTES" for after), the items
- * joined by ',' (all of them) or '?' (any of them), not both. Returns 0 or -EINVAL with
- * *why (n bytes) saying what is wrong. */
-int sbatch_check_dependency(const char *s, char *why, size_t n);
+ * joined by ',' (all of them) or '?' (any of them), not both. Returns 0 or -EINVAL with why
+ * (the caller's) saying what is wrong. */
+int sbatch_check_dependency(const char *s, struct errmsg *why);
 
 /* The longest --gres taken: dozens of items; with "gres:" before each and the GPUs it fits
  * 4 * SBATCH_GRES_LEN_MAX bytes. */
@@ -133,8 +133,8 @@ int sbatch_check_dependency(const char *s, char *why, size_t n);
 
 /* Checks a --gres value: "name[:type][:count]" items joined by ',', none of them "gpu" (the
  * GPUs are --gpus-per-node's), SBATCH_GRES_LEN_MAX bytes at most. Returns 0 or -EINVAL with
- * *why (n bytes) filled. */
-int sbatch_check_gres(const char *s, char *why, size_t n);
+ * why (the caller's) filled. */
+int sbatch_check_gres(const char *s, struct errmsg *why);
 
 /* Slurm's time limit in whole minutes for a limit of seconds, rounded up as sbatch does
  * (90 s -> 2); 0 stays 0 (no limit). */

@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,47 +107,34 @@ int slurmlib_conf_path(char *buf, size_t n)
     return access(buf, R_OK) == 0 ? 0 : -ENOENT;
 }
 
-static int fail(struct slurmlib_error *err, int ret, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct slurmlib_error *err, int ret, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err->text, sizeof(err->text), fmt, ap);
-    va_end(ap);
-    return ret;
-}
-
 #ifdef GPURUN_NO_LIBSLURM
 
-int slurmlib_open(int timeout_s, struct slurmlib_error *err)
+int slurmlib_open(int timeout_s, struct errmsg *err)
 {
     (void)timeout_s;
-    return fail(err, -ENOSYS,
-                "this gpurun was built without libslurm (install libslurm-dev and "
-                "rebuild); use --local to run on this machine");
+    return errmsg_set(err, -ENOSYS,
+                      "this gpurun was built without libslurm (install libslurm-dev and "
+                      "rebuild); use --local to run on this machine");
 }
 
 void slurmlib_close(void)
 {
 }
 
-int slurmlib_check(const struct sbatch_job *job, const char *script, struct slurmlib_error *err)
+int slurmlib_check(const struct sbatch_job *job, const char *script, struct errmsg *err)
 {
     (void)job, (void)script;
     return slurmlib_open(0, err);
 }
 
 int slurmlib_submit(const struct sbatch_job *job, const char *script, uint32_t *id,
-                    struct slurmlib_error *err)
+                    struct errmsg *err)
 {
     (void)job, (void)script, (void)id;
     return slurmlib_open(0, err);
 }
 
-int slurmlib_load(uint32_t id, struct slurmlib_job *job, struct slurmlib_error *err)
+int slurmlib_load(uint32_t id, struct slurmlib_job *job, struct errmsg *err)
 {
     (void)id;
     memset(job, 0, sizeof(*job));
@@ -156,13 +142,13 @@ int slurmlib_load(uint32_t id, struct slurmlib_job *job, struct slurmlib_error *
 }
 
 int slurmlib_cpus_per_rank(const char *partition, int ranks, bool gpus, int *cpus,
-                           struct slurmlib_error *err)
+                           struct errmsg *err)
 {
     (void)partition, (void)ranks, (void)gpus, (void)cpus;
     return slurmlib_open(0, err);
 }
 
-int slurmlib_list(uint32_t uid, struct slurmlib_job **jobs, size_t *n, struct slurmlib_error *err)
+int slurmlib_list(uint32_t uid, struct slurmlib_job **jobs, size_t *n, struct errmsg *err)
 {
     (void)uid;
     *jobs = NULL;
@@ -170,13 +156,13 @@ int slurmlib_list(uint32_t uid, struct slurmlib_job **jobs, size_t *n, struct sl
     return slurmlib_open(0, err);
 }
 
-int slurmlib_kill(uint32_t id, struct slurmlib_error *err)
+int slurmlib_kill(uint32_t id, struct errmsg *err)
 {
     (void)id;
     return slurmlib_open(0, err);
 }
 
-int slurmlib_parse_begin(const char *text, long long *t, struct slurmlib_error *err)
+int slurmlib_parse_begin(const char *text, long long *t, struct errmsg *err)
 {
     (void)text, (void)t;
     return slurmlib_open(0, err);
@@ -291,7 +277,7 @@ static const char *slurm_text(int code, char *buf, size_t n)
     return buf;
 }
 
-int slurmlib_open(int timeout_s, struct slurmlib_error *err)
+int slurmlib_open(int timeout_s, struct errmsg *err)
 {
     struct sigaction sa = {.sa_handler = on_alarm};
     static bool hooked;
@@ -301,12 +287,13 @@ int slurmlib_open(int timeout_s, struct slurmlib_error *err)
     if (opened)
         return 0;
     if (slurmlib_conf_path(conf, sizeof(conf)) < 0)
-        return fail(err, -ENOENT,
-                    getenv("SLURM_CONF") && *getenv("SLURM_CONF")
-                        ? "no Slurm configuration: SLURM_CONF names '%s', which does not exist"
-                        : "no Slurm configuration: SLURM_CONF is unset and '%s' does not exist "
-                          "(gpurun --local runs jobs without Slurm)",
-                    conf);
+        return errmsg_set(
+            err, -ENOENT,
+            getenv("SLURM_CONF") && *getenv("SLURM_CONF")
+                ? "no Slurm configuration: SLURM_CONF names '%s', which does not exist"
+                : "no Slurm configuration: SLURM_CONF is unset and '%s' does not exist "
+                  "(gpurun --local runs jobs without Slurm)",
+            conf);
     if (!hooked) {
         sigemptyset(&sa.sa_mask);
         sigaction(SIGALRM, &sa, NULL);
@@ -330,8 +317,8 @@ int slurmlib_open(int timeout_s, struct slurmlib_error *err)
     if (r != SLURM_SUCCESS) {
         int code = slurm_get_errno();
         slurm_fini();
-        return fail(err, -EHOSTUNREACH, "cannot reach slurmctld (SLURM_CONF '%s'): %s", conf,
-                    slurm_text(code ? code : r, text, sizeof(text)));
+        return errmsg_set(err, -EHOSTUNREACH, "cannot reach slurmctld (SLURM_CONF '%s'): %s", conf,
+                          slurm_text(code ? code : r, text, sizeof(text)));
     }
     opened = true;
     return 0;
@@ -483,7 +470,7 @@ static const char *const mem_options[] = {
     [SBATCH_MEM_GPU] = "mem-per-gpu",
 };
 
-int slurmlib_check(const struct sbatch_job *job, const char *script, struct slurmlib_error *err)
+int slurmlib_check(const struct sbatch_job *job, const char *script, struct errmsg *err)
 {
     extern char **environ;
     will_run_response_msg_t *resp = NULL;
@@ -503,17 +490,18 @@ int slurmlib_check(const struct sbatch_job *job, const char *script, struct slur
     for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
         const char *v = *(const char *const *)((const char *)job + refusals[i].offset);
         if (refusals[i].code == code && v)
-            return fail(err, -EINVAL, "--%s: '%s': %s", refusals[i].option, v,
-                        slurm_text(code, text, sizeof(text)));
+            return errmsg_set(err, -EINVAL, "--%s: '%s': %s", refusals[i].option, v,
+                              slurm_text(code, text, sizeof(text)));
     }
     switch (code) {
     case ESLURM_INVALID_PARTITION_NAME:
-        return fail(err, -EINVAL, "unknown partition '%s'", job->partition ? job->partition : "");
+        return errmsg_set(err, -EINVAL, "unknown partition '%s'",
+                          job->partition ? job->partition : "");
     case ESLURM_INVALID_ACCOUNT:
-        return fail(err, -EINVAL, "invalid account '%s'", job->account ? job->account : "");
+        return errmsg_set(err, -EINVAL, "invalid account '%s'", job->account ? job->account : "");
     case ESLURM_INVALID_TIME_LIMIT:
-        return fail(err, -EINVAL, "time limit of %ld minutes is over the partition's",
-                    job->time_limit_min);
+        return errmsg_set(err, -EINVAL, "time limit of %ld minutes is over the partition's",
+                          job->time_limit_min);
     case ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE:
     case ESLURM_INVALID_NODE_COUNT:
     case ESLURM_NODES_BUSY:
@@ -524,27 +512,28 @@ int slurmlib_check(const struct sbatch_job *job, const char *script, struct slur
                 sbatch_format_mem(size, sizeof(size), job->mem_mb);
                 snprintf(mem, sizeof(mem), ", --%s=%s", mem_options[job->mem_per], size);
             }
-            return fail(err, -EINVAL,
-                        "Slurm cannot give %d node%s with %d GPU%s and %d CPU%s each%s%s%s%s (%s)",
-                        job->nodes, job->nodes == 1 ? "" : "s", job->gpus_per_node,
-                        job->gpus_per_node == 1 ? "" : "s", job->cpus_per_task,
-                        job->cpus_per_task == 1 ? "" : "s", mem, job->partition ? " in '" : "",
-                        job->partition ? job->partition : "", job->partition ? "'" : "",
-                        slurm_text(code, text, sizeof(text)));
+            return errmsg_set(
+                err, -EINVAL,
+                "Slurm cannot give %d node%s with %d GPU%s and %d CPU%s each%s%s%s%s (%s)",
+                job->nodes, job->nodes == 1 ? "" : "s", job->gpus_per_node,
+                job->gpus_per_node == 1 ? "" : "s", job->cpus_per_task,
+                job->cpus_per_task == 1 ? "" : "s", mem, job->partition ? " in '" : "",
+                job->partition ? job->partition : "", job->partition ? "'" : "",
+                slurm_text(code, text, sizeof(text)));
         }
         return 0;
     default:
         if (code == SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT ||
             code == SLURM_COMMUNICATIONS_CONNECTION_ERROR)
-            return fail(err, -EHOSTUNREACH, "cannot reach slurmctld: %s",
-                        slurm_text(code, text, sizeof(text)));
-        return fail(err, -EINVAL, "Slurm refuses the job: %s",
-                    slurm_text(code, text, sizeof(text)));
+            return errmsg_set(err, -EHOSTUNREACH, "cannot reach slurmctld: %s",
+                              slurm_text(code, text, sizeof(text)));
+        return errmsg_set(err, -EINVAL, "Slurm refuses the job: %s",
+                          slurm_text(code, text, sizeof(text)));
     }
 }
 
 int slurmlib_submit(const struct sbatch_job *job, const char *script, uint32_t *id,
-                    struct slurmlib_error *err)
+                    struct errmsg *err)
 {
     extern char **environ;
     submit_response_msg_t *resp = NULL;
@@ -560,14 +549,15 @@ int slurmlib_submit(const struct sbatch_job *job, const char *script, uint32_t *
     if (r != SLURM_SUCCESS || !resp) {
         if (resp)
             slurm_free_submit_response_response_msg(resp);
-        return fail(err, -EIO, "Slurm refused the job: %s", slurm_text(code, text, sizeof(text)));
+        return errmsg_set(err, -EIO, "Slurm refused the job: %s",
+                          slurm_text(code, text, sizeof(text)));
     }
     *id = resp->job_id;
     slurm_free_submit_response_response_msg(resp);
     return 0;
 }
 
-int slurmlib_parse_begin(const char *text, long long *t, struct slurmlib_error *err)
+int slurmlib_parse_begin(const char *text, long long *t, struct errmsg *err)
 {
     time_t v;
 
@@ -576,11 +566,11 @@ int slurmlib_parse_begin(const char *text, long long *t, struct slurmlib_error *
     v = slurm_parse_time(text, 0);
     guard_leave();
     if (v == 0)
-        return fail(err, -EINVAL,
-                    "--begin: '%s' is not a time (sbatch's forms: HH:MM[:SS], now+N[minutes|"
-                    "hours|days|weeks], YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], today, "
-                    "tomorrow, midnight, noon)",
-                    text);
+        return errmsg_set(err, -EINVAL,
+                          "--begin: '%s' is not a time (sbatch's forms: HH:MM[:SS], now+N[minutes|"
+                          "hours|days|weeks], YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], today, "
+                          "tomorrow, midnight, noon)",
+                          text);
     *t = (long long)v;
     return 0;
 }
@@ -671,7 +661,7 @@ static int copy_job(const slurm_job_info_t *j, struct slurmlib_job *out)
     return 0;
 }
 
-int slurmlib_load(uint32_t id, struct slurmlib_job *job, struct slurmlib_error *err)
+int slurmlib_load(uint32_t id, struct slurmlib_job *job, struct errmsg *err)
 {
     job_info_msg_t *msg = NULL;
     char text[256];
@@ -684,23 +674,23 @@ int slurmlib_load(uint32_t id, struct slurmlib_job *job, struct slurmlib_error *
     guard_leave();
     /* An unknown id comes back as the return value itself, not as -1 and errno. */
     if (r == ESLURM_INVALID_JOB_ID || code == ESLURM_INVALID_JOB_ID)
-        return fail(err, -ENOENT, "Slurm knows no job %u", id);
+        return errmsg_set(err, -ENOENT, "Slurm knows no job %u", id);
     if (r != SLURM_SUCCESS || !msg || msg->record_count < 1) {
         if (msg)
             slurm_free_job_info_msg(msg);
-        return fail(err, -EIO, "cannot load job %u from slurmctld: %s", id,
-                    slurm_text(code ? code : r, text, sizeof(text)));
+        return errmsg_set(err, -EIO, "cannot load job %u from slurmctld: %s", id,
+                          slurm_text(code ? code : r, text, sizeof(text)));
     }
     r = copy_job(&msg->job_array[0], job);
     slurm_free_job_info_msg(msg);
     if (r < 0) {
         slurmlib_job_release(job);
-        return fail(err, r, "out of memory");
+        return errmsg_set(err, r, "out of memory");
     }
     return 0;
 }
 
-int slurmlib_list(uint32_t uid, struct slurmlib_job **jobs, size_t *n, struct slurmlib_error *err)
+int slurmlib_list(uint32_t uid, struct slurmlib_job **jobs, size_t *n, struct errmsg *err)
 {
     job_info_msg_t *msg = NULL;
     struct slurmlib_job *out = NULL;
@@ -715,12 +705,12 @@ int slurmlib_list(uint32_t uid, struct slurmlib_job **jobs, size_t *n, struct sl
     code = r == SLURM_SUCCESS ? 0 : slurm_get_errno();
     guard_leave();
     if (r != SLURM_SUCCESS || !msg)
-        return fail(err, -EIO, "cannot list jobs from slurmctld: %s",
-                    slurm_text(code ? code : r, text, sizeof(text)));
+        return errmsg_set(err, -EIO, "cannot list jobs from slurmctld: %s",
+                          slurm_text(code ? code : r, text, sizeof(text)));
     out = calloc(msg->record_count + 1, sizeof(*out));
     if (!out) {
         slurm_free_job_info_msg(msg);
-        return fail(err, -ENOMEM, "out of memory");
+        return errmsg_set(err, -ENOMEM, "out of memory");
     }
     for (uint32_t i = 0; i < msg->record_count; i++) {
         const slurm_job_info_t *j = &msg->job_array[i];
@@ -760,7 +750,7 @@ static int gres_gpus(const char *gres)
 }
 
 int slurmlib_cpus_per_rank(const char *partition, int ranks, bool gpus, int *cpus,
-                           struct slurmlib_error *err)
+                           struct errmsg *err)
 {
     partition_info_msg_t *parts = NULL;
     node_info_msg_t *nodes = NULL;
@@ -773,8 +763,8 @@ int slurmlib_cpus_per_rank(const char *partition, int ranks, bool gpus, int *cpu
     if (r == SLURM_SUCCESS)
         r = slurm_load_node(0, &nodes, SHOW_ALL);
     if (r != SLURM_SUCCESS)
-        ret = fail(err, -EIO, "cannot read the partitions and nodes: %s",
-                   slurm_strerror(slurm_get_errno()));
+        ret = errmsg_set(err, -EIO, "cannot read the partitions and nodes: %s",
+                         slurm_strerror(slurm_get_errno()));
     guard_leave();
     if (ret)
         goto out;
@@ -785,7 +775,7 @@ int slurmlib_cpus_per_rank(const char *partition, int ranks, bool gpus, int *cpu
             part = p;
     }
     if (!part || !part->nodes || !(hl = slurm_hostlist_create(part->nodes))) {
-        ret = fail(err, -ENOENT, "no partition '%s'", partition ? partition : "(default)");
+        ret = errmsg_set(err, -ENOENT, "no partition '%s'", partition ? partition : "(default)");
         goto out;
     }
     for (uint32_t i = 0; i < nodes->record_count; i++) {
@@ -798,8 +788,8 @@ int slurmlib_cpus_per_rank(const char *partition, int ranks, bool gpus, int *cpu
             best = per;
     }
     if (!best)
-        ret = fail(err, -ENOENT, "no node of partition '%s' has %d %s", part->name, ranks,
-                   gpus ? "GPUs" : "CPUs");
+        ret = errmsg_set(err, -ENOENT, "no node of partition '%s' has %d %s", part->name, ranks,
+                         gpus ? "GPUs" : "CPUs");
     *cpus = best;
 out:
     if (hl)
@@ -811,7 +801,7 @@ out:
     return ret;
 }
 
-int slurmlib_kill(uint32_t id, struct slurmlib_error *err)
+int slurmlib_kill(uint32_t id, struct errmsg *err)
 {
     char text[256];
     int r, code;
@@ -823,10 +813,11 @@ int slurmlib_kill(uint32_t id, struct slurmlib_error *err)
     if (r == SLURM_SUCCESS)
         return 0;
     if (code == ESLURM_ALREADY_DONE)
-        return fail(err, -EALREADY, "job %u has ended already", id);
+        return errmsg_set(err, -EALREADY, "job %u has ended already", id);
     if (code == ESLURM_INVALID_JOB_ID)
-        return fail(err, -ENOENT, "Slurm knows no job %u", id);
-    return fail(err, -EIO, "cannot cancel job %u: %s", id, slurm_text(code, text, sizeof(text)));
+        return errmsg_set(err, -ENOENT, "Slurm knows no job %u", id);
+    return errmsg_set(err, -EIO, "cannot cancel job %u: %s", id,
+                      slurm_text(code, text, sizeof(text)));
 }
 
 #endif

@@ -16,12 +16,11 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "errmsg.h"
 #include "sbatch.h"
 
-/* One line: "slurmctld did not answer within 3 s (SLURM_CONF '/etc/slurm/slurm.conf')". */
-struct slurmlib_error {
-    char text[512];
-};
+/* A failure below fills the caller's struct errmsg with one line: "slurmctld did not answer
+ * within 3 s (SLURM_CONF '/etc/slurm/slurm.conf')". */
 
 /* Slurm's base job states, in Slurm's order (checked against slurm.h where it is built). */
 enum slurmlib_state {
@@ -87,7 +86,7 @@ int slurmlib_conf_path(char *buf, size_t n);
  * pings slurmctld, which must answer within timeout_s. Idempotent. Returns 0, or -ENOENT
  * (no configuration), -ETIMEDOUT/-EHOSTUNREACH (slurmctld silent or down) or -ENOSYS (this
  * gpurun was built without libslurm) with err filled. */
-int slurmlib_open(int timeout_s, struct slurmlib_error *err);
+int slurmlib_open(int timeout_s, struct errmsg *err);
 
 /* Releases libslurm (slurm_fini) after a successful slurmlib_open. */
 void slurmlib_close(void);
@@ -109,28 +108,28 @@ void slurmlib_fill_desc(const struct sbatch_job *job, const char *script, char *
  * refuses are refused here. Returns 0, or -EINVAL with err filled ("unknown partition 'gpu'",
  * "--constraint: 'x': invalid feature specification"), or another negative errno for a
  * failed call. */
-int slurmlib_check(const struct sbatch_job *job, const char *script, struct slurmlib_error *err);
+int slurmlib_check(const struct sbatch_job *job, const char *script, struct errmsg *err);
 
 /* Reads a --begin value as sbatch does (libslurm's parse_time: "16:00", "now+1hour",
  * "2030-01-31T08:00", "tomorrow"...; a time of day past today's is tomorrow's) into *t (a
  * time_t). Returns 0, -EINVAL with err filled ("--begin: 'x' is not a time (...)"), or
  * -ENOSYS without libslurm. */
-int slurmlib_parse_begin(const char *text, long long *t, struct slurmlib_error *err);
+int slurmlib_parse_begin(const char *text, long long *t, struct errmsg *err);
 
 /* Submits job with its script (slurm_submit_batch_job) and the environment of this process.
  * Returns 0 with *id set, or a negative errno with err filled. */
 int slurmlib_submit(const struct sbatch_job *job, const char *script, uint32_t *id,
-                    struct slurmlib_error *err);
+                    struct errmsg *err);
 
 /* Loads job id into *job (zeroed first; release it). Returns 0, -ENOENT when slurmctld does
  * not know the id (never submitted, or purged MinJobAge after its end), or another negative
  * errno with err filled. */
-int slurmlib_load(uint32_t id, struct slurmlib_job *job, struct slurmlib_error *err);
+int slurmlib_load(uint32_t id, struct slurmlib_job *job, struct errmsg *err);
 
 /* Loads the jobs of user uid that carry gpurun's comment (sbatch_is_gpurun_comment), into *jobs
  * (new array of *n; free each with slurmlib_job_release, then the array). Returns 0 or a negative
  * errno. */
-int slurmlib_list(uint32_t uid, struct slurmlib_job **jobs, size_t *n, struct slurmlib_error *err);
+int slurmlib_list(uint32_t uid, struct slurmlib_job **jobs, size_t *n, struct errmsg *err);
 
 /* The CPUs each rank can have on the nodes of partition (NULL: Slurm's default partition),
  * for a job of ranks ranks per node each with a GPU when gpus: the least, over the
@@ -138,12 +137,12 @@ int slurmlib_list(uint32_t uid, struct slurmlib_job **jobs, size_t *n, struct sl
  * CPUs per GPU); without gpus, of its CPUs over ranks. Returns 0 with *cpus (>= 1) set,
  * -ENOENT when no node of the partition fits, or a negative errno with err filled. */
 int slurmlib_cpus_per_rank(const char *partition, int ranks, bool gpus, int *cpus,
-                           struct slurmlib_error *err);
+                           struct errmsg *err);
 
 /* Terminates job id as scancel does (slurm_kill_job with SIGKILL: Slurm sends SIGCONT and
  * SIGTERM to every process of the job, SIGKILL after KillWait). Returns 0, -EALREADY when
  * it has ended already, -ENOENT for an unknown id, or a negative errno with err filled. */
-int slurmlib_kill(uint32_t id, struct slurmlib_error *err);
+int slurmlib_kill(uint32_t id, struct errmsg *err);
 
 /* Expands a hostlist expression ("node[1-3],gpu7") with libslurm's hostlist functions into
  * *names (new NULL-terminated array of new strings; free with slurmlib_names_free) and *n.

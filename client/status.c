@@ -7,7 +7,6 @@
 #include <limits.h>
 #include <netdb.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,22 +34,9 @@
 /* The status request's id: one request per link. */
 #define STATUS_ID 1
 
-static int fail(struct status_error *err, int ret, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct status_error *err, int ret, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err->text, sizeof(err->text), fmt, ap);
-    va_end(ap);
-    return ret;
-}
-
 /* Reads and parses DIR/NAME. Returns 0 with *root new, or a negative errno (-ENOENT for a
  * missing file, which the caller may expect) with err filled. */
-static int load_json(const char *job_dir, const char *name, json_t **root, struct status_error *err)
+static int load_json(const char *job_dir, const char *name, json_t **root, struct errmsg *err)
 {
     char path[PATH_MAX];
     json_error_t je;
@@ -59,21 +45,21 @@ static int load_json(const char *job_dir, const char *name, json_t **root, struc
     int ret;
 
     if (snprintf(path, sizeof(path), "%s/%s", job_dir, name) >= (int)sizeof(path))
-        return fail(err, -ENAMETOOLONG, "job dir '%s': path too long", job_dir);
+        return errmsg_set(err, -ENAMETOOLONG, "job dir '%s': path too long", job_dir);
     ret = fs_read_all(path, JOB_FILE_MAX, &text, &len);
     if (ret < 0)
-        return fail(err, ret, "cannot read '%s': %s", path, uv_strerror(ret));
+        return errmsg_set(err, ret, "cannot read '%s': %s", path, uv_strerror(ret));
     *root = json_loadb(text, len, 0, &je);
     free(text);
     if (!*root || !json_is_object(*root)) {
         json_decref(*root);
         *root = NULL;
-        return fail(err, -EBADMSG, "'%s' is not a JSON object", path);
+        return errmsg_set(err, -EBADMSG, "'%s' is not a JSON object", path);
     }
     return 0;
 }
 
-static int connect_to(const char *host, int port, int timeout_ms, struct status_error *err)
+static int connect_to(const char *host, int port, int timeout_ms, struct errmsg *err)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;
@@ -85,10 +71,10 @@ static int connect_to(const char *host, int port, int timeout_ms, struct status_
     snprintf(service, sizeof(service), "%d", port);
     ret = getaddrinfo(host, service, &hints, &res);
     if (ret != 0)
-        return fail(err, -EHOSTUNREACH, "cannot resolve '%s': %s", host, gai_strerror(ret));
+        return errmsg_set(err, -EHOSTUNREACH, "cannot resolve '%s': %s", host, gai_strerror(ret));
     fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
-        ret = fail(err, -errno, "cannot create a socket: %s", uv_strerror(-errno));
+        ret = errmsg_set(err, -errno, "cannot create a socket: %s", uv_strerror(-errno));
         goto out;
     }
     if (connect(fd, res->ai_addr, res->ai_addrlen) < 0) {
@@ -103,15 +89,15 @@ static int connect_to(const char *host, int port, int timeout_ms, struct status_
                 soerr = errno;
         }
         if (soerr) {
-            ret =
-                fail(err, -soerr, "cannot connect to '%s:%d': %s", host, port, uv_strerror(-soerr));
+            ret = errmsg_set(err, -soerr, "cannot connect to '%s:%d': %s", host, port,
+                             uv_strerror(-soerr));
             goto out;
         }
     }
     if (fcntl(fd, F_SETFL, 0) < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0) {
-        ret = fail(err, -errno, "cannot set up the socket to '%s:%d': %s", host, port,
-                   uv_strerror(-errno));
+        ret = errmsg_set(err, -errno, "cannot set up the socket to '%s:%d': %s", host, port,
+                         uv_strerror(-errno));
         goto out;
     }
     ret = fd;
@@ -200,7 +186,7 @@ out:
 
 /* The handshake and the request; the link is fd, its peer named by where. */
 static int query(int fd, const char *where, const struct auth_key *key, json_t **job,
-                 struct status_error *err)
+                 struct errmsg *err)
 {
     uint8_t hello[AUTH_HELLO_LEN], proof[AUTH_PROOF_LEN];
     struct auth_handshake hs;
@@ -219,25 +205,27 @@ static int query(int fd, const char *where, const struct auth_key *key, json_t *
     if (ret == 0)
         ret = recv_frame(fd, &r, &payload, &len);
     if (ret < 0) {
-        ret = fail(err, ret, "no handshake with the leader at '%s': %s", where, uv_strerror(ret));
+        ret = errmsg_set(err, ret, "no handshake with the leader at '%s': %s", where,
+                         uv_strerror(ret));
         goto out;
     }
     ret = auth_client_proof(&hs, payload, len, proof, &sess);
     if (ret == -EACCES) {
-        ret = fail(err, ret, "the leader at '%s' does not hold this job's key", where);
+        ret = errmsg_set(err, ret, "the leader at '%s' does not hold this job's key", where);
         goto out;
     }
     if (ret == 0)
         ret = send_frame(fd, proof, sizeof(proof));
     if (ret < 0) {
-        ret =
-            fail(err, ret, "handshake with the leader at '%s' failed: %s", where, uv_strerror(ret));
+        ret = errmsg_set(err, ret, "handshake with the leader at '%s' failed: %s", where,
+                         uv_strerror(ret));
         goto out;
     }
     req = proto_pack("{s:s, s:I}", "type", "status", "id", (json_int_t)STATUS_ID);
     ret = req ? send_sealed(fd, &sess, req) : -ENOMEM;
     if (ret < 0) {
-        ret = fail(err, ret, "cannot send to the leader at '%s': %s", where, uv_strerror(ret));
+        ret =
+            errmsg_set(err, ret, "cannot send to the leader at '%s': %s", where, uv_strerror(ret));
         goto out;
     }
     for (int skipped = 0;; skipped++) {
@@ -245,13 +233,14 @@ static int query(int fd, const char *where, const struct auth_key *key, json_t *
 
         ret = recv_frame(fd, &r, &payload, &len);
         if (ret == -ECONNRESET)
-            ret = fail(err, ret, "the leader at '%s' closed the link (wrong key?)", where);
+            ret = errmsg_set(err, ret, "the leader at '%s' closed the link (wrong key?)", where);
         else if (ret < 0)
-            ret = fail(err, ret, "no reply from the leader at '%s': %s", where, uv_strerror(ret));
+            ret = errmsg_set(err, ret, "no reply from the leader at '%s': %s", where,
+                             uv_strerror(ret));
         else if (auth_open(&sess, payload, len, &text, &n) < 0)
-            ret = fail(err, -EPROTO, "a reply from '%s' failed authentication", where);
+            ret = errmsg_set(err, -EPROTO, "a reply from '%s' failed authentication", where);
         else if (proto_decode(text, n, &m, &perr) < 0)
-            ret = fail(err, -EPROTO, "bad reply from '%s': %s", where, perr.text);
+            ret = errmsg_set(err, -EPROTO, "bad reply from '%s': %s", where, perr.why.text);
         if (ret < 0)
             goto out;
         if (m.type == MSG_HB && skipped < SKIP_FRAMES_MAX) {
@@ -261,13 +250,13 @@ static int query(int fd, const char *where, const struct auth_key *key, json_t *
         break;
     }
     if (m.type == MSG_ERROR) {
-        ret = fail(err, -EPROTO, "the leader at '%s' refused the query: %s: %s", where, m.key,
-                   m.value);
+        ret = errmsg_set(err, -EPROTO, "the leader at '%s' refused the query: %s: %s", where, m.key,
+                         m.value);
         goto out;
     }
     if (m.type != MSG_STATUS_REPLY || m.id != STATUS_ID) {
-        ret = fail(err, -EPROTO, "the leader at '%s' answered '%s', not a status_reply", where,
-                   proto_type_name(m.type));
+        ret = errmsg_set(err, -EPROTO, "the leader at '%s' answered '%s', not a status_reply",
+                         where, proto_type_name(m.type));
         goto out;
     }
     *job = json_incref(m.array);
@@ -281,7 +270,7 @@ out:
     return ret;
 }
 
-int status_query(const char *job_dir, int timeout_ms, json_t **job, struct status_error *err)
+int status_query(const char *job_dir, int timeout_ms, json_t **job, struct errmsg *err)
 {
     char key_path[PATH_MAX], where[300];
     struct auth_key key;
@@ -295,17 +284,17 @@ int status_query(const char *job_dir, int timeout_ms, json_t **job, struct statu
     host = json_string_value(json_object_get(ep, "host"));
     port = (int)json_integer_value(json_object_get(ep, "port"));
     if (!host || port <= 0 || port > 65535) {
-        ret = fail(err, -EBADMSG, "'%s/endpoint.json' lacks a host and port", job_dir);
+        ret = errmsg_set(err, -EBADMSG, "'%s/endpoint.json' lacks a host and port", job_dir);
         goto out;
     }
     snprintf(where, sizeof(where), "%s:%d", host, port);
     if (snprintf(key_path, sizeof(key_path), "%s/key", job_dir) >= (int)sizeof(key_path)) {
-        ret = fail(err, -ENAMETOOLONG, "job dir '%s': path too long", job_dir);
+        ret = errmsg_set(err, -ENAMETOOLONG, "job dir '%s': path too long", job_dir);
         goto out;
     }
     ret = auth_key_read(key_path, &key);
     if (ret < 0) {
-        ret = fail(err, ret, "cannot read the job key '%s': %s", key_path, uv_strerror(ret));
+        ret = errmsg_set(err, ret, "cannot read the job key '%s': %s", key_path, uv_strerror(ret));
         goto out;
     }
     fd = connect_to(host, port, timeout_ms, err);
@@ -322,7 +311,7 @@ out:
     return ret;
 }
 
-int status_load_summary(const char *job_dir, json_t **summary, struct status_error *err)
+int status_load_summary(const char *job_dir, json_t **summary, struct errmsg *err)
 {
     return load_json(job_dir, "summary.json", summary, err);
 }

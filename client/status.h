@@ -8,10 +8,10 @@
 
 #include <jansson.h>
 
-/* One line: "cannot connect to '127.0.0.1:4000': connection refused". */
-struct status_error {
-    char text[1024];
-};
+#include "errmsg.h"
+
+/* A failure below fills the caller's struct errmsg with one line: "cannot connect to
+ * '127.0.0.1:4000': connection refused". */
 
 /* Asks the leader of the job in job_dir (borrowed) for its status: reads endpoint.json and
  * key, connects, runs the auth.h handshake as client, sends {"type":"status","id":1} and
@@ -19,11 +19,11 @@ struct status_error {
  * reply's "job" object (new: caller decrefs), or a negative errno with err filled:
  * -ENOENT when there is no endpoint.json, -EACCES when the leader does not hold the key,
  * -ETIMEDOUT, -EPROTO for a reply that is not a status_reply, or the socket's error. */
-int status_query(const char *job_dir, int timeout_ms, json_t **job, struct status_error *err);
+int status_query(const char *job_dir, int timeout_ms, json_t **job, struct errmsg *err);
 
 /* Reads the job's summary.json. Returns 0 and sets *summary (new: caller decrefs), -ENOENT
  * when the job has not ended, or a negative errno with err filled. */
-int status_load_summary(const char *job_dir, json_t **summary, struct status_error *err);
+int status_load_summary(const char *job_dir, json_t **summary, struct errmsg *err);
 
 /* Prints a status_reply's job object (borrowed) for a person: its scalar fields one per
  * line, then its "nodes" and "ranks" arrays as tables whose columns are the fields found. */

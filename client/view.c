@@ -86,9 +86,9 @@ long view_total_steps(const char *job_dir)
 {
     char path[PATH_MAX];
     struct jobspec spec;
-    struct jobspec_error jerr;
+    struct errmsg jerr;
     struct traincfg cfg;
-    struct traincfg_error terr;
+    struct errmsg terr;
     const char *base;
     long steps = 0;
     int argc = 0;
@@ -283,7 +283,7 @@ static bool local_leader_dead(const char *dir)
 json_t *view_build(const struct view_input *in)
 {
     json_t *v = json_object(), *summary = NULL, *live = NULL, *ranks;
-    struct status_error serr;
+    struct errmsg serr;
     const char *state = "UNKNOWN";
     bool ended = false, dead = false;
     int exit_status = -1;

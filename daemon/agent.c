@@ -328,8 +328,8 @@ static void on_rank_bad_message(struct peer *p, const struct proto_error *err)
 {
     struct rconn *rc = (struct rconn *)p;
 
-    log_error("bad message from %s: %s", p->name, err->text);
-    peer_send_error(p, err->id, "bad_request", err->text);
+    log_error("bad message from %s: %s", p->name, err->why.text);
+    peer_send_error(p, err->id, "bad_request", err->why.text);
     /* The first frame must be a valid hello (proto.h): a connection that starts with
      * anything else is not a rank's. */
     if (!rc->rank)
@@ -1040,8 +1040,8 @@ static void on_leader_closed(struct peer *p, const char *why)
 
 static void on_leader_bad_message(struct peer *p, const struct proto_error *err)
 {
-    log_error("bad message from the leader: %s", err->text);
-    peer_close(p, err->text);
+    log_error("bad message from the leader: %s", err->why.text);
+    peer_close(p, err->why.text);
 }
 
 static const struct peer_ops leader_ops = {
@@ -1227,7 +1227,7 @@ static void begin(struct agent *a)
 int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **out)
 {
     struct agent *a = calloc(1, sizeof(*a));
-    char why[PATH_MAX + 64] = "out of memory";
+    struct errmsg why = {"out of memory"};
     int ret = -ENOMEM;
 
     if (!a)
@@ -1258,12 +1258,12 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
         a->ranks[i].logfd = a->ranks[i].idxfd = -1;
         a->ranks[i].alive_fd = -1;
     }
-    ret = agent_spawn_init(a, why, sizeof(why));
+    ret = agent_spawn_init(a, &why);
     if (ret < 0)
         goto out;
     ret = agent_output_start(a);
     if (ret < 0) {
-        snprintf(why, sizeof(why), "cannot start the output writer: %s", uv_strerror(ret));
+        errmsg_set(&why, ret, "cannot start the output writer: %s", uv_strerror(ret));
         goto out;
     }
     begin(a);
@@ -1280,7 +1280,7 @@ out:
         free(a);
     }
     if (ret < 0)
-        log_error("cannot start the agent: %s", why);
+        log_error("cannot start the agent: %s", why.text);
     return ret;
 }
 

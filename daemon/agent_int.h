@@ -193,9 +193,9 @@ void agent_maybe_free(struct agent *a);
 
 /* Prepares spawning: finds this program (the rank shim) and the gpurun Python package, makes
  * the job's cgroup where the machine allows, and builds a->spawn_argv. Returns 0, or a negative
- * errno with why (caller-owned, cap bytes) filled with a lowercase reason. a->spawn_argv is
- * new: freed with free() (its strings are borrowed from a and the spec). */
-int agent_spawn_init(struct agent *a, char *why, size_t cap);
+ * errno with why (caller-owned) filled with a lowercase reason. a->spawn_argv is new: freed
+ * with free() (its strings are borrowed from a and the spec). */
+int agent_spawn_init(struct agent *a, struct errmsg *why);
 
 /* Spawns rank r of a->ranks under the shim, in a process group (and cgroup) of its own, with
  * its environment, a fresh token, its log open and its stdout and stderr read; its exit comes

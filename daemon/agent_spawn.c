@@ -59,22 +59,22 @@ static void find_python_dir(struct agent *a)
 static void setup_cgroup(struct agent *a)
 {
     static bool said;
-    char why[PATH_MAX + 128];
+    struct errmsg why;
 
-    if (cgroup_job_create(a->cgroup, sizeof(a->cgroup), why, sizeof(why)) == 0) {
+    if (cgroup_job_create(a->cgroup, sizeof(a->cgroup), &why) == 0) {
         log_debug("ranks run in cgroups under '%s'", a->cgroup);
         return;
     }
     a->cgroup[0] = '\0';
     if (!said)
-        log_info("ranks run without cgroups of their own (%s): %s", why,
+        log_info("ranks run without cgroups of their own (%s): %s", why.text,
                  getenv("SLURM_JOB_ID") ? "Slurm's job cgroup, where it has one, contains them"
                                         : "they are ended by process group only");
     said = true;
 }
 
 /* Every rank runs under the shim (shim.h): this program again, with the rank's command. */
-int agent_spawn_init(struct agent *a, char *why, size_t cap)
+int agent_spawn_init(struct agent *a, struct errmsg *why)
 {
     static char pid[24], alive_ms[24];
     size_t n = 0, i = 0;
@@ -82,8 +82,7 @@ int agent_spawn_init(struct agent *a, char *why, size_t cap)
 
     if (len <= 0) {
         int err = len < 0 ? errno : ENOENT;
-        snprintf(why, cap, "cannot read '/proc/self/exe': %s", strerror(err));
-        return -err;
+        return errmsg_set(why, -err, "cannot read '/proc/self/exe': %s", strerror(err));
     }
     a->self_exe[len] = '\0';
     find_python_dir(a);
@@ -92,10 +91,8 @@ int agent_spawn_init(struct agent *a, char *why, size_t cap)
         n++;
     snprintf(alive_ms, sizeof(alive_ms), "%d", a->spec->hb_timeout_ms);
     a->spawn_argv = calloc(n + 11, sizeof(char *));
-    if (!a->spawn_argv) {
-        snprintf(why, cap, "out of memory");
-        return -ENOMEM;
-    }
+    if (!a->spawn_argv)
+        return errmsg_set(why, -ENOMEM, "out of memory");
     a->spawn_argv[i++] = a->self_exe;
     a->spawn_argv[i++] = (char *)SHIM_FLAG;
     a->spawn_argv[i++] = pid;

@@ -49,17 +49,15 @@ static int write_file(const char *dir, const char *file, const char *text)
 
 /* Our cgroup v2 directory: the cgroup2 mount point (from mountinfo) joined with our path in
  * the unified hierarchy (the "0::" line of /proc/self/cgroup). */
-static int own_dir(char *dir, size_t len, char *why, size_t why_len)
+static int own_dir(char *dir, size_t len, struct errmsg *why)
 {
     char line[2 * PATH_MAX], mnt[PATH_MAX] = "", root[PATH_MAX] = "", path[PATH_MAX] = "";
     const char *rel;
     FILE *f;
 
     f = fopen("/proc/self/mountinfo", "re");
-    if (!f) {
-        snprintf(why, why_len, "cannot read '/proc/self/mountinfo': %s", strerror(errno));
-        return -errno;
-    }
+    if (!f)
+        return errmsg_set(why, -errno, "cannot read '/proc/self/mountinfo': %s", strerror(errno));
     while (fgets(line, sizeof(line), f)) {
         char *sep = strstr(line, " - cgroup2 ");
         if (sep && sscanf(line, "%*s %*s %*s %4095s %4095s", root, mnt) == 2)
@@ -67,38 +65,28 @@ static int own_dir(char *dir, size_t len, char *why, size_t why_len)
         mnt[0] = '\0';
     }
     fclose(f);
-    if (!mnt[0]) {
-        snprintf(why, why_len, "no cgroup v2 mount");
-        return -ENOENT;
-    }
+    if (!mnt[0])
+        return errmsg_set(why, -ENOENT, "no cgroup v2 mount");
     f = fopen("/proc/self/cgroup", "re");
-    if (!f) {
-        snprintf(why, why_len, "cannot read '/proc/self/cgroup': %s", strerror(errno));
-        return -errno;
-    }
+    if (!f)
+        return errmsg_set(why, -errno, "cannot read '/proc/self/cgroup': %s", strerror(errno));
     while (fgets(line, sizeof(line), f))
         if (!strncmp(line, "0::", 3) && sscanf(line + 3, "%4095s", path) == 1)
             break;
     fclose(f);
-    if (path[0] != '/') {
-        snprintf(why, why_len, "no cgroup v2 entry in '/proc/self/cgroup'");
-        return -ENOENT;
-    }
+    if (path[0] != '/')
+        return errmsg_set(why, -ENOENT, "no cgroup v2 entry in '/proc/self/cgroup'");
     /* A mount of a subtree (a container's view) shows our path below its root. */
     rel = path;
     if (strcmp(root, "/")) {
         size_t n = strlen(root);
-        if (strncmp(path, root, n) || (path[n] && path[n] != '/')) {
-            snprintf(why, why_len, "our cgroup '%s' is outside the cgroup v2 mount at '%s'", path,
-                     mnt);
-            return -ENOENT;
-        }
+        if (strncmp(path, root, n) || (path[n] && path[n] != '/'))
+            return errmsg_set(why, -ENOENT,
+                              "our cgroup '%s' is outside the cgroup v2 mount at '%s'", path, mnt);
         rel = path + n;
     }
-    if (snprintf(dir, len, "%s%s", mnt, strcmp(rel, "/") ? rel : "") >= (int)len) {
-        snprintf(why, why_len, "cgroup path too long");
-        return -ENAMETOOLONG;
-    }
+    if (snprintf(dir, len, "%s%s", mnt, strcmp(rel, "/") ? rel : "") >= (int)len)
+        return errmsg_set(why, -ENAMETOOLONG, "cgroup path too long");
     return 0;
 }
 
@@ -138,30 +126,25 @@ static void remove_leftovers(const char *own)
     closedir(d);
 }
 
-int cgroup_job_create(char *dir, size_t len, char *why, size_t why_len)
+int cgroup_job_create(char *dir, size_t len, struct errmsg *why)
 {
     char own[PATH_MAX], procs[PATH_MAX + 16];
     int ret;
 
-    ret = own_dir(own, sizeof(own), why, why_len);
+    ret = own_dir(own, sizeof(own), why);
     if (ret < 0)
         return ret;
     /* Moving a rank from our cgroup into one below needs write access to our cgroup.procs
      * (the common ancestor's): without it the kernel would refuse every rank. */
     snprintf(procs, sizeof(procs), "%s/cgroup.procs", own);
-    if (access(procs, W_OK) < 0) {
-        ret = -errno;
-        snprintf(why, why_len, "cgroup '%s' is not writable: %s", own, strerror(-ret));
-        return ret;
-    }
+    if (access(procs, W_OK) < 0)
+        return errmsg_set(why, -errno, "cgroup '%s' is not writable: %s", own, strerror(errno));
     remove_leftovers(own);
-    if (snprintf(dir, len, "%s/gpurun-%d", own, (int)getpid()) >= (int)len) {
-        snprintf(why, why_len, "cgroup path too long");
-        return -ENAMETOOLONG;
-    }
+    if (snprintf(dir, len, "%s/gpurun-%d", own, (int)getpid()) >= (int)len)
+        return errmsg_set(why, -ENAMETOOLONG, "cgroup path too long");
     ret = cgroup_make(dir);
     if (ret < 0) {
-        snprintf(why, why_len, "cannot create cgroup '%s': %s", dir, strerror(-ret));
+        errmsg_set(why, ret, "cannot create cgroup '%s': %s", dir, strerror(-ret));
         dir[0] = '\0';
     }
     return ret;

@@ -8,11 +8,13 @@
 
 #include <stddef.h>
 
+#include "errmsg.h"
+
 /* Creates the job cgroup `<our cgroup v2 dir>/gpurun-<our pid>` (an existing one is reused;
  * the empty ones of daemons that are gone are removed).
  * dir (caller-owned, len bytes) gets its path. Returns 0, or a negative errno with why
- * (caller-owned, why_len bytes) filled with a lowercase reason, e.g. "no cgroup v2 mount". */
-int cgroup_job_create(char *dir, size_t len, char *why, size_t why_len);
+ * (caller-owned) filled with a lowercase reason, e.g. "no cgroup v2 mount". */
+int cgroup_job_create(char *dir, size_t len, struct errmsg *why);
 
 /* Creates dir (a rank's cgroup: a child of the job cgroup; an existing one is reused).
  * Returns 0 or a negative errno. */

@@ -1120,8 +1120,8 @@ static void on_message(struct peer *p, struct msg *m)
 
 static void on_bad_message(struct peer *p, const struct proto_error *err)
 {
-    log_error("bad message from '%s': %s", p->name, err->text);
-    peer_send_error(p, err->id, "bad_request", err->text);
+    log_error("bad message from '%s': %s", p->name, err->why.text);
+    peer_send_error(p, err->id, "bad_request", err->why.text);
 }
 
 /* --- connections -------------------------------------------------------------------------- */

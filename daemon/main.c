@@ -239,7 +239,7 @@ int main(int argc, char **argv)
 {
     struct options o = {0};
     struct daemon d = {0};
-    struct jobspec_error jerr;
+    struct errmsg jerr;
     enum log_level level = LOG_WARN;
     char path[PATH_MAX], hostname[256], advertise[64], leader_addr[96];
     const char *bind;

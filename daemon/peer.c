@@ -394,7 +394,7 @@ static void dispatch(struct peer *p, const uint8_t *payload, size_t len)
         if (p->ops->on_bad_message)
             p->ops->on_bad_message(p, &err);
         else
-            peer_close(p, err.text);
+            peer_close(p, err.why.text);
         return;
     }
     p->ops->on_message(p, &m);

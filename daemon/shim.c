@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "monotime.h"
 #include "shim.h"
 #include "banned.h"
 
@@ -47,14 +48,6 @@ struct shim_opts {
     const char *cgroup; /* the rank's cgroup, or NULL */
     char **cmd;
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int parse_opts(int argc, char **argv, struct shim_opts *o)
 {
@@ -259,7 +252,7 @@ int shim_main(int argc, char **argv)
     sigemptyset(&waitset);
     sigaddset(&waitset, SIGCHLD);
     sigaddset(&waitset, SHIM_PDEATH_SIG);
-    last_alive = mono_ms();
+    last_alive = monotime_ms();
     for (;;) {
         struct timespec ts = {0, WATCH_MS * 1000000L};
         pid_t got = waitpid(child, &status, WNOHANG);
@@ -277,7 +270,7 @@ int shim_main(int argc, char **argv)
         ret = drain_alive(o.alive_fd);
         if (ret < 0)
             return agent_lost(&o, child, in_cgroup, true);
-        now = mono_ms();
+        now = monotime_ms();
         if (ret > 0)
             last_alive = now;
         else if (o.alive_ms > 0 && now - last_alive > o.alive_ms) {

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "errmsg.h"
 #include "gpt2.h"
 #include "optim.h"
 
@@ -51,8 +52,8 @@ struct backend_state {
 /* The part every backend shares; each embeds it first in its own struct. */
 struct backend {
     const struct backend_ops *ops;
-    size_t n_params; /* the model's parameters, from init on */
-    char err[512];   /* the last failure's line */
+    size_t n_params;   /* the model's parameters, from init on */
+    struct errmsg err; /* the last failure's line (errmsg_set) */
 };
 
 struct backend_ops {
@@ -62,12 +63,12 @@ struct backend_ops {
     const char *coll;
 
     /* Whether this process can use the backend (cuda: a device is there), before anything
-     * takes time: 0, or a negative errno with why (whylen bytes) saying why not. */
-    int (*probe)(char *why, size_t whylen);
+     * takes time: 0, or a negative errno with why (the caller's) saying why not. */
+    int (*probe)(struct errmsg *why);
     /* The backend of this rank (cuda: the device of local_rank, the node-local rank, made
      * current). Returns 0 with *out new (close frees it), or a negative errno with *out NULL
-     * and err (errlen bytes) saying why. */
-    int (*open)(struct backend **out, int local_rank, char *err, size_t errlen);
+     * and err (the caller's) saying why. */
+    int (*open)(struct backend **out, int local_rank, struct errmsg *err);
     /* The model and its optimizer (o borrowed for the call), parameters and moments zero; sets
      * b->n_params. */
     int (*init)(struct backend *b, const struct backend_opts *o);
@@ -126,10 +127,6 @@ struct backend_ops {
      * padded_vocab_size floats (borrowed until the next call on b). */
     int (*last_logits)(struct backend *b, const int *tokens, int T, const float **row);
 };
-
-/* For the backends: records the line of a failure (printf's fmt) in b->err. Returns err. */
-int backend_fail(struct backend *b, int err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* The backends (backend_cpu.c, backend_cuda.c). In a build without the CUDA backend, cuda's
  * probe says so and nothing else of it may be called. */

@@ -27,23 +27,20 @@ static struct cpu *cpu_of(struct backend *b)
     return (struct cpu *)b;
 }
 
-static int cpu_probe(char *why, size_t whylen)
+static int cpu_probe(struct errmsg *why)
 {
     (void)why;
-    (void)whylen;
     return 0;
 }
 
-static int cpu_open(struct backend **out, int local_rank, char *err, size_t errlen)
+static int cpu_open(struct backend **out, int local_rank, struct errmsg *err)
 {
     struct cpu *c = calloc(1, sizeof(*c));
 
     (void)local_rank;
     *out = NULL;
-    if (!c) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
+    if (!c)
+        return errmsg_set(err, -ENOMEM, "out of memory");
     c->b.ops = &backend_cpu;
     *out = &c->b;
     return 0;
@@ -59,13 +56,13 @@ static int cpu_init(struct backend *b, const struct backend_opts *o)
     c->coll = o->coll;
     ret = gpt2_init(&c->model, &o->model, o->batch_size, o->seq_len);
     if (ret < 0)
-        return backend_fail(b, ret, "cannot set up the model: %s", strerror(-ret));
+        return errmsg_set(&b->err, ret, "cannot set up the model: %s", strerror(-ret));
     c->model_ready = true;
     b->n_params = c->model.n_params;
     nspans = gpt2_optim_spans(&c->model, spans);
     ret = adamw_init(&c->opt, c->model.n_params, &o->adamw, spans, nspans);
     if (ret < 0)
-        return backend_fail(b, ret, "cannot set up AdamW: %s", strerror(-ret));
+        return errmsg_set(&b->err, ret, "cannot set up AdamW: %s", strerror(-ret));
     c->opt_ready = true;
     return 0;
 }
@@ -162,7 +159,7 @@ static int cpu_forward_backward(struct backend *b, const int *inputs, const int 
     if (ret == 0)
         ret = gpt2_backward(&c->model, grad_scale);
     if (ret < 0)
-        return backend_fail(b, ret, "forward/backward failed: %s", strerror(-ret));
+        return errmsg_set(&b->err, ret, "forward/backward failed: %s", strerror(-ret));
     return 0;
 }
 
@@ -173,7 +170,7 @@ static int cpu_average_grads(struct backend *b)
 
     ret = coll_allreduce_avg_f32(c->coll, c->model.grads, c->model.n_params);
     if (ret < 0)
-        return backend_fail(b, ret, "gradient allreduce: %s", coll_strerror(c->coll));
+        return errmsg_set(&b->err, ret, "gradient allreduce: %s", coll_strerror(c->coll));
     return 0;
 }
 
@@ -200,7 +197,7 @@ static int cpu_eval_loss(struct backend *b, const int *inputs, const int *target
 {
     int ret = gpt2_forward(&cpu_of(b)->model, inputs, targets, B, T, loss);
 
-    return ret < 0 ? backend_fail(b, ret, "forward failed: %s", strerror(-ret)) : 0;
+    return ret < 0 ? errmsg_set(&b->err, ret, "forward failed: %s", strerror(-ret)) : 0;
 }
 
 static int cpu_last_logits(struct backend *b, const int *tokens, int T, const float **row)
@@ -209,7 +206,7 @@ static int cpu_last_logits(struct backend *b, const int *tokens, int T, const fl
     int ret = gpt2_forward(&c->model, tokens, NULL, 1, T, NULL);
 
     if (ret < 0)
-        return backend_fail(b, ret, "forward failed: %s", strerror(-ret));
+        return errmsg_set(&b->err, ret, "forward failed: %s", strerror(-ret));
     *row = gpt2_logits(&c->model) + (size_t)(T - 1) * (size_t)c->model.cfg.padded_vocab_size;
     return 0;
 }

@@ -19,11 +19,11 @@
 
 #ifndef GPURUN_CUDA
 
-static int cuda_probe(char *why, size_t whylen)
+static int cuda_probe(struct errmsg *why)
 {
-    snprintf(why, whylen,
-             "this gpurun-train has no CUDA backend (built without nvcc); use device = cpu");
-    return -ENOTSUP;
+    return errmsg_set(
+        why, -ENOTSUP,
+        "this gpurun-train has no CUDA backend (built without nvcc); use device = cpu");
 }
 
 const struct backend_ops backend_cuda = {
@@ -61,29 +61,27 @@ static struct cuda *cuda_of(struct backend *b)
     return (struct cuda *)b;
 }
 
-static int cuda_probe(char *why, size_t whylen)
+static int cuda_probe(struct errmsg *why)
 {
-    return gpu_require_device(why, whylen);
+    return gpu_require_device(why->text, sizeof(why->text));
 }
 
 /* By default every local rank sees all of the node's GPUs (as under torchrun) and the local
  * rank picks one; under --gpu-bind=single it sees only its own, device 0. */
-static int cuda_open(struct backend **out, int local_rank, char *err, size_t errlen)
+static int cuda_open(struct backend **out, int local_rank, struct errmsg *err)
 {
     struct cuda *c = calloc(1, sizeof(*c));
     int count = gpu_device_count();
     char why[512];
 
     *out = NULL;
-    if (!c) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
+    if (!c)
+        return errmsg_set(err, -ENOMEM, "out of memory");
     c->b.ops = &backend_cuda;
     c->device = count > 1 && local_rank > 0 ? local_rank % count : 0;
     c->gpu = gpu_ctx_new(c->device, why, sizeof(why));
     if (!c->gpu) {
-        snprintf(err, errlen, "cannot set up device %d: %s", c->device, why);
+        errmsg_set(err, -ENODEV, "cannot set up device %d: %s", c->device, why);
         free(c);
         return -ENODEV;
     }
@@ -119,12 +117,12 @@ static int cuda_init(struct backend *b, const struct backend_opts *o)
     c->cdt = go.dt == GPU_BF16 ? COLL_BF16 : COLL_F32;
     c->gm = gpt2_gpu_new(c->gpu, &o->model, &go, c->gerr, sizeof(c->gerr));
     if (!c->gm)
-        return backend_fail(b, -ENOMEM, "cannot set up the model on cuda device %d: %s", c->device,
-                            c->gerr);
+        return errmsg_set(&b->err, -ENOMEM, "cannot set up the model on cuda device %d: %s",
+                          c->device, c->gerr);
     gpt2_gpu_buffers(c->gm, &c->gb);
     c->logits_row = malloc((size_t)o->model.padded_vocab_size * sizeof(float));
     if (!c->logits_row)
-        return backend_fail(b, -ENOMEM, "out of memory for a row of logits");
+        return errmsg_set(&b->err, -ENOMEM, "out of memory for a row of logits");
     return 0;
 }
 
@@ -165,13 +163,13 @@ static int cuda_init_random(struct backend *b, uint64_t seed)
     /* A model with room for one position: its parameter buffer is what is used. */
     ret = gpt2_init(&init, &c->mcfg, 1, 1);
     if (ret < 0)
-        return backend_fail(b, ret, "cannot initialise the parameters: %s", strerror(-ret));
+        return errmsg_set(&b->err, ret, "cannot initialise the parameters: %s", strerror(-ret));
     gpt2_init_random(&init, seed);
     ret = gpt2_gpu_set_params(c->gm, init.params);
     gpt2_release(&init);
     if (ret < 0)
-        return backend_fail(b, ret, "cannot load the starting state onto cuda device %d: %s",
-                            c->device, c->gerr);
+        return errmsg_set(&b->err, ret, "cannot load the starting state onto cuda device %d: %s",
+                          c->device, c->gerr);
     return 0;
 }
 
@@ -185,8 +183,8 @@ static int cuda_state_host(struct backend *b, struct backend_state *st)
     st->m = malloc(bytes);
     st->v = malloc(bytes);
     if (!st->params || !st->m || !st->v)
-        return backend_fail(b, -ENOMEM, "out of memory for a host copy of %zu parameters",
-                            b->n_params);
+        return errmsg_set(&b->err, -ENOMEM, "out of memory for a host copy of %zu parameters",
+                          b->n_params);
     return 0;
 }
 
@@ -218,22 +216,24 @@ static int cuda_state_get(struct backend *b, struct backend_state *st)
         st->opt_step = c->opt_step;
     if (!c->zero) {
         ret = st ? gpt2_gpu_get_shard(c->gm, st->params, st->m, st->v) : 0;
-        return ret < 0 ? backend_fail(b, ret, "cannot download the optimizer state: %s", c->gerr)
-                       : 0;
+        return ret < 0
+                   ? errmsg_set(&b->err, ret, "cannot download the optimizer state: %s", c->gerr)
+                   : 0;
     }
     ret = gpu_alloc(c->gpu, &all, g->n_pad * sizeof(float));
     if (ret < 0)
-        return backend_fail(b, ret, "cannot gather the optimizer state for a checkpoint: %s",
-                            gpu_ctx_error(c->gpu));
+        return errmsg_set(&b->err, ret, "cannot gather the optimizer state for a checkpoint: %s",
+                          gpu_ctx_error(c->gpu));
     for (int i = 0; i < 3; i++) {
         ret = coll_dev_all_gather(c->coll, src[i], all, count, COLL_F32, gpu_ctx_stream(c->gpu));
         if (ret < 0) {
-            backend_fail(b, ret, "cannot gather the optimizer state for a checkpoint: %s",
-                         coll_strerror(c->coll));
+            errmsg_set(&b->err, ret, "cannot gather the optimizer state for a checkpoint: %s",
+                       coll_strerror(c->coll));
             goto out;
         }
         if (dst[i] && (ret = gpu_download(c->gpu, dst[i], all, b->n_params * sizeof(float))) < 0) {
-            backend_fail(b, ret, "cannot download the optimizer state: %s", gpu_ctx_error(c->gpu));
+            errmsg_set(&b->err, ret, "cannot download the optimizer state: %s",
+                       gpu_ctx_error(c->gpu));
             goto out;
         }
     }
@@ -252,8 +252,8 @@ static int cuda_state_set(struct backend *b, const struct backend_state *st, boo
     if (ret == 0)
         ret = gpt2_gpu_set_moments(c->gm, with_moments ? st->m : NULL, with_moments ? st->v : NULL);
     if (ret < 0)
-        return backend_fail(b, ret, "cannot load the starting state onto cuda device %d: %s",
-                            c->device, c->gerr);
+        return errmsg_set(&b->err, ret, "cannot load the starting state onto cuda device %d: %s",
+                          c->device, c->gerr);
     c->opt_step = st->opt_step;
     return 0;
 }
@@ -265,7 +265,7 @@ static int cuda_zero_grad(struct backend *b)
     struct cuda *c = cuda_of(b);
     int ret = gpt2_gpu_zero_grad(c->gm);
 
-    return ret < 0 ? backend_fail(b, ret, "forward/backward failed: %s", c->gerr) : 0;
+    return ret < 0 ? errmsg_set(&b->err, ret, "forward/backward failed: %s", c->gerr) : 0;
 }
 
 static int cuda_forward_backward(struct backend *b, const int *inputs, const int *targets, int B,
@@ -274,7 +274,7 @@ static int cuda_forward_backward(struct backend *b, const int *inputs, const int
     struct cuda *c = cuda_of(b);
     int ret = gpt2_gpu_forward_backward(c->gm, inputs, targets, B, T, grad_scale, loss);
 
-    return ret < 0 ? backend_fail(b, ret, "forward/backward failed: %s", c->gerr) : 0;
+    return ret < 0 ? errmsg_set(&b->err, ret, "forward/backward failed: %s", c->gerr) : 0;
 }
 
 /* With zero the reduce-scatter leaves each rank the average of its own shard of the
@@ -293,8 +293,8 @@ static int cuda_average_grads(struct backend *b)
         ret = coll_dev_reduce_scatter_avg(c->coll, g->grads, (char *)g->grads + g->opt_lo * esz,
                                           g->opt_hi - g->opt_lo, c->cdt, stream);
     if (ret < 0)
-        return backend_fail(b, ret, "gradient %s: %s", c->zero ? "reduce-scatter" : "allreduce",
-                            coll_strerror(c->coll));
+        return errmsg_set(&b->err, ret, "gradient %s: %s", c->zero ? "reduce-scatter" : "allreduce",
+                          coll_strerror(c->coll));
     return 0;
 }
 
@@ -310,9 +310,9 @@ static int cuda_grad_norm(struct backend *b, double *norm)
     ret = c->zero ? gpt2_gpu_grad_sumsq(c->gm, g->opt_lo, g->opt_hi, &sumsq)
                   : gpt2_gpu_grad_sumsq(c->gm, 0, g->n_params, &sumsq);
     if (ret < 0)
-        return backend_fail(b, ret, "gradient norm: %s", c->gerr);
+        return errmsg_set(&b->err, ret, "gradient norm: %s", c->gerr);
     if (c->zero && (ret = coll_allreduce_sum_f64(c->coll, &sumsq, 1)) < 0)
-        return backend_fail(b, ret, "gradient norm: %s", coll_strerror(c->coll));
+        return errmsg_set(&b->err, ret, "gradient norm: %s", coll_strerror(c->coll));
     *norm = sqrt(sumsq);
     return 0;
 }
@@ -328,12 +328,12 @@ static int cuda_update(struct backend *b, float lr, float grad_scale)
 
     ret = gpt2_gpu_update(c->gm, c->opt_step + 1, lr, grad_scale);
     if (ret < 0)
-        return backend_fail(b, ret, "AdamW update failed: %s", c->gerr);
+        return errmsg_set(&b->err, ret, "AdamW update failed: %s", c->gerr);
     c->opt_step++;
     if (c->zero &&
         (ret = coll_dev_all_gather(c->coll, (char *)g->params + g->opt_lo * esz, g->params,
                                    g->opt_hi - g->opt_lo, c->cdt, gpu_ctx_stream(c->gpu))) < 0)
-        return backend_fail(b, ret, "parameter all-gather: %s", coll_strerror(c->coll));
+        return errmsg_set(&b->err, ret, "parameter all-gather: %s", coll_strerror(c->coll));
     return 0;
 }
 
@@ -345,7 +345,7 @@ static int cuda_eval_loss(struct backend *b, const int *inputs, const int *targe
     struct cuda *c = cuda_of(b);
     int ret = gpt2_gpu_forward(c->gm, inputs, targets, B, T, loss);
 
-    return ret < 0 ? backend_fail(b, ret, "forward failed: %s", c->gerr) : 0;
+    return ret < 0 ? errmsg_set(&b->err, ret, "forward failed: %s", c->gerr) : 0;
 }
 
 static int cuda_last_logits(struct backend *b, const int *tokens, int T, const float **row)
@@ -356,7 +356,7 @@ static int cuda_last_logits(struct backend *b, const int *tokens, int T, const f
     if (ret == 0)
         ret = gpt2_gpu_logits_row(c->gm, 0, T - 1, c->logits_row);
     if (ret < 0)
-        return backend_fail(b, ret, "forward failed: %s", c->gerr);
+        return errmsg_set(&b->err, ret, "forward failed: %s", c->gerr);
     *row = c->logits_row;
     return 0;
 }

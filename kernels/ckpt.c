@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +17,7 @@
 #include <openssl/evp.h>
 
 #include "ckpt.h"
+#include "errmsg.h"
 #include "fsutil.h"
 #include "banned.h"
 
@@ -56,19 +56,6 @@ struct disk_header {
     uint8_t pad[96];
 };
 _Static_assert(sizeof(struct disk_header) == CKPT_HEADER, "the header is 256 bytes on disk");
-
-static int fail(struct ckpt_error *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct ckpt_error *err, int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err->text, sizeof(err->text), fmt, ap);
-    va_end(ap);
-    return code;
-}
 
 int ckpt_path(char *buf, size_t len, const char *out_dir, uint64_t step)
 {
@@ -116,7 +103,7 @@ static int fsync_dir(const char *dir)
 }
 
 int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *config,
-              struct ckpt_error *err)
+              struct errmsg *err)
 {
     struct disk_header h;
     char path[PATH_MAX], tmp[PATH_MAX + 32];
@@ -129,13 +116,13 @@ int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *conf
 
     if (ckpt_path(path, sizeof(path), out_dir, st->step) < 0 ||
         snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp))
-        return fail(err, -ENAMETOOLONG, "'%s': name too long", out_dir);
+        return errmsg_set(err, -ENAMETOOLONG, "'%s': name too long", out_dir);
     if (config_len > CKPT_CONFIG_MAX)
-        return fail(err, -EINVAL, "cannot write '%s': config text of %llu bytes", path,
-                    (unsigned long long)config_len);
+        return errmsg_set(err, -EINVAL, "cannot write '%s': config text of %llu bytes", path,
+                          (unsigned long long)config_len);
     ret = fs_mkdirs(out_dir, 0755);
     if (ret < 0)
-        return fail(err, ret, "cannot create '%s': %s", out_dir, strerror(-ret));
+        return errmsg_set(err, ret, "cannot create '%s': %s", out_dir, strerror(-ret));
 
     memset(&h, 0, sizeof(h));
     memcpy(h.magic, CKPT_MAGIC, sizeof(h.magic));
@@ -163,12 +150,12 @@ int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *conf
 
     md = EVP_MD_CTX_new();
     if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
-        ret = fail(err, -ENOMEM, "cannot write '%s': no SHA-256 context", path);
+        ret = errmsg_set(err, -ENOMEM, "cannot write '%s': no SHA-256 context", path);
         goto out;
     }
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        ret = fail(err, -errno, "cannot create '%s': %s", tmp, strerror(errno));
+        ret = errmsg_set(err, -errno, "cannot create '%s': %s", tmp, strerror(errno));
         goto out;
     }
     tmp_made = true;
@@ -188,23 +175,23 @@ int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *conf
     if (ret == 0 && fsync(fd) < 0)
         ret = -errno;
     if (ret < 0) {
-        fail(err, ret, "cannot write '%s': %s", path, strerror(-ret));
+        errmsg_set(err, ret, "cannot write '%s': %s", path, strerror(-ret));
         goto out;
     }
     if (close(fd) < 0) {
         fd = -1;
-        ret = fail(err, -errno, "cannot write '%s': %s", path, strerror(errno));
+        ret = errmsg_set(err, -errno, "cannot write '%s': %s", path, strerror(errno));
         goto out;
     }
     fd = -1;
     if (rename(tmp, path) < 0) {
-        ret = fail(err, -errno, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+        ret = errmsg_set(err, -errno, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
         goto out;
     }
     tmp_made = false;
     ret = fsync_dir(out_dir);
     if (ret < 0) {
-        fail(err, ret, "cannot sync '%s': %s", out_dir, strerror(-ret));
+        errmsg_set(err, ret, "cannot sync '%s': %s", out_dir, strerror(-ret));
         goto out;
     }
     ret = 0;
@@ -288,7 +275,7 @@ static int by_step_desc(const void *a, const void *b)
 /* The entries of out_dir whose name is of a kind in the bit set kinds (1 << NAME_CKPT...),
  * newest first, into *list (new, free_list). A missing out_dir holds none. */
 static int list_ckpts(const char *out_dir, unsigned kinds, struct found **list, size_t *n,
-                      struct ckpt_error *err)
+                      struct errmsg *err)
 {
     DIR *d = opendir(out_dir);
     struct dirent *e;
@@ -300,7 +287,7 @@ static int list_ckpts(const char *out_dir, unsigned kinds, struct found **list, 
     if (!d) {
         if (errno == ENOENT)
             return 0;
-        return fail(err, -errno, "cannot read '%s': %s", out_dir, strerror(errno));
+        return errmsg_set(err, -errno, "cannot read '%s': %s", out_dir, strerror(errno));
     }
     while ((e = readdir(d))) {
         long long step = -1, pid = -1;
@@ -333,7 +320,7 @@ nomem:
     for (size_t i = 0; i < cnt; i++)
         free(v[i].path);
     free(v);
-    return fail(err, -ENOMEM, "cannot read '%s': out of memory", out_dir);
+    return errmsg_set(err, -ENOMEM, "cannot read '%s': out of memory", out_dir);
 }
 
 static void free_list(struct found *list, size_t n)
@@ -348,43 +335,45 @@ static void free_list(struct found *list, size_t n)
  * name says. Returns 0, or with err filled -EBADMSG (damaged), -EPROTONOSUPPORT (another
  * format version), or the errno of a file that cannot be read. */
 static int read_header(int fd, const char *path, long long name_step, struct disk_header *h,
-                       struct ckpt_error *err)
+                       struct errmsg *err)
 {
     struct stat st;
     ssize_t n;
 
     if (fstat(fd, &st) < 0)
-        return fail(err, -errno, "cannot stat '%s': %s", path, strerror(errno));
+        return errmsg_set(err, -errno, "cannot stat '%s': %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode))
-        return fail(err, S_ISDIR(st.st_mode) ? -EISDIR : -ENXIO,
-                    "cannot read '%s': not a regular file", path);
+        return errmsg_set(err, S_ISDIR(st.st_mode) ? -EISDIR : -ENXIO,
+                          "cannot read '%s': not a regular file", path);
     n = pread(fd, h, sizeof(*h), 0);
     if (n < 0)
-        return fail(err, -errno, "cannot read '%s': %s", path, strerror(errno));
+        return errmsg_set(err, -errno, "cannot read '%s': %s", path, strerror(errno));
     if ((size_t)n < sizeof(*h))
-        return fail(err, -EBADMSG, "'%s': truncated: %zd bytes, shorter than the %d-byte header",
-                    path, n, CKPT_HEADER);
+        return errmsg_set(err, -EBADMSG,
+                          "'%s': truncated: %zd bytes, shorter than the %d-byte header", path, n,
+                          CKPT_HEADER);
     if (memcmp(h->magic, CKPT_MAGIC, sizeof(h->magic)))
-        return fail(err, -EBADMSG, "'%s': not a gpurun checkpoint", path);
+        return errmsg_set(err, -EBADMSG, "'%s': not a gpurun checkpoint", path);
     /* Versions count up from 1: a higher one is a newer writer's file, which this reader must
      * neither use nor take for damage; 0 is no writer's. */
     if (h->version > CKPT_VERSION)
-        return fail(err, -EPROTONOSUPPORT,
-                    "'%s': checkpoint format version %u is newer than this gpurun-train's (%d)",
-                    path, h->version, CKPT_VERSION);
+        return errmsg_set(
+            err, -EPROTONOSUPPORT,
+            "'%s': checkpoint format version %u is newer than this gpurun-train's (%d)", path,
+            h->version, CKPT_VERSION);
     if (h->version != CKPT_VERSION)
-        return fail(err, -EBADMSG, "'%s': damaged header (checkpoint version %u)", path,
-                    h->version);
+        return errmsg_set(err, -EBADMSG, "'%s': damaged header (checkpoint version %u)", path,
+                          h->version);
     if (h->header_size != CKPT_HEADER || h->config_len > CKPT_CONFIG_MAX ||
         h->nparams > (UINT64_MAX / 16) || h->file_size != file_size_of(h->config_len, h->nparams))
-        return fail(err, -EBADMSG, "'%s': damaged header (its sizes disagree)", path);
+        return errmsg_set(err, -EBADMSG, "'%s': damaged header (its sizes disagree)", path);
     if ((uint64_t)st.st_size != h->file_size)
-        return fail(err, -EBADMSG, "'%s': truncated: %lld bytes, the header says %llu", path,
-                    (long long)st.st_size, (unsigned long long)h->file_size);
+        return errmsg_set(err, -EBADMSG, "'%s': truncated: %lld bytes, the header says %llu", path,
+                          (long long)st.st_size, (unsigned long long)h->file_size);
     /* ckpt_save names a file for the step in its header. */
     if (name_step >= 0 && h->step != (uint64_t)name_step)
-        return fail(err, -EBADMSG, "'%s': the header says step %llu", path,
-                    (unsigned long long)h->step);
+        return errmsg_set(err, -EBADMSG, "'%s': the header says step %llu", path,
+                          (unsigned long long)h->step);
     return 0;
 }
 
@@ -398,7 +387,7 @@ static int open_ro(const char *path)
 static bool complete(const struct found *f)
 {
     struct disk_header h;
-    struct ckpt_error ignored;
+    struct errmsg ignored;
     int fd = open_ro(f->path);
     bool ok;
 
@@ -409,7 +398,7 @@ static bool complete(const struct found *f)
     return ok;
 }
 
-int ckpt_latest(const char *out_dir, char **path, struct ckpt_error *err)
+int ckpt_latest(const char *out_dir, char **path, struct errmsg *err)
 {
     struct found *list;
     size_t n;
@@ -430,7 +419,7 @@ int ckpt_latest(const char *out_dir, char **path, struct ckpt_error *err)
     return 0;
 }
 
-int ckpt_prune(const char *out_dir, int keep, struct ckpt_error *err)
+int ckpt_prune(const char *out_dir, int keep, struct errmsg *err)
 {
     struct found *list;
     size_t n, i;
@@ -438,7 +427,7 @@ int ckpt_prune(const char *out_dir, int keep, struct ckpt_error *err)
     int ret, seen = 0;
 
     if (keep < 1)
-        return fail(err, -EINVAL, "'%s': keep %d checkpoints: at least 1", out_dir, keep);
+        return errmsg_set(err, -EINVAL, "'%s': keep %d checkpoints: at least 1", out_dir, keep);
     ret = list_ckpts(out_dir, 1u << NAME_CKPT | 1u << NAME_DAMAGED, &list, &n, err);
     if (ret < 0)
         return ret;
@@ -454,7 +443,7 @@ int ckpt_prune(const char *out_dir, int keep, struct ckpt_error *err)
         if (list[i].step >= oldest_kept || lstat(list[i].path, &st) < 0 || !S_ISREG(st.st_mode))
             continue;
         if (unlink(list[i].path) < 0 && errno != ENOENT)
-            ret = fail(err, -errno, "cannot remove '%s': %s", list[i].path, strerror(errno));
+            ret = errmsg_set(err, -errno, "cannot remove '%s': %s", list[i].path, strerror(errno));
     }
     free_list(list, n);
     return ret;
@@ -488,7 +477,7 @@ static int read_hashed(int fd, EVP_MD_CTX *md, void *p, size_t len, char *scratc
 }
 
 static int check_shape(const char *path, const struct disk_header *h, const struct ckpt_model *want,
-                       struct ckpt_error *err)
+                       struct errmsg *err)
 {
     const struct {
         const char *name;
@@ -504,14 +493,14 @@ static int check_shape(const char *path, const struct disk_header *h, const stru
 
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
         if (f[i].have != f[i].want)
-            return fail(err, -EINVAL, "'%s': %s is %d in the checkpoint, %d in the config", path,
-                        f[i].name, f[i].have, f[i].want);
+            return errmsg_set(err, -EINVAL, "'%s': %s is %d in the checkpoint, %d in the config",
+                              path, f[i].name, f[i].have, f[i].want);
     return 0;
 }
 
 /* ckpt_load, with the step that path's name says (-1: any). */
 static int load_file(const char *path, long long name_step, const struct ckpt_model *expect,
-                     size_t nparams, struct ckpt_state *st, char **config, struct ckpt_error *err)
+                     size_t nparams, struct ckpt_state *st, char **config, struct errmsg *err)
 {
     struct disk_header h;
     unsigned char sha[EVP_MAX_MD_SIZE], stored[CKPT_SHA_LEN];
@@ -524,7 +513,7 @@ static int load_file(const char *path, long long name_step, const struct ckpt_mo
         *config = NULL;
     fd = open_ro(path);
     if (fd < 0)
-        return fail(err, -errno, "cannot open '%s': %s", path, strerror(errno));
+        return errmsg_set(err, -errno, "cannot open '%s': %s", path, strerror(errno));
     ret = read_header(fd, path, name_step, &h, err);
     if (ret < 0)
         goto out;
@@ -532,14 +521,14 @@ static int load_file(const char *path, long long name_step, const struct ckpt_mo
     if (ret < 0)
         goto out;
     if (h.nparams != nparams) {
-        ret = fail(err, -EINVAL, "'%s': %llu parameters in the checkpoint, %zu in the model", path,
-                   (unsigned long long)h.nparams, nparams);
+        ret = errmsg_set(err, -EINVAL, "'%s': %llu parameters in the checkpoint, %zu in the model",
+                         path, (unsigned long long)h.nparams, nparams);
         goto out;
     }
     text = malloc(h.config_len + 1);
     md = EVP_MD_CTX_new();
     if (!text || !md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
-        ret = fail(err, -ENOMEM, "cannot read '%s': out of memory", path);
+        ret = errmsg_set(err, -ENOMEM, "cannot read '%s': out of memory", path);
         goto out;
     }
     ret = read_hashed(fd, md, &h, sizeof(h), NULL);
@@ -555,19 +544,19 @@ static int load_file(const char *path, long long name_step, const struct ckpt_mo
         ret = read_hashed(fd, NULL, stored, sizeof(stored), NULL);
     if (ret == -EINVAL) {
         /* The size was checked: the file shrank while being read. */
-        ret = fail(err, -EBADMSG, "'%s': truncated while being read", path);
+        ret = errmsg_set(err, -EBADMSG, "'%s': truncated while being read", path);
         goto out;
     }
     if (ret < 0) {
-        fail(err, ret, "cannot read '%s': %s", path, strerror(-ret));
+        errmsg_set(err, ret, "cannot read '%s': %s", path, strerror(-ret));
         goto out;
     }
     if (EVP_DigestFinal_ex(md, sha, &sha_len) != 1 || sha_len != CKPT_SHA_LEN) {
-        ret = fail(err, -ENOMEM, "cannot read '%s': SHA-256 failed", path);
+        ret = errmsg_set(err, -ENOMEM, "cannot read '%s': SHA-256 failed", path);
         goto out;
     }
     if (memcmp(sha, stored, CKPT_SHA_LEN)) {
-        ret = fail(err, -EBADMSG, "'%s': checksum mismatch: the file is damaged", path);
+        ret = errmsg_set(err, -EBADMSG, "'%s': checksum mismatch: the file is damaged", path);
         goto out;
     }
     text[h.config_len] = '\0';
@@ -596,7 +585,7 @@ out:
 }
 
 int ckpt_load(const char *path, const struct ckpt_model *expect, size_t nparams,
-              struct ckpt_state *st, char **config, struct ckpt_error *err)
+              struct ckpt_state *st, char **config, struct errmsg *err)
 {
     return load_file(path, -1, expect, nparams, st, config, err);
 }
@@ -613,7 +602,7 @@ void ckpt_newest_release(struct ckpt_newest *nw)
 }
 
 int ckpt_load_newest(const char *out_dir, const struct ckpt_model *expect, size_t nparams,
-                     struct ckpt_state *st, struct ckpt_newest *nw, struct ckpt_error *err)
+                     struct ckpt_state *st, struct ckpt_newest *nw, struct errmsg *err)
 {
     struct found *list;
     size_t n, i;
@@ -625,7 +614,7 @@ int ckpt_load_newest(const char *out_dir, const struct ckpt_model *expect, size_
         return ret;
     nw->damaged = calloc(n ? n : 1, sizeof(*nw->damaged));
     if (!nw->damaged) {
-        ret = fail(err, -ENOMEM, "cannot read '%s': out of memory", out_dir);
+        ret = errmsg_set(err, -ENOMEM, "cannot read '%s': out of memory", out_dir);
         goto out;
     }
     for (i = 0; i < n; i++) {
@@ -646,12 +635,12 @@ int ckpt_load_newest(const char *out_dir, const struct ckpt_model *expect, size_
     if (i == n) {
         ret = 0;
         if (nw->ndamaged == 1)
-            ret = fail(err, -EBADMSG, "%s; no older checkpoint in '%s'", nw->damaged[0].why.text,
-                       out_dir);
+            ret = errmsg_set(err, -EBADMSG, "%s; no older checkpoint in '%s'",
+                             nw->damaged[0].why.text, out_dir);
         else if (nw->ndamaged > 1)
-            ret =
-                fail(err, -EBADMSG, "none of the %zu checkpoints in '%s' is valid; the newest: %s",
-                     nw->ndamaged, out_dir, nw->damaged[0].why.text);
+            ret = errmsg_set(err, -EBADMSG,
+                             "none of the %zu checkpoints in '%s' is valid; the newest: %s",
+                             nw->ndamaged, out_dir, nw->damaged[0].why.text);
         goto out;
     }
     nw->path = list[i].path;
@@ -667,26 +656,26 @@ out:
 /* Suffixes tried for a file set aside: a later damage of the same step gets the next. */
 #define ASIDE_TRIES 100
 
-int ckpt_set_aside(const char *path, char *aside, size_t len, struct ckpt_error *err)
+int ckpt_set_aside(const char *path, char *aside, size_t len, struct errmsg *err)
 {
     for (int k = 1; k <= ASIDE_TRIES; k++) {
         int m = k == 1 ? snprintf(aside, len, "%s.damaged", path)
                        : snprintf(aside, len, "%s.damaged.%d", path, k);
         struct stat st;
         if (m < 0 || (size_t)m >= len)
-            return fail(err, -ENAMETOOLONG, "cannot set '%s' aside: name too long", path);
+            return errmsg_set(err, -ENAMETOOLONG, "cannot set '%s' aside: name too long", path);
         if (lstat(aside, &st) == 0)
             continue;
         if (errno != ENOENT)
-            return fail(err, -errno, "cannot set '%s' aside: '%s': %s", path, aside,
-                        strerror(errno));
+            return errmsg_set(err, -errno, "cannot set '%s' aside: '%s': %s", path, aside,
+                              strerror(errno));
         if (rename(path, aside) < 0)
-            return fail(err, -errno, "cannot rename '%s' to '%s': %s", path, aside,
-                        strerror(errno));
+            return errmsg_set(err, -errno, "cannot rename '%s' to '%s': %s", path, aside,
+                              strerror(errno));
         return 0;
     }
-    return fail(err, -EEXIST, "cannot set '%s' aside: %d damaged copies of it are there", path,
-                ASIDE_TRIES);
+    return errmsg_set(err, -EEXIST, "cannot set '%s' aside: %d damaged copies of it are there",
+                      path, ASIDE_TRIES);
 }
 
 /* Whether st was last modified before t. */
@@ -697,7 +686,7 @@ static bool modified_before(const struct stat *st, const struct timespec *t)
 }
 
 int ckpt_clean_tmp(const char *out_dir, const struct timespec *started, int *removed,
-                   uint64_t *bytes, struct ckpt_error *err)
+                   uint64_t *bytes, struct errmsg *err)
 {
     DIR *d = opendir(out_dir);
     struct dirent *e;
@@ -709,7 +698,7 @@ int ckpt_clean_tmp(const char *out_dir, const struct timespec *started, int *rem
     if (!d)
         return errno == ENOENT
                    ? 0
-                   : fail(err, -errno, "cannot read '%s': %s", out_dir, strerror(errno));
+                   : errmsg_set(err, -errno, "cannot read '%s': %s", out_dir, strerror(errno));
     while (ret == 0 && (e = readdir(d))) {
         long long step, pid;
         struct stat st;
@@ -730,7 +719,7 @@ int ckpt_clean_tmp(const char *out_dir, const struct timespec *started, int *rem
         if (!modified_before(&st, started))
             continue;
         if (unlink(path) < 0 && errno != ENOENT) {
-            ret = fail(err, -errno, "cannot remove '%s': %s", path, strerror(errno));
+            ret = errmsg_set(err, -errno, "cannot remove '%s': %s", path, strerror(errno));
             break;
         }
         (*removed)++;
@@ -752,7 +741,7 @@ size_t ckpt_llmc_nparams(const struct ckpt_model *m)
 }
 
 int ckpt_load_llmc(const char *path, int seq_len, struct ckpt_model *found, float **params,
-                   size_t *nparams, struct ckpt_error *err)
+                   size_t *nparams, struct errmsg *err)
 {
     int32_t hdr[LLMC_HEADER_INTS];
     struct ckpt_model full, kept;
@@ -767,36 +756,37 @@ int ckpt_load_llmc(const char *path, int seq_len, struct ckpt_model *found, floa
     *nparams = 0;
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return fail(err, -errno, "cannot open '%s': %s", path, strerror(errno));
+        return errmsg_set(err, -errno, "cannot open '%s': %s", path, strerror(errno));
     if (fstat(fd, &st) < 0) {
-        ret = fail(err, -errno, "cannot stat '%s': %s", path, strerror(errno));
+        ret = errmsg_set(err, -errno, "cannot stat '%s': %s", path, strerror(errno));
         goto out;
     }
     got = pread(fd, hdr, sizeof(hdr), 0);
     if (got < 0) {
-        ret = fail(err, -errno, "cannot read '%s': %s", path, strerror(errno));
+        ret = errmsg_set(err, -errno, "cannot read '%s': %s", path, strerror(errno));
         goto out;
     }
     if ((size_t)got < sizeof(hdr)) {
-        ret = fail(err, -EINVAL, "'%s': %zd bytes, too short for llm.c's 1024-byte header", path,
-                   got);
+        ret = errmsg_set(err, -EINVAL, "'%s': %zd bytes, too short for llm.c's 1024-byte header",
+                         path, got);
         goto out;
     }
     if (hdr[0] != LLMC_CKPT_MAGIC) {
-        ret = fail(err, -EINVAL, "'%s': not an llm.c GPT-2 checkpoint (magic %d, expected %d)",
-                   path, hdr[0], LLMC_CKPT_MAGIC);
+        ret =
+            errmsg_set(err, -EINVAL, "'%s': not an llm.c GPT-2 checkpoint (magic %d, expected %d)",
+                       path, hdr[0], LLMC_CKPT_MAGIC);
         goto out;
     }
     if (hdr[1] == LLMC_VERSION_BF16) {
-        ret = fail(err, -EINVAL,
-                   "'%s': llm.c checkpoint version 5 holds bf16 parameters; only version 3 "
-                   "(fp32) is read",
-                   path);
+        ret = errmsg_set(err, -EINVAL,
+                         "'%s': llm.c checkpoint version 5 holds bf16 parameters; only version 3 "
+                         "(fp32) is read",
+                         path);
         goto out;
     }
     if (hdr[1] != LLMC_CKPT_VERSION) {
-        ret = fail(err, -EINVAL, "'%s': llm.c checkpoint version %d, this reader knows %d", path,
-                   hdr[1], LLMC_CKPT_VERSION);
+        ret = errmsg_set(err, -EINVAL, "'%s': llm.c checkpoint version %d, this reader knows %d",
+                         path, hdr[1], LLMC_CKPT_VERSION);
         goto out;
     }
     full.seq_len = hdr[2];
@@ -811,23 +801,24 @@ int ckpt_load_llmc(const char *path, int seq_len, struct ckpt_model *found, floa
         full.vocab_size > (1 << 24) || full.n_layer < 1 || full.n_layer > 4096 || full.n_head < 1 ||
         full.n_embd < 1 || full.n_embd > (1 << 16) || full.n_embd % full.n_head ||
         full.padded_vocab < full.vocab_size || full.padded_vocab > (1 << 24)) {
-        ret = fail(err, -EINVAL,
-                   "'%s': implausible shape in the header (maxT %d, V %d, L %d, NH %d, C %d, "
-                   "Vp %d)",
-                   path, full.seq_len, full.vocab_size, full.n_layer, full.n_head, full.n_embd,
-                   full.padded_vocab);
+        ret = errmsg_set(err, -EINVAL,
+                         "'%s': implausible shape in the header (maxT %d, V %d, L %d, NH %d, C %d, "
+                         "Vp %d)",
+                         path, full.seq_len, full.vocab_size, full.n_layer, full.n_head,
+                         full.n_embd, full.padded_vocab);
         goto out;
     }
     n_full = ckpt_llmc_nparams(&full);
     if ((uint64_t)st.st_size != sizeof(hdr) + n_full * sizeof(float)) {
-        ret = fail(err, -EINVAL,
-                   "'%s': %lld bytes, the header's shape needs %zu (%zu fp32 parameters)", path,
-                   (long long)st.st_size, sizeof(hdr) + n_full * sizeof(float), n_full);
+        ret = errmsg_set(err, -EINVAL,
+                         "'%s': %lld bytes, the header's shape needs %zu (%zu fp32 parameters)",
+                         path, (long long)st.st_size, sizeof(hdr) + n_full * sizeof(float), n_full);
         goto out;
     }
     if (seq_len > full.seq_len) {
-        ret = fail(err, -EINVAL, "'%s': seq_len %d is longer than the checkpoint's %d positions",
-                   path, seq_len, full.seq_len);
+        ret = errmsg_set(err, -EINVAL,
+                         "'%s': seq_len %d is longer than the checkpoint's %d positions", path,
+                         seq_len, full.seq_len);
         goto out;
     }
     kept = full;
@@ -841,12 +832,12 @@ int ckpt_load_llmc(const char *path, int seq_len, struct ckpt_model *found, floa
     buf = malloc(n_kept * sizeof(float));
     scratch = malloc(IO_CHUNK);
     if (!buf || !scratch) {
-        ret =
-            fail(err, -ENOMEM, "cannot read '%s': out of memory for %zu parameters", path, n_kept);
+        ret = errmsg_set(err, -ENOMEM, "cannot read '%s': out of memory for %zu parameters", path,
+                         n_kept);
         goto out;
     }
     if (lseek(fd, (off_t)sizeof(hdr), SEEK_SET) < 0) {
-        ret = fail(err, -errno, "cannot read '%s': %s", path, strerror(errno));
+        ret = errmsg_set(err, -errno, "cannot read '%s': %s", path, strerror(errno));
         goto out;
     }
     /* wte, the rows of wpe kept, the rows dropped, then everything after wpe. */
@@ -856,8 +847,8 @@ int ckpt_load_llmc(const char *path, int seq_len, struct ckpt_model *found, floa
     if (ret == 0)
         ret = read_hashed(fd, NULL, buf + wte + wpe_kept, rest * sizeof(float), NULL);
     if (ret < 0) {
-        ret = fail(err, ret == -EINVAL ? -EINVAL : ret, "cannot read '%s': %s", path,
-                   ret == -EINVAL ? "truncated while being read" : strerror(-ret));
+        ret = errmsg_set(err, ret == -EINVAL ? -EINVAL : ret, "cannot read '%s': %s", path,
+                         ret == -EINVAL ? "truncated while being read" : strerror(-ret));
         goto out;
     }
     *found = kept;

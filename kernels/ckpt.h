@@ -33,17 +33,15 @@
 #include <time.h>
 
 #include "data.h"
+#include "errmsg.h"
 
 #define CKPT_RNG_WORDS 4 /* room for a xoshiro256 state; unused words stay 0 */
 
 #define LLMC_CKPT_MAGIC   20240326
 #define LLMC_CKPT_VERSION 3
 
-/* One failure, naming the file: "'out/ckpt_00000010.bin': n_layer is 4 in the checkpoint,
- * 2 in the config". */
-struct ckpt_error {
-    char text[512];
-};
+/* A failure below fills the caller's struct errmsg with one line that names the file:
+ * "'out/ckpt_00000010.bin': n_layer is 4 in the checkpoint, 2 in the config". */
 
 /* The shape of a GPT-2 model. */
 struct ckpt_model {
@@ -80,14 +78,14 @@ int ckpt_path(char *buf, size_t len, const char *out_dir, uint64_t step);
  * for information. On failure the temp file is removed and any earlier checkpoint is left
  * as it was. Returns 0, or a negative errno with err filled. */
 int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *config,
-              struct ckpt_error *err);
+              struct errmsg *err);
 
 /* The newest checkpoint in out_dir that looks complete: the highest step whose file has a
  * valid header of the step its name says and the size the header announces (temp, damaged and
  * unreadable files are passed over; the checksum is verified by ckpt_load). Returns 0 with
  * *path new (free) or NULL when there is none (a missing out_dir is none), or a negative
  * errno with err filled. */
-int ckpt_latest(const char *out_dir, char **path, struct ckpt_error *err);
+int ckpt_latest(const char *out_dir, char **path, struct errmsg *err);
 
 /* Reads path into st: the shape must equal *expect (the first mismatch is named) and the
  * parameter count nparams, the checksum must match; st->params, m, v must point to buffers
@@ -98,12 +96,12 @@ int ckpt_latest(const char *out_dir, char **path, struct ckpt_error *err);
  * checkpoint of another model, another errno (-EACCES, -EISDIR for a directory...) for a
  * file that cannot be read. */
 int ckpt_load(const char *path, const struct ckpt_model *expect, size_t nparams,
-              struct ckpt_state *st, char **config, struct ckpt_error *err);
+              struct ckpt_state *st, char **config, struct errmsg *err);
 
 /* A checkpoint newer than the one ckpt_load_newest loaded, passed over as damaged. */
 struct ckpt_damaged {
     char *path; /* new */
-    struct ckpt_error why;
+    struct errmsg why;
 };
 
 /* What ckpt_load_newest found; release with ckpt_newest_release. */
@@ -123,7 +121,7 @@ struct ckpt_newest {
  * out_dir (missing or not) holds no checkpoint file, or a negative errno with err filled (nw
  * then empty). */
 int ckpt_load_newest(const char *out_dir, const struct ckpt_model *expect, size_t nparams,
-                     struct ckpt_state *st, struct ckpt_newest *nw, struct ckpt_error *err);
+                     struct ckpt_state *st, struct ckpt_newest *nw, struct errmsg *err);
 
 /* Frees what nw holds and empties it; idempotent. */
 void ckpt_newest_release(struct ckpt_newest *nw);
@@ -133,7 +131,7 @@ void ckpt_newest_release(struct ckpt_newest *nw);
  * a save of its step; ckpt_prune removes it once keep complete checkpoints of later steps are
  * there. The new name goes into aside (len bytes). Returns 0 or a negative errno with err
  * filled. */
-int ckpt_set_aside(const char *path, char *aside, size_t len, struct ckpt_error *err);
+int ckpt_set_aside(const char *path, char *aside, size_t len, struct errmsg *err);
 
 /* Removes all but the keep newest complete checkpoints (keep >= 1) of out_dir: a file named
  * ckpt_<step>.bin or set aside (.damaged) goes only when its step is below that of the
@@ -141,7 +139,7 @@ int ckpt_set_aside(const char *path, char *aside, size_t len, struct ckpt_error 
  * that a file is never removed unless keep complete newer ones exist; incomplete files newer
  * than that stay, and entries that are not regular files are never touched. Returns 0 or a
  * negative errno with err filled. */
-int ckpt_prune(const char *out_dir, int keep, struct ckpt_error *err);
+int ckpt_prune(const char *out_dir, int keep, struct errmsg *err);
 
 /* Removes the temp files that saves killed before their rename left in out_dir
  * (ckpt_<step>.bin.tmp.<pid>, exactly, regular files of this user): those whose pid is no
@@ -149,7 +147,7 @@ int ckpt_prune(const char *out_dir, int keep, struct ckpt_error *err);
  * this process started). *removed and *bytes count what went. Returns 0 (a missing out_dir
  * holds none) or a negative errno with err filled. */
 int ckpt_clean_tmp(const char *out_dir, const struct timespec *started, int *removed,
-                   uint64_t *bytes, struct ckpt_error *err);
+                   uint64_t *bytes, struct errmsg *err);
 
 /* Parameters of GPT-2 in llm.c's layout for model m (m->seq_len positions, m->padded_vocab
  * token rows). */
@@ -161,6 +159,6 @@ size_t ckpt_llmc_nparams(const struct ckpt_model *m);
  * buffer fits a model with a shorter context; seq_len above maxT is an error. The caller
  * compares *found with its own config. Returns 0, or a negative errno with err filled. */
 int ckpt_load_llmc(const char *path, int seq_len, struct ckpt_model *found, float **params,
-                   size_t *nparams, struct ckpt_error *err);
+                   size_t *nparams, struct errmsg *err);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "coll.h"
 #include "coll_backend.h"
+#include "errmsg.h"
 #include "gr.h"
 #include "banned.h"
 
@@ -21,7 +22,7 @@ struct coll {
     int timeout_ms;
     /* The first transport error: once set, every call returns it. */
     int broken;
-    char err[320];
+    struct errmsg err;
     char describe[256];
     /* The backend's own state (coll_state). */
     void *state;
@@ -35,7 +36,7 @@ void coll_set_err(struct coll *c, const char *fmt, ...)
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(c->err, sizeof(c->err), fmt, ap);
+    errmsg_vset(&c->err, 0, fmt, ap);
     va_end(ap);
 }
 
@@ -100,20 +101,17 @@ static bool trivial(const struct coll *c)
     return c->world == 1 && !c->be->alone;
 }
 
-int coll_open(const char *backend, struct gr *g, struct coll **out, char *err, size_t errlen)
+int coll_open(const char *backend, struct gr *g, struct coll **out, struct errmsg *err)
 {
     struct coll *c = NULL;
     int ret = -1;
 
     *out = NULL;
-    if (err && errlen)
-        err[0] = '\0';
+    if (err)
+        err->text[0] = '\0';
     c = calloc(1, sizeof(*c));
-    if (!c) {
-        if (err && errlen)
-            snprintf(err, errlen, "out of memory for the collectives");
-        return -ENOMEM;
-    }
+    if (!c)
+        return err ? errmsg_set(err, -ENOMEM, "out of memory for the collectives") : -ENOMEM;
     c->timeout_ms = COLL_TIMEOUT_MS_DEFAULT;
     c->rank = g ? gr_rank(g) : 0;
     c->world = g ? gr_world_size(g) : 1;
@@ -136,14 +134,14 @@ int coll_open(const char *backend, struct gr *g, struct coll **out, char *err, s
     if (!c->describe[0])
         snprintf(c->describe, sizeof(c->describe), "%s: one rank", c->be->name);
     /* A shared ring that could not be made leaves a message but no failure. */
-    c->err[0] = '\0';
+    c->err.text[0] = '\0';
     *out = c;
     c = NULL;
     ret = 0;
 out:
     if (c) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s", c->err);
+        if (err)
+            *err = c->err;
         coll_close(c);
     }
     return ret;
@@ -176,7 +174,7 @@ static int coll_allreduce(struct coll *c, void *buf, size_t n, enum coll_host_ty
         return c->broken;
     if (trivial(c) || n == 0)
         return 0;
-    c->err[0] = '\0';
+    c->err.text[0] = '\0';
     return c->be->allreduce(c, buf, n, t);
 }
 
@@ -213,7 +211,7 @@ int coll_broadcast(struct coll *c, void *buf, size_t bytes, int root)
     }
     if (trivial(c) || bytes == 0)
         return 0;
-    c->err[0] = '\0';
+    c->err.text[0] = '\0';
     return c->be->broadcast(c, buf, bytes, root);
 }
 
@@ -226,7 +224,7 @@ int coll_barrier(struct coll *c)
         return c->broken;
     if (trivial(c))
         return 0;
-    c->err[0] = '\0';
+    c->err.text[0] = '\0';
     return c->be->allreduce(c, &one, 1, COLL_HOST_F32);
 }
 
@@ -240,7 +238,7 @@ static int dev_check(struct coll *c, const char *what, bool has_op)
                      c->be->name);
         return -ENOTSUP;
     }
-    c->err[0] = '\0';
+    c->err.text[0] = '\0';
     return 0;
 }
 
@@ -333,5 +331,5 @@ const char *coll_describe(const struct coll *c)
 
 const char *coll_strerror(const struct coll *c)
 {
-    return c ? c->err : "";
+    return c ? c->err.text : "";
 }

@@ -57,6 +57,8 @@
 
 #include <stddef.h>
 
+#include "errmsg.h"
+
 struct coll;
 struct gr;
 
@@ -70,12 +72,12 @@ struct gr;
  * rank and world size the collectives take; g may be NULL for a job of one rank (rank 0 of 1).
  * Blocks until the ring is connected (every rank must call it), waiting up to
  * COLL_TIMEOUT_MS_DEFAULT for the others. On success *out is new (the caller ends it with
- * coll_close); on failure *out is NULL, err (errlen bytes; may be NULL) holds the message and
+ * coll_close); on failure *out is NULL, err (the caller's; may be NULL) holds the message and
  * the return is -EINVAL for an unknown backend or "single" with more than one rank, the
  * store's error (gr.h), -ETIMEDOUT, -ECONNREFUSED, -EPROTO or another socket error; for nccl
  * also -ENODEV (no CUDA device), -ENOTSUP (built without NCCL), -ENOMEM, -EIO (a CUDA or NCCL
  * failure) and -ETIMEDOUT ("nccl: rank 3 did not join within 600 s"). */
-int coll_open(const char *backend, struct gr *g, struct coll **out, char *err, size_t errlen);
+int coll_open(const char *backend, struct gr *g, struct coll **out, struct errmsg *err);
 
 /* This rank's place, as coll_open found it. */
 int coll_rank(const struct coll *c);

@@ -21,6 +21,7 @@
 #include "coll.h"
 #include "coll_backend.h"
 #include "gr.h"
+#include "monotime.h"
 #include "banned.h"
 
 #ifndef GPURUN_NCCL
@@ -68,20 +69,12 @@ static struct nccl *state(struct coll *c)
     return *coll_state(c);
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* One pause of a wait that began at start. */
 static void pause_since(int64_t start)
 {
     struct timespec ts = {0, POLL_SLEEP_US * 1000L};
 
-    if (now_ms() - start < POLL_SPIN_MS)
+    if (monotime_ms() - start < POLL_SPIN_MS)
         sched_yield();
     else
         nanosleep(&ts, NULL);
@@ -148,7 +141,7 @@ static int op_fail_nccl(struct coll *c, const char *what, ncclResult_t r)
 
 /* Waits until the communicator has taken the call that returned r (a non-blocking
  * communicator answers ncclInProgress while it is still queueing; nothing else may be queued
- * on its stream before it is done) or fails. deadline in now_ms() time. */
+ * on its stream before it is done) or fails. deadline in monotime_ms() time. */
 static int settle(struct coll *c, const char *what, ncclResult_t r, int64_t start, int64_t deadline)
 {
     struct nccl *st = state(c);
@@ -159,7 +152,7 @@ static int settle(struct coll *c, const char *what, ncclResult_t r, int64_t star
             r = ncclInternalError;
         if (r != ncclInProgress)
             break;
-        if (now_ms() >= deadline) {
+        if (monotime_ms() >= deadline) {
             snprintf(why, sizeof(why), "not queued within %s",
                      duration(coll_timeout_ms(c), d, sizeof(d)));
             return op_fail(c, -ETIMEDOUT, what, why);
@@ -193,7 +186,7 @@ static int finish(struct coll *c, const char *what, cudaStream_t stream, int64_t
             cudaGetLastError();
             return op_fail(c, -EIO, what, cudaGetErrorString(q));
         }
-        if (now_ms() >= deadline) {
+        if (monotime_ms() >= deadline) {
             snprintf(why, sizeof(why), "no completion within %s",
                      duration(coll_timeout_ms(c), d, sizeof(d)));
             return op_fail(c, -ETIMEDOUT, what, why);
@@ -205,7 +198,7 @@ static int finish(struct coll *c, const char *what, cudaStream_t stream, int64_t
 /* A device operation: r is what the NCCL call that queued it on stream returned. */
 static int watch(struct coll *c, const char *what, cudaStream_t stream, ncclResult_t r)
 {
-    int64_t start = now_ms(), deadline = start + coll_timeout_ms(c);
+    int64_t start = monotime_ms(), deadline = start + coll_timeout_ms(c);
     int ret = settle(c, what, r, start, deadline);
 
     return ret < 0 ? ret : finish(c, what, stream, start, deadline);
@@ -294,7 +287,7 @@ static int nccl_allreduce(struct coll *c, void *buf, size_t n, enum coll_host_ty
     snprintf(what, sizeof(what), "allreduce of %zu %s in host memory", n, f64 ? "f64" : "f32");
     for (size_t off = 0; off < n; off += per) {
         size_t k = n - off < per ? n - off : per;
-        int64_t start = now_ms(), deadline = start + coll_timeout_ms(c);
+        int64_t start = monotime_ms(), deadline = start + coll_timeout_ms(c);
         ncclResult_t r;
 
         memcpy(st->host_stage, (char *)buf + off * elem, k * elem);
@@ -321,7 +314,7 @@ static int nccl_broadcast(struct coll *c, void *buf, size_t bytes, int root)
     snprintf(what, sizeof(what), "broadcast of %zu bytes in host memory from rank %d", bytes, root);
     for (size_t off = 0; off < bytes; off += STAGE_BYTES) {
         size_t k = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
-        int64_t start = now_ms(), deadline = start + coll_timeout_ms(c);
+        int64_t start = monotime_ms(), deadline = start + coll_timeout_ms(c);
         ncclResult_t r;
 
         if (me) {
@@ -454,7 +447,7 @@ static int nccl_open(struct coll *c, struct gr *g)
     struct nccl *st = calloc(1, sizeof(*st));
     int rank = coll_rank(c), world = coll_world_size(c), version = 0, ret = -1;
     int timeout_ms = coll_timeout_ms(c);
-    int64_t start = now_ms(), deadline = start + timeout_ms, left;
+    int64_t start = monotime_ms(), deadline = start + timeout_ms, left;
     unsigned seq = coll_next_seq();
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     struct cudaDeviceProp prop;
@@ -483,7 +476,7 @@ static int nccl_open(struct coll *c, struct gr *g)
         shared = true;
     } else if (world > 1) {
         shared = true;
-        left = deadline - now_ms();
+        left = deadline - monotime_ms();
         if ((ret = read_id(c, g, key, &id, left > 1 ? (int)left : 1)) < 0)
             goto out;
     }
@@ -495,7 +488,7 @@ static int nccl_open(struct coll *c, struct gr *g)
      * thread watches the clock. */
     config.blocking = 0;
     r = ncclCommInitRankConfig(&st->comm, world, id, rank, &config);
-    while (r == ncclInProgress && now_ms() < deadline) {
+    while (r == ncclInProgress && monotime_ms() < deadline) {
         pause_since(start);
         if (ncclCommGetAsyncError(st->comm, &r) != ncclSuccess)
             r = ncclInternalError;
@@ -541,7 +534,7 @@ static void nccl_close(struct coll *c)
 {
     struct nccl *st = state(c);
     ncclResult_t r, ae;
-    int64_t start = now_ms();
+    int64_t start = monotime_ms();
 
     if (!st)
         return;
@@ -549,7 +542,7 @@ static void nccl_close(struct coll *c)
         /* Finalize lets queued work end; then Destroy frees without waiting. A communicator
          * that does not get there in time is aborted instead. */
         r = ae = ncclCommFinalize(st->comm);
-        while (ae == ncclInProgress && now_ms() - start < CLOSE_WAIT_MS) {
+        while (ae == ncclInProgress && monotime_ms() - start < CLOSE_WAIT_MS) {
             pause_since(start);
             if (ncclCommGetAsyncError(st->comm, &ae) != ncclSuccess)
                 ae = ncclInternalError;

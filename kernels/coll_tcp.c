@@ -17,13 +17,14 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "coll.h"
 #include "coll_backend.h"
 #include "coll_tcp.h"
+#include "errmsg.h"
 #include "gr.h"
+#include "monotime.h"
 #include "banned.h"
 
 /* Reduction granularity over TCP: received bytes are staged in a buffer of this size and added
@@ -48,25 +49,6 @@
 static struct coll_tcp *state(struct coll *c)
 {
     return *coll_state(c);
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* strerror() in the grammar of our messages: "connection refused". */
-static const char *errstr(int err)
-{
-    static _Thread_local char buf[64];
-
-    snprintf(buf, sizeof(buf), "%s", strerror(err < 0 ? -err : err));
-    if (buf[0] >= 'A' && buf[0] <= 'Z' && !(buf[1] >= 'A' && buf[1] <= 'Z'))
-        buf[0] = (char)(buf[0] - 'A' + 'a');
-    return buf;
 }
 
 static void close_fd(int *fd)
@@ -190,7 +172,7 @@ static int tcp_recv(struct coll_xfer *x)
     if (got < 0) {
         int e = errno;
         coll_set_err(c, "cannot receive from rank %d (%s) during %s: %s", prev_rank(tcp),
-                     tcp->prev_addr, x->what, errstr(e));
+                     tcp->prev_addr, x->what, errmsg_strerror(e));
         return ring_fail(c, e == ECONNRESET ? -ECONNRESET : -e);
     }
     if (got == 0) {
@@ -227,7 +209,7 @@ static int tcp_send(struct coll_xfer *x)
     if (put < 0) {
         int e = errno;
         coll_set_err(c, "cannot send to rank %d (%s) during %s: %s", next_rank(tcp), tcp->next_addr,
-                     x->what, e == EPIPE ? "connection closed" : errstr(e));
+                     x->what, e == EPIPE ? "connection closed" : errmsg_strerror(e));
         return ring_fail(c, e == EPIPE || e == ECONNRESET ? -ECONNRESET : -e);
     }
     x->so += (size_t)put;
@@ -273,7 +255,7 @@ static int xfer_run(struct coll_xfer *x)
     struct coll_tcp *tcp = x->tcp;
     int (*do_recv)(struct coll_xfer *) = tcp->recv_ring ? coll_shm_recv : tcp_recv;
     int (*do_send)(struct coll_xfer *) = tcp->send_ring ? coll_shm_send : tcp_send;
-    int64_t last = now_ms();
+    int64_t last = monotime_ms();
     int timeout_ms = coll_timeout_ms(c), ret;
 
     x->st = x->rt = 0;
@@ -303,7 +285,7 @@ static int xfer_run(struct coll_xfer *x)
             xfer_advance(x);
         }
         if (moved) {
-            last = now_ms();
+            last = monotime_ms();
             continue;
         }
         want_recv = x->rt < x->nrecv;
@@ -317,7 +299,7 @@ static int xfer_run(struct coll_xfer *x)
         if (x->st < x->nsend && tcp->send_ring && coll_xfer_send_limit(x) > x->so &&
             coll_shm_send_ready(x))
             continue;
-        left = last + timeout_ms - now_ms();
+        left = last + timeout_ms - monotime_ms();
         if (left <= 0) {
             if (want_recv)
                 coll_set_err(c, "no data from rank %d (%s) for %d ms during %s", prev_rank(tcp),
@@ -342,7 +324,7 @@ static int xfer_run(struct coll_xfer *x)
         ret = poll(pfd, 2, left > INT_MAX ? INT_MAX : (int)left);
         if (ret < 0 && errno != EINTR) {
             int e = errno;
-            coll_set_err(c, "cannot poll the ring during %s: %s", x->what, errstr(e));
+            coll_set_err(c, "cannot poll the ring during %s: %s", x->what, errmsg_strerror(e));
             return ring_fail(c, -e);
         }
         if (ret <= 0)
@@ -518,7 +500,7 @@ static int wait_fd(int fd, short events, int64_t deadline)
 {
     for (;;) {
         struct pollfd p = {.fd = fd, .events = events};
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - monotime_ms();
         int ret;
 
         if (left <= 0)
@@ -620,7 +602,7 @@ static int tcp_connect_next(struct coll *c, const char *value, unsigned seq,
     fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         ret = -errno;
-        coll_set_err(c, "cannot create a socket: %s", errstr(errno));
+        coll_set_err(c, "cannot create a socket: %s", errmsg_strerror(errno));
         goto out;
     }
     tune_socket(fd);
@@ -637,7 +619,7 @@ static int tcp_connect_next(struct coll *c, const char *value, unsigned seq,
     make_hello(hello, seq, tcp->world, tcp->rank, next_rank(tcp), token, boot_id);
     if ((ret = io_full(fd, hello, sizeof(hello), true, deadline)) < 0) {
         coll_set_err(c, "cannot send the hello to rank %d (%s): %s", next_rank(tcp), tcp->next_addr,
-                     errstr(-ret));
+                     errmsg_strerror(-ret));
         goto out;
     }
     tcp->send_fd = fd;
@@ -646,7 +628,7 @@ static int tcp_connect_next(struct coll *c, const char *value, unsigned seq,
     goto out;
 connect_failed:
     coll_set_err(c, "cannot connect to rank %d at '%s': %s", next_rank(tcp), tcp->next_addr,
-                 errstr(-ret));
+                 errmsg_strerror(-ret));
 out:
     if (fd >= 0)
         close(fd);
@@ -663,7 +645,8 @@ static void offer_ring(struct coll *c, char *shm_name, unsigned char *ack)
     int err = coll_shm_create(shm_name, ack + 9 + SHM_NAME_BYTES, &tcp->recv_ring);
 
     if (err < 0) {
-        coll_set_err(c, "cannot make a shared ring for rank %d: %s", prev_rank(tcp), errstr(err));
+        coll_set_err(c, "cannot make a shared ring for rank %d: %s", prev_rank(tcp),
+                     errmsg_strerror(err));
         return;
     }
     ack[8] = 1;
@@ -685,7 +668,7 @@ static int tcp_accept_prev(struct coll *c, int lfd, unsigned seq, const unsigned
         socklen_t len = sizeof(ss);
 
         if ((ret = wait_fd(lfd, POLLIN, deadline)) < 0) {
-            coll_set_err(c, "rank %d did not connect: %s", prev_rank(tcp), errstr(-ret));
+            coll_set_err(c, "rank %d did not connect: %s", prev_rank(tcp), errmsg_strerror(-ret));
             goto out;
         }
         fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -694,7 +677,7 @@ static int tcp_accept_prev(struct coll *c, int lfd, unsigned seq, const unsigned
                 continue;
             ret = -errno;
             coll_set_err(c, "cannot accept rank %d's connection: %s", prev_rank(tcp),
-                         errstr(errno));
+                         errmsg_strerror(errno));
             goto out;
         }
         format_addr((struct sockaddr *)&ss, tcp->prev_addr, sizeof(tcp->prev_addr));
@@ -723,7 +706,7 @@ static int tcp_accept_prev(struct coll *c, int lfd, unsigned seq, const unsigned
         offer_ring(c, shm_name, ack);
     if ((ret = io_full(fd, ack, sizeof(ack), true, deadline)) < 0) {
         coll_set_err(c, "cannot answer rank %d (%s): %s", prev_rank(tcp), tcp->prev_addr,
-                     errstr(-ret));
+                     errmsg_strerror(-ret));
         goto out;
     }
     tcp->recv_fd = fd;
@@ -769,7 +752,7 @@ static int tcp_open(struct coll *c, struct gr *g)
     char host[INET6_ADDRSTRLEN], key[64], value[ADDR_VALUE_MAX], *v, shm_name[SHM_NAME_BYTES] = "";
     struct sockaddr_storage ss;
     socklen_t slen = sizeof(ss);
-    int64_t deadline = now_ms() + coll_timeout_ms(c);
+    int64_t deadline = monotime_ms() + coll_timeout_ms(c);
     int lfd = -1, ret = -1, gai, port;
     size_t vlen = 0;
     struct coll_tcp *tcp = state_new(c);
@@ -792,7 +775,7 @@ static int tcp_open(struct coll *c, struct gr *g)
     }
     if (getrandom(token, sizeof(token), 0) != (ssize_t)sizeof(token)) {
         ret = -errno;
-        coll_set_err(c, "cannot draw the ring's token: %s", errstr(errno));
+        coll_set_err(c, "cannot draw the ring's token: %s", errmsg_strerror(errno));
         goto out;
     }
     own_addr(host, sizeof(host));
@@ -804,14 +787,14 @@ static int tcp_open(struct coll *c, struct gr *g)
     lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (lfd < 0) {
         ret = -errno;
-        coll_set_err(c, "cannot create a socket: %s", errstr(errno));
+        coll_set_err(c, "cannot create a socket: %s", errmsg_strerror(errno));
         goto out;
     }
     tune_socket(lfd);
     if (bind(lfd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(lfd, 16) < 0 ||
         getsockname(lfd, (struct sockaddr *)&ss, &slen) < 0) {
         ret = -errno;
-        coll_set_err(c, "cannot listen on '%s': %s", host, errstr(errno));
+        coll_set_err(c, "cannot listen on '%s': %s", host, errmsg_strerror(errno));
         goto out;
     }
     port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
@@ -842,7 +825,7 @@ static int tcp_open(struct coll *c, struct gr *g)
     if ((ret = io_full(tcp->send_fd, ack, sizeof(ack), false, deadline)) < 0 ||
         memcmp(ack, ACK_MAGIC, 8)) {
         coll_set_err(c, "rank %d (%s) did not accept the connection: %s", next_rank(tcp),
-                     tcp->next_addr, ret < 0 ? errstr(-ret) : "wrong answer");
+                     tcp->next_addr, ret < 0 ? errmsg_strerror(-ret) : "wrong answer");
         ret = ret < 0 ? ret : -EPROTO;
         goto out;
     }
@@ -852,7 +835,7 @@ static int tcp_open(struct coll *c, struct gr *g)
     if ((ret = io_full(tcp->send_fd, &yes, 1, true, deadline)) < 0 ||
         (ret = io_full(tcp->recv_fd, &yes, 1, false, deadline)) < 0) {
         coll_set_err(c, "cannot agree on the links with ranks %d and %d: %s", next_rank(tcp),
-                     prev_rank(tcp), errstr(-ret));
+                     prev_rank(tcp), errmsg_strerror(-ret));
         goto out;
     }
     if (yes != 1)

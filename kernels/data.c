@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 
 #include "data.h"
+#include "errmsg.h"
 #include "fsutil.h"
 #include "banned.h"
 
@@ -25,19 +25,6 @@
 #define HEADER_BYTES    (DATA_SHARD_HEADER_INTS * (int)sizeof(int32_t))
 /* Text is read for prep in pieces of this size. */
 #define PREP_READ_CHUNK (1 << 20)
-
-static int fail(struct data_error *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct data_error *err, int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err->text, sizeof(err->text), fmt, ap);
-    va_end(ap);
-    return code;
-}
 
 /* --- opening and checking shards ----------------------------------------------------------- */
 
@@ -56,8 +43,7 @@ static uint16_t max_token(const uint16_t *t, uint64_t n)
     return mx;
 }
 
-static int shard_open(struct data_shard *sh, const char *path, int vocab_size,
-                      struct data_error *err)
+static int shard_open(struct data_shard *sh, const char *path, int vocab_size, struct errmsg *err)
 {
     struct stat st;
     const int32_t *hdr;
@@ -66,61 +52,61 @@ static int shard_open(struct data_shard *sh, const char *path, int vocab_size,
 
     sh->path = strdup(path);
     if (!sh->path)
-        return fail(err, -ENOMEM, "cannot open '%s': out of memory", path);
+        return errmsg_set(err, -ENOMEM, "cannot open '%s': out of memory", path);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        ret = fail(err, -errno, "cannot open '%s': %s", path, strerror(errno));
+        ret = errmsg_set(err, -errno, "cannot open '%s': %s", path, strerror(errno));
         goto out;
     }
     if (fstat(fd, &st) < 0) {
-        ret = fail(err, -errno, "cannot stat '%s': %s", path, strerror(errno));
+        ret = errmsg_set(err, -errno, "cannot stat '%s': %s", path, strerror(errno));
         goto out;
     }
     if (!S_ISREG(st.st_mode)) {
-        ret = fail(err, -EINVAL, "'%s': not a regular file", path);
+        ret = errmsg_set(err, -EINVAL, "'%s': not a regular file", path);
         goto out;
     }
     if (st.st_size < HEADER_BYTES) {
-        ret = fail(err, -EINVAL, "'%s': %lld bytes, too short for the %d-byte shard header", path,
-                   (long long)st.st_size, HEADER_BYTES);
+        ret = errmsg_set(err, -EINVAL, "'%s': %lld bytes, too short for the %d-byte shard header",
+                         path, (long long)st.st_size, HEADER_BYTES);
         goto out;
     }
     sh->map_len = (size_t)st.st_size;
     sh->map = mmap(NULL, sh->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
     if (sh->map == MAP_FAILED) {
         sh->map = NULL;
-        ret = fail(err, -errno, "cannot map '%s': %s", path, strerror(errno));
+        ret = errmsg_set(err, -errno, "cannot map '%s': %s", path, strerror(errno));
         goto out;
     }
     hdr = sh->map;
     if (hdr[0] != DATA_SHARD_MAGIC) {
-        ret = fail(err, -EINVAL, "'%s': not a token shard (magic %d, expected %d)", path, hdr[0],
-                   DATA_SHARD_MAGIC);
+        ret = errmsg_set(err, -EINVAL, "'%s': not a token shard (magic %d, expected %d)", path,
+                         hdr[0], DATA_SHARD_MAGIC);
         goto out;
     }
     if (hdr[1] != DATA_SHARD_VERSION) {
-        ret = fail(err, -EINVAL, "'%s': shard version %d, this reader knows %d", path, hdr[1],
-                   DATA_SHARD_VERSION);
+        ret = errmsg_set(err, -EINVAL, "'%s': shard version %d, this reader knows %d", path, hdr[1],
+                         DATA_SHARD_VERSION);
         goto out;
     }
     if (hdr[2] < 0) {
-        ret = fail(err, -EINVAL, "'%s': negative token count %d in the header", path, hdr[2]);
+        ret = errmsg_set(err, -EINVAL, "'%s': negative token count %d in the header", path, hdr[2]);
         goto out;
     }
     sh->ntokens = (uint64_t)hdr[2];
     have = (sh->map_len - HEADER_BYTES) / sizeof(uint16_t);
     if (have < sh->ntokens) {
-        ret =
-            fail(err, -EINVAL, "'%s': truncated: the header says %llu tokens, the file holds %llu",
-                 path, (unsigned long long)sh->ntokens, (unsigned long long)have);
+        ret = errmsg_set(err, -EINVAL,
+                         "'%s': truncated: the header says %llu tokens, the file holds %llu", path,
+                         (unsigned long long)sh->ntokens, (unsigned long long)have);
         goto out;
     }
     if (HEADER_BYTES + sh->ntokens * sizeof(uint16_t) != sh->map_len) {
-        ret =
-            fail(err, -EINVAL,
-                 "'%s': the header says %llu tokens (%llu bytes) but the file has %zu bytes", path,
-                 (unsigned long long)sh->ntokens,
-                 (unsigned long long)(HEADER_BYTES + sh->ntokens * sizeof(uint16_t)), sh->map_len);
+        ret = errmsg_set(
+            err, -EINVAL,
+            "'%s': the header says %llu tokens (%llu bytes) but the file has %zu bytes", path,
+            (unsigned long long)sh->ntokens,
+            (unsigned long long)(HEADER_BYTES + sh->ntokens * sizeof(uint16_t)), sh->map_len);
         goto out;
     }
     sh->tokens = (const uint16_t *)((const char *)sh->map + HEADER_BYTES);
@@ -128,8 +114,8 @@ static int shard_open(struct data_shard *sh, const char *path, int vocab_size,
         uint64_t i = 0;
         while (sh->tokens[i] < vocab_size)
             i++;
-        ret = fail(err, -EINVAL, "'%s': token %u at position %llu is not below vocab_size %d", path,
-                   sh->tokens[i], (unsigned long long)i, vocab_size);
+        ret = errmsg_set(err, -EINVAL, "'%s': token %u at position %llu is not below vocab_size %d",
+                         path, sh->tokens[i], (unsigned long long)i, vocab_size);
         goto out;
     }
     ret = 0;
@@ -146,13 +132,13 @@ static void shard_close(struct data_shard *sh)
     free(sh->path);
 }
 
-static int add_path(struct data_set *ds, const char *path, int vocab_size, struct data_error *err)
+static int add_path(struct data_set *ds, const char *path, int vocab_size, struct errmsg *err)
 {
     struct data_shard *sh = realloc(ds->shards, (ds->nshards + 1) * sizeof(*sh));
     int ret;
 
     if (!sh)
-        return fail(err, -ENOMEM, "cannot open '%s': out of memory", path);
+        return errmsg_set(err, -ENOMEM, "cannot open '%s': out of memory", path);
     ds->shards = sh;
     sh = &ds->shards[ds->nshards];
     memset(sh, 0, sizeof(*sh));
@@ -168,8 +154,7 @@ static int add_path(struct data_set *ds, const char *path, int vocab_size, struc
 }
 
 /* One element of a spec: a literal path, or a glob whose sorted matches are all added. */
-static int add_element(struct data_set *ds, const char *elem, int vocab_size,
-                       struct data_error *err)
+static int add_element(struct data_set *ds, const char *elem, int vocab_size, struct errmsg *err)
 {
     glob_t g;
     int rc, ret = 0;
@@ -178,27 +163,28 @@ static int add_element(struct data_set *ds, const char *elem, int vocab_size,
         return add_path(ds, elem, vocab_size, err);
     rc = glob(elem, 0, NULL, &g);
     if (rc == GLOB_NOMATCH)
-        return fail(err, -ENOENT, "'%s': no file matches", elem);
+        return errmsg_set(err, -ENOENT, "'%s': no file matches", elem);
     if (rc != 0)
-        return fail(err, rc == GLOB_NOSPACE ? -ENOMEM : -EIO, "cannot expand '%s': %s", elem,
-                    rc == GLOB_NOSPACE ? "out of memory" : "read error");
+        return errmsg_set(err, rc == GLOB_NOSPACE ? -ENOMEM : -EIO, "cannot expand '%s': %s", elem,
+                          rc == GLOB_NOSPACE ? "out of memory" : "read error");
     for (size_t i = 0; i < g.gl_pathc && ret == 0; i++)
         ret = add_path(ds, g.gl_pathv[i], vocab_size, err);
     globfree(&g);
     return ret;
 }
 
-struct data_set *data_open(const char *spec, int vocab_size, struct data_error *err)
+struct data_set *data_open(const char *spec, int vocab_size, struct errmsg *err)
 {
     struct data_set *ds = calloc(1, sizeof(*ds));
     char *copy = NULL, *p, *next;
 
     if (!ds || !(ds->spec = strdup(spec)) || !(copy = strdup(spec))) {
-        fail(err, -ENOMEM, "cannot open '%s': out of memory", spec);
+        errmsg_set(err, -ENOMEM, "cannot open '%s': out of memory", spec);
         goto fail;
     }
     if (vocab_size < 1 || vocab_size > 65536) {
-        fail(err, -EINVAL, "cannot open '%s': vocab_size %d is not 1..65536", spec, vocab_size);
+        errmsg_set(err, -EINVAL, "cannot open '%s': vocab_size %d is not 1..65536", spec,
+                   vocab_size);
         goto fail;
     }
     for (p = copy; p; p = next) {
@@ -212,7 +198,7 @@ struct data_set *data_open(const char *spec, int vocab_size, struct data_error *
         while (e > p && isspace((unsigned char)e[-1]))
             *--e = '\0';
         if (!*p) {
-            fail(err, -EINVAL, "'%s': an empty element in the list", spec);
+            errmsg_set(err, -EINVAL, "'%s': an empty element in the list", spec);
             goto fail;
         }
         if (add_element(ds, p, vocab_size, err) < 0)
@@ -240,15 +226,15 @@ void data_close(struct data_set *ds)
 /* --- the loader ------------------------------------------------------------------------------ */
 
 int data_loader_init(struct data_loader *dl, const struct data_set *ds, int B, int T, int rank,
-                     int world, int accum, struct data_error *err)
+                     int world, int accum, struct errmsg *err)
 {
     uint64_t S;
 
     if (B < 1 || T < 1 || world < 1 || rank < 0 || rank >= world || accum < 1)
-        return fail(err, -EINVAL,
-                    "'%s': bad loader arguments (batch %d, seq_len %d, rank %d of %d, "
-                    "grad_accum %d)",
-                    ds->spec, B, T, rank, world, accum);
+        return errmsg_set(err, -EINVAL,
+                          "'%s': bad loader arguments (batch %d, seq_len %d, rank %d of %d, "
+                          "grad_accum %d)",
+                          ds->spec, B, T, rank, world, accum);
     S = ds->ntokens > 0 ? (ds->ntokens - 1) / (uint64_t)T : 0;
     memset(dl, 0, sizeof(*dl));
     dl->ds = ds;
@@ -260,11 +246,11 @@ int data_loader_init(struct data_loader *dl, const struct data_set *ds, int B, i
     dl->nseq = S;
     dl->G = (uint64_t)world * (uint64_t)B * (uint64_t)accum;
     if (S < dl->G)
-        return fail(err, -EINVAL,
-                    "'%s': too few tokens: %llu tokens make %llu sequences of %d+1, one step "
-                    "needs %llu (%d ranks x batch_size %d x grad_accum %d)",
-                    ds->spec, (unsigned long long)ds->ntokens, (unsigned long long)S, T,
-                    (unsigned long long)dl->G, world, B, accum);
+        return errmsg_set(err, -EINVAL,
+                          "'%s': too few tokens: %llu tokens make %llu sequences of %d+1, one step "
+                          "needs %llu (%d ranks x batch_size %d x grad_accum %d)",
+                          ds->spec, (unsigned long long)ds->ntokens, (unsigned long long)S, T,
+                          (unsigned long long)dl->G, world, B, accum);
     return 0;
 }
 
@@ -381,7 +367,7 @@ struct prep_out {
     char *buf;          /* header + cap uint16 */
 };
 
-static int prep_flush(struct prep_out *o, struct data_error *err)
+static int prep_flush(struct prep_out *o, struct errmsg *err)
 {
     char path[PATH_MAX];
     int32_t *hdr = (int32_t *)o->buf;
@@ -389,21 +375,21 @@ static int prep_flush(struct prep_out *o, struct data_error *err)
 
     if (snprintf(path, sizeof(path), "%s/%s_%06d.bin", o->out_dir, o->name, o->shard) >=
         (int)sizeof(path))
-        return fail(err, -ENAMETOOLONG, "'%s': name too long", o->out_dir);
+        return errmsg_set(err, -ENAMETOOLONG, "'%s': name too long", o->out_dir);
     memset(hdr, 0, HEADER_BYTES);
     hdr[0] = DATA_SHARD_MAGIC;
     hdr[1] = DATA_SHARD_VERSION;
     hdr[2] = (int32_t)o->fill;
     rc = fs_write_atomic(path, o->buf, HEADER_BYTES + o->fill * sizeof(uint16_t), 0644);
     if (rc < 0)
-        return fail(err, rc, "cannot write '%s': %s", path, strerror(-rc));
+        return errmsg_set(err, rc, "cannot write '%s': %s", path, strerror(-rc));
     o->done += o->fill;
     o->fill = 0;
     o->shard++;
     return 0;
 }
 
-static int prep_put(struct prep_out *o, const unsigned char *p, size_t n, struct data_error *err)
+static int prep_put(struct prep_out *o, const unsigned char *p, size_t n, struct errmsg *err)
 {
     while (n > 0) {
         uint16_t *tok;
@@ -413,7 +399,7 @@ static int prep_put(struct prep_out *o, const unsigned char *p, size_t n, struct
             o->cap = left < DATA_PREP_SHARD_TOKENS ? left : DATA_PREP_SHARD_TOKENS;
             o->buf = malloc(HEADER_BYTES + o->cap * sizeof(uint16_t));
             if (!o->buf)
-                return fail(err, -ENOMEM, "cannot tokenize: out of memory");
+                return errmsg_set(err, -ENOMEM, "cannot tokenize: out of memory");
         }
         tok = (uint16_t *)(o->buf + HEADER_BYTES);
         take = o->cap - o->fill < n ? (size_t)(o->cap - o->fill) : n;
@@ -435,8 +421,7 @@ static int prep_put(struct prep_out *o, const unsigned char *p, size_t n, struct
 
 /* Removes shards of an earlier prep numbered from `from` on, which a glob would otherwise
  * still pick up. */
-static int prep_remove_stale(const char *out_dir, const char *name, int from,
-                             struct data_error *err)
+static int prep_remove_stale(const char *out_dir, const char *name, int from, struct errmsg *err)
 {
     char path[PATH_MAX];
 
@@ -445,13 +430,13 @@ static int prep_remove_stale(const char *out_dir, const char *name, int from,
         if (unlink(path) < 0) {
             if (errno == ENOENT)
                 return 0;
-            return fail(err, -errno, "cannot remove '%s': %s", path, strerror(errno));
+            return errmsg_set(err, -errno, "cannot remove '%s': %s", path, strerror(errno));
         }
     }
 }
 
 int data_prep(const char *const *inputs, size_t n, const char *out_dir, double val_fraction,
-              struct data_error *err)
+              struct errmsg *err)
 {
     struct prep_out train = {.out_dir = out_dir, .name = "train"};
     struct prep_out val = {.out_dir = out_dir, .name = "val"};
@@ -460,16 +445,16 @@ int data_prep(const char *const *inputs, size_t n, const char *out_dir, double v
     int ret = -1, fd = -1;
 
     if (n == 0)
-        return fail(err, -EINVAL, "prep: no input text");
+        return errmsg_set(err, -EINVAL, "prep: no input text");
     if (!(val_fraction > 0.0 && val_fraction < 1.0))
-        return fail(err, -EINVAL, "prep: the validation fraction %g is not between 0 and 1",
-                    val_fraction);
+        return errmsg_set(err, -EINVAL, "prep: the validation fraction %g is not between 0 and 1",
+                          val_fraction);
     for (size_t i = 0; i < n; i++) {
         struct stat st;
         if (stat(inputs[i], &st) < 0)
-            return fail(err, -errno, "cannot read '%s': %s", inputs[i], strerror(errno));
+            return errmsg_set(err, -errno, "cannot read '%s': %s", inputs[i], strerror(errno));
         if (!S_ISREG(st.st_mode))
-            return fail(err, -EINVAL, "cannot read '%s': not a regular file", inputs[i]);
+            return errmsg_set(err, -EINVAL, "cannot read '%s': not a regular file", inputs[i]);
         total += (uint64_t)st.st_size;
     }
     /* The last val_fraction of the bytes, rounded up; both parts need two tokens to make one
@@ -477,21 +462,21 @@ int data_prep(const char *const *inputs, size_t n, const char *out_dir, double v
     val.total = (uint64_t)((double)total * val_fraction + 0.999999);
     train.total = total - val.total;
     if (val.total < 2 || train.total < 2)
-        return fail(err, -EINVAL,
-                    "prep: %llu bytes of text are too few for train and validation parts",
-                    (unsigned long long)total);
+        return errmsg_set(err, -EINVAL,
+                          "prep: %llu bytes of text are too few for train and validation parts",
+                          (unsigned long long)total);
     ret = fs_mkdirs(out_dir, 0755);
     if (ret < 0)
-        return fail(err, ret, "cannot create '%s': %s", out_dir, strerror(-ret));
+        return errmsg_set(err, ret, "cannot create '%s': %s", out_dir, strerror(-ret));
     chunk = malloc(PREP_READ_CHUNK);
     if (!chunk) {
-        ret = fail(err, -ENOMEM, "cannot tokenize: out of memory");
+        ret = errmsg_set(err, -ENOMEM, "cannot tokenize: out of memory");
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
         fd = open(inputs[i], O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
-            ret = fail(err, -errno, "cannot read '%s': %s", inputs[i], strerror(errno));
+            ret = errmsg_set(err, -errno, "cannot read '%s': %s", inputs[i], strerror(errno));
             goto out;
         }
         for (;;) {
@@ -500,14 +485,15 @@ int data_prep(const char *const *inputs, size_t n, const char *out_dir, double v
             if (got < 0 && errno == EINTR)
                 continue;
             if (got < 0) {
-                ret = fail(err, -errno, "cannot read '%s': %s", inputs[i], strerror(errno));
+                ret = errmsg_set(err, -errno, "cannot read '%s': %s", inputs[i], strerror(errno));
                 goto out;
             }
             if (got == 0)
                 break;
             k = (size_t)got;
             if (pos + k > total) {
-                ret = fail(err, -EAGAIN, "cannot read '%s': it grew while being read", inputs[i]);
+                ret = errmsg_set(err, -EAGAIN, "cannot read '%s': it grew while being read",
+                                 inputs[i]);
                 goto out;
             }
             to_train = pos >= train.total      ? 0
@@ -524,7 +510,7 @@ int data_prep(const char *const *inputs, size_t n, const char *out_dir, double v
         fd = -1;
     }
     if (pos != total) {
-        ret = fail(err, -EAGAIN, "cannot tokenize: the text shrank while being read");
+        ret = errmsg_set(err, -EAGAIN, "cannot tokenize: the text shrank while being read");
         goto out;
     }
     ret = prep_remove_stale(out_dir, "train", train.shard, err);

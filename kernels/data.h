@@ -21,15 +21,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "errmsg.h"
+
 #define DATA_SHARD_MAGIC       20240520
 #define DATA_SHARD_VERSION     1
 #define DATA_SHARD_HEADER_INTS 256 /* header of 256 int32: 1024 bytes */
 
-/* One failure, naming the file: "'data/train_000000.bin': truncated: header says 1000
- * tokens, the file holds 998". */
-struct data_error {
-    char text[512];
-};
+/* A failure below fills the caller's struct errmsg with one line that names the file:
+ * "'data/train_000000.bin': truncated: header says 1000 tokens, the file holds 998". */
 
 /* An opened set of shards (mmapped, read-only). */
 struct data_shard {
@@ -53,7 +52,7 @@ struct data_set {
  * validated: magic, version, token count against the file's size, and every token below
  * vocab_size (a pass over all the data). A glob that matches nothing is an error.
  * Returns a new set (data_close) or NULL with err filled. */
-struct data_set *data_open(const char *spec, int vocab_size, struct data_error *err);
+struct data_set *data_open(const char *spec, int vocab_size, struct errmsg *err);
 
 /* Unmaps and frees ds (NULL is fine). */
 void data_close(struct data_set *ds);
@@ -82,7 +81,7 @@ struct data_loader {
  * than G sequences (one step would repeat data), or the arguments are out of range.
  * Returns 0 or -EINVAL with err filled. */
 int data_loader_init(struct data_loader *dl, const struct data_set *ds, int B, int T, int rank,
-                     int world, int accum, struct data_error *err);
+                     int world, int accum, struct errmsg *err);
 
 /* Fills inputs and targets (B*T each, row-major [B][T]) with rank's micro-step micro
  * (0..accum-1) of step. Tokens are 0..65535 as int. */
@@ -116,6 +115,6 @@ uint64_t data_loader_val_batches(const struct data_loader *dl);
  * prep beyond the new ones are removed. Returns 0, or a negative errno with err filled. */
 #define DATA_PREP_SHARD_TOKENS 100000000 /* llm.c's shard size: 200 MB of uint16 */
 int data_prep(const char *const *inputs, size_t n, const char *out_dir, double val_fraction,
-              struct data_error *err);
+              struct errmsg *err);
 
 #endif

@@ -11,7 +11,6 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,9 +29,11 @@
 #include "ckpt.h"
 #include "coll.h"
 #include "data.h"
+#include "errmsg.h"
 #include "fsutil.h"
 #include "gpt2.h"
 #include "gr.h"
+#include "monotime.h"
 #include "optim.h"
 #include "traincfg.h"
 #include "banned.h"
@@ -88,30 +89,8 @@ struct run {
 
     FILE *metrics; /* rank 0 */
     char *config_json;
-    char err[1024];
+    struct errmsg err; /* the run's failure, printed once, by main */
 };
-
-static int fail(struct run *r, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Records the run's error (printed once, by main) and returns code. */
-static int fail(struct run *r, int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(r->err, sizeof(r->err), fmt, ap);
-    va_end(ap);
-    return code;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Where a key's value came from, for an error: "jobs/tiny.cfg:22", "command line", or the file
  * (a default). */
@@ -170,7 +149,7 @@ static int local_rank(const struct run *r)
 static int setup_world(struct run *r)
 {
     const char *backend;
-    char err[512];
+    struct errmsg err;
     int ret;
 
     r->rank = 0;
@@ -178,7 +157,7 @@ static int setup_world(struct run *r)
     if (getenv("GPURUN_SOCK") || getenv("PMIX_RANK")) {
         ret = gr_init(&r->g);
         if (ret < 0)
-            return fail(r, ret, "cannot join the job: %s", gr_strerror(NULL));
+            return errmsg_set(&r->err, ret, "cannot join the job: %s", gr_strerror(NULL));
         r->rank = gr_rank(r->g);
         r->world = gr_world_size(r->g);
         /* The trainer checkpoints on the pre-timeout signal: ask for it (a rank that does not
@@ -186,20 +165,21 @@ static int setup_world(struct run *r)
         int sig;
         ret = gr_on_preempt(r->g, &sig);
         if (ret < 0)
-            return fail(r, ret, "cannot ask for the pre-timeout signal: %s", gr_strerror(r->g));
+            return errmsg_set(&r->err, ret, "cannot ask for the pre-timeout signal: %s",
+                              gr_strerror(r->g));
         if (sig != SIGUSR1 && sig != SIGTERM) {
             struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
             sigemptyset(&sa.sa_mask);
             sigaction(sig, &sa, NULL);
         }
     }
-    ret = r->be->open(&r->b, local_rank(r), err, sizeof(err));
+    ret = r->be->open(&r->b, local_rank(r), &err);
     if (ret < 0)
-        return fail(r, ret, "device '%s': %s", r->be->name, err);
+        return errmsg_set(&r->err, ret, "device '%s': %s", r->be->name, err.text);
     backend = r->be->coll ? r->be->coll : r->world > 1 ? "tcp" : "single";
-    ret = coll_open(backend, r->g, &r->coll, err, sizeof(err));
+    ret = coll_open(backend, r->g, &r->coll, &err);
     if (ret < 0)
-        return fail(r, ret, "cannot open the collectives: %s", err);
+        return errmsg_set(&r->err, ret, "cannot open the collectives: %s", err.text);
     return 0;
 }
 
@@ -207,14 +187,14 @@ static int setup_world(struct run *r)
 static int open_data(struct run *r, const char *key, const char *spec, int accum,
                      struct data_set **ds, struct data_loader *dl)
 {
-    struct data_error derr;
+    struct errmsg derr;
     char where[PATH_MAX + 32];
 
     *ds = data_open(spec, r->cfg.vocab_size, &derr);
     if (!*ds || data_loader_init(dl, *ds, r->cfg.batch_size, r->cfg.seq_len, r->rank, r->world,
                                  accum, &derr) < 0)
-        return fail(r, -EINVAL, "%s: data.%s: %s", cfg_where(r, "data", key, where, sizeof(where)),
-                    key, derr.text);
+        return errmsg_set(&r->err, -EINVAL, "%s: data.%s: %s",
+                          cfg_where(r, "data", key, where, sizeof(where)), key, derr.text);
     return 0;
 }
 
@@ -231,7 +211,7 @@ static int setup_data(struct run *r)
     r->inputs = malloc(bt * sizeof(int));
     r->targets = malloc(bt * sizeof(int));
     if (!r->inputs || !r->targets)
-        return fail(r, -ENOMEM, "out of memory for a batch of %zu tokens", bt);
+        return errmsg_set(&r->err, -ENOMEM, "out of memory for a batch of %zu tokens", bt);
     return 0;
 }
 
@@ -264,8 +244,8 @@ static int setup_model(struct run *r)
         .n_embd = r->cfg.n_embd,
     };
     if (!gpt2_config_valid(&r->mcfg, why, sizeof(why)))
-        return fail(r, -EINVAL, "%s: %s", cfg_where(r, "model", "n_embd", where, sizeof(where)),
-                    why);
+        return errmsg_set(&r->err, -EINVAL, "%s: %s",
+                          cfg_where(r, "model", "n_embd", where, sizeof(where)), why);
     r->sched = (struct lr_schedule){
         .lr = (float)r->cfg.lr,
         .min_lr = (float)r->cfg.min_lr,
@@ -276,7 +256,7 @@ static int setup_model(struct run *r)
     o.model = r->mcfg;
     ret = r->be->init(r->b, &o);
     if (ret < 0)
-        return fail(r, ret, "%s", r->b->err);
+        return errmsg_set(&r->err, ret, "%s", r->b->err.text);
     r->n_params = r->b->n_params;
     return 0;
 }
@@ -299,7 +279,7 @@ struct start_state {
     int32_t from;   /* START_* */
     uint64_t step, opt_step, rng;
     struct data_pos data;
-    char text[1024];
+    char text[ERRMSG_MAX]; /* rank 0's failure, or the checkpoint it resumes from */
 };
 enum { START_RANDOM, START_LLMC, START_CKPT };
 
@@ -312,7 +292,7 @@ static int state_open(struct run *r, struct backend_state *st)
     if (st->params)
         return 0;
     ret = r->be->state_host(r->b, st);
-    return ret < 0 ? fail(r, ret, "%s", r->b->err) : 0;
+    return ret < 0 ? errmsg_set(&r->err, ret, "%s", r->b->err.text) : 0;
 }
 
 /* Rank 0: init_from's llm.c checkpoint into the parameters of hs, its shape checked against
@@ -320,7 +300,7 @@ static int state_open(struct run *r, struct backend_state *st)
 static int load_llmc(struct run *r, struct backend_state *hs)
 {
     struct ckpt_model want = ckpt_shape(r), found;
-    struct ckpt_error cerr;
+    struct errmsg cerr;
     char where[PATH_MAX + 32];
     float *params = NULL;
     size_t nparams = 0;
@@ -328,8 +308,8 @@ static int load_llmc(struct run *r, struct backend_state *hs)
 
     ret = ckpt_load_llmc(r->cfg.init_from, r->cfg.seq_len, &found, &params, &nparams, &cerr);
     if (ret < 0)
-        return fail(r, ret, "%s: model.init_from: %s",
-                    cfg_where(r, "model", "init_from", where, sizeof(where)), cerr.text);
+        return errmsg_set(&r->err, ret, "%s: model.init_from: %s",
+                          cfg_where(r, "model", "init_from", where, sizeof(where)), cerr.text);
     const struct {
         const char *name;
         int have, want;
@@ -343,16 +323,16 @@ static int load_llmc(struct run *r, struct backend_state *hs)
     };
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
         if (f[i].have != f[i].want) {
-            ret =
-                fail(r, -EINVAL, "%s: '%s': %s is %d in the checkpoint, %d in [model]",
-                     cfg_where(r, "model", i == 5 ? "vocab_size" : f[i].name, where, sizeof(where)),
-                     r->cfg.init_from, f[i].name, f[i].have, f[i].want);
+            ret = errmsg_set(
+                &r->err, -EINVAL, "%s: '%s': %s is %d in the checkpoint, %d in [model]",
+                cfg_where(r, "model", i == 5 ? "vocab_size" : f[i].name, where, sizeof(where)),
+                r->cfg.init_from, f[i].name, f[i].have, f[i].want);
             goto out;
         }
     }
     if (nparams != r->n_params) {
-        ret = fail(r, -EINVAL, "'%s': %zu parameters, the model has %zu", r->cfg.init_from, nparams,
-                   r->n_params);
+        ret = errmsg_set(&r->err, -EINVAL, "'%s': %zu parameters, the model has %zu",
+                         r->cfg.init_from, nparams, r->n_params);
         goto out;
     }
     ret = state_open(r, hs);
@@ -375,7 +355,7 @@ static int load_ckpt(struct run *r, struct start_state *st, struct backend_state
     struct ckpt_model shape = ckpt_shape(r);
     struct ckpt_state cs = {0};
     struct ckpt_newest nw = {0};
-    struct ckpt_error cerr;
+    struct errmsg cerr;
     char aside[PATH_MAX + 32];
     int ret;
 
@@ -387,20 +367,20 @@ static int load_ckpt(struct run *r, struct start_state *st, struct backend_state
     cs.v = hs->v;
     ret = ckpt_load_newest(r->cfg.out_dir, &shape, r->n_params, &cs, &nw, &cerr);
     if (ret <= 0)
-        return ret < 0 ? fail(r, ret, "cannot resume: %s", cerr.text) : 0;
+        return ret < 0 ? errmsg_set(&r->err, ret, "cannot resume: %s", cerr.text) : 0;
     /* The data position only means something for the same token stream. */
     if (cs.data.ntokens != r->train_ds->ntokens || cs.data.nseq != r->dl.nseq) {
-        ret = fail(r, -EINVAL,
-                   "cannot resume from '%s': the training data changed: %" PRIu64
-                   " tokens (%" PRIu64 " sequences) then, %" PRIu64 " (%" PRIu64 ") now in '%s'",
-                   nw.path, cs.data.ntokens, cs.data.nseq, r->train_ds->ntokens, r->dl.nseq,
-                   r->cfg.train);
+        ret = errmsg_set(
+            &r->err, -EINVAL,
+            "cannot resume from '%s': the training data changed: %" PRIu64 " tokens (%" PRIu64
+            " sequences) then, %" PRIu64 " (%" PRIu64 ") now in '%s'",
+            nw.path, cs.data.ntokens, cs.data.nseq, r->train_ds->ntokens, r->dl.nseq, r->cfg.train);
         goto out;
     }
     for (size_t i = 0; i < nw.ndamaged; i++) {
         ret = ckpt_set_aside(nw.damaged[i].path, aside, sizeof(aside), &cerr);
         if (ret < 0) {
-            fail(r, ret, "cannot resume: %s", cerr.text);
+            errmsg_set(&r->err, ret, "cannot resume: %s", cerr.text);
             goto out;
         }
         fprintf(stderr, PROG ": warning: %s; kept as '%s', resuming from the older '%s'\n",
@@ -421,13 +401,13 @@ out:
  * tells them from a live writer's is ckpt_clean_tmp's). */
 static int clean_tmp(struct run *r)
 {
-    struct ckpt_error cerr;
+    struct errmsg cerr;
     uint64_t bytes;
     int removed, ret;
 
     ret = ckpt_clean_tmp(r->cfg.out_dir, &r->started, &removed, &bytes, &cerr);
     if (ret < 0)
-        return fail(r, ret, "%s", cerr.text);
+        return errmsg_set(&r->err, ret, "%s", cerr.text);
     if (removed)
         printf("out_dir '%s': removed %d temp file%s of interrupted saves (%.1f MB)\n",
                r->cfg.out_dir, removed, removed == 1 ? "" : "s", (double)bytes / 1e6);
@@ -459,9 +439,9 @@ static int clear_out_dir(struct run *r, bool resume)
     int removed = 0;
 
     if (!d)
-        return errno == ENOENT
-                   ? 0
-                   : fail(r, -errno, "cannot read '%s': %s", r->cfg.out_dir, strerror(errno));
+        return errno == ENOENT ? 0
+                               : errmsg_set(&r->err, -errno, "cannot read '%s': %s", r->cfg.out_dir,
+                                            strerror(errno));
     while (!resume && (de = readdir(d))) {
         if (!is_ckpt_name(de->d_name))
             continue;
@@ -469,14 +449,14 @@ static int clear_out_dir(struct run *r, bool resume)
         if (unlink(path) < 0 && errno != ENOENT) {
             int e = errno;
             closedir(d);
-            return fail(r, -e, "cannot remove '%s': %s", path, strerror(e));
+            return errmsg_set(&r->err, -e, "cannot remove '%s': %s", path, strerror(e));
         }
         removed++;
     }
     closedir(d);
     snprintf(path, sizeof(path), "%s/%s", r->cfg.out_dir, METRICS_NAME);
     if (unlink(path) < 0 && errno != ENOENT)
-        return fail(r, -errno, "cannot remove '%s': %s", path, strerror(errno));
+        return errmsg_set(&r->err, -errno, "cannot remove '%s': %s", path, strerror(errno));
     if (removed)
         printf("out_dir '%s': starting afresh (train.resume is off): removed %d checkpoint%s of "
                "an earlier run\n",
@@ -498,10 +478,10 @@ static int trim_metrics(struct run *r, uint64_t step)
     if (ret == -ENOENT)
         return 0;
     if (ret < 0)
-        return fail(r, ret, "cannot read '%s': %s", path, strerror(-ret));
+        return errmsg_set(&r->err, ret, "cannot read '%s': %s", path, strerror(-ret));
     out = malloc(len + 1);
     if (!out) {
-        ret = fail(r, -ENOMEM, "cannot rewrite '%s': out of memory", path);
+        ret = errmsg_set(&r->err, -ENOMEM, "cannot rewrite '%s': out of memory", path);
         goto out;
     }
     for (line = text; line && *line; line = next) {
@@ -522,7 +502,7 @@ static int trim_metrics(struct run *r, uint64_t step)
     }
     ret = fs_write_atomic(path, out, olen, 0644);
     if (ret < 0)
-        fail(r, ret, "cannot rewrite '%s': %s", path, strerror(-ret));
+        errmsg_set(&r->err, ret, "cannot rewrite '%s': %s", path, strerror(-ret));
 out:
     free(text);
     free(out);
@@ -560,18 +540,19 @@ static int setup_start(struct run *r)
         if (ret >= 0)
             ret = st.from == START_CKPT ? trim_metrics(r, st.step) : clear_out_dir(r, resume);
         if (ret >= 0 && (ret = fs_mkdirs(r->cfg.out_dir, 0755)) < 0)
-            fail(r, ret, "cannot create '%s': %s", r->cfg.out_dir, strerror(-ret));
+            errmsg_set(&r->err, ret, "cannot create '%s': %s", r->cfg.out_dir, strerror(-ret));
         st.status = ret < 0 ? ret : 0;
         if (ret < 0)
-            snprintf(st.text, sizeof(st.text), "%s", r->err);
+            snprintf(st.text, sizeof(st.text), "%s", r->err.text);
     }
     ret = coll_broadcast(r->coll, &st, sizeof(st), 0);
     if (ret < 0) {
-        ret = fail(r, ret, "cannot agree on the starting state: %s", coll_strerror(r->coll));
+        ret = errmsg_set(&r->err, ret, "cannot agree on the starting state: %s",
+                         coll_strerror(r->coll));
         goto out;
     }
     if (st.status < 0) {
-        ret = fail(r, st.status, "%s", st.text);
+        ret = errmsg_set(&r->err, st.status, "%s", st.text);
         goto out;
     }
 
@@ -587,7 +568,7 @@ static int setup_start(struct run *r)
                 ret = coll_broadcast(r->coll, hs.v, r->n_params * sizeof(float), 0);
         }
         if (ret < 0) {
-            fail(r, ret, "cannot share the starting state: %s", coll_strerror(r->coll));
+            errmsg_set(&r->err, ret, "cannot share the starting state: %s", coll_strerror(r->coll));
             goto out;
         }
         hs.opt_step = st.opt_step;
@@ -596,7 +577,7 @@ static int setup_start(struct run *r)
         ret = r->be->init_random(r->b, (uint64_t)r->cfg.seed);
     }
     if (ret < 0) {
-        fail(r, ret, "%s", r->b->err);
+        errmsg_set(&r->err, ret, "%s", r->b->err.text);
         goto out;
     }
     r->saved_step = UINT64_MAX;
@@ -656,13 +637,13 @@ static int evaluate(struct run *r, float *val_loss)
         ret =
             r->be->eval_loss(r->b, r->inputs, r->targets, r->cfg.batch_size, r->cfg.seq_len, &loss);
         if (ret < 0)
-            return fail(r, ret, "validation %s", r->b->err);
+            return errmsg_set(&r->err, ret, "validation %s", r->b->err.text);
         sum += loss;
     }
     sum /= r->cfg.eval_batches;
     ret = coll_allreduce_sum_f64(r->coll, &sum, 1);
     if (ret < 0)
-        return fail(r, ret, "validation: %s", coll_strerror(r->coll));
+        return errmsg_set(&r->err, ret, "validation: %s", coll_strerror(r->coll));
     *val_loss = (float)(sum / r->world);
     return 0;
 }
@@ -719,7 +700,7 @@ static int sample(struct run *r, int n)
     int ret;
 
     if (!ctx)
-        return fail(r, -ENOMEM, "sample: out of memory");
+        return errmsg_set(&r->err, -ENOMEM, "sample: out of memory");
     ctx[0] = r->train_ds->shards[0].tokens[0];
     for (int len = 1; len <= n; len++) {
         int t = len < T ? len : T;
@@ -728,7 +709,7 @@ static int sample(struct run *r, int n)
         ret = r->be->last_logits(r->b, ctx + len - t, t, &row);
         if (ret < 0) {
             free(ctx);
-            return fail(r, ret, "sample: %s", r->b->err);
+            return errmsg_set(&r->err, ret, "sample: %s", r->b->err.text);
         }
         ctx[len] = gpt2_sample_next(row, V, SAMPLE_TEMPERATURE, &r->rng);
     }
@@ -754,9 +735,9 @@ static int save_ckpt(struct run *r)
         .nparams = r->n_params,
     };
     struct backend_state hs = {0};
-    struct ckpt_error cerr;
+    struct errmsg cerr;
     char path[PATH_MAX];
-    double t0 = now_s();
+    double t0 = monotime_s();
     int ret;
 
     if (r->saved_step == r->step)
@@ -764,7 +745,7 @@ static int save_ckpt(struct run *r)
     if (r->rank == 0 && (ret = state_open(r, &hs)) < 0)
         goto out;
     if ((ret = r->be->state_get(r->b, r->rank == 0 ? &hs : NULL)) < 0) {
-        fail(r, ret, "%s", r->b->err);
+        errmsg_set(&r->err, ret, "%s", r->b->err.text);
         goto out;
     }
     if (r->rank == 0) {
@@ -776,16 +757,16 @@ static int save_ckpt(struct run *r)
         if (ret == 0)
             ret = ckpt_prune(r->cfg.out_dir, CKPT_KEEP, &cerr);
         if (ret < 0) {
-            fail(r, ret, "%s", cerr.text);
+            errmsg_set(&r->err, ret, "%s", cerr.text);
             goto out;
         }
         ckpt_path(path, sizeof(path), r->cfg.out_dir, r->step);
         printf("saved '%s' (%.1f MB in %.0f ms)\n", path, (double)r->n_params * 12.0 / 1e6,
-               1e3 * (now_s() - t0));
+               1e3 * (monotime_s() - t0));
     }
     ret = coll_barrier(r->coll);
     if (ret < 0) {
-        fail(r, ret, "waiting for rank 0's checkpoint: %s", coll_strerror(r->coll));
+        errmsg_set(&r->err, ret, "waiting for rank 0's checkpoint: %s", coll_strerror(r->coll));
         goto out;
     }
     r->saved_step = r->step;
@@ -859,7 +840,7 @@ static int train_step(struct run *r, float *loss, float *lr, float *grad_norm)
     if (ret == 0)
         ret = be->update(r->b, *lr, optim_clip_scale(norm, (float)r->cfg.grad_clip));
     if (ret < 0)
-        return fail(r, ret, "step %" PRIu64 ": %s", r->step + 1, r->b->err);
+        return errmsg_set(&r->err, ret, "step %" PRIu64 ": %s", r->step + 1, r->b->err.text);
     *loss = (float)(sum / accum);
     *grad_norm = (float)norm;
     return 0;
@@ -873,7 +854,7 @@ static bool every(int n, uint64_t step)
 static int train(struct run *r)
 {
     uint64_t steps = (uint64_t)r->cfg.steps;
-    double t_start = now_s();
+    double t_start = monotime_s();
     uint64_t first = r->step;
     float last_loss = NAN, last_val = NAN;
     int ret;
@@ -886,7 +867,7 @@ static int train(struct run *r)
     }
     while (r->step < steps) {
         struct step_stats s = {.step = r->step + 1};
-        double t0 = now_s(), agree[2];
+        double t0 = monotime_s(), agree[2];
         bool last;
 
         ret = train_step(r, &s.loss, &s.lr, &s.grad_norm);
@@ -898,9 +879,9 @@ static int train(struct run *r)
         agree[1] = stop_signal ? 1.0 : 0.0;
         ret = coll_allreduce_sum_f64(r->coll, agree, 2);
         if (ret < 0)
-            return fail(r, ret, "step %" PRIu64 ": %s", s.step, coll_strerror(r->coll));
+            return errmsg_set(&r->err, ret, "step %" PRIu64 ": %s", s.step, coll_strerror(r->coll));
         s.loss = (float)(agree[0] / r->world);
-        s.ms = 1e3 * (now_s() - t0);
+        s.ms = 1e3 * (monotime_s() - t0);
         s.tokens_per_s = (double)(r->dl.G * (uint64_t)r->cfg.seq_len) / (s.ms / 1e3);
         r->step++;
         last = r->step == steps || agree[1] > 0.0;
@@ -949,8 +930,8 @@ static int train(struct run *r)
         }
     }
     if (r->rank == 0) {
-        printf("done: %" PRIu64 " steps in %.1f s, loss %.4f", r->step - first, now_s() - t_start,
-               (double)last_loss);
+        printf("done: %" PRIu64 " steps in %.1f s, loss %.4f", r->step - first,
+               monotime_s() - t_start, (double)last_loss);
         if (!isnan(last_val))
             printf(", val loss %.4f", (double)last_val);
         printf("\n");
@@ -985,19 +966,19 @@ static int open_metrics(struct run *r)
     char path[PATH_MAX];
 
     if (snprintf(path, sizeof(path), "%s/%s", r->cfg.out_dir, METRICS_NAME) >= (int)sizeof(path))
-        return fail(r, -ENAMETOOLONG, "'%s': path too long", r->cfg.out_dir);
+        return errmsg_set(&r->err, -ENAMETOOLONG, "'%s': path too long", r->cfg.out_dir);
     r->metrics = fopen(path, "ae");
     if (!r->metrics)
-        return fail(r, -errno, "cannot open '%s': %s", path, strerror(errno));
+        return errmsg_set(&r->err, -errno, "cannot open '%s': %s", path, strerror(errno));
     return 0;
 }
 
 static int train_main(const char *path, const char *const *overrides, size_t n)
 {
     struct run r = {.cfg_path = path};
-    struct traincfg_error cerr;
+    struct errmsg cerr, why;
     struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
-    char where[PATH_MAX + 32], why[512];
+    char where[PATH_MAX + 32];
     json_t *j;
     int ret;
 
@@ -1010,10 +991,10 @@ static int train_main(const char *path, const char *const *overrides, size_t n)
     /* Before anything that takes time or joins the collectives: a rank without a GPU says so
      * in one line. */
     r.be = r.cfg.device == TRAINCFG_DEVICE_CUDA ? &backend_cuda : &backend_cpu;
-    ret = r.be->probe(why, sizeof(why));
+    ret = r.be->probe(&why);
     if (ret < 0) {
-        fail(&r, ret, "%s: device '%s': %s", cfg_where(&r, "train", "device", where, sizeof(where)),
-             r.be->name, why);
+        errmsg_set(&r.err, ret, "%s: device '%s': %s",
+                   cfg_where(&r, "train", "device", where, sizeof(where)), r.be->name, why.text);
         goto out;
     }
     sigemptyset(&sa.sa_mask);
@@ -1043,7 +1024,7 @@ static int train_main(const char *path, const char *const *overrides, size_t n)
         ret = train(&r);
 out:
     if (ret < 0)
-        fprintf(stderr, PROG ": %s\n", r.err);
+        fprintf(stderr, PROG ": %s\n", r.err.text);
     fflush(stdout);
     run_release(&r);
     return ret < 0 ? 1 : 0;
@@ -1055,7 +1036,7 @@ static int prep_main(int argc, char **argv)
     const char **inputs = calloc((size_t)argc, sizeof(char *));
     const char *out_dir = NULL;
     double frac = PREP_VAL_FRACTION;
-    struct data_error derr;
+    struct errmsg derr;
     size_t n = 0;
     int ret = 1;
 

@@ -1,7 +1,6 @@
 /* job.json: read and written through jansson, every integer key a table row with its
  * default and range, so a new setting is a new row. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "errmsg.h"
 #include "fsutil.h"
 #include "jobspec.h"
 #include "banned.h"
@@ -120,19 +120,6 @@ int jobspec_add_env(struct jobspec *spec, const char *kv)
     return strv_append(&spec->env, kv);
 }
 
-static int fail(struct jobspec_error *err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static int fail(struct jobspec_error *err, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err->text, sizeof(err->text), fmt, ap);
-    va_end(ap);
-    return -EINVAL;
-}
-
 static int load_strv(json_t *arr, char ***out)
 {
     size_t i;
@@ -164,7 +151,7 @@ static const struct str_key *find_str_key(const char *name)
     return NULL;
 }
 
-int jobspec_load(struct jobspec *spec, const char *path, struct jobspec_error *err)
+int jobspec_load(struct jobspec *spec, const char *path, struct errmsg *err)
 {
     json_error_t je;
     json_t *root = NULL, *v;
@@ -175,16 +162,16 @@ int jobspec_load(struct jobspec *spec, const char *path, struct jobspec_error *e
 
     ret = fs_read_all(path, JOBSPEC_FILE_MAX, &text, &len);
     if (ret < 0) {
-        snprintf(err->text, sizeof(err->text), "cannot read '%s': %s", path, strerror(-ret));
+        errmsg_set(err, ret, "cannot read '%s': %s", path, strerror(-ret));
         goto out;
     }
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        ret = fail(err, "%s:%d: %s", path, je.line, je.text);
+        ret = errmsg_set(err, -EINVAL, "%s:%d: %s", path, je.line, je.text);
         goto out;
     }
     if (!json_is_object(root)) {
-        ret = fail(err, "%s: not a JSON object", path);
+        ret = errmsg_set(err, -EINVAL, "%s: not a JSON object", path);
         goto out;
     }
     json_object_foreach(root, name, v)
@@ -194,25 +181,26 @@ int jobspec_load(struct jobspec *spec, const char *path, struct jobspec_error *e
         if (k) {
             json_int_t x;
             if (!json_is_integer(v)) {
-                ret = fail(err, "%s: '%s' must be an integer", path, name);
+                ret = errmsg_set(err, -EINVAL, "%s: '%s' must be an integer", path, name);
                 goto out;
             }
             x = json_integer_value(v);
             if (x < k->min || x > k->max) {
-                ret = fail(err, "%s: '%s' must be %d..%d, not %lld", path, name, k->min, k->max,
-                           (long long)x);
+                ret = errmsg_set(err, -EINVAL, "%s: '%s' must be %d..%d, not %lld", path, name,
+                                 k->min, k->max, (long long)x);
                 goto out;
             }
             *int_field(spec, k) = (int)x;
         } else if (!strcmp(name, "version")) {
             if (!json_is_integer(v) || json_integer_value(v) != 1) {
-                ret = fail(err, "%s: unsupported 'version' (this gpurun reads version 1)", path);
+                ret = errmsg_set(err, -EINVAL,
+                                 "%s: unsupported 'version' (this gpurun reads version 1)", path);
                 goto out;
             }
         } else if (sk) {
             char **dst = str_field(spec, sk);
             if (!json_is_string(v)) {
-                ret = fail(err, "%s: '%s' must be a string", path, name);
+                ret = errmsg_set(err, -EINVAL, "%s: '%s' must be a string", path, name);
                 goto out;
             }
             free(*dst);
@@ -226,33 +214,33 @@ int jobspec_load(struct jobspec *spec, const char *path, struct jobspec_error *e
             free_strv(*dst);
             *dst = NULL;
             if (!json_is_array(v) || load_strv(v, dst) < 0) {
-                ret = fail(err, "%s: '%s' must be an array of strings", path, name);
+                ret = errmsg_set(err, -EINVAL, "%s: '%s' must be an array of strings", path, name);
                 goto out;
             }
         } else if (!strcmp(name, "loopback")) {
             if (!json_is_boolean(v)) {
-                ret = fail(err, "%s: 'loopback' must be true or false", path);
+                ret = errmsg_set(err, -EINVAL, "%s: 'loopback' must be true or false", path);
                 goto out;
             }
             spec->loopback = json_is_true(v);
         } else {
             {
-                ret = fail(err, "%s: unknown key '%s'", path, name);
+                ret = errmsg_set(err, -EINVAL, "%s: unknown key '%s'", path, name);
                 goto out;
             }
         }
     }
     if (!spec->job_id) {
-        ret = fail(err, "%s: 'job_id' is missing", path);
+        ret = errmsg_set(err, -EINVAL, "%s: 'job_id' is missing", path);
         goto out;
     }
     if (!spec->argv || !spec->argv[0]) {
-        ret = fail(err, "%s: 'argv' must name a command", path);
+        ret = errmsg_set(err, -EINVAL, "%s: 'argv' must name a command", path);
         goto out;
     }
     for (char **e = spec->env; e && *e; e++)
         if (!strchr(*e, '=') || (*e)[0] == '=') {
-            ret = fail(err, "%s: 'env' entry '%s' is not NAME=VALUE", path, *e);
+            ret = errmsg_set(err, -EINVAL, "%s: 'env' entry '%s' is not NAME=VALUE", path, *e);
             goto out;
         }
     ret = 0;

@@ -5,6 +5,8 @@
 
 #include <stdbool.h>
 
+#include "errmsg.h"
+
 struct jobspec {
     char *job_id;        /* "local-<time>-<pid>" or Slurm's job id */
     int nnodes;          /* agents that must join */
@@ -36,11 +38,6 @@ struct jobspec {
 #define GPU_BIND_NONE   0
 #define GPU_BIND_SINGLE 1
 
-/* Where a spec failed to load: "DIR/job.json: 'nnodes' must be 1..65536". */
-struct jobspec_error {
-    char text[512];
-};
-
 /* Fills spec with the defaults of every key; argv and env empty. */
 void jobspec_init(struct jobspec *spec);
 
@@ -48,8 +45,9 @@ void jobspec_init(struct jobspec *spec);
 void jobspec_release(struct jobspec *spec);
 
 /* Reads path into spec (which must be initialised). Unknown keys, wrong types and values out
- * of range are errors. Returns 0, or a negative errno with err filled. */
-int jobspec_load(struct jobspec *spec, const char *path, struct jobspec_error *err);
+ * of range are errors. Returns 0, or a negative errno with err filled ("DIR/job.json: 'nnodes'
+ * must be 1..65536"). */
+int jobspec_load(struct jobspec *spec, const char *path, struct errmsg *err);
 
 /* Writes spec to path atomically (temp file, fsync, rename, directory fsync), mode 0600.
  * Returns 0, -EINVAL when a string of spec is not UTF-8 (JSON cannot hold it; nothing is

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "errmsg.h"
 #include "proto.h"
 #include "banned.h"
 
@@ -99,51 +100,33 @@ static int check_limits(const struct msg *m, struct proto_error *err)
 {
     const char *what = proto_type_name(m->type);
 
-    if (m->key && strlen(m->key) > PROTO_KEY_MAX) {
-        snprintf(err->text, sizeof(err->text), "'%s': key longer than %d bytes", what,
-                 PROTO_KEY_MAX);
-        return -EBADMSG;
-    }
-    if (m->value && strlen(m->value) > PROTO_VALUE_MAX) {
-        snprintf(err->text, sizeof(err->text), "'%s': value longer than %d bytes", what,
-                 PROTO_VALUE_MAX);
-        return -EBADMSG;
-    }
+    if (m->key && strlen(m->key) > PROTO_KEY_MAX)
+        return errmsg_set(&err->why, -EBADMSG, "'%s': key longer than %d bytes", what,
+                          PROTO_KEY_MAX);
+    if (m->value && strlen(m->value) > PROTO_VALUE_MAX)
+        return errmsg_set(&err->why, -EBADMSG, "'%s': value longer than %d bytes", what,
+                          PROTO_VALUE_MAX);
     /* Exit statuses are 0..255 (256 would read as success) and signals below 128, so that
      * 128 + signal is one too. */
     if (m->node_rank < 0 || m->nprocs < 0 || m->rank < 0 || m->count < 0 || m->world_size < 0 ||
         m->rank_base < 0 || m->nnodes < 0 || m->generation < 0 || m->master_port < 0 ||
         m->master_port > 65535 || m->hvd_port < 0 || m->hvd_port > 65535 || m->status < 0 ||
-        m->status > 255 || m->code < 0 || m->code > 255 || m->signal < 0 || m->signal > 127) {
-        snprintf(err->text, sizeof(err->text), "'%s': negative or out-of-range number", what);
-        return -EBADMSG;
-    }
-    if (m->hvd_host && strlen(m->hvd_host) > PROTO_NAME_MAX) {
-        snprintf(err->text, sizeof(err->text), "'%s': hvd_host longer than %d bytes", what,
-                 PROTO_NAME_MAX);
-        return -EBADMSG;
-    }
-    if (m->stack && strlen(m->stack) > PROTO_STACK_MAX) {
-        snprintf(err->text, sizeof(err->text), "'%s': stack longer than %d bytes", what,
-                 PROTO_STACK_MAX);
-        return -EBADMSG;
-    }
-    if (m->error && !json_is_object(m->error)) {
-        snprintf(err->text, sizeof(err->text), "'%s': 'error' must be an object", what);
-        return -EBADMSG;
-    }
-    if (m->total_steps < 0 || (m->type == MSG_SIGNAL && m->signal == 0)) {
-        snprintf(err->text, sizeof(err->text), "'%s': negative or out-of-range number", what);
-        return -EBADMSG;
-    }
-    if (m->type == MSG_PROGRESS && !json_is_array(m->array)) {
-        snprintf(err->text, sizeof(err->text), "'%s': 'ranks' must be an array", what);
-        return -EBADMSG;
-    }
-    if (m->type == MSG_STATUS_REPLY && !json_is_object(m->array)) {
-        snprintf(err->text, sizeof(err->text), "'status_reply': 'job' must be an object");
-        return -EBADMSG;
-    }
+        m->status > 255 || m->code < 0 || m->code > 255 || m->signal < 0 || m->signal > 127)
+        return errmsg_set(&err->why, -EBADMSG, "'%s': negative or out-of-range number", what);
+    if (m->hvd_host && strlen(m->hvd_host) > PROTO_NAME_MAX)
+        return errmsg_set(&err->why, -EBADMSG, "'%s': hvd_host longer than %d bytes", what,
+                          PROTO_NAME_MAX);
+    if (m->stack && strlen(m->stack) > PROTO_STACK_MAX)
+        return errmsg_set(&err->why, -EBADMSG, "'%s': stack longer than %d bytes", what,
+                          PROTO_STACK_MAX);
+    if (m->error && !json_is_object(m->error))
+        return errmsg_set(&err->why, -EBADMSG, "'%s': 'error' must be an object", what);
+    if (m->total_steps < 0 || (m->type == MSG_SIGNAL && m->signal == 0))
+        return errmsg_set(&err->why, -EBADMSG, "'%s': negative or out-of-range number", what);
+    if (m->type == MSG_PROGRESS && !json_is_array(m->array))
+        return errmsg_set(&err->why, -EBADMSG, "'%s': 'ranks' must be an array", what);
+    if (m->type == MSG_STATUS_REPLY && !json_is_object(m->array))
+        return errmsg_set(&err->why, -EBADMSG, "'status_reply': 'job' must be an object");
     return 0;
 }
 
@@ -182,10 +165,8 @@ static int store_json(const struct proto_row *row, const struct field *f, json_t
         break;
     case 'i':
         ok = json_is_integer(v);
-        if (ok && (json_integer_value(v) < INT_MIN || json_integer_value(v) > INT_MAX)) {
-            snprintf(err->text, sizeof(err->text), "'%s': '%s' out of range", row->name, f->key);
-            return -EBADMSG;
-        }
+        if (ok && (json_integer_value(v) < INT_MIN || json_integer_value(v) > INT_MAX))
+            return errmsg_set(&err->why, -EBADMSG, "'%s': '%s' out of range", row->name, f->key);
         if (ok)
             *(int *)at = (int)json_integer_value(v);
         break;
@@ -209,11 +190,9 @@ static int store_json(const struct proto_row *row, const struct field *f, json_t
         *(json_t **)at = v;
         break;
     }
-    if (!ok) {
-        snprintf(err->text, sizeof(err->text), "'%s': '%s' must be %s", row->name, f->key,
-                 kind_name(f->kind));
-        return -EBADMSG;
-    }
+    if (!ok)
+        return errmsg_set(&err->why, -EBADMSG, "'%s': '%s' must be %s", row->name, f->key,
+                          kind_name(f->kind));
     return 0;
 }
 
@@ -226,21 +205,15 @@ static int decode_root(json_t *root, struct msg *m, struct proto_error *err)
     json_t *jt, *v;
     int t;
 
-    if (!json_is_object(root)) {
-        snprintf(err->text, sizeof(err->text), "message is not a JSON object");
-        return -EBADMSG;
-    }
+    if (!json_is_object(root))
+        return errmsg_set(&err->why, -EBADMSG, "message is not a JSON object");
     jt = json_object_get(root, "type");
-    if (!json_is_string(jt)) {
-        snprintf(err->text, sizeof(err->text), "message has no string 'type'");
-        return -EBADMSG;
-    }
+    if (!json_is_string(jt))
+        return errmsg_set(&err->why, -EBADMSG, "message has no string 'type'");
     t = find_type(json_string_value(jt));
-    if (t < 0) {
-        snprintf(err->text, sizeof(err->text), "unknown message type '%.64s'",
-                 json_string_value(jt));
-        return -EBADMSG;
-    }
+    if (t < 0)
+        return errmsg_set(&err->why, -EBADMSG, "unknown message type '%.64s'",
+                          json_string_value(jt));
     row = &rows[t];
     memset(m, 0, sizeof(*m));
     m->type = (enum msg_type)t;
@@ -250,10 +223,8 @@ static int decode_root(json_t *root, struct msg *m, struct proto_error *err)
             *(double *)((char *)m + f->off) = NAN; /* a number not given: unknown, not 0 */
         if (!v && f->optional)
             continue;
-        if (!v) {
-            snprintf(err->text, sizeof(err->text), "'%s': '%s' missing", row->name, f->key);
-            return -EBADMSG;
-        }
+        if (!v)
+            return errmsg_set(&err->why, -EBADMSG, "'%s': '%s' missing", row->name, f->key);
         found++;
         if (store_json(row, f, v, m, err) < 0)
             return -EBADMSG;
@@ -266,7 +237,7 @@ static int decode_root(json_t *root, struct msg *m, struct proto_error *err)
             for (const struct field *f = row->f; !known && f < row->f + FIELDS_MAX && f->key; f++)
                 known = !strcmp(key, f->key);
             if (!known) {
-                snprintf(err->text, sizeof(err->text), "'%s': surplus key '%.64s'", row->name, key);
+                errmsg_set(&err->why, -EBADMSG, "'%s': surplus key '%.64s'", row->name, key);
                 break;
             }
         }
@@ -479,10 +450,8 @@ int proto_decode_tree(const uint8_t *buf, size_t len, struct msg *m, struct prot
     memset(m, 0, sizeof(*m));
     err->id = 0;
     root = json_loadb((const char *)buf, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        snprintf(err->text, sizeof(err->text), "not JSON at byte %d: %s", je.position, je.text);
-        return -EBADMSG;
-    }
+    if (!root)
+        return errmsg_set(&err->why, -EBADMSG, "not JSON at byte %d: %s", je.position, je.text);
     ret = decode_root(root, m, err);
     if (ret < 0) {
         json_t *id = json_object_get(root, "id");

@@ -83,6 +83,8 @@
 
 #include <jansson.h>
 
+#include "errmsg.h"
+
 /* Store limits: a key is a short name, a value holds an NCCL unique id (128 bytes) or an
  * address list many times over; the total bounds the leader's memory whatever ranks do. */
 #define PROTO_KEY_MAX        256
@@ -145,14 +147,15 @@ struct msg {
     json_t *error; /* rank_exit: the recorded exception (an object), or NULL */
 };
 
-/* Where a decode failed and why, for one log line and one error frame. */
+/* Where a decode failed and why, for one log line and one error frame: the text, and the id
+ * that the error frame answers, which a plain struct errmsg has no room for. */
 struct proto_error {
-    char text[200];
+    struct errmsg why;
     json_int_t id; /* the message's integer "id" when it had one, else 0: for the reply */
 };
 
 /* Decodes one JSON payload of len bytes. Returns 0 and fills m (release it with
- * proto_msg_release), or -EBADMSG with err->text saying what is wrong ("not JSON at byte 7",
+ * proto_msg_release), or -EBADMSG with err->why saying what is wrong ("not JSON at byte 7",
  * "unknown type 'x'", "'join': 'nprocs' must be an integer", a key over PROTO_KEY_MAX...). */
 int proto_decode(const uint8_t *buf, size_t len, struct msg *m, struct proto_error *err);
 

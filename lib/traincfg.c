@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 
 #include <ini.h>
 
+#include "errmsg.h"
 #include "fsutil.h"
 #include "traincfg.h"
 #include "banned.h"
@@ -268,19 +268,6 @@ static char *resolve_paths(const char *value, const char *dir, size_t dlen, bool
     return out;
 }
 
-static int fail(struct traincfg_error *err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static int fail(struct traincfg_error *err, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err->text, sizeof(err->text), fmt, ap);
-    va_end(ap);
-    return -EINVAL;
-}
-
 /* "FILE:LINE" or "command line" for origin; buf must hold PATH_MAX + 16 bytes. */
 static const char *where(const struct traincfg *cfg, int origin, char *buf, size_t len)
 {
@@ -296,7 +283,7 @@ static const char *where(const struct traincfg *cfg, int origin, char *buf, size
 /* Stores value (borrowed) into k's field of cfg; origin says where it came from. dir/dlen:
  * what a relative path is resolved against (dlen 0: nothing). */
 static int set_value(struct traincfg *cfg, const struct traincfg_key *k, const char *value,
-                     int origin, const char *dir, size_t dlen, struct traincfg_error *err)
+                     int origin, const char *dir, size_t dlen, struct errmsg *err)
 {
     char wbuf[PATH_MAX + 16];
     const char *at = where(cfg, origin, wbuf, sizeof(wbuf));
@@ -309,10 +296,11 @@ static int set_value(struct traincfg *cfg, const struct traincfg_key *k, const c
         errno = 0;
         x = strtoll(value, &end, 10);
         if (!*value || *end || isspace((unsigned char)*value))
-            return fail(err, "%s: '%s.%s': '%s' is not an integer", at, k->section, k->name, value);
+            return errmsg_set(err, -EINVAL, "%s: '%s.%s': '%s' is not an integer", at, k->section,
+                              k->name, value);
         if (errno || x < (long long)k->min || x > (long long)k->max)
-            return fail(err, "%s: '%s.%s': %s is out of range %.0f..%.0f", at, k->section, k->name,
-                        value, k->min, k->max);
+            return errmsg_set(err, -EINVAL, "%s: '%s.%s': %s is out of range %.0f..%.0f", at,
+                              k->section, k->name, value, k->min, k->max);
         *(int *)f = (int)x;
         break;
     }
@@ -322,17 +310,20 @@ static int set_value(struct traincfg *cfg, const struct traincfg_key *k, const c
         errno = 0;
         x = strtod(value, &end);
         if (!*value || *end || isspace((unsigned char)*value) || !isfinite(x))
-            return fail(err, "%s: '%s.%s': '%s' is not a number", at, k->section, k->name, value);
+            return errmsg_set(err, -EINVAL, "%s: '%s.%s': '%s' is not a number", at, k->section,
+                              k->name, value);
         if (x < k->min || x > k->max)
-            return fail(err, "%s: '%s.%s': %s is out of range %g..%g", at, k->section, k->name,
-                        value, k->min, k->max);
+            return errmsg_set(err, -EINVAL, "%s: '%s.%s': %s is out of range %g..%g", at,
+                              k->section, k->name, value, k->min, k->max);
         *(double *)f = x;
         break;
     }
     case TRAINCFG_BOOL:
         if (parse_bool(value, (bool *)f) < 0)
-            return fail(err, "%s: '%s.%s': '%s' is not a boolean (true/false, yes/no, on/off, 1/0)",
-                        at, k->section, k->name, value);
+            return errmsg_set(
+                err, -EINVAL,
+                "%s: '%s.%s': '%s' is not a boolean (true/false, yes/no, on/off, 1/0)", at,
+                k->section, k->name, value);
         break;
     case TRAINCFG_ENUM: {
         char names[128] = "";
@@ -347,18 +338,19 @@ static int set_value(struct traincfg *cfg, const struct traincfg_key *k, const c
             if (n >= sizeof(names))
                 n = sizeof(names) - 1;
         }
-        return fail(err, "%s: '%s.%s': '%s' is not one of %s", at, k->section, k->name, value,
-                    names);
+        return errmsg_set(err, -EINVAL, "%s: '%s.%s': '%s' is not one of %s", at, k->section,
+                          k->name, value, names);
     }
     case TRAINCFG_TIME: {
         int rc = traincfg_parse_time(value, (int *)f);
         if (rc == -ERANGE)
-            return fail(err, "%s: '%s.%s': '%s' is too long", at, k->section, k->name, value);
+            return errmsg_set(err, -EINVAL, "%s: '%s.%s': '%s' is too long", at, k->section,
+                              k->name, value);
         if (rc < 0)
-            return fail(err,
-                        "%s: '%s.%s': '%s' is not a time (MINUTES, MM:SS, HH:MM:SS, "
-                        "D-HH[:MM[:SS]])",
-                        at, k->section, k->name, value);
+            return errmsg_set(err, -EINVAL,
+                              "%s: '%s.%s': '%s' is not a time (MINUTES, MM:SS, HH:MM:SS, "
+                              "D-HH[:MM[:SS]])",
+                              at, k->section, k->name, value);
         break;
     }
     case TRAINCFG_STRING:
@@ -398,7 +390,7 @@ void traincfg_release(struct traincfg *cfg)
 
 int traincfg_init(struct traincfg *cfg)
 {
-    struct traincfg_error err;
+    struct errmsg err;
 
     memset(cfg, 0, sizeof(*cfg));
     for (size_t i = 0; i < NKEYS; i++) {
@@ -418,7 +410,7 @@ int traincfg_init(struct traincfg *cfg)
 
 struct parse {
     struct traincfg *cfg;
-    struct traincfg_error *err;
+    struct errmsg *err;
     const char *p, *end; /* the rest of the file's text */
     int line;            /* of the last line handed to libinih */
     int failed;          /* 0, or the negative errno of the first failure (err holds it) */
@@ -442,8 +434,8 @@ static char *read_line(char *str, int num, void *stream)
     s = ps->p;
     ps->p = nl ? nl + 1 : ps->end;
     if (memchr(s, '\0', (size_t)(e - s))) {
-        ps->failed =
-            fail(ps->err, "%s: NUL byte in the line", where(ps->cfg, ps->line, wbuf, sizeof(wbuf)));
+        ps->failed = errmsg_set(ps->err, -EINVAL, "%s: NUL byte in the line",
+                                where(ps->cfg, ps->line, wbuf, sizeof(wbuf)));
         return NULL;
     }
     while (s < e && (*s == ' ' || *s == '\t'))
@@ -457,16 +449,16 @@ static char *read_line(char *str, int num, void *stream)
         }
     len = (size_t)(e - s);
     if (len > TRAINCFG_LINE_MAX || (int)len + 2 > num) {
-        ps->failed = fail(ps->err, "%s: line longer than %d characters",
-                          where(ps->cfg, ps->line, wbuf, sizeof(wbuf)), TRAINCFG_LINE_MAX);
+        ps->failed = errmsg_set(ps->err, -EINVAL, "%s: line longer than %d characters",
+                                where(ps->cfg, ps->line, wbuf, sizeof(wbuf)), TRAINCFG_LINE_MAX);
         return NULL;
     }
     if (len > 0 && *s == '[') {
         const char *close = memchr(s, ']', len);
         if (close && !known_section(s + 1, (size_t)(close - s - 1))) {
             ps->failed =
-                fail(ps->err, "%s: unknown section '%.*s'",
-                     where(ps->cfg, ps->line, wbuf, sizeof(wbuf)), (int)(close - s + 1), s);
+                errmsg_set(ps->err, -EINVAL, "%s: unknown section '%.*s'",
+                           where(ps->cfg, ps->line, wbuf, sizeof(wbuf)), (int)(close - s + 1), s);
             return NULL;
         }
     }
@@ -488,30 +480,30 @@ static int on_key(void *user, const char *section, const char *name, const char 
         return 0;
     at = where(ps->cfg, ps->line, wbuf, sizeof(wbuf));
     if (!*section) {
-        ps->failed = fail(ps->err, "%s: '%s' is outside any section", at, name);
+        ps->failed = errmsg_set(ps->err, -EINVAL, "%s: '%s' is outside any section", at, name);
         return 0;
     }
     k = find_key(section, name);
     if (!k) {
-        ps->failed = fail(ps->err, "%s: '%s.%s': unknown key", at, section, name);
+        ps->failed = errmsg_set(ps->err, -EINVAL, "%s: '%s.%s': unknown key", at, section, name);
         return 0;
     }
     if (ps->cfg->origin[k - keys] > 0) {
-        ps->failed = fail(ps->err, "%s: '%s.%s': given twice (first on line %d)", at, section, name,
-                          ps->cfg->origin[k - keys]);
+        ps->failed = errmsg_set(ps->err, -EINVAL, "%s: '%s.%s': given twice (first on line %d)", at,
+                                section, name, ps->cfg->origin[k - keys]);
         return 0;
     }
     rc = set_value(ps->cfg, k, value, ps->line, ps->cfg->path, ps->dlen, ps->err);
     if (rc < 0) {
         if (rc == -ENOMEM)
-            fail(ps->err, "%s: out of memory", at);
+            errmsg_set(ps->err, -EINVAL, "%s: out of memory", at);
         ps->failed = rc;
         return 0;
     }
     return 1;
 }
 
-int traincfg_load(struct traincfg *cfg, const char *path, struct traincfg_error *err)
+int traincfg_load(struct traincfg *cfg, const char *path, struct errmsg *err)
 {
     struct parse ps = {.cfg = cfg, .err = err};
     char *text = NULL;
@@ -520,15 +512,14 @@ int traincfg_load(struct traincfg *cfg, const char *path, struct traincfg_error 
 
     ret = fs_read_all(path, TRAINCFG_FILE_MAX, &text, &len);
     if (ret < 0) {
-        snprintf(err->text, sizeof(err->text), "cannot read '%s': %s", path,
-                 ret == -EFBIG ? "larger than 1 MiB, not a train.cfg" : strerror(-ret));
+        errmsg_set(err, ret, "cannot read '%s': %s", path,
+                   ret == -EFBIG ? "larger than 1 MiB, not a train.cfg" : strerror(-ret));
         goto out;
     }
     free(cfg->path);
     cfg->path = strdup(path);
     if (!cfg->path) {
-        ret = -ENOMEM;
-        snprintf(err->text, sizeof(err->text), "cannot read '%s': out of memory", path);
+        ret = errmsg_set(err, -ENOMEM, "cannot read '%s': out of memory", path);
         goto out;
     }
     ps.p = text;
@@ -539,8 +530,8 @@ int traincfg_load(struct traincfg *cfg, const char *path, struct traincfg_error 
      * ours. Whichever came first is the one to report. */
     if (rc > 0 && (!ps.failed || rc < ps.line)) {
         char wbuf[PATH_MAX + 16];
-        ret = fail(err, "%s: expected '[section]' or 'key = value'",
-                   where(cfg, rc, wbuf, sizeof(wbuf)));
+        ret = errmsg_set(err, -EINVAL, "%s: expected '[section]' or 'key = value'",
+                         where(cfg, rc, wbuf, sizeof(wbuf)));
         goto out;
     }
     if (ps.failed) {
@@ -548,8 +539,7 @@ int traincfg_load(struct traincfg *cfg, const char *path, struct traincfg_error 
         goto out;
     }
     if (rc < 0) {
-        ret = -ENOMEM;
-        snprintf(err->text, sizeof(err->text), "cannot parse '%s': out of memory", path);
+        ret = errmsg_set(err, -ENOMEM, "cannot parse '%s': out of memory", path);
         goto out;
     }
     ret = 0;
@@ -573,7 +563,7 @@ bool traincfg_is_override(const char *arg)
     return true;
 }
 
-int traincfg_override(struct traincfg *cfg, const char *arg, struct traincfg_error *err)
+int traincfg_override(struct traincfg *cfg, const char *arg, struct errmsg *err)
 {
     const char *eq = strchr(arg, '=');
     const char *dot = memchr(arg, '.', eq ? (size_t)(eq - arg) : 0);
@@ -582,17 +572,17 @@ int traincfg_override(struct traincfg *cfg, const char *arg, struct traincfg_err
     int rc;
 
     if (!eq || !dot)
-        return fail(err, "command line: '%s': expected section.key=value", arg);
+        return errmsg_set(err, -EINVAL, "command line: '%s': expected section.key=value", arg);
     if ((size_t)(dot - arg) >= sizeof(section) || (size_t)(eq - dot - 1) >= sizeof(name))
-        return fail(err, "command line: '%.*s': unknown key", (int)(eq - arg), arg);
+        return errmsg_set(err, -EINVAL, "command line: '%.*s': unknown key", (int)(eq - arg), arg);
     snprintf(section, sizeof(section), "%.*s", (int)(dot - arg), arg);
     snprintf(name, sizeof(name), "%.*s", (int)(eq - dot - 1), dot + 1);
     k = find_key(section, name);
     if (!k)
-        return fail(err, "command line: '%s.%s': unknown key", section, name);
+        return errmsg_set(err, -EINVAL, "command line: '%s.%s': unknown key", section, name);
     rc = set_value(cfg, k, eq + 1, TRAINCFG_FROM_CMDLINE, NULL, 0, err);
     if (rc == -ENOMEM)
-        fail(err, "command line: '%s': out of memory", arg);
+        errmsg_set(err, -EINVAL, "command line: '%s': out of memory", arg);
     return rc;
 }
 
@@ -613,47 +603,47 @@ static int later(int a, int b)
     return a > b ? a : b;
 }
 
-int traincfg_check(const struct traincfg *cfg, struct traincfg_error *err)
+int traincfg_check(const struct traincfg *cfg, struct errmsg *err)
 {
     char wbuf[PATH_MAX + 16];
     int o;
 
     if (cfg->n_embd % cfg->n_head) {
         o = later(origin_of(cfg, "model", "n_head"), origin_of(cfg, "model", "n_embd"));
-        return fail(err, "%s: n_head (%d) must divide n_embd (%d)",
-                    where(cfg, o, wbuf, sizeof(wbuf)), cfg->n_head, cfg->n_embd);
+        return errmsg_set(err, -EINVAL, "%s: n_head (%d) must divide n_embd (%d)",
+                          where(cfg, o, wbuf, sizeof(wbuf)), cfg->n_head, cfg->n_embd);
     }
     if (cfg->min_lr > cfg->lr) {
         o = later(origin_of(cfg, "optim", "min_lr"), origin_of(cfg, "optim", "lr"));
-        return fail(err, "%s: min_lr (%g) must not exceed lr (%g)",
-                    where(cfg, o, wbuf, sizeof(wbuf)), cfg->min_lr, cfg->lr);
+        return errmsg_set(err, -EINVAL, "%s: min_lr (%g) must not exceed lr (%g)",
+                          where(cfg, o, wbuf, sizeof(wbuf)), cfg->min_lr, cfg->lr);
     }
     if (cfg->beta1 >= 1.0) {
         o = origin_of(cfg, "optim", "beta1");
-        return fail(err, "%s: beta1 (%g) must be below 1", where(cfg, o, wbuf, sizeof(wbuf)),
-                    cfg->beta1);
+        return errmsg_set(err, -EINVAL, "%s: beta1 (%g) must be below 1",
+                          where(cfg, o, wbuf, sizeof(wbuf)), cfg->beta1);
     }
     if (cfg->beta2 >= 1.0) {
         o = origin_of(cfg, "optim", "beta2");
-        return fail(err, "%s: beta2 (%g) must be below 1", where(cfg, o, wbuf, sizeof(wbuf)),
-                    cfg->beta2);
+        return errmsg_set(err, -EINVAL, "%s: beta2 (%g) must be below 1",
+                          where(cfg, o, wbuf, sizeof(wbuf)), cfg->beta2);
     }
     if (cfg->eps <= 0.0) {
         /* A zero epsilon divides by zero where a gradient has always been zero. */
         o = origin_of(cfg, "optim", "eps");
-        return fail(err, "%s: eps (%g) must be above 0", where(cfg, o, wbuf, sizeof(wbuf)),
-                    cfg->eps);
+        return errmsg_set(err, -EINVAL, "%s: eps (%g) must be above 0",
+                          where(cfg, o, wbuf, sizeof(wbuf)), cfg->eps);
     }
     if ((long long)cfg->batch_size * cfg->seq_len > INT_MAX) {
         o = later(origin_of(cfg, "train", "batch_size"), origin_of(cfg, "model", "seq_len"));
-        return fail(err, "%s: batch_size (%d) times seq_len (%d) is too large",
-                    where(cfg, o, wbuf, sizeof(wbuf)), cfg->batch_size, cfg->seq_len);
+        return errmsg_set(err, -EINVAL, "%s: batch_size (%d) times seq_len (%d) is too large",
+                          where(cfg, o, wbuf, sizeof(wbuf)), cfg->batch_size, cfg->seq_len);
     }
     if (cfg->vocab_size > 65536) {
         /* Unreachable through the table's range; kept beside the reason: tokens are uint16. */
         o = origin_of(cfg, "model", "vocab_size");
-        return fail(err, "%s: vocab_size (%d) must fit uint16 tokens",
-                    where(cfg, o, wbuf, sizeof(wbuf)), cfg->vocab_size);
+        return errmsg_set(err, -EINVAL, "%s: vocab_size (%d) must fit uint16 tokens",
+                          where(cfg, o, wbuf, sizeof(wbuf)), cfg->vocab_size);
     }
     /* The cpu backend computes in fp32 and keeps all of AdamW's state on every rank: the
      * cuda-only keys are refused rather than ignored. dtype's default is the cuda backend's,
@@ -661,30 +651,30 @@ int traincfg_check(const struct traincfg *cfg, struct traincfg_error *err)
     if (cfg->device == TRAINCFG_DEVICE_CPU && cfg->dtype == TRAINCFG_DTYPE_BF16 &&
         origin_of(cfg, "train", "dtype") != TRAINCFG_FROM_DEFAULT) {
         o = later(origin_of(cfg, "train", "dtype"), origin_of(cfg, "train", "device"));
-        return fail(err, "%s: dtype 'bf16' needs device 'cuda' (the cpu backend computes in fp32)",
-                    where(cfg, o, wbuf, sizeof(wbuf)));
+        return errmsg_set(err, -EINVAL,
+                          "%s: dtype 'bf16' needs device 'cuda' (the cpu backend computes in fp32)",
+                          where(cfg, o, wbuf, sizeof(wbuf)));
     }
     if (cfg->device == TRAINCFG_DEVICE_CPU && cfg->zero) {
         o = later(origin_of(cfg, "train", "zero"), origin_of(cfg, "train", "device"));
-        return fail(err,
-                    "%s: zero (%d) needs device 'cuda' (ZeRO-1 shards the cuda backend's "
-                    "optimizer state)",
-                    where(cfg, o, wbuf, sizeof(wbuf)), cfg->zero);
+        return errmsg_set(err, -EINVAL,
+                          "%s: zero (%d) needs device 'cuda' (ZeRO-1 shards the cuda backend's "
+                          "optimizer state)",
+                          where(cfg, o, wbuf, sizeof(wbuf)), cfg->zero);
     }
     if (!cfg->train)
-        return fail(err, "%s: [data] train is not set", cfg->path ? cfg->path : "command line");
+        return errmsg_set(err, -EINVAL, "%s: [data] train is not set",
+                          cfg->path ? cfg->path : "command line");
     return 0;
 }
 
 int traincfg_read(struct traincfg *cfg, const char *path, const char *const *overrides, size_t n,
-                  struct traincfg_error *err)
+                  struct errmsg *err)
 {
     int ret = traincfg_init(cfg);
 
-    if (ret < 0) {
-        snprintf(err->text, sizeof(err->text), "out of memory");
-        return ret;
-    }
+    if (ret < 0)
+        return errmsg_set(err, ret, "out of memory");
     if (path) {
         ret = traincfg_load(cfg, path, err);
         if (ret < 0)

@@ -11,6 +11,8 @@
 
 #include <jansson.h>
 
+#include "errmsg.h"
+
 /* Upper bound of the key table's length (checked at compile time in traincfg.c). */
 #define TRAINCFG_MAX_KEYS 64
 
@@ -84,12 +86,6 @@ struct traincfg {
     int origin[TRAINCFG_MAX_KEYS]; /* per key-table row: TRAINCFG_FROM_* or a line number */
 };
 
-/* One failure: "jobs/tiny.cfg:7: n_head (5) must divide n_embd (64)" or
- * "command line: 'train.stepz': unknown key". */
-struct traincfg_error {
-    char text[512];
-};
-
 /* Types of the key table's rows. */
 enum traincfg_type {
     TRAINCFG_INT,
@@ -124,12 +120,12 @@ void traincfg_release(struct traincfg *cfg);
  * a key given twice, syntax errors, malformed numbers and values out of range are errors
  * that name the file and line. Does not run the cross-key checks (traincfg_check).
  * Returns 0, or a negative errno with err filled (-EINVAL for the file's faults). */
-int traincfg_load(struct traincfg *cfg, const char *path, struct traincfg_error *err);
+int traincfg_load(struct traincfg *cfg, const char *path, struct errmsg *err);
 
 /* Applies one command-line override "section.key=value" (borrowed) to cfg; a later override
  * of the same key wins. Returns 0, or -EINVAL with err filled ("command line:
  * 'train.stepz=3': unknown key 'train.stepz'"). */
-int traincfg_override(struct traincfg *cfg, const char *arg, struct traincfg_error *err);
+int traincfg_override(struct traincfg *cfg, const char *arg, struct errmsg *err);
 
 /* True when arg looks like an override (an '=' after a "section.key" without '/'), so that
  * a command line can tell overrides from file names. */
@@ -139,14 +135,14 @@ bool traincfg_is_override(const char *arg);
  * last when both are set): n_head divides n_embd, min_lr <= lr, beta1 and beta2 below 1,
  * eps above 0, batch_size x seq_len within int, [data] train given, and the cuda-only keys
  * (dtype bf16 set explicitly, zero 1) refused with device cpu. Returns 0 or -EINVAL with err
- * filled. */
-int traincfg_check(const struct traincfg *cfg, struct traincfg_error *err);
+ * filled ("jobs/tiny.cfg:7: n_head (5) must divide n_embd (64)"). */
+int traincfg_check(const struct traincfg *cfg, struct errmsg *err);
 
 /* The usual sequence: init, load path (NULL: no file), apply n overrides, check; then the
  * effective values: a cpu run's dtype becomes fp32 (the default bf16 is the cuda backend's).
  * On failure cfg is released. Returns 0 or a negative errno with err filled. */
 int traincfg_read(struct traincfg *cfg, const char *path, const char *const *overrides, size_t n,
-                  struct traincfg_error *err);
+                  struct errmsg *err);
 
 /* Parses an sbatch --time value: "MINUTES", "MINUTES:SECONDS", "HOURS:MINUTES:SECONDS",
  * "DAYS-HOURS", "DAYS-HOURS:MINUTES" or "DAYS-HOURS:MINUTES:SECONDS", rounding seconds up to

@@ -140,7 +140,7 @@ static int seed_decodes(const char *msg)
         fprintf(stderr,
                 "fuzz_frame: seed refused by the decoder (%s): %s\n"
                 "fuzz_frame: update seed_msgs in tests/fuzz_frame.c to the protocol's table\n",
-                err.text, msg);
+                err.why.text, msg);
         return 0;
     }
     proto_msg_release(&m);

@@ -41,11 +41,11 @@ static struct backend *open_cpu(struct coll **c)
     struct backend_opts o = {
         .model = tiny, .batch_size = B, .seq_len = T, .adamw = hp, .fp32 = true};
     struct backend *b = NULL;
-    char err[256];
+    struct errmsg err;
 
-    CHECK_EQ(backend_cpu.probe(err, sizeof(err)), 0);
-    CHECK_EQ(coll_open("single", NULL, c, err, sizeof(err)), 0);
-    CHECK_EQ(backend_cpu.open(&b, 0, err, sizeof(err)), 0);
+    CHECK_EQ(backend_cpu.probe(&err), 0);
+    CHECK_EQ(coll_open("single", NULL, c, &err), 0);
+    CHECK_EQ(backend_cpu.open(&b, 0, &err), 0);
     o.coll = *c;
     CHECK_EQ(backend_cpu.init(b, &o), 0);
     return b;
@@ -165,9 +165,9 @@ TEST(backend_cpu_errors_are_one_line)
     tokens(tg, B * T, 1);
     in[3] = tiny.vocab_size;
     CHECK_EQ(backend_cpu.forward_backward(b, in, tg, B, T, 1.0f, &loss), -EINVAL);
-    CHECK_CONTAINS(b->err, "forward/backward failed: ");
+    CHECK_CONTAINS(b->err.text, "forward/backward failed: ");
     CHECK_EQ(backend_cpu.eval_loss(b, in, tg, B, T, &loss), -EINVAL);
-    CHECK_CONTAINS(b->err, "forward failed: ");
+    CHECK_CONTAINS(b->err.text, "forward failed: ");
     coll_close(c);
     backend_cpu.close(b);
 }
@@ -175,13 +175,13 @@ TEST(backend_cpu_errors_are_one_line)
 /* Without a device (or without the CUDA backend) the probe fails and says why. */
 TEST(backend_cuda_probe)
 {
-    char why[256] = "";
-    int ret = backend_cuda.probe(why, sizeof(why));
+    struct errmsg why = {""};
+    int ret = backend_cuda.probe(&why);
 
     CHECK_STR(backend_cuda.name, "cuda");
     CHECK_STR(backend_cuda.coll, "nccl");
     if (ret == 0)
         test_skip("a CUDA device is available");
     CHECK(ret == -ENODEV || ret == -ENOTSUP);
-    CHECK(why[0] != '\0');
+    CHECK(why.text[0] != '\0');
 }

@@ -16,10 +16,10 @@
 
 static void job_cgroup(char *dir, size_t len)
 {
-    char why[PATH_MAX + 128];
+    struct errmsg why;
 
-    if (cgroup_job_create(dir, len, why, sizeof(why)) < 0)
-        test_skip("no writable cgroup v2: %s", why);
+    if (cgroup_job_create(dir, len, &why) < 0)
+        test_skip("no writable cgroup v2: %s", why.text);
 }
 
 static bool running(pid_t pid)

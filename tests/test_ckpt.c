@@ -82,7 +82,7 @@ static void free_state(struct ckpt_state *st)
 /* Loads path expecting success; into a fresh state of n parameters. */
 static void load_ok(const char *path, size_t n, struct ckpt_state *got, char **config)
 {
-    struct ckpt_error err = {0};
+    struct errmsg err = {0};
 
     memset(got, 0, sizeof(*got));
     got->params = calloc(n, sizeof(float));
@@ -140,7 +140,7 @@ static int count_files(const char *what)
 
 TEST(ckpt_round_trip)
 {
-    struct ckpt_error err = {0};
+    struct errmsg err = {0};
     struct ckpt_state st, got;
     char *config = NULL, *latest = NULL;
     const size_t n = 100003; /* more than one I/O piece would be nice, but keep it quick */
@@ -171,7 +171,7 @@ TEST(ckpt_round_trip)
 
 TEST(ckpt_latest_and_prune)
 {
-    struct ckpt_error err = {0};
+    struct errmsg err = {0};
     struct ckpt_state st;
     char *latest = (char *)1;
     char path[PATH_MAX + 64];
@@ -237,7 +237,7 @@ TEST(ckpt_latest_and_prune)
 
 TEST(ckpt_failed_write_keeps_the_old)
 {
-    struct ckpt_error err = {0};
+    struct errmsg err = {0};
     struct ckpt_state old, fresh, got;
     struct rlimit rl = {.rlim_cur = 64 * 1024, .rlim_max = RLIM_INFINITY};
     char *latest = NULL;
@@ -288,7 +288,7 @@ static void flip_byte(const char *path, off_t off)
 static void check_load_error(const char *path, const struct ckpt_model *want, size_t n, int code,
                              const char *msg)
 {
-    struct ckpt_error err = {0};
+    struct errmsg err = {0};
     struct ckpt_state got;
 
     memset(&got, 0, sizeof(got));
@@ -302,7 +302,7 @@ static void check_load_error(const char *path, const struct ckpt_model *want, si
 
 TEST(ckpt_refuses_damage_and_mismatch)
 {
-    struct ckpt_error err = {0};
+    struct errmsg err = {0};
     struct ckpt_state st;
     struct ckpt_model other = shape;
     char *data = NULL, msg[PATH_MAX + 200];
@@ -382,8 +382,7 @@ TEST(ckpt_refuses_damage_and_mismatch)
 }
 
 /* Loads the newest of out_dir expecting ret; nw and err as they came out. */
-static int load_newest(size_t n, struct ckpt_state *got, struct ckpt_newest *nw,
-                       struct ckpt_error *err)
+static int load_newest(size_t n, struct ckpt_state *got, struct ckpt_newest *nw, struct errmsg *err)
 {
     memset(got, 0, sizeof(*got));
     got->params = calloc(n, sizeof(float));
@@ -395,7 +394,7 @@ static int load_newest(size_t n, struct ckpt_state *got, struct ckpt_newest *nw,
 
 TEST(ckpt_load_newest_falls_back_past_damage_only)
 {
-    struct ckpt_error err = {0};
+    struct errmsg err = {0};
     struct ckpt_state s5, s10, got;
     struct ckpt_newest nw;
     char aside[PATH_MAX + 32], want[PATH_MAX + 300], path[PATH_MAX + 64];
@@ -533,7 +532,7 @@ TEST(ckpt_load_newest_falls_back_past_damage_only)
 
 TEST(ckpt_prune_keeps_damaged_until_newer_complete)
 {
-    struct ckpt_error err = {0};
+    struct errmsg err = {0};
     struct ckpt_state st;
     char aside[PATH_MAX + 32], aside2[PATH_MAX + 32];
 
@@ -586,7 +585,7 @@ static bool exists(const char *name)
 
 TEST(ckpt_clean_tmp_removes_only_dead_savers_files)
 {
-    struct ckpt_error err = {0};
+    struct errmsg err = {0};
     struct timespec started;
     char dead_name[64], dead_new[64], live_name[64], own_name[64], dir_name[64];
     uint64_t bytes = 1;
@@ -671,7 +670,7 @@ static size_t write_llmc(const char *path, const struct ckpt_model *m, int versi
 
 TEST(ckpt_llmc_import)
 {
-    struct ckpt_error err = {0};
+    struct errmsg err = {0};
     struct ckpt_model found;
     float *params = NULL;
     size_t n, got_n;
@@ -711,7 +710,7 @@ TEST(ckpt_llmc_import)
 
 TEST(ckpt_llmc_errors)
 {
-    struct ckpt_error err = {0};
+    struct errmsg err = {0};
     struct ckpt_model found, bad = shape;
     float *params = (float *)1;
     size_t got_n;

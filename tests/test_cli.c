@@ -34,7 +34,7 @@
 
 /* Parses a NULL-terminated list of words as gpurun's argv[1..]. The words are string
  * literals, which outlive args as args_parse() requires. */
-static int parse(struct gpurun_args *args, struct args_error *err, const char *const *words)
+static int parse(struct gpurun_args *args, struct errmsg *err, const char *const *words)
 {
     static char *argv[MAX_ARGV];
     int argc = 0;
@@ -106,7 +106,7 @@ static const char *rendezvousd_or_skip(void)
 TEST(cli_args_defaults)
 {
     struct gpurun_args a;
-    struct args_error err;
+    struct errmsg err;
     struct jobspec def;
 
     jobspec_init(&def);
@@ -153,7 +153,7 @@ TEST(cli_args_defaults)
 TEST(cli_args_every_run_option)
 {
     struct gpurun_args a;
-    struct args_error err;
+    struct errmsg err;
     int r = parse(&a, &err,
                   WORDS("-N", "3", "--gpus-per-node=4", "-t", "1:30", "-p", "gpu", "-A", "proj",
                         "-J", "tiny", "-o", "out.txt", "--local", "--job-dir", "/tmp/j",
@@ -198,7 +198,7 @@ TEST(cli_args_every_run_option)
 TEST(cli_args_short_forms_and_last_wins)
 {
     struct gpurun_args a;
-    struct args_error err;
+    struct errmsg err;
 
     CHECK_EQ(parse(&a, &err, WORDS("-N2", "-t5", "-N", "4", "-h")), 0);
     CHECK_EQ(a.spec.nnodes, 4);
@@ -210,7 +210,7 @@ TEST(cli_args_short_forms_and_last_wins)
 TEST(cli_args_heartbeat_timeout)
 {
     struct gpurun_args a;
-    struct args_error err;
+    struct errmsg err;
 
     CHECK_EQ(parse(&a, &err, WORDS("--heartbeat-timeout", "3", "--heartbeat", "0.1")), 0);
     CHECK_EQ(a.spec.hb_interval_ms, 100);
@@ -229,7 +229,7 @@ TEST(cli_args_heartbeat_timeout)
 TEST(cli_args_sbatch_options)
 {
     struct gpurun_args a;
-    struct args_error err;
+    struct errmsg err;
 
     CHECK_EQ(parse(&a, &err,
                    WORDS("--qos", "high", "--mem-per-gpu", "80G", "--exclusive", "--constraint",
@@ -297,7 +297,7 @@ TEST(cli_args_sbatch_options)
 TEST(cli_args_sbatch_variables)
 {
     struct gpurun_args a;
-    struct args_error err;
+    struct errmsg err;
 
     CHECK_EQ(parse(&a, &err, WORDS("-p", "gpu", "--", "true")), 0);
     CHECK_EQ(args_apply_env(
@@ -541,7 +541,7 @@ TEST(cli_args_refused_with_messages)
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct gpurun_args a;
-        struct args_error err;
+        struct errmsg err;
         int r = parse(&a, &err, cases[i].words);
         if (r != -EINVAL)
             test_fail(__FILE__, __LINE__, "case %zu ('%s ...'): returned %d, not -EINVAL", i,
@@ -556,7 +556,7 @@ TEST(cli_args_refused_with_messages)
 TEST(cli_args_misspelt_subcommand_only_when_no_file)
 {
     struct gpurun_args a;
-    struct args_error err;
+    struct errmsg err;
     char cwd[PATH_MAX];
 
     CHECK(getcwd(cwd, sizeof(cwd)) != NULL);
@@ -585,7 +585,7 @@ TEST(cli_args_misspelt_subcommand_only_when_no_file)
 TEST(cli_args_python_script)
 {
     struct gpurun_args a;
-    struct args_error err;
+    struct errmsg err;
 
     /* torchrun's order: gpurun's options, the script, then the script's own. */
     CHECK_EQ(parse(&a, &err,
@@ -638,7 +638,7 @@ TEST(cli_args_python_script)
 TEST(cli_args_torchrun_spellings)
 {
     struct gpurun_args a;
-    struct args_error err;
+    struct errmsg err;
 
     CHECK_EQ(parse(&a, &err, WORDS("--nproc_per_node=4", "--nnodes", "3", "--", "true")), 0);
     CHECK_EQ(a.spec.nprocs, 4);
@@ -669,7 +669,7 @@ TEST(cli_args_gpu_bind)
                 {"--gpu-bind=single", GPU_BIND_SINGLE},
                 {"--gpu-bind=single:1", GPU_BIND_SINGLE}};
     struct gpurun_args a;
-    struct args_error err;
+    struct errmsg err;
 
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         if (parse(&a, &err, WORDS(good[i].word, "--", "true")) != 0)
@@ -729,7 +729,7 @@ TEST(cli_args_signal_values)
 
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         struct args_signal sig = {0};
-        struct args_error err = {{0}};
+        struct errmsg err = {{0}};
         if (args_parse_signal(good[i].s, &sig, &err) != 0)
             test_fail(__FILE__, __LINE__, "'%s' refused: %s", good[i].s, err.text);
         if (sig.sig != good[i].sig || sig.time_s != good[i].time_s ||
@@ -742,7 +742,7 @@ TEST(cli_args_signal_values)
     }
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct args_signal sig = {0};
-        struct args_error err = {{0}};
+        struct errmsg err = {{0}};
         if (args_parse_signal(bad[i].s, &sig, &err) != -EINVAL)
             test_fail(__FILE__, __LINE__, "'%s' accepted as signal %d", bad[i].s, sig.sig);
         CHECK_STR(err.text, bad[i].msg);
@@ -754,7 +754,7 @@ TEST(cli_args_signal_values)
 TEST(cli_args_signal_sets_the_spec)
 {
     struct gpurun_args a;
-    struct args_error err;
+    struct errmsg err;
 
     CHECK_EQ(parse(&a, &err, WORDS("--signal=B:USR2@90", "--", "true")), 0);
     CHECK_STR(a.signal.text, "B:USR2@90");
@@ -775,7 +775,7 @@ TEST(cli_args_signal_sets_the_spec)
 TEST(cli_args_subcommands)
 {
     struct gpurun_args a;
-    struct args_error err;
+    struct errmsg err;
 
     CHECK_EQ(parse(&a, &err, WORDS("status", "--job-dir", "d", "--json")), 0);
     CHECK_EQ(a.cmd, CMD_STATUS);
@@ -944,8 +944,8 @@ static void spec_for_test(struct jobspec *spec)
 TEST(cli_jobdir_create_modes_and_spec)
 {
     struct jobspec spec, back;
-    struct jobspec_error jerr;
-    struct jobdir_error err;
+    struct errmsg jerr;
+    struct errmsg err;
     struct auth_key key, zero = {{0}};
     char dir[PATH_MAX];
 
@@ -980,7 +980,7 @@ TEST(cli_jobdir_create_modes_and_spec)
 TEST(cli_jobdir_two_jobs_get_two_keys)
 {
     struct jobspec spec;
-    struct jobdir_error err;
+    struct errmsg err;
     struct auth_key k1, k2;
     char d1[PATH_MAX], d2[PATH_MAX];
 
@@ -998,7 +998,7 @@ TEST(cli_jobdir_two_jobs_get_two_keys)
 TEST(cli_jobdir_existing_dirs)
 {
     struct jobspec spec;
-    struct jobdir_error err;
+    struct errmsg err;
     char dir[PATH_MAX], file[PATH_MAX + 8];
 
     spec_for_test(&spec);
@@ -1029,7 +1029,7 @@ TEST(cli_jobdir_existing_dirs)
 TEST(cli_jobdir_failure_leaves_nothing)
 {
     struct jobspec spec;
-    struct jobdir_error err;
+    struct errmsg err;
     char dir[PATH_MAX], ro[PATH_MAX];
 
     if (geteuid() == 0)
@@ -1163,7 +1163,7 @@ TEST(cli_combine_daemon_statuses)
 
 TEST(cli_logs_print_in_rank_order)
 {
-    struct logs_error err;
+    struct errmsg err;
     char logs[PATH_MAX];
     FILE *f;
     char *buf = NULL;
@@ -1252,7 +1252,7 @@ TEST(cli_status_print_summary)
 
 TEST(cli_status_without_a_leader)
 {
-    struct status_error err;
+    struct errmsg err;
     json_t *job = NULL;
     char ep[PATH_MAX + 16];
     const char *t = test_tmpdir();
@@ -1282,7 +1282,7 @@ static void make_job(char *dir, size_t n, const char *name, int nnodes, int npro
                      char *const *argv)
 {
     struct jobspec spec;
-    struct jobdir_error err;
+    struct errmsg err;
     int argc = 0;
 
     while (argv[argc])
@@ -1357,7 +1357,7 @@ TEST(cli_status_query_live_leader)
 {
     char dir[PATH_MAX], other[PATH_MAX];
     char *const slow[] = {(char *)"sleep", (char *)"30", NULL};
-    struct status_error err;
+    struct errmsg err;
     json_t *job = NULL;
     const char *daemon = rendezvousd_or_skip();
     pid_t pid;
@@ -1405,7 +1405,7 @@ TEST(cli_status_query_live_leader)
 TEST(cli_args_overrides_beside_a_cfg)
 {
     struct gpurun_args a;
-    struct args_error err;
+    struct errmsg err;
 
     CHECK_EQ(parse(&a, &err, WORDS("train.steps=3", "-N", "2", "jobs/x.cfg", "job.nodes=4")), 0);
     CHECK_STR(a.target, "jobs/x.cfg");

@@ -54,12 +54,12 @@ static void check_noop(struct coll *c)
 TEST(coll_single_is_a_noop)
 {
     struct coll *c = NULL;
-    char err[256] = "unchanged";
+    struct errmsg err = {"unchanged"};
     int fds = count_fds();
 
-    CHECK_EQ(coll_open("single", NULL, &c, err, sizeof(err)), 0);
+    CHECK_EQ(coll_open("single", NULL, &c, &err), 0);
     CHECK(c != NULL);
-    CHECK_STR(err, "");
+    CHECK_STR(err.text, "");
     CHECK_STR(coll_backend(c), "single");
     CHECK_STR(coll_describe(c), "single: one rank");
     check_noop(c);
@@ -70,10 +70,10 @@ TEST(coll_single_is_a_noop)
 TEST(coll_tcp_world_of_one_opens_no_socket)
 {
     struct coll *c = NULL;
-    char err[256];
+    struct errmsg err;
     int fds = count_fds();
 
-    CHECK_EQ(coll_open("tcp", NULL, &c, err, sizeof(err)), 0);
+    CHECK_EQ(coll_open("tcp", NULL, &c, &err), 0);
     CHECK_STR(coll_backend(c), "tcp");
     CHECK_STR(coll_describe(c), "tcp: one rank");
     CHECK_EQ(count_fds(), fds);
@@ -87,25 +87,25 @@ TEST(coll_tcp_world_of_one_opens_no_socket)
 TEST(coll_unknown_backend)
 {
     struct coll *c = (struct coll *)&c;
-    char err[256];
+    struct errmsg err;
 
-    CHECK_EQ(coll_open("nccl2", NULL, &c, err, sizeof(err)), -EINVAL);
+    CHECK_EQ(coll_open("nccl2", NULL, &c, &err), -EINVAL);
     CHECK(c == NULL);
-    CHECK_STR(err, "unknown collectives backend 'nccl2' (single, tcp, nccl)");
-    CHECK_EQ(coll_open(NULL, NULL, &c, err, sizeof(err)), -EINVAL);
+    CHECK_STR(err.text, "unknown collectives backend 'nccl2' (single, tcp, nccl)");
+    CHECK_EQ(coll_open(NULL, NULL, &c, &err), -EINVAL);
     CHECK(c == NULL);
     /* Without an error buffer the return still says it. */
-    CHECK_EQ(coll_open("", NULL, &c, NULL, 0), -EINVAL);
+    CHECK_EQ(coll_open("", NULL, &c, NULL), -EINVAL);
     CHECK(c == NULL);
 }
 
 TEST(coll_broadcast_root_out_of_range)
 {
     struct coll *c = NULL;
-    char err[256];
+    struct errmsg err;
     int v = 7;
 
-    CHECK_EQ(coll_open("single", NULL, &c, err, sizeof(err)), 0);
+    CHECK_EQ(coll_open("single", NULL, &c, &err), 0);
     CHECK_EQ(coll_broadcast(c, &v, sizeof(v), 1), -EINVAL);
     CHECK_STR(coll_strerror(c), "broadcast from rank 1: no such rank in a world of 1");
     CHECK_EQ(coll_broadcast(c, &v, sizeof(v), -1), -EINVAL);
@@ -131,9 +131,10 @@ TEST(coll_dev_ops_need_nccl)
 
     for (int i = 0; i < 2; i++) {
         struct coll *c = NULL;
-        char err[256], want[128];
+        struct errmsg err;
+        char want[128];
 
-        CHECK_EQ(coll_open(backends[i], NULL, &c, err, sizeof(err)), 0);
+        CHECK_EQ(coll_open(backends[i], NULL, &c, &err), 0);
         snprintf(want, sizeof(want), "the %s backend has no device-memory operations", backends[i]);
         CHECK_EQ(coll_dev_allreduce_avg(c, &x, 1, COLL_F32, NULL), -ENOTSUP);
         CHECK_CONTAINS(coll_strerror(c), "device allreduce: ");

@@ -29,7 +29,7 @@
 TEST(coll_nccl_without_device)
 {
     struct coll *c = (struct coll *)&c;
-    char err[256] = "";
+    struct errmsg err = {""};
     struct timespec t0, t1;
 
     /* Before this process's first CUDA call: the runtime reads it once. The emulation's
@@ -39,11 +39,11 @@ TEST(coll_nccl_without_device)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < 2; i++) {
 #ifdef GPURUN_NCCL
-        CHECK_EQ(coll_open("nccl", NULL, &c, err, sizeof(err)), -ENODEV);
-        CHECK_STR(err, "nccl: no CUDA device available");
+        CHECK_EQ(coll_open("nccl", NULL, &c, &err), -ENODEV);
+        CHECK_STR(err.text, "nccl: no CUDA device available");
 #else
-        CHECK_EQ(coll_open("nccl", NULL, &c, err, sizeof(err)), -ENOTSUP);
-        CHECK_STR(err, "nccl: built without NCCL");
+        CHECK_EQ(coll_open("nccl", NULL, &c, &err), -ENOTSUP);
+        CHECK_STR(err.text, "nccl: built without NCCL");
 #endif
         CHECK(c == NULL);
     }
@@ -82,11 +82,11 @@ static void device_idle(void)
 static struct coll *open_one(void)
 {
     struct coll *c = NULL;
-    char err[256] = "unchanged";
+    struct errmsg err = {"unchanged"};
 
-    if (coll_open("nccl", NULL, &c, err, sizeof(err)) < 0)
-        test_fail(__FILE__, __LINE__, "coll_open(\"nccl\"): %s", err);
-    CHECK_STR(err, "");
+    if (coll_open("nccl", NULL, &c, &err) < 0)
+        test_fail(__FILE__, __LINE__, "coll_open(\"nccl\"): %s", err.text);
+    CHECK_STR(err.text, "");
     return c;
 }
 

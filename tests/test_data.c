@@ -66,7 +66,7 @@ static void check_row(const int *inputs, const int *targets, int T, int b, uint6
 
 TEST(data_open_shards)
 {
-    struct data_error err = {0};
+    struct errmsg err = {0};
     struct data_set *ds;
     struct data_loader dl;
     int in[4 * 5], tg[4 * 5];
@@ -108,7 +108,7 @@ TEST(data_open_shards)
 /* Opens spec expecting a failure with exactly msg. */
 static void check_open_error(const char *spec, int vocab, int code, const char *msg)
 {
-    struct data_error err = {0};
+    struct errmsg err = {0};
     struct data_set *ds = data_open(spec, vocab, &err);
 
     if (ds)
@@ -167,7 +167,7 @@ TEST(data_shard_errors)
 
 TEST(data_too_few_tokens)
 {
-    struct data_error err = {0};
+    struct errmsg err = {0};
     struct data_set *ds;
     struct data_loader dl;
 
@@ -191,7 +191,7 @@ TEST(data_global_batch_same_for_any_ranks)
     static const struct {
         int W, B, accum;
     } cfgs[] = {{1, 8, 1}, {1, 4, 2}, {2, 2, 2}, {2, 4, 1}, {4, 1, 2}, {1, 2, 4}, {8, 1, 1}};
-    struct data_error err = {0};
+    struct errmsg err = {0};
     struct data_set *ds;
     const int T = 6;
     int in[8 * 6], tg[8 * 6];
@@ -232,7 +232,7 @@ TEST(data_global_batch_same_for_any_ranks)
 
 TEST(data_wrap_and_epochs)
 {
-    struct data_error err = {0};
+    struct errmsg err = {0};
     struct data_set *ds;
     struct data_loader dl;
     int in[4 * 4], tg[4 * 4];
@@ -259,7 +259,7 @@ TEST(data_wrap_and_epochs)
 
 TEST(data_position_restore)
 {
-    struct data_error err = {0};
+    struct errmsg err = {0};
     struct data_set *ds;
     struct data_loader a, b;
     struct data_pos pos;
@@ -300,7 +300,7 @@ TEST(data_position_restore)
 
 TEST(data_val_batches)
 {
-    struct data_error err = {0};
+    struct errmsg err = {0};
     struct data_set *ds;
     struct data_loader one, r0, r1;
     int in1[4 * 3], tg1[4 * 3], in2[2 * 3], tg2[2 * 3];
@@ -333,7 +333,7 @@ static void write_text(const char *path, const char *text)
 
 TEST(data_prep_round_trip)
 {
-    struct data_error err = {0};
+    struct errmsg err = {0};
     struct data_set *tr, *va;
     const char *inputs[] = {"a.txt", "b.txt"};
     char text[4096];
@@ -372,7 +372,7 @@ TEST(data_prep_round_trip)
 
 TEST(data_prep_errors)
 {
-    struct data_error err = {0};
+    struct errmsg err = {0};
     const char *missing[] = {"nope.txt"};
     const char *small[] = {"small.txt"};
     const char *dir[] = {"."};

@@ -71,7 +71,8 @@ static bool conn_next(struct conn *c, struct msg *m)
         CHECK_INT(r, >=, 0);
         if (r == 1) {
             if (proto_decode(p, n, m, &pe) < 0)
-                test_fail(__FILE__, __LINE__, "agent cannot decode '%.*s': %s", (int)n, p, pe.text);
+                test_fail(__FILE__, __LINE__, "agent cannot decode '%.*s': %s", (int)n, p,
+                          pe.why.text);
             return true;
         }
         ssize_t got = read(c->fd, buf, sizeof(buf));

@@ -27,7 +27,7 @@ static const char *write_text(const char *name, const char *text)
 }
 
 /* Loads text as a spec; returns jobspec_load's result with err filled. */
-static int load_text(const char *text, struct jobspec_error *err)
+static int load_text(const char *text, struct errmsg *err)
 {
     const char *path = write_text("job.json", text);
     struct jobspec spec;
@@ -64,7 +64,7 @@ TEST(jobspec_round_trip)
     char *argv[] = {"python3", "train.py", "--lr", "3e-4", "with space", "\"quoted\""};
     const char *path = spec_path("job.json");
     struct jobspec spec, back;
-    struct jobspec_error err = {{0}};
+    struct errmsg err = {{0}};
     struct stat st;
 
     jobspec_init(&spec);
@@ -127,7 +127,7 @@ TEST(jobspec_minimal_file_takes_defaults)
 {
     const char *path = write_text("job.json", "{\"job_id\": \"j\", \"argv\": [\"true\"]}");
     struct jobspec spec;
-    struct jobspec_error err;
+    struct errmsg err;
 
     jobspec_init(&spec);
     CHECK_EQ(jobspec_load(&spec, path, &err), 0);
@@ -147,7 +147,7 @@ TEST(jobspec_name_key)
     char *argv[] = {"python3", "train.py"};
     const char *path = spec_path("job.json");
     struct jobspec spec, back;
-    struct jobspec_error err = {{0}};
+    struct errmsg err = {{0}};
     char *text = NULL;
     size_t len;
 
@@ -185,7 +185,7 @@ TEST(jobspec_name_key)
 
 TEST(jobspec_unknown_key)
 {
-    struct jobspec_error err;
+    struct errmsg err;
 
     CHECK_EQ(load_text("{\"job_id\":\"j\",\"argv\":[\"x\"],\"nodes\":2}", &err), -EINVAL);
     CHECK_CONTAINS(err.text, spec_path("job.json"));
@@ -202,7 +202,7 @@ TEST(jobspec_out_of_range)
         {"{\"job_id\":\"j\",\"argv\":[\"x\"],\"max_restarts\":4294967296}", "'max_restarts'"},
         {"{\"job_id\":\"j\",\"argv\":[\"x\"],\"kill_grace_ms\":-1}", "'kill_grace_ms'"},
     };
-    struct jobspec_error err;
+    struct errmsg err;
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         CHECK_EQ(load_text(bad[i][0], &err), -EINVAL);
@@ -228,7 +228,7 @@ TEST(jobspec_wrong_types)
         {"{\"job_id\":\"j\",\"argv\":[\"x\"],\"version\":2}", "'version'"},
         {"{\"job_id\":\"j\",\"argv\":[\"x\"],\"env\":[\"NOEQUALS\"]}", "'env'"},
     };
-    struct jobspec_error err;
+    struct errmsg err;
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         if (load_text(bad[i][0], &err) != -EINVAL)
@@ -240,7 +240,7 @@ TEST(jobspec_wrong_types)
 
 TEST(jobspec_missing_job_id_or_argv)
 {
-    struct jobspec_error err;
+    struct errmsg err;
 
     CHECK_EQ(load_text("{\"argv\":[\"x\"]}", &err), -EINVAL);
     CHECK_CONTAINS(err.text, spec_path("job.json"));
@@ -253,7 +253,7 @@ TEST(jobspec_missing_job_id_or_argv)
 
 TEST(jobspec_not_json_or_not_object)
 {
-    struct jobspec_error err;
+    struct errmsg err;
 
     CHECK_EQ(load_text("{\"job_id\":\"j\",\n\"argv\":[\"x\"],,}", &err), -EINVAL);
     CHECK_CONTAINS(err.text, spec_path("job.json"));
@@ -267,7 +267,7 @@ TEST(jobspec_not_json_or_not_object)
 TEST(jobspec_missing_file)
 {
     struct jobspec spec;
-    struct jobspec_error err = {{0}};
+    struct errmsg err = {{0}};
 
     jobspec_init(&spec);
     CHECK_EQ(jobspec_load(&spec, spec_path("nope.json"), &err), -ENOENT);

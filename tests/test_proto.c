@@ -100,7 +100,7 @@ static int decode_json(json_t *root, struct proto_error *err)
         proto_msg_release(&m);
     } else {
         CHECK(m.root == NULL && m.text == NULL);
-        CHECK(err->text[0] != '\0');
+        CHECK(err->why.text[0] != '\0');
     }
     free(text);
     return rc;
@@ -139,7 +139,7 @@ static void expect_accepted(const struct example *e, json_t *root, const char *w
 
     if (rc != 0)
         test_fail(__FILE__, __LINE__, "'%s' with %s: refused (%s): %s", proto_type_name(e->type),
-                  what, err.text, text);
+                  what, err.why.text, text);
     free(text);
 }
 
@@ -162,12 +162,13 @@ TEST(proto_valid_messages_decode)
 {
     for (size_t i = 0; i < N_EXAMPLES; i++) {
         const struct example *e = &examples[i];
-        struct proto_error err = {{0}};
+        struct proto_error err = {{{0}}};
         struct msg m;
         int rc = proto_decode((const uint8_t *)e->json, strlen(e->json), &m, &err);
 
         if (rc != 0)
-            test_fail(__FILE__, __LINE__, "'%s' refused: %s", proto_type_name(e->type), err.text);
+            test_fail(__FILE__, __LINE__, "'%s' refused: %s", proto_type_name(e->type),
+                      err.why.text);
         CHECK_EQ(m.type, e->type);
         switch (e->type) {
         case MSG_HELLO:
@@ -478,7 +479,7 @@ TEST(proto_not_json_refused)
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         CHECK_EQ(decode_text(bad[i], &err), -EBADMSG);
-        CHECK_CONTAINS(err.text, "not JSON");
+        CHECK_CONTAINS(err.why.text, "not JSON");
     }
     /* A NUL inside the payload ends nothing: the length says where the payload ends. */
     CHECK_EQ(proto_decode((const uint8_t *)"{\"type\":\"hb\"}\0x", 15, &(struct msg){0}, &err),
@@ -496,7 +497,7 @@ TEST(proto_not_object_refused)
         if (decode_text(bad[i], &err) != -EBADMSG)
             test_fail(__FILE__, __LINE__, "accepted: %s", bad[i]);
     CHECK_EQ(decode_text("[1]", &err), -EBADMSG);
-    CHECK_CONTAINS(err.text, "not a JSON object");
+    CHECK_CONTAINS(err.why.text, "not a JSON object");
 }
 
 TEST(proto_unknown_or_missing_type_refused)
@@ -504,11 +505,11 @@ TEST(proto_unknown_or_missing_type_refused)
     struct proto_error err;
 
     CHECK_EQ(decode_text("{\"type\":\"launch_missiles\"}", &err), -EBADMSG);
-    CHECK_CONTAINS(err.text, "unknown message type 'launch_missiles'");
+    CHECK_CONTAINS(err.why.text, "unknown message type 'launch_missiles'");
     CHECK_EQ(decode_text("{\"type\":\"HB\"}", &err), -EBADMSG);
     CHECK_EQ(decode_text("{\"type\":\"\"}", &err), -EBADMSG);
     CHECK_EQ(decode_text("{\"id\":1}", &err), -EBADMSG);
-    CHECK_CONTAINS(err.text, "'type'");
+    CHECK_CONTAINS(err.why.text, "'type'");
     CHECK_EQ(decode_text("{\"type\":3}", &err), -EBADMSG);
     CHECK_EQ(decode_text("{\"type\":null}", &err), -EBADMSG);
     CHECK_EQ(decode_text("{\"type\":\"hb\",\"type\":\"hb\"}", &err), -EBADMSG);
@@ -522,10 +523,10 @@ TEST(proto_error_text_names_type_and_field)
                          "\"nprocs\":\"four\",\"gpus\":\"\"}",
                          &err),
              -EBADMSG);
-    CHECK_CONTAINS(err.text, "'join'");
+    CHECK_CONTAINS(err.why.text, "'join'");
     CHECK_EQ(decode_text("{\"type\":\"ok\",\"id\":1,\"surplus\":true}", &err), -EBADMSG);
-    CHECK_CONTAINS(err.text, "'ok'");
-    CHECK_CONTAINS(err.text, "surplus");
+    CHECK_CONTAINS(err.why.text, "'ok'");
+    CHECK_CONTAINS(err.why.text, "surplus");
 }
 
 TEST(proto_decode_into_used_msg)
@@ -604,11 +605,12 @@ static bool decode_both(const char *text)
 
     if (r1 != r2)
         test_fail(__FILE__, __LINE__, "%s: decode %d, tree %d (%s)", text, r1, r2,
-                  r1 ? e1.text : e2.text);
+                  r1 ? e1.why.text : e2.why.text);
     else if (r1 == 0 && !proto_msg_same(&a, &b))
         test_fail(__FILE__, __LINE__, "%s: the two paths read different fields", text);
-    else if (r1 != 0 && strcmp(e1.text, e2.text))
-        test_fail(__FILE__, __LINE__, "%s: different refusals '%s', '%s'", text, e1.text, e2.text);
+    else if (r1 != 0 && strcmp(e1.why.text, e2.why.text))
+        test_fail(__FILE__, __LINE__, "%s: different refusals '%s', '%s'", text, e1.why.text,
+                  e2.why.text);
     if (r1 == 0) {
         /* What the fast path read parses on demand to the tree's message. */
         CHECK(json_equal(proto_msg_json(&a), b.root));

@@ -81,7 +81,7 @@ static struct sbatch_job sched_job(void)
 
 static char *render_ok(const struct sbatch_job *job)
 {
-    struct sbatch_error err = {{0}};
+    struct errmsg err = {{0}};
     char *text = NULL;
     int r = sbatch_render(job, &text, &err);
 
@@ -204,7 +204,7 @@ TEST(slurm_script_sbatch_options)
     free(text);
     /* A comment that cannot be a directive is refused, named as the user gave it. */
     job.comment = "say \"hi\"";
-    CHECK_EQ(sbatch_render(&job, &text, &(struct sbatch_error){{0}}), -EINVAL);
+    CHECK_EQ(sbatch_render(&job, &text, &(struct errmsg){{0}}), -EINVAL);
 }
 
 TEST(slurm_memory_sizes)
@@ -262,16 +262,17 @@ TEST(slurm_mail_types_dependencies_gres_comments)
         {"afterok:1,", "'' is not after, afterany, afterburstbuffer, aftercorr, afternotok, "
                        "afterok or singleton"},
     };
-    char why[160], bad[32];
+    struct errmsg why;
+    char bad[32], comment[160];
     int r;
 
     for (size_t i = 0; i < sizeof(deps_ok) / sizeof(deps_ok[0]); i++)
-        if (sbatch_check_dependency(deps_ok[i], why, sizeof(why)) != 0)
-            test_fail(__FILE__, __LINE__, "'%s' refused: %s", deps_ok[i], why);
+        if (sbatch_check_dependency(deps_ok[i], &why) != 0)
+            test_fail(__FILE__, __LINE__, "'%s' refused: %s", deps_ok[i], why.text);
     for (size_t i = 0; i < sizeof(deps_bad) / sizeof(deps_bad[0]); i++) {
-        why[0] = '\0';
-        CHECK_EQ(sbatch_check_dependency(deps_bad[i].text, why, sizeof(why)), -EINVAL);
-        CHECK_STR(why, deps_bad[i].why);
+        why.text[0] = '\0';
+        CHECK_EQ(sbatch_check_dependency(deps_bad[i].text, &why), -EINVAL);
+        CHECK_STR(why.text, deps_bad[i].why);
     }
 
     CHECK_EQ(sbatch_parse_mail_type("END", bad, sizeof(bad)), (int)SBATCH_MAIL_END);
@@ -286,17 +287,17 @@ TEST(slurm_mail_types_dependencies_gres_comments)
     CHECK_EQ(sbatch_parse_mail_type("END,", bad, sizeof(bad)), -EINVAL);
     CHECK_STR(bad, "");
 
-    CHECK_EQ(sbatch_check_gres("nvme:1", why, sizeof(why)), 0);
-    CHECK_EQ(sbatch_check_gres("gres:tmp:ssd:2,nvme", why, sizeof(why)), 0);
-    CHECK_EQ(sbatch_check_gres("gpu:2", why, sizeof(why)), -EINVAL);
-    CHECK_STR(why, "the GPUs are --gpus-per-node's (or --no-gpus)");
-    CHECK_EQ(sbatch_check_gres("nvme:1,gres/gpu:a100:1", why, sizeof(why)), -EINVAL);
-    CHECK_EQ(sbatch_check_gres("nvme:1,", why, sizeof(why)), -EINVAL);
-    CHECK_STR(why, "an item without a name ('')");
-    CHECK_EQ(sbatch_check_gres(":1", why, sizeof(why)), -EINVAL);
+    CHECK_EQ(sbatch_check_gres("nvme:1", &why), 0);
+    CHECK_EQ(sbatch_check_gres("gres:tmp:ssd:2,nvme", &why), 0);
+    CHECK_EQ(sbatch_check_gres("gpu:2", &why), -EINVAL);
+    CHECK_STR(why.text, "the GPUs are --gpus-per-node's (or --no-gpus)");
+    CHECK_EQ(sbatch_check_gres("nvme:1,gres/gpu:a100:1", &why), -EINVAL);
+    CHECK_EQ(sbatch_check_gres("nvme:1,", &why), -EINVAL);
+    CHECK_STR(why.text, "an item without a name ('')");
+    CHECK_EQ(sbatch_check_gres(":1", &why), -EINVAL);
 
-    CHECK_STR(sbatch_comment(NULL, why, sizeof(why)), "gpurun");
-    CHECK_STR(sbatch_comment("my run", why, sizeof(why)), "gpurun: my run");
+    CHECK_STR(sbatch_comment(NULL, comment, sizeof(comment)), "gpurun");
+    CHECK_STR(sbatch_comment("my run", comment, sizeof(comment)), "gpurun: my run");
     CHECK(sbatch_is_gpurun_comment("gpurun") && sbatch_is_gpurun_comment("gpurun: my run"));
     CHECK(!sbatch_is_gpurun_comment(NULL) && !sbatch_is_gpurun_comment("gpurunner") &&
           !sbatch_is_gpurun_comment("gpurun:x") && !sbatch_is_gpurun_comment("my gpurun"));
@@ -306,7 +307,7 @@ TEST(slurm_mail_types_dependencies_gres_comments)
 /* --begin through sbatch's own parser. */
 TEST(slurm_begin_times)
 {
-    struct slurmlib_error err;
+    struct errmsg err;
     long long t = 0, now = (long long)time(NULL);
     struct tm tm = {.tm_year = 130,
                     .tm_mon = 0,
@@ -334,7 +335,7 @@ TEST(slurm_begin_times)
 TEST(slurm_script_refusals)
 {
     struct sbatch_job job = full_job();
-    struct sbatch_error err;
+    struct errmsg err;
     char *text = (char *)"untouched";
 
     job.job_name = "a\"b";
@@ -398,7 +399,7 @@ TEST(slurm_desc_matches_the_directives)
     struct sbatch_job job = full_job();
     char *env[] = {(char *)"A=1", (char *)"B=2", NULL};
     char *text = render_ok(&job), buf[256], tres[64], bad[32];
-    struct slurmlib_error serr;
+    struct errmsg serr;
     unsigned long long mb;
     long long t;
     job_desc_msg_t d;
@@ -615,7 +616,7 @@ TEST(slurm_conf_path)
 /* A missing slurm.conf is one error, at once, and libslurm is never called. */
 TEST(slurm_open_without_configuration)
 {
-    struct slurmlib_error err;
+    struct errmsg err;
     char conf[PATH_MAX];
 
     snprintf(conf, sizeof(conf), "%s/none.conf", test_tmpdir());
@@ -855,7 +856,7 @@ static bool follow_step(void *arg)
 TEST(slurm_logs_follow)
 {
     struct follow_script s = {.dir = test_tmpdir()};
-    struct logs_error err;
+    struct errmsg err;
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);

@@ -23,7 +23,7 @@ static void write_cfg(const char *text)
 }
 
 /* Loads text as jobs/t.cfg and runs the checks; returns the first failure's code, err filled. */
-static int load_text(const char *text, struct traincfg_error *err)
+static int load_text(const char *text, struct errmsg *err)
 {
     struct traincfg cfg;
     int rc;
@@ -40,7 +40,7 @@ static int load_text(const char *text, struct traincfg_error *err)
 
 #define CHECK_LOAD_ERROR(cfg_text, msg)                                                            \
     do {                                                                                           \
-        struct traincfg_error e_;                                                                  \
+        struct errmsg e_;                                                                          \
         CHECK_EQ(load_text(cfg_text, &e_), -EINVAL);                                               \
         CHECK_STR(e_.text, msg);                                                                   \
     } while (0)
@@ -84,7 +84,7 @@ static const char good_cfg[] = "# a small job\n"
 TEST(traincfg_good_file)
 {
     struct traincfg cfg;
-    struct traincfg_error err = {0};
+    struct errmsg err = {0};
 
     write_cfg(good_cfg);
     CHECK_EQ(traincfg_init(&cfg), 0);
@@ -127,7 +127,7 @@ TEST(traincfg_good_file)
 TEST(traincfg_defaults)
 {
     struct traincfg cfg;
-    struct traincfg_error err = {0};
+    struct errmsg err = {0};
     size_t n;
     const struct traincfg_key *k = traincfg_keys(&n);
 
@@ -176,7 +176,7 @@ TEST(traincfg_defaults)
 TEST(traincfg_origins)
 {
     struct traincfg cfg;
-    struct traincfg_error err = {0};
+    struct errmsg err = {0};
     size_t n;
     const struct traincfg_key *k = traincfg_keys(&n);
 
@@ -272,7 +272,7 @@ TEST(traincfg_cross_key_errors)
 TEST(traincfg_cuda_keys)
 {
     struct traincfg cfg;
-    struct traincfg_error err = {0};
+    struct errmsg err = {0};
     const char *cpu[] = {"train.device=cpu"};
     json_t *j;
 
@@ -313,7 +313,7 @@ TEST(traincfg_cuda_keys)
 TEST(traincfg_missing_file)
 {
     struct traincfg cfg;
-    struct traincfg_error err = {0};
+    struct errmsg err = {0};
 
     CHECK_EQ(chdir(test_tmpdir()), 0);
     CHECK_EQ(traincfg_init(&cfg), 0);
@@ -325,7 +325,7 @@ TEST(traincfg_missing_file)
 TEST(traincfg_overrides)
 {
     struct traincfg cfg;
-    struct traincfg_error err = {0};
+    struct errmsg err = {0};
     const char *ov[] = {
         "train.steps=12",         "data.val=",   "model.n_layer=6", "train.steps=13",
         "data.train=other/*.bin", "job.time=90", "train.resume=off"};
@@ -412,7 +412,7 @@ TEST(traincfg_time)
 TEST(traincfg_json)
 {
     struct traincfg cfg;
-    struct traincfg_error err = {0};
+    struct errmsg err = {0};
     json_t *j, *model, *train, *data;
     size_t n, total = 0;
     const char *sec;

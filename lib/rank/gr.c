@@ -13,14 +13,15 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
 
+#include "errmsg.h"
 #include "frame.h"
 #include "gr.h"
 #include "gr_pmix.h"
+#include "monotime.h"
 #include "proto.h"
 #include "banned.h"
 
@@ -44,8 +45,6 @@ _Static_assert(GR_VALUE_MAX == PROTO_VALUE_MAX / 4 * 3, "GR_VALUE_MAX must encod
 #define GR_ABANDONED_MAX      16
 /* Longest token accepted from GPURUN_TOKEN: hex of up to 128 bytes (the agent uses 32). */
 #define GR_TOKEN_MAX          256
-/* Room for one error line: a quoted key of GR_KEY_MAX bytes plus the agent's text. */
-#define GR_ERR_MAX            768
 /* Bytes read from the socket at a time; a largest reply (a 256 KiB value) takes a few. */
 #define GR_READ_CHUNK         (64 * 1024)
 
@@ -61,57 +60,22 @@ struct gr {
     struct frame_reader rd;
     struct gr_pmix *px; /* set: the rank runs under PMIx, there is no agent and no fd */
     char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    char err[GR_ERR_MAX];
+    struct errmsg err; /* the last failure, for gr_strerror */
 };
 
 /* The failures of gr_init and gr_finalize have no struct gr left to hold their text. */
-static _Thread_local char init_err[GR_ERR_MAX];
+static _Thread_local struct errmsg init_err;
 
-static void vset_err(char *buf, const char *fmt, va_list ap)
-{
-    vsnprintf(buf, GR_ERR_MAX, fmt, ap);
-}
-
-/* Records the text of a failure and returns err, so that callers write `return fail(...)`. */
-__attribute__((format(printf, 3, 4))) static int fail(struct gr *g, int err, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vset_err(g ? g->err : init_err, fmt, ap);
-    va_end(ap);
-    return err;
-}
-
-/* Like fail(), and the link is unusable from now on: the stream may be out of step. */
+/* Records a failure as errmsg_set() does, and the link is unusable from now on: the stream may
+ * be out of step. */
 __attribute__((format(printf, 3, 4))) static int broken(struct gr *g, int err, const char *fmt, ...)
 {
     va_list ap;
 
     va_start(ap, fmt);
-    vset_err(g->err, fmt, ap);
+    g->dead = errmsg_vset(&g->err, err, fmt, ap);
     va_end(ap);
-    g->dead = err;
     return err;
-}
-
-/* strerror() in the grammar of our messages: "connection refused". */
-static const char *errstr(int err)
-{
-    static _Thread_local char buf[64];
-
-    snprintf(buf, sizeof(buf), "%s", strerror(err < 0 ? -err : err));
-    if (buf[0] >= 'A' && buf[0] <= 'Z' && !(buf[1] >= 'A' && buf[1] <= 'Z'))
-        buf[0] = (char)(buf[0] - 'A' + 'a');
-    return buf;
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* --- environment ------------------------------------------------------------------------ */
@@ -123,18 +87,19 @@ static int env_int(const char *name, int min, int *out)
     long long v = 0;
 
     if (!s)
-        return fail(NULL, -ENOENT, "'%s' is not set: not started by rendezvousd", name);
+        return errmsg_set(&init_err, -ENOENT, "'%s' is not set: not started by rendezvousd", name);
     if (!*s)
-        return fail(NULL, -EINVAL, "'%s' is empty: expected a number", name);
+        return errmsg_set(&init_err, -EINVAL, "'%s' is empty: expected a number", name);
     for (const char *p = s; *p; p++) {
         if (*p < '0' || *p > '9')
-            return fail(NULL, -EINVAL, "'%s' is '%.64s': expected a decimal number", name, s);
+            return errmsg_set(&init_err, -EINVAL, "'%s' is '%.64s': expected a decimal number",
+                              name, s);
         v = v * 10 + (*p - '0');
         if (v > INT_MAX)
-            return fail(NULL, -EINVAL, "'%s' is '%.64s': out of range", name, s);
+            return errmsg_set(&init_err, -EINVAL, "'%s' is '%.64s': out of range", name, s);
     }
     if (v < min)
-        return fail(NULL, -EINVAL, "'%s' is %lld: must be at least %d", name, v, min);
+        return errmsg_set(&init_err, -EINVAL, "'%s' is %lld: must be at least %d", name, v, min);
     *out = (int)v;
     return 0;
 }
@@ -145,14 +110,16 @@ static int env_token(const char **out)
     size_t n;
 
     if (!s)
-        return fail(NULL, -ENOENT, "'GPURUN_TOKEN' is not set: not started by rendezvousd");
+        return errmsg_set(&init_err, -ENOENT,
+                          "'GPURUN_TOKEN' is not set: not started by rendezvousd");
     n = strlen(s);
     if (n == 0 || n > GR_TOKEN_MAX || n % 2)
-        return fail(NULL, -EINVAL, "'GPURUN_TOKEN' has %zu characters: expected hex digits", n);
+        return errmsg_set(&init_err, -EINVAL,
+                          "'GPURUN_TOKEN' has %zu characters: expected hex digits", n);
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
-            return fail(NULL, -EINVAL, "'GPURUN_TOKEN' is not hex (character %zu)", i);
+            return errmsg_set(&init_err, -EINVAL, "'GPURUN_TOKEN' is not hex (character %zu)", i);
     }
     *out = s;
     return 0;
@@ -164,10 +131,11 @@ static int read_env(struct gr *g, const char **token)
     int ret;
 
     if (!sock)
-        return fail(NULL, -ENOENT, "'GPURUN_SOCK' is not set: not started by rendezvousd");
+        return errmsg_set(&init_err, -ENOENT,
+                          "'GPURUN_SOCK' is not set: not started by rendezvousd");
     if (!*sock || strlen(sock) >= sizeof(g->sock))
-        return fail(NULL, -EINVAL, "'GPURUN_SOCK' is not a socket path of 1..%zu bytes",
-                    sizeof(g->sock) - 1);
+        return errmsg_set(&init_err, -EINVAL, "'GPURUN_SOCK' is not a socket path of 1..%zu bytes",
+                          sizeof(g->sock) - 1);
     memcpy(g->sock, sock, strlen(sock) + 1);
     if ((ret = env_int("RANK", 0, &g->rank)) < 0 ||
         (ret = env_int("WORLD_SIZE", 1, &g->world_size)) < 0 ||
@@ -176,14 +144,14 @@ static int read_env(struct gr *g, const char **token)
         (ret = env_int("NODE_RANK", 0, &g->node_rank)) < 0 || (ret = env_token(token)) < 0)
         return ret;
     if (g->rank >= g->world_size)
-        return fail(NULL, -EINVAL, "'RANK' is %d: not below 'WORLD_SIZE' %d", g->rank,
-                    g->world_size);
+        return errmsg_set(&init_err, -EINVAL, "'RANK' is %d: not below 'WORLD_SIZE' %d", g->rank,
+                          g->world_size);
     if (g->local_rank >= g->local_world_size)
-        return fail(NULL, -EINVAL, "'LOCAL_RANK' is %d: not below 'LOCAL_WORLD_SIZE' %d",
-                    g->local_rank, g->local_world_size);
+        return errmsg_set(&init_err, -EINVAL, "'LOCAL_RANK' is %d: not below 'LOCAL_WORLD_SIZE' %d",
+                          g->local_rank, g->local_world_size);
     if (g->local_world_size > g->world_size)
-        return fail(NULL, -EINVAL, "'LOCAL_WORLD_SIZE' %d is above 'WORLD_SIZE' %d",
-                    g->local_world_size, g->world_size);
+        return errmsg_set(&init_err, -EINVAL, "'LOCAL_WORLD_SIZE' %d is above 'WORLD_SIZE' %d",
+                          g->local_world_size, g->world_size);
     return 0;
 }
 
@@ -249,13 +217,13 @@ static int send_msg(struct gr *g, json_t *msg, const char *what)
 
     text = json_dumps(msg, JSON_COMPACT);
     if (!text) {
-        ret = fail(g, -ENOMEM, "%s: cannot encode the request", what);
+        ret = errmsg_set(&g->err, -ENOMEM, "%s: cannot encode the request", what);
         goto out;
     }
     n = strlen(text);
     buf = malloc(FRAME_HDR_LEN + n);
     if (!buf) {
-        ret = fail(g, -ENOMEM, "%s: out of memory", what);
+        ret = errmsg_set(&g->err, -ENOMEM, "%s: out of memory", what);
         goto out;
     }
     frame_put_header(buf, (uint32_t)n);
@@ -264,7 +232,8 @@ static int send_msg(struct gr *g, json_t *msg, const char *what)
     if (ret == -ECONNRESET)
         ret = broken(g, ret, "%s: agent '%s' closed the connection", what, g->sock);
     else if (ret < 0)
-        ret = broken(g, ret, "%s: cannot send to agent '%s': %s", what, g->sock, errstr(ret));
+        ret = broken(g, ret, "%s: cannot send to agent '%s': %s", what, g->sock,
+                     errmsg_strerror(ret));
 out:
     free(buf);
     free(text);
@@ -303,7 +272,7 @@ static bool take_abandoned(struct gr *g, json_int_t id)
 static int read_reply(struct gr *g, json_int_t id, int64_t timeout_ms, struct msg *m,
                       const char *what)
 {
-    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    int64_t deadline = timeout_ms < 0 ? -1 : monotime_ms() + timeout_ms;
     uint8_t chunk[GR_READ_CHUNK];
 
     for (;;) {
@@ -318,7 +287,7 @@ static int read_reply(struct gr *g, json_int_t id, int64_t timeout_ms, struct ms
         if (r == 1) {
             if (proto_decode(p, n, m, &pe) < 0)
                 return broken(g, -EPROTO, "%s: garbage from agent '%s': %s", what, g->sock,
-                              pe.text);
+                              pe.why.text);
             if (m->type == MSG_HB ||
                 (is_reply(m->type) && m->id != id && take_abandoned(g, m->id))) {
                 proto_msg_release(m);
@@ -336,7 +305,7 @@ static int read_reply(struct gr *g, json_int_t id, int64_t timeout_ms, struct ms
 
         int wait = -1;
         if (deadline >= 0) {
-            int64_t left = deadline - now_ms();
+            int64_t left = deadline - monotime_ms();
             if (left <= 0)
                 return -ETIMEDOUT;
             wait = left > INT_MAX ? INT_MAX : (int)left;
@@ -345,7 +314,7 @@ static int read_reply(struct gr *g, json_int_t id, int64_t timeout_ms, struct ms
         r = poll(&pfd, 1, wait);
         if (r < 0 && errno != EINTR)
             return broken(g, -errno, "%s: cannot wait for agent '%s': %s", what, g->sock,
-                          errstr(errno));
+                          errmsg_strerror(errno));
         if (r <= 0)
             continue;
         ssize_t got = recv(g->fd, chunk, sizeof(chunk), 0);
@@ -355,7 +324,7 @@ static int read_reply(struct gr *g, json_int_t id, int64_t timeout_ms, struct ms
             return broken(g, -ECONNRESET, "%s: agent '%s' closed the connection", what, g->sock);
         if (got < 0)
             return broken(g, -errno, "%s: cannot read from agent '%s': %s", what, g->sock,
-                          errstr(errno));
+                          errmsg_strerror(errno));
         if (frame_reader_feed(&g->rd, chunk, (size_t)got) < 0)
             return broken(g, -ENOMEM, "%s: out of memory reading from agent '%s'", what, g->sock);
     }
@@ -383,16 +352,16 @@ static int request(struct gr *g, json_t *req, json_int_t id, int64_t timeout_ms,
         return g->dead;
     }
     if (!req)
-        return fail(g, -EINVAL, "%s '%s': cannot build the request (is it UTF-8 text?)", what,
-                    subject);
+        return errmsg_set(&g->err, -EINVAL, "%s '%s': cannot build the request (is it UTF-8 text?)",
+                          what, subject);
     ret = send_msg(g, req, what);
     if (ret < 0)
         return ret;
     ret = read_reply(g, id, timeout_ms, m, what);
     if (ret == -ETIMEDOUT) {
         abandon(g, id);
-        return fail(g, ret, "%s '%s': no answer from agent '%s' within %lld ms", what, subject,
-                    g->sock, (long long)timeout_ms);
+        return errmsg_set(&g->err, ret, "%s '%s': no answer from agent '%s' within %lld ms", what,
+                          subject, g->sock, (long long)timeout_ms);
     }
     if (ret < 0)
         return ret;
@@ -405,7 +374,7 @@ static int request(struct gr *g, json_t *req, json_int_t id, int64_t timeout_ms,
         if (ret == -EPROTO)
             broken(g, ret, "%s '%s': agent refused with '%s': %s", what, subject, m->key, m->value);
         else
-            fail(g, ret, "%s '%s': %s", what, subject, m->value);
+            errmsg_set(&g->err, ret, "%s '%s': %s", what, subject, m->value);
         proto_msg_release(m);
         return ret;
     }
@@ -446,7 +415,7 @@ static bool under_pmix(void)
 static int init_pmix(struct gr *g)
 {
     struct gr_pmix_place pl;
-    int ret = gr_pmix_open(&g->px, &pl, init_err, sizeof(init_err));
+    int ret = gr_pmix_open(&g->px, &pl, &init_err);
 
     if (ret < 0)
         return ret;
@@ -477,10 +446,10 @@ int gr_init(struct gr **out)
     int ret = -1;
 
     *out = NULL;
-    init_err[0] = '\0';
+    init_err.text[0] = '\0';
     g = calloc(1, sizeof(*g));
     if (!g) {
-        ret = fail(NULL, -ENOMEM, "out of memory");
+        ret = errmsg_set(&init_err, -ENOMEM, "out of memory");
         goto out;
     }
     g->fd = -1;
@@ -500,7 +469,8 @@ int gr_init(struct gr **out)
         goto out;
     g->fd = connect_unix(g->sock);
     if (g->fd < 0) {
-        ret = fail(NULL, g->fd, "cannot connect to agent '%s': %s", g->sock, errstr(g->fd));
+        ret = errmsg_set(&init_err, g->fd, "cannot connect to agent '%s': %s", g->sock,
+                         errmsg_strerror(g->fd));
         goto out;
     }
     /* The hello is answered with id 0; its failures go to init_err once g is freed. */
@@ -508,10 +478,10 @@ int gr_init(struct gr **out)
         g, proto_pack("{s:s, s:i, s:s}", "type", "hello", "rank", g->rank, "token", token), 0,
         GR_REQUEST_TIMEOUT_MS, "hello", g->sock);
     if (ret < 0) {
-        fail(NULL, ret, "%s", g->err);
+        init_err = g->err;
         goto out;
     }
-    g->err[0] = '\0';
+    g->err.text[0] = '\0';
     *out = g;
     g = NULL;
     ret = 0;
@@ -550,10 +520,11 @@ static int check_key(struct gr *g, const char *what, const char *key)
     size_t n = strlen(key);
 
     if (n == 0)
-        return fail(g, -EINVAL, "%s: empty key", what);
+        return errmsg_set(&g->err, -EINVAL, "%s: empty key", what);
     if (n > GR_KEY_MAX)
-        return fail(g, -E2BIG, "%s '%.32s...': key of %zu bytes is over the limit of %d", what, key,
-                    n, GR_KEY_MAX);
+        return errmsg_set(&g->err, -E2BIG,
+                          "%s '%.32s...': key of %zu bytes is over the limit of %d", what, key, n,
+                          GR_KEY_MAX);
     return 0;
 }
 
@@ -569,17 +540,18 @@ int gr_kv_put(struct gr *g, const char *key, const void *val, size_t len)
     if (ret < 0)
         goto out;
     if (len > GR_VALUE_MAX) {
-        ret = fail(g, -E2BIG, "kv_put '%s': value of %zu bytes is over the store's limit of %d",
-                   key, len, GR_VALUE_MAX);
+        ret = errmsg_set(&g->err, -E2BIG,
+                         "kv_put '%s': value of %zu bytes is over the store's limit of %d", key,
+                         len, GR_VALUE_MAX);
         goto out;
     }
     if (g->px) {
-        ret = gr_pmix_put(g->px, key, val, len, g->err, sizeof(g->err));
+        ret = gr_pmix_put(g->px, key, val, len, &g->err);
         goto out;
     }
     b64 = malloc(4 * ((len + 2) / 3) + 1);
     if (!b64) {
-        ret = fail(g, -ENOMEM, "kv_put '%s': out of memory", key);
+        ret = errmsg_set(&g->err, -ENOMEM, "kv_put '%s': out of memory", key);
         goto out;
     }
     EVP_EncodeBlock((unsigned char *)b64, val, (int)len);
@@ -639,7 +611,7 @@ static int kv_get_once(struct gr *g, const char *key, void *buf, size_t cap, siz
     n = m.value_len;
     tmp = malloc(n / 4 * 3 + 1);
     if (!tmp) {
-        ret = fail(g, -ENOMEM, "kv_get '%s': out of memory", key);
+        ret = errmsg_set(&g->err, -ENOMEM, "kv_get '%s': out of memory", key);
         goto out;
     }
     got = b64_decode(m.value, n, tmp);
@@ -649,8 +621,8 @@ static int kv_get_once(struct gr *g, const char *key, void *buf, size_t cap, siz
     }
     *len = (size_t)got;
     if ((size_t)got > cap) {
-        ret =
-            fail(g, -ENOBUFS, "kv_get '%s': value of %ld bytes does not fit in %zu", key, got, cap);
+        ret = errmsg_set(&g->err, -ENOBUFS, "kv_get '%s': value of %ld bytes does not fit in %zu",
+                         key, got, cap);
         goto out;
     }
     if (got > 0)
@@ -673,16 +645,17 @@ int gr_kv_get(struct gr *g, const char *key, void *buf, size_t cap, size_t *len,
     if (ret < 0)
         return ret;
     if (timeout_ms < -1)
-        return fail(g, -EINVAL, "kv_get '%s': timeout %d ms is not -1 or more", key, timeout_ms);
+        return errmsg_set(&g->err, -EINVAL, "kv_get '%s': timeout %d ms is not -1 or more", key,
+                          timeout_ms);
     if (g->px)
-        return gr_pmix_get(g->px, key, buf, cap, len, timeout_ms, g->err, sizeof(g->err));
+        return gr_pmix_get(g->px, key, buf, cap, len, timeout_ms, &g->err);
     do {
         ret = kv_get_once(g, key, buf, cap, len,
                           timeout_ms < 0 ? GR_WAIT_FOREVER_MS : (int64_t)timeout_ms);
     } while (ret == -ETIMEDOUT && timeout_ms < 0);
     /* An agent may say "timeout" for a key that is missing when asked not to wait. */
     if (ret == -ETIMEDOUT && timeout_ms == 0 && g->agent_said)
-        ret = fail(g, -ENOENT, "kv_get '%s': no such key", key);
+        ret = errmsg_set(&g->err, -ENOENT, "kv_get '%s': no such key", key);
     return ret;
 }
 
@@ -697,8 +670,8 @@ int gr_kv_del(struct gr *g, const char *key)
     if (ret < 0)
         return ret;
     if (g->px)
-        return fail(g, -EOPNOTSUPP, "kv_del '%s': not under PMIx, where a put cannot be taken back",
-                    key);
+        return errmsg_set(&g->err, -EOPNOTSUPP,
+                          "kv_del '%s': not under PMIx, where a put cannot be taken back", key);
     id = g->next_id++;
     return request_ok(g, proto_pack("{s:s, s:I, s:s}", "type", "kv_del", "id", id, "key", key), id,
                       GR_REQUEST_TIMEOUT_MS, "kv_del", key);
@@ -713,26 +686,28 @@ int gr_barrier(struct gr *g, const char *name, int timeout_ms)
     if (g->dead)
         return g->dead;
     if (timeout_ms < -1)
-        return fail(g, -EINVAL, "barrier: timeout %d ms is not -1 or more", timeout_ms);
+        return errmsg_set(&g->err, -EINVAL, "barrier: timeout %d ms is not -1 or more", timeout_ms);
     if (name) {
         size_t n = strlen(name);
         if (n == 0 || name[0] == '#')
-            return fail(g, -EINVAL, "barrier '%s': names are non-empty and do not start with '#'",
-                        name);
+            return errmsg_set(&g->err, -EINVAL,
+                              "barrier '%s': names are non-empty and do not start with '#'", name);
         if (n > GR_NAME_MAX)
-            return fail(g, -E2BIG, "barrier '%.32s...': name of %zu bytes is over the limit of %d",
-                        name, n, GR_NAME_MAX);
+            return errmsg_set(&g->err, -E2BIG,
+                              "barrier '%.32s...': name of %zu bytes is over the limit of %d", name,
+                              n, GR_NAME_MAX);
     } else {
         snprintf(implicit, sizeof(implicit), "#%llu", (unsigned long long)g->barrier_seq++);
         name = implicit;
     }
     if (g->px)
-        return gr_pmix_fence(g->px, name, timeout_ms, g->err, sizeof(g->err));
+        return gr_pmix_fence(g->px, name, timeout_ms, &g->err);
     id = g->next_id++;
     ret = request_ok(g, proto_pack("{s:s, s:I, s:s}", "type", "barrier", "id", id, "name", name),
                      id, timeout_ms, "barrier", name);
     if (ret == -ETIMEDOUT && !g->dead)
-        fail(g, ret, "barrier '%s': not every rank arrived within %d ms", name, timeout_ms);
+        errmsg_set(&g->err, ret, "barrier '%s': not every rank arrived within %d ms", name,
+                   timeout_ms);
     return ret;
 }
 
@@ -746,7 +721,8 @@ int gr_report(struct gr *g, const struct gr_progress *p)
     if (g->px)
         return 0;
     if (p->total_steps < 0)
-        return fail(g, -EINVAL, "report: total_steps %lld is negative", (long long)p->total_steps);
+        return errmsg_set(&g->err, -EINVAL, "report: total_steps %lld is negative",
+                          (long long)p->total_steps);
     req = proto_pack("{s:s, s:I, s:I}", "type", "report", "step", (json_int_t)p->step,
                      "total_steps", (json_int_t)p->total_steps);
     proto_set_number(req, "loss", p->loss);
@@ -754,7 +730,7 @@ int gr_report(struct gr *g, const struct gr_progress *p)
     proto_set_number(req, "tokens_per_s", p->tokens_per_s);
     proto_set_number(req, "grad_norm", p->grad_norm);
     if (!req)
-        return fail(g, -ENOMEM, "report: cannot build the message");
+        return errmsg_set(&g->err, -ENOMEM, "report: cannot build the message");
     return send_msg(g, req, "report");
 }
 
@@ -770,7 +746,8 @@ int gr_on_preempt(struct gr *g, int *sig)
     if (env && *env) {
         n = strtol(env, &end, 10);
         if (*end || n < 1 || n > 64)
-            return fail(g, -EINVAL, "GPURUN_PREEMPT_SIGNAL '%s' is not a signal number", env);
+            return errmsg_set(&g->err, -EINVAL, "GPURUN_PREEMPT_SIGNAL '%s' is not a signal number",
+                              env);
     }
     if (sig)
         *sig = (int)n;
@@ -790,11 +767,11 @@ int gr_finalize(struct gr *g)
     if (!g)
         return 0;
     if (g->px) {
-        char err[GR_ERR_MAX];
-        ret = gr_pmix_close(g->px, err, sizeof(err));
-        init_err[0] = '\0';
+        struct errmsg err;
+        ret = gr_pmix_close(g->px, &err);
+        init_err.text[0] = '\0';
         if (ret < 0)
-            fail(NULL, ret, "%s", err);
+            init_err = err;
         g->px = NULL;
         gr_free(g);
         return ret;
@@ -803,12 +780,12 @@ int gr_finalize(struct gr *g)
     ret = request_ok(g, proto_pack("{s:s, s:I}", "type", "finalize", "id", id), id,
                      GR_REQUEST_TIMEOUT_MS, "finalize", g->sock);
     if (ret < 0)
-        fail(NULL, ret, "%s", g->err);
+        init_err = g->err;
     gr_free(g);
     return ret;
 }
 
 const char *gr_strerror(const struct gr *g)
 {
-    return g ? g->err : init_err;
+    return g ? g->err.text : init_err.text;
 }

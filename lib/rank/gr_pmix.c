@@ -7,7 +7,6 @@
 #include <errno.h>
 #ifdef HAVE_PMIX
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,7 +17,9 @@
 #include <pmix.h>
 #endif
 
+#include "errmsg.h"
 #include "gr_pmix.h"
+#include "monotime.h"
 #include "banned.h"
 
 #ifdef HAVE_PMIX
@@ -68,28 +69,9 @@ struct gr_pmix {
     struct op *fence; /* a fence given up on and not known to be complete */
 };
 
-__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t errlen, int ret,
-                                                      const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return ret;
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int64_t deadline_of(int timeout_ms)
 {
-    return timeout_ms < 0 ? NO_DEADLINE : now_ms() + timeout_ms;
+    return timeout_ms < 0 ? NO_DEADLINE : monotime_ms() + timeout_ms;
 }
 
 static void sleep_ms(int64_t ms)
@@ -202,7 +184,7 @@ static bool wait_locked(struct gr_pmix *px, struct op *op, int64_t deadline)
             pthread_cond_wait(&px->cv, &px->mu);
             continue;
         }
-        int64_t now = now_ms();
+        int64_t now = monotime_ms();
         if (now >= deadline)
             return false;
         struct timespec ts;
@@ -299,7 +281,7 @@ static int put_bytes(const char *pkey, const void *val, size_t len)
     return st;
 }
 
-int gr_pmix_open(struct gr_pmix **out, struct gr_pmix_place *place, char *err, size_t errlen)
+int gr_pmix_open(struct gr_pmix **out, struct gr_pmix_place *place, struct errmsg *err)
 {
     pthread_condattr_t ca;
     struct gr_pmix *px = NULL;
@@ -312,7 +294,7 @@ int gr_pmix_open(struct gr_pmix **out, struct gr_pmix_place *place, char *err, s
     *out = NULL;
     px = calloc(1, sizeof(*px));
     if (!px) {
-        ret = fail(err, errlen, -ENOMEM, "out of memory");
+        ret = errmsg_set(err, -ENOMEM, "out of memory");
         goto out;
     }
     pthread_mutex_init(&px->mu, NULL);
@@ -323,36 +305,36 @@ int gr_pmix_open(struct gr_pmix **out, struct gr_pmix_place *place, char *err, s
     px->refs = 1;
     st = PMIx_Init(&px->me, NULL, 0);
     if (st != PMIX_SUCCESS) {
-        ret = fail(err, errlen, -ECONNREFUSED, "cannot connect to the PMIx server: %s",
-                   status_text(st));
+        ret = errmsg_set(err, -ECONNREFUSED, "cannot connect to the PMIx server: %s",
+                         status_text(st));
         goto out;
     }
     inited = true;
     if (get_number(px, PMIX_RANK_WILDCARD, PMIX_JOB_SIZE, &px->size) < 0 || px->size == 0 ||
         px->size > INT32_MAX || px->me.rank >= px->size) {
-        ret = fail(err, errlen, -EINVAL, "PMIx gives no job size above rank %u in '%s'",
-                   px->me.rank, px->me.nspace);
+        ret = errmsg_set(err, -EINVAL, "PMIx gives no job size above rank %u in '%s'", px->me.rank,
+                         px->me.nspace);
         goto out;
     }
     if (get_number(px, px->me.rank, PMIX_LOCAL_RANK, &lrank) < 0 ||
         get_number(px, PMIX_RANK_WILDCARD, PMIX_LOCAL_SIZE, &lsize) < 0 ||
         get_number(px, px->me.rank, PMIX_NODEID, &node) < 0 || lrank >= lsize || lsize > px->size ||
         node > INT32_MAX) {
-        ret = fail(err, errlen, -EINVAL,
-                   "PMIx gives no local rank, local size or node id for rank %u of '%s'",
-                   px->me.rank, px->me.nspace);
+        ret = errmsg_set(err, -EINVAL,
+                         "PMIx gives no local rank, local size or node id for rank %u of '%s'",
+                         px->me.rank, px->me.nspace);
         goto out;
     }
     px->local = calloc(px->size, sizeof(*px->local));
     px->inflight = calloc(px->size, sizeof(*px->inflight));
     if (!px->local || !px->inflight) {
-        ret = fail(err, errlen, -ENOMEM, "out of memory for %u ranks", px->size);
+        ret = errmsg_set(err, -ENOMEM, "out of memory for %u ranks", px->size);
         goto out;
     }
     read_local_peers(px);
     st = put_bytes(KEY_UP, &one, 1);
     if (st != PMIX_SUCCESS) {
-        ret = fail(err, errlen, -EIO, "cannot put '%s' into PMIx: %s", KEY_UP, status_text(st));
+        ret = errmsg_set(err, -EIO, "cannot put '%s' into PMIx: %s", KEY_UP, status_text(st));
         goto out;
     }
     place->rank = (int)px->me.rank;
@@ -379,18 +361,18 @@ static int prefixed(char *pkey, size_t cap, const char *key)
     return (size_t)snprintf(pkey, cap, "%s%s", KEY_PREFIX, key) < cap ? 0 : -E2BIG;
 }
 
-int gr_pmix_put(struct gr_pmix *px, const char *key, const void *val, size_t len, char *err,
-                size_t errlen)
+int gr_pmix_put(struct gr_pmix *px, const char *key, const void *val, size_t len,
+                struct errmsg *err)
 {
     char pkey[PMIX_MAX_KEYLEN + 1];
     pmix_status_t st;
 
     (void)px;
     if (prefixed(pkey, sizeof(pkey), key) < 0)
-        return fail(err, errlen, -E2BIG, "kv_put '%s': key too long for PMIx", key);
+        return errmsg_set(err, -E2BIG, "kv_put '%s': key too long for PMIx", key);
     st = put_bytes(pkey, val, len);
     if (st != PMIX_SUCCESS)
-        return fail(err, errlen, -EIO, "kv_put '%s': PMIx refused it: %s", key, status_text(st));
+        return errmsg_set(err, -EIO, "kv_put '%s': PMIx refused it: %s", key, status_text(st));
     return 0;
 }
 
@@ -537,7 +519,7 @@ static int search(struct gr_pmix *px, const char *pkey, long hint, int64_t deadl
         if (rank < 0 || (i >= 0 && i == hint) || px->local[rank])
             continue;
         /* A look without a wait still gives each rank its patience. */
-        until = now_ms() + PROBE_PATIENCE_MS;
+        until = monotime_ms() + PROBE_PATIENCE_MS;
         if (!once && deadline < until)
             until = deadline;
         st = PMIX_ERR_NOT_FOUND;
@@ -546,14 +528,14 @@ static int search(struct gr_pmix *px, const char *pkey, long hint, int64_t deadl
             return 1;
         if (st != PMIX_ERR_NOT_FOUND && st != PMIX_SUCCESS)
             *last_st = st;
-        if (!once && now_ms() >= deadline)
+        if (!once && monotime_ms() >= deadline)
             break;
     }
     return 0;
 }
 
 int gr_pmix_get(struct gr_pmix *px, const char *key, void *buf, size_t cap, size_t *len,
-                int timeout_ms, char *err, size_t errlen)
+                int timeout_ms, struct errmsg *err)
 {
     char pkey[PMIX_MAX_KEYLEN + 1];
     pmix_status_t last_st = PMIX_SUCCESS;
@@ -564,24 +546,24 @@ int gr_pmix_get(struct gr_pmix *px, const char *key, void *buf, size_t cap, size
     int ret = -1;
 
     if (prefixed(pkey, sizeof(pkey), key) < 0)
-        return fail(err, errlen, -E2BIG, "kv_get '%s': key too long for PMIx", key);
+        return errmsg_set(err, -E2BIG, "kv_get '%s': key too long for PMIx", key);
     hint = owner_hint(px, key);
     for (;;) {
         if (search(px, pkey, hint, deadline, timeout_ms == 0, &data, &n, &last_st))
             break;
         if (timeout_ms == 0) {
-            ret = fail(err, errlen, -ENOENT, "kv_get '%s': no such key", key);
+            ret = errmsg_set(err, -ENOENT, "kv_get '%s': no such key", key);
             goto out;
         }
-        int64_t left = deadline == NO_DEADLINE ? pause : deadline - now_ms();
+        int64_t left = deadline == NO_DEADLINE ? pause : deadline - monotime_ms();
         if (left <= 0) {
             if (last_st != PMIX_SUCCESS)
-                ret = fail(err, errlen, -ETIMEDOUT,
-                           "kv_get '%s': not put by any rank within %d ms (PMIx said: %s)", key,
-                           timeout_ms, status_text(last_st));
+                ret = errmsg_set(err, -ETIMEDOUT,
+                                 "kv_get '%s': not put by any rank within %d ms (PMIx said: %s)",
+                                 key, timeout_ms, status_text(last_st));
             else
-                ret = fail(err, errlen, -ETIMEDOUT, "kv_get '%s': not put by any rank within %d ms",
-                           key, timeout_ms);
+                ret = errmsg_set(err, -ETIMEDOUT, "kv_get '%s': not put by any rank within %d ms",
+                                 key, timeout_ms);
             goto out;
         }
         sleep_ms(left < pause ? left : pause);
@@ -589,8 +571,8 @@ int gr_pmix_get(struct gr_pmix *px, const char *key, void *buf, size_t cap, size
     }
     *len = n;
     if (n > cap) {
-        ret = fail(err, errlen, -ENOBUFS, "kv_get '%s': value of %zu bytes does not fit in %zu",
-                   key, n, cap);
+        ret = errmsg_set(err, -ENOBUFS, "kv_get '%s': value of %zu bytes does not fit in %zu", key,
+                         n, cap);
         goto out;
     }
     if (n)
@@ -603,7 +585,7 @@ out:
 
 /* --- barrier --------------------------------------------------------------------------------- */
 
-int gr_pmix_fence(struct gr_pmix *px, const char *name, int timeout_ms, char *err, size_t errlen)
+int gr_pmix_fence(struct gr_pmix *px, const char *name, int timeout_ms, struct errmsg *err)
 {
     int64_t deadline = deadline_of(timeout_ms);
     pmix_status_t st;
@@ -617,10 +599,10 @@ int gr_pmix_fence(struct gr_pmix *px, const char *name, int timeout_ms, char *er
     if (px->fence) {
         if (!wait_locked(px, px->fence, deadline)) {
             pthread_mutex_unlock(&px->mu);
-            return fail(err, errlen, -ETIMEDOUT,
-                        "barrier '%s': the barrier given up on before is still not complete "
-                        "after %d ms",
-                        name, timeout_ms);
+            return errmsg_set(err, -ETIMEDOUT,
+                              "barrier '%s': the barrier given up on before is still not complete "
+                              "after %d ms",
+                              name, timeout_ms);
         }
         op_release_locked(px, px->fence);
         px->fence = NULL;
@@ -629,7 +611,7 @@ int gr_pmix_fence(struct gr_pmix *px, const char *name, int timeout_ms, char *er
 
     op = op_new(px, FENCE_RANK, 1);
     if (!op)
-        return fail(err, errlen, -ENOMEM, "barrier '%s': out of memory", name);
+        return errmsg_set(err, -ENOMEM, "barrier '%s': out of memory", name);
     PMIX_INFO_LOAD(&op->info[0], PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
     pthread_mutex_lock(&px->mu);
     px->refs++;
@@ -642,8 +624,8 @@ int gr_pmix_fence(struct gr_pmix *px, const char *name, int timeout_ms, char *er
         pthread_mutex_unlock(&px->mu);
         if (st == PMIX_OPERATION_SUCCEEDED)
             return 0;
-        return fail(err, errlen, -EIO, "barrier '%s': PMIx refused the fence: %s", name,
-                    status_text(st));
+        return errmsg_set(err, -EIO, "barrier '%s': PMIx refused the fence: %s", name,
+                          status_text(st));
     }
     done = wait_locked(px, op, deadline);
     if (done) {
@@ -654,15 +636,15 @@ int gr_pmix_fence(struct gr_pmix *px, const char *name, int timeout_ms, char *er
     }
     pthread_mutex_unlock(&px->mu);
     if (!done)
-        ret = fail(err, errlen, -ETIMEDOUT, "barrier '%s': not every rank arrived within %d ms",
-                   name, timeout_ms);
+        ret = errmsg_set(err, -ETIMEDOUT, "barrier '%s': not every rank arrived within %d ms", name,
+                         timeout_ms);
     else if (st != PMIX_SUCCESS)
-        ret = fail(err, errlen, -EIO, "barrier '%s': the PMIx fence failed: %s", name,
-                   status_text(st));
+        ret =
+            errmsg_set(err, -EIO, "barrier '%s': the PMIx fence failed: %s", name, status_text(st));
     return ret;
 }
 
-int gr_pmix_close(struct gr_pmix *px, char *err, size_t errlen)
+int gr_pmix_close(struct gr_pmix *px, struct errmsg *err)
 {
     pmix_status_t st;
     bool last;
@@ -681,7 +663,7 @@ int gr_pmix_close(struct gr_pmix *px, char *err, size_t errlen)
     pthread_mutex_unlock(&px->mu);
     st = PMIx_Finalize(NULL, 0);
     if (st != PMIX_SUCCESS)
-        ret = fail(err, errlen, -EIO, "finalize: PMIx_Finalize failed: %s", status_text(st));
+        ret = errmsg_set(err, -EIO, "finalize: PMIx_Finalize failed: %s", status_text(st));
     /* Requests still in flight hold references: the last completion frees px. */
     pthread_mutex_lock(&px->mu);
     last = --px->refs == 0;
@@ -693,38 +675,37 @@ int gr_pmix_close(struct gr_pmix *px, char *err, size_t errlen)
 
 #else /* !HAVE_PMIX: built without libpmix; gr.c never calls these then */
 
-int gr_pmix_open(struct gr_pmix **out, struct gr_pmix_place *place, char *err, size_t errlen)
+int gr_pmix_open(struct gr_pmix **out, struct gr_pmix_place *place, struct errmsg *err)
 {
     (void)place;
     *out = NULL;
-    if (errlen)
-        err[0] = '\0';
+    err->text[0] = '\0';
     return -ENOTSUP;
 }
 
-int gr_pmix_put(struct gr_pmix *px, const char *key, const void *val, size_t len, char *err,
-                size_t errlen)
+int gr_pmix_put(struct gr_pmix *px, const char *key, const void *val, size_t len,
+                struct errmsg *err)
 {
-    (void)px, (void)key, (void)val, (void)len, (void)err, (void)errlen;
+    (void)px, (void)key, (void)val, (void)len, (void)err;
     return -ENOTSUP;
 }
 
 int gr_pmix_get(struct gr_pmix *px, const char *key, void *buf, size_t cap, size_t *len,
-                int timeout_ms, char *err, size_t errlen)
+                int timeout_ms, struct errmsg *err)
 {
-    (void)px, (void)key, (void)buf, (void)cap, (void)len, (void)timeout_ms, (void)err, (void)errlen;
+    (void)px, (void)key, (void)buf, (void)cap, (void)len, (void)timeout_ms, (void)err;
     return -ENOTSUP;
 }
 
-int gr_pmix_fence(struct gr_pmix *px, const char *name, int timeout_ms, char *err, size_t errlen)
+int gr_pmix_fence(struct gr_pmix *px, const char *name, int timeout_ms, struct errmsg *err)
 {
-    (void)px, (void)name, (void)timeout_ms, (void)err, (void)errlen;
+    (void)px, (void)name, (void)timeout_ms, (void)err;
     return -ENOTSUP;
 }
 
-int gr_pmix_close(struct gr_pmix *px, char *err, size_t errlen)
+int gr_pmix_close(struct gr_pmix *px, struct errmsg *err)
 {
-    (void)px, (void)err, (void)errlen;
+    (void)px, (void)err;
     return 0;
 }
 

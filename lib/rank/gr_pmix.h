@@ -23,6 +23,8 @@
 
 #include <stddef.h>
 
+#include "errmsg.h"
+
 struct gr_pmix;
 
 /* Where this rank is, as PMIx tells it. */
@@ -32,29 +34,29 @@ struct gr_pmix_place {
 
 /* Connects to the PMIx server of this node (PMIx_Init) and reads the rank's place. On success
  * *out is new (end it with gr_pmix_close) and *place filled; on failure *out is NULL and err
- * (errlen bytes, caller's) says why: -ECONNREFUSED when PMIx_Init fails, -EINVAL when PMIx
+ * (the caller's) says why: -ECONNREFUSED when PMIx_Init fails, -EINVAL when PMIx
  * gives no size, rank or node for this process. */
-int gr_pmix_open(struct gr_pmix **out, struct gr_pmix_place *place, char *err, size_t errlen);
+int gr_pmix_open(struct gr_pmix **out, struct gr_pmix_place *place, struct errmsg *err);
 
 /* Stores len bytes of val (borrowed) under key (checked by the caller) for every rank to
  * read. -EIO (err set) when PMIx refuses it. */
-int gr_pmix_put(struct gr_pmix *px, const char *key, const void *val, size_t len, char *err,
-                size_t errlen);
+int gr_pmix_put(struct gr_pmix *px, const char *key, const void *val, size_t len,
+                struct errmsg *err);
 
 /* gr_kv_get over PMIx: waits up to timeout_ms (-1: no limit; 0: one look at every rank but
  * no wait) for key, then copies its value into buf (cap bytes) and sets *len. Returns 0,
  * -ENOBUFS (*len set), -ENOENT (timeout 0, not found), -ETIMEDOUT, or -EIO; err set on
  * failure. */
 int gr_pmix_get(struct gr_pmix *px, const char *key, void *buf, size_t cap, size_t *len,
-                int timeout_ms, char *err, size_t errlen);
+                int timeout_ms, struct errmsg *err);
 
 /* A barrier of every rank (a collecting fence), named name for the error text only: PMIx does
  * not compare names, so ranks must call barriers in the same order. Up to timeout_ms (-1: no
  * limit); a fence given up on stays in flight, and the next barrier first waits for it.
  * Returns 0, -ETIMEDOUT or -EIO; err set on failure. */
-int gr_pmix_fence(struct gr_pmix *px, const char *name, int timeout_ms, char *err, size_t errlen);
+int gr_pmix_fence(struct gr_pmix *px, const char *name, int timeout_ms, struct errmsg *err);
 
 /* Leaves PMIx (PMIx_Finalize) and frees px (NULL is a no-op). Returns 0 or -EIO (err set). */
-int gr_pmix_close(struct gr_pmix *px, char *err, size_t errlen);
+int gr_pmix_close(struct gr_pmix *px, struct errmsg *err);
 
 #endif

@@ -263,13 +263,13 @@ static void check_early_close(struct gr *g)
     size_t n = 1 << 20;
     float *buf = malloc(n * sizeof(float));
     struct coll *c = NULL;
-    char err[512];
+    struct errmsg err;
 
     if (!buf)
         die("out of memory for %zu floats", n);
     for (int round = 0; round < EARLY_CLOSE_ROUNDS; round++) {
-        if (coll_open("tcp", g, &c, err, sizeof(err)) < 0)
-            die("cannot open ring %d: %s", round, err);
+        if (coll_open("tcp", g, &c, &err) < 0)
+            die("cannot open ring %d: %s", round, err.text);
         for (size_t i = 0; i < n; i++)
             buf[i] = exact_val(rank, i);
         if (coll_allreduce_sum_f32(c, buf, n) < 0)
@@ -663,20 +663,21 @@ static void run_nccl_die(struct coll *c, bool stall)
 static int run_nccl_nojoin(struct gr *g)
 {
     struct coll *c = NULL;
-    char err[512], want[64];
+    struct errmsg err;
+    char want[64];
     int ret;
 
     if (rank == world - 1) {
         sleep_ms(NCCL_STALL_MS);
         exit(0);
     }
-    ret = coll_open("nccl", g, &c, err, sizeof(err));
+    ret = coll_open("nccl", g, &c, &err);
     if (ret == 0)
         die("the collectives opened without rank %d", world - 1);
     snprintf(want, sizeof(want), "rank %d did not join", world - 1);
-    if (!strstr(err, want))
-        die("coll_open returned %d, '%s', which does not say '%s'", ret, err, want);
-    printf("rank %d/%d: error seen: %s\n", rank, world, err);
+    if (!strstr(err.text, want))
+        die("coll_open returned %d, '%s', which does not say '%s'", ret, err.text, want);
+    printf("rank %d/%d: error seen: %s\n", rank, world, err.text);
     if (gr_finalize(g) < 0)
         die("finalize: %s", gr_strerror(NULL));
     return 0;
@@ -750,7 +751,7 @@ int main(int argc, char **argv)
                                         "nccl-die", "nccl-stall", "nccl-nojoin", "devices"};
     struct gr *g = NULL;
     struct coll *c = NULL;
-    char err[512];
+    struct errmsg err;
     const char *mode = argc == 2 ? argv[1] : "";
     bool known = false, nccl = !strncmp(mode, "nccl-", 5);
 
@@ -772,8 +773,8 @@ int main(int argc, char **argv)
         nccl_device(g);
     if (!strcmp(mode, "nccl-nojoin"))
         return run_nccl_nojoin(g);
-    if (coll_open(nccl ? "nccl" : "tcp", g, &c, err, sizeof(err)) < 0)
-        die("cannot open the collectives: %s", err);
+    if (coll_open(nccl ? "nccl" : "tcp", g, &c, &err) < 0)
+        die("cannot open the collectives: %s", err.text);
     if (coll_rank(c) != rank || coll_world_size(c) != world)
         die("coll has rank %d of %d", coll_rank(c), coll_world_size(c));
     printf("rank %d/%d: %s\n", rank, world, coll_describe(c));

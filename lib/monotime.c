@@ -1,0 +1,21 @@
+/* The monotonic clock, read in the two units its callers use. */
+#include <time.h>
+
+#include "monotime.h"
+#include "banned.h"
+
+int64_t monotime_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+double monotime_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
