@@ -12,13 +12,13 @@
  * seq | JSON | tag (auth.h); on the Unix socket it is the JSON alone. The JSON is one object
  * whose "type" selects a row of the table below (lib/proto.c has it as data: each field's
  * key, kind and whether it may be left out), so a missing field, a field of the wrong type
- * or an unknown field is an error: the receiver answers an "error" frame, logs one line and, for anything
- * but a request it can refuse, closes the link. Lengths over the reader's limit close the
- * link before any allocation. Before its handshake is done a TCP link accepts only frames of
- * the handshake's size (68 bytes at most, PEER_HANDSHAKE_FRAME_MAX in daemon/peer.h) and
- * buffers one at a time, so a peer without the job key costs the leader about 1.3 KiB, and
- * all of them together (PENDING_CONNS_MAX) about 1.3 MiB, whatever they send; after it, the
- * limit is the daemon's max_frame (FRAME_MAX_DEFAULT, 1 MiB).
+ * or an unknown field is an error: the receiver answers an "error" frame, logs one line
+ * and, for anything but a request it can refuse, closes the link. Lengths over the reader's limit
+ * close the link before any allocation. Before its handshake is done a TCP link accepts only frames
+ * of the handshake's size (68 bytes at most, PEER_HANDSHAKE_FRAME_MAX in daemon/peer.h) and buffers
+ * one at a time, so a peer without the job key costs the leader about 1.3 KiB, and all of them
+ * together (PENDING_CONNS_MAX) about 1.3 MiB, whatever they send; after it, the limit is the
+ * daemon's max_frame (FRAME_MAX_DEFAULT, 1 MiB).
  *
  * Requests carry an "id" (an integer the sender chooses, echoed in the reply). Replies are
  * "ok", "kv_val" or "error".
