@@ -121,6 +121,24 @@ for want in '"time_limit_s": 3600' '"name": "train.py"' '"preempt_signal": 10' \
     grep -qF -- "$want" "$work/out" || fail "the batch spec lacks $want"
 done
 
+# Requeue: --no-requeue by default; --max-requeues N requeues the job from its script N times
+# at most, and implies --requeue; SBATCH_REQUEUE stands for --requeue; a contradiction is
+# refused before anything is written.
+run --emit-sbatch -- true
+grep -qx '#SBATCH --no-requeue' "$work/out" || fail "the default script lacks --no-requeue"
+! grep -q 'scontrol requeue' "$work/out" || fail "the default script requeues itself"
+run --emit-sbatch --max-requeues 3 -- true
+expect_rc 0 "--emit-sbatch --max-requeues 3"
+grep -qx '#SBATCH --requeue' "$work/out" || fail "--max-requeues without #SBATCH --requeue"
+grep -qx '#SBATCH --open-mode=append' "$work/out" || fail "--max-requeues without --open-mode=append"
+# shellcheck disable=SC2016 # the script's own text
+grep -qF '[ "$requeues" -lt 3 ]' "$work/out" || fail "the script does not bound its requeues by 3"
+SBATCH_REQUEUE=1 run --emit-sbatch -- true
+grep -qx '#SBATCH --requeue' "$work/out" || fail "SBATCH_REQUEUE did not stand for --requeue"
+run --emit-sbatch --no-requeue --requeue -- true
+expect_rc 125 "--no-requeue with --requeue"
+expect_err "gpurun: --no-requeue: the job also asks to be requeued (--requeue)"
+
 # --- status, logs and cancel by the printed id, for a --job-dir job ------------------------
 
 "$gpurun" --local --job-dir "$work/jd" -J sleeper --kill-grace 1 -- sh -c 'echo up; exec sleep 60' \
