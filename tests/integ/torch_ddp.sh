@@ -50,8 +50,17 @@ grep -qE '^progress: \[#+\.*\] +[0-9]+% \([0-9]+/60\), ETA [0-9]+m[0-9]{2}s$' "$
 [ "$(json "$work/st.json" '0 < v["progress"]["eta_s"] < 60')" = True ] ||
     fail "no ETA under a minute for 60 steps of 0.1 s: $(json "$work/st.json" 'v["progress"]')"
 grep -qE '^step: [0-9]+.* of 60, loss [0-9.]+' "$work/st.txt" || fail "no step line: $(head -n 8 "$work/st.txt")"
-# Rank 0's recent losses: a sparkline, and in JSON one [step, loss] per step it reported.
-grep -qE '^loss: (▁|▂|▃|▄|▅|▆|▇|█){2,} [0-9.]+ -> [0-9.]+ \(rank 0, steps [0-9]+-[0-9]+\)$' "$work/st.txt" ||
+# Rank 0's recent losses: a sparkline, and in JSON one [step, loss] per step it reported. It
+# needs two of rank 0's reports at the leader (the agent passes them on every 250 ms), which
+# the ETA above does not (another rank's two give the rate): wait for them while the job runs.
+spark='^loss: (▁|▂|▃|▄|▅|▆|▇|█){2,} [0-9.]+ -> [0-9.]+ \(rank 0, steps [0-9]+-[0-9]+\)$'
+for ((i = 0; i < 50; i++)); do
+    grep -qE "$spark" "$work/st.txt" && break
+    sleep 0.1
+    "$gpurun" status --job-dir "$job" >"$work/st.txt" 2>&1 || true
+    "$gpurun" status --job-dir "$job" --json >"$work/st.json" 2>/dev/null || true
+done
+grep -qE "$spark" "$work/st.txt" ||
     fail "no loss sparkline: $(grep '^loss' "$work/st.txt" || head -n 8 "$work/st.txt")"
 [ "$(json "$work/st.json" 'len(v["live"]["loss_history"]) >= 2 and all(a[0] < b[0] for a, b in zip(v["live"]["loss_history"], v["live"]["loss_history"][1:]))')" = True ] ||
     fail "loss_history: $(json "$work/st.json" 'v["live"].get("loss_history")')"
