@@ -357,14 +357,68 @@ static bool fast_split(char *text, size_t len, struct fast_field *ff, int *n)
     }
 }
 
+/* Stores field f from hit, the message's field of that key, into m; false when its kind is
+ * not f's (or an 'i' is out of int's range): the message is then for decode_root. */
+static bool fast_store(const struct field *f, const struct fast_field *hit, struct msg *m)
+{
+    char *at = (char *)m + f->off;
+
+    if (f->kind == 's' && hit->kind == 's') {
+        *(const char **)at = hit->str;
+        if (!strcmp(f->key, "value"))
+            m->value_len = hit->str_len;
+    } else if (f->kind == 'i' && hit->kind == 'n' && hit->num >= INT_MIN && hit->num <= INT_MAX) {
+        *(int *)at = (int)hit->num;
+    } else if (f->kind == 'I' && hit->kind == 'n') {
+        *(json_int_t *)at = (json_int_t)hit->num;
+    } else if (f->kind == 'F' && hit->kind == 'n') {
+        *(double *)at = (double)hit->num;
+    } else if (f->kind == 'b' && hit->kind == 'b') {
+        *(int *)at = (int)hit->num;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/* Fills m from the n fields of a message of type t: every field of its row once, of the
+ * row's kind, the required ones present, nothing else. False when the message is for
+ * decode_root. */
+static bool fast_fill(int t, const struct fast_field *ff, int n, struct msg *m)
+{
+    const struct proto_row *row = &rows[t];
+    struct proto_error ignored;
+    int matched = 0;
+
+    memset(m, 0, sizeof(*m));
+    m->type = (enum msg_type)t;
+    for (const struct field *f = row->f; f < row->f + FIELDS_MAX && f->key; f++) {
+        const struct fast_field *hit = NULL;
+        for (int i = 0; i < n; i++) {
+            if (strcmp(ff[i].key, f->key))
+                continue;
+            if (hit)
+                return false; /* a duplicate */
+            hit = &ff[i];
+        }
+        if (!hit && f->optional && f->kind == 'F')
+            *(double *)((char *)m + f->off) = NAN; /* not given: unknown */
+        if (!hit && !f->optional)
+            return false;
+        if (hit && !fast_store(f, hit, m))
+            return false;
+        matched += hit != NULL;
+    }
+    /* "type" once, and no key the row does not have. */
+    return matched + 1 == n && check_limits(m, &ignored) == 0;
+}
+
 /* Decodes buf the fast way into m: true when done (m owns its block), false when the message
  * is for decode_root. */
 static bool fast_decode(const uint8_t *buf, size_t len, struct msg *m)
 {
     struct fast_field ff[FAST_FIELDS_MAX];
-    const struct proto_row *row = NULL;
-    struct proto_error ignored;
-    int n, t = -1, matched = 0;
+    int n, t = -1;
     char *text;
 
     /* The message as it came (for proto_msg_json), then the copy its strings are cut in. */
@@ -374,58 +428,16 @@ static bool fast_decode(const uint8_t *buf, size_t len, struct msg *m)
     text[len] = '\0';
     memcpy(text + len + 1, buf, len);
     text[2 * len + 1] = '\0';
-    if (!fast_split(text + len + 1, len, ff, &n))
-        goto fallback;
-    for (int i = 0; i < n; i++)
-        if (ff[i].key_len == 4 && !memcmp(ff[i].key, "type", 4) && ff[i].kind == 's' && t < 0)
-            t = find_type(ff[i].str);
-    if (t < 0)
-        goto fallback;
-    row = &rows[t];
-    memset(m, 0, sizeof(*m));
-    m->type = (enum msg_type)t;
-    for (const struct field *f = row->f; f < row->f + FIELDS_MAX && f->key; f++) {
-        struct fast_field *hit = NULL;
-        for (int i = 0; i < n; i++) {
-            if (strcmp(ff[i].key, f->key))
-                continue;
-            if (hit)
-                goto fallback; /* a duplicate */
-            hit = &ff[i];
-        }
-        if (!hit) {
-            if (f->optional && f->kind == 'F')
-                *(double *)((char *)m + f->off) = NAN;
-            if (f->optional)
-                continue;
-            goto fallback;
-        }
-        matched++;
-        char *at = (char *)m + f->off;
-        if (f->kind == 's' && hit->kind == 's') {
-            *(const char **)at = hit->str;
-            if (!strcmp(f->key, "value"))
-                m->value_len = hit->str_len;
-        } else if (f->kind == 'i' && hit->kind == 'n' && hit->num >= INT_MIN &&
-                   hit->num <= INT_MAX) {
-            *(int *)at = (int)hit->num;
-        } else if (f->kind == 'I' && hit->kind == 'n') {
-            *(json_int_t *)at = (json_int_t)hit->num;
-        } else if (f->kind == 'F' && hit->kind == 'n') {
-            *(double *)at = (double)hit->num;
-        } else if (f->kind == 'b' && hit->kind == 'b') {
-            *(int *)at = (int)hit->num;
-        } else {
-            goto fallback;
-        }
+    if (fast_split(text + len + 1, len, ff, &n)) {
+        for (int i = 0; i < n; i++)
+            if (ff[i].key_len == 4 && !memcmp(ff[i].key, "type", 4) && ff[i].kind == 's' && t < 0)
+                t = find_type(ff[i].str);
     }
-    /* "type" once, and no key the row does not have. */
-    if (matched + 1 != n || check_limits(m, &ignored) < 0)
-        goto fallback;
-    m->text = text;
-    m->text_len = len;
-    return true;
-fallback:
+    if (t >= 0 && fast_fill(t, ff, n, m)) {
+        m->text = text;
+        m->text_len = len;
+        return true;
+    }
     free(text);
     memset(m, 0, sizeof(*m));
     return false;
