@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -264,7 +265,7 @@ static int xfer_run(struct coll_xfer *x)
     xfer_advance(x);
     while (x->st < x->nsend || x->rt < x->nrecv) {
         struct pollfd pfd[2];
-        bool moved = false, want_recv;
+        bool moved = false, want_recv, want_send;
         int64_t left;
 
         /* Take what has arrived first: it may unlock sends. */
@@ -289,6 +290,12 @@ static int xfer_run(struct coll_xfer *x)
             continue;
         }
         want_recv = x->rt < x->nrecv;
+        want_send = x->st < x->nsend && coll_xfer_send_limit(x) > x->so;
+        /* On shared rings alone, look a while before sleeping: the neighbour is likely a
+         * piece away. */
+        if ((want_recv || want_send) && (!want_recv || tcp->recv_ring) &&
+            (!want_send || tcp->send_ring) && coll_shm_spin(x, want_recv, want_send))
+            continue;
         if (want_recv && tcp->recv_ring && coll_shm_recv_ready(x))
             continue;
         if (want_recv && tcp->prev_closed) {
@@ -718,6 +725,29 @@ out:
     return ret;
 }
 
+/* The CPUs this process may run on (1 when that cannot be read). */
+static int usable_cpus(void)
+{
+    cpu_set_t set;
+
+    if (sched_getaffinity(0, sizeof(set), &set) < 0)
+        return 1;
+    return CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
+}
+
+/* The allreduce size from which received results bypass the caches (struct coll_tcp): where
+ * the buffers of this machine's ranks fill its last-level cache. */
+static size_t stream_bytes(int local_ranks)
+{
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+
+    if (llc <= 0)
+        llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (llc <= 0)
+        llc = 32L << 20;
+    return (size_t)llc / (size_t)(local_ranks > 0 ? local_ranks : 1);
+}
+
 /* The backend's state for c's rank (coll_state), links closed; NULL without memory. */
 static struct coll_tcp *state_new(struct coll *c)
 {
@@ -767,6 +797,8 @@ static int tcp_open(struct coll *c, struct gr *g)
         ret = -EINVAL;
         goto out;
     }
+    tcp->oversubscribed = gr_local_world_size(g) > usable_cpus();
+    tcp->stream_bytes = stream_bytes(gr_local_world_size(g));
     tcp->scratch = malloc(CHUNK_BYTES);
     if (!tcp->scratch) {
         coll_set_err(c, "out of memory for the ring's buffer");

@@ -33,6 +33,15 @@ struct coll_tcp {
     /* rank-1 closed its end of a shared-memory link: what it wrote before may still be in the
      * ring, and only a wait for more is an error. */
     bool prev_closed;
+    /* More ranks of this job on this machine than CPUs this process may run on: a rank
+     * waiting on a shared ring gives its CPU away while it looks (sched_yield) instead of
+     * spinning, since the rank it waits for may need that CPU. */
+    bool oversubscribed;
+    /* Allreduces of at least this many bytes copy what they receive into the rank's buffer
+     * past the caches (non-temporal stores): the buffers of this machine's ranks no longer fit
+     * in its last-level cache, and a copy that first reads every line it writes moves a third
+     * more memory. */
+    size_t stream_bytes;
     char next_addr[INET6_ADDRSTRLEN + 8];
     char prev_addr[INET6_ADDRSTRLEN + 8];
     unsigned char *scratch;
@@ -109,5 +118,10 @@ int coll_shm_send(struct coll_xfer *x);
  * something to do after all. */
 bool coll_shm_recv_ready(struct coll_xfer *x);
 bool coll_shm_send_ready(struct coll_xfer *x);
+/* Before sleeping on shared rings only (recv: the link from rank-1 carries what x waits
+ * for; send: the link to rank+1 has a step that may go): looks at the rings for up to
+ * SHM_SPIN_US (coll_shm.c), so that a neighbour a piece behind does not cost two wake-ups a
+ * piece. True when something can move. */
+bool coll_shm_spin(struct coll_xfer *x, bool recv, bool send);
 
 #endif

@@ -1,4 +1,4 @@
-/* The monotonic clock, read in the two units its callers use. */
+/* The monotonic clock, read in the units its callers use. */
 #include <time.h>
 
 #include "monotime.h"
@@ -10,6 +10,14 @@ int64_t monotime_ms(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t monotime_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 double monotime_s(void)

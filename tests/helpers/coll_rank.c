@@ -311,7 +311,11 @@ static void compare_hashes(struct gr *g)
 
 static void run_check(struct gr *g, struct coll *c)
 {
-    const size_t sizes[] = {0, 1, 2, 3, 4, 5, 7, 8, 1031, 65535, 65537, 262147, 1048576, 1000003};
+    /* The last is 16 MiB and 3 elements: past the size from which results are copied past the
+     * caches where the last-level cache holds up to 16 MiB per local rank, with segments that
+     * do not start on 16 bytes. */
+    const size_t sizes[] = {
+        0, 1, 2, 3, 4, 5, 7, 8, 1031, 65535, 65537, 262147, 1048576, 1000003, (4u << 20) + 3};
     const size_t bsizes[] = {1, 5, 4096, 300001, (4u << 20) + 7};
 
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
