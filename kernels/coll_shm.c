@@ -250,6 +250,13 @@ static size_t shm_recv_usable(const struct coll_xfer *x, uint64_t *from)
     return n;
 }
 
+/* Whether what the current receive step brings is sent on to rank+1 (by send step rt + lag):
+ * then it is read again soon, and stays in the cache. */
+static bool passed_on(const struct coll_xfer *x)
+{
+    return x->rt + x->lag < x->nsend;
+}
+
 /* Straight from the ring: no staging buffer. */
 int coll_shm_recv(struct coll_xfer *x)
 {
@@ -264,7 +271,7 @@ int coll_shm_recv(struct coll_xfer *x)
     if (x->rreduce)
         x->add(x->rp + x->ro, src, n / x->elem);
     else
-        copy_out(x->rp + x->ro, src, n, x->n * x->elem >= tcp->stream_bytes);
+        copy_out(x->rp + x->ro, src, n, x->n * x->elem >= tcp->stream_bytes && !passed_on(x));
     x->ro += n;
     x->rc = x->ro;
     x->raligned = true;
