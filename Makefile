@@ -59,10 +59,11 @@ HAVE_PMIX  := $(shell $(PKG) --exists pmix 2>/dev/null && echo 1)
 GR_LIBS    := $(if $(HAVE_PMIX),$(shell $(PKG) --libs pmix))
 GR_PMIX_CHECK := $(if $(HAVE_PMIX),$(BUILD)/tests/gr_pmix_check)
 BENCH_STEP := $(BUILD)/bench/train_step
+BENCH_HANDOFF := $(BUILD)/bench/handoff
 TRAIN      := $(if $(wildcard kernels/train.c),$(BUILD)/gpurun-train)
 PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_SO) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN) $(TRAIN) $(COLL_RANK) \
               $(MPI_HELLO) $(GR_PMIX_CHECK) \
-              $(BENCH_AR) $(BENCH_MPI) $(BENCH_STEP)
+              $(BENCH_AR) $(BENCH_MPI) $(BENCH_STEP) $(BENCH_HANDOFF)
 
 .PHONY: all run test test-gpu bench fuzz fuzz-build asan memcheck install clean deps format format-check sim
 
@@ -282,6 +283,10 @@ endif
 $(LOADGEN): $(call obj,bench/loadgen.c) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# What a cache line costs between two CPUs (printed with the allreduce table).
+$(BENCH_HANDOFF): $(call obj,bench/handoff.c) $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) -pthread
 
 # The collectives' rank programs: the multi-rank tests and the allreduce benchmark, on the
 # rank library and kernels/coll*.c alone; the benchmark's anchor is built with OpenMPI's mpicc

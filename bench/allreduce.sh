@@ -36,7 +36,7 @@ SKIP_ANCHORS=${BENCH_SKIP_ANCHORS:-0}
 # A bound on every run: the whole benchmark takes about two minutes here.
 LIMIT=${BENCH_AR_LIMIT:-300}
 
-for p in gpurun rendezvousd bench/allreduce; do
+for p in gpurun rendezvousd bench/allreduce bench/handoff; do
     if [ ! -x "$BUILD/$p" ]; then
         echo "allreduce.sh: '$BUILD/$p' is not built (run 'make all')" >&2
         exit 1
@@ -109,6 +109,14 @@ field() {
         END { if (best != "") print out }' "$1"
 }
 
+# handoff: the cache line round trip between two CPUs, in ns, or "unknown".
+handoff() {
+    local out
+    out=$("$BUILD/bench/handoff" 2>/dev/null) || true
+    sed -n 's/^handoff .*round_trip_ns=\([0-9]*\).*/\1 ns/p' <<<"$out" | grep . || echo unknown
+}
+
+handoff_before=$(handoff)
 for ((round = 0; round < ROUNDS; round++)); do
     for w in $WORLDS; do
         ours "$w" ring 1
@@ -120,6 +128,7 @@ for ((round = 0; round < ROUNDS; round++)); do
     done
 done
 
+handoff_after=$(handoff)
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "## Allreduce bandwidth (sum of fp32, in place; $(nproc) CPUs, load $load)"
 echo
@@ -131,6 +140,10 @@ echo "TCP: every byte over loopback TCP (GPURUN_COLL_SHM=0; --mca btl tcp,self).
 echo "per link with every rank sending to the next over loopback TCP at once."
 echo "Targets: the ring at least as fast as OpenMPI's MPI_Allreduce; from 16 MiB, at least 0.8x"
 echo "its floor."
+echo "A cache line from one CPU to another and back (bench/handoff): $handoff_before before the"
+echo "runs, $handoff_after after. Around 60 ns, the CPUs share a cache; several hundred, they do not,"
+echo "and every transfer through shared memory is slower (on a VM the host may switch between the"
+echo "two for seconds at a time)."
 echo
 echo "| size | ranks | ring ms | ring busbw | OpenMPI busbw | ring vs OpenMPI | memcpy floor | ring vs floor | ring TCP busbw | OpenMPI TCP busbw | ring vs OpenMPI, TCP | loopback floor | ring TCP vs floor |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
