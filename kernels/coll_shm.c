@@ -108,9 +108,12 @@ int coll_shm_create(char *name, unsigned char *cookie, struct coll_shm_ring **ou
         ret = -errno;
         goto out;
     }
-    if (ftruncate(fd, SHM_MAP_BYTES) < 0 || (map = mmap(NULL, SHM_MAP_BYTES, PROT_READ | PROT_WRITE,
-                                                        MAP_SHARED, fd, 0)) == MAP_FAILED) {
-        ret = -errno;
+    /* The memory is reserved here: a /dev/shm too small to hold the ring fails now (the link
+     * goes over TCP), not with SIGBUS at the first copy past what it could hold. */
+    if ((ret = -posix_fallocate(fd, 0, SHM_MAP_BYTES)) < 0 ||
+        (map = mmap(NULL, SHM_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+                    0)) == MAP_FAILED) {
+        ret = ret < 0 ? ret : -errno;
         shm_unlink(name);
         goto out;
     }
@@ -133,7 +136,7 @@ bool coll_shm_attach(const char *name, const unsigned char *cookie, struct coll_
     if (fd < 0)
         return false;
     map = fstat(fd, &st) == 0 && st.st_size == SHM_MAP_BYTES
-              ? mmap(NULL, SHM_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+              ? mmap(NULL, SHM_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0)
               : MAP_FAILED;
     close(fd);
     if (map == MAP_FAILED)
