@@ -72,6 +72,9 @@ static int parse_bytes(const char *s, size_t *out)
     return 0;
 }
 
+/* How long a floor's link may stay silent before the run gives up. */
+#define LINK_TIMEOUT_MS 30000
+
 /* --- the loopback floor's links ------------------------------------------------------------- */
 
 static int set_nonblocking(int fd)
@@ -80,6 +83,20 @@ static int set_nonblocking(int fd)
 
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* The connection rank-1 makes to lfd, waited for up to ms (it may have failed): the socket,
+ * or -1 with errno. */
+static int accept_within(int lfd, int ms)
+{
+    struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+    int ready;
+
+    while ((ready = poll(&pfd, 1, ms)) < 0 && errno == EINTR)
+        ;
+    if (ready == 0)
+        errno = ETIMEDOUT;
+    return ready > 0 ? accept(lfd, NULL, NULL) : -1;
 }
 
 /* Listens on 127.0.0.1, publishes the port under "floor/port/<rank>", connects to rank+1 and
@@ -103,13 +120,13 @@ static int open_links(struct bench *b)
     if (gr_kv_put(b->g, key, value, strlen(value)) < 0)
         goto store_failed;
     snprintf(key, sizeof(key), "floor/port/%d", (b->rank + 1) % b->world);
-    if (gr_kv_get(b->g, key, value, sizeof(value) - 1, &vlen, 30000) < 0)
+    if (gr_kv_get(b->g, key, value, sizeof(value) - 1, &vlen, LINK_TIMEOUT_MS) < 0)
         goto store_failed;
     value[vlen] = '\0';
     sa.sin_port = htons((uint16_t)strtoul(value, NULL, 10));
     b->send_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (b->send_fd < 0 || connect(b->send_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-        (b->recv_fd = accept(lfd, NULL, NULL)) < 0 || set_nonblocking(b->send_fd) < 0 ||
+        (b->recv_fd = accept_within(lfd, LINK_TIMEOUT_MS)) < 0 || set_nonblocking(b->send_fd) < 0 ||
         set_nonblocking(b->recv_fd) < 0) {
         fprintf(stderr, "allreduce: rank %d: cannot link to rank %d: %s\n", b->rank,
                 (b->rank + 1) % b->world, strerror(errno));
@@ -125,7 +142,8 @@ out:
     return ret;
 }
 
-/* Sends bytes to rank+1 while receiving bytes from rank-1. */
+/* Sends bytes to rank+1 while receiving bytes from rank-1: 0, or -1 with errno (ECONNRESET:
+ * rank-1 closed; ETIMEDOUT: nothing moved for LINK_TIMEOUT_MS). */
 static int stream_links(struct bench *b, size_t bytes)
 {
     size_t sent = 0, got = 0;
@@ -133,26 +151,35 @@ static int stream_links(struct bench *b, size_t bytes)
     while (sent < bytes || got < bytes) {
         bool moved = false;
         ssize_t k;
+        int ready;
 
-        if (got < bytes && (k = recv(b->recv_fd, b->buf2 + got, bytes - got, 0)) != 0) {
+        if (got < bytes) {
+            k = recv(b->recv_fd, b->buf2 + got, bytes - got, 0);
+            if (k == 0) {
+                errno = ECONNRESET;
+                return -1;
+            }
             if (k < 0 && errno != EAGAIN && errno != EINTR)
                 return -1;
             got += k > 0 ? (size_t)k : 0;
             moved |= k > 0;
         }
-        if (sent < bytes &&
-            (k = send(b->send_fd, b->buf + sent, bytes - sent, MSG_NOSIGNAL)) != 0) {
+        if (sent < bytes) {
+            k = send(b->send_fd, b->buf + sent, bytes - sent, MSG_NOSIGNAL);
             if (k < 0 && errno != EAGAIN && errno != EINTR)
                 return -1;
             sent += k > 0 ? (size_t)k : 0;
             moved |= k > 0;
         }
-        if (!moved) {
-            struct pollfd pfd[2] = {{.fd = got < bytes ? b->recv_fd : -1, .events = POLLIN},
-                                    {.fd = sent < bytes ? b->send_fd : -1, .events = POLLOUT}};
-            if (poll(pfd, 2, 30000) <= 0)
-                return -1;
-        }
+        if (moved)
+            continue;
+        struct pollfd pfd[2] = {{.fd = got < bytes ? b->recv_fd : -1, .events = POLLIN},
+                                {.fd = sent < bytes ? b->send_fd : -1, .events = POLLOUT}};
+        ready = poll(pfd, 2, LINK_TIMEOUT_MS);
+        if (ready == 0)
+            errno = ETIMEDOUT;
+        if (ready == 0 || (ready < 0 && errno != EINTR))
+            return -1;
     }
     return 0;
 }

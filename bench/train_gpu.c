@@ -112,7 +112,7 @@ static int model_config(const struct opts *o, struct gpt2_config *mc)
 {
     struct traincfg cfg;
     struct errmsg err;
-    char why[256];
+    struct errmsg why;
     int ret;
 
     if (o->smoke) {
@@ -139,8 +139,8 @@ static int model_config(const struct opts *o, struct gpt2_config *mc)
                                .n_head = cfg.n_head,
                                .n_embd = cfg.n_embd};
     traincfg_release(&cfg);
-    if (!gpt2_config_valid(mc, why, sizeof(why))) {
-        fprintf(stderr, PROG ": '%s': %s\n", o->cfg_path, why);
+    if (!gpt2_config_valid(mc, &why)) {
+        fprintf(stderr, PROG ": '%s': %s\n", o->cfg_path, why.text);
         return -EINVAL;
     }
     return 0;
@@ -179,20 +179,20 @@ static int bench_batch(struct gpu_ctx *ctx, const struct opts *o, const struct g
     uint64_t rng = 42, t = 0;
     double t0, dt, flops;
     float loss = NAN;
-    char err[512];
+    struct errmsg err;
     int ret = -ENOMEM;
 
     if (!tok) {
         fprintf(stderr, PROG ": out of memory for %zu tokens\n", bt);
         goto out;
     }
-    m = gpt2_gpu_new(ctx, mc, &go, err, sizeof(err));
+    m = gpt2_gpu_new(ctx, mc, &go, &err);
     if (!m) {
-        if (strstr(err, "out of device memory")) {
+        if (strstr(err.text, "out of device memory")) {
             printf("| %d | %d | out of device memory | | | | |\n", B, o->seq);
             ret = 0;
         } else {
-            fprintf(stderr, PROG ": batch %d: %s\n", B, err);
+            fprintf(stderr, PROG ": batch %d: %s\n", B, err.text);
             ret = -EINVAL;
         }
         goto out;
@@ -211,7 +211,7 @@ static int bench_batch(struct gpu_ctx *ctx, const struct opts *o, const struct g
     if (ret == 0)
         ret = gpu_ctx_sync(ctx);
     if (ret < 0) {
-        fprintf(stderr, PROG ": batch %d: %s\n", B, err);
+        fprintf(stderr, PROG ": batch %d: %s\n", B, err.text);
         goto out;
     }
     dt = (monotime_s() - t0) / o->steps;
@@ -238,7 +238,7 @@ int main(int argc, char **argv)
     struct gpt2 init = {0};
     struct gpu_ctx *ctx = NULL;
     struct cudaDeviceProp prop;
-    char err[512];
+    struct errmsg err;
     int ret = 1;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -251,15 +251,15 @@ int main(int argc, char **argv)
         o.warmup = 1;
         o.steps = 2;
     }
-    if (gpu_require_device(err, sizeof(err)) < 0) {
-        printf("SKIP " PROG ": %s\n", err);
+    if (gpu_require_device(&err) < 0) {
+        printf("SKIP " PROG ": %s\n", err.text);
         return 0;
     }
     if (model_config(&o, &mc) < 0)
         return 1;
-    ctx = gpu_ctx_new(0, err, sizeof(err));
+    ctx = gpu_ctx_new(0, &err);
     if (!ctx) {
-        fprintf(stderr, PROG ": %s\n", err);
+        fprintf(stderr, PROG ": %s\n", err.text);
         return 1;
     }
     /* GPT-2's initialisation, as gpurun-train starts a run. */

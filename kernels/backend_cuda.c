@@ -51,9 +51,9 @@ struct cuda {
     bool zero;
     struct coll *coll; /* borrowed */
     int rank, world;
-    uint64_t opt_step; /* AdamW's update count */
-    float *logits_row; /* last_logits' row: padded_vocab_size floats */
-    char gerr[512];    /* the gpu model's last failure */
+    uint64_t opt_step;  /* AdamW's update count */
+    float *logits_row;  /* last_logits' row: padded_vocab_size floats */
+    struct errmsg gerr; /* the gpu model's last failure */
 };
 
 static struct cuda *cuda_of(struct backend *b)
@@ -63,7 +63,7 @@ static struct cuda *cuda_of(struct backend *b)
 
 static int cuda_probe(struct errmsg *why)
 {
-    return gpu_require_device(why->text, sizeof(why->text));
+    return gpu_require_device(why);
 }
 
 /* By default every local rank sees all of the node's GPUs (as under torchrun) and the local
@@ -72,16 +72,16 @@ static int cuda_open(struct backend **out, int local_rank, struct errmsg *err)
 {
     struct cuda *c = calloc(1, sizeof(*c));
     int count = gpu_device_count();
-    char why[512];
+    struct errmsg why;
 
     *out = NULL;
     if (!c)
         return errmsg_set(err, -ENOMEM, "out of memory");
     c->b.ops = &backend_cuda;
     c->device = count > 1 && local_rank > 0 ? local_rank % count : 0;
-    c->gpu = gpu_ctx_new(c->device, why, sizeof(why));
+    c->gpu = gpu_ctx_new(c->device, &why);
     if (!c->gpu) {
-        errmsg_set(err, -ENODEV, "cannot set up device %d: %s", c->device, why);
+        errmsg_set(err, -ENODEV, "cannot set up device %d: %s", c->device, why.text);
         free(c);
         return -ENODEV;
     }
@@ -115,10 +115,10 @@ static int cuda_init(struct backend *b, const struct backend_opts *o)
         go.opt_hi = go.opt_lo + go.n_pad / (size_t)c->world;
     }
     c->cdt = go.dt == GPU_BF16 ? COLL_BF16 : COLL_F32;
-    c->gm = gpt2_gpu_new(c->gpu, &o->model, &go, c->gerr, sizeof(c->gerr));
+    c->gm = gpt2_gpu_new(c->gpu, &o->model, &go, &c->gerr);
     if (!c->gm)
         return errmsg_set(&b->err, -ENOMEM, "cannot set up the model on cuda device %d: %s",
-                          c->device, c->gerr);
+                          c->device, c->gerr.text);
     gpt2_gpu_buffers(c->gm, &c->gb);
     c->logits_row = malloc((size_t)o->model.padded_vocab_size * sizeof(float));
     if (!c->logits_row)
@@ -169,7 +169,7 @@ static int cuda_init_random(struct backend *b, uint64_t seed)
     gpt2_release(&init);
     if (ret < 0)
         return errmsg_set(&b->err, ret, "cannot load the starting state onto cuda device %d: %s",
-                          c->device, c->gerr);
+                          c->device, c->gerr.text);
     return 0;
 }
 
@@ -216,9 +216,9 @@ static int cuda_state_get(struct backend *b, struct backend_state *st)
         st->opt_step = c->opt_step;
     if (!c->zero) {
         ret = st ? gpt2_gpu_get_shard(c->gm, st->params, st->m, st->v) : 0;
-        return ret < 0
-                   ? errmsg_set(&b->err, ret, "cannot download the optimizer state: %s", c->gerr)
-                   : 0;
+        return ret < 0 ? errmsg_set(&b->err, ret, "cannot download the optimizer state: %s",
+                                    c->gerr.text)
+                       : 0;
     }
     ret = gpu_alloc(c->gpu, &all, g->n_pad * sizeof(float));
     if (ret < 0)
@@ -253,7 +253,7 @@ static int cuda_state_set(struct backend *b, const struct backend_state *st, boo
         ret = gpt2_gpu_set_moments(c->gm, with_moments ? st->m : NULL, with_moments ? st->v : NULL);
     if (ret < 0)
         return errmsg_set(&b->err, ret, "cannot load the starting state onto cuda device %d: %s",
-                          c->device, c->gerr);
+                          c->device, c->gerr.text);
     c->opt_step = st->opt_step;
     return 0;
 }
@@ -265,7 +265,7 @@ static int cuda_zero_grad(struct backend *b)
     struct cuda *c = cuda_of(b);
     int ret = gpt2_gpu_zero_grad(c->gm);
 
-    return ret < 0 ? errmsg_set(&b->err, ret, "forward/backward failed: %s", c->gerr) : 0;
+    return ret < 0 ? errmsg_set(&b->err, ret, "forward/backward failed: %s", c->gerr.text) : 0;
 }
 
 static int cuda_forward_backward(struct backend *b, const int *inputs, const int *targets, int B,
@@ -274,7 +274,7 @@ static int cuda_forward_backward(struct backend *b, const int *inputs, const int
     struct cuda *c = cuda_of(b);
     int ret = gpt2_gpu_forward_backward(c->gm, inputs, targets, B, T, grad_scale, loss);
 
-    return ret < 0 ? errmsg_set(&b->err, ret, "forward/backward failed: %s", c->gerr) : 0;
+    return ret < 0 ? errmsg_set(&b->err, ret, "forward/backward failed: %s", c->gerr.text) : 0;
 }
 
 /* With zero the reduce-scatter leaves each rank the average of its own shard of the
@@ -310,7 +310,7 @@ static int cuda_grad_norm(struct backend *b, double *norm)
     ret = c->zero ? gpt2_gpu_grad_sumsq(c->gm, g->opt_lo, g->opt_hi, &sumsq)
                   : gpt2_gpu_grad_sumsq(c->gm, 0, g->n_params, &sumsq);
     if (ret < 0)
-        return errmsg_set(&b->err, ret, "gradient norm: %s", c->gerr);
+        return errmsg_set(&b->err, ret, "gradient norm: %s", c->gerr.text);
     if (c->zero && (ret = coll_allreduce_sum_f64(c->coll, &sumsq, 1)) < 0)
         return errmsg_set(&b->err, ret, "gradient norm: %s", coll_strerror(c->coll));
     *norm = sqrt(sumsq);
@@ -328,7 +328,7 @@ static int cuda_update(struct backend *b, float lr, float grad_scale)
 
     ret = gpt2_gpu_update(c->gm, c->opt_step + 1, lr, grad_scale);
     if (ret < 0)
-        return errmsg_set(&b->err, ret, "AdamW update failed: %s", c->gerr);
+        return errmsg_set(&b->err, ret, "AdamW update failed: %s", c->gerr.text);
     c->opt_step++;
     if (c->zero &&
         (ret = coll_dev_all_gather(c->coll, (char *)g->params + g->opt_lo * esz, g->params,
@@ -345,7 +345,7 @@ static int cuda_eval_loss(struct backend *b, const int *inputs, const int *targe
     struct cuda *c = cuda_of(b);
     int ret = gpt2_gpu_forward(c->gm, inputs, targets, B, T, loss);
 
-    return ret < 0 ? errmsg_set(&b->err, ret, "forward failed: %s", c->gerr) : 0;
+    return ret < 0 ? errmsg_set(&b->err, ret, "forward failed: %s", c->gerr.text) : 0;
 }
 
 static int cuda_last_logits(struct backend *b, const int *tokens, int T, const float **row)
@@ -356,7 +356,7 @@ static int cuda_last_logits(struct backend *b, const int *tokens, int T, const f
     if (ret == 0)
         ret = gpt2_gpu_logits_row(c->gm, 0, T - 1, c->logits_row);
     if (ret < 0)
-        return errmsg_set(&b->err, ret, "forward failed: %s", c->gerr);
+        return errmsg_set(&b->err, ret, "forward failed: %s", c->gerr.text);
     *row = c->logits_row;
     return 0;
 }

@@ -357,7 +357,8 @@ bool coll_shm_spin(struct coll_xfer *x, bool recv, bool send)
         if (send && shm_send_usable(x, &pos) > 0)
             return true;
         relax(x->tcp, turn);
-        if (turn % 64 == 63 && monotime_us() >= until)
+        /* Every turn when each gives the CPU away: a yield may last a time slice. */
+        if ((x->tcp->oversubscribed || turn % 64 == 63) && monotime_us() >= until)
             return false;
     }
 }

@@ -736,14 +736,20 @@ out:
     return ret;
 }
 
-/* The CPUs this process may run on (1 when that cannot be read). */
+/* The CPUs this process may run on (1 when that cannot be read), on machines of any size.
+ * Ranks that a launcher pinned to one CPU each count as oversubscribed (struct coll_tcp):
+ * they then yield where they could spin, which costs a system call per look, not progress. */
 static int usable_cpus(void)
 {
-    cpu_set_t set;
+    long conf = sysconf(_SC_NPROCESSORS_CONF);
+    int n = conf > CPU_SETSIZE ? (int)conf : CPU_SETSIZE, count = 1;
+    cpu_set_t *set = CPU_ALLOC(n);
+    size_t size = CPU_ALLOC_SIZE(n);
 
-    if (sched_getaffinity(0, sizeof(set), &set) < 0)
-        return 1;
-    return CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
+    if (set && sched_getaffinity(0, size, set) == 0 && CPU_COUNT_S(size, set) > 0)
+        count = CPU_COUNT_S(size, set);
+    CPU_FREE(set);
+    return count;
 }
 
 /* The allreduce size from which received results bypass the caches (struct coll_tcp): where

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errmsg.h"
 #include "gpt2.h"
 #include "ops.h"
 #include "banned.h"
@@ -69,7 +70,7 @@ size_t gpt2_tensors(const struct gpt2_config *cfg, struct gpt2_tensor t[GPT2_NUM
     return offset;
 }
 
-bool gpt2_config_valid(const struct gpt2_config *cfg, char *err, size_t errlen)
+bool gpt2_config_valid(const struct gpt2_config *cfg, struct errmsg *err)
 {
     const struct {
         const char *name;
@@ -84,26 +85,20 @@ bool gpt2_config_valid(const struct gpt2_config *cfg, char *err, size_t errlen)
     };
     double C = cfg->n_embd;
 
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-        if (sizes[i].value <= 0) {
-            snprintf(err, errlen, "%s (%d) must be positive", sizes[i].name, sizes[i].value);
-            return false;
-        }
-    }
-    if (cfg->n_embd % cfg->n_head) {
-        snprintf(err, errlen, "n_head (%d) must divide n_embd (%d)", cfg->n_head, cfg->n_embd);
-        return false;
-    }
-    if (cfg->padded_vocab_size < cfg->vocab_size) {
-        snprintf(err, errlen, "padded_vocab_size (%d) must be at least vocab_size (%d)",
-                 cfg->padded_vocab_size, cfg->vocab_size);
-        return false;
-    }
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        if (sizes[i].value <= 0)
+            return errmsg_set(err, false, "%s (%d) must be positive", sizes[i].name,
+                              sizes[i].value);
+    if (cfg->n_embd % cfg->n_head)
+        return errmsg_set(err, false, "n_head (%d) must divide n_embd (%d)", cfg->n_head,
+                          cfg->n_embd);
+    if (cfg->padded_vocab_size < cfg->vocab_size)
+        return errmsg_set(err, false, "padded_vocab_size (%d) must be at least vocab_size (%d)",
+                          cfg->padded_vocab_size, cfg->vocab_size);
     if (((double)cfg->padded_vocab_size + cfg->max_seq_len + 12.0 * cfg->n_layer * C) * C >
-        MAX_FLOATS) {
-        snprintf(err, errlen, "model too large (n_layer %d, n_embd %d)", cfg->n_layer, cfg->n_embd);
-        return false;
-    }
+        MAX_FLOATS)
+        return errmsg_set(err, false, "model too large (n_layer %d, n_embd %d)", cfg->n_layer,
+                          cfg->n_embd);
     return true;
 }
 
@@ -205,12 +200,12 @@ static void grad_acts_views(const struct gpt2 *m, struct grad_acts *g)
 
 int gpt2_init(struct gpt2 *m, const struct gpt2_config *cfg, int batch_cap, int seq_cap)
 {
-    char err[128];
+    struct errmsg err;
     size_t sizes[N_ACTS], bt;
     double total = 0.0;
 
     memset(m, 0, sizeof(*m));
-    if (!gpt2_config_valid(cfg, err, sizeof(err)) || batch_cap <= 0 || seq_cap <= 0 ||
+    if (!gpt2_config_valid(cfg, &err) || batch_cap <= 0 || seq_cap <= 0 ||
         seq_cap > cfg->max_seq_len)
         return -EINVAL;
     acts_sizes(cfg, (size_t)batch_cap, (size_t)seq_cap, sizes);

@@ -16,6 +16,8 @@
 
 #include "optim.h"
 
+struct errmsg;
+
 /* The vocabulary is padded to a multiple of this (llm.c's choice: 50257 -> 50304). */
 #define GPT2_VOCAB_ALIGN 128
 /* Parameter tensors, in llm.c's order: the index of each in gpt2_tensors' array and in the
@@ -53,9 +55,9 @@ struct gpt2_config {
 int gpt2_padded_vocab(int vocab_size);
 
 /* Whether cfg is usable: every size positive, n_head divides n_embd, padded_vocab_size >=
- * vocab_size, and the buffers' sizes fit. On false, err (errlen bytes) says which rule failed,
- * e.g. "n_head (5) must divide n_embd (64)". */
-bool gpt2_config_valid(const struct gpt2_config *cfg, char *err, size_t errlen);
+ * vocab_size, and the buffers' sizes fit. On false, err says which rule failed, e.g.
+ * "n_head (5) must divide n_embd (64)". */
+bool gpt2_config_valid(const struct gpt2_config *cfg, struct errmsg *err);
 
 /* One parameter tensor of the flat buffer. */
 struct gpt2_tensor {

@@ -232,7 +232,8 @@ static int setup_model(struct run *r)
         .zero = r->cfg.zero,
         .coll = r->coll,
     };
-    char why[256], where[PATH_MAX + 32];
+    char where[PATH_MAX + 32];
+    struct errmsg why;
     int ret;
 
     r->mcfg = (struct gpt2_config){
@@ -243,9 +244,9 @@ static int setup_model(struct run *r)
         .n_head = r->cfg.n_head,
         .n_embd = r->cfg.n_embd,
     };
-    if (!gpt2_config_valid(&r->mcfg, why, sizeof(why)))
+    if (!gpt2_config_valid(&r->mcfg, &why))
         return errmsg_set(&r->err, -EINVAL, "%s: %s",
-                          cfg_where(r, "model", "n_embd", where, sizeof(where)), why);
+                          cfg_where(r, "model", "n_embd", where, sizeof(where)), why.text);
     r->sched = (struct lr_schedule){
         .lr = (float)r->cfg.lr,
         .min_lr = (float)r->cfg.min_lr,

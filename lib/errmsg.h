@@ -10,6 +10,10 @@
  * one is cut, never an error. */
 #define ERRMSG_MAX (PATH_MAX + 128)
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct errmsg {
     char text[ERRMSG_MAX];
 };
@@ -29,5 +33,9 @@ int errmsg_vset(struct errmsg *e, int ret, const char *fmt, va_list ap)
  * "connection refused", not "Connection refused". Returns a thread-local buffer, valid until
  * the calling thread's next call. */
 const char *errmsg_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -36,23 +36,23 @@ static int test_n_host, test_n_dev;
 /* Skips the running test unless a CUDA device is usable (gpu_require_device's reason). */
 static inline void test_need_device(void)
 {
-    char err[256];
+    struct errmsg err;
 
-    if (gpu_require_device(err, sizeof(err)) < 0)
-        test_skip("%s", err);
+    if (gpu_require_device(&err) < 0)
+        test_skip("%s", err.text);
 }
 
 /* Skips without a device; else ctx on device 0 and the seed (printed, so that
  * GPURUN_TEST_SEED=N repeats a run). */
 static inline void test_device_setup(void)
 {
-    char err[256];
+    struct errmsg err;
     const char *s = getenv("GPURUN_TEST_SEED");
 
     test_need_device();
-    ctx = gpu_ctx_new(0, err, sizeof(err));
+    ctx = gpu_ctx_new(0, &err);
     if (!ctx)
-        test_fail(__FILE__, __LINE__, "%s", err);
+        test_fail(__FILE__, __LINE__, "%s", err.text);
     if (s && *s) {
         rng_state = strtoull(s, NULL, 10);
     } else {

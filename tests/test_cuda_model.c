@@ -53,14 +53,14 @@ static const struct gpt2_config cfg = {
 static const struct adamw_config adamw_cfg = {0.9f, 0.95f, 1e-8f, 0.1f};
 
 /* The models' error buffer (given to gpt2_gpu_new). */
-static char gerr[256];
+static struct errmsg gerr;
 
 /* Fails the test when call, an action on a model, returns < 0, with the model's message. */
 #define CHECK_GPU(call)                                                                            \
     do {                                                                                           \
         int r_ = (call);                                                                           \
         if (r_ < 0)                                                                                \
-            test_fail(__FILE__, __LINE__, "%s: %d (%s)", #call, r_, gerr);                         \
+            test_fail(__FILE__, __LINE__, "%s: %d (%s)", #call, r_, gerr.text);                    \
     } while (0)
 
 /* bf16 on the host: round to nearest even. */
@@ -169,10 +169,10 @@ static struct gpt2_gpu_opts opts_of(enum gpu_dtype dt)
 /* A GPU model of cfg with opts and the CPU model's parameters. */
 static struct gpt2_gpu *gpu_model(const struct gpt2_gpu_opts *o, const struct gpt2 *cpu)
 {
-    struct gpt2_gpu *m = gpt2_gpu_new(ctx, &cfg, o, gerr, sizeof(gerr));
+    struct gpt2_gpu *m = gpt2_gpu_new(ctx, &cfg, o, &gerr);
 
     if (!m)
-        test_fail(__FILE__, __LINE__, "gpt2_gpu_new: %s", gerr);
+        test_fail(__FILE__, __LINE__, "gpt2_gpu_new: %s", gerr.text);
     CHECK_GPU(gpt2_gpu_set_params(m, cpu->params));
     return m;
 }
@@ -318,7 +318,7 @@ static void forward_only(enum gpu_dtype dt)
                 CHECK(row[j] == 0.0f); /* wte's padding rows are zero */
         }
     CHECK_EQ(gpt2_gpu_logits_row(m, B, 0, row), -EINVAL);
-    CHECK_CONTAINS(gerr, "outside");
+    CHECK_CONTAINS(gerr.text, "outside");
     CHECK_EQ(gpt2_gpu_logits_row(m, 0, T, row), -EINVAL);
 
     CHECK_EQ(gpt2_forward(&cpu, in, tg, B, T, &loss_cpu), 0);
@@ -327,7 +327,7 @@ static void forward_only(enum gpu_dtype dt)
 
     CHECK_GPU(gpt2_gpu_forward_backward(m, in, tg, B, T, 1.0f, NULL));
     CHECK_EQ(gpt2_gpu_logits_row(m, 0, 0, row), -EINVAL);
-    CHECK_CONTAINS(gerr, "no logits");
+    CHECK_CONTAINS(gerr.text, "no logits");
 
     gpt2_gpu_free(m);
     gpt2_release(&cpu);
@@ -677,7 +677,7 @@ TEST_T(cuda_model_grad_sumsq, 120)
                       hi, got, again, want);
     }
     CHECK_EQ(gpt2_gpu_grad_sumsq(m, 0, np + 14, &(double){0}), -EINVAL);
-    CHECK_CONTAINS(gerr, "outside");
+    CHECK_CONTAINS(gerr.text, "outside");
 
     gpt2_gpu_free(m);
     gpt2_release(&cpu);
@@ -699,14 +699,14 @@ TEST_T(cuda_model_bad_input, 120)
 
     in[5] = cfg.vocab_size;
     CHECK_EQ(gpt2_gpu_forward_backward(m, in, tg, B_CAP, T_CAP, 1.0f, NULL), -EINVAL);
-    CHECK_CONTAINS(gerr, "inputs[5] (100) outside [0, 100)");
+    CHECK_CONTAINS(gerr.text, "inputs[5] (100) outside [0, 100)");
     in[5] = 0;
     tg[7] = -1;
     CHECK_EQ(gpt2_gpu_forward(m, in, tg, B_CAP, T_CAP, NULL), -EINVAL);
-    CHECK_CONTAINS(gerr, "targets[7] (-1)");
+    CHECK_CONTAINS(gerr.text, "targets[7] (-1)");
     tg[7] = 0;
     CHECK_EQ(gpt2_gpu_forward_backward(m, in, tg, B_CAP + 1, T_CAP, 1.0f, NULL), -EINVAL);
-    CHECK_CONTAINS(gerr, "capacity");
+    CHECK_CONTAINS(gerr.text, "capacity");
     CHECK_EQ(gpt2_gpu_forward(m, in, NULL, B_CAP, T_CAP + 1, NULL), -EINVAL);
     CHECK_EQ(gpt2_gpu_forward(m, in, NULL, 0, T_CAP, NULL), -EINVAL);
     CHECK_EQ(gpt2_gpu_forward_backward(m, in, NULL, B_CAP, T_CAP, 1.0f, NULL), -EINVAL);
@@ -716,38 +716,38 @@ TEST_T(cuda_model_bad_input, 120)
 
     /* Configs and options gpt2_gpu_new refuses, each with its reason. */
     struct gpt2_config c = cfg;
-    char err[256] = "";
+    struct errmsg err = {""};
     c.n_embd = 60;
     c.n_head = 4;
-    CHECK(!gpt2_gpu_new(ctx, &c, &o, err, sizeof(err)));
-    CHECK_CONTAINS(err, "multiple of 8");
+    CHECK(!gpt2_gpu_new(ctx, &c, &o, &err));
+    CHECK_CONTAINS(err.text, "multiple of 8");
     c = cfg;
     c.n_head = 3;
-    CHECK(!gpt2_gpu_new(ctx, &c, &o, err, sizeof(err)));
-    CHECK_CONTAINS(err, "n_head (3) must divide n_embd (64)");
+    CHECK(!gpt2_gpu_new(ctx, &c, &o, &err));
+    CHECK_CONTAINS(err.text, "n_head (3) must divide n_embd (64)");
     c = cfg;
     c.n_embd = 256;
     c.n_head = 1;
-    CHECK(!gpt2_gpu_new(ctx, &c, &o, err, sizeof(err)));
-    CHECK_CONTAINS(err, "head size 256");
+    CHECK(!gpt2_gpu_new(ctx, &c, &o, &err));
+    CHECK_CONTAINS(err.text, "head size 256");
     struct gpt2_gpu_opts bad = o;
     bad.seq_cap = cfg.max_seq_len + 1;
-    CHECK(!gpt2_gpu_new(ctx, &cfg, &bad, err, sizeof(err)));
-    CHECK_CONTAINS(err, "seq_cap");
+    CHECK(!gpt2_gpu_new(ctx, &cfg, &bad, &err));
+    CHECK_CONTAINS(err.text, "seq_cap");
     bad = o;
     bad.n_pad = cpu.n_params - 1;
-    CHECK(!gpt2_gpu_new(ctx, &cfg, &bad, err, sizeof(err)));
-    CHECK_CONTAINS(err, "n_pad");
+    CHECK(!gpt2_gpu_new(ctx, &cfg, &bad, &err));
+    CHECK_CONTAINS(err.text, "n_pad");
     bad = o;
     bad.opt_lo = 10;
     bad.opt_hi = cpu.n_params + 1;
-    CHECK(!gpt2_gpu_new(ctx, &cfg, &bad, err, sizeof(err)));
-    CHECK_CONTAINS(err, "shard");
+    CHECK(!gpt2_gpu_new(ctx, &cfg, &bad, &err));
+    CHECK_CONTAINS(err.text, "shard");
     bad = o;
     bad.opt_lo = 10;
     bad.opt_hi = 10;
-    CHECK(!gpt2_gpu_new(ctx, &cfg, &bad, err, sizeof(err)));
-    CHECK_CONTAINS(err, "shard");
+    CHECK(!gpt2_gpu_new(ctx, &cfg, &bad, &err));
+    CHECK_CONTAINS(err.text, "shard");
 
     gpt2_release(&cpu);
     test_device_finish();

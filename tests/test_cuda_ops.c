@@ -210,22 +210,22 @@ static void compare(const char *file, int line, const char *what, const float *g
 /* With no device visible (on any machine): no device, and gpurun-train's one line. */
 TEST(cuda_no_device_message)
 {
-    char err[256] = "";
+    struct errmsg err = {""};
 
     /* Before this process's first CUDA call: the runtime reads it once. */
     CHECK_EQ(setenv("CUDA_VISIBLE_DEVICES", "", 1), 0);
     CHECK_EQ(gpu_device_count(), 0);
-    CHECK_EQ(gpu_require_device(err, sizeof(err)), -ENODEV);
-    CHECK_STR(err, "no CUDA device available");
+    CHECK_EQ(gpu_require_device(&err), -ENODEV);
+    CHECK_STR(err.text, "no CUDA device available");
 }
 
 TEST(cuda_device_context)
 {
-    char err[256] = "";
+    struct errmsg err = {""};
 
     test_device_setup();
     CHECK_INT(gpu_device_count(), >=, 1);
-    CHECK_EQ(gpu_require_device(err, sizeof(err)), 0);
+    CHECK_EQ(gpu_require_device(&err), 0);
     CHECK(gpu_ctx_stream(ctx) != NULL);
     CHECK_STR(gpu_ctx_error(ctx), "");
     test_device_finish();

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <omp.h>
 
+#include "errmsg.h"
 #include "gpt2.h"
 #include "optim.h"
 #include "test.h"
@@ -346,22 +347,22 @@ TEST(gpt2_tensor_layout_is_llmc)
 TEST(gpt2_config_checks)
 {
     struct gpt2_config cfg = tiny;
-    char err[128];
+    struct errmsg err;
     struct gpt2 m;
 
-    CHECK(gpt2_config_valid(&cfg, err, sizeof(err)));
+    CHECK(gpt2_config_valid(&cfg, &err));
     cfg.n_head = 5;
-    CHECK(!gpt2_config_valid(&cfg, err, sizeof(err)));
-    CHECK_STR(err, "n_head (5) must divide n_embd (16)");
+    CHECK(!gpt2_config_valid(&cfg, &err));
+    CHECK_STR(err.text, "n_head (5) must divide n_embd (16)");
     CHECK_EQ(gpt2_init(&m, &cfg, 1, 4), -EINVAL);
     cfg = tiny;
     cfg.padded_vocab_size = 59;
-    CHECK(!gpt2_config_valid(&cfg, err, sizeof(err)));
-    CHECK_STR(err, "padded_vocab_size (59) must be at least vocab_size (60)");
+    CHECK(!gpt2_config_valid(&cfg, &err));
+    CHECK_STR(err.text, "padded_vocab_size (59) must be at least vocab_size (60)");
     cfg = tiny;
     cfg.n_layer = 0;
-    CHECK(!gpt2_config_valid(&cfg, err, sizeof(err)));
-    CHECK_STR(err, "n_layer (0) must be positive");
+    CHECK(!gpt2_config_valid(&cfg, &err));
+    CHECK_STR(err.text, "n_layer (0) must be positive");
     /* A sequence capacity beyond wpe. */
     CHECK_EQ(gpt2_init(&m, &tiny, 1, tiny.max_seq_len + 1), -EINVAL);
 }

@@ -71,7 +71,7 @@ int gpu_device_count(void)
     return n;
 }
 
-int gpu_require_device(char *err, size_t errlen)
+int gpu_require_device(struct errmsg *err)
 {
     int n = 0, driver = 0, runtime = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -85,14 +85,14 @@ int gpu_require_device(char *err, size_t errlen)
     cudaRuntimeGetVersion(&runtime);
     if (e == cudaSuccess || e == cudaErrorNoDevice ||
         (e == cudaErrorInsufficientDriver && driver == 0))
-        snprintf(err, errlen, "no CUDA device available");
+        errmsg_set(err, 0, "no CUDA device available");
     else if (e == cudaErrorInsufficientDriver)
-        snprintf(err, errlen,
-                 "no CUDA device available: the driver supports CUDA %d.%d, this program needs "
-                 "%d.%d",
-                 driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+        errmsg_set(err, 0,
+                   "no CUDA device available: the driver supports CUDA %d.%d, this program needs "
+                   "%d.%d",
+                   driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
     else
-        snprintf(err, errlen, "no CUDA device available: %s", cudaGetErrorString(e));
+        errmsg_set(err, 0, "no CUDA device available: %s", cudaGetErrorString(e));
     cudaGetLastError();
     return -ENODEV;
 }
@@ -104,14 +104,14 @@ size_t gpu_dtype_size(enum gpu_dtype dt)
 
 /* ---- context ------------------------------------------------------------------------------- */
 
-struct gpu_ctx *gpu_ctx_new(int device, char *err, size_t errlen)
+struct gpu_ctx *gpu_ctx_new(int device, struct errmsg *err)
 {
     struct gpu_ctx *ctx = (struct gpu_ctx *)calloc(1, sizeof(*ctx));
     const char *what = NULL;
     cudaError_t e = cudaSuccess;
 
     if (!ctx) {
-        snprintf(err, errlen, "cannot allocate a CUDA context: out of memory");
+        errmsg_set(err, 0, "cannot allocate a CUDA context: out of memory");
         return NULL;
     }
     ctx->device = device;
@@ -123,16 +123,16 @@ struct gpu_ctx *gpu_ctx_new(int device, char *err, size_t errlen)
     else if ((e = cudaMalloc(&ctx->workspace, GPU_LT_WORKSPACE)) != cudaSuccess)
         what = "cudaMalloc of the matmul workspace";
     if (what) {
-        snprintf(err, errlen, "cannot set up CUDA device %d: %s failed: %s", device, what,
-                 cudaGetErrorString(e));
+        errmsg_set(err, 0, "cannot set up CUDA device %d: %s failed: %s", device, what,
+                   cudaGetErrorString(e));
         cudaGetLastError();
         gpu_ctx_free(ctx);
         return NULL;
     }
     cublasStatus_t s = cublasLtCreate(&ctx->lt);
     if (s != CUBLAS_STATUS_SUCCESS) {
-        snprintf(err, errlen, "cannot set up CUDA device %d: cublasLtCreate failed: %s", device,
-                 cublasLtGetStatusString(s));
+        errmsg_set(err, 0, "cannot set up CUDA device %d: cublasLtCreate failed: %s", device,
+                   cublasLtGetStatusString(s));
         ctx->lt = NULL;
         gpu_ctx_free(ctx);
         return NULL;

@@ -32,6 +32,7 @@
 #include <stdio.h>
 
 #include "../optim.h"
+#include "errmsg.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,10 +46,10 @@ static inline int gpu_device_count(void)
     return 0;
 }
 
-static inline int gpu_require_device(char *err, size_t errlen)
+static inline int gpu_require_device(struct errmsg *err)
 {
-    snprintf(err, errlen, "no CUDA device available: built without the CUDA backend (no nvcc)");
-    return -ENOTSUP;
+    return errmsg_set(err, -ENOTSUP,
+                      "no CUDA device available: built without the CUDA backend (no nvcc)");
 }
 
 #else
@@ -57,11 +58,11 @@ static inline int gpu_require_device(char *err, size_t errlen)
  * none, no driver, or the runtime cannot start. Never fails. */
 int gpu_device_count(void);
 
-/* Returns 0 when at least one device is usable; else -ENODEV and err (errlen bytes) reads "no
+/* Returns 0 when at least one device is usable; else -ENODEV and err reads "no
  * CUDA device available", followed by ": <why>" when the runtime gave a reason other than no
  * device or no driver (a driver older than the runtime, for instance). gpurun-train prints it
  * and exits 1 for train.device = cuda. */
-int gpu_require_device(char *err, size_t errlen);
+int gpu_require_device(struct errmsg *err);
 
 /* Element storage of a launcher's floatX tensors. */
 enum gpu_dtype {
@@ -78,8 +79,8 @@ struct gpu_ctx;
 
 /* Makes device `device` current for the calling thread and sets up a context on it: a
  * non-blocking stream, a cuBLASLt handle and a 32 MiB matmul workspace. Returns a new context
- * (free with gpu_ctx_free), or NULL with err (errlen bytes) saying why. */
-struct gpu_ctx *gpu_ctx_new(int device, char *err, size_t errlen);
+ * (free with gpu_ctx_free), or NULL with err saying why. */
+struct gpu_ctx *gpu_ctx_new(int device, struct errmsg *err);
 /* Waits for the stream and frees ctx and what it owns; NULL is a no-op. */
 void gpu_ctx_free(struct gpu_ctx *ctx);
 /* The last failure's message; "" before any. Borrowed: valid until the next call on ctx. */

@@ -86,8 +86,7 @@ struct gpt2_gpu {
     int B, T;         /* shape of the last forward; 0 before the first */
     bool have_logits; /* the last forward left its logits (no fused loss since) */
 
-    char *err; /* borrowed (gpt2_gpu_new) */
-    size_t errlen;
+    struct errmsg *err; /* borrowed (gpt2_gpu_new) */
 };
 
 /* ---- errors -------------------------------------------------------------------------------- */
@@ -99,10 +98,10 @@ static int failf(struct gpt2_gpu *m, int ret, const char *fmt, ...)
 {
     va_list ap;
 
-    if (!m->err || !m->errlen)
+    if (!m->err)
         return ret;
     va_start(ap, fmt);
-    vsnprintf(m->err, m->errlen, fmt, ap);
+    errmsg_vset(m->err, ret, fmt, ap);
     va_end(ap);
     return ret;
 }
@@ -244,55 +243,42 @@ static void *tensor(const struct gpt2_gpu *m, void *base, int i, int l)
 /* ---- lifecycle ----------------------------------------------------------------------------- */
 
 /* The CUDA launchers' own limits on a config that gpt2_config_valid accepts. */
-static bool cuda_config_valid(const struct gpt2_config *cfg, char *err, size_t errlen)
+static bool cuda_config_valid(const struct gpt2_config *cfg, struct errmsg *err)
 {
-    if (cfg->n_embd % 8) {
-        snprintf(err, errlen, "n_embd (%d) must be a multiple of 8 for the CUDA backend",
-                 cfg->n_embd);
-        return false;
-    }
-    if (cfg->padded_vocab_size % 8) {
-        snprintf(err, errlen, "padded_vocab_size (%d) must be a multiple of 8 for the CUDA backend",
-                 cfg->padded_vocab_size);
-        return false;
-    }
-    if (cfg->n_embd / cfg->n_head > MAX_HEAD_SIZE) {
-        snprintf(err, errlen, "head size %d (n_embd / n_head) above %d for the CUDA backend",
-                 cfg->n_embd / cfg->n_head, MAX_HEAD_SIZE);
-        return false;
-    }
+    if (cfg->n_embd % 8)
+        return errmsg_set(err, false, "n_embd (%d) must be a multiple of 8 for the CUDA backend",
+                          cfg->n_embd);
+    if (cfg->padded_vocab_size % 8)
+        return errmsg_set(err, false,
+                          "padded_vocab_size (%d) must be a multiple of 8 for the CUDA backend",
+                          cfg->padded_vocab_size);
+    if (cfg->n_embd / cfg->n_head > MAX_HEAD_SIZE)
+        return errmsg_set(err, false,
+                          "head size %d (n_embd / n_head) above %d for the CUDA backend",
+                          cfg->n_embd / cfg->n_head, MAX_HEAD_SIZE);
     return true;
 }
 
 static bool opts_valid(const struct gpt2_config *cfg, const struct gpt2_gpu_opts *o,
-                       size_t n_params, char *err, size_t errlen)
+                       size_t n_params, struct errmsg *err)
 {
     size_t n_pad = o->n_pad ? o->n_pad : n_params;
 
-    if (o->dt != GPU_F32 && o->dt != GPU_BF16) {
-        snprintf(err, errlen, "unknown dtype %d", (int)o->dt);
-        return false;
-    }
-    if (o->batch_cap <= 0 || o->seq_cap <= 0 || o->seq_cap > cfg->max_seq_len) {
-        snprintf(err, errlen, "batch_cap (%d) must be positive and seq_cap (%d) in [1, %d]",
-                 o->batch_cap, o->seq_cap, cfg->max_seq_len);
-        return false;
-    }
-    if (n_pad < n_params) {
-        snprintf(err, errlen, "n_pad (%zu) below the %zu parameters", o->n_pad, n_params);
-        return false;
-    }
-    if ((o->opt_lo || o->opt_hi) && !(o->opt_lo < o->opt_hi && o->opt_hi <= n_pad)) {
-        snprintf(err, errlen, "optimizer shard [%zu, %zu) not a non-empty range of [0, %zu)",
-                 o->opt_lo, o->opt_hi, n_pad);
-        return false;
-    }
+    if (o->dt != GPU_F32 && o->dt != GPU_BF16)
+        return errmsg_set(err, false, "unknown dtype %d", (int)o->dt);
+    if (o->batch_cap <= 0 || o->seq_cap <= 0 || o->seq_cap > cfg->max_seq_len)
+        return errmsg_set(err, false, "batch_cap (%d) must be positive and seq_cap (%d) in [1, %d]",
+                          o->batch_cap, o->seq_cap, cfg->max_seq_len);
+    if (n_pad < n_params)
+        return errmsg_set(err, false, "n_pad (%zu) below the %zu parameters", o->n_pad, n_params);
+    if ((o->opt_lo || o->opt_hi) && !(o->opt_lo < o->opt_hi && o->opt_hi <= n_pad))
+        return errmsg_set(err, false,
+                          "optimizer shard [%zu, %zu) not a non-empty range of [0, %zu)", o->opt_lo,
+                          o->opt_hi, n_pad);
     /* The launchers count rows (positions) in int. */
-    if ((double)o->batch_cap * o->seq_cap > 2147483647.0) {
-        snprintf(err, errlen, "batch_cap %d x seq_cap %d: too many positions", o->batch_cap,
-                 o->seq_cap);
-        return false;
-    }
+    if ((double)o->batch_cap * o->seq_cap > 2147483647.0)
+        return errmsg_set(err, false, "batch_cap %d x seq_cap %d: too many positions", o->batch_cap,
+                          o->seq_cap);
     return true;
 }
 
@@ -305,20 +291,20 @@ static int alloc(struct gpt2_gpu *m, void **p, size_t bytes, const char *what)
 }
 
 struct gpt2_gpu *gpt2_gpu_new(struct gpu_ctx *ctx, const struct gpt2_config *cfg,
-                              const struct gpt2_gpu_opts *opts, char *err, size_t errlen)
+                              const struct gpt2_gpu_opts *opts, struct errmsg *err)
 {
     struct gpt2_gpu *m = NULL;
     struct gpt2_tensor tensors[GPT2_NUM_TENSORS];
     size_t n_params, shard;
 
-    if (!gpt2_config_valid(cfg, err, errlen) || !cuda_config_valid(cfg, err, errlen))
+    if (!gpt2_config_valid(cfg, err) || !cuda_config_valid(cfg, err))
         return NULL;
     n_params = gpt2_tensors(cfg, tensors);
-    if (!opts_valid(cfg, opts, n_params, err, errlen))
+    if (!opts_valid(cfg, opts, n_params, err))
         return NULL;
     m = calloc(1, sizeof(*m));
     if (!m) {
-        snprintf(err, errlen, "cannot allocate the CUDA model: out of memory");
+        errmsg_set(err, 0, "cannot allocate the CUDA model: out of memory");
         return NULL;
     }
     m->ctx = ctx;
@@ -334,7 +320,6 @@ struct gpt2_gpu *gpt2_gpu_new(struct gpu_ctx *ctx, const struct gpt2_config *cfg
     m->batch_cap = opts->batch_cap;
     m->seq_cap = opts->seq_cap;
     m->err = err;
-    m->errlen = errlen;
     shard = m->opt_hi - m->opt_lo;
     m->stage_n = STAGE_FLOATS;
 

@@ -15,8 +15,8 @@
  *
  * Thread context: the thread that created the gpu_ctx drives the model. Every call queues
  * work on the context's stream; the calls that return host values (loss, norm, downloads)
- * wait for it. Errors: negative errno with err (the caller's buffer given at gpt2_gpu_new)
- * holding one line, as gpu_ctx_error. */
+ * wait for it. Errors: negative errno with err (the caller's, given at gpt2_gpu_new) holding
+ * one line, as gpu_ctx_error. */
 #ifndef GPURUN_KERNELS_CUDA_GPT2_GPU_H
 #define GPURUN_KERNELS_CUDA_GPT2_GPU_H
 
@@ -54,12 +54,12 @@ struct gpt2_gpu_bufs {
 };
 
 /* Sets up a model of cfg (checked with gpt2_config_valid) on ctx's device (borrowed: must
- * outlive the model): parameters, gradients and optimizer state zero. err (errlen bytes,
- * borrowed until gpt2_gpu_free) receives this call's and every later call's failure.
+ * outlive the model): parameters, gradients and optimizer state zero. err (borrowed until
+ * gpt2_gpu_free) receives this call's and every later call's failure.
  * Returns the new model (free with gpt2_gpu_free) or NULL with err filled (a bad config or
  * shard: -EINVAL's text; device memory: "out of device memory for ..."). */
 struct gpt2_gpu *gpt2_gpu_new(struct gpu_ctx *ctx, const struct gpt2_config *cfg,
-                              const struct gpt2_gpu_opts *opts, char *err, size_t errlen);
+                              const struct gpt2_gpu_opts *opts, struct errmsg *err);
 /* Frees every device buffer of m (waits for the stream); NULL is a no-op. */
 void gpt2_gpu_free(struct gpt2_gpu *m);
 
