@@ -250,108 +250,123 @@ static int drain(struct coll_xfer *x, bool next)
     }
 }
 
-static int xfer_run(struct coll_xfer *x)
+/* Moves what one direction of x can now (recv: from rank-1, else to rank+1): all of it over
+ * TCP, fewer and larger calls; one piece from a shared ring, so that what the piece brought
+ * in (and this rank added to) goes on to rank+1 while it is still in the cache (1.1-1.3x at
+ * 16-256 MiB, bench/allreduce.sh). 1 when bytes moved, 0 when none could, or the error. */
+static int move_some(struct coll_xfer *x, bool recv)
+{
+    struct coll_tcp *tcp = x->tcp;
+    int (*move)(struct coll_xfer *) = recv ? (tcp->recv_ring ? coll_shm_recv : tcp_recv)
+                                           : (tcp->send_ring ? coll_shm_send : tcp_send);
+    int moved = 0, ret;
+
+    while (recv ? x->rt < x->nrecv : x->st < x->nsend) {
+        if ((ret = move(x)) <= 0)
+            return ret < 0 ? ret : moved;
+        moved = 1;
+        xfer_advance(x);
+        if (tcp->recv_ring)
+            break;
+    }
+    return moved;
+}
+
+/* Receives and sends in turn for as long as either moves: 1 when anything moved, 0, or the
+ * error. */
+static int xfer_move(struct coll_xfer *x)
+{
+    int in, out, moved = 0;
+
+    do {
+        if ((in = move_some(x, true)) < 0)
+            return in;
+        if ((out = move_some(x, false)) < 0)
+            return out;
+        moved |= in | out;
+    } while (in || out);
+    return moved;
+}
+
+/* Waits for something x can move, the last move having been at last (ms): 0 when there may
+ * be, or the error (a neighbour gone, nothing for the timeout, poll failing). */
+static int xfer_wait(struct coll_xfer *x, int64_t last)
 {
     struct coll *c = x->c;
     struct coll_tcp *tcp = x->tcp;
-    int (*do_recv)(struct coll_xfer *) = tcp->recv_ring ? coll_shm_recv : tcp_recv;
-    int (*do_send)(struct coll_xfer *) = tcp->send_ring ? coll_shm_send : tcp_send;
-    int64_t last = monotime_ms();
+    bool want_recv = x->rt < x->nrecv;
+    bool want_send = x->st < x->nsend && coll_xfer_send_limit(x) > x->so;
     int timeout_ms = coll_timeout_ms(c), ret;
+    struct pollfd pfd[2];
+    int64_t left;
+
+    /* On shared rings alone, look a while before sleeping: the neighbour is likely a piece
+     * away. */
+    if ((want_recv || want_send) && (!want_recv || tcp->recv_ring) &&
+        (!want_send || tcp->send_ring) && coll_shm_spin(x, want_recv, want_send))
+        return 0;
+    if (want_recv && tcp->recv_ring && coll_shm_recv_ready(x))
+        return 0;
+    if (want_recv && tcp->prev_closed) {
+        coll_set_err(c, "rank %d (%s) closed the connection during %s", prev_rank(tcp),
+                     tcp->prev_addr, x->what);
+        return ring_fail(c, -ECONNRESET);
+    }
+    if (want_send && tcp->send_ring && coll_shm_send_ready(x))
+        return 0;
+    left = last + timeout_ms - monotime_ms();
+    if (left <= 0) {
+        if (want_recv)
+            coll_set_err(c, "no data from rank %d (%s) for %d ms during %s", prev_rank(tcp),
+                         tcp->prev_addr, timeout_ms, x->what);
+        else
+            coll_set_err(c, "rank %d (%s) took nothing for %d ms during %s", next_rank(tcp),
+                         tcp->next_addr, timeout_ms, x->what);
+        return ring_fail(c, -ETIMEDOUT);
+    }
+    /* The link from rank-1 while this rank waits for it: its data, or its doorbells. The
+     * link to rank+1 only while there is something left to send it (once it has all it needs
+     * from us it may finish and close before this rank has its own part): room over TCP,
+     * doorbells over a shared ring, and its end closing. */
+    pfd[0] =
+        (struct pollfd){.fd = want_recv && !tcp->prev_closed ? tcp->recv_fd : -1, .events = POLLIN};
+    pfd[1] = (struct pollfd){.fd = -1};
+    if (x->st < x->nsend) {
+        pfd[1] = (struct pollfd){.fd = tcp->send_fd, .events = POLLIN | POLLRDHUP};
+        if (!tcp->send_ring && want_send)
+            pfd[1].events |= POLLOUT;
+    }
+    ret = poll(pfd, 2, left > INT_MAX ? INT_MAX : (int)left);
+    if (ret < 0 && errno != EINTR) {
+        int e = errno;
+        coll_set_err(c, "cannot poll the ring during %s: %s", x->what, errmsg_strerror(e));
+        return ring_fail(c, -e);
+    }
+    if (ret <= 0)
+        return 0;
+    /* Over TCP the next recv() reads the data (or says what went wrong). */
+    if (tcp->recv_ring && pfd[0].revents && (ret = drain(x, false)) < 0)
+        return ret;
+    if ((pfd[1].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) && (ret = drain(x, true)) < 0)
+        return ret;
+    return 0;
+}
+
+static int xfer_run(struct coll_xfer *x)
+{
+    int64_t last = monotime_ms();
+    int ret;
 
     x->st = x->rt = 0;
     xfer_load_send(x);
     xfer_load_recv(x);
     xfer_advance(x);
     while (x->st < x->nsend || x->rt < x->nrecv) {
-        struct pollfd pfd[2];
-        bool moved = false, want_recv, want_send;
-        int64_t left;
-
-        /* Over TCP, all that has arrived, then all that may go: fewer and larger calls. From
-         * a shared ring, a piece in and a piece out in turn: what a piece brought in (and this
-         * rank added to) is what the next send step passes on, and it goes while it is still
-         * in the cache (1.1-1.3x at 16-256 MiB, bench/allreduce.sh). */
-        for (bool turn = true; turn;) {
-            turn = false;
-            while (x->rt < x->nrecv) {
-                if ((ret = do_recv(x)) < 0)
-                    return ret;
-                if (!ret)
-                    break;
-                turn = true;
-                xfer_advance(x);
-                if (tcp->recv_ring)
-                    break;
-            }
-            while (x->st < x->nsend) {
-                if ((ret = do_send(x)) < 0)
-                    return ret;
-                if (!ret)
-                    break;
-                turn = true;
-                xfer_advance(x);
-                if (tcp->recv_ring)
-                    break;
-            }
-            moved |= turn;
-        }
-        if (moved) {
-            last = monotime_ms();
-            continue;
-        }
-        want_recv = x->rt < x->nrecv;
-        want_send = x->st < x->nsend && coll_xfer_send_limit(x) > x->so;
-        /* On shared rings alone, look a while before sleeping: the neighbour is likely a
-         * piece away. */
-        if ((want_recv || want_send) && (!want_recv || tcp->recv_ring) &&
-            (!want_send || tcp->send_ring) && coll_shm_spin(x, want_recv, want_send))
-            continue;
-        if (want_recv && tcp->recv_ring && coll_shm_recv_ready(x))
-            continue;
-        if (want_recv && tcp->prev_closed) {
-            coll_set_err(c, "rank %d (%s) closed the connection during %s", prev_rank(tcp),
-                         tcp->prev_addr, x->what);
-            return ring_fail(c, -ECONNRESET);
-        }
-        if (x->st < x->nsend && tcp->send_ring && coll_xfer_send_limit(x) > x->so &&
-            coll_shm_send_ready(x))
-            continue;
-        left = last + timeout_ms - monotime_ms();
-        if (left <= 0) {
-            if (want_recv)
-                coll_set_err(c, "no data from rank %d (%s) for %d ms during %s", prev_rank(tcp),
-                             tcp->prev_addr, timeout_ms, x->what);
-            else
-                coll_set_err(c, "rank %d (%s) took nothing for %d ms during %s", next_rank(tcp),
-                             tcp->next_addr, timeout_ms, x->what);
-            return ring_fail(c, -ETIMEDOUT);
-        }
-        /* The link from rank-1 while this rank waits for it: its data, or its doorbells.
-         * The link to rank+1 only while there is something left to send it (once it has all
-         * it needs from us it may finish and close before this rank has its own part): room
-         * over TCP, doorbells over a shared ring, and its end closing. */
-        pfd[0] = (struct pollfd){.fd = want_recv && !tcp->prev_closed ? tcp->recv_fd : -1,
-                                 .events = POLLIN};
-        pfd[1] = (struct pollfd){.fd = -1};
-        if (x->st < x->nsend) {
-            pfd[1] = (struct pollfd){.fd = tcp->send_fd, .events = POLLIN | POLLRDHUP};
-            if (!tcp->send_ring && coll_xfer_send_limit(x) > x->so)
-                pfd[1].events |= POLLOUT;
-        }
-        ret = poll(pfd, 2, left > INT_MAX ? INT_MAX : (int)left);
-        if (ret < 0 && errno != EINTR) {
-            int e = errno;
-            coll_set_err(c, "cannot poll the ring during %s: %s", x->what, errmsg_strerror(e));
-            return ring_fail(c, -e);
-        }
-        if (ret <= 0)
-            continue;
-        /* Over TCP the next recv() reads the data (or says what went wrong). */
-        if (tcp->recv_ring && pfd[0].revents && (ret = drain(x, false)) < 0)
+        if ((ret = xfer_move(x)) < 0)
             return ret;
-        if ((pfd[1].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) &&
-            (ret = drain(x, true)) < 0)
+        if (ret > 0)
+            last = monotime_ms();
+        else if ((ret = xfer_wait(x, last)) < 0)
             return ret;
     }
     return 0;
