@@ -17,9 +17,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 
 #include "coll_tcp.h"
 #include "monotime.h"
@@ -178,40 +175,6 @@ static void relax(const struct coll_tcp *tcp, unsigned turn)
         cpu_relax();
 }
 
-/* Copies n bytes out of a shared ring into a rank's buffer; with stream, past the caches. */
-static void copy_out(char *dst, const char *src, size_t n, bool stream)
-{
-#ifdef __SSE2__
-    size_t head = (16 - (uintptr_t)dst % 16) % 16;
-
-    if (!stream || n < 4096) {
-        memcpy(dst, src, n);
-        return;
-    }
-    memcpy(dst, src, head);
-    dst += head;
-    src += head;
-    n -= head;
-    for (; n >= 64; n -= 64, dst += 64, src += 64) {
-        __m128i v0 = _mm_loadu_si128((const __m128i *)src);
-        __m128i v1 = _mm_loadu_si128((const __m128i *)(src + 16));
-        __m128i v2 = _mm_loadu_si128((const __m128i *)(src + 32));
-        __m128i v3 = _mm_loadu_si128((const __m128i *)(src + 48));
-
-        _mm_stream_si128((__m128i *)dst, v0);
-        _mm_stream_si128((__m128i *)(dst + 16), v1);
-        _mm_stream_si128((__m128i *)(dst + 32), v2);
-        _mm_stream_si128((__m128i *)(dst + 48), v3);
-    }
-    memcpy(dst, src, n);
-    /* Non-temporal stores are ordered by nothing else: done before anything says so. */
-    _mm_sfence();
-#else
-    (void)stream;
-    memcpy(dst, src, n);
-#endif
-}
-
 /* --- the data path --------------------------------------------------------------------------- */
 
 /* Rings a shared-memory link's doorbell: one byte on its TCP connection. A peer that has
@@ -258,13 +221,6 @@ static size_t shm_recv_usable(const struct coll_xfer *x, uint64_t *from)
     return n;
 }
 
-/* Whether what the current receive step brings is sent on to rank+1 (by send step rt + lag):
- * then it is read again soon, and stays in the cache. */
-static bool passed_on(const struct coll_xfer *x)
-{
-    return x->rt + x->lag < x->nsend;
-}
-
 /* Straight from the ring: no staging buffer. */
 int coll_shm_recv(struct coll_xfer *x)
 {
@@ -279,7 +235,7 @@ int coll_shm_recv(struct coll_xfer *x)
     if (x->rreduce)
         x->add(x->rp + x->ro, src, n / x->elem);
     else
-        copy_out(x->rp + x->ro, src, n, x->n * x->elem >= tcp->stream_bytes && !passed_on(x));
+        memcpy(x->rp + x->ro, src, n);
     x->ro += n;
     x->rc = x->ro;
     x->raligned = true;

@@ -37,11 +37,6 @@ struct coll_tcp {
      * waiting on a shared ring gives its CPU away while it looks (sched_yield) instead of
      * spinning, since the rank it waits for may need that CPU. */
     bool oversubscribed;
-    /* Allreduces of at least this many bytes copy what they receive into the rank's buffer
-     * past the caches (non-temporal stores): the buffers of this machine's ranks no longer fit
-     * in its last-level cache, and a copy that first reads every line it writes moves a third
-     * more memory. */
-    size_t stream_bytes;
     char next_addr[INET6_ADDRSTRLEN + 8];
     char prev_addr[INET6_ADDRSTRLEN + 8];
     unsigned char *scratch;
@@ -52,7 +47,8 @@ struct coll_tcp {
  * only send the bytes that receive step t - lag has already completed (none to wait for when
  * t - lag < 0): in a ring allreduce what a rank passes on at step t is what it reduced at
  * step t-1 (lag 1), in a broadcast what it just received (lag 0). Both spans of such a pair
- * have the same length. */
+ * have the same length, but where an allreduce goes from one part of the buffer to the next
+ * (coll_tcp.c): there the step before only sets the pace. */
 struct coll_xfer {
     struct coll *c;
     struct coll_tcp *tcp;
@@ -83,8 +79,10 @@ static inline size_t coll_xfer_send_limit(const struct coll_xfer *x)
 
     if (dep < 0 || x->rt > dep)
         return x->slen;
+    /* A pair's spans are as long as each other, but for an allreduce's first step of a part
+     * after the last step of the part before, which only sets its pace. */
     if (x->rt == dep)
-        return x->rc;
+        return x->rc < x->slen ? x->rc : x->slen;
     return 0;
 }
 
