@@ -378,9 +378,8 @@ static int xfer_run(struct coll_xfer *x)
  * ring allreduce of its own. A part's first step sends the rank's own data, but like every
  * step it goes at the pace at which the step before (the last of the part before) comes in:
  * without that brake a rank ran ahead into later parts, its data left the cache before it
- * was passed on, and 2 ranks over TCP measured 3.6 GB/s at 256 MiB instead of 4.0, 4 ranks
- * through shared memory 3.3 instead of 3.8. A multiple of 8, so that parts hold whole
- * elements. */
+ * was passed on, and 4 ranks through shared memory measured 3.2-3.3 GB/s at 256 MiB instead
+ * of 3.6-4.0. A multiple of 8, so that parts hold whole elements. */
 /* The elements of x per part, and the steps of one part. */
 static size_t part_elems(const struct coll_xfer *x)
 {
