@@ -27,8 +27,8 @@
  *             Without a CUDA device coll_open fails with -ENODEV, "nccl: no CUDA device
  *             available"; in a build without NCCL with -ENOTSUP, "nccl: built without NCCL".
  *
- * The tcp backend's allreduce takes the buffer in parts of COLL_RING_PART_BYTES (the last
- * may be shorter), one after the other without a pause, and each part is a ring
+ * The tcp backend's allreduce takes the buffer in parts of W x COLL_RING_SEGMENT_BYTES for
+ * W ranks (the last may be shorter), one after the other without a pause, and each part is a ring
  * reduce-scatter followed by a ring all-gather: each rank sends and receives 2(W-1)/W of it,
  * in pieces, sending a piece on while the next is still arriving. In a part of m elements,
  * segment k is elements [k*(m/W) + min(k, m%W), ...) (m/W of them, one more for the first
@@ -72,11 +72,12 @@ struct gr;
  * that dies is seen at once, not after the timeout. */
 #define COLL_TIMEOUT_MS_DEFAULT (10 * 60 * 1000)
 
-/* The part of the buffer the tcp backend's allreduce reduces and gathers at a time (above). A
- * part's data is still in the cache when the rank passes on what it added: against one
- * reduce-scatter and all-gather of the whole buffer, 1.2-1.3x at 64-256 MiB through shared
- * memory and 1.7-1.9x over loopback TCP with 2 ranks (bench/allreduce.sh). */
-#define COLL_RING_PART_BYTES (1024 * 1024)
+/* A part of the buffer, which the tcp backend's allreduce reduces and gathers at a time
+ * (above), is this many bytes per rank: what one step of the ring moves, and a part's data
+ * is still in the cache when a rank passes on what it added. Against one reduce-scatter and
+ * all-gather of the whole buffer, 1.2-1.3x at 64-256 MiB through shared memory and 1.7-1.9x
+ * over loopback TCP with 2 ranks (bench/allreduce.sh). A multiple of 8. */
+#define COLL_RING_SEGMENT_BYTES (512 * 1024)
 
 /* Opens the collectives of this rank with the backend named (see above). g (borrowed: used
  * only during this call) is the rank library's handle, whose

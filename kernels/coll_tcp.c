@@ -374,16 +374,17 @@ static int xfer_run(struct coll_xfer *x)
 
 /* --- allreduce and broadcast ---------------------------------------------------------------- */
 
-/* The allreduce goes through the buffer in parts of COLL_RING_PART_BYTES (coll.h), each a
+/* The allreduce goes through the buffer in parts of W x COLL_RING_SEGMENT_BYTES (coll.h), each a
  * ring allreduce of its own. A part's first step sends the rank's own data, but like every
  * step it goes at the pace at which the step before (the last of the part before) comes in:
  * without that brake a rank ran ahead into later parts, its data left the cache before it
  * was passed on, and 4 ranks through shared memory measured 3.2-3.3 GB/s at 256 MiB instead
- * of 3.6-4.0. A multiple of 8, so that parts hold whole elements. */
+ * of 3.6-4.0. */
+
 /* The elements of x per part, and the steps of one part. */
 static size_t part_elems(const struct coll_xfer *x)
 {
-    return COLL_RING_PART_BYTES / x->elem;
+    return (size_t)x->tcp->world * (COLL_RING_SEGMENT_BYTES / x->elem);
 }
 
 static int part_steps(const struct coll_tcp *tcp)
@@ -428,7 +429,8 @@ static bool allreduce_reduces(const struct coll_xfer *x, int t)
 static int tcp_allreduce(struct coll *c, void *buf, size_t n, enum coll_host_type t)
 {
     struct coll_tcp *tcp = state(c);
-    size_t per = COLL_RING_PART_BYTES / host_types[t].elem, parts = n ? (n + per - 1) / per : 1;
+    size_t per = (size_t)tcp->world * (COLL_RING_SEGMENT_BYTES / host_types[t].elem);
+    size_t parts = n ? (n + per - 1) / per : 1;
     struct coll_xfer x = {
         .c = c,
         .tcp = tcp,

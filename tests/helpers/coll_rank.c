@@ -137,13 +137,13 @@ static float random_val(int r, size_t i, uint64_t seed)
     return (float)(u * (double)(1 << (h >> 60)) / 64.0);
 }
 
-/* The ring's documented order (coll.h): the buffer in parts of COLL_RING_PART_BYTES; in a
+/* The ring's documented order (coll.h): the buffer in parts of W x COLL_RING_SEGMENT_BYTES; in a
  * part of m elements, segment k holds elements [k*q + min(k, m%W), ...) of q = m/W (+1 for the
  * first m%W segments), starts as rank k's value, and each later rank of the ring adds its own
  * value in front: x[k+j] + acc for j = 1..W-1. */
 static float ring_sum(size_t n, size_t i, uint64_t seed)
 {
-    size_t part = COLL_RING_PART_BYTES / sizeof(float), base = i / part * part;
+    size_t part = (size_t)world * (COLL_RING_SEGMENT_BYTES / sizeof(float)), base = i / part * part;
     size_t m = n - base < part ? n - base : part, at = i - base;
     size_t w = (size_t)world, q = m / w, rem = m % w, k = 0;
     float acc;
@@ -314,8 +314,8 @@ static void compare_hashes(struct gr *g)
 
 static void run_check(struct gr *g, struct coll *c)
 {
-    /* 262147 and 1000003: an allreduce in parts (COLL_RING_PART_BYTES) whose last is a few
-     * elements; the last, sixteen parts and three elements. */
+    /* The largest: allreduces in several parts (W x COLL_RING_SEGMENT_BYTES), the last of
+     * them short. */
     const size_t sizes[] = {
         0, 1, 2, 3, 4, 5, 7, 8, 1031, 65535, 65537, 262147, 1048576, 1000003, (4u << 20) + 3};
     const size_t bsizes[] = {1, 5, 4096, 300001, (4u << 20) + 7};
