@@ -21,7 +21,7 @@
 #   BENCH_AR_MIN_BYTES      smallest buffer (default 1 MiB)
 #   BENCH_AR_MAX_BYTES      largest buffer (default 256 MiB); sizes go up by 4x
 #   BENCH_AR_ROUNDS         rounds of every run, alternating ring, floors and OpenMPI; each
-#                           row shows the best round of each (default 3)
+#                           row shows the best round of each (default 5)
 #   BENCH_SKIP_ANCHORS=1    measure the tcp ring and its floors only
 set -euo pipefail
 
@@ -31,9 +31,9 @@ BUILD=${BUILD:-build}
 WORLDS=${BENCH_AR_WORLDS:-2 4}
 MIN_BYTES=${BENCH_AR_MIN_BYTES:-1048576}
 MAX_BYTES=${BENCH_AR_MAX_BYTES:-268435456}
-ROUNDS=${BENCH_AR_ROUNDS:-3}
+ROUNDS=${BENCH_AR_ROUNDS:-5}
 SKIP_ANCHORS=${BENCH_SKIP_ANCHORS:-0}
-# A bound on every run: the whole benchmark takes about two minutes here.
+# A bound on every run: the whole benchmark takes about three minutes here.
 LIMIT=${BENCH_AR_LIMIT:-300}
 
 for p in gpurun rendezvousd bench/allreduce bench/handoff; do
