@@ -163,10 +163,9 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* One turn of a look at a shared ring: a pause, with the CPU given away every 32nd turn (a
- * peer this CPU runs too gets it: without that, two ranks the scheduler put on one CPU each
- * spin out their look in turn, and runs fell to 2 GB/s at 1 MiB), and every turn when
- * oversubscribed. */
+/* One turn of a look at a shared ring: a pause, with the CPU given away every 32nd turn (so
+ * that two ranks the scheduler happens to put on one CPU do not each spin out their whole
+ * look while the other waits for the CPU), and every turn when oversubscribed. */
 static void relax(const struct coll_tcp *tcp, unsigned turn)
 {
     if (tcp->oversubscribed || turn % 32 == 31)
