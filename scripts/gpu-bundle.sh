@@ -93,11 +93,12 @@ for name in "${!libs[@]}"; do
 done
 
 # What the checks run: tests/run and the integration scripts (it takes OUT/bin as BUILD),
-# the jobs, and run-gpu-checks.sh.
+# the jobs, run-gpu-checks.sh, and the PyTorch anchor of the benchmark.
 cp "$root/tests/run" "$out/tests/"
 cp "$root"/tests/integ/* "$out/tests/integ/"
 cp -r "$root/jobs" "$out/"
 cp "$root/scripts/run-gpu-checks.sh" "$out/"
+cp "$root/bench/torch_gpt2.py" "$out/bin/bench/"
 {
     echo "flavour=$flavour"
     echo "commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"

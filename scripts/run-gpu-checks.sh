@@ -8,12 +8,17 @@
 #
 #   tests      make test-gpu's tests: tests/run cuda_ops cuda_model coll_nccl 'train_cuda_*'
 #   bench      make bench-gpu's benchmark: bench/train_gpu at batch 16, 32 and 64
+#   anchor     the same model trained by PyTorch on the same GPU (bench/torch_gpt2.py: nanoGPT's
+#              model, bf16 autocast, fused AdamW, torch.compile) at the same batches, where
+#              python3 has torch with CUDA
 #   train      jobs/gpt2-124m.cfg's model for 300 steps on GPT-2 tokens of text found on the
 #              node (tiktoken's GPT-2 encoding where it loads, else gpurun-train prep's bytes)
 #   compare    20 steps alone against the same under gpurun (NCCL, world size 1), with
 #              train.zero=1, and resumed from step 10's checkpoint (bit for bit)
 #   memcheck   compute-sanitizer --tool memcheck over the kernel tests and a short training run
 #   racecheck  the same with --tool racecheck
+#   kernels    where a training step's time goes: Nsight Compute's duration of every kernel of
+#              bench/train_gpu's step at GPU_CHECKS_KERNELS_BATCH, summed by kernel (kernels.md)
 # A step that fails, or runs out of its time, does not stop the others. Exit status: 0 when
 # no check failed or timed out.
 #
@@ -23,12 +28,13 @@
 #
 # Environment (seconds for budgets):
 #   GPU_CHECKS_TOTAL        all steps together (default 540); a step gets what is left if less
-#   GPU_CHECKS_<STEP>_S     one step's budget: TESTS 150, BENCH 75, TRAIN 110, COMPARE 75,
-#                           MEMCHECK 60, RACECHECK 60
+#   GPU_CHECKS_<STEP>_S     one step's budget: TESTS 150, BENCH 75, ANCHOR 150, TRAIN 110,
+#                           COMPARE 75, MEMCHECK 60, RACECHECK 150, KERNELS 90
 #   GPU_CHECKS_ONLY         the steps to run, space-separated (default all, in the order above)
 #   GPU_CHECKS_TESTS        tests/run's filters (default the four above)
 #   GPU_CHECKS_SAN_TESTS    the unit runner's filters for the sanitizers (default 'cuda_*')
 #   GPU_CHECKS_BATCHES      the benchmark's batches (default 16,32,64)
+#   GPU_CHECKS_KERNELS_BATCH  the batch of the kernels step (default 64)
 #   GPU_CHECKS_STEPS        the training run's steps (default 300)
 #   GPU_CHECKS_CMP_STEPS    the comparisons' steps (default 20; even)
 #   GPU_CHECKS_MODEL        overrides of jobs/gpt2-124m.cfg for both (default none; under sim
@@ -62,6 +68,7 @@ GPU_CHECKS_TOTAL=${GPU_CHECKS_TOTAL:-540}
 GPU_CHECKS_TESTS=${GPU_CHECKS_TESTS:-cuda_ops cuda_model coll_nccl train_cuda_*}
 GPU_CHECKS_SAN_TESTS=${GPU_CHECKS_SAN_TESTS:-cuda_*}
 GPU_CHECKS_BATCHES=${GPU_CHECKS_BATCHES:-16,32,64}
+GPU_CHECKS_KERNELS_BATCH=${GPU_CHECKS_KERNELS_BATCH:-64}
 GPU_CHECKS_STEPS=${GPU_CHECKS_STEPS:-300}
 GPU_CHECKS_CMP_STEPS=${GPU_CHECKS_CMP_STEPS:-20}
 GPU_CHECKS_TOKENIZER=${GPU_CHECKS_TOKENIZER:-auto}
@@ -74,10 +81,11 @@ else
     GPU_CHECKS_MODEL=${GPU_CHECKS_MODEL:-}
 fi
 export GPU_CHECKS_TOTAL GPU_CHECKS_TESTS GPU_CHECKS_SAN_TESTS GPU_CHECKS_BATCHES \
-    GPU_CHECKS_STEPS GPU_CHECKS_CMP_STEPS GPU_CHECKS_TOKENIZER GPU_CHECKS_TEXT_MB \
+    GPU_CHECKS_KERNELS_BATCH GPU_CHECKS_STEPS GPU_CHECKS_CMP_STEPS GPU_CHECKS_TOKENIZER GPU_CHECKS_TEXT_MB \
     GPU_CHECKS_MODEL PYTHON
-STEPS=(tests bench train compare memcheck racecheck)
-declare -A BUDGET=([tests]=150 [bench]=75 [train]=110 [compare]=75 [memcheck]=60 [racecheck]=60)
+STEPS=(tests bench anchor train compare memcheck racecheck kernels)
+declare -A BUDGET=([tests]=150 [bench]=75 [anchor]=150 [train]=110 [compare]=75 [memcheck]=60
+    [racecheck]=150 [kernels]=90)
 
 # --- a step's child: rows of the report --------------------------------------------------------
 
@@ -295,6 +303,28 @@ step_bench() {
     fi
 }
 
+# step_anchor: bench/torch_gpt2.py's table at the benchmark's batches (anchor.out).
+step_anchor() {
+    local log=$work/anchor.out rc=0 figs
+    if [ "$flavour" = sim ] || [ -n "$GPU_CHECKS_NO_DEVICE" ]; then
+        row skip anchor "${GPU_CHECKS_NO_DEVICE:-PyTorch needs a GPU: no anchor under cudasim}"
+        return 0
+    fi
+    PYTHONUNBUFFERED=1 "$PYTHON" "$bin/bench/torch_gpt2.py" --batches "$GPU_CHECKS_BATCHES" \
+        2>&1 | tee "$log" || rc=$?
+    figs=$(awk -F'|' '$2 ~ /^ *[0-9]+ *$/ { gsub(/[ *]/, "")
+               if ($4 ~ /memory/) { printf "%sB=%s: out of device memory", sep, $2 }
+               else { printf "%sB=%s: %s tok/s, MFU %s, %s ms/step", sep, $2, $5, $7, $4 }
+               sep = "; " }' "$log")
+    if grep -q '^SKIP ' "$log"; then
+        row skip anchor "$(grep -m1 '^SKIP ' "$log" | sed 's/^SKIP //')"
+    elif [ "$rc" != 0 ] || [ -z "$figs" ]; then
+        row fail anchor "torch_gpt2.py exited $rc (no torch with CUDA in $PYTHON?)${figs:+; $figs}"
+    else
+        row pass anchor "$(head -n 1 "$log"): $figs"
+    fi
+}
+
 # The training run's figures from its metrics.jsonl: first and last losses (the means of the
 # first and last ten steps), the last validation loss and the median tokens/s.
 train_figures() {
@@ -460,7 +490,12 @@ sanitize() {
         rc=$?
     cat "$log/tests.out"
     tests=$(tap_counts "$log/tests.out")
-    "${wrap[@]}" "$bin/gpurun-train" "$log/small.cfg" train.out_dir="$log/run" \
+    # The training run starts NCCL, which probes its kernels for other GPUs with
+    # cudaFuncGetAttributes and clears the error it gets (error 209, no kernel image): API
+    # errors are not reported there (gpurun-train checks every CUDA call's result itself).
+    local -a quiet=()
+    [ "$flavour" = sim ] || quiet=(--report-api-errors no)
+    "${wrap[@]}" "${quiet[@]}" "$bin/gpurun-train" "$log/small.cfg" train.out_dir="$log/run" \
         >"$log/train.out" 2>&1 || trc=$?
     cat "$log/train.out"
     local what="kernel tests ($GPU_CHECKS_SAN_TESTS): $tests, exit $rc; 3 training steps: exit $trc"
@@ -494,15 +529,88 @@ sanitize() {
     rm -f "$log"/*/ckpt_*.bin
 }
 
-# find_sanitizer: compute-sanitizer's path.
-find_sanitizer() {
+# The kernels step's table from ncu's raw CSV (one row a kernel launch): per kernel (its name
+# without arguments), launches and milliseconds per step, and its share of the kernels' time.
+KERNELS_PY='
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+head = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
+names, col = rows[head], rows[head].index("Kernel Name")
+dur = names.index("gpu__time_duration.sum")
+steps, measured = int(sys.argv[2]), sys.argv[3]
+unit = {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9}
+scale, per, calls = 1, {}, {}
+for r in rows[head + 1:]:
+    if len(r) <= dur:
+        continue
+    if r[dur] in unit:
+        scale = unit[r[dur]]
+    if not r[dur].replace(".", "").replace(",", "").isdigit():
+        continue
+    k = r[col].split("(")[0].split("<")[0].replace("void ", "").strip()
+    per[k] = per.get(k, 0.0) + float(r[dur].replace(",", "")) * scale
+    calls[k] = calls.get(k, 0) + 1
+total = sum(per.values())
+print("kernel time per step %.1f ms (%d launches); the same step measured %s ms" % (
+    total / steps / 1e6, sum(calls.values()) // steps, measured))
+print()
+print("| kernel | launches per step | ms per step | share |")
+print("|---|---:|---:|---:|")
+for k, t in sorted(per.items(), key=lambda kv: -kv[1]):
+    print("| %s | %d | %.2f | %.1f%% |" % (k, calls[k] // steps, t / steps / 1e6, 100 * t / total))
+'
+
+# step_kernels: Nsight Compute times every kernel of train_gpu's step (one warm-up step and
+# one timed step, the duration metric alone, caches and clocks left as they are); the table of
+# KERNELS_PY goes to OUTDIR/kernels.md.
+step_kernels() {
+    local ncu log=$work/kernels rc=0 figs b=$GPU_CHECKS_KERNELS_BATCH
+    if [ "$flavour" = sim ] || [ -n "$GPU_CHECKS_NO_DEVICE" ]; then
+        row skip kernels "${GPU_CHECKS_NO_DEVICE:-no hardware counters under cudasim}"
+        return 0
+    fi
+    ncu=$(find_tool ncu) || {
+        row skip kernels "ncu not found (PATH, CUDA_HOME/bin, /usr/local/cuda*/bin)"
+        return 0
+    }
+    mkdir -p "$log"
+    "$bin/bench/train_gpu" --cfg "$root/jobs/gpt2-124m.cfg" --batches "$b" --warmup 1 --steps 1 \
+        >"$log/plain.out" 2>&1 || rc=$?
+    "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+        --page raw --print-units base --print-kernel-base function --log-file "$log/ncu.csv" "$bin/bench/train_gpu" \
+        --cfg "$root/jobs/gpt2-124m.cfg" --batches "$b" --warmup 1 --steps 1 \
+        >"$log/ncu.out" 2>&1 || rc=$?
+    if [ "$rc" != 0 ] || ! "$PYTHON" -c "$KERNELS_PY" "$log/ncu.csv" 2 \
+        "$(awk -F'|' '$2 ~ /^ *[0-9]+ *$/ { gsub(/ /, "", $4); print $4 }' "$log/plain.out")" \
+        >"$out/kernels.md"; then
+        tail -n 20 "$log/ncu.out" "$log/plain.out"
+        row fail kernels "ncu or its table failed (exit $rc; see kernels.log)"
+        return 0
+    fi
+    cat "$out/kernels.md"
+    figs=$(head -n 1 "$out/kernels.md")
+    figs="$figs; top: $(sed -n '5,9p' "$out/kernels.md" | awk -F'|' '{ gsub(/ /, "")
+        printf "%s%s %s", sep, $2, $5; sep = ", " }') (kernels.md)"
+    row pass kernels "B=$b: $figs"
+}
+
+# find_tool NAME: a CUDA tool's path (compute-sanitizer, ncu).
+find_tool() {
     local c
-    for c in "$(command -v compute-sanitizer 2>/dev/null)" ${CUDA_HOME:+"$CUDA_HOME/bin/compute-sanitizer"} \
-        /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda-*/bin/compute-sanitizer \
-        /usr/local/cuda/compute-sanitizer/compute-sanitizer /opt/nvidia/*/compute-sanitizer; do
-        [ -n "$c" ] && [ -x "$c" ] && echo "$c" && return 0
+    for c in "$(command -v "$1" 2>/dev/null)" ${CUDA_HOME:+"$CUDA_HOME/bin/$1"} \
+        /usr/local/cuda/bin/"$1" /usr/local/cuda-*/bin/"$1" /usr/local/cuda/"$1/$1" \
+        /opt/nvidia/*/"$1" /opt/nvidia/nsight-compute/*/"$1"; do
+        [ -n "$c" ] && [ -x "$c" ] && {
+            echo "$c"
+            return 0
+        }
     done
     return 1
+}
+
+# find_sanitizer: compute-sanitizer's path.
+find_sanitizer() {
+    find_tool compute-sanitizer
 }
 
 if [ "${1:-}" = --step ]; then
@@ -515,10 +623,12 @@ if [ "${1:-}" = --step ]; then
     case $name in
     tests) step_tests ;;
     bench) step_bench ;;
+    anchor) step_anchor ;;
     train) step_train ;;
     compare) step_compare ;;
     memcheck) sanitize memcheck ;;
     racecheck) sanitize racecheck ;;
+    kernels) step_kernels ;;
     *) die "no step '$name'" ;;
     esac
     exit 0

@@ -4,7 +4,8 @@
 # and the original removed, then used with `env -i` (a minimal PATH, no LD_LIBRARY_PATH).
 # Every program and library of the copy loads what it needs from the copy's lib/ alone, glibc,
 # the C++ runtime and libgcc_s aside; run-gpu-checks.sh runs every step with a shorter test
-# list and training run than on a GPU, exits 0, and its report.md says that each check passed.
+# list and training run than on a GPU, exits 0, and its report.md says that each check passed
+# (the PyTorch anchor and the kernel profile, which need a GPU, skip with their reasons).
 # timeout: 240
 set -euo pipefail
 
@@ -68,6 +69,10 @@ grep -q '^- CUDA libraries: none needed (the sim flavour)$' "$report" ||
 for check in tests bench train "NCCL, world size 1" train.zero=1 resume memcheck racecheck; do
     grep -qF "| $check | pass | " "$report" || fail "report.md: '$check' did not pass"
 done
+grep -q '^| kernels | skip | .*no hardware counters' "$report" ||
+    fail "report.md: the kernels step did not skip under cudasim with its reason"
+grep -q '^| anchor | skip | .*no anchor under cudasim' "$report" ||
+    fail "report.md: the PyTorch anchor did not skip under cudasim with its reason"
 grep -qE '^\| train \| pass \| .*: loss [0-9.]+ -> [0-9.]+ ' "$report" || fail "the train row has no losses"
 for f in env.txt tests.log bench.log train.log compare.log memcheck.log racecheck.log; do
     [ -s "$work/out/$f" ] || fail "OUTDIR has no $f"
