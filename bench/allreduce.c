@@ -16,7 +16,14 @@
  *   loopback  each rank sends B bytes to rank+1 and receives B from rank-1 over loopback TCP
  *             (TCP_NODELAY, as the ring): the ring's links without the ring.
  *
- * usage: allreduce [--floor memcpy|loopback] [--min-bytes B] [--max-bytes B]
+ * With --paired-floor it times the allreduce, and each of its batches is followed at once by
+ * a batch of the memcpy floor on the same buffer; the line gains "floor_gbs=F vs_floor=R", R
+ * the median over the batches of the batch's bus bandwidth over the floor's right after it,
+ * and F that batch's floor. Paired so, the ring and its floor meet the same machine: a VM's
+ * host may move its virtual CPUs between cores that share a cache and cores that do not for
+ * seconds at a time, which moves the floor one way and the ring the other.
+ *
+ * usage: allreduce [--floor memcpy|loopback | --paired-floor] [--min-bytes B] [--max-bytes B]
  *        (sizes default to 1 MiB .. 256 MiB, x4) */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -54,6 +61,7 @@ struct bench {
     struct coll *c;
     int rank, world;
     enum kind kind;
+    bool paired; /* --paired-floor */
     char *buf, *buf2;
     int send_fd, recv_fd;
     double *times;
@@ -186,9 +194,9 @@ static int stream_links(struct bench *b, size_t bytes)
 
 /* --- the schedule ---------------------------------------------------------------------------- */
 
-static int run_once(struct bench *b, size_t bytes)
+static int run_once(struct bench *b, enum kind kind, size_t bytes)
 {
-    switch (b->kind) {
+    switch (kind) {
     case FLOOR_MEMCPY:
         memcpy(b->buf2, b->buf, bytes);
         /* Something the compiler cannot see through between copies. */
@@ -217,7 +225,7 @@ static int check_allreduce(struct bench *b, size_t bytes)
 
     for (size_t i = 0; i < n; i++)
         buf[i] = (float)((i + (size_t)b->rank) % 7);
-    if (run_once(b, bytes) < 0)
+    if (run_once(b, ALLREDUCE, bytes) < 0)
         return -1;
     for (size_t i = 0; i < n; i++) {
         float want = 0;
@@ -234,43 +242,76 @@ static int check_allreduce(struct bench *b, size_t bytes)
     return 0;
 }
 
-/* The time per call in the fastest of BATCHES batches, or < 0. An allreduce's is the mean of
- * its slowest rank (as the anchor's). A floor's is from the first rank's start to the last
- * rank's end (one clock: the ranks share a machine), over the calls: ranks that share a CPU
- * may otherwise each time their batch alone, one after the other. */
-static double time_size(struct bench *b, size_t bytes, int iters)
+/* One batch of n calls of KIND: its time per call, or < 0. An allreduce's is the mean of its
+ * slowest rank (as the anchor's). A floor's is from the first rank's start to the last rank's
+ * end (one clock: the ranks share a machine), over the calls: ranks that share a CPU may
+ * otherwise each time their batch alone, one after the other. */
+static double time_batch(struct bench *b, enum kind kind, size_t bytes, int n)
 {
     int w = b->world;
-    double best = 0;
+    double t0, t = 0, first = 0, last = 0;
 
-    for (int k = 0; k < BATCHES; k++) {
-        double t0, t = 0, first = 0, last = 0;
-
-        if (coll_barrier(b->c) < 0)
-            goto coll_failed;
-        t0 = monotime_s();
-        for (int it = 0; it < iters / BATCHES; it++)
-            if (run_once(b, bytes) < 0)
-                return -1;
-        memset(b->times, 0, 3 * (size_t)w * sizeof(*b->times));
-        b->times[b->rank] = (monotime_s() - t0) / (iters / BATCHES);
-        b->times[w + b->rank] = t0;
-        b->times[2 * w + b->rank] = monotime_s();
-        if (coll_allreduce_sum_f64(b->c, b->times, 3 * (size_t)w) < 0)
-            goto coll_failed;
-        for (int r = 0; r < w; r++) {
-            t = b->times[r] > t ? b->times[r] : t;
-            first = r == 0 || b->times[w + r] < first ? b->times[w + r] : first;
-            last = b->times[2 * w + r] > last ? b->times[2 * w + r] : last;
-        }
-        if (b->kind != ALLREDUCE)
-            t = (last - first) / (iters / BATCHES);
-        best = k == 0 || t < best ? t : best;
+    if (coll_barrier(b->c) < 0)
+        goto coll_failed;
+    t0 = monotime_s();
+    for (int it = 0; it < n; it++)
+        if (run_once(b, kind, bytes) < 0)
+            return -1;
+    memset(b->times, 0, 3 * (size_t)w * sizeof(*b->times));
+    b->times[b->rank] = (monotime_s() - t0) / n;
+    b->times[w + b->rank] = t0;
+    b->times[2 * w + b->rank] = monotime_s();
+    if (coll_allreduce_sum_f64(b->c, b->times, 3 * (size_t)w) < 0)
+        goto coll_failed;
+    for (int r = 0; r < w; r++) {
+        t = b->times[r] > t ? b->times[r] : t;
+        first = r == 0 || b->times[w + r] < first ? b->times[w + r] : first;
+        last = b->times[2 * w + r] > last ? b->times[2 * w + r] : last;
     }
-    return best;
+    return kind == ALLREDUCE ? t : (last - first) / n;
 coll_failed:
     fprintf(stderr, "allreduce: rank %d: %s\n", b->rank, coll_strerror(b->c));
     return -1;
+}
+
+/* A size's times: the fastest of BATCHES batches; with --paired-floor, each allreduce batch
+ * followed at once by a memcpy floor batch, and the median over the batches of the ring's bus
+ * bandwidth over the floor's, with that batch's floor. */
+struct timing {
+    double best;     /* seconds per call */
+    double floor;    /* GB/s per rank */
+    double vs_floor; /* ratio */
+};
+
+static int time_size(struct bench *b, size_t bytes, int iters, struct timing *out)
+{
+    int n = iters / BATCHES;
+    double ratio[BATCHES], floor[BATCHES], bus = 2.0 * (b->world - 1) / b->world;
+
+    out->best = 0;
+    for (int k = 0; k < BATCHES; k++) {
+        double t = time_batch(b, b->kind, bytes, n), f;
+        if (t < 0)
+            return -1;
+        out->best = k == 0 || t < out->best ? t : out->best;
+        if (!b->paired)
+            continue;
+        if ((f = time_batch(b, FLOOR_MEMCPY, bytes, n)) < 0)
+            return -1;
+        floor[k] = (double)bytes / f / 1e9;
+        ratio[k] = (double)bytes / t / 1e9 * bus / floor[k];
+        /* Insertion by ratio, the floors alongside: the median ends up in the middle. */
+        for (int j = k; j > 0 && ratio[j - 1] > ratio[j]; j--) {
+            double x = ratio[j];
+            ratio[j] = ratio[j - 1], ratio[j - 1] = x;
+            x = floor[j], floor[j] = floor[j - 1], floor[j - 1] = x;
+        }
+    }
+    if (b->paired) {
+        out->vs_floor = ratio[(BATCHES - 1) / 2];
+        out->floor = floor[(BATCHES - 1) / 2];
+    }
+    return 0;
 }
 
 static int run_sizes(struct bench *b, size_t min_bytes, size_t max_bytes)
@@ -278,26 +319,31 @@ static int run_sizes(struct bench *b, size_t min_bytes, size_t max_bytes)
     static const char *const names[] = {[FLOOR_MEMCPY] = "memcpy", [FLOOR_LOOPBACK] = "loopback"};
 
     for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
-        double iters_f = BYTES_PER_SIZE / (double)bytes, t;
+        double iters_f = BYTES_PER_SIZE / (double)bytes;
+        struct timing t = {0};
         int iters = iters_f < ITERS_MIN   ? ITERS_MIN
                     : iters_f > ITERS_MAX ? ITERS_MAX
                                           : (int)iters_f;
 
         iters = (iters + BATCHES - 1) / BATCHES * BATCHES;
-        if (b->kind == ALLREDUCE ? check_allreduce(b, bytes) < 0 : run_once(b, bytes) < 0)
+        if (b->kind == ALLREDUCE ? check_allreduce(b, bytes) < 0
+                                 : run_once(b, b->kind, bytes) < 0)
             return -1;
-        if ((t = time_size(b, bytes, iters)) < 0)
+        if (time_size(b, bytes, iters, &t) < 0)
             return -1;
         if (b->rank != 0)
             continue;
         if (b->kind == ALLREDUCE)
             printf("allreduce bytes=%zu world=%d iters=%d time_us=%.1f algbw_gbs=%.3f "
-                   "busbw_gbs=%.3f\n",
-                   bytes, b->world, iters, t * 1e6, (double)bytes / t / 1e9,
-                   (double)bytes / t / 1e9 * 2.0 * (b->world - 1) / b->world);
+                   "busbw_gbs=%.3f",
+                   bytes, b->world, iters, t.best * 1e6, (double)bytes / t.best / 1e9,
+                   (double)bytes / t.best / 1e9 * 2.0 * (b->world - 1) / b->world);
         else
-            printf("floor %s bytes=%zu world=%d iters=%d time_us=%.1f gbs=%.3f\n", names[b->kind],
-                   bytes, b->world, iters, t * 1e6, (double)bytes / t / 1e9);
+            printf("floor %s bytes=%zu world=%d iters=%d time_us=%.1f gbs=%.3f", names[b->kind],
+                   bytes, b->world, iters, t.best * 1e6, (double)bytes / t.best / 1e9);
+        if (b->paired)
+            printf(" floor_gbs=%.3f vs_floor=%.3f", t.floor, t.vs_floor);
+        printf("\n");
         fflush(stdout);
     }
     return 0;
@@ -319,12 +365,18 @@ int main(int argc, char **argv)
             b.kind = FLOOR_MEMCPY, i++;
         else if (!strcmp(argv[i], "--floor") && i + 1 < argc && !strcmp(argv[i + 1], "loopback"))
             b.kind = FLOOR_LOOPBACK, i++;
+        else if (!strcmp(argv[i], "--paired-floor"))
+            b.paired = true;
         else
             bad = 1;
     }
     if (bad) {
-        fprintf(stderr, "usage: allreduce [--floor memcpy|loopback] [--min-bytes B] "
-                        "[--max-bytes B]\n");
+        fprintf(stderr, "usage: allreduce [--floor memcpy|loopback | --paired-floor] "
+                        "[--min-bytes B] [--max-bytes B]\n");
+        return 2;
+    }
+    if (b.paired && b.kind != ALLREDUCE) {
+        fprintf(stderr, "allreduce: --paired-floor times the allreduce, not a floor\n");
         return 2;
     }
     if (gr_init(&b.g) < 0) {
@@ -338,13 +390,13 @@ int main(int argc, char **argv)
         goto out;
     }
     b.buf = malloc(max_bytes);
-    b.buf2 = b.kind == ALLREDUCE ? NULL : malloc(max_bytes);
+    b.buf2 = b.kind == ALLREDUCE && !b.paired ? NULL : malloc(max_bytes);
     b.times = calloc(3 * (size_t)b.world, sizeof(*b.times));
-    if (!b.buf || (b.kind != ALLREDUCE && !b.buf2) || !b.times) {
+    if (!b.buf || (!b.buf2 && (b.kind != ALLREDUCE || b.paired)) || !b.times) {
         fprintf(stderr, "allreduce: rank %d: out of memory for %zu bytes\n", b.rank, max_bytes);
         goto out;
     }
-    if (b.kind != ALLREDUCE) {
+    if (b.buf2) {
         memset(b.buf, 1, max_bytes);
         memset(b.buf2, 2, max_bytes);
     }

@@ -13,7 +13,9 @@
 # Bus bandwidth = 2(W-1)/W * bytes / time: what each rank moves over its links, comparable
 # across rank counts (nccl-tests' busbw). Each time is the mean per call of the slowest rank in
 # the fastest of three batches, and the best of the rounds: this machine may be shared with
-# other work, which should not decide a row for one side.
+# other work, which should not decide a row for one side. Against a floor, each round's ring
+# is divided by the floor measured right after it, and the row shows the median of those
+# ratios over the rounds (paired, below).
 #
 # Environment (all optional):
 #   BUILD                   build dir (default build/ of the source tree)
@@ -59,15 +61,20 @@ mkdir -p "$scratch/home"
 
 args=(--min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES")
 
-# ours W NAME SHM [FLOOR]: the ring's lines (or, with FLOOR, that floor's) appended to
-# $scratch/NAME-W, with GPURUN_COLL_SHM=SHM.
+# ours W NAME SHM [FLOOR]: the ring's lines (or, with FLOOR, that floor's; with "paired", the
+# ring's with its paired memcpy floor) appended to $scratch/NAME-W, with GPURUN_COLL_SHM=SHM.
 ours() {
     local w=$1 name=$2 rc=0 what=("${args[@]}")
-    [ -z "${4:-}" ] || what+=(--floor "$4")
+    case ${4:-} in
+    "") ;;
+    paired) what+=(--paired-floor) ;;
+    *) what+=(--floor "$4") ;;
+    esac
     GPURUN_COLL_SHM=$3 HOME=$scratch/home timeout -k 5 "$LIMIT" "$BUILD/gpurun" --local \
         --gpus-per-node "$w" --job-dir "$scratch/job-$name-$w-$round" -- "$BUILD/bench/allreduce" \
         "${what[@]}" >"$scratch/$name-$w.out" 2>"$scratch/$name-$w.err" </dev/null || rc=$?
-    sed -n 's/^\[0\] \(allreduce .*\|floor .*\)/\1/p' "$scratch/$name-$w.out" >>"$scratch/$name-$w"
+    sed -n "s/^\[0\] \(allreduce .*\|floor .*\)/round=$round \1/p" "$scratch/$name-$w.out" \
+        >>"$scratch/$name-$w"
     if [ "$rc" != 0 ]; then
         echo "allreduce.sh: the ring's run ($name) with $w ranks failed (status $rc):" >&2
         tail -n 5 "$scratch/$name-$w.out" "$scratch/$name-$w.err" >&2
@@ -109,6 +116,68 @@ field() {
         END { if (best != "") print out }' "$1"
 }
 
+# paired RING FLOOR BYTES: the ring against its floor round by round (each round runs the
+# floor right after the ring): "RATIO FLOOR", the median over the rounds of the ring's busbw
+# over the floor's gbs of the same round (the lower middle one of an even count), and that
+# round's floor; or nothing. Round by round, because the floor moves with the machine's state
+# more than the ring does: on this VM the memcpy floor of 2 ranks at 16 MiB is 8-12 GB/s
+# while the two CPUs share one L3 and 22 GB/s while each has its own, where every ring is
+# slower; the best ring and the best floor of several rounds are then of different machines.
+paired() {
+    [ -f "$1" ] && [ -f "$2" ] || return 0
+    awk -v bytes="$3" '
+        BEGIN { n = 0 }
+        function get(key,   i, n) {
+            for (i = 1; i <= NF; i++) {
+                n = index($i, "=");
+                if (n && substr($i, 1, n - 1) == key) return substr($i, n + 1);
+            }
+            return "";
+        }
+        get("bytes") != bytes { next }
+        FNR == NR { ring[get("round")] = get("busbw_gbs"); next }
+        get("round") in ring && get("gbs") > 0 {
+            ratio[n] = ring[get("round")] / get("gbs"); fl[n] = get("gbs"); n++
+        }
+        END {
+            if (!n) exit;
+            for (i = 1; i < n; i++)
+                for (j = i; j > 0 && ratio[j - 1] > ratio[j]; j--) {
+                    x = ratio[j]; ratio[j] = ratio[j - 1]; ratio[j - 1] = x
+                    x = fl[j]; fl[j] = fl[j - 1]; fl[j - 1] = x
+                }
+            m = int((n - 1) / 2);
+            print ratio[m], fl[m];
+        }' "$1" "$2"
+}
+
+# median_vs FILE BYTES: "RATIO FLOOR" of a --paired-floor ring's lines for BYTES: the median
+# over the rounds of each round's vs_floor (itself the median over its batches), and that
+# round's floor_gbs; or nothing.
+median_vs() {
+    [ -f "$1" ] || return 0
+    awk -v bytes="$2" '
+        BEGIN { n = 0 }
+        function get(key,   i, k) {
+            for (i = 1; i <= NF; i++) {
+                k = index($i, "=");
+                if (k && substr($i, 1, k - 1) == key) return substr($i, k + 1);
+            }
+            return "";
+        }
+        get("bytes") == bytes && get("vs_floor") != "" { ratio[n] = get("vs_floor") + 0; fl[n] = get("floor_gbs"); n++ }
+        END {
+            if (!n) exit;
+            for (i = 1; i < n; i++)
+                for (j = i; j > 0 && ratio[j - 1] > ratio[j]; j--) {
+                    x = ratio[j]; ratio[j] = ratio[j - 1]; ratio[j - 1] = x
+                    x = fl[j]; fl[j] = fl[j - 1]; fl[j - 1] = x
+                }
+            m = int((n - 1) / 2);
+            print ratio[m], fl[m];
+        }' "$1"
+}
+
 # handoff: the cache line round trip between two CPUs, in ns, or "unknown".
 handoff() {
     local out
@@ -119,7 +188,7 @@ handoff() {
 handoff_before=$(handoff)
 for ((round = 0; round < ROUNDS; round++)); do
     for w in $WORLDS; do
-        ours "$w" ring 1
+        ours "$w" ring 1 paired
         ours "$w" floor-memcpy 1 memcpy
         mpi "$w" mpi-sm
         ours "$w" ring-tcp 0
@@ -135,9 +204,13 @@ echo
 echo "Bus bandwidth in GB/s: 2(W-1)/W x bytes / time per call (slowest rank, fastest of 3"
 echo "batches, best of $ROUNDS rounds)."
 echo "Default: the ring with its shared-memory links on one machine, OpenMPI with its defaults"
-echo "(shared memory). Its floor: GB/s of memcpy per rank, every rank copying at once."
+echo "(shared memory). Its floor: GB/s of memcpy per rank, every rank copying at once. Paired: each"
+echo "batch of the ring followed at once by a batch of memcpy on the same buffer, in the same run;"
+echo "the median over the batches and then over the rounds of the ring over the floor after it,"
+echo "and that floor. Alone: the floor's own runs, the best round, against the best ring (shown)."
 echo "TCP: every byte over loopback TCP (GPURUN_COLL_SHM=0; --mca btl tcp,self). Its floor: GB/s"
-echo "per link with every rank sending to the next over loopback TCP at once."
+echo "per link with every rank sending to the next over loopback TCP at once, in the run right after"
+echo "the ring's of each round; the median over the rounds of the ring over its round's floor."
 echo "Targets: the ring at least as fast as OpenMPI's MPI_Allreduce; from 16 MiB, at least 0.8x"
 echo "its floor."
 echo "A cache line from one CPU to another and back (bench/handoff): $handoff_before before the"
@@ -145,33 +218,42 @@ echo "runs, $handoff_after after. Around 60 ns, the CPUs share a cache; several 
 echo "and every transfer through shared memory is slower (on a VM the host may switch between the"
 echo "two for seconds at a time)."
 echo
-echo "| size | ranks | ring ms | ring busbw | OpenMPI busbw | ring vs OpenMPI | memcpy floor | ring vs floor | ring TCP busbw | OpenMPI TCP busbw | ring vs OpenMPI, TCP | loopback floor | ring TCP vs floor |"
-echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| size | ranks | ring ms | ring busbw | OpenMPI busbw | ring vs OpenMPI | memcpy floor, paired | ring vs floor | memcpy floor, alone | ring vs it | ring TCP busbw | OpenMPI TCP busbw | ring vs OpenMPI, TCP | loopback floor | ring TCP vs floor |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for w in $WORLDS; do
     for ((bytes = MIN_BYTES; bytes <= MAX_BYTES; bytes *= 4)); do
         awk -v b="$bytes" -v w="$w" -v none="${no_mpi:-failed}" \
             -v t="$(field "$scratch/ring-$w" "$bytes" time_us)" \
             -v bw="$(field "$scratch/ring-$w" "$bytes" busbw_gbs)" \
             -v sm="$(field "$scratch/mpi-sm-$w" "$bytes" busbw_gbs)" \
-            -v fm="$(field "$scratch/floor-memcpy-$w" "$bytes" gbs)" \
+            -v pm="$(median_vs "$scratch/ring-$w" "$bytes")" \
+            -v fa="$(field "$scratch/floor-memcpy-$w" "$bytes" gbs)" \
             -v bwt="$(field "$scratch/ring-tcp-$w" "$bytes" busbw_gbs)" \
             -v tcp="$(field "$scratch/mpi-tcp-$w" "$bytes" busbw_gbs)" \
-            -v fl="$(field "$scratch/floor-loopback-$w" "$bytes" gbs)" '
+            -v pl="$(paired "$scratch/ring-tcp-$w" "$scratch/floor-loopback-$w" "$bytes")" '
             # ratio(a, r, want): a / r, marked against want (none: shown only).
             function ratio(a, r, want) {
                 if (a == "" || r == "") return "";
                 if (want == "") return sprintf("%.2fx", a / r);
                 return sprintf("%.2fx %s", a / r, a >= want * r ? "met" : "**missed**");
             }
+            # vs(pair, want): the median ratio of "RATIO FLOOR", marked against want.
+            function vs(pair, want,   p) {
+                if (pair == "") return "";
+                split(pair, p, " ");
+                return ratio(p[1], 1, want);
+            }
             BEGIN {
+                split(pm, m, " "); fm = m[2]; split(pl, l, " "); fl = l[2];
                 size = b >= 1048576 ? sprintf("%d MiB", b / 1048576) : sprintf("%d KiB", b / 1024);
                 floor_want = b >= 16 * 1048576 ? 0.8 : "";
-                printf "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+                printf "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                     size, w, t == "" ? "failed" : sprintf("%.2f", t / 1000),
                     bw == "" ? "failed" : bw, sm == "" ? none : sm, ratio(bw, sm, 1),
-                    fm == "" ? "failed" : fm, ratio(bw, fm, floor_want),
+                    fm == "" ? "failed" : fm, vs(pm, floor_want),
+                    fa == "" ? "failed" : fa, ratio(bw, fa, ""),
                     bwt == "" ? "failed" : bwt, tcp == "" ? none : tcp, ratio(bwt, tcp, 1),
-                    fl == "" ? "failed" : fl, ratio(bwt, fl, floor_want);
+                    fl == "" ? "failed" : fl, vs(pl, floor_want);
             }'
     done
 done
