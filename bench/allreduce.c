@@ -326,8 +326,7 @@ static int run_sizes(struct bench *b, size_t min_bytes, size_t max_bytes)
                                           : (int)iters_f;
 
         iters = (iters + BATCHES - 1) / BATCHES * BATCHES;
-        if (b->kind == ALLREDUCE ? check_allreduce(b, bytes) < 0
-                                 : run_once(b, b->kind, bytes) < 0)
+        if (b->kind == ALLREDUCE ? check_allreduce(b, bytes) < 0 : run_once(b, b->kind, bytes) < 0)
             return -1;
         if (time_size(b, bytes, iters, &t) < 0)
             return -1;
