@@ -116,38 +116,44 @@ field() {
         END { if (best != "") print out }' "$1"
 }
 
+# What the two pairings below share, in awk: get(KEY), the value of KEY=VALUE on the line; and
+# at the end, "RATIO FLOOR" of the median of the n ratios collected in ratio[] (the lower
+# middle one of an even count), with the floor collected beside it in fl[]; or nothing.
+# shellcheck disable=SC2016 # awk's fields, not the shell's
+MEDIAN_AWK='
+    BEGIN { n = 0 }
+    function get(key,   i, k) {
+        for (i = 1; i <= NF; i++) {
+            k = index($i, "=");
+            if (k && substr($i, 1, k - 1) == key) return substr($i, k + 1);
+        }
+        return "";
+    }
+    END {
+        if (!n) exit;
+        for (i = 1; i < n; i++)
+            for (j = i; j > 0 && ratio[j - 1] > ratio[j]; j--) {
+                x = ratio[j]; ratio[j] = ratio[j - 1]; ratio[j - 1] = x
+                x = fl[j]; fl[j] = fl[j - 1]; fl[j - 1] = x
+            }
+        m = int((n - 1) / 2);
+        print ratio[m], fl[m];
+    }'
+
 # paired RING FLOOR BYTES: the ring against its floor round by round (each round runs the
 # floor right after the ring): "RATIO FLOOR", the median over the rounds of the ring's busbw
-# over the floor's gbs of the same round (the lower middle one of an even count), and that
-# round's floor; or nothing. Round by round, because the floor moves with the machine's state
-# more than the ring does: on this VM the memcpy floor of 2 ranks at 16 MiB is 8-12 GB/s
-# while the two CPUs share one L3 and 22 GB/s while each has its own, where every ring is
-# slower; the best ring and the best floor of several rounds are then of different machines.
+# over the floor's gbs of the same round, and that round's floor; or nothing. Round by round,
+# because the floor moves with the machine's state more than the ring does: on this VM the
+# memcpy floor of 2 ranks at 16 MiB is 8-12 GB/s while the two CPUs share one L3 and 22 GB/s
+# while each has its own, where every ring is slower; the best ring and the best floor of
+# several rounds are then of different machines.
 paired() {
     [ -f "$1" ] && [ -f "$2" ] || return 0
-    awk -v bytes="$3" '
-        BEGIN { n = 0 }
-        function get(key,   i, n) {
-            for (i = 1; i <= NF; i++) {
-                n = index($i, "=");
-                if (n && substr($i, 1, n - 1) == key) return substr($i, n + 1);
-            }
-            return "";
-        }
+    awk -v bytes="$3" "$MEDIAN_AWK"'
         get("bytes") != bytes { next }
         FNR == NR { ring[get("round")] = get("busbw_gbs"); next }
         get("round") in ring && get("gbs") > 0 {
             ratio[n] = ring[get("round")] / get("gbs"); fl[n] = get("gbs"); n++
-        }
-        END {
-            if (!n) exit;
-            for (i = 1; i < n; i++)
-                for (j = i; j > 0 && ratio[j - 1] > ratio[j]; j--) {
-                    x = ratio[j]; ratio[j] = ratio[j - 1]; ratio[j - 1] = x
-                    x = fl[j]; fl[j] = fl[j - 1]; fl[j - 1] = x
-                }
-            m = int((n - 1) / 2);
-            print ratio[m], fl[m];
         }' "$1" "$2"
 }
 
@@ -156,25 +162,9 @@ paired() {
 # round's floor_gbs; or nothing.
 median_vs() {
     [ -f "$1" ] || return 0
-    awk -v bytes="$2" '
-        BEGIN { n = 0 }
-        function get(key,   i, k) {
-            for (i = 1; i <= NF; i++) {
-                k = index($i, "=");
-                if (k && substr($i, 1, k - 1) == key) return substr($i, k + 1);
-            }
-            return "";
-        }
-        get("bytes") == bytes && get("vs_floor") != "" { ratio[n] = get("vs_floor") + 0; fl[n] = get("floor_gbs"); n++ }
-        END {
-            if (!n) exit;
-            for (i = 1; i < n; i++)
-                for (j = i; j > 0 && ratio[j - 1] > ratio[j]; j--) {
-                    x = ratio[j]; ratio[j] = ratio[j - 1]; ratio[j - 1] = x
-                    x = fl[j]; fl[j] = fl[j - 1]; fl[j - 1] = x
-                }
-            m = int((n - 1) / 2);
-            print ratio[m], fl[m];
+    awk -v bytes="$2" "$MEDIAN_AWK"'
+        get("bytes") == bytes && get("vs_floor") != "" {
+            ratio[n] = get("vs_floor") + 0; fl[n] = get("floor_gbs"); n++
         }' "$1"
 }
 
