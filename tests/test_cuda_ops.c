@@ -329,9 +329,13 @@ CUDA_TEST(encoder)
 
 /* ---- layernorm ----------------------------------------------------------------------------- */
 
-CUDA_TEST(layernorm)
+/* Rows in 3 chunks of the weight-gradient sum with C not a multiple of 32 (the backward's
+ * 16-byte vectors, one per lane in bf16, two in fp32); GPT-2's width (three vectors per lane in
+ * bf16); and C not a multiple of a vector (the one-element-per-lane backward). */
+static const int ln_shapes[][2] = {{300, 200}, {64, 768}, {40, 18}};
+
+static void layernorm_case(enum gpu_dtype dt, int N, int C)
 {
-    int N = 300, C = 200; /* rows in 3 chunks of the weight-gradient sum; C not a multiple of 32 */
     size_t n = (size_t)N * C;
     float *x = hrand_off(dt, n, 2.0f, 0.7f), *w = hrand_off(dt, C, 0.5f, 1.0f);
     float *b = hrand(dt, C, 0.5f);
@@ -357,6 +361,12 @@ CUDA_TEST(layernorm)
     COMPARE("dinp", dget(dt, g_dinp, n), dinp, n, tol_of(dt));
     COMPARE("dweight", dget(dt, g_dw, C), dw, C, tol_of(dt));
     COMPARE("dbias", dget(dt, g_db, C), db, C, tol_of(dt));
+}
+
+CUDA_TEST(layernorm)
+{
+    for (size_t k = 0; k < sizeof(ln_shapes) / sizeof(ln_shapes[0]); k++)
+        layernorm_case(dt, ln_shapes[k][0], ln_shapes[k][1]);
 }
 
 /* residual = a + b stored in dt, then the LayerNorm of the stored values; also in place over a. */

@@ -8,13 +8,15 @@
  * and normalises the stored values, so that it equals the two ops run one after the other.
  *
  * Backward, with n = (x - mean) rstd and g = weight dout:
- *   dinp += rstd (g - mean(g) - n mean(g n))        one warp per row;
+ *   dinp += rstd (g - mean(g) - n mean(g n))        one warp per row, in 16-byte vectors
+ *                                                    where the row's width and pointers allow;
  *   dweight += sum_rows dout n, dbias += sum_rows dout:
  * each block sums a chunk of LN_CHUNK rows for 32 channels (threads: 32 channels x 8 row
  * lanes, the lanes' sums added in lane order) into a partial row in scratch, then one thread
  * per channel adds the chunks' partials in chunk order. Deterministic, no atomics. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 
 #include "../ops.h" /* OPS_LN_EPS */
 #include "common.cuh"
@@ -86,6 +88,67 @@ __global__ void layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, cons
         stx(dinp + off + c, ldx(dinp + off + c) + s * (g - mg - n * mgn));
     }
 }
+
+/* The same for rows whose every lane's share is whole 16-byte vectors: C a multiple of VEC
+ * (16 bytes of T), at most NV vectors per lane, every pointer 16-byte aligned. A lane reads
+ * its vectors of dout, inp and weight once, all of them before the first use, and keeps the
+ * products in registers for the second pass; dinp is read and written in vectors too. The
+ * scalar kernel above issued 8x the loads, one row element per lane at a time, and read the
+ * row twice: 1.66 ms a call at 65,536 x 768 in bf16 on an H200, where the forward of the same
+ * shape took 0.17. */
+template <typename T, int NV>
+__global__ void layernorm_dinp_vec_kernel(T *__restrict__ dinp, const T *__restrict__ dout,
+                                          const T *__restrict__ inp, const T *__restrict__ weight,
+                                          const float *__restrict__ mean,
+                                          const float *__restrict__ rstd, int N, int C)
+{
+    constexpr int VEC = 16 / sizeof(T);
+    int row = blockIdx.x * LN_WARPS + threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    if (row >= N)
+        return;
+    size_t off = (size_t)row * C;
+    float m = mean[row], s = rstd[row], sg = 0.0f, sgn = 0.0f;
+    uint4 dv[NV], xv[NV], wv[NV];
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int c = (k * WARP_SIZE + lane) * VEC;
+        if (c < C) {
+            dv[k] = *(const uint4 *)(dout + off + c);
+            xv[k] = *(const uint4 *)(inp + off + c);
+            wv[k] = *(const uint4 *)(weight + c);
+        }
+    }
+    float g[NV][VEC], n[NV][VEC];
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        if ((k * WARP_SIZE + lane) * VEC >= C)
+            continue;
+        const T *d = (const T *)&dv[k], *x = (const T *)&xv[k], *w = (const T *)&wv[k];
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            g[k][j] = ldx(w + j) * ldx(d + j);
+            n[k][j] = (ldx(x + j) - m) * s;
+            sg += g[k][j];
+            sgn += g[k][j] * n[k][j];
+        }
+    }
+    float mg = warp_sum(sg) / (float)C, mgn = warp_sum(sgn) / (float)C;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int c = (k * WARP_SIZE + lane) * VEC;
+        if (c >= C)
+            continue;
+        uint4 ov = *(const uint4 *)(dinp + off + c);
+        T *o = (T *)&ov;
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            stx(o + j, ldx(o + j) + s * (g[k][j] - mg - n[k][j] * mgn));
+        *(uint4 *)(dinp + off + c) = ov;
+    }
+}
+
+/* The vectors per lane of the vector kernel's instances. */
+#define LN_VEC_MAX 4
 
 /* grid (C/32 rounded up, chunks), block (32, LN_LANES). part: (chunks, 2C) fp32, the weight
  * partials in [0, C) and the bias partials in [C, 2C). */
@@ -197,8 +260,18 @@ static int layernorm_backward(struct gpu_ctx *ctx, void *dinp, void *dweight, vo
     if (ret < 0)
         return ret;
 
-    layernorm_dinp_kernel<T>
-        <<<(unsigned)((N + LN_WARPS - 1) / LN_WARPS), LN_WARPS * WARP_SIZE, 0, ctx->stream>>>(
+    const int vec = 16 / (int)sizeof(T), per_lane = (C / vec + WARP_SIZE - 1) / WARP_SIZE;
+    unsigned blocks = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
+    bool aligned =
+        ((uintptr_t)dinp | (uintptr_t)dout | (uintptr_t)inp | (uintptr_t)weight) % 16 == 0;
+    if (aligned && C % vec == 0 && per_lane <= 1)
+        layernorm_dinp_vec_kernel<T, 1><<<blocks, LN_WARPS * WARP_SIZE, 0, ctx->stream>>>(
+            (T *)dinp, (const T *)dout, (const T *)inp, (const T *)weight, mean, rstd, N, C);
+    else if (aligned && C % vec == 0 && per_lane <= LN_VEC_MAX)
+        layernorm_dinp_vec_kernel<T, LN_VEC_MAX><<<blocks, LN_WARPS * WARP_SIZE, 0, ctx->stream>>>(
+            (T *)dinp, (const T *)dout, (const T *)inp, (const T *)weight, mean, rstd, N, C);
+    else
+        layernorm_dinp_kernel<T><<<blocks, LN_WARPS * WARP_SIZE, 0, ctx->stream>>>(
             (T *)dinp, (const T *)dout, (const T *)inp, (const T *)weight, mean, rstd, N, C);
     dim3 grid((unsigned)((C + WARP_SIZE - 1) / WARP_SIZE), (unsigned)chunks);
     layernorm_dparams_partial<T><<<grid, dim3(WARP_SIZE, LN_LANES), 0, ctx->stream>>>(
