@@ -12,10 +12,10 @@
 #
 # Bus bandwidth = 2(W-1)/W * bytes / time: what each rank moves over its links, comparable
 # across rank counts (nccl-tests' busbw). Each time is the mean per call of the slowest rank in
-# the fastest of three batches, and the best of the rounds: this machine may be shared with
-# other work, which should not decide a row for one side. Against a floor, each round's ring
-# is divided by the floor measured right after it, and the row shows the median of those
-# ratios over the rounds (paired, below).
+# the fastest of three batches, and the best of the rounds (the ring's and OpenMPI's cells):
+# this machine may be shared with other work, which should not decide a row for one side.
+# Against a floor, each round's ring is divided by the floor measured right after it, and the
+# row shows the median of those ratios over the rounds (paired and median_vs, below).
 #
 # Environment (all optional):
 #   BUILD                   build dir (default build/ of the source tree)
@@ -23,7 +23,8 @@
 #   BENCH_AR_MIN_BYTES      smallest buffer (default 1 MiB)
 #   BENCH_AR_MAX_BYTES      largest buffer (default 256 MiB); sizes go up by 4x
 #   BENCH_AR_ROUNDS         rounds of every run, alternating ring, floors and OpenMPI; each
-#                           row shows the best round of each (default 5)
+#                           row shows the best round of the ring and of OpenMPI, and the
+#                           median over the rounds against the floors (default 5)
 #   BENCH_SKIP_ANCHORS=1    measure the tcp ring and its floors only
 set -euo pipefail
 
@@ -151,8 +152,8 @@ paired() {
     [ -f "$1" ] && [ -f "$2" ] || return 0
     awk -v bytes="$3" "$MEDIAN_AWK"'
         get("bytes") != bytes { next }
-        FNR == NR { ring[get("round")] = get("busbw_gbs"); next }
-        get("round") in ring && get("gbs") > 0 {
+        FILENAME == ARGV[1] { ring[get("round")] = get("busbw_gbs"); next }
+        get("round") in ring && get("gbs") + 0 > 0 {
             ratio[n] = ring[get("round")] / get("gbs"); fl[n] = get("gbs"); n++
         }' "$1" "$2"
 }
@@ -163,7 +164,7 @@ paired() {
 median_vs() {
     [ -f "$1" ] || return 0
     awk -v bytes="$2" "$MEDIAN_AWK"'
-        get("bytes") == bytes && get("vs_floor") != "" {
+        get("bytes") == bytes && get("vs_floor") + 0 > 0 {
             ratio[n] = get("vs_floor") + 0; fl[n] = get("floor_gbs"); n++
         }' "$1"
 }

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""The PyTorch anchor for bench/train_gpu: GPT-2 124M as nanoGPT trains it, on the same GPU.
+"""The PyTorch anchor for bench/train_gpu: GPT-2 124M trained by PyTorch on the same GPU.
 
     python3 bench/torch_gpt2.py [--batches 16,32,64] [--seq 1024] [--steps 10] [--no-compile]
 
-nanoGPT's model (pre-LayerNorm blocks, F.scaled_dot_product_attention with is_causal, tied
-embeddings, the vocabulary padded to 50304), bf16 autocast over fp32 weights, fused AdamW, and
-torch.compile: what a PyTorch user would train this model with. Random tokens; each batch
+The model of llm.c's train_gpt2.py, nanoGPT's with GELU's tanh form as GPT-2 had it and as
+gpurun-train computes it (pre-LayerNorm blocks, F.scaled_dot_product_attention with
+is_causal, tied embeddings, the vocabulary padded to 50304), bf16 autocast over fp32 weights,
+fused AdamW, and torch.compile: what a PyTorch user would train this model with. Random tokens; each batch
 size is compiled, warmed up for 3 steps, then timed over --steps steps with CUDA events.
 
 Prints the same table as train_gpu, with the same FLOP count (6 x (12 L C^2 + Vp C) x T +
@@ -14,11 +15,16 @@ two tables compare row by row. A batch that does not fit prints "out of memory".
 """
 import argparse
 import math
+import sys
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:
+    print("SKIP no torch for %s: %s" % (sys.executable, e))
+    sys.exit(0)
 
 PEAK_FLOPS = 989e12
 L, H, C, V, VP = 12, 12, 768, 50257, 50304

@@ -329,12 +329,18 @@ CUDA_TEST(encoder)
 
 /* ---- layernorm ----------------------------------------------------------------------------- */
 
-/* Rows in 3 chunks of the weight-gradient sum with C not a multiple of 32 (the backward's
- * 16-byte vectors, one per lane in bf16, two in fp32); GPT-2's width (three vectors per lane in
- * bf16); and C not a multiple of a vector (the one-element-per-lane backward). */
-static const int ln_shapes[][2] = {{300, 200}, {64, 768}, {40, 18}};
+/* {N, C, off}: the backward's kernel for each (layernorm_backward picks by C and alignment).
+ * 300 x 200: rows in 3 chunks of the weight-gradient sum, C not a multiple of 32; 16-byte
+ * vectors, one per lane and some lanes idle (bf16) or two per lane (fp32: the 4-vector kernel).
+ * 32 x 128: one vector per lane, every lane busy, in both types. 64 x 768, GPT-2's width: three
+ * vectors per lane in bf16; six in fp32, past the vector kernel, so one element per lane.
+ * 16 x 512 and 16 x 1024: four vectors per lane, the vector kernel's most, in fp32 and bf16.
+ * 40 x 18: C not a multiple of a vector. 32 x 128 at element 1 of its allocations (off):
+ * pointers off 16-byte alignment, so one element per lane again. */
+static const int ln_shapes[][3] = {{300, 200, 0}, {32, 128, 0}, {64, 768, 0}, {16, 512, 0},
+                                   {16, 1024, 0}, {40, 18, 0},  {32, 128, 1}};
 
-static void layernorm_case(enum gpu_dtype dt, int N, int C)
+static void layernorm_case(enum gpu_dtype dt, int N, int C, size_t off)
 {
     size_t n = (size_t)N * C;
     float *x = hrand_off(dt, n, 2.0f, 0.7f), *w = hrand_off(dt, C, 0.5f, 1.0f);
@@ -354,10 +360,11 @@ static void layernorm_case(enum gpu_dtype dt, int N, int C)
     /* Backward from the CPU's mean and rstd; all three gradients accumulate. */
     float *dout = hrand(dt, n, 1.0f), *dinp = hrand(dt, n, 1.0f);
     float *dw = hrand(dt, C, 1.0f), *db = hrand(dt, C, 1.0f);
-    void *g_dinp = dput(dt, dinp, n), *g_dw = dput(dt, dw, C), *g_db = dput(dt, db, C);
+    void *g_dinp = dput_at(dt, dinp, n, off), *g_dw = dput(dt, dw, C), *g_db = dput(dt, db, C);
     ops_layernorm_backward(dinp, dw, db, dout, x, w, mean, rstd, N, C);
-    CHECK_CTX(gpu_layernorm_backward(ctx, dt, g_dinp, g_dw, g_db, dput(dt, dout, n), g_x, g_w,
-                                     dputf(mean, N), dputf(rstd, N), N, C));
+    CHECK_CTX(gpu_layernorm_backward(ctx, dt, g_dinp, g_dw, g_db, dput_at(dt, dout, n, off),
+                                     dput_at(dt, x, n, off), dput_at(dt, w, C, off), dputf(mean, N),
+                                     dputf(rstd, N), N, C));
     COMPARE("dinp", dget(dt, g_dinp, n), dinp, n, tol_of(dt));
     COMPARE("dweight", dget(dt, g_dw, C), dw, C, tol_of(dt));
     COMPARE("dbias", dget(dt, g_db, C), db, C, tol_of(dt));
@@ -366,7 +373,7 @@ static void layernorm_case(enum gpu_dtype dt, int N, int C)
 CUDA_TEST(layernorm)
 {
     for (size_t k = 0; k < sizeof(ln_shapes) / sizeof(ln_shapes[0]); k++)
-        layernorm_case(dt, ln_shapes[k][0], ln_shapes[k][1]);
+        layernorm_case(dt, ln_shapes[k][0], ln_shapes[k][1], (size_t)ln_shapes[k][2]);
 }
 
 /* residual = a + b stored in dt, then the LayerNorm of the stored values; also in place over a. */

@@ -138,7 +138,7 @@ int gpu_residual_layernorm_forward(struct gpu_ctx *ctx, enum gpu_dtype dt, void 
                                    const void *b, const void *weight, const void *bias, int N,
                                    int C);
 /* dinp, dweight, dbias floatX all accumulate, as in ops_layernorm_backward; mean and rstd
- * fp32 from the forward. */
+ * fp32 from the forward. dinp must not overlap dout, inp or weight. */
 int gpu_layernorm_backward(struct gpu_ctx *ctx, enum gpu_dtype dt, void *dinp, void *dweight,
                            void *dbias, const void *dout, const void *inp, const void *weight,
                            const float *mean, const float *rstd, int N, int C);

@@ -5,7 +5,8 @@
 # Every program and library of the copy loads what it needs from the copy's lib/ alone, glibc,
 # the C++ runtime and libgcc_s aside; run-gpu-checks.sh runs every step with a shorter test
 # list and training run than on a GPU, exits 0, and its report.md says that each check passed
-# (the PyTorch anchor and the kernel profile, which need a GPU, skip with their reasons).
+# (the PyTorch anchor and the kernel profile, which need a GPU, skip with their reasons). A
+# step left no time of the total is a timeout, and fails the run.
 # timeout: 240
 set -euo pipefail
 
@@ -79,3 +80,11 @@ for f in env.txt tests.log bench.log train.log compare.log memcheck.log racechec
 done
 sed -n 's/^| \([^|]*\) | pass | \([0-9]* s\) | .*/# ok: \1 (\2)/p' "$report"
 tail -n 1 "$report" | sed 's/^/# /'
+
+# A step that finds no time left of the total did not run: a timeout row, and the run fails.
+rc=0
+(cd "$work" && env -i PATH=/usr/bin:/bin HOME="$work" GPU_CHECKS_ONLY=bench GPU_CHECKS_TOTAL=0 \
+    "$copy/run-gpu-checks.sh" late) >"$work/late.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "run-gpu-checks.sh with no time left exited $rc, not 1"
+grep -q '^| bench | timeout | 0 s | not run: no time left of GPU_CHECKS_TOTAL=0 s |$' \
+    "$work/late/report.md" || fail "no timeout row for a step with no time left"
