@@ -29,6 +29,7 @@
 #include "signame.h"
 #include "sockdir.h"
 #include "stacks.h"
+#include "utf8.h"
 #include "banned.h"
 
 /* Deadline resolution: teardown escalation, hang detection, the leader's heartbeat. */
@@ -109,6 +110,17 @@ static int send_leader(struct agent *a, json_t *msg)
 
 static void flush_progress(struct agent *a);
 
+/* A rank_exit message with tail as its last lines; NULL when it cannot be packed. */
+static json_t *pack_exit(const struct arank *r, const char *tail)
+{
+    return proto_pack("{s:s, s:i, s:i, s:i, s:b, s:b, s:s}", "type", "rank_exit", "rank", r->rank,
+                      "code", r->code, "signal", r->sig, "oom", r->oom, "killed", r->killed, "tail",
+                      tail);
+}
+
+/* Sends r's exit to the leader: its status, its last lines, what its error file and a hang's
+ * capture hold. Nothing in them may keep the exit itself from being sent: the leader ends the
+ * job and writes its record on it. */
 static void report_exit(struct agent *a, struct arank *r)
 {
     char tail[PROTO_TAIL_MAX];
@@ -123,16 +135,23 @@ static void report_exit(struct agent *a, struct arank *r)
     arank_tail_join(r, tail, sizeof(tail));
     if ((r->code || r->sig) && !r->killed)
         err = agent_read_error_file(a, r);
-    msg = proto_pack("{s:s, s:i, s:i, s:i, s:b, s:b, s:s}", "type", "rank_exit", "rank", r->rank,
-                     "code", r->code, "signal", r->sig, "oom", r->oom, "killed", r->killed, "tail",
-                     tail);
-    if (msg && r->stack)
-        json_object_set_new(msg, "stack", json_string(r->stack));
+    msg = pack_exit(r, tail);
+    if (!msg) {
+        /* The tail is made valid UTF-8 where it is kept (arank_tail_add), so this is memory or
+         * a bug; either way the exit is the event and goes without the text it carried. */
+        log_error("rank %d: its last lines cannot be packed into its exit message; sending the "
+                  "exit without them",
+                  r->rank);
+        msg = pack_exit(r, "(the rank's last lines could not be sent: see its log)");
+    }
+    if (msg && r->stack && json_object_set_new(msg, "stack", json_string(r->stack)) < 0)
+        log_warn("rank %d: its stack cannot be sent (not UTF-8, or no memory)", r->rank);
     if (msg && err)
         json_object_set_new(msg, "error", err);
     else
         json_decref(err);
-    send_leader(a, msg);
+    if (msg && send_leader(a, msg) == -ENOTCONN)
+        log_error("cannot report rank %d's exit to the leader: no connection", r->rank);
 }
 
 static void flush_progress(struct agent *a)
@@ -1242,7 +1261,8 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
     a->done = cfg->done;
     a->arg = cfg->arg;
     a->t_start = now_ms(a);
-    snprintf(a->hostname, sizeof(a->hostname), "%s", cfg->hostname);
+    /* It goes on the wire in the join: a name that is not UTF-8 would keep the node out. */
+    utf8_sanitize(a->hostname, sizeof(a->hostname), cfg->hostname, strlen(cfg->hostname));
     if (cfg->advertise)
         snprintf(a->advertise, sizeof(a->advertise), "%s", cfg->advertise);
     if (cfg->rendezvous)

@@ -244,7 +244,8 @@ int arank_log_append(struct arank *r, const void *data, size_t n);
  * into r's tail. */
 void arank_emit_line(struct arank *r, const char *s, size_t n);
 
-/* Keeps s[0..n) as the newest of r's last TAIL_LINES lines (cut to TAIL_LINE_MAX). */
+/* Keeps s[0..n) as the newest of r's last TAIL_LINES lines: made valid UTF-8 (utf8_sanitize:
+ * invalid bytes and NULs replaced), cut at a character to fit TAIL_LINE_MAX. */
 void arank_tail_add(struct arank *r, const char *s, size_t n);
 
 /* Joins r's tail lines with '\n' into out (cap bytes, always terminated). */

@@ -16,18 +16,18 @@
 #include "log.h"
 #include "logidx.h"
 #include "outbuf.h"
+#include "utf8.h"
 #include "banned.h"
 
 /* Writes to a rank log this close together share one index record (arank_log_append): the
  * order of lines across ranks is then known to this precision. */
 #define INDEX_COALESCE_MS 20
 
+/* A line is kept as valid UTF-8, cut at a character: the tail goes on the wire in a JSON
+ * string, and one invalid byte would make the rank's exit message unsendable. */
 void arank_tail_add(struct arank *r, const char *s, size_t n)
 {
-    if (n >= TAIL_LINE_MAX)
-        n = TAIL_LINE_MAX - 1;
-    memcpy(r->tail[r->tail_next], s, n);
-    r->tail[r->tail_next][n] = '\0';
+    utf8_sanitize(r->tail[r->tail_next], TAIL_LINE_MAX, s, n);
     r->tail_next = (r->tail_next + 1) % TAIL_LINES;
     if (r->tail_count < TAIL_LINES)
         r->tail_count++;

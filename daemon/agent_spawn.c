@@ -20,6 +20,7 @@
 #include "log.h"
 #include "rankenv.h"
 #include "shim.h"
+#include "utf8.h"
 #include "banned.h"
 
 /* How long the agent waits for a killed rank's cgroup to empty before it leaves the cgroup
@@ -429,8 +430,12 @@ json_t *agent_read_error_file(struct agent *a, struct arank *r)
     }
     line = user_frame(stack, where, sizeof(where));
     colon = strstr(text, ": ");
-    out = json_pack("{s:s%, s:s}", "type", text, colon ? (size_t)(colon - text) : strlen(text),
-                    "message", colon ? colon + 2 : "");
+    /* The error file's text is valid UTF-8 (json_loadb checked it); its parts are cut at a
+     * character so that the exit message stays far below a frame's limit. */
+    out =
+        json_pack("{s:s%, s:s%}", "type", text,
+                  utf8_prefix_len(text, colon ? (size_t)(colon - text) : PROTO_TAIL_MAX), "message",
+                  colon ? colon + 2 : "", utf8_prefix_len(colon ? colon + 2 : "", PROTO_TAIL_MAX));
     if (out && where[0]) {
         json_object_set_new(out, "file", json_string(where));
         json_object_set_new(out, "line", json_integer(line));

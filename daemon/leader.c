@@ -338,6 +338,7 @@ static void fail(struct leader *l, int status, const char *outcome, bool restart
                  json_t *failure)
 {
     const char *cause;
+    json_t *msg;
 
     /* Never without a record: finish() reads a missing one as success. */
     if (!failure)
@@ -357,8 +358,14 @@ static void fail(struct leader *l, int status, const char *outcome, bool restart
     log_tail(json_string_value(json_object_get(failure, "tail")));
     l->state = JOB_ABORTING;
     l->t_abort = now_ms(l);
-    broadcast(l, proto_pack("{s:s, s:s, s:b}", "type", "abort", "cause", cause ? cause : "failure",
-                            "stacks", l->abort_stacks));
+    msg = proto_pack("{s:s, s:s, s:b}", "type", "abort", "cause", cause ? cause : "failure",
+                     "stacks", l->abort_stacks);
+    /* The abort is the event: a cause that cannot be sent must not keep the nodes running. */
+    if (!msg)
+        msg = proto_pack("{s:s, s:s, s:b}", "type", "abort", "cause",
+                         "failure (its text could not be sent: see summary.json)", "stacks",
+                         l->abort_stacks);
+    broadcast(l, msg);
 }
 
 /* s with every byte outside printable ASCII (and newlines) as '?': for text that failed to

@@ -1,6 +1,6 @@
 #!/bin/bash
-# A failing rank on the Slurm test cluster: rank 3, on the second node, exits 3 while the
-# others sleep. gpurun --wait exits 3, with the daemon's line naming the rank and node in the
+# A failing rank on the Slurm test cluster: rank 3, on the second node, prints a table line
+# and an invalid byte, then exits 3 while the others sleep. gpurun --wait exits 3, with the daemon's line naming the rank and node in the
 # stream; status names the first failure (rank, node, host, code, last lines) as text and
 # JSON, and Slurm's state is FAILED; no rank is left on any node.
 # timeout: 120
@@ -11,7 +11,7 @@ set -euo pipefail
 t0=$(grs_now_ms)
 # shellcheck disable=SC2016 # expanded by each rank
 run wait.out wait.err --wait -N 2 --gpus-per-node 2 --kill-grace 1 -- sh -c \
-    'echo "up $RANK"; if [ "$RANK" = 3 ]; then echo "rank 3 gives up"; exit 3; fi; exec sleep 3003'
+    'echo "up $RANK"; if [ "$RANK" = 3 ]; then printf "\342\224\202 loss \342\224\202 \377\n"; echo "rank 3 gives up"; exit 3; fi; exec sleep 3003'
 echo "# fail_ms=$(($(grs_now_ms) - t0))"
 expect_rc "gpurun --wait of a failing job" 3
 id=$(job_id wait.out)
@@ -26,6 +26,7 @@ grep -qxF "state: FAILED, exit status 3" st.txt || grs_fail "status: $(head -n 2
 grep -qF "first failure: rank 3 on node 1 (node2): exited with status 3" st.txt ||
     grs_fail "status names no first failure: $(grep -i fail st.txt)"
 grep -qxF "  rank 3 gives up" st.txt || grs_fail "status lacks the failing rank's last lines"
+grep -qxF "  │ loss │ �" st.txt || grs_fail "status lacks the rank's table line, its byte replaced"
 run st.json st.err status "$id" --json
 expect_rc "gpurun status --json" 0
 [ "$(json st.json 'v["slurm"]["state"], v["exit_status"], v["summary"]["outcome"]')" = \

@@ -1,0 +1,33 @@
+/* UTF-8 for text that goes on the wire or into a JSON record from a source that promises
+ * nothing: a rank's output, a stack, a hostname. JSON (and jansson) hold only valid UTF-8, so
+ * such text is made valid before it is packed, never after a refusal. */
+#ifndef GPURUN_UTF8_H
+#define GPURUN_UTF8_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* What stands for a byte that does not begin a valid sequence: U+FFFD, 3 bytes. */
+#define UTF8_REPLACEMENT     "\xef\xbf\xbd"
+#define UTF8_REPLACEMENT_LEN 3
+
+/* The length of the valid UTF-8 sequence (RFC 3629: no overlong forms, no surrogates, nothing
+ * past U+10FFFF) that starts at s, of the n bytes there; 0 when none starts there (an invalid
+ * or cut sequence, or n == 0). NUL is a valid 1-byte sequence here. */
+size_t utf8_seq_len(const unsigned char *s, size_t n);
+
+/* Whether the n bytes at s are valid UTF-8 and hold no NUL. */
+bool utf8_is_valid(const char *s, size_t n);
+
+/* Copies the n bytes at src into dst (cap bytes, cap >= 1) as valid UTF-8 without NUL: each
+ * byte that begins no valid sequence, and each NUL, becomes UTF8_REPLACEMENT; the copy ends at
+ * the last whole character that fits in cap - 1 bytes. dst is NUL-terminated. Returns the
+ * bytes written, the NUL not counted. */
+size_t utf8_sanitize(char *dst, size_t cap, const char *src, size_t n);
+
+/* The length of the longest prefix of the NUL-terminated s that is at most max bytes and
+ * ends on a character boundary (where s is valid UTF-8; a stray continuation byte counts as
+ * a character of its own). For cutting valid text to a limit. */
+size_t utf8_prefix_len(const char *s, size_t max);
+
+#endif
