@@ -341,6 +341,7 @@ static void local_job_fill(struct local_job *job, const struct gpurun_args *args
     const struct jobspec *spec = &args->spec;
 
     job->job_dir = abs_dir;
+    job->world_size = spec->nnodes * spec->nprocs;
     job->daemon = daemon;
     job->log_level = args->log_level_name;
     job->nnodes = spec->nnodes;
@@ -398,6 +399,7 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     /* Before any rank speaks, so that another shell can follow the job at once. */
     fprintf(stderr, "gpurun: job %s, job dir %s\n", job_id, abs_dir);
     local_job_fill(&job, args, abs_dir, daemon);
+    job.job_id = job_id;
     ret = local_run(&job, fatal_signal);
     if (ret != 0 && !*fatal_signal)
         fprintf(stderr, "gpurun: job '%s' exited with status %d; logs in '%s/logs'\n", job_id, ret,

@@ -17,8 +17,10 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "fsutil.h"
 #include "local.h"
 #include "monotime.h"
+#include "signame.h"
 #include "banned.h"
 
 extern char **environ;
@@ -132,6 +134,13 @@ struct supervisor {
     long long warn_at;     /* when the pre-timeout signal goes out; 0: none (or sent) */
     long long straggle_at; /* when followers still alive after node 0 are stopped; 0: none */
     long long kill_at;     /* when stopped daemons still alive get SIGKILL; 0: none */
+    int *termsig;          /* the signal that killed node k's daemon; 0: none */
+    /* Why gpurun ended the job on its own account, when it did: the record's first failure
+     * (launcher_record), since the leader only sees the SIGTERM that followed. */
+    char stop_cause[320];
+    const char *stop_outcome;
+    int stop_status;
+    int stop_node;
 };
 
 static void send_all(struct supervisor *s, int sig)
@@ -155,10 +164,25 @@ static void stop_all(struct supervisor *s)
         s->kill_at = monotime_ms() + s->job->kill_grace_ms + STOP_MARGIN_MS;
 }
 
+/* stop_all() for a cause of gpurun's own, which the record keeps (the first one). */
+static void stop_for(struct supervisor *s, int node, int status, const char *outcome,
+                     const char *cause)
+{
+    if (!s->stop_cause[0]) {
+        snprintf(s->stop_cause, sizeof(s->stop_cause), "%s", cause);
+        s->stop_outcome = outcome;
+        s->stop_status = status;
+        s->stop_node = node;
+    }
+    stop_all(s);
+}
+
 static void on_daemon_exit(struct supervisor *s, int k, int wstatus)
 {
     s->pid[k] = 0;
     s->status[k] = local_exit_status(wstatus);
+    if (WIFSIGNALED(wstatus))
+        s->termsig[k] = WTERMSIG(wstatus);
     s->running--;
     if (s->running == 0)
         return;
@@ -170,8 +194,11 @@ static void on_daemon_exit(struct supervisor *s, int k, int wstatus)
     } else if (WIFEXITED(wstatus) && s->status[k] == 125 && !s->stopped[k]) {
         /* A follower that cannot start never joins, and the leader would wait for it until
          * the join timeout: end the job now, with the follower's status. */
+        char cause[96];
         fprintf(stderr, "gpurun: node %d's rendezvousd failed; stopping the job\n", k);
-        stop_all(s);
+        snprintf(cause, sizeof(cause), "node %d's rendezvousd failed to start (exit status 125)",
+                 k);
+        stop_for(s, k, 125, "failed", cause);
     }
     /* A follower killed by a signal is the leader's to notice, as on Slurm: a lost link once
      * it joined, the join timeout naming it before; the leader then ends the job and keeps
@@ -226,9 +253,11 @@ static void on_deadline(struct supervisor *s, long long now)
     if (s->limit_at && now >= s->limit_at) {
         s->limit_at = 0;
         s->timed_out = true;
+        char cause[96];
         fprintf(stderr, "gpurun: time limit of %ld s reached; stopping the job\n",
                 s->job->time_limit_s);
-        stop_all(s);
+        snprintf(cause, sizeof(cause), "time limit of %ld s reached", s->job->time_limit_s);
+        stop_for(s, -1, 124, "timeout", cause);
     }
     if (s->straggle_at && now >= s->straggle_at) {
         s->straggle_at = 0;
@@ -312,6 +341,85 @@ static int summary_failure(const char *job_dir)
     return st > 0 && st < 256 ? (int)st : -1;
 }
 
+/* The record's first failure, as the leader writes it (leader.c's failure_pack). */
+static json_t *failure_json(const char *cause, int node, int sig)
+{
+    char sn[SIGNAME_LEN];
+
+    return json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:s, s:s}", "cause", cause, "rank", -1, "node",
+                     node, "hostname", "", "code", 0, "signal", sig, "signal_name",
+                     sig ? signame(sig, sn) : "", "tail", "");
+}
+
+/* What gpurun saw end the job, when the leader left no record: a daemon killed by a signal
+ * (the leader first), or one that exited without writing one. Fills cause; returns the node
+ * named (-1: none) and sets *sig. */
+static int seen_cause(const struct supervisor *s, char *cause, size_t n, int *sig)
+{
+    char sn[SIGNAME_LEN];
+
+    for (int k = 0; k < s->job->nnodes; k++) {
+        if (!s->termsig[k] || s->stopped[k])
+            continue;
+        *sig = s->termsig[k];
+        snprintf(cause, n, "node %d's rendezvousd%s was killed by signal %d (%s)", k,
+                 k == 0 ? " (the leader)" : "", *sig, signame(*sig, sn));
+        return k;
+    }
+    *sig = 0;
+    snprintf(cause, n, "node 0's rendezvousd (the leader) exited with status %d and left no record",
+             s->status[0]);
+    return 0;
+}
+
+/* summary.json's record of what gpurun knows (local.h: "one record always"), written over the
+ * leader's only where gpurun ended the job itself or the leader wrote none. */
+static void launcher_record(struct supervisor *s, int ret)
+{
+    char path[PATH_MAX], cause[320];
+    json_t *sum, *ff = NULL;
+    const char *outcome;
+    int node, sig = 0, r;
+
+    if (!s->job->job_dir ||
+        snprintf(path, sizeof(path), "%s/summary.json", s->job->job_dir) >= (int)sizeof(path))
+        return;
+    sum = json_load_file(path, 0, NULL);
+    if (sum && !s->stop_cause[0]) {
+        json_decref(sum);
+        return;
+    }
+    if (s->stop_cause[0]) {
+        ff = failure_json(s->stop_cause, s->stop_node, 0);
+        outcome = s->stop_outcome;
+        ret = s->stop_status;
+    } else {
+        node = seen_cause(s, cause, sizeof(cause), &sig);
+        ff = failure_json(cause, node, sig);
+        outcome = s->fatal_signal ? "cancelled" : "failed";
+        fprintf(stderr, "gpurun: %s; the job's record is gpurun's\n", cause);
+    }
+    if (!sum)
+        sum = json_pack("{s:s, s:s, s:i, s:i, s:s}", "job_id", s->job->job_id ? s->job->job_id : "",
+                        "state", "finished", "world_size", s->job->world_size, "nnodes",
+                        s->job->nnodes, "recorded_by", "gpurun");
+    else
+        json_object_set(sum, "leader_first_failure", json_object_get(sum, "first_failure"));
+    if (!sum || !ff || json_object_set_new(sum, "outcome", json_string(outcome)) < 0 ||
+        json_object_set_new(sum, "exit_status", json_integer(ret)) < 0 ||
+        json_object_set(sum, "first_failure", ff) < 0) {
+        fprintf(stderr, "gpurun: cannot write '%s': out of memory\n", path);
+    } else {
+        char *text = json_dumps(sum, JSON_INDENT(2));
+        r = text ? fs_write_atomic(path, text, strlen(text), 0600) : -ENOMEM;
+        if (r < 0)
+            fprintf(stderr, "gpurun: cannot write '%s': %s\n", path, uv_strerror(r));
+        free(text);
+    }
+    json_decref(ff);
+    json_decref(sum);
+}
+
 int local_run(const struct local_job *job, int *fatal_signal)
 {
     struct supervisor s = {.job = job};
@@ -324,7 +432,8 @@ int local_run(const struct local_job *job, int *fatal_signal)
     s.pid = calloc((size_t)job->nnodes, sizeof(*s.pid));
     s.status = calloc((size_t)job->nnodes, sizeof(*s.status));
     s.stopped = calloc((size_t)job->nnodes, sizeof(*s.stopped));
-    if (!s.pid || !s.status || !s.stopped) {
+    s.termsig = calloc((size_t)job->nnodes, sizeof(*s.termsig));
+    if (!s.pid || !s.status || !s.stopped || !s.termsig) {
         fprintf(stderr, "gpurun: out of memory\n");
         ret = 125;
         goto out;
@@ -348,10 +457,13 @@ int local_run(const struct local_job *job, int *fatal_signal)
     for (int k = 0; k < job->nnodes; k++) {
         int r = spawn_daemon(job, k, &child_mask, &s.pid[k]);
         if (r < 0) {
+            char cause[160];
             fprintf(stderr, "gpurun: cannot start '%s': %s\n", job->daemon, uv_strerror(r));
+            snprintf(cause, sizeof(cause), "gpurun cannot start node %d's rendezvousd: %s", k,
+                     uv_strerror(r));
             s.pid[k] = 0;
             spawn_failed = true;
-            stop_all(&s);
+            stop_for(&s, k, 125, "failed", cause);
             break;
         }
         s.running++;
@@ -387,6 +499,7 @@ int local_run(const struct local_job *job, int *fatal_signal)
     else if (summary_failure(job->job_dir) > 0)
         ret = summary_failure(job->job_dir);
     *fatal_signal = s.fatal_signal;
+    launcher_record(&s, ret);
     /* What is still pending is spoken for (SIGCHLD of reaped daemons, a second ^C already
      * recorded): take it before unblocking, or a default action would end gpurun here. */
     while (sigtimedwait(&set, NULL, &zero) > 0)
@@ -396,5 +509,6 @@ out:
     free(s.pid);
     free(s.status);
     free(s.stopped);
+    free(s.termsig);
     return ret;
 }

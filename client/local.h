@@ -20,6 +20,8 @@ int local_find_daemon(const char *self, const char *path, char *out, size_t n);
 /* A local job whose dir is ready (job.json and key written). All strings borrowed. */
 struct local_job {
     const char *job_dir;
+    const char *job_id;    /* for the record gpurun writes when the leader wrote none */
+    int world_size;        /* the same */
     const char *daemon;    /* rendezvousd's path */
     const char *log_level; /* passed to every daemon as --log-level */
     int nnodes;            /* daemons to start, node ranks 0..nnodes-1 */
@@ -43,6 +45,11 @@ struct local_job {
  * should die of once it has cleaned up. Thread context: the process's only thread; the
  * signals above are blocked while it runs, and those received are consumed. */
 int local_run(const struct local_job *job, int *fatal_signal);
+/* One record always: when gpurun itself ended the job (a daemon it could not start, a node
+ * whose daemon failed to start, its time limit), summary.json's outcome, exit status and
+ * first failure are gpurun's cause, the leader's own first failure (the SIGTERM gpurun sent)
+ * kept beside it as "leader_first_failure"; when the leader wrote no summary.json at all (it
+ * was killed), gpurun writes one with what it saw, "recorded_by": "gpurun". */
 
 /* The exit status a daemon's wait status stands for: its code, or 125 when it was killed by
  * a signal (a daemon passes its ranks' deaths on as codes; its own death is a failure). */

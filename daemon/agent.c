@@ -151,7 +151,7 @@ static void report_exit(struct agent *a, struct arank *r)
     else
         json_decref(err);
     if (msg && send_leader(a, msg) == -ENOTCONN)
-        log_error("cannot report rank %d's exit to the leader: no connection", r->rank);
+        log_debug("cannot report rank %d's exit to the leader: no connection", r->rank);
 }
 
 static void flush_progress(struct agent *a)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One truth: for each way a local job can end badly, gpurun's exit status, summary.json and
-# 'gpurun status --job-dir' agree. Each row: a name, what is done to the running job, the
+# 'gpurun status --job-dir' agree, and there is always a summary.json (gpurun writes it when
+# the leader was killed). Each row: a name, what is done to the running job, the
 # exit status, and the state status shows (summary.json's outcome follows from the state).
 # timeout: 120
 set -euo pipefail
@@ -26,7 +27,7 @@ act() {
 # name action time-limit expected-exit expected-state expected-outcome
 table=(
     "limit limit 0:02 124 TIMEOUT timeout"
-    "kill-node0 kill-node0 - 125 UNKNOWN -"
+    "kill-node0 kill-node0 - 125 FAILED failed"
     "kill-node1 kill-node1 - 125 FAILED failed"
     "kill-gpurun kill-gpurun 0:30 - CANCELLED cancelled"
     "cancel cancel - 143 CANCELLED cancelled"
@@ -72,12 +73,20 @@ for row in "${table[@]}"; do
     fi
     [ -f "$dir/summary.json" ] || fail "$name: no summary.json"
     got=$(/usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))
-print(j["outcome"], j["exit_status"], sum(r["phase"] == "running" for r in j["ranks"]))' "$dir/summary.json")
+print(j["outcome"], j["exit_status"], sum(r["phase"] == "running" for r in j.get("ranks", [])))' "$dir/summary.json")
     read -r outcome status running <<<"$got"
     [ "$outcome" = "$want_outcome" ] || fail "$name: summary outcome '$outcome', expected '$want_outcome'"
     [ "$want_rc" = - ] || [ "$status" = "$want_rc" ] ||
         fail "$name: summary exit_status $status, expected $want_rc (gpurun's)"
     [ "$running" = 0 ] || fail "$name: $running ranks still 'running' in the summary"
     grep -q "exit status $status" "$work/status" || fail "$name: status lacks 'exit status $status'"
+    # The leader killed: gpurun, which saw it die, writes the record and says so.
+    if [ "$name" = kill-node0 ]; then
+        grep -qF "node 0's rendezvousd (the leader) was killed by signal 9 (SIGKILL)" "$work/err" ||
+            fail "$name: gpurun does not say how the leader ended: $(cat "$work/err")"
+        cause=$(/usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))
+print(j["recorded_by"], j["first_failure"]["node"], j["first_failure"]["signal"])' "$dir/summary.json")
+        [ "$cause" = "gpurun 0 9" ] || fail "$name: summary recorded_by, first_failure node, signal: $cause"
+    fi
     echo "ok - $name: exit ${rc}, $want_state, summary $outcome $status"
 done
