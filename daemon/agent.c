@@ -69,6 +69,7 @@ struct pending {
     int64_t id; /* ours, on the leader link */
     struct rconn *rc;
     int64_t rank_id;
+    struct arank *waiter; /* a get with a timeout: the rank waits until the reply */
 };
 
 /* A rank blocked in a barrier. */
@@ -154,9 +155,32 @@ static void report_exit(struct agent *a, struct arank *r)
         log_debug("cannot report rank %d's exit to the leader: no connection", r->rank);
 }
 
+/* Counts a request of r that waits on the other ranks (delta +1) or its end (-1). */
+static void rank_wait(struct agent *a, struct arank *r, int delta)
+{
+    bool before = r->waits > 0;
+
+    r->waits += delta;
+    if (r->waits < 0)
+        r->waits = 0;
+    if (before != (r->waits > 0))
+        a->waits_dirty = true;
+}
+
+/* The ranks of this node now waiting on the others, for the leader's hang rule. */
+static json_t *waiting_json(const struct agent *a)
+{
+    json_t *w = json_array();
+
+    for (int i = 0; w && i < a->nranks; i++)
+        if (a->ranks[i].waits > 0 && !a->ranks[i].exited)
+            json_array_append_new(w, json_integer(a->ranks[i].rank));
+    return w;
+}
+
 static void flush_progress(struct agent *a)
 {
-    json_t *arr = json_array();
+    json_t *arr = json_array(), *msg;
     int64_t t = now_ms(a);
 
     for (int i = 0; i < a->nranks; i++) {
@@ -175,11 +199,16 @@ static void flush_progress(struct agent *a)
         json_array_append_new(arr, e);
     }
     a->last_flush_ms = t;
-    if (json_array_size(arr) == 0) {
+    if (json_array_size(arr) == 0 && !a->waits_dirty) {
         json_decref(arr);
         return;
     }
-    send_leader(a, proto_pack("{s:s, s:o}", "type", "progress", "ranks", arr));
+    msg = proto_pack("{s:s, s:o}", "type", "progress", "ranks", arr);
+    if (msg && a->waits_dirty) {
+        a->waits_dirty = false;
+        json_object_set_new(msg, "waiting", waiting_json(a));
+    }
+    send_leader(a, msg);
 }
 
 /* --- rank connections --------------------------------------------------------------------- */
@@ -213,6 +242,11 @@ static void forward_kv(struct agent *a, struct rconn *rc, struct msg *m)
     if (send_leader(a, fwd) < 0) {
         a->npend--;
         peer_send_error(&rc->peer, m->id, "aborted", "no connection to the leader");
+        return;
+    }
+    if (m->type == MSG_KV_GET && m->timeout_ms != 0 && rc->rank) {
+        p->waiter = rc->rank;
+        rank_wait(a, rc->rank, 1);
     }
 }
 
@@ -242,6 +276,7 @@ static void barrier_arrive(struct agent *a, struct rconn *rc, struct msg *m)
     w->rank = rc->rank->rank;
     w->next = a->bwaits;
     a->bwaits = w;
+    rank_wait(a, rc->rank, 1);
     n = json_object_get(a->barrier_counts, m->key);
     count = (n ? json_integer_value(n) : 0) + 1;
     if (count < a->nranks) {
@@ -264,6 +299,8 @@ static void barrier_release(struct agent *a, const char *name)
             continue;
         }
         *pp = w->next;
+        if (w->rank >= a->rank_base && w->rank < a->rank_base + a->nranks)
+            rank_wait(a, &a->ranks[w->rank - a->rank_base], -1);
         if (w->rc)
             peer_send(&w->rc->peer, proto_pack("{s:s, s:I}", "type", "ok", "id", w->id));
         free(w->name);
@@ -840,6 +877,7 @@ static void reset_generation(struct agent *a)
     }
     json_object_clear(a->barrier_counts);
     a->npend = 0;
+    a->waits_dirty = false;
     a->exited = 0;
     a->failed_here = false;
     a->status = 0;
@@ -968,6 +1006,8 @@ static void on_leader_message(struct peer *p, struct msg *m)
                 continue;
             struct rconn *rc = a->pend[i].rc;
             int64_t rank_id = a->pend[i].rank_id;
+            if (a->pend[i].waiter)
+                rank_wait(a, a->pend[i].waiter, -1);
             a->pend[i] = a->pend[--a->npend];
             if (rc) {
                 json_t *back = json_deep_copy(proto_msg_json(m));

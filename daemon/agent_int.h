@@ -107,6 +107,7 @@ struct arank {
     int64_t step, total_steps;
     double loss, lr, tokens_per_s, grad_norm;
     bool dirty;
+    int waits; /* its requests that wait on the other ranks: barriers, gets with a timeout */
     char tail[TAIL_LINES][TAIL_LINE_MAX];
     int tail_next, tail_count;
 };
@@ -134,11 +135,13 @@ struct agent {
     int handles_open;
     bool closing;
     int64_t t_start, teardown_ms, last_flush_ms, next_connect_ms;
-    int64_t capture_until;              /* AG_CAPTURE's deadline */
-    int64_t next_metrics_ms;            /* when the metrics file is next written */
-    int64_t join_ms;                    /* when the join was sent (AG_JOINING) */
-    bool metrics_warned;                /* "cannot write metrics" was said once */
-    struct stack_tool *tools;           /* stack tools started, until their handles close */
+    bool waits_dirty;         /* a rank started or stopped waiting (arank.waits): the next progress
+                               * flush tells the leader, whose hang rule never blames a waiting rank */
+    int64_t capture_until;    /* AG_CAPTURE's deadline */
+    int64_t next_metrics_ms;  /* when the metrics file is next written */
+    int64_t join_ms;          /* when the join was sent (AG_JOINING) */
+    bool metrics_warned;      /* "cannot write metrics" was said once */
+    struct stack_tool *tools; /* stack tools started, until their handles close */
     char capture_cause[PROTO_TAIL_MAX]; /* the leader's abort cause, for the teardown after */
 
     int world_size, rank_base, master_port, nnodes;

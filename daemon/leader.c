@@ -134,6 +134,7 @@ struct rank {
     int64_t first_ms, first_step; /* its first report, for the rate of steps */
     int code, signal;
     bool oom, killed;
+    bool waiting;  /* in a barrier or a get with a timeout: waits on the others (its agent) */
     json_t *stack; /* a string: its stack as captured before a hang's teardown, or NULL */
     json_t *error; /* the exception it recorded (TORCHELASTIC_ERROR_FILE), or NULL */
 };
@@ -790,11 +791,33 @@ static void do_barrier(struct leader *l, struct conn *c, struct msg *m)
     }
 }
 
+/* The node's ranks waiting on the others, the whole set (proto.h, progress "waiting"). */
+static void set_waiting(struct leader *l, const struct node *n, json_t *waiting)
+{
+    size_t i;
+    json_t *e;
+
+    for (int r = n->rank_base; r < n->rank_base + n->nprocs && r < l->world_size; r++)
+        l->ranks[r].waiting = false;
+    json_array_foreach(waiting, i, e)
+    {
+        json_int_t r = json_integer_value(e);
+        if (!json_is_integer(e) || r < n->rank_base || r >= n->rank_base + n->nprocs ||
+            r >= l->world_size) {
+            log_warn("ignoring a bad waiting rank from node %d", (int)(n - l->nodes));
+            continue;
+        }
+        l->ranks[r].waiting = true;
+    }
+}
+
 static void do_progress(struct leader *l, struct conn *c, struct msg *m)
 {
     size_t i;
     json_t *e;
 
+    if (m->waiting)
+        set_waiting(l, &l->nodes[c->node], m->waiting);
     json_array_foreach(m->array, i, e)
     {
         int r;
@@ -1319,13 +1342,50 @@ static void check_linger(struct leader *l)
  * whose ranks meet in collectives, the stalled rank's report is the oldest (the others
  * reported the step it never finished, then wait for it). Equal report times go to the rank
  * with the lower step. Every rank's stack is captured before the teardown. */
+/* The rank to blame for a stall, given stalled, the running rank whose last report is the
+ * oldest. A rank that waits on the others (in a barrier, for a key: its agent says so) is not
+ * the one stuck while a running rank is not waiting: the culprit is then one of those, one
+ * that never reported first (it never reached the loop), else the oldest report. Without
+ * waits known, a rank that never reported is blamed only where most running ranks did report
+ * (a job may report from rank 0 alone). Sets *why to what makes it the culprit ("" when it is
+ * stalled itself). */
+static int hang_culprit(const struct leader *l, int stalled, const char **why)
+{
+    int nrun = 0, nreported = 0, nwaiting = 0, best = -1, silent = -1;
+
+    *why = "";
+    for (int r = 0; r < l->world_size; r++) {
+        const struct rank *k = &l->ranks[r];
+        if (k->phase != PHASE_RUNNING)
+            continue;
+        nrun++;
+        nreported += k->report_ms != 0;
+        nwaiting += k->waiting;
+        if (!k->report_ms && silent < 0)
+            silent = r;
+        if (!k->waiting && (best < 0 || k->report_ms < l->ranks[best].report_ms))
+            best = r;
+    }
+    if (nwaiting > 0 && best >= 0 && l->ranks[stalled].waiting) {
+        *why = "the others wait for it";
+        return best;
+    }
+    if (nwaiting == 0 && silent >= 0 && nreported >= 2 && nreported > nrun - nreported) {
+        *why = "the others reported";
+        return silent;
+    }
+    return stalled;
+}
+
 static void check_hang(struct leader *l, int64_t now)
 {
     int64_t hang = l->spec->hang_timeout_ms;
-    int blamed = -1;
+    int stalled = -1, blamed;
     int64_t max_step = 0;
     char cause[400];
+    const char *why;
     bool any = false;
+    int n;
 
     if (hang <= 0 || l->state != JOB_RUNNING)
         return;
@@ -1338,9 +1398,9 @@ static void check_hang(struct leader *l, int64_t now)
             max_step = k->step;
         if (k->phase != PHASE_RUNNING)
             continue;
-        if (blamed < 0 || k->report_ms < l->ranks[blamed].report_ms ||
-            (k->report_ms == l->ranks[blamed].report_ms && k->step < l->ranks[blamed].step))
-            blamed = r;
+        if (stalled < 0 || k->report_ms < l->ranks[stalled].report_ms ||
+            (k->report_ms == l->ranks[stalled].report_ms && k->step < l->ranks[stalled].step))
+            stalled = r;
     }
     if (!any) {
         if (!l->hang_warned && now - l->t_generation > hang) {
@@ -1352,20 +1412,29 @@ static void check_hang(struct leader *l, int64_t now)
         return;
     }
     /* A newer report may still sit in its agent's batch (PROGRESS_FLUSH_MS there). */
-    if (blamed < 0 || now - l->ranks[blamed].report_ms <= hang + HANG_MARGIN_MS)
+    if (stalled < 0 || now - l->ranks[stalled].report_ms <= hang + HANG_MARGIN_MS)
         return;
+    blamed = hang_culprit(l, stalled, &why);
     int node = node_of(l, blamed);
-    int n = snprintf(cause, sizeof(cause),
+    const struct rank *b = &l->ranks[blamed];
+    if (!b->report_ms)
+        n = snprintf(cause, sizeof(cause),
+                     "rank %d on node %d ('%s') hung: it never reported progress while %s (no "
+                     "progress for %.1f s; the furthest rank's step %" PRId64 ")",
+                     blamed, node, l->nodes[node].hostname, why,
+                     (double)(now - l->ranks[stalled].report_ms) / 1000, max_step);
+    else
+        n = snprintf(cause, sizeof(cause),
                      "rank %d on node %d ('%s') hung: no progress report for %.1f s (its last "
-                     "step %" PRId64 ", the furthest rank's %" PRId64 ")",
-                     blamed, node, l->nodes[node].hostname,
-                     (double)(now - l->ranks[blamed].report_ms) / 1000, l->ranks[blamed].step,
-                     max_step);
-    /* Ranks that never reported are never blamed (a job may report from rank 0 alone), but
-     * one stuck before its first report looks just like that: name them, the stacks tell. */
+                     "step %" PRId64 ", the furthest rank's %" PRId64 ")%s%s",
+                     blamed, node, l->nodes[node].hostname, (double)(now - b->report_ms) / 1000,
+                     b->step, max_step, *why ? "; " : "", why);
+    /* Ranks that never reported and are not blamed (a job may report from rank 0 alone) may
+     * still be the ones stuck: name them, the stacks tell. */
     int silent = 0;
     for (int r = 0; r < l->world_size && n > 0 && (size_t)n < sizeof(cause) - 48; r++) {
-        if (l->ranks[r].report_ms || l->ranks[r].phase != PHASE_RUNNING)
+        if (r == blamed || l->ranks[r].report_ms || l->ranks[r].waiting ||
+            l->ranks[r].phase != PHASE_RUNNING)
             continue;
         if (silent++ == 8) {
             n += snprintf(cause + n, sizeof(cause) - (size_t)n, " ...");

@@ -145,6 +145,9 @@ struct msg {
     double loss, lr, tokens_per_s, grad_norm; /* report: NAN when not given */
     json_t *array;                            /* progress: ranks; status_reply: job (an object) */
     json_t *error; /* rank_exit: the recorded exception (an object), or NULL */
+    /* progress: the node's ranks now waiting on the others (in a barrier, or for a key with
+     * a timeout), an array of rank numbers, the whole set, sent when it changed; or NULL */
+    json_t *waiting;
 };
 
 /* Where a decode failed and why, for one log line and one error frame: the text, and the id

@@ -590,6 +590,13 @@ TEST(proto_pack_refuses_invalid_messages)
     CHECK(!proto_pack("{s:s", "type", "hb"));
     CHECK(!proto_pack("{s:s, s:i, s:s}", "type", "hello", "rank", -1, "token", "00"));
     CHECK(!proto_pack("{s:s, s:o}", "type", "progress", "ranks", json_string("x")));
+    /* The ranks waiting on the others: an array, or nothing. */
+    CHECK(!proto_pack("{s:s, s:o, s:o}", "type", "progress", "ranks", json_array(), "waiting",
+                      json_integer(2)));
+    json_t *ok =
+        proto_pack("{s:s, s:o, s:[i]}", "type", "progress", "ranks", json_array(), "waiting", 2);
+    CHECK(ok != NULL);
+    json_decref(ok);
 }
 
 /* Decodes text both ways: proto_decode (the fast path first) and proto_decode_tree (jansson

@@ -77,14 +77,17 @@ expect_rc 0 "a job whose ranks never report, under --hang-timeout 0.5"
 echo "# ranks that never report ran 2 s under --hang-timeout 0.5, one warning"
 
 # --- a rank stuck before its first report ----------------------------------------------------
-# It is never blamed (a job may report from some ranks only), but the failure names it.
+# The others report, then wait for it at a barrier: the rank that never got there is blamed,
+# not a waiting one.
 job=$work/silent
 run --local -N 2 --gpus-per-node 2 --hang-timeout 1 --kill-grace 1 --job-dir "$job" \
     -- "$example" --steps 10 --step-ms 50 --stall-rank 2 --stall-step 0
 expect_rc 124 "a job with a rank stuck before its first report"
 cause=$(json "$job/summary.json" 'v["first_failure"]["cause"]')
-[[ $cause == *"; never reported, and may be the one stuck: rank 2" ]] ||
-    fail "the cause does not name the rank that never reported: $cause"
+[ "$(json "$job/summary.json" 'v["first_failure"]["rank"]')" = 2 ] ||
+    fail "blamed rank $(json "$job/summary.json" 'v["first_failure"]["rank"]'), not rank 2 (stuck before its first report): $cause"
+[[ $cause == "rank 2 on node 1 "*"hung: it never reported progress while the others wait for it"* ]] ||
+    fail "the cause does not say why rank 2: $cause"
 # Its row in gpurun status says so; the ranks that reported show how long ago.
 "$gpurun" status --job-dir "$job" >"$work/st.out" 2>&1 || true
 [ "$(grep -c 'no reports' "$work/st.out")" = 1 ] ||
@@ -92,3 +95,33 @@ cause=$(json "$job/summary.json" 'v["first_failure"]["cause"]')
 grep -E '^ *2 ' "$work/st.out" | grep -qF 'no reports' ||
     fail "rank 2's status row lacks 'no reports': $(grep -E '^ *2 ' "$work/st.out")"
 echo "# a rank stuck before its first report is named in the cause"
+
+# --- a rank that starts late, Python --------------------------------------------------------
+# Rank 2 sleeps 8 s before its first report; the others report, then wait in gpurun.barrier()
+# (first job) or in something gpurun cannot see, a sleep standing for a collective (second
+# job). --hang-timeout 3: the late rank is blamed both times.
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cat >"$work/late.py" <<EOF
+import os, sys, time
+sys.path.insert(0, "$root/lib/rank/python")
+import gpurun
+if gpurun.rank() == 2:
+    time.sleep(8)
+for step in range(3):
+    gpurun.report(step, loss=1.0)
+    time.sleep(0.05)
+if sys.argv[1] == "barrier":
+    gpurun.barrier("after-steps", timeout=60)
+else:
+    time.sleep(60)
+EOF
+for mode in barrier unseen; do
+    job=$work/late-$mode
+    run --local -N 2 --gpus-per-node 2 --hang-timeout 3 --kill-grace 1 --job-dir "$job" \
+        -- "$py" "$work/late.py" "$mode"
+    expect_rc 124 "a job with a late rank ($mode)"
+    cause=$(json "$job/summary.json" 'v["first_failure"]["cause"]')
+    [ "$(json "$job/summary.json" 'v["first_failure"]["rank"]')" = 2 ] ||
+        fail "$mode: blamed rank $(json "$job/summary.json" 'v["first_failure"]["rank"]'), not the late rank 2: $cause"
+    echo "# late rank ($mode): $cause"
+done
