@@ -85,18 +85,28 @@ static void stack_add(struct arank *r, const char *s, size_t n)
 
 /* "[gpurun] 12,345 lines not shown; complete in logs/rank-3.log": what stands in the merged
  * stream for local rank src's lines that it dropped. */
-static size_t output_notice(void *arg, int src, uint64_t lines, char *buf, size_t cap)
+/* v with thousands separated by commas ("12,345"), in out. */
+static const char *group_digits(uint64_t v, char out[48])
 {
-    struct agent *a = arg;
-    char num[32], grouped[48];
-    int n = snprintf(num, sizeof(num), "%" PRIu64, lines), k = 0, w;
+    char num[32];
+    int n = snprintf(num, sizeof(num), "%" PRIu64, v), k = 0;
 
     for (int i = 0; i < n; i++) {
         if (i && (n - i) % 3 == 0)
-            grouped[k++] = ',';
-        grouped[k++] = num[i];
+            out[k++] = ',';
+        out[k++] = num[i];
     }
-    grouped[k] = '\0';
+    out[k] = '\0';
+    return out;
+}
+
+static size_t output_notice(void *arg, int src, uint64_t lines, char *buf, size_t cap)
+{
+    struct agent *a = arg;
+    char grouped[48];
+    int w;
+
+    group_digits(lines, grouped);
     w = snprintf(buf, cap, "[gpurun] %s line%s not shown; complete in logs/rank-%d.log\n", grouped,
                  lines == 1 ? "" : "s", a->ranks[src].rank);
     return w < 0 || (size_t)w >= cap ? 0 : (size_t)w;
@@ -124,10 +134,38 @@ static bool same_file(int a, int b)
            sa.st_ino == sb.st_ino;
 }
 
-static void on_output_closed(void *arg, size_t unwritten)
+/* The stream's last word when its reader fell behind at the end: how many lines it never
+ * got, and where they are. Written by a process of its own once we have exited (outbuf.h), so
+ * that a reader who comes back finds it at the end of what it reads. */
+static void output_end_notice(struct agent *a, uint64_t lines)
+{
+    char grouped[48], text[256];
+    int w, r;
+
+    group_digits(lines, grouped);
+    if (a->nranks > 1)
+        w = snprintf(text, sizeof(text),
+                     "[gpurun] %s line%s not shown (the reader fell behind as the job ended); "
+                     "complete in logs/rank-%d.log to rank-%d.log\n",
+                     grouped, lines == 1 ? "" : "s", a->rank_base, a->rank_base + a->nranks - 1);
+    else
+        w = snprintf(text, sizeof(text),
+                     "[gpurun] %s line%s not shown (the reader fell behind as the job ended); "
+                     "complete in logs/rank-%d.log\n",
+                     grouped, lines == 1 ? "" : "s", a->rank_base);
+    if (w <= 0 || (size_t)w >= sizeof(text))
+        return;
+    r = outbuf_write_after_exit(STDOUT_FILENO, text, (size_t)w);
+    if (r < 0)
+        log_warn("cannot leave the stream its last notice: %s", strerror(-r));
+}
+
+static void on_output_closed(void *arg, size_t unwritten, uint64_t lines)
 {
     struct agent *a = arg;
 
+    if (lines)
+        output_end_notice(a, lines);
     /* Not to a stderr that is the stream no one reads: the warning would block the loop. */
     if (unwritten && !same_file(STDOUT_FILENO, STDERR_FILENO))
         log_warn("cannot write the last %zu bytes of the ranks' output: its reader read nothing "

@@ -13,6 +13,7 @@
  * shared by the loop and the thread and freed by whichever lets go last (refs), so that a
  * thread blocked forever in write(2) for a reader that never reads costs the loop nothing. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -67,7 +68,8 @@ struct outbuf {
     uv_async_t async;
     uv_timer_t linger;
     uint64_t seen_written;
-    size_t unwritten; /* given up on by the linger timer */
+    size_t unwritten;         /* given up on by the linger timer */
+    uint64_t unwritten_lines; /* the lines in them and in the drops not yet told */
     int handles_open;
     bool closed; /* outbuf_close() was called */
     outbuf_closed_fn closed_cb;
@@ -229,6 +231,7 @@ static void on_outbuf_handle_closed(uv_handle_t *h)
     outbuf_closed_fn cb = o->closed_cb;
     void *cb_arg = o->closed_arg;
     size_t unwritten = o->unwritten;
+    uint64_t lines = o->unwritten_lines;
     bool last;
 
     if (--o->handles_open > 0)
@@ -239,7 +242,7 @@ static void on_outbuf_handle_closed(uv_handle_t *h)
     if (last)
         outbuf_free(o);
     if (cb)
-        cb(cb_arg, unwritten);
+        cb(cb_arg, unwritten, lines);
 }
 
 /* Lets go of the loop: from here on the thread never touches the async handle. */
@@ -286,12 +289,29 @@ static void on_outbuf_async(uv_async_t *h)
     check_closed(o);
 }
 
+/* The lines that will never reach the stream once the writer is abandoned: those queued, the
+ * batch in write(2) (a pipe takes it whole or not at all), and the drops not yet told.
+ * Under mu. */
+static uint64_t count_lines(const struct outbuf *o)
+{
+    uint64_t n = 0;
+
+    for (size_t i = 0; i < o->len; i++)
+        n += o->ring[(o->head + i) % o->cap] == '\n';
+    for (size_t i = 0; i < o->inflight; i++)
+        n += o->batch[i] == '\n';
+    for (int i = 0; i < o->nsrc; i++)
+        n += o->drops[i];
+    return n;
+}
+
 static void on_outbuf_linger(uv_timer_t *h)
 {
     struct outbuf *o = h->data;
 
     uv_mutex_lock(&o->mu);
     o->unwritten = o->len + o->inflight;
+    o->unwritten_lines = count_lines(o);
     o->abandon = true;
     o->loop_gone = true;
     wake_writer(o);
@@ -420,4 +440,59 @@ void outbuf_close(struct outbuf *o, uint64_t linger_ms, outbuf_closed_fn cb, voi
     uv_mutex_unlock(&o->mu);
     uv_timer_start(&o->linger, on_outbuf_linger, linger_ms, linger_ms);
     check_closed(o);
+}
+
+/* Closes every descriptor from 3 up but keep_a and keep_b. */
+static void close_others(int keep_a, int keep_b)
+{
+    int lo = keep_a < keep_b ? keep_a : keep_b, hi = keep_a < keep_b ? keep_b : keep_a;
+    unsigned from = 3;
+
+    if (lo >= 3) {
+        if ((unsigned)lo > from)
+            close_range(from, (unsigned)lo - 1, 0);
+        from = (unsigned)lo + 1;
+    }
+    if (hi >= 3 && hi != lo) {
+        if ((unsigned)hi > from)
+            close_range(from, (unsigned)hi - 1, 0);
+        from = (unsigned)hi + 1;
+    }
+    close_range(from, ~0U, 0);
+}
+
+int outbuf_write_after_exit(int fd, const char *text, size_t n)
+{
+    int hup[2];
+    pid_t pid;
+
+    if (n > PIPE_BUF)
+        return -EINVAL;
+    /* Its write end stays with us alone (O_CLOEXEC; the child closes it): our exit is its
+     * end of file. */
+    if (pipe2(hup, O_CLOEXEC) < 0)
+        return -errno;
+    pid = fork();
+    if (pid < 0) {
+        int err = -errno;
+        close(hup[0]);
+        close(hup[1]);
+        return err;
+    }
+    if (pid == 0) {
+        /* Async-signal-safe calls only: the parent has threads. */
+        char c;
+        struct pollfd pfd = {.fd = hup[0], .events = POLLIN};
+
+        close(hup[1]);
+        close_others(fd, hup[0]);
+        while (poll(&pfd, 1, -1) < 0 && errno == EINTR)
+            ;
+        while (read(hup[0], &c, 1) < 0 && errno == EINTR)
+            ;
+        _exit(write_all(fd, text, n) == 0 ? 0 : 1);
+    }
+    close(hup[0]);
+    /* hup[1] is left open on purpose: it closes when this process exits. */
+    return 0;
 }

@@ -19,8 +19,9 @@ struct outbuf;
 typedef size_t (*outbuf_notice_fn)(void *arg, int src, uint64_t lines, char *buf, size_t cap);
 
 /* Called once, on the loop's thread, when a closed outbuf is done with the loop; unwritten:
- * the bytes it gave up on (a reader that read nothing for the linger time), else 0. */
-typedef void (*outbuf_closed_fn)(void *arg, size_t unwritten);
+ * the bytes it gave up on (a reader that read nothing for the linger time), else 0; lines:
+ * the lines of the stream they and the drops not yet told of held, which never reached it. */
+typedef void (*outbuf_closed_fn)(void *arg, size_t unwritten, uint64_t lines);
 
 struct outbuf_config {
     int fd;                  /* borrowed: kept open by the caller for the process's life */
@@ -64,5 +65,13 @@ void outbuf_stats(struct outbuf *o, struct outbuf_stats *st);
  * outbuf if its write ever returns; else the outbuf is freed before cb. o is invalid after
  * this call. */
 void outbuf_close(struct outbuf *o, uint64_t linger_ms, outbuf_closed_fn cb, void *arg);
+
+/* For the last word of a stream whose reader fell behind: forks a process that waits for this
+ * one to exit (so that a write of ours still blocked then is over: done, or gone with us),
+ * then writes text[0..n) (at most PIPE_BUF: one atomic write) to fd, blocking until the
+ * reader takes it or goes away, and exits. It holds no other descriptor of ours, so no peer
+ * sees a connection of ours outlive us. Returns 0, or a negative errno when it cannot start.
+ * Thread context: any; call it last, as the process is about to exit. */
+int outbuf_write_after_exit(int fd, const char *text, size_t n);
 
 #endif

@@ -8,7 +8,10 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <uv.h>
@@ -22,6 +25,7 @@ struct fixture {
     int rfd, wfd;
     bool closed;
     size_t unwritten; /* as the close callback said */
+    uint64_t lines;   /* the same */
     char *got;        /* what was read from the pipe */
     size_t got_len, got_cap;
 };
@@ -60,17 +64,19 @@ static void fixture_read(struct fixture *f)
         f->got[f->got_len] = '\0';
 }
 
-static void on_closed(void *arg, size_t unwritten)
+static void on_closed(void *arg, size_t unwritten, uint64_t lines)
 {
     struct fixture *f = arg;
 
     f->closed = true;
     f->unwritten = unwritten;
+    f->lines = lines;
 }
 
-static void on_closed_flag(void *arg, size_t unwritten)
+static void on_closed_flag(void *arg, size_t unwritten, uint64_t lines)
 {
     CHECK_EQ(unwritten, 0);
+    CHECK_EQ(lines, 0);
     *(bool *)arg = true;
 }
 
@@ -293,9 +299,54 @@ TEST(outbuf_close_gives_up_on_a_reader_that_never_reads)
     /* 20,000 bytes queued: the pipe (one page) took a batch of 40 whole lines, the next
      * batch waits in write(2) for room, counted unwritten with the rest. */
     CHECK_EQ(f.unwritten, 20000 - 4000);
+    CHECK_EQ(f.lines, 200 - 40);
     /* The writer thread is still blocked in write(2); the pipe stays open under it. */
     f.wfd = -1;
     fixture_release(&f);
+}
+
+/* The last word of a stream: written by a process of its own only once its caller has
+ * exited, whole, and with none of the caller's other descriptors held open. */
+TEST(outbuf_write_after_exit_waits_for_the_exit)
+{
+    int p[2], sp[2], st;
+    char buf[64];
+    struct pollfd pfd;
+    pid_t pid;
+    ssize_t n;
+
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        close(sp[0]);
+        if (outbuf_write_after_exit(p[1], "the end\n", 8) < 0)
+            _exit(2);
+        usleep(300 * 1000);
+        _exit(0);
+    }
+    close(p[1]);
+    close(sp[1]);
+    /* Nothing while the caller lives. */
+    pfd = (struct pollfd){.fd = p[0], .events = POLLIN};
+    CHECK_EQ(poll(&pfd, 1, 150), 0);
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* Then the text, whole, and the end of the stream once it is written. */
+    CHECK_EQ(poll(&pfd, 1, 5000), 1);
+    n = read(p[0], buf, sizeof(buf));
+    CHECK_EQ(n, 8);
+    CHECK(!memcmp(buf, "the end\n", 8));
+    CHECK_EQ(poll(&pfd, 1, 5000), 1);
+    CHECK_EQ(read(p[0], buf, sizeof(buf)), 0);
+    /* The caller's socket is closed: its peer sees the end, not a process holding it. */
+    pfd = (struct pollfd){.fd = sp[0], .events = POLLIN};
+    CHECK_EQ(poll(&pfd, 1, 1000), 1);
+    CHECK_EQ(read(sp[0], buf, sizeof(buf)), 0);
+    close(p[0]);
+    close(sp[0]);
 }
 
 /* A reader that quits: the stream ends (-EPIPE), and the close does not wait. */
