@@ -93,12 +93,17 @@ for name in "${!libs[@]}"; do
 done
 
 # What the checks run: tests/run and the integration scripts (it takes OUT/bin as BUILD),
-# the jobs, run-gpu-checks.sh, and the PyTorch anchor of the benchmark.
+# the jobs, run-gpu-checks.sh, the PyTorch anchor of the benchmark, and a user's DDP job.
 cp "$root/tests/run" "$out/tests/"
 cp "$root"/tests/integ/* "$out/tests/integ/"
 cp -r "$root/jobs" "$out/"
 cp "$root/scripts/run-gpu-checks.sh" "$out/"
 cp "$root/bench/torch_gpt2.py" "$out/bin/bench/"
+# The user's own job: the gpurun Python package where rendezvousd looks for it beside itself
+# (OUT/bin/../lib/gpurun/python: it puts it on every rank's PYTHONPATH) and a torch DDP rank.
+mkdir -p "$out/lib/gpurun/python/gpurun"
+cp "$root"/lib/rank/python/gpurun/*.py "$out/lib/gpurun/python/gpurun/"
+cp "$root/tests/ranks/torch_ddp.py" "$out/bin/tests/"
 {
     echo "flavour=$flavour"
     echo "commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
@@ -107,7 +112,7 @@ cp "$root/bench/torch_gpt2.py" "$out/bin/bench/"
 
 # Each program must load with OUT/lib alone (CUDA's libraries aside): ldd without the build
 # machine's folders and without LD_LIBRARY_PATH.
-for f in "${progs[@]}" "$out"/lib/*; do
+for f in "${progs[@]}" "$out"/lib/*.so*; do
     while read -r name arrow path _; do
         [ "$arrow" = "=>" ] || continue
         system_lib "$name" && continue

@@ -17,6 +17,9 @@
 #              train.zero=1, and resumed from step 10's checkpoint (bit for bit)
 #   memcheck   compute-sanitizer --tool memcheck over the kernel tests and a short training run
 #   racecheck  the same with --tool racecheck
+#   ddp        a user's own job: a torch DDP script (NCCL, one rank per GPU) under the bundle's
+#              gpurun, reporting through gpurun.report, its progress seen in gpurun status
+#              while it runs and in summary.json after (tests/ranks/torch_ddp.py)
 #   kernels    where a training step's time goes: Nsight Compute's duration of every kernel of
 #              bench/train_gpu's step at GPU_CHECKS_KERNELS_BATCH, summed by kernel (kernels.md)
 # A step that fails, or runs out of its time, does not stop the others. Exit status: 0 when
@@ -28,8 +31,8 @@
 #
 # Environment (seconds for budgets):
 #   GPU_CHECKS_TOTAL        all steps together (default 540); a step gets what is left if less
-#   GPU_CHECKS_<STEP>_S     one step's budget: TESTS 90, BENCH 45, ANCHOR 90, TRAIN 70,
-#                           COMPARE 55, MEMCHECK 45, RACECHECK 105, KERNELS 40 (a step that
+#   GPU_CHECKS_<STEP>_S     one step's budget: TESTS 75, BENCH 45, ANCHOR 90, TRAIN 70,
+#                           COMPARE 55, MEMCHECK 45, RACECHECK 105, DDP 30, KERNELS 25 (a step that
 #                           finds less than 5 s of the total left counts as timed out)
 #   GPU_CHECKS_ONLY         the steps to run, space-separated (default all, in the order above)
 #   GPU_CHECKS_TESTS        tests/run's filters (default the four above)
@@ -84,11 +87,11 @@ fi
 export GPU_CHECKS_TOTAL GPU_CHECKS_TESTS GPU_CHECKS_SAN_TESTS GPU_CHECKS_BATCHES \
     GPU_CHECKS_KERNELS_BATCH GPU_CHECKS_STEPS GPU_CHECKS_CMP_STEPS GPU_CHECKS_TOKENIZER GPU_CHECKS_TEXT_MB \
     GPU_CHECKS_MODEL PYTHON
-STEPS=(tests bench anchor train compare memcheck racecheck kernels)
+STEPS=(tests bench anchor train compare memcheck racecheck ddp kernels)
 # Each step's cap, adding up to the default total (measured on an H200: 39, 11, about 70, 32,
-# 40, 34, about 95 and 18 s).
-declare -A BUDGET=([tests]=90 [bench]=45 [anchor]=90 [train]=70 [compare]=55 [memcheck]=45
-    [racecheck]=105 [kernels]=40)
+# 40, 34, about 95 and 18 s; ddp not yet: torch's import and NCCL's start, a few seconds).
+declare -A BUDGET=([tests]=75 [bench]=45 [anchor]=90 [train]=70 [compare]=55 [memcheck]=45
+    [racecheck]=105 [ddp]=30 [kernels]=25)
 
 # --- a step's child: rows of the report --------------------------------------------------------
 
@@ -327,6 +330,50 @@ step_anchor() {
         row fail anchor "torch_gpt2.py exited $rc (no torch with CUDA in $PYTHON?)${figs:+; $figs}"
     else
         row pass anchor "$(grep -m1 '^PyTorch ' "$log"): $figs"
+    fi
+}
+
+# step_ddp: tests/ranks/torch_ddp.py with NCCL, one rank per GPU, under the bundle's gpurun:
+# gpurun status must show a rank's report while the job runs (the package reached the ranks
+# and their reports the leader), and summary.json its last step.
+step_ddp() {
+    local log=$work/ddp.out job=$work/ddp-job st=$work/ddp-status.json rc=0 pid seen="" i ngpu last
+    if [ "$flavour" = sim ] || [ -n "$GPU_CHECKS_NO_DEVICE" ]; then
+        row skip ddp "${GPU_CHECKS_NO_DEVICE:-NCCL needs a GPU: no DDP job under cudasim}"
+        return 0
+    fi
+    ngpu=$(LD_LIBRARY_PATH=$GPU_CHECKS_NODE_LD_PATH "$PYTHON" -c \
+        'import torch; print(torch.cuda.device_count())' 2>/dev/null) || ngpu=0
+    if ! [ "$ngpu" -gt 0 ] 2>/dev/null; then
+        row skip ddp "no torch with CUDA in $PYTHON"
+        return 0
+    fi
+    LD_LIBRARY_PATH=$GPU_CHECKS_NODE_LD_PATH PYTHONUNBUFFERED=1 "$bin/gpurun" --local \
+        --gpus-per-node "$ngpu" --job-dir "$job" -- "$PYTHON" "$bin/tests/torch_ddp.py" \
+        --backend nccl --steps 60 --step-ms 100 >"$log" 2>&1 &
+    pid=$!
+    for ((i = 0; i < 200; i++)); do
+        if "$bin/gpurun" status --job-dir "$job" --json >"$st" 2>/dev/null; then
+            seen=$("$PYTHON" -c 'import json, sys
+v = json.load(open(sys.argv[1])); r = (v.get("live") or {}).get("ranks") or []
+print(r[0]["step"] if r and r[0].get("reported") else "")' "$st" 2>/dev/null) || seen=''
+            [ -n "$seen" ] && break
+        fi
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    wait "$pid" || rc=$?
+    last=$("$PYTHON" -c 'import json, sys
+v = json.load(open(sys.argv[1])); print(v["outcome"], v["ranks"][0]["step"])' \
+        "$job/summary.json" 2>/dev/null) || last=''
+    if [ "$rc" != 0 ]; then
+        row fail ddp "gpurun exited $rc: $(grep -v '^\[' "$log" | tail -n 3 | tr '\n' ' ')"
+    elif [ -z "$seen" ]; then
+        row fail ddp "gpurun status never showed a rank's report (no 'import gpurun' in the ranks?)"
+    elif [ "$last" != "completed 60" ]; then
+        row fail ddp "summary.json: '$last', not 'completed 60'"
+    else
+        row pass ddp "$ngpu rank(s), NCCL: status showed step $seen while running; completed at step 60"
     fi
 }
 
@@ -635,6 +682,7 @@ if [ "${1:-}" = --step ]; then
     compare) step_compare ;;
     memcheck) sanitize memcheck ;;
     racecheck) sanitize racecheck ;;
+    ddp) step_ddp ;;
     kernels) step_kernels ;;
     *) die "no step '$name'" ;;
     esac

@@ -30,7 +30,8 @@ grep -qx 'flavour=sim' "$copy/bundle.txt" || fail "bundle.txt: $(cat "$copy/bund
 for p in gpurun rendezvousd gpurun-train tests/runner tests/coll_rank bench/train_gpu; do
     [ -x "$copy/bin/$p" ] || fail "the bundle has no bin/$p"
 done
-for p in run-gpu-checks.sh tests/run tests/integ/train_cuda_common.sh jobs/gpt2-124m.cfg; do
+for p in run-gpu-checks.sh tests/run tests/integ/train_cuda_common.sh jobs/gpt2-124m.cfg \
+    lib/gpurun/python/gpurun/__init__.py bin/tests/torch_ddp.py; do
     [ -f "$copy/$p" ] || fail "the bundle has no $p"
 done
 mib=$(du -sm "$copy" | cut -f1)
@@ -56,6 +57,23 @@ done < <(find "$copy/bin" "$copy/lib" -type f)
 [ "$n" -ge 6 ] || fail "only $n ELF files in the bundle"
 echo "# $n programs and libraries load from the bundle alone ($mib MiB)"
 
+# A user's rank under the bundle's gpurun imports the gpurun package the bundle carries (not
+# this checkout's), and its report reaches the record.
+if [ -x /usr/bin/python3 ]; then
+    rc=0
+    (cd "$work" && env -i PATH=/usr/bin:/bin HOME="$work" "$copy/bin/gpurun" --local \
+        --job-dir "$work/pyjob" -- /usr/bin/python3 -c \
+        'import gpurun; print(gpurun.__file__); gpurun.report(7, loss=1.5)') \
+        >"$work/pyjob.out" 2>&1 || rc=$?
+    [ "$rc" = 0 ] || fail "a Python rank under the bundle's gpurun exited $rc: $(tail -n 3 "$work/pyjob.out")"
+    grep -qF "[0] $copy/lib/gpurun/python/gpurun/__init__.py" "$work/pyjob.out" ||
+        fail "the rank did not import the bundle's package: $(grep '^\[0\]' "$work/pyjob.out")"
+    got=$(/usr/bin/python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["ranks"][0]
+print(r["reported"], r["step"])' "$work/pyjob/summary.json")
+    [ "$got" = "True 7" ] || fail "the rank's report under the bundle's gpurun: $got"
+    echo "# a Python rank under the bundle's gpurun imports its package and reports"
+fi
+
 # The checks, from elsewhere, in a bare environment, on a shorter schedule than a GPU's.
 rc=0
 (cd "$work" && env -i PATH=/usr/bin:/bin HOME="$work" GPU_CHECKS_TESTS="cuda_ops train_cuda_resume" \
@@ -72,6 +90,8 @@ for check in tests bench train "NCCL, world size 1" train.zero=1 resume memcheck
 done
 grep -q '^| kernels | skip | .*no hardware counters' "$report" ||
     fail "report.md: the kernels step did not skip under cudasim with its reason"
+grep -q '^| ddp | skip | .*no DDP job under cudasim' "$report" ||
+    fail "report.md: the DDP job did not skip under cudasim with its reason"
 grep -q '^| anchor | skip | .*no anchor under cudasim' "$report" ||
     fail "report.md: the PyTorch anchor did not skip under cudasim with its reason"
 grep -qE '^\| train \| pass \| .*: loss [0-9.]+ -> [0-9.]+ ' "$report" || fail "the train row has no losses"
