@@ -19,8 +19,10 @@
 #include "fsutil.h"
 #include "jobdir.h"
 #include "local.h"
+#include "monotime.h"
 #include "path.h"
 #include "sbatch.h"
+#include "signame.h"
 #include "slurmlib.h"
 #include "traincfg.h"
 #include "banned.h"
@@ -357,8 +359,9 @@ static void local_job_fill(struct local_job *job, const struct gpurun_args *args
 
 static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
 {
-    char daemon[PATH_MAX], job_id[128], dir[PATH_MAX], abs_dir[PATH_MAX];
+    char daemon[PATH_MAX], job_id[128], dir[PATH_MAX], abs_dir[PATH_MAX], sn[SIGNAME_LEN];
     struct local_job job = {.out_fd = -1};
+    long long t0;
     struct errmsg jerr;
     int ret;
 
@@ -400,10 +403,18 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     fprintf(stderr, "gpurun: job %s, job dir %s\n", job_id, abs_dir);
     local_job_fill(&job, args, abs_dir, daemon);
     job.job_id = job_id;
+    t0 = monotime_ms();
     ret = local_run(&job, fatal_signal);
-    if (ret != 0 && !*fatal_signal)
+    /* One line for every end, as torchrun's users expect one. */
+    if (*fatal_signal)
+        fprintf(stderr, "gpurun: job '%s' cancelled (%s); logs in '%s/logs'\n", job_id,
+                signame(*fatal_signal, sn), abs_dir);
+    else if (ret != 0)
         fprintf(stderr, "gpurun: job '%s' exited with status %d; logs in '%s/logs'\n", job_id, ret,
                 abs_dir);
+    else
+        fprintf(stderr, "gpurun: job '%s' completed in %.1f s; logs in '%s/logs'\n", job_id,
+                (double)(monotime_ms() - t0) / 1000, abs_dir);
 out:
     if (job.out_fd >= 0)
         close(job.out_fd);

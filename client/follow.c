@@ -190,7 +190,12 @@ int follow_job(uint32_t id, const char *job_dir, int *fatal_signal)
     sigprocmask(SIG_BLOCK, &set, &old);
     while (!follow_turn(&f, &set, &ret, fatal_signal))
         ;
-    if (f.job.ended && ret != 0 && !*fatal_signal) {
+    if (f.job.ended && ret == 0 && !*fatal_signal) {
+        fprintf(stderr, "gpurun: job %u completed in %ld s", id, f.job.elapsed_s);
+        if (job_dir)
+            fprintf(stderr, "; logs in '%s/logs'", job_dir);
+        fprintf(stderr, "\n");
+    } else if (f.job.ended && ret != 0 && !*fatal_signal) {
         fprintf(stderr, "gpurun: job %u %s with exit status %d", id,
                 slurmlib_state_name(f.job.state), ret);
         if (job_dir)

@@ -634,7 +634,7 @@ static void capture_stacks(struct agent *a, const char *cause)
                                "[gpurun] the job hangs: SIGABRT to rank %d (pid %ld) for its "
                                "Python stack, which follows as 'Fatal Python error: Aborted'",
                                r->rank, (long)t.pid);
-            arank_emit_line(r, note, (size_t)len);
+            arank_emit_line(r, note, (size_t)len, false);
             if (len > (int)sizeof(note) - 2)
                 len = (int)sizeof(note) - 2;
             note[len++] = '\n';
@@ -1244,6 +1244,8 @@ static void on_tick(uv_timer_t *t)
     if ((a->state == AG_RUNNING || a->state == AG_CAPTURE || a->state == AG_TEARDOWN) &&
         now - a->last_flush_ms >= PROGRESS_FLUSH_MS)
         flush_progress(a);
+    if (a->state == AG_RUNNING || a->state == AG_CAPTURE || a->state == AG_TEARDOWN)
+        agent_output_tick(a);
     if (a->state == AG_TEARDOWN || a->state == AG_RUNNING || a->state == AG_CAPTURE)
         agent_check_done(a);
 }

@@ -73,6 +73,9 @@ struct ostream {
     struct agent *agent;
     struct arank *rank; /* NULL once detached from the rank (closing) */
     bool is_err;        /* the rank's stderr */
+    bool cr;            /* the last byte read was a '\r' (stream_take) */
+    bool shown;         /* line[0..len) went to the stream as a redraw (agent_output_tick) */
+    int64_t last_ms;    /* when the last bytes came, monotonic */
     char line[LINE_MAX_LEN];
     size_t len;
 };
@@ -168,7 +171,9 @@ struct agent {
     json_t *barrier_counts; /* name -> local ranks arrived */
     struct bwait *bwaits;
 
-    struct outbuf *out; /* the merged stream, our stdout (agent_output.c) */
+    struct outbuf *out;     /* the merged stream, our stdout (agent_output.c) */
+    struct outbuf *err_out; /* the ranks' stderr, our stderr; NULL where that is stdout's
+                             * file (2>&1, one terminal, a batch output file) */
 
     bool failed_here; /* this node saw the first failure it knows of */
     int status;       /* exit status when the leader cannot tell us one */
@@ -243,9 +248,13 @@ void arank_close_log(struct arank *r);
  * -1 with errno set when the log could not take it all. */
 int arank_log_append(struct arank *r, const void *data, size_t n);
 
-/* Passes one line of r's output (s[0..n), no '\n') on: labelled to the merged stream, and
- * into r's tail. */
-void arank_emit_line(struct arank *r, const char *s, size_t n);
+/* Passes one line of r's output (s[0..n), no '\n') on: labelled to the merged stream (its
+ * stderr's when is_err and that is another file), and into r's tail. */
+void arank_emit_line(struct arank *r, const char *s, size_t n, bool is_err);
+
+/* Called every tick: a rank's line that has waited PARTIAL_SHOW_MS without its end goes to the
+ * stream as it stands, as a redraw. */
+void agent_output_tick(struct agent *a);
 
 /* Keeps s[0..n) as the newest of r's last TAIL_LINES lines: made valid UTF-8 (utf8_sanitize:
  * invalid bytes and NULs replaced), cut at a character to fit TAIL_LINE_MAX. */

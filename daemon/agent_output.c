@@ -112,19 +112,6 @@ static size_t output_notice(void *arg, int src, uint64_t lines, char *buf, size_
     return w < 0 || (size_t)w >= cap ? 0 : (size_t)w;
 }
 
-int agent_output_start(struct agent *a)
-{
-    struct outbuf_config cfg = {
-        .fd = STDOUT_FILENO,
-        .cap = OUTPUT_QUEUE_MAX,
-        .nsrc = a->nranks > 0 ? a->nranks : 1,
-        .notice = output_notice,
-        .arg = a,
-    };
-
-    return outbuf_start(a->loop, &cfg, &a->out);
-}
-
 /* Whether fds a and b are the same file (2>&1, one terminal). */
 static bool same_file(int a, int b)
 {
@@ -134,10 +121,30 @@ static bool same_file(int a, int b)
            sa.st_ino == sb.st_ino;
 }
 
+/* The ranks' stdout goes to ours and their stderr to ours, as torchrun's do, each through a
+ * writer of its own; where both of ours are one file, one writer takes both, so that the
+ * lines of the two keep their order there. */
+int agent_output_start(struct agent *a)
+{
+    struct outbuf_config cfg = {
+        .fd = STDOUT_FILENO,
+        .cap = OUTPUT_QUEUE_MAX,
+        .nsrc = a->nranks > 0 ? a->nranks : 1,
+        .notice = output_notice,
+        .arg = a,
+    };
+    int ret = outbuf_start(a->loop, &cfg, &a->out);
+
+    if (ret < 0 || same_file(STDOUT_FILENO, STDERR_FILENO))
+        return ret;
+    cfg.fd = STDERR_FILENO;
+    return outbuf_start(a->loop, &cfg, &a->err_out);
+}
+
 /* The stream's last word when its reader fell behind at the end: how many lines it never
  * got, and where they are. Written by a process of its own once we have exited (outbuf.h), so
  * that a reader who comes back finds it at the end of what it reads. */
-static void output_end_notice(struct agent *a, uint64_t lines)
+static void output_end_notice(struct agent *a, int fd, uint64_t lines)
 {
     char grouped[48], text[256];
     int w, r;
@@ -155,7 +162,7 @@ static void output_end_notice(struct agent *a, uint64_t lines)
                      grouped, lines == 1 ? "" : "s", a->rank_base);
     if (w <= 0 || (size_t)w >= sizeof(text))
         return;
-    r = outbuf_write_after_exit(STDOUT_FILENO, text, (size_t)w);
+    r = outbuf_write_after_exit(fd, text, (size_t)w);
     if (r < 0)
         log_warn("cannot leave the stream its last notice: %s", strerror(-r));
 }
@@ -165,7 +172,7 @@ static void on_output_closed(void *arg, size_t unwritten, uint64_t lines)
     struct agent *a = arg;
 
     if (lines)
-        output_end_notice(a, lines);
+        output_end_notice(a, STDOUT_FILENO, lines);
     /* Not to a stderr that is the stream no one reads: the warning would block the loop. */
     if (unwritten && !same_file(STDOUT_FILENO, STDERR_FILENO))
         log_warn("cannot write the last %zu bytes of the ranks' output: its reader read nothing "
@@ -175,10 +182,27 @@ static void on_output_closed(void *arg, size_t unwritten, uint64_t lines)
     agent_maybe_free(a);
 }
 
+/* The same for the ranks' stderr, our stderr: no warning there, as that is what is stuck. */
+static void on_err_output_closed(void *arg, size_t unwritten, uint64_t lines)
+{
+    struct agent *a = arg;
+
+    (void)unwritten;
+    if (lines)
+        output_end_notice(a, STDERR_FILENO, lines);
+    a->handles_open--;
+    agent_maybe_free(a);
+}
+
 /* After the ranks' streams are closed (their last partial lines queued): the rest of the
- * queue is written, for OUTPUT_LINGER_MS of a reader reading nothing at most. */
+ * queues is written, for OUTPUT_LINGER_MS of a reader reading nothing at most. */
 void agent_output_close(struct agent *a)
 {
+    if (a->err_out) {
+        a->handles_open++;
+        outbuf_close(a->err_out, OUTPUT_LINGER_MS, on_err_output_closed, a);
+        a->err_out = NULL;
+    }
     if (!a->out)
         return;
     a->handles_open++;
@@ -296,48 +320,107 @@ void arank_close_log(struct arank *r)
         close(r->idxfd);
 }
 
-/* One merged-stream line "[R] text\n", queued whole: the writer writes whole lines of at most
- * PIPE_BUF bytes, so lines of ranks and of other daemons sharing the terminal or pipe never
- * interleave inside a line. */
+/* One stream line "[R] text" and its end, queued whole: the writer writes whole lines of at
+ * most PIPE_BUF bytes, so lines of ranks and of other daemons sharing the terminal or pipe
+ * never interleave inside a line. end is '\n', or '\r' for a redraw of the terminal's line
+ * (a progress bar, or a line not yet ended shown as it stands). */
 _Static_assert(LINE_MAX_LEN + 32 <= OUTBUF_LINE_MAX, "a labelled line must fit one write");
-void arank_emit_line(struct arank *r, const char *s, size_t n)
+static void emit(struct arank *r, const char *s, size_t n, bool is_err, char end)
 {
     char buf[LINE_MAX_LEN + 32];
     int h = snprintf(buf, sizeof(buf), "[%d] ", r->rank);
+    struct outbuf *o = is_err && r->agent->err_out ? r->agent->err_out : r->agent->out;
     size_t len;
 
     if (n > sizeof(buf) - (size_t)h - 1)
         n = sizeof(buf) - (size_t)h - 1;
     memcpy(buf + h, s, n);
     len = (size_t)h + n;
-    buf[len++] = '\n';
-    /* A '\n' inside the text cannot come from stream_take(); a dropped line is counted. */
-    if (r->agent->out)
-        outbuf_line(r->agent->out, r->local, buf, len);
+    buf[len++] = end;
+    /* A '\n' or '\r' inside the text cannot come from stream_take(); a dropped line is
+     * counted. */
+    if (o)
+        outbuf_line(o, r->local, buf, len);
+}
+
+void arank_emit_line(struct arank *r, const char *s, size_t n, bool is_err)
+{
+    emit(r, s, n, is_err, '\n');
     arank_tail_add(r, s, n);
+}
+
+/* How long a line without its end waits before it is shown as it stands (a redraw, which
+ * its end, or the next redraw, overwrites): a progress bar that draws itself with '\r' first
+ * and its text after is then seen as it moves, not one step late. */
+#define PARTIAL_SHOW_MS 100
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void partial_show(struct ostream *o, int64_t now)
+{
+    if (o && o->rank && o->len && !o->shown && now - o->last_ms >= PARTIAL_SHOW_MS) {
+        emit(o->rank, o->line, o->len, o->is_err, '\r');
+        o->shown = true;
+    }
+}
+
+void agent_output_tick(struct agent *a)
+{
+    int64_t now = mono_ms();
+
+    for (int i = 0; i < a->nranks; i++) {
+        partial_show(a->ranks[i].out, now);
+        partial_show(a->ranks[i].err, now);
+    }
 }
 
 /* The rank's log gets every byte, synchronously: it is a regular file in the job dir, where
  * the kernel's page cache takes a write without waiting for a reader; bounded and dropped it
  * would no longer be complete, and unbounded it would only move the wait into our memory. A
  * job dir on a stalled file system stalls the job's other files there too. */
+/* A '\r' that is not the first half of "\r\n" ends a segment of a line that the terminal
+ * draws over (tqdm's bars): it goes to the stream as a redraw, and not into the tail, whose
+ * lines are those that ended. A '\r' at the end of a read waits for the next byte (cr). */
 static void stream_take(struct ostream *o, const char *data, size_t n)
 {
     struct arank *r = o->rank;
 
     if (arank_log_append(r, data, n) < 0)
         log_debug("cannot write rank %d's log: %s", r->rank, strerror(errno));
+    o->last_ms = mono_ms();
     for (size_t i = 0; i < n; i++) {
-        if (data[i] == '\n' || o->len == sizeof(o->line)) {
+        char c = data[i];
+        if (o->cr) {
+            o->cr = false;
+            if (c != '\n' && o->len) {
+                if (!o->shown) /* else the tick showed it as it stands */
+                    emit(r, o->line, o->len, o->is_err, '\r');
+                o->len = 0;
+            }
+        }
+        if (c == '\r') {
+            o->cr = true;
+            continue;
+        }
+        if (c == '\n' || o->len == sizeof(o->line)) {
             /* After SIGABRT, what a Python rank writes on stderr is faulthandler's dump. */
             if (o->is_err && r->cap == CAP_PYTHON)
                 stack_add(r, o->line, o->len);
-            arank_emit_line(r, o->line, o->len);
+            arank_emit_line(r, o->line, o->len, o->is_err);
             o->len = 0;
-            if (data[i] == '\n')
+            o->shown = false;
+            if (c == '\n')
                 continue;
         }
-        o->line[o->len++] = data[i];
+        if (o->len == 0)
+            o->shown = false;
+        o->line[o->len++] = c;
     }
 }
 
@@ -370,7 +453,7 @@ void ostream_close(struct ostream **slot)
         return;
     *slot = NULL;
     if (o->len) {
-        arank_emit_line(o->rank, o->line, o->len);
+        arank_emit_line(o->rank, o->line, o->len, o->is_err);
         o->len = 0;
     }
     o->rank = NULL;

@@ -355,7 +355,13 @@ static void fail(struct leader *l, int status, const char *outcome, bool restart
     l->status = status;
     l->outcome = outcome;
     l->restartable = restartable;
-    log_error("job failed: %s", cause ? cause : "?");
+    /* A cancel is what the user asked for: said as such, not as a failure. */
+    if (!strcmp(outcome, "cancelled"))
+        log_warn("job cancelled: %s", cause && !strncmp(cause, "cancelled: ", 11) ? cause + 11
+                                      : cause                                     ? cause
+                                                                                  : "?");
+    else
+        log_error("job failed: %s", cause ? cause : "?");
     log_tail(json_string_value(json_object_get(failure, "tail")));
     l->state = JOB_ABORTING;
     l->t_abort = now_ms(l);

@@ -105,7 +105,8 @@ static void ring_put(struct outbuf *o, const char *s, size_t n)
 }
 
 /* Moves the longest run of whole lines that fits a batch from the ring to o->batch. Every
- * queued line ends in '\n' and fits a batch, so there is always one. Returns its length. */
+ * queued line ends in '\n' or '\r' and fits a batch, so there is always one. Returns its
+ * length. */
 static size_t ring_take(struct outbuf *o)
 {
     size_t n = o->len < o->batch_max ? o->len : o->batch_max;
@@ -114,7 +115,9 @@ static size_t ring_take(struct outbuf *o)
 
     memcpy(o->batch, o->ring + o->head, first);
     memcpy(o->batch + first, o->ring, n - first);
-    nl = memrchr(o->batch, '\n', n);
+    /* The last line's end: '\n', or '\r' for a redraw. */
+    for (nl = o->batch + n - 1; *nl != '\n' && *nl != '\r'; nl--)
+        ;
     n = (size_t)(nl - o->batch) + 1;
     o->head = (o->head + n) % o->cap;
     o->len -= n;
@@ -393,8 +396,9 @@ int outbuf_line(struct outbuf *o, int src, const char *line, size_t n)
 {
     int ret = 0;
 
-    if (!n || n > OUTBUF_LINE_MAX || src < 0 || src >= o->nsrc || line[n - 1] != '\n' ||
-        memchr(line, '\n', n - 1))
+    if (!n || n > OUTBUF_LINE_MAX || src < 0 || src >= o->nsrc ||
+        (line[n - 1] != '\n' && line[n - 1] != '\r') || memchr(line, '\n', n - 1) ||
+        memchr(line, '\r', n - 1))
         return -EINVAL;
     if (o->closed)
         return -EPIPE;

@@ -48,11 +48,12 @@ struct outbuf_stats {
  * errno. Thread context: the loop's thread, as every function here. */
 int outbuf_start(uv_loop_t *loop, const struct outbuf_config *cfg, struct outbuf **out);
 
-/* Queues line[0..n) from source src; the line ends in '\n' and has no other. Returns 0 when
+/* Queues line[0..n) from source src; the line ends in '\n', or in '\r' for a redraw of the
+ * terminal's line (a progress bar), and has neither before its end. Returns 0 when
  * queued; -ENOBUFS when dropped (counted for src's notice): the queue is full, or it filled
  * and has not drained yet; -EPIPE when the stream is gone (a write failed, or the outbuf is
  * closing); -EINVAL when n is 0 or over OUTBUF_LINE_MAX, src out of range, or no final
- * '\n'. line is borrowed for the call. */
+ * '\n' or '\r'. line is borrowed for the call. */
 int outbuf_line(struct outbuf *o, int src, const char *line, size_t n);
 
 /* Fills *st with the counters as they are now. */

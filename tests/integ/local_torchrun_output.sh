@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Output as torchrun's users expect it: a rank's stderr reaches gpurun's stderr and its stdout
+# gpurun's stdout (one file when they are one: 2>&1 keeps both); a progress bar redrawn with
+# '\r' is seen as it moves, not held until its newline (a printf loop, and tqdm itself where
+# PyPI gives it); a job that ends well says so in one line, and ^C says cancelled.
+# timeout: 180
+set -euo pipefail
+# shellcheck source=local_common.sh
+. "$(dirname "$0")/local_common.sh"
+
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+
+# --- stderr to stderr ---------------------------------------------------------------------
+# shellcheck disable=SC2016 # expanded by the ranks' shell
+run --local --gpus-per-node 2 -- sh -c 'echo "err $RANK" >&2; echo "out $RANK"'
+expect_rc 0 "a job writing to both streams"
+for r in 0 1; do
+    grep -qxF "[$r] out $r" "$work/out" || fail "stdout lacks '[$r] out $r'"
+    grep -qxF "[$r] err $r" "$work/err" || fail "stderr lacks '[$r] err $r'"
+done
+! grep -q 'err' "$work/out" || fail "a rank's stderr reached gpurun's stdout: $(grep err "$work/out")"
+! grep -q '\] out' "$work/err" || fail "a rank's stdout reached gpurun's stderr"
+# 2>&1: one file, both.
+timeout -k 5 60 "$gpurun" --local -- sh -c 'echo e >&2; echo o' >"$work/both" 2>&1 </dev/null
+if ! grep -qxF '[0] e' "$work/both" || ! grep -qxF '[0] o' "$work/both"; then
+    fail "2>&1 lost a stream: $(cat "$work/both")"
+fi
+
+# --- the one line at the end ----------------------------------------------------------------
+grep -qE "^gpurun: job 'local-[^']*' completed in [0-9]+\.[0-9] s; logs in '.*/logs'$" "$work/err" ||
+    fail "no completion line: $(tail -n 2 "$work/err")"
+timeout -k 5 60 "$gpurun" --local -N 2 -- sleep 30 >"$work/c.out" 2>"$work/c.err" </dev/null &
+gp=$!
+bg_pids+=("$gp")
+sleep 1.5
+kill -INT "$gp"
+rc=0
+wait "$gp" || rc=$?
+[ "$rc" = 130 ] || fail "^C: exit status $rc, not 130"
+grep -qE "^gpurun: job 'local-[^']*' cancelled \(SIGINT\); logs in" "$work/c.err" ||
+    fail "^C: no 'cancelled' line: $(tail -n 3 "$work/c.err")"
+! grep -q 'job failed' "$work/c.err" || fail "^C is called a failure: $(grep 'job failed' "$work/c.err")"
+
+# --- progress bars --------------------------------------------------------------------------
+# bar_seen STREAM CMD...: runs gpurun with CMD, its stdout in $work/bar and its stderr in
+# $work/bar.err; prints how many states of rank 0's line STREAM (bar or bar.err) had shown
+# before the job ended (polled until 3 had, or the job ended).
+bar_seen() {
+    local stream=$1 n=0
+    shift
+    timeout -k 5 60 "$gpurun" --local -- "$@" >"$work/bar" 2>"$work/bar.err" </dev/null &
+    local gp=$!
+    bg_pids+=("$gp")
+    while kill -0 "$gp" 2>/dev/null; do
+        n=$(tr '\r' '\n' <"$work/$stream" | grep -c '^\[0\] ' || true)
+        [ "$n" -ge 3 ] && break
+        sleep 0.05
+    done
+    echo "$n"
+    wait "$gp" || fail "the progress job failed: $(cat "$work/bar.err")"
+}
+n=$(bar_seen bar "$py" -c 'import sys, time
+for i in range(10):
+    sys.stdout.write(f"\r{i}"); sys.stdout.flush(); time.sleep(0.5)
+print()')
+[ "$n" -ge 3 ] || fail "a '\\r' progress line: $n of its 10 states shown before its newline"
+tr '\r' '\n' <"$work/bar" | grep -qxF '[0] 9' || fail "the bar's last state is missing: $(od -c "$work/bar" | tail -n 3)"
+echo "# a carriage-return bar: its states on the stream as it moved"
+
+# tqdm itself, where PyPI gives it.
+if "$py" -m pip --version >/dev/null 2>&1 &&
+    timeout 120 "$py" -m pip download --disable-pip-version-check --no-deps --only-binary :all: \
+        -d "$work/dl" tqdm >"$work/pip.log" 2>&1; then
+    # tqdm draws on stderr.
+    n=$(PYTHONPATH=$(echo "$work"/dl/tqdm-*.whl) bar_seen bar.err "$py" -c 'import time
+from tqdm import tqdm
+for _ in tqdm(range(12), mininterval=0):
+    time.sleep(0.4)')
+    [ "$n" -ge 3 ] ||
+        fail "tqdm's bar: $n states on gpurun's stderr before it ended: $(od -c "$work/bar.err" | head -n 5)"
+    grep -qF '12/12' "$work/bar.err" || fail "tqdm's last state is missing"
+    echo "# tqdm's bar: its states on the stream as it moved"
+else
+    echo "# tqdm not checked: PyPI not reachable ($(tail -n 1 "$work/pip.log" 2>/dev/null))"
+fi
