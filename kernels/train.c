@@ -634,7 +634,10 @@ static int evaluate(struct run *r, float *val_loss)
     int ret;
 
     for (int e = 0; e < r->cfg.eval_batches; e++) {
-        data_loader_val_batch(&r->dl_val, e, r->inputs, r->targets);
+        struct errmsg derr;
+        ret = data_loader_val_batch(&r->dl_val, e, r->inputs, r->targets, &derr);
+        if (ret < 0)
+            return errmsg_set(&r->err, ret, "validation: %s", derr.text);
         ret =
             r->be->eval_loss(r->b, r->inputs, r->targets, r->cfg.batch_size, r->cfg.seq_len, &loss);
         if (ret < 0)
@@ -698,11 +701,18 @@ static int sample(struct run *r, int n)
 {
     int T = r->cfg.seq_len, V = r->mcfg.vocab_size;
     int *ctx = malloc((size_t)(n + 1) * sizeof(int));
+    struct errmsg derr;
+    uint16_t first;
     int ret;
 
     if (!ctx)
         return errmsg_set(&r->err, -ENOMEM, "sample: out of memory");
-    ctx[0] = r->train_ds->shards[0].tokens[0];
+    ret = data_read(r->train_ds, 0, 1, &first, &derr);
+    if (ret < 0) {
+        free(ctx);
+        return errmsg_set(&r->err, ret, "sample: %s", derr.text);
+    }
+    ctx[0] = first;
     for (int len = 1; len <= n; len++) {
         int t = len < T ? len : T;
         const float *row;
@@ -827,7 +837,10 @@ static int train_step(struct run *r, float *loss, float *lr, float *grad_norm)
 
     ret = be->zero_grad(r->b);
     for (int micro = 0; ret == 0 && micro < accum; micro++) {
-        data_loader_batch(&r->dl, r->step, micro, r->inputs, r->targets);
+        struct errmsg derr;
+        ret = data_loader_batch(&r->dl, r->step, micro, r->inputs, r->targets, &derr);
+        if (ret < 0)
+            return errmsg_set(&r->err, ret, "step %" PRIu64 ": %s", r->step + 1, derr.text);
         ret = be->forward_backward(r->b, r->inputs, r->targets, r->cfg.batch_size, r->cfg.seq_len,
                                    1.0f / (float)accum, &l);
         if (ret == 0)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # What gpurun-train refuses, each with its one line naming the file and line (or the command
-# line) and what is wrong, and exit status 1: config errors, CUDA in a CPU build, broken or
-# too small token shards, a resume whose checkpoint does not fit the model or the data or is
-# damaged; gpurun itself refuses a bad train.cfg (125) before it starts anything. And the
-# llm.c import: a checkpoint exported in llm.c's layout starts a run exactly where the run
-# that saved it stood.
+# line) and what is wrong, and exit status 1: config errors, CUDA in a CPU build, broken or too
+# small token shards, a shard cut while the run reads it, a resume whose checkpoint does not fit
+# the model or the data or is damaged; gpurun itself refuses a bad train.cfg (125) before it
+# starts anything. And the llm.c import: a checkpoint exported in llm.c's layout starts a run
+# exactly where the run that saved it stood.
 # timeout: 180
 set -euo pipefail
 # shellcheck source=train_common.sh
@@ -70,6 +70,27 @@ expect_error "small.cfg:$(line_of train): data.train: 'data/train_000000.bin': t
 nv=$(od -An -t d4 -j 8 -N 4 data/val_000000.bin | tr -d ' ')
 expect_error "small.cfg:$(line_of val): data.val: 'data/val_*.bin': too few tokens: $nv tokens make $(((nv - 1) / 32)) sequences of 32+1, one step needs 400 (1 ranks x batch_size 400 x grad_accum 1)" \
     small.cfg train.batch_size=400
+# A shard cut while a run reads it (in place: the open file shrinks): the read that meets the
+# cut is one line naming the file and both sizes, exit 1 (through mmap it was SIGBUS, status
+# 135, and no line).
+mkdir shrink
+cp data/train_000000.bin shrink/s.bin
+full=$(stat -c %s shrink/s.bin)
+timeout -k 5 "$TRAIN_LIMIT" "$train_bin" small.cfg data.train=shrink/s.bin train.steps=1000000 \
+    train.eval_every=0 train.out_dir=shrink/out >"$work/out" 2>"$work/err" </dev/null &
+pid=$!
+bg_pids+=("$pid")
+wait_for_lines shrink/out/metrics.jsonl 3
+truncate -s 2000 shrink/s.bin
+rc=0
+wait "$pid" || rc=$?
+bg_pids=()
+expect_rc 1 "a run whose shard was cut under it"
+grep -qx "gpurun-train: step [0-9]*: data shard 'shrink/s.bin' shrank from $full to 2000 bytes while training read it" \
+    "$work/err" || fail "stderr is '$(cat "$work/err")', expected the shrunk shard named"
+[ "$(wc -l <"$work/err")" = 1 ] || fail "stderr has more than the one line: $(cat "$work/err")"
+echo "# a shard cut under the run named"
+
 # --- resume -----------------------------------------------------------------------------------
 train small.cfg train.steps=3 train.out_dir=r
 expect_rc 0 "3 steps"
