@@ -101,7 +101,7 @@ head -c 100000 data/train_000000.bin >half.bin
 # A shard of fewer tokens: the header's count rewritten to what the cut file holds.
 cnt=$(((100000 - 1024) / 2))
 le32 "$cnt" | dd of=half.bin bs=1 seek=8 conv=notrunc status=none
-expect_error "cannot resume from '$ck': the training data changed: $n tokens ($(((n - 1) / 32)) sequences) then, $cnt ($(((cnt - 1) / 32))) now in 'half.bin'" \
+expect_error "cannot resume: '$ck': the training data changed: $n tokens ($(((n - 1) / 32)) sequences) then, $cnt ($(((cnt - 1) / 32))) now in 'half.bin'" \
     small.cfg train.out_dir=r train.resume=1 data.train=half.bin
 cp "$ck" saved.bin
 size=$(stat -c %s "$ck")
@@ -137,6 +137,6 @@ got=$(loss_at q/metrics.jsonl 1)
 [ "$want" = "$got" ] || fail "from the llm.c export of step 3: loss $got, the run that saved it had $want"
 echo "# llm.c import: step 1 from the export of step 3 has the loss of step 4 ($got)"
 expect_error "command line: 'llmc.bin': n_layer is 2 in the checkpoint, 3 in [model]" \
-    small.cfg "${per[@]}" model.init_from=llmc.bin model.n_layer=3
+    small.cfg "${per[@]}" model.init_from=llmc.bin model.n_layer=3 train.out_dir=l
 expect_error "command line: model.init_from: 'periodic/train_000000.bin': not an llm.c GPT-2 checkpoint (magic 20240520, expected 20240326)" \
-    small.cfg "${per[@]}" model.init_from=periodic/train_000000.bin
+    small.cfg "${per[@]}" model.init_from=periodic/train_000000.bin train.out_dir=l
