@@ -495,6 +495,21 @@ static int remove_metrics(struct run *r)
     return 0;
 }
 
+/* Rank 0, first of all: out_dir exists (created when missing) and this process may write in
+ * it, so that a read-only or foreign out_dir is one line before anything is loaded, rather than
+ * the failure of the first file written there. */
+static int check_out_dir(struct run *r)
+{
+    int ret = fs_mkdirs(r->cfg.out_dir, 0755);
+
+    if (ret < 0)
+        return errmsg_set(&r->err, ret, "cannot create '%s': %s", r->cfg.out_dir, strerror(-ret));
+    if (access(r->cfg.out_dir, W_OK | X_OK) < 0)
+        return errmsg_set(&r->err, -errno, "out_dir '%s': not writable (%s)", r->cfg.out_dir,
+                          strerror(errno));
+    return 0;
+}
+
 /* Rank 0, resuming at step: drops the metrics lines of steps after it (written after the
  * checkpoint by the run that stopped), so that the file reads as one run. */
 static int trim_metrics(struct run *r, uint64_t step)
@@ -557,9 +572,10 @@ static int setup_start(struct run *r)
     if (restarts && strcmp(restarts, "0") != 0)
         mode = TRAINCFG_RESUME_AUTO;
     if (r->rank == 0) {
-        if (mode == TRAINCFG_RESUME_OFF)
+        ret = check_out_dir(r);
+        if (ret >= 0 && mode == TRAINCFG_RESUME_OFF)
             ret = refuse_checkpoints(r);
-        else
+        else if (ret >= 0)
             ret = load_ckpt(r, mode, &st, &hs);
         if (ret == 0 && mode == TRAINCFG_RESUME_ON)
             ret = errmsg_set(&r->err, -ENOENT,
@@ -578,8 +594,6 @@ static int setup_start(struct run *r)
             ret = clean_tmp(r);
         if (ret >= 0)
             ret = st.from == START_CKPT ? trim_metrics(r, st.step) : remove_metrics(r);
-        if (ret >= 0 && (ret = fs_mkdirs(r->cfg.out_dir, 0755)) < 0)
-            errmsg_set(&r->err, ret, "cannot create '%s': %s", r->cfg.out_dir, strerror(-ret));
         st.status = ret < 0 ? ret : 0;
         if (ret < 0)
             snprintf(st.text, sizeof(st.text), "%s", r->err.text);

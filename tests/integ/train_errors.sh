@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # What gpurun-train refuses, each with its one line naming the file and line (or the command
 # line) and what is wrong, and exit status 1: config errors, CUDA in a CPU build, broken or too
-# small token shards, a shard cut while the run reads it, a resume whose checkpoint does not fit
-# the model or the data or is damaged; gpurun itself refuses a bad train.cfg (125) before it
-# starts anything. And the llm.c import: a checkpoint exported in llm.c's layout starts a run
-# exactly where the run that saved it stood.
+# small token shards, a shard cut while the run reads it, a read-only out_dir, a resume whose
+# checkpoint does not fit the model or the data or is damaged; gpurun itself refuses a bad
+# train.cfg (125) before it starts anything. And the llm.c import: a checkpoint exported in
+# llm.c's layout starts a run exactly where the run that saved it stood.
 # timeout: 180
 set -euo pipefail
 # shellcheck source=train_common.sh
@@ -90,6 +90,32 @@ grep -qx "gpurun-train: step [0-9]*: data shard 'shrink/s.bin' shrank from $full
     "$work/err" || fail "stderr is '$(cat "$work/err")', expected the shrunk shard named"
 [ "$(wc -l <"$work/err")" = 1 ] || fail "stderr has more than the one line: $(cat "$work/err")"
 echo "# a shard cut under the run named"
+
+# --- out_dir --------------------------------------------------------------------------------
+# A read-only out_dir is named before anything is loaded (it was "cannot remove
+# 'ro/out/metrics.jsonl'", a file that is not there). Root writes through file modes, so the
+# dir is a read-only tmpfs, mounted in a mount namespace of this test's own.
+mkdir ro
+if unshare -m mount -t tmpfs tmpfs ro 2>/dev/null; then
+    rc=0
+    # shellcheck disable=SC2016 # $0 and $1 are the inner shell's: the limit and gpurun-train
+    unshare -m sh -c 'mount -t tmpfs tmpfs ro && mkdir ro/out && mount -o remount,ro ro &&
+        exec timeout -k 5 "$0" "$1" small.cfg train.out_dir=ro/out' \
+        "$TRAIN_LIMIT" "$train_bin" >"$work/out" 2>"$work/err" </dev/null || rc=$?
+    expect_rc 1 "a run with a read-only out_dir"
+    [ "$(cat "$work/err")" = "gpurun-train: out_dir 'ro/out': not writable (Read-only file system)" ] ||
+        fail "read-only out_dir: stderr is '$(cat "$work/err")'"
+    [ ! -s "$work/out" ] || fail "read-only out_dir: the run printed '$(cat "$work/out")'"
+elif [ "$(id -u)" != 0 ]; then
+    # Without mount namespaces a mode that denies writing does, for anyone but root.
+    mkdir ro/out
+    chmod 555 ro/out
+    expect_error "out_dir 'ro/out': not writable (Permission denied)" small.cfg train.out_dir=ro/out
+    chmod 755 ro/out
+else
+    echo "# as root without mount namespaces (unshare -m): the read-only out_dir case is not run"
+fi
+echo "# a read-only out_dir named"
 
 # --- resume -----------------------------------------------------------------------------------
 train small.cfg train.steps=3 train.out_dir=r
