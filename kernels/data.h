@@ -1,4 +1,4 @@
-/* Training data: token shards in llm.c's .bin layout, read through mmap, and the loader that
+/* Training data: token shards in llm.c's .bin layout, read with pread, and the loader that
  * cuts the same global batch out of them whatever the number of ranks; plus the byte-level
  * tokenizer that makes shards from text.
  *
@@ -28,22 +28,25 @@
 #define DATA_SHARD_HEADER_INTS 256 /* header of 256 int32: 1024 bytes */
 
 /* A failure below fills the caller's struct errmsg with one line that names the file:
- * "'data/train_000000.bin': truncated: header says 1000 tokens, the file holds 998". */
+ * "'data/train_000000.bin': truncated: header says 1000 tokens, the file holds 998". A shard
+ * that changes after data_open is an error of the read that sees it, never a signal: "data
+ * shard 'data/train_000000.bin' shrank from 2291956 to 2000 bytes while training read it", or
+ * a token not below vocab_size ("...: the file changed while training read it"). */
 
-/* An opened set of shards (mmapped, read-only). */
+/* An opened set of shards, each kept open (one descriptor per shard) and read with pread. */
 struct data_shard {
-    char *path;             /* new */
-    const uint16_t *tokens; /* into the mapping */
+    char *path;    /* new */
+    int fd;        /* open for reading; -1 once closed */
+    uint64_t size; /* bytes at data_open: the header and ntokens tokens */
     uint64_t ntokens;
-    uint64_t first; /* index of tokens[0] in the set's stream */
-    void *map;
-    size_t map_len;
+    uint64_t first; /* index of the shard's first token in the set's stream */
 };
 
 struct data_set {
     struct data_shard *shards;
     size_t nshards;
     uint64_t ntokens; /* of all shards */
+    int vocab_size;   /* every token read is checked below it */
     char *spec;       /* what was opened (new) */
 };
 
@@ -54,8 +57,13 @@ struct data_set {
  * Returns a new set (data_close) or NULL with err filled. */
 struct data_set *data_open(const char *spec, int vocab_size, struct errmsg *err);
 
-/* Unmaps and frees ds (NULL is fine). */
+/* Closes the shards of ds and frees it (NULL is fine). */
 void data_close(struct data_set *ds);
+
+/* Reads n tokens of ds's stream from token g on (g + n <= ds->ntokens) into out. Returns 0,
+ * or a negative errno with err filled when a shard shrank or changed since data_open (-EIO
+ * for a shrunk file or a token not below vocab_size) or cannot be read. Thread-safe. */
+int data_read(const struct data_set *ds, uint64_t g, uint64_t n, uint16_t *out, struct errmsg *err);
 
 /* Where a loader is in its data, enough to continue from a checkpoint. The batch of step s is
  * the one that starts at sequence next_seq + (s - step) * G. */
@@ -67,7 +75,7 @@ struct data_pos {
 };
 
 /* The slicing of one set for one rank (plain values: copy freely). Read-only use from many
- * threads is fine. */
+ * threads is fine (each read is a pread). */
 struct data_loader {
     const struct data_set *ds; /* borrowed */
     int B, T, rank, world, accum;
@@ -84,9 +92,10 @@ int data_loader_init(struct data_loader *dl, const struct data_set *ds, int B, i
                      int world, int accum, struct errmsg *err);
 
 /* Fills inputs and targets (B*T each, row-major [B][T]) with rank's micro-step micro
- * (0..accum-1) of step. Tokens are 0..65535 as int. */
-void data_loader_batch(const struct data_loader *dl, uint64_t step, int micro, int *inputs,
-                       int *targets);
+ * (0..accum-1) of step. Tokens are 0..65535 as int. Returns 0, or a negative errno with err
+ * filled as data_read's (the buffers' content is then undefined). */
+int data_loader_batch(const struct data_loader *dl, uint64_t step, int micro, int *inputs,
+                      int *targets, struct errmsg *err);
 
 /* The epoch step begins in: how many times the data has been gone through before it. */
 uint64_t data_loader_epoch(const struct data_loader *dl, uint64_t step);
@@ -101,8 +110,9 @@ struct data_pos data_loader_pos(const struct data_loader *dl, uint64_t step);
 void data_loader_restore(struct data_loader *dl, const struct data_pos *pos);
 
 /* The validation batches: batch e (0, 1, ...) of rank r is the B sequences that start at
- * e*W*B + r*B, modulo S. Fixed, whatever the step. */
-void data_loader_val_batch(const struct data_loader *dl, int e, int *inputs, int *targets);
+ * e*W*B + r*B, modulo S. Fixed, whatever the step. Returns as data_loader_batch. */
+int data_loader_val_batch(const struct data_loader *dl, int e, int *inputs, int *targets,
+                          struct errmsg *err);
 
 /* Sequences needed per validation batch over all ranks (W*B) and how many distinct
  * validation batches the set holds (S / (W*B)); eval_batches above that repeats data. */

@@ -346,12 +346,27 @@ out:
     return ret;
 }
 
-/* Rank 0: the newest valid checkpoint of out_dir into hs, when there is one. Returns 1 when
- * one was loaded, 0 when out_dir holds no checkpoint file. A damaged newest checkpoint gives
- * way to the newest valid one behind it (the one kept for that, CKPT_KEEP) and is set aside
- * with a warning; a newer format, a file that cannot be read, damage with nothing valid
- * behind it are errors, leaving out_dir as it was. */
-static int load_ckpt(struct run *r, struct start_state *st, struct backend_state *hs)
+/* Rank 0: a checkpoint of out_dir that this run cannot continue from (why: "'FILE': what
+ * differs"), another model or other training data. With train.resume=1 that is the error;
+ * with auto the checkpoints are another run's, which this one must neither continue nor
+ * overwrite, and the line says how to go on. */
+static int other_run(struct run *r, int mode, const char *why)
+{
+    if (mode == TRAINCFG_RESUME_ON)
+        return errmsg_set(&r->err, -EINVAL, "cannot resume: %s", why);
+    return errmsg_set(&r->err, -EINVAL,
+                      "out_dir '%s' holds another run's checkpoints (%s): to start afresh, give "
+                      "another train.out_dir or move them out of '%s'",
+                      r->cfg.out_dir, why, r->cfg.out_dir);
+}
+
+/* Rank 0: the newest valid checkpoint of out_dir into hs, when there is one (mode: the
+ * effective train.resume, on or auto). Returns 1 when one was loaded, 0 when out_dir holds no
+ * checkpoint file. A damaged newest checkpoint gives way to the newest valid one behind it
+ * (the one kept for that, CKPT_KEEP) and is set aside with a warning; a newer format, a file
+ * that cannot be read, damage with nothing valid behind it, a checkpoint of another model or
+ * data (other_run) are errors, leaving out_dir as it was. */
+static int load_ckpt(struct run *r, int mode, struct start_state *st, struct backend_state *hs)
 {
     struct ckpt_model shape = ckpt_shape(r);
     struct ckpt_state cs = {0};
@@ -367,15 +382,20 @@ static int load_ckpt(struct run *r, struct start_state *st, struct backend_state
     cs.m = hs->m;
     cs.v = hs->v;
     ret = ckpt_load_newest(r->cfg.out_dir, &shape, r->n_params, &cs, &nw, &cerr);
+    /* -EINVAL: a valid checkpoint of another model (ckpt.h). */
+    if (ret == -EINVAL)
+        return other_run(r, mode, cerr.text);
     if (ret <= 0)
         return ret < 0 ? errmsg_set(&r->err, ret, "cannot resume: %s", cerr.text) : 0;
     /* The data position only means something for the same token stream. */
     if (cs.data.ntokens != r->train_ds->ntokens || cs.data.nseq != r->dl.nseq) {
-        ret = errmsg_set(
-            &r->err, -EINVAL,
-            "cannot resume from '%s': the training data changed: %" PRIu64 " tokens (%" PRIu64
-            " sequences) then, %" PRIu64 " (%" PRIu64 ") now in '%s'",
-            nw.path, cs.data.ntokens, cs.data.nseq, r->train_ds->ntokens, r->dl.nseq, r->cfg.train);
+        char why[ERRMSG_MAX];
+        snprintf(why, sizeof(why),
+                 "'%s': the training data changed: %" PRIu64 " tokens (%" PRIu64
+                 " sequences) then, %" PRIu64 " (%" PRIu64 ") now in '%s'",
+                 nw.path, cs.data.ntokens, cs.data.nseq, r->train_ds->ntokens, r->dl.nseq,
+                 r->cfg.train);
+        ret = other_run(r, mode, why);
         goto out;
     }
     for (size_t i = 0; i < nw.ndamaged; i++) {
@@ -428,40 +448,65 @@ static bool is_ckpt_name(const char *name)
     return digits > 0;
 }
 
-/* Rank 0, starting afresh: an earlier run's checkpoints and metrics in out_dir would be taken
- * for this run's (a later resume, the pruning of old checkpoints): remove them, but only when
- * train.resume is off. A resume that found no checkpoint file removes the metrics alone: it
- * never deletes a checkpoint (load_ckpt stops at one it cannot use). */
-static int clear_out_dir(struct run *r, bool resume)
+/* Rank 0, with train.resume=0: a run that must start at step 0 in an out_dir that holds
+ * checkpoints is refused, naming the newest. Starting there would mix two runs (a later resume
+ * would take the old one's newest checkpoint; this run's saves and pruning would replace and
+ * remove the old one's), and gpurun-train never deletes a checkpoint that no newer valid one
+ * of the same run replaces (ckpt_prune). */
+static int refuse_checkpoints(struct run *r)
 {
-    char path[PATH_MAX];
+    char newest[NAME_MAX + 1] = "";
     struct dirent *de;
     DIR *d = opendir(r->cfg.out_dir);
-    int removed = 0;
+    int n = 0;
 
     if (!d)
         return errno == ENOENT ? 0
                                : errmsg_set(&r->err, -errno, "cannot read '%s': %s", r->cfg.out_dir,
                                             strerror(errno));
-    while (!resume && (de = readdir(d))) {
+    while ((de = readdir(d))) {
         if (!is_ckpt_name(de->d_name))
             continue;
-        snprintf(path, sizeof(path), "%s/%s", r->cfg.out_dir, de->d_name);
-        if (unlink(path) < 0 && errno != ENOENT) {
-            int e = errno;
-            closedir(d);
-            return errmsg_set(&r->err, -e, "cannot remove '%s': %s", path, strerror(e));
-        }
-        removed++;
+        n++;
+        /* Names of more digits are later steps; of as many, the greater name. */
+        if (strlen(de->d_name) > strlen(newest) ||
+            (strlen(de->d_name) == strlen(newest) && strcmp(de->d_name, newest) > 0))
+            snprintf(newest, sizeof(newest), "%s", de->d_name);
     }
     closedir(d);
+    if (n == 0)
+        return 0;
+    return errmsg_set(&r->err, -EEXIST,
+                      "out_dir '%s' holds %d checkpoint%s (the newest '%s/%s') and train.resume is "
+                      "0: to continue them, set train.resume=auto; to start afresh, give another "
+                      "train.out_dir or move them out of '%s'",
+                      r->cfg.out_dir, n, n == 1 ? "" : "s", r->cfg.out_dir, newest, r->cfg.out_dir);
+}
+
+/* Rank 0, starting at step 0: metrics.jsonl of a run that never saved a checkpoint here (or
+ * whose checkpoints were moved away) would be taken for this run's first lines: removed. */
+static int remove_metrics(struct run *r)
+{
+    char path[PATH_MAX];
+
     snprintf(path, sizeof(path), "%s/%s", r->cfg.out_dir, METRICS_NAME);
     if (unlink(path) < 0 && errno != ENOENT)
         return errmsg_set(&r->err, -errno, "cannot remove '%s': %s", path, strerror(errno));
-    if (removed)
-        printf("out_dir '%s': starting afresh (train.resume is off): removed %d checkpoint%s of "
-               "an earlier run\n",
-               r->cfg.out_dir, removed, removed == 1 ? "" : "s");
+    return 0;
+}
+
+/* Rank 0, first of all: out_dir exists (created when missing) and this process may write in
+ * it, so that a read-only or foreign out_dir is one line before anything is loaded, rather than
+ * the failure of the first file written there. */
+static int check_out_dir(struct run *r)
+{
+    int ret = fs_mkdirs(r->cfg.out_dir, 0755);
+
+    if (ret < 0)
+        return errmsg_set(&r->err, ret, "cannot create '%s': %s", r->cfg.out_dir, strerror(-ret));
+    if (access(r->cfg.out_dir, W_OK | X_OK) < 0)
+        return errmsg_set(&r->err, -errno, "out_dir '%s': not writable (%s)", r->cfg.out_dir,
+                          strerror(errno));
     return 0;
 }
 
@@ -517,17 +562,26 @@ static int setup_start(struct run *r)
 {
     struct start_state st = {.from = START_RANDOM};
     struct backend_state hs = {0};
-    bool resume = r->cfg.resume;
+    int mode = r->cfg.resume;
     const char *restarts = getenv("GPURUN_RESTART_COUNT");
     int ret = 0;
 
     /* A generation restarted by rendezvousd after a failure goes on from the last checkpoint
-     * (DESIGN.md section 4), whatever train.resume says. */
+     * (DESIGN.md section 4), or starts at step 0 when the failed one saved none, whatever
+     * train.resume says. */
     if (restarts && strcmp(restarts, "0") != 0)
-        resume = true;
+        mode = TRAINCFG_RESUME_AUTO;
     if (r->rank == 0) {
-        if (resume)
-            ret = load_ckpt(r, &st, &hs);
+        ret = check_out_dir(r);
+        if (ret >= 0 && mode == TRAINCFG_RESUME_OFF)
+            ret = refuse_checkpoints(r);
+        else if (ret >= 0)
+            ret = load_ckpt(r, mode, &st, &hs);
+        if (ret == 0 && mode == TRAINCFG_RESUME_ON)
+            ret = errmsg_set(&r->err, -ENOENT,
+                             "cannot resume: no checkpoint in '%s' (train.resume=auto would start "
+                             "at step 0)",
+                             r->cfg.out_dir);
         if (ret == 1) {
             st.from = START_CKPT;
         } else if (ret == 0) {
@@ -539,9 +593,7 @@ static int setup_start(struct run *r)
         if (ret >= 0)
             ret = clean_tmp(r);
         if (ret >= 0)
-            ret = st.from == START_CKPT ? trim_metrics(r, st.step) : clear_out_dir(r, resume);
-        if (ret >= 0 && (ret = fs_mkdirs(r->cfg.out_dir, 0755)) < 0)
-            errmsg_set(&r->err, ret, "cannot create '%s': %s", r->cfg.out_dir, strerror(-ret));
+            ret = st.from == START_CKPT ? trim_metrics(r, st.step) : remove_metrics(r);
         st.status = ret < 0 ? ret : 0;
         if (ret < 0)
             snprintf(st.text, sizeof(st.text), "%s", r->err.text);
@@ -593,7 +645,7 @@ static int setup_start(struct run *r)
             printf("resuming from '%s' at step %" PRIu64 "\n", st.text, st.step);
         else if (st.from == START_LLMC)
             printf("starting from '%s' (llm.c checkpoint)\n", r->cfg.init_from);
-        else if (resume)
+        else if (mode == TRAINCFG_RESUME_AUTO)
             printf("no checkpoint in '%s': starting from step 0\n", r->cfg.out_dir);
     }
     ret = 0;
@@ -634,7 +686,10 @@ static int evaluate(struct run *r, float *val_loss)
     int ret;
 
     for (int e = 0; e < r->cfg.eval_batches; e++) {
-        data_loader_val_batch(&r->dl_val, e, r->inputs, r->targets);
+        struct errmsg derr;
+        ret = data_loader_val_batch(&r->dl_val, e, r->inputs, r->targets, &derr);
+        if (ret < 0)
+            return errmsg_set(&r->err, ret, "validation: %s", derr.text);
         ret =
             r->be->eval_loss(r->b, r->inputs, r->targets, r->cfg.batch_size, r->cfg.seq_len, &loss);
         if (ret < 0)
@@ -698,11 +753,18 @@ static int sample(struct run *r, int n)
 {
     int T = r->cfg.seq_len, V = r->mcfg.vocab_size;
     int *ctx = malloc((size_t)(n + 1) * sizeof(int));
+    struct errmsg derr;
+    uint16_t first;
     int ret;
 
     if (!ctx)
         return errmsg_set(&r->err, -ENOMEM, "sample: out of memory");
-    ctx[0] = r->train_ds->shards[0].tokens[0];
+    ret = data_read(r->train_ds, 0, 1, &first, &derr);
+    if (ret < 0) {
+        free(ctx);
+        return errmsg_set(&r->err, ret, "sample: %s", derr.text);
+    }
+    ctx[0] = first;
     for (int len = 1; len <= n; len++) {
         int t = len < T ? len : T;
         const float *row;
@@ -827,7 +889,10 @@ static int train_step(struct run *r, float *loss, float *lr, float *grad_norm)
 
     ret = be->zero_grad(r->b);
     for (int micro = 0; ret == 0 && micro < accum; micro++) {
-        data_loader_batch(&r->dl, r->step, micro, r->inputs, r->targets);
+        struct errmsg derr;
+        ret = data_loader_batch(&r->dl, r->step, micro, r->inputs, r->targets, &derr);
+        if (ret < 0)
+            return errmsg_set(&r->err, ret, "step %" PRIu64 ": %s", r->step + 1, derr.text);
         ret = be->forward_backward(r->b, r->inputs, r->targets, r->cfg.batch_size, r->cfg.seq_len,
                                    1.0f / (float)accum, &l);
         if (ret == 0)
@@ -1096,7 +1161,8 @@ static void usage(FILE *out)
             "\n"
             "Trains the GPT-2 that TRAIN.CFG describes ([model], [data], [optim], [train];\n"
             "see jobs/README.md), one rank of a gpurun job or alone. SIGTERM or SIGUSR1:\n"
-            "finish the step, save a checkpoint, exit 0; train.resume=1 continues.\n"
+            "finish the step, save a checkpoint, exit 0; the same command again continues\n"
+            "(train.resume=auto, the default: never deletes a checkpoint).\n"
             "prep: byte-level token shards (DIR/train_000000.bin, DIR/val_000000.bin) from\n"
             "text, the last %g%% for validation.\n",
             PREP_VAL_FRACTION * 100.0);

@@ -87,8 +87,8 @@ static const struct traincfg_key keys[] = {
      "steps between checkpoints; 0: at the end and on signals only"},
     {"train", "out_dir", TRAINCFG_PATH, OFF(out_dir), "out", 0, 0, NULL,
      "checkpoints and metrics.jsonl"},
-    {"train", "resume", TRAINCFG_BOOL, OFF(resume), "false", 0, 0, NULL,
-     "continue from the newest checkpoint in out_dir"},
+    {"train", "resume", TRAINCFG_AUTOBOOL, OFF(resume), "auto", 0, 0, NULL,
+     "auto: go on from out_dir's newest valid checkpoint if any; 1: must; 0: must not"},
     {"train", "seed", TRAINCFG_INT, OFF(seed), "1337", 0, INT_MAX, NULL, "random seed"},
     {"train", "device", TRAINCFG_ENUM, OFF(device), "cpu", 0, 0, device_names, "cpu or cuda"},
     {"train", "dtype", TRAINCFG_ENUM, OFF(dtype), "bf16", 0, 0, dtype_names,
@@ -325,6 +325,20 @@ static int set_value(struct traincfg *cfg, const struct traincfg_key *k, const c
                 "%s: '%s.%s': '%s' is not a boolean (true/false, yes/no, on/off, 1/0)", at,
                 k->section, k->name, value);
         break;
+    case TRAINCFG_AUTOBOOL: {
+        bool b;
+        if (!strcasecmp(value, "auto")) {
+            *(int *)f = TRAINCFG_AUTO;
+        } else if (parse_bool(value, &b) == 0) {
+            *(int *)f = b;
+        } else {
+            return errmsg_set(err, -EINVAL,
+                              "%s: '%s.%s': '%s' is not auto or a boolean (true/false, yes/no, "
+                              "on/off, 1/0)",
+                              at, k->section, k->name, value);
+        }
+        break;
+    }
     case TRAINCFG_ENUM: {
         char names[128] = "";
         size_t n = 0;
@@ -708,6 +722,10 @@ static json_t *key_json(const struct traincfg *cfg, const struct traincfg_key *k
         return json_real(*(const double *)f);
     case TRAINCFG_BOOL:
         return json_boolean(*(const bool *)f);
+    case TRAINCFG_AUTOBOOL:
+        if (*(const int *)f == TRAINCFG_AUTO)
+            return json_string("auto");
+        return json_boolean(*(const int *)f);
     case TRAINCFG_ENUM:
         return json_string(k->choices[*(const int *)f]);
     case TRAINCFG_STRING:

@@ -16,10 +16,21 @@
 /* Upper bound of the key table's length (checked at compile time in traincfg.c). */
 #define TRAINCFG_MAX_KEYS 64
 
+/* The value of a TRAINCFG_AUTOBOOL key (below) set to "auto"; false and true are 0 and 1. */
+#define TRAINCFG_AUTO 2
+
 enum traincfg_device { TRAINCFG_DEVICE_CPU = 0, TRAINCFG_DEVICE_CUDA = 1 };
 /* Storage of the cuda backend's parameters, gradients and activations (fp32 master weights and
  * AdamW moments either way); the cpu backend is fp32 only. */
 enum traincfg_dtype { TRAINCFG_DTYPE_BF16 = 0, TRAINCFG_DTYPE_FP32 = 1 };
+/* [train] resume: what a run does with the checkpoints already in its out_dir. None of them
+ * deletes a checkpoint. */
+enum traincfg_resume {
+    TRAINCFG_RESUME_OFF = 0,             /* start at step 0; refuse when out_dir holds any */
+    TRAINCFG_RESUME_ON = 1,              /* continue from the newest valid one; none: refuse */
+    TRAINCFG_RESUME_AUTO = TRAINCFG_AUTO /* continue when there is one, else start at step 0;
+                                          * refuse those of another run (model or data) */
+};
 
 /* Where a key's value came from, in origin[] below. */
 #define TRAINCFG_FROM_DEFAULT 0  /* the table's default */
@@ -71,7 +82,7 @@ struct traincfg {
     int eval_batches;  /* validation batches (each W*B sequences) */
     int ckpt_every;    /* steps between checkpoints; 0: only at the end and on signals */
     char *out_dir;     /* checkpoints and metrics.jsonl */
-    bool resume;       /* continue from the newest checkpoint of out_dir when there is one */
+    int resume;        /* enum traincfg_resume */
     int seed;          /* initialisation and sampling RNG */
     int device;        /* enum traincfg_device */
     int dtype;         /* enum traincfg_dtype: cuda only; a cpu run's reads fp32 (below) */
@@ -94,6 +105,7 @@ enum traincfg_type {
     TRAINCFG_PATH,     /* a string resolved against the file's directory */
     TRAINCFG_PATHLIST, /* comma-separated paths, each resolved so */
     TRAINCFG_BOOL,
+    TRAINCFG_AUTOBOOL, /* a boolean or "auto", stored as int 0, 1 or TRAINCFG_AUTO */
     TRAINCFG_ENUM,
     TRAINCFG_TIME, /* sbatch time forms, stored as int minutes */
 };

@@ -3,8 +3,14 @@
 # one `gpurun --local` job (jobs/tiny.cfg), with its progress as it goes and a text sample at
 # the end; then the job's summary read back from its job dir.
 #
+# Each demo trains from step 0 in an out_dir of its own (DEMO_OUT_DIR), beside its job dir:
+# run twice, it trains twice, and the first run's checkpoints stay where they were (a run never
+# deletes checkpoints; in the job file's out_dir the second run would only find the first one
+# finished and resume it with nothing left to do).
+#
 # Parameters (environment): BUILD (build dir, default build), GPUS_PER_NODE (ranks, default
-# 2), DEMO_JOB_DIR (default: a fresh temp dir), DEMO_CFG (default jobs/tiny.cfg), and any
+# 2), DEMO_JOB_DIR (default: job in a fresh temp dir), DEMO_OUT_DIR (the run's checkpoints and
+# metrics.jsonl; default: out in that temp dir), DEMO_CFG (default jobs/tiny.cfg), and any
 # `section.key=value` overrides as arguments (e.g. scripts/demo.sh train.steps=100).
 set -euo pipefail
 
@@ -12,7 +18,16 @@ cd "$(dirname "$0")/.."
 build=${BUILD:-build}
 per_node=${GPUS_PER_NODE:-2}
 cfg=${DEMO_CFG:-jobs/tiny.cfg}
-job_dir=${DEMO_JOB_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/gpurun-demo.XXXXXX")/job}
+tmp=
+if [ -z "${DEMO_JOB_DIR:-}" ] || [ -z "${DEMO_OUT_DIR:-}" ]; then
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-demo.XXXXXX")
+fi
+job_dir=${DEMO_JOB_DIR:-$tmp/job}
+out_dir=${DEMO_OUT_DIR:-$tmp/out}
+# A train.out_dir among the overrides is the one the run uses (the later override wins).
+for a in "$@"; do
+    case $a in train.out_dir=*) out_dir=${a#train.out_dir=} ;; esac
+done
 
 for p in gpurun rendezvousd gpurun-train; do
     if [ ! -x "$build/$p" ]; then
@@ -29,7 +44,7 @@ echo
 cat <<TXT
 gpurun demo: a byte-level GPT-2 ($cfg) trained on this machine, no Slurm.
 
-  $build/gpurun --local --gpus-per-node $per_node $cfg $*
+  $build/gpurun --local --gpus-per-node $per_node $cfg ${*:+$* }train.out_dir=$out_dir
 
 gpurun reads the job file's [job] section, writes the job dir, and starts rendezvousd,
 which starts $per_node ranks of gpurun-train with RANK, WORLD_SIZE, MASTER_ADDR... The ranks
@@ -43,9 +58,13 @@ rank's output comes back prefixed "[RANK] ". While it runs, try in another termi
 TXT
 
 rc=0
-"$build/gpurun" --local --gpus-per-node "$per_node" --job-dir "$job_dir" "$cfg" "$@" || rc=$?
+"$build/gpurun" --local --gpus-per-node "$per_node" --job-dir "$job_dir" "$cfg" \
+    "$@" train.out_dir="$out_dir" || rc=$?
 echo
 echo "gpurun exited with status $rc. What the leader wrote at the end (gpurun status):"
 echo
 "$build/gpurun" status --job-dir "$job_dir" | sed 's/^./  &/'
+echo
+echo "Checkpoints and metrics.jsonl: $out_dir (the same gpurun command with that"
+echo "train.out_dir and a larger train.steps goes on from the last checkpoint)."
 exit "$rc"

@@ -521,6 +521,9 @@ sanitize() {
             touch "$work/small/done"
     fi
     small_cfg "$log/small.cfg" "$work/small"
+    # A run of an earlier check into the same OUTDIR left its checkpoints: these runs start
+    # at step 0 (a re-run would resume them, with nothing left to do).
+    rm -rf "$log/run" "$log/fwd"
     if [ "$flavour" = sim ]; then
         case $tool in
         memcheck) envs=(CUDASIM_TIGHT=1) ;;

@@ -85,7 +85,7 @@ TEST(data_open_shards)
     CHECK_EQ(ds->ntokens, 37);
     CHECK_EQ(data_loader_init(&dl, ds, 4, 5, 0, 1, 1, &err), 0);
     CHECK_EQ(dl.nseq, 7); /* (37 - 1) / 5 */
-    data_loader_batch(&dl, 0, 0, in, tg);
+    CHECK_EQ(data_loader_batch(&dl, 0, 0, in, tg, &err), 0);
     for (int b = 0; b < 4; b++)
         check_row(in, tg, 5, b, (uint64_t)b);
     data_close(ds);
@@ -99,7 +99,7 @@ TEST(data_open_shards)
     CHECK_EQ(ds->nshards, 2);
     CHECK_EQ(ds->ntokens, 21);
     CHECK_EQ(data_loader_init(&dl, ds, 4, 5, 0, 1, 1, &err), 0);
-    data_loader_batch(&dl, 0, 0, in, tg);
+    CHECK_EQ(data_loader_batch(&dl, 0, 0, in, tg, &err), 0);
     for (int b = 0; b < 4; b++)
         check_row(in, tg, 5, b, (uint64_t)b);
     data_close(ds);
@@ -184,6 +184,61 @@ TEST(data_too_few_tokens)
     data_close(ds);
 }
 
+/* A shard that shrinks or is rewritten after data_open: the read that meets it is an error
+ * naming the file and what changed, never SIGBUS (the shards were once mmapped). */
+TEST(data_shard_changes_under_reads)
+{
+    struct errmsg err = {0};
+    struct data_set *ds;
+    struct data_loader dl;
+    int in[4 * 8], tg[4 * 8];
+    uint16_t first;
+    char msg[256];
+
+    in_tmpdir();
+    write_shard("c_1.bin", 0, 100);
+    write_shard("c_2.bin", 100, 1000); /* 1024 + 2000 bytes */
+    ds = data_open("c_*.bin", 256, &err);
+    if (!ds)
+        test_fail(__FILE__, __LINE__, "%s", err.text);
+    CHECK_EQ(data_loader_init(&dl, ds, 4, 8, 0, 1, 1, &err), 0);
+    CHECK_EQ(data_loader_batch(&dl, 20, 0, in, tg, &err), 0);
+    check_row(in, tg, 8, 0, 80);
+
+    /* Cut in place (not replaced: the open descriptor sees it): sequence 80 lies in the part
+     * cut off; the first shard still reads. */
+    CHECK_EQ(truncate("c_2.bin", 2000), 0);
+    CHECK_EQ(data_loader_batch(&dl, 20, 0, in, tg, &err), -EIO);
+    CHECK_STR(err.text,
+              "data shard 'c_2.bin' shrank from 3024 to 2000 bytes while training read it");
+    CHECK_EQ(data_loader_batch(&dl, 1, 0, in, tg, &err), 0);
+    check_row(in, tg, 8, 3, 7);
+    /* The validation batches read the same way. */
+    CHECK_EQ(data_loader_val_batch(&dl, 25, in, tg, &err), -EIO); /* sequences 100.. */
+    CHECK_CONTAINS(err.text, "shrank from 3024 to 2000 bytes");
+    CHECK_EQ(truncate("c_2.bin", 0), 0);
+    CHECK_EQ(data_loader_batch(&dl, 4, 0, in, tg, &err), -EIO);
+    CHECK_STR(err.text, "data shard 'c_2.bin' shrank from 3024 to 0 bytes while training read it");
+
+    /* Rewritten in place with a token out of the vocabulary: caught before it is used. */
+    {
+        FILE *f = fopen("c_1.bin", "r+b");
+        uint16_t big = 300;
+        CHECK(f != NULL);
+        CHECK_EQ(fseek(f, 1024 + 2 * 3, SEEK_SET), 0);
+        CHECK_EQ(fwrite(&big, sizeof(big), 1, f), 1);
+        CHECK_EQ(fclose(f), 0);
+    }
+    CHECK_EQ(data_loader_batch(&dl, 0, 0, in, tg, &err), -EIO);
+    snprintf(msg, sizeof(msg),
+             "data shard 'c_1.bin': token 300 at position 3 is not below vocab_size 256: the file "
+             "changed while training read it");
+    CHECK_STR(err.text, msg);
+    CHECK_EQ(data_read(ds, 0, 1, &first, &err), 0);
+    CHECK_EQ(first, tok_at(0));
+    data_close(ds);
+}
+
 /* The rows rank r of world W gets at micro-step m of step s, checked against the sequences
  * the global-batch rule names, for several (W, B, accum) with the same G. */
 TEST(data_global_batch_same_for_any_ranks)
@@ -205,7 +260,7 @@ TEST(data_global_batch_same_for_any_ranks)
     for (uint64_t s = 0; s < 8; s++) {
         struct data_loader ref;
         CHECK_EQ(data_loader_init(&ref, ds, 8, T, 0, 1, 1, &err), 0);
-        data_loader_batch(&ref, s, 0, ref_in, ref_tg);
+        CHECK_EQ(data_loader_batch(&ref, s, 0, ref_in, ref_tg, &err), 0);
         for (int b = 0; b < 8; b++)
             check_row(ref_in, ref_tg, T, b, (s * 8 + (uint64_t)b) % 41);
         for (size_t c = 0; c < sizeof(cfgs) / sizeof(cfgs[0]); c++) {
@@ -216,7 +271,7 @@ TEST(data_global_batch_same_for_any_ranks)
                 CHECK_EQ(dl.G, 8);
                 for (int m = 0; m < A; m++) {
                     int row0 = m * W * B + r * B;
-                    data_loader_batch(&dl, s, m, in, tg);
+                    CHECK_EQ(data_loader_batch(&dl, s, m, in, tg, &err), 0);
                     if (memcmp(in, ref_in + row0 * T, sizeof(int) * (size_t)(B * T)) ||
                         memcmp(tg, ref_tg + row0 * T, sizeof(int) * (size_t)(B * T)))
                         test_fail(__FILE__, __LINE__,
@@ -247,11 +302,11 @@ TEST(data_wrap_and_epochs)
     CHECK_EQ(data_loader_epoch(&dl, 3), 1);
     CHECK_EQ(data_loader_epoch(&dl, 5), 2);
     /* Step 2, rank 1: sequences 10, 11 = 0, 1 of the next pass. */
-    data_loader_batch(&dl, 2, 0, in, tg);
+    CHECK_EQ(data_loader_batch(&dl, 2, 0, in, tg, &err), 0);
     check_row(in, tg, 4, 0, 0);
     check_row(in, tg, 4, 1, 1);
     /* Step 7, rank 1: 28 + 2 = 30, 31 -> 0, 1. */
-    data_loader_batch(&dl, 7, 0, in, tg);
+    CHECK_EQ(data_loader_batch(&dl, 7, 0, in, tg, &err), 0);
     check_row(in, tg, 4, 0, 0);
     check_row(in, tg, 4, 1, 1);
     data_close(ds);
@@ -280,18 +335,18 @@ TEST(data_position_restore)
     data_loader_restore(&b, &pos);
     for (uint64_t s = 5; s < 9; s++)
         for (int m = 0; m < 3; m++) {
-            data_loader_batch(&a, s, m, in_a, tg_a);
-            data_loader_batch(&b, s, m, in_b, tg_b);
+            CHECK_EQ(data_loader_batch(&a, s, m, in_a, tg_a, &err), 0);
+            CHECK_EQ(data_loader_batch(&b, s, m, in_b, tg_b, &err), 0);
             CHECK(!memcmp(in_a, in_b, sizeof(in_a)) && !memcmp(tg_a, tg_b, sizeof(tg_a)));
         }
     CHECK_EQ(data_loader_epoch(&b, 5), 1);
     /* A resume with another shape goes on from sequence 60: world 1, B 2, accum 1 (G = 2). */
     CHECK_EQ(data_loader_init(&b, ds, 2, 4, 0, 1, 1, &err), 0);
     data_loader_restore(&b, &pos);
-    data_loader_batch(&b, 5, 0, in_b, tg_b);
+    CHECK_EQ(data_loader_batch(&b, 5, 0, in_b, tg_b, &err), 0);
     check_row(in_b, tg_b, 4, 0, 10);
     check_row(in_b, tg_b, 4, 1, 11);
-    data_loader_batch(&b, 6, 0, in_b, tg_b);
+    CHECK_EQ(data_loader_batch(&b, 6, 0, in_b, tg_b, &err), 0);
     check_row(in_b, tg_b, 4, 0, 12);
     pos = data_loader_pos(&b, 7);
     CHECK_EQ(pos.next_seq, 64);
@@ -315,12 +370,12 @@ TEST(data_val_batches)
     CHECK_EQ(data_loader_val_batches(&one), 2);
     CHECK_EQ(data_loader_val_batches(&r0), 2);
     for (int e = 0; e < 3; e++) {
-        data_loader_val_batch(&one, e, in1, tg1);
+        CHECK_EQ(data_loader_val_batch(&one, e, in1, tg1, &err), 0);
         for (int b = 0; b < 4; b++)
             check_row(in1, tg1, 3, b, (uint64_t)(e * 4 + b) % 10);
-        data_loader_val_batch(&r0, e, in2, tg2);
+        CHECK_EQ(data_loader_val_batch(&r0, e, in2, tg2, &err), 0);
         CHECK(!memcmp(in2, in1, sizeof(in2)) && !memcmp(tg2, tg1, sizeof(tg2)));
-        data_loader_val_batch(&r1, e, in2, tg2);
+        CHECK_EQ(data_loader_val_batch(&r1, e, in2, tg2, &err), 0);
         CHECK(!memcmp(in2, in1 + 6, sizeof(in2)) && !memcmp(tg2, tg1 + 6, sizeof(tg2)));
     }
     data_close(ds);
@@ -337,6 +392,7 @@ TEST(data_prep_round_trip)
     struct data_set *tr, *va;
     const char *inputs[] = {"a.txt", "b.txt"};
     char text[4096];
+    uint16_t toks[4096];
     size_t n = 0, ntrain;
 
     in_tmpdir();
@@ -360,11 +416,12 @@ TEST(data_prep_round_trip)
     CHECK_EQ(tr->nshards, 1);
     CHECK_EQ(tr->ntokens, ntrain);
     CHECK_EQ(va->ntokens, n - ntrain);
+    CHECK_EQ(data_read(tr, 0, ntrain, toks, &err), 0);
+    CHECK_EQ(data_read(va, 0, n - ntrain, toks + ntrain, &err), 0);
     for (size_t i = 0; i < n; i++) {
         unsigned want = (unsigned char)text[i];
-        unsigned got = i < ntrain ? tr->shards[0].tokens[i] : va->shards[0].tokens[i - ntrain];
-        if (got != want)
-            test_fail(__FILE__, __LINE__, "byte %zu: token %u, expected %u", i, got, want);
+        if (toks[i] != want)
+            test_fail(__FILE__, __LINE__, "byte %zu: token %u, expected %u", i, toks[i], want);
     }
     data_close(tr);
     data_close(va);

@@ -113,7 +113,7 @@ TEST(traincfg_good_file)
     CHECK_EQ(cfg.grad_accum, 2);
     CHECK_EQ(cfg.steps, 40);
     CHECK_STR(cfg.out_dir, "jobs/../runs/t");
-    CHECK(cfg.resume);
+    CHECK_EQ(cfg.resume, TRAINCFG_RESUME_ON);
     CHECK_EQ(cfg.seed, 7);
     CHECK_EQ(cfg.device, TRAINCFG_DEVICE_CUDA);
     CHECK_EQ(cfg.dtype, TRAINCFG_DTYPE_FP32);
@@ -145,7 +145,7 @@ TEST(traincfg_defaults)
     CHECK_EQ(cfg.grad_accum, 1);
     CHECK_EQ(cfg.eval_batches, 20);
     CHECK_STR(cfg.out_dir, "out");
-    CHECK(!cfg.resume);
+    CHECK_EQ(cfg.resume, TRAINCFG_RESUME_AUTO); /* a re-run goes on, never starts over */
     CHECK_EQ(cfg.device, TRAINCFG_DEVICE_CPU);
     CHECK_EQ(cfg.dtype, TRAINCFG_DTYPE_BF16); /* the cuda backend's default */
     CHECK_EQ(cfg.zero, 0);
@@ -218,8 +218,8 @@ TEST(traincfg_file_errors)
     CHECK_LOAD_ERROR("[optim]\nlr = nan\n", CFG ":2: 'optim.lr': 'nan' is not a number");
     CHECK_LOAD_ERROR("[optim]\nlr = -1\n", CFG ":2: 'optim.lr': -1 is out of range 0..10");
     CHECK_LOAD_ERROR("[train]\nresume = maybe\n",
-                     CFG ":2: 'train.resume': 'maybe' is not a boolean (true/false, yes/no, "
-                         "on/off, 1/0)");
+                     CFG ":2: 'train.resume': 'maybe' is not auto or a boolean (true/false, "
+                         "yes/no, on/off, 1/0)");
     CHECK_LOAD_ERROR("[train]\ndevice = gpu\n",
                      CFG ":2: 'train.device': 'gpu' is not one of cpu, cuda");
     CHECK_LOAD_ERROR("[train]\ndtype = fp16\n",
@@ -337,7 +337,7 @@ TEST(traincfg_overrides)
     CHECK_EQ(cfg.n_layer, 6);
     CHECK_STR(cfg.train, "other/*.bin"); /* relative to the working directory */
     CHECK_EQ(cfg.time_min, 90);
-    CHECK(!cfg.resume);
+    CHECK_EQ(cfg.resume, TRAINCFG_RESUME_OFF);
     CHECK_EQ(cfg.batch_size, 8); /* the file's values stay */
     traincfg_release(&cfg);
 
@@ -352,6 +352,26 @@ TEST(traincfg_overrides)
     CHECK_STR(err.text, "command line: 'train.steps': -3 is out of range 1..1000000000");
     CHECK_EQ(traincfg_override(&cfg, "train.device=tpu", &err), -EINVAL);
     CHECK_STR(err.text, "command line: 'train.device': 'tpu' is not one of cpu, cuda");
+    /* train.resume: auto, or any boolean spelling. */
+    CHECK_EQ(traincfg_override(&cfg, "train.resume=1", &err), 0);
+    CHECK_EQ(cfg.resume, TRAINCFG_RESUME_ON);
+    CHECK_EQ(traincfg_override(&cfg, "train.resume=Auto", &err), 0);
+    CHECK_EQ(cfg.resume, TRAINCFG_RESUME_AUTO);
+    CHECK_EQ(traincfg_override(&cfg, "train.resume=no", &err), 0);
+    CHECK_EQ(cfg.resume, TRAINCFG_RESUME_OFF);
+    CHECK_EQ(traincfg_override(&cfg, "train.resume=sometimes", &err), -EINVAL);
+    CHECK_STR(err.text, "command line: 'train.resume': 'sometimes' is not auto or a boolean "
+                        "(true/false, yes/no, on/off, 1/0)");
+    CHECK_EQ(cfg.resume, TRAINCFG_RESUME_OFF);
+    {
+        json_t *j;
+        CHECK_EQ(traincfg_override(&cfg, "train.resume=auto", &err), 0);
+        j = traincfg_to_json(&cfg);
+        CHECK(j != NULL);
+        CHECK_STR(json_string_value(json_object_get(json_object_get(j, "train"), "resume")),
+                  "auto");
+        json_decref(j);
+    }
     traincfg_release(&cfg);
 
     /* A cross-key fault brought by an override names the command line. */

@@ -103,11 +103,11 @@ expect_rc 0 "a resume with temp files"
 expect_out_line "out_dir 'tmp': removed 1 temp file of interrupted saves (0.0 MB)"
 [ ! -e tmp/ckpt_00000011.bin.tmp.$dead ] || fail "a dead pid's temp file was kept"
 [ -e tmp/ckpt_00000012.bin.tmp.$$ ] || fail "a live pid's temp file was removed"
-# A fresh run (train.resume off) cleans them too.
-rm tmp/ckpt_00000012.bin.tmp.$$
-head -c 100 /dev/zero >tmp/ckpt_00000012.bin.tmp.$dead
-touch -d '1 hour ago' tmp/ckpt_00000012.bin.tmp.$dead
-train small.cfg train.out_dir=tmp train.steps=2
+# A run that starts at step 0 (no checkpoint, train.resume=0) cleans them too.
+mkdir tmp0
+head -c 100 /dev/zero >tmp0/ckpt_00000012.bin.tmp.$dead
+touch -d '1 hour ago' tmp0/ckpt_00000012.bin.tmp.$dead
+train small.cfg train.out_dir=tmp0 train.steps=2 train.resume=0
 expect_rc 0 "a fresh run with a temp file"
-expect_out_line "out_dir 'tmp': removed 1 temp file of interrupted saves (0.0 MB)"
+expect_out_line "out_dir 'tmp0': removed 1 temp file of interrupted saves (0.0 MB)"
 echo "# killed saves' temp files removed at the next start, a live process's kept"

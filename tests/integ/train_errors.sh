@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # What gpurun-train refuses, each with its one line naming the file and line (or the command
-# line) and what is wrong, and exit status 1: config errors, CUDA in a CPU build, broken or
-# too small token shards, a resume whose checkpoint does not fit the model or the data or is
-# damaged; gpurun itself refuses a bad train.cfg (125) before it starts anything. And the
-# llm.c import: a checkpoint exported in llm.c's layout starts a run exactly where the run
-# that saved it stood.
+# line) and what is wrong, and exit status 1: config errors, CUDA in a CPU build, broken or too
+# small token shards, a shard cut while the run reads it, a read-only out_dir, a resume whose
+# checkpoint does not fit the model or the data or is damaged; gpurun itself refuses a bad
+# train.cfg (125) before it starts anything. And the llm.c import: a checkpoint exported in
+# llm.c's layout starts a run exactly where the run that saved it stood.
 # timeout: 180
 set -euo pipefail
 # shellcheck source=train_common.sh
@@ -70,6 +70,53 @@ expect_error "small.cfg:$(line_of train): data.train: 'data/train_000000.bin': t
 nv=$(od -An -t d4 -j 8 -N 4 data/val_000000.bin | tr -d ' ')
 expect_error "small.cfg:$(line_of val): data.val: 'data/val_*.bin': too few tokens: $nv tokens make $(((nv - 1) / 32)) sequences of 32+1, one step needs 400 (1 ranks x batch_size 400 x grad_accum 1)" \
     small.cfg train.batch_size=400
+# A shard cut while a run reads it (in place: the open file shrinks): the read that meets the
+# cut is one line naming the file and both sizes, exit 1 (through mmap it was SIGBUS, status
+# 135, and no line).
+mkdir shrink
+cp data/train_000000.bin shrink/s.bin
+full=$(stat -c %s shrink/s.bin)
+timeout -k 5 "$TRAIN_LIMIT" "$train_bin" small.cfg data.train=shrink/s.bin train.steps=1000000 \
+    train.eval_every=0 train.out_dir=shrink/out >"$work/out" 2>"$work/err" </dev/null &
+pid=$!
+bg_pids+=("$pid")
+wait_for_lines shrink/out/metrics.jsonl 3
+truncate -s 2000 shrink/s.bin
+rc=0
+wait "$pid" || rc=$?
+bg_pids=()
+expect_rc 1 "a run whose shard was cut under it"
+grep -qx "gpurun-train: step [0-9]*: data shard 'shrink/s.bin' shrank from $full to 2000 bytes while training read it" \
+    "$work/err" || fail "stderr is '$(cat "$work/err")', expected the shrunk shard named"
+[ "$(wc -l <"$work/err")" = 1 ] || fail "stderr has more than the one line: $(cat "$work/err")"
+echo "# a shard cut under the run named"
+
+# --- out_dir --------------------------------------------------------------------------------
+# A read-only out_dir is named before anything is loaded (it was "cannot remove
+# 'ro/out/metrics.jsonl'", a file that is not there). Root writes through file modes, so the
+# dir is a read-only tmpfs, mounted in a mount namespace of this test's own.
+mkdir ro
+if unshare -m mount -t tmpfs tmpfs ro 2>/dev/null; then
+    rc=0
+    # shellcheck disable=SC2016 # $0 and $1 are the inner shell's: the limit and gpurun-train
+    unshare -m sh -c 'mount -t tmpfs tmpfs ro && mkdir ro/out && mount -o remount,ro ro &&
+        exec timeout -k 5 "$0" "$1" small.cfg train.out_dir=ro/out' \
+        "$TRAIN_LIMIT" "$train_bin" >"$work/out" 2>"$work/err" </dev/null || rc=$?
+    expect_rc 1 "a run with a read-only out_dir"
+    [ "$(cat "$work/err")" = "gpurun-train: out_dir 'ro/out': not writable (Read-only file system)" ] ||
+        fail "read-only out_dir: stderr is '$(cat "$work/err")'"
+    [ ! -s "$work/out" ] || fail "read-only out_dir: the run printed '$(cat "$work/out")'"
+elif [ "$(id -u)" != 0 ]; then
+    # Without mount namespaces a mode that denies writing does, for anyone but root.
+    mkdir ro/out
+    chmod 555 ro/out
+    expect_error "out_dir 'ro/out': not writable (Permission denied)" small.cfg train.out_dir=ro/out
+    chmod 755 ro/out
+else
+    echo "# as root without mount namespaces (unshare -m): the read-only out_dir case is not run"
+fi
+echo "# a read-only out_dir named"
+
 # --- resume -----------------------------------------------------------------------------------
 train small.cfg train.steps=3 train.out_dir=r
 expect_rc 0 "3 steps"
@@ -80,7 +127,7 @@ head -c 100000 data/train_000000.bin >half.bin
 # A shard of fewer tokens: the header's count rewritten to what the cut file holds.
 cnt=$(((100000 - 1024) / 2))
 le32 "$cnt" | dd of=half.bin bs=1 seek=8 conv=notrunc status=none
-expect_error "cannot resume from '$ck': the training data changed: $n tokens ($(((n - 1) / 32)) sequences) then, $cnt ($(((cnt - 1) / 32))) now in 'half.bin'" \
+expect_error "cannot resume: '$ck': the training data changed: $n tokens ($(((n - 1) / 32)) sequences) then, $cnt ($(((cnt - 1) / 32))) now in 'half.bin'" \
     small.cfg train.out_dir=r train.resume=1 data.train=half.bin
 cp "$ck" saved.bin
 size=$(stat -c %s "$ck")
@@ -116,6 +163,6 @@ got=$(loss_at q/metrics.jsonl 1)
 [ "$want" = "$got" ] || fail "from the llm.c export of step 3: loss $got, the run that saved it had $want"
 echo "# llm.c import: step 1 from the export of step 3 has the loss of step 4 ($got)"
 expect_error "command line: 'llmc.bin': n_layer is 2 in the checkpoint, 3 in [model]" \
-    small.cfg "${per[@]}" model.init_from=llmc.bin model.n_layer=3
+    small.cfg "${per[@]}" model.init_from=llmc.bin model.n_layer=3 train.out_dir=l
 expect_error "command line: model.init_from: 'periodic/train_000000.bin': not an llm.c GPT-2 checkpoint (magic 20240520, expected 20240326)" \
-    small.cfg "${per[@]}" model.init_from=periodic/train_000000.bin
+    small.cfg "${per[@]}" model.init_from=periodic/train_000000.bin train.out_dir=l

@@ -73,7 +73,9 @@ for ((k = 1; k <= kills; k++)); do
     [ "$at" -ge "$last" ] || fail "kill $k: the newest checkpoint went back from step $last to $at"
     tmps=$(count_tmp kill)
     leftover=$((leftover + tmps))
-    "$train_bin" "${args[@]}" train.out_dir=kill train.resume=1 >"$work/out" 2>"$work/err" \
+    # train.resume=auto (the default, named here): the first start, and any killed before a
+    # save, finds no checkpoint and starts at step 0; the others resume.
+    "$train_bin" "${args[@]}" train.out_dir=kill train.resume=auto >"$work/out" 2>"$work/err" \
         </dev/null &
     pid=$!
     bg_pids+=("$pid")
