@@ -23,6 +23,7 @@
 #include "proto.h"
 #include "refusals.h"
 #include "signame.h"
+#include "stall.h"
 #include "store.h"
 #include "banned.h"
 
@@ -141,8 +142,9 @@ struct rank {
 struct leader {
     uv_loop_t *loop;
     uv_tcp_t server;
-    uv_timer_t tick; /* deadlines, every TICK_MS */
-    uv_timer_t hb;   /* heartbeats to agents, every hb_interval_ms */
+    uv_timer_t tick;    /* deadlines, every TICK_MS */
+    uv_timer_t hb;      /* heartbeats to agents, every hb_interval_ms */
+    struct stall stall; /* the tick's lateness: time the loop did not run */
     int handles_open;
     const struct jobspec *spec;
     struct auth_key key;
@@ -1380,25 +1382,47 @@ static void log_refusals(struct leader *l, int64_t now, bool flush)
         log_warn("%s", line);
 }
 
+/* A tick that comes a period late or more found a loop that did not run meanwhile: a
+ * callback blocked it, or the process was stopped, starved of CPU or paused with its machine.
+ * Nothing was read then, and what the agents sent waits unread in the sockets (this tick runs
+ * before the loop polls them), so no agent is blamed for that time: the silence a heartbeat
+ * timeout judges is the leader's own time awake. On node 0 the agent shares this loop, and
+ * without this a stall of the daemon made each blame the other for it ("node 0 lost: no
+ * heartbeat for 12048 ms" after a SIGSTOP of 12 s, both sides alive). An agent that is
+ * really gone is still lost, after hb_timeout of the leader's own time. */
+static void excuse_stall(struct leader *l, int64_t now)
+{
+    int64_t stall = stall_check(&l->stall, now);
+
+    if (stall == 0)
+        return;
+    for (struct conn *c = l->conns; c; c = c->next)
+        peer_excuse(&c->peer, stall, now);
+    /* On node 0 the agent shares the loop and warns of the same stall. */
+    if (stall >= l->spec->hb_interval_ms)
+        log_info("leader's loop stalled for %" PRId64 " ms: no agent is blamed for it", stall);
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct leader *l = t->data;
     int64_t now = now_ms(l);
     char cause[512];
 
+    excuse_stall(l, now);
     store_expire(l->store, now);
     log_refusals(l, now, false);
     if (l->restart_at)
         check_end(l);
     for (struct conn *c = l->conns; c; c = c->next) {
-        if (c->role == ROLE_NEW && now - c->peer.opened_ms > HANDSHAKE_TIMEOUT_MS)
+        if (c->role == ROLE_NEW && peer_age_ms(&c->peer, now) > HANDSHAKE_TIMEOUT_MS)
             peer_close(&c->peer, c->peer.ready ? "no request after the handshake in time"
                                                : "handshake timed out");
-        else if (c->role == ROLE_CLIENT && now - c->peer.last_rx_ms > CLIENT_IDLE_MS)
+        else if (c->role == ROLE_CLIENT && peer_silence_ms(&c->peer, now) > CLIENT_IDLE_MS)
             peer_close(&c->peer, "status client idle");
-        else if (c->role == ROLE_AGENT && now - c->peer.last_rx_ms > l->spec->hb_timeout_ms) {
+        else if (c->role == ROLE_AGENT && peer_silence_ms(&c->peer, now) > l->spec->hb_timeout_ms) {
             snprintf(cause, sizeof(cause), "no heartbeat for %" PRId64 " ms",
-                     now - c->peer.last_rx_ms);
+                     peer_silence_ms(&c->peer, now));
             peer_close(&c->peer, cause);
         }
     }
@@ -1575,6 +1599,7 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
     uv_timer_init(loop, &l->tick);
     l->tick.data = l;
     l->handles_open++;
+    stall_init(&l->stall, TICK_MS, now_ms(l));
     uv_timer_start(&l->tick, on_tick, TICK_MS, TICK_MS);
     uv_timer_init(loop, &l->hb);
     l->hb.data = l;
