@@ -192,8 +192,9 @@ struct leader {
     int64_t t_preempt_poll;
     int64_t t_preempt; /* when the pre-timeout signal went out; 0: never */
     int preempt_sig;
-    int requeues;     /* Slurm's requeues of the job before this segment */
-    json_t *segments; /* how each earlier segment ended (segments_load) */
+    int requeues;         /* Slurm's requeues of the job before this segment */
+    json_t *segments;     /* how each earlier segment ended (segments_load) */
+    bool summary_writing; /* summary.json is being written off the loop (write_summary) */
     bool closing, done_called;
 };
 
@@ -540,6 +541,70 @@ static bool text_append_json(char **buf, size_t *len, size_t *cap, const char *s
     return true;
 }
 
+/* summary.json being written by libuv's thread pool. */
+struct summary_write {
+    uv_work_t req;
+    struct leader *l;
+    char path[PATH_MAX];
+    char *text;
+    size_t len;
+    int ret;
+};
+
+static void maybe_free(struct leader *l);
+static void check_linger(struct leader *l);
+
+/* On a pool thread: fs_write_atomic's fsyncs, which on a busy disk take seconds (strace's
+ * delay on fsync of 3 s each: a 2-node job whose ranks all succeeded failed, node 1 having
+ * lost the leader while its loop waited on summary.json's two fsyncs). */
+static void on_summary_work(uv_work_t *req)
+{
+    struct summary_write *w = req->data;
+
+    w->ret = fs_write_atomic(w->path, w->text, w->len, 0600);
+}
+
+static void on_summary_written(uv_work_t *req, int status)
+{
+    struct summary_write *w = req->data;
+    struct leader *l = w->l;
+
+    if (status == 0 && w->ret < 0)
+        log_error("cannot write '%s': %s", w->path, strerror(-w->ret));
+    free(w->text);
+    free(w);
+    l->summary_writing = false;
+    if (!l->closing)
+        check_linger(l);
+    maybe_free(l);
+}
+
+/* Writes text (stolen) to path off the loop, so that the loop keeps answering heartbeats
+ * meanwhile; the leader is done only once it is written (check_linger). In place if the
+ * pool cannot take it. */
+static void write_summary_text(struct leader *l, const char *path, char *text, size_t len)
+{
+    struct summary_write *w = calloc(1, sizeof(*w));
+    int ret;
+
+    if (w) {
+        w->l = l;
+        w->text = text;
+        w->len = len;
+        w->req.data = w;
+        snprintf(w->path, sizeof(w->path), "%s", path);
+        if (uv_queue_work(l->loop, &w->req, on_summary_work, on_summary_written) == 0) {
+            l->summary_writing = true;
+            return;
+        }
+        free(w);
+    }
+    ret = fs_write_atomic(path, text, len, 0600);
+    if (ret < 0)
+        log_error("cannot write '%s': %s", path, strerror(-ret));
+    free(text);
+}
+
 /* summary.json: the job as job_view() shows it, then its ranks, one line each. */
 static void write_summary(struct leader *l)
 {
@@ -548,7 +613,6 @@ static void write_summary(struct leader *l)
     char *head, *text = NULL, *end;
     size_t len = 0, cap = 0;
     bool ok;
-    int ret;
 
     if (!l->job_dir)
         return;
@@ -586,10 +650,7 @@ static void write_summary(struct leader *l)
         return;
     }
     snprintf(path, sizeof(path), "%s/summary.json", l->job_dir);
-    ret = fs_write_atomic(path, text, len, 0600);
-    if (ret < 0)
-        log_error("cannot write '%s': %s", path, strerror(-ret));
-    free(text);
+    write_summary_text(l, path, text, len);
 }
 
 static void finish(struct leader *l)
@@ -1128,9 +1189,6 @@ static void on_bad_message(struct peer *p, const struct proto_error *err)
 
 /* --- connections -------------------------------------------------------------------------- */
 
-static void maybe_free(struct leader *l);
-static void check_linger(struct leader *l);
-
 static void on_closed(struct peer *p, const char *why)
 {
     struct conn *c = (struct conn *)p;
@@ -1297,10 +1355,11 @@ static void accept_next(uv_check_t *h)
     }
 }
 
-/* After "finish": the leader is done once every agent hung up, or the linger ran out. */
+/* After "finish": the leader is done once summary.json is written and every agent hung up,
+ * or the linger ran out. */
 static void check_linger(struct leader *l)
 {
-    if (l->state != JOB_FINISHED || l->done_called)
+    if (l->state != JOB_FINISHED || l->done_called || l->summary_writing)
         return;
     if (!l->agents_open || now_ms(l) - l->t_finish > FINISH_LINGER_MS) {
         l->done_called = true;
@@ -1476,7 +1535,7 @@ static void on_handle_closed(uv_handle_t *h)
 
 static void maybe_free(struct leader *l)
 {
-    if (!l->closing || l->handles_open > 0 || l->conns)
+    if (!l->closing || l->handles_open > 0 || l->conns || l->summary_writing)
         return;
     log_refusals(l, 0, true);
     store_free(l->store);
