@@ -1208,12 +1208,36 @@ static void stop_watching(struct agent *a)
     uv_close((uv_handle_t *)&a->watch, on_handle_closed);
 }
 
+/* A tick that comes a period late or more found a loop that did not run meanwhile (a
+ * callback blocked it; the process was stopped, starved of CPU, or paused with its machine):
+ * what the leader sent then waits unread (this tick runs before the loop polls), so the
+ * leader is not blamed for that time. A leader whose daemon is really stopped or cut off is
+ * still lost after hb_timeout of this agent's own time. */
+static void excuse_stall(struct agent *a, int64_t now)
+{
+    int64_t stall = stall_check(&a->stall, now);
+
+    if (stall == 0)
+        return;
+    if (a->leader)
+        peer_excuse(a->leader, stall, now);
+    /* Half the heartbeat timeout: without the excuse it would have come close to losing the
+     * leader, and the other nodes, awake meanwhile, may have lost this one. */
+    if (stall >= a->spec->hb_timeout_ms / 2)
+        log_warn("node %d's daemon stalled for %" PRId64
+                 " ms (its loop did not run): its peers are not blamed for it",
+                 a->node_rank, stall);
+    else if (stall >= a->spec->hb_interval_ms)
+        log_info("node %d's daemon stalled for %" PRId64 " ms", a->node_rank, stall);
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct agent *a = t->data;
     int64_t now = now_ms(a);
     char cause[320];
 
+    excuse_stall(a, now);
     if (a->state == AG_FINDING && !a->leader && now >= a->next_connect_ms)
         try_connect(a);
     if (a->spec->metrics_dir && a->state != AG_DONE && now >= a->next_metrics_ms)
@@ -1231,9 +1255,9 @@ static void on_tick(uv_timer_t *t)
         agent_end(a, 124);
         return;
     }
-    if (a->leader && a->leader->ready && now - a->leader->last_rx_ms > a->spec->hb_timeout_ms) {
+    if (a->leader && a->leader->ready && peer_silence_ms(a->leader, now) > a->spec->hb_timeout_ms) {
         snprintf(cause, sizeof(cause), "no heartbeat for %" PRId64 " ms",
-                 now - a->leader->last_rx_ms);
+                 peer_silence_ms(a->leader, now));
         peer_close(a->leader, cause);
     }
     if (a->state == AG_CAPTURE && (capture_done(a) || now >= a->capture_until))
@@ -1272,6 +1296,7 @@ static void begin(struct agent *a)
     uv_timer_init(a->loop, &a->hb);
     a->tick.data = a->hb.data = a;
     a->handles_open += 2;
+    stall_init(&a->stall, TICK_MS, now_ms(a));
     uv_timer_start(&a->tick, on_tick, TICK_MS, TICK_MS);
     uv_timer_start(&a->hb, on_heartbeat, (uint64_t)a->spec->hb_interval_ms,
                    (uint64_t)a->spec->hb_interval_ms);

@@ -18,6 +18,7 @@
 #include "agent.h"
 #include "auth.h"
 #include "proto.h"
+#include "stall.h"
 
 /* Lines of a rank's output kept for the failure message, and their longest length. */
 #define TAIL_LINES    10
@@ -131,6 +132,7 @@ struct agent {
     enum agent_state state;
     struct peer *leader; /* the leader link from connect to its close callback, or NULL */
     uv_timer_t tick, hb;
+    struct stall stall;  /* the tick's lateness: time the loop did not run (stall.h) */
     uv_fs_event_t watch; /* the job dir, for endpoint.json, until the leader is found */
     bool watching;
     uv_pipe_t listener;

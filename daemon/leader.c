@@ -23,6 +23,7 @@
 #include "proto.h"
 #include "refusals.h"
 #include "signame.h"
+#include "stall.h"
 #include "store.h"
 #include "banned.h"
 
@@ -142,8 +143,9 @@ struct rank {
 struct leader {
     uv_loop_t *loop;
     uv_tcp_t server;
-    uv_timer_t tick; /* deadlines, every TICK_MS */
-    uv_timer_t hb;   /* heartbeats to agents, every hb_interval_ms */
+    uv_timer_t tick;    /* deadlines, every TICK_MS */
+    uv_timer_t hb;      /* heartbeats to agents, every hb_interval_ms */
+    struct stall stall; /* the tick's lateness: time the loop did not run */
     int handles_open;
     const struct jobspec *spec;
     struct auth_key key;
@@ -191,8 +193,9 @@ struct leader {
     int64_t t_preempt_poll;
     int64_t t_preempt; /* when the pre-timeout signal went out; 0: never */
     int preempt_sig;
-    int requeues;     /* Slurm's requeues of the job before this segment */
-    json_t *segments; /* how each earlier segment ended (segments_load) */
+    int requeues;         /* Slurm's requeues of the job before this segment */
+    json_t *segments;     /* how each earlier segment ended (segments_load) */
+    bool summary_writing; /* summary.json is being written off the loop (write_summary) */
     bool closing, done_called;
 };
 
@@ -552,6 +555,70 @@ static bool text_append_json(char **buf, size_t *len, size_t *cap, const char *s
     return true;
 }
 
+/* summary.json being written by libuv's thread pool. */
+struct summary_write {
+    uv_work_t req;
+    struct leader *l;
+    char path[PATH_MAX];
+    char *text;
+    size_t len;
+    int ret;
+};
+
+static void maybe_free(struct leader *l);
+static void check_linger(struct leader *l);
+
+/* On a pool thread: fs_write_atomic's fsyncs, which on a busy disk take seconds (strace's
+ * delay on fsync of 3 s each: a 2-node job whose ranks all succeeded failed, node 1 having
+ * lost the leader while its loop waited on summary.json's two fsyncs). */
+static void on_summary_work(uv_work_t *req)
+{
+    struct summary_write *w = req->data;
+
+    w->ret = fs_write_atomic(w->path, w->text, w->len, 0600);
+}
+
+static void on_summary_written(uv_work_t *req, int status)
+{
+    struct summary_write *w = req->data;
+    struct leader *l = w->l;
+
+    if (status == 0 && w->ret < 0)
+        log_error("cannot write '%s': %s", w->path, strerror(-w->ret));
+    free(w->text);
+    free(w);
+    l->summary_writing = false;
+    if (!l->closing)
+        check_linger(l);
+    maybe_free(l);
+}
+
+/* Writes text (stolen) to path off the loop, so that the loop keeps answering heartbeats
+ * meanwhile; the leader is done only once it is written (check_linger). In place if the
+ * pool cannot take it. */
+static void write_summary_text(struct leader *l, const char *path, char *text, size_t len)
+{
+    struct summary_write *w = calloc(1, sizeof(*w));
+    int ret;
+
+    if (w) {
+        w->l = l;
+        w->text = text;
+        w->len = len;
+        w->req.data = w;
+        snprintf(w->path, sizeof(w->path), "%s", path);
+        if (uv_queue_work(l->loop, &w->req, on_summary_work, on_summary_written) == 0) {
+            l->summary_writing = true;
+            return;
+        }
+        free(w);
+    }
+    ret = fs_write_atomic(path, text, len, 0600);
+    if (ret < 0)
+        log_error("cannot write '%s': %s", path, strerror(-ret));
+    free(text);
+}
+
 /* summary.json: the job as job_view() shows it, then its ranks, one line each. */
 static void write_summary(struct leader *l)
 {
@@ -560,7 +627,6 @@ static void write_summary(struct leader *l)
     char *head, *text = NULL, *end;
     size_t len = 0, cap = 0;
     bool ok;
-    int ret;
 
     if (!l->job_dir)
         return;
@@ -598,10 +664,7 @@ static void write_summary(struct leader *l)
         return;
     }
     snprintf(path, sizeof(path), "%s/summary.json", l->job_dir);
-    ret = fs_write_atomic(path, text, len, 0600);
-    if (ret < 0)
-        log_error("cannot write '%s': %s", path, strerror(-ret));
-    free(text);
+    write_summary_text(l, path, text, len);
 }
 
 static void finish(struct leader *l)
@@ -1162,9 +1225,6 @@ static void on_bad_message(struct peer *p, const struct proto_error *err)
 
 /* --- connections -------------------------------------------------------------------------- */
 
-static void maybe_free(struct leader *l);
-static void check_linger(struct leader *l);
-
 static void on_closed(struct peer *p, const char *why)
 {
     struct conn *c = (struct conn *)p;
@@ -1331,10 +1391,11 @@ static void accept_next(uv_check_t *h)
     }
 }
 
-/* After "finish": the leader is done once every agent hung up, or the linger ran out. */
+/* After "finish": the leader is done once summary.json is written and every agent hung up,
+ * or the linger ran out. */
 static void check_linger(struct leader *l)
 {
-    if (l->state != JOB_FINISHED || l->done_called)
+    if (l->state != JOB_FINISHED || l->done_called || l->summary_writing)
         return;
     if (!l->agents_open || now_ms(l) - l->t_finish > FINISH_LINGER_MS) {
         l->done_called = true;
@@ -1462,25 +1523,47 @@ static void log_refusals(struct leader *l, int64_t now, bool flush)
         log_warn("%s", line);
 }
 
+/* A tick that comes a period late or more found a loop that did not run meanwhile: a
+ * callback blocked it, or the process was stopped, starved of CPU or paused with its machine.
+ * Nothing was read then, and what the agents sent waits unread in the sockets (this tick runs
+ * before the loop polls them), so no agent is blamed for that time: the silence a heartbeat
+ * timeout judges is the leader's own time awake. On node 0 the agent shares this loop, and
+ * without this a stall of the daemon made each blame the other for it ("node 0 lost: no
+ * heartbeat for 12048 ms" after a SIGSTOP of 12 s, both sides alive). An agent that is
+ * really gone is still lost, after hb_timeout of the leader's own time. */
+static void excuse_stall(struct leader *l, int64_t now)
+{
+    int64_t stall = stall_check(&l->stall, now);
+
+    if (stall == 0)
+        return;
+    for (struct conn *c = l->conns; c; c = c->next)
+        peer_excuse(&c->peer, stall, now);
+    /* On node 0 the agent shares the loop and warns of the same stall. */
+    if (stall >= l->spec->hb_interval_ms)
+        log_info("leader's loop stalled for %" PRId64 " ms: no agent is blamed for it", stall);
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct leader *l = t->data;
     int64_t now = now_ms(l);
     char cause[512];
 
+    excuse_stall(l, now);
     store_expire(l->store, now);
     log_refusals(l, now, false);
     if (l->restart_at)
         check_end(l);
     for (struct conn *c = l->conns; c; c = c->next) {
-        if (c->role == ROLE_NEW && now - c->peer.opened_ms > HANDSHAKE_TIMEOUT_MS)
+        if (c->role == ROLE_NEW && peer_age_ms(&c->peer, now) > HANDSHAKE_TIMEOUT_MS)
             peer_close(&c->peer, c->peer.ready ? "no request after the handshake in time"
                                                : "handshake timed out");
-        else if (c->role == ROLE_CLIENT && now - c->peer.last_rx_ms > CLIENT_IDLE_MS)
+        else if (c->role == ROLE_CLIENT && peer_silence_ms(&c->peer, now) > CLIENT_IDLE_MS)
             peer_close(&c->peer, "status client idle");
-        else if (c->role == ROLE_AGENT && now - c->peer.last_rx_ms > l->spec->hb_timeout_ms) {
+        else if (c->role == ROLE_AGENT && peer_silence_ms(&c->peer, now) > l->spec->hb_timeout_ms) {
             snprintf(cause, sizeof(cause), "no heartbeat for %" PRId64 " ms",
-                     now - c->peer.last_rx_ms);
+                     peer_silence_ms(&c->peer, now));
             peer_close(&c->peer, cause);
         }
     }
@@ -1534,7 +1617,7 @@ static void on_handle_closed(uv_handle_t *h)
 
 static void maybe_free(struct leader *l)
 {
-    if (!l->closing || l->handles_open > 0 || l->conns)
+    if (!l->closing || l->handles_open > 0 || l->conns || l->summary_writing)
         return;
     log_refusals(l, 0, true);
     store_free(l->store);
@@ -1657,6 +1740,7 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
     uv_timer_init(loop, &l->tick);
     l->tick.data = l;
     l->handles_open++;
+    stall_init(&l->stall, TICK_MS, now_ms(l));
     uv_timer_start(&l->tick, on_tick, TICK_MS, TICK_MS);
     uv_timer_init(loop, &l->hb);
     l->hb.data = l;

@@ -329,6 +329,27 @@ bool peer_hb_due(const struct peer *p, int64_t interval_ms)
     return peer_now_ms(p) - p->last_tx_ms >= interval_ms - interval_ms / 10;
 }
 
+void peer_excuse(struct peer *p, int64_t stall_ms, int64_t now_ms)
+{
+    int64_t age = now_ms - p->opened_ms, silence = now_ms - p->last_rx_ms;
+
+    /* A frame read after the stall (the owner was stopped in epoll_wait, and what came
+     * meanwhile is read before its first timer) left nothing to excuse. */
+    p->age_excused_ms = p->age_excused_ms + stall_ms < age ? p->age_excused_ms + stall_ms : age;
+    p->rx_excused_ms =
+        p->rx_excused_ms + stall_ms < silence ? p->rx_excused_ms + stall_ms : silence;
+}
+
+int64_t peer_silence_ms(const struct peer *p, int64_t now_ms)
+{
+    return now_ms - p->last_rx_ms - p->rx_excused_ms;
+}
+
+int64_t peer_age_ms(const struct peer *p, int64_t now_ms)
+{
+    return now_ms - p->opened_ms - p->age_excused_ms;
+}
+
 int peer_send_error(struct peer *p, int64_t id, const char *code, const char *text)
 {
     return peer_send(p, proto_pack("{s:s, s:I, s:s, s:s}", "type", "error", "id", (json_int_t)id,
@@ -440,6 +461,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     p->last_rx_ms = peer_now_ms(p);
+    p->rx_excused_ms = 0;
     /* What this read's frames make the daemon send leaves in one write per peer. */
     batching = true;
     /* Before the handshake is done the reader takes one frame at a time, so that a frame of

@@ -69,6 +69,9 @@ struct peer {
     bool dirty;               /* on that list */
     uint32_t max_frame;       /* the reader's limit once the handshake is done */
     int64_t opened_ms, last_rx_ms;
+    /* Of the time since opened_ms and since last_rx_ms, how much the owner's loop did not run
+     * (peer_excuse): the peer is not judged on it. */
+    int64_t age_excused_ms, rx_excused_ms;
     int64_t last_tx_ms; /* when peer_send last took a frame: a heartbeat sooner is not needed */
     char name[96];      /* "10.0.0.2:43210" or "rank 3": the subject of log lines */
     char addr[64];      /* TCP: the remote address without its port ("10.0.0.2"), else "" */
@@ -96,6 +99,20 @@ int peer_send(struct peer *p, json_t *msg);
  * frame proves the sender alive (the receiver's clock is last_rx_ms), so a heartbeat goes
  * only over an idle link: a leader busy with 12,500 agents sends none during a rendezvous. */
 bool peer_hb_due(const struct peer *p, int64_t interval_ms);
+
+/* Excuses p for stall_ms (stall.h) in which its owner's loop did not run, at now_ms: what p
+ * sent meanwhile could not be read, so that time counts neither in its silence nor in its
+ * age. Each is excused at most the time it has lasted, and the next frame read ends the
+ * excuse of the silence. */
+void peer_excuse(struct peer *p, int64_t stall_ms, int64_t now_ms);
+
+/* How long p has been silent at now_ms (since its last frame, or since it was opened) over
+ * the time its owner was running to hear it: what a heartbeat timeout judges. */
+int64_t peer_silence_ms(const struct peer *p, int64_t now_ms);
+
+/* How long p has been open at now_ms over the time its owner was running: what a handshake
+ * timeout judges. */
+int64_t peer_age_ms(const struct peer *p, int64_t now_ms);
 
 /* Sends {"type":"error","id":id,"code":code,"msg":text}. */
 int peer_send_error(struct peer *p, int64_t id, const char *code, const char *text);

@@ -20,6 +20,7 @@
 #include "cgroup.h"
 #include "monotime.h"
 #include "shim.h"
+#include "stall.h"
 #include "banned.h"
 
 /* The parent-death signal: one no one else sends, so it always means "the agent died". */
@@ -209,6 +210,7 @@ int shim_main(int argc, char **argv)
     pid_t child;
     int status = 0, sig, ret;
     int64_t last_alive;
+    struct stall stall;
 
     if (parse_opts(argc, argv, &o) < 0)
         return 125;
@@ -253,10 +255,11 @@ int shim_main(int argc, char **argv)
     sigaddset(&waitset, SIGCHLD);
     sigaddset(&waitset, SHIM_PDEATH_SIG);
     last_alive = monotime_ms();
+    stall_init(&stall, WATCH_MS, last_alive);
     for (;;) {
         struct timespec ts = {0, WATCH_MS * 1000000L};
         pid_t got = waitpid(child, &status, WNOHANG);
-        int64_t now;
+        int64_t now, stalled;
 
         if (got == child)
             break;
@@ -271,6 +274,12 @@ int shim_main(int argc, char **argv)
         if (ret < 0)
             return agent_lost(&o, child, in_cgroup, true);
         now = monotime_ms();
+        /* The pipe is read before the agent is judged, and only over the shim's own time:
+         * a shim that did not run for a while (starved of CPU, or stopped with its machine,
+         * the agent too) does not blame the agent for it. */
+        stalled = stall_check(&stall, now);
+        if (stalled > 0)
+            last_alive = last_alive + stalled < now ? last_alive + stalled : now;
         if (ret > 0)
             last_alive = now;
         else if (o.alive_ms > 0 && now - last_alive > o.alive_ms) {

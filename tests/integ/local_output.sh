@@ -10,7 +10,8 @@ set -euo pipefail
 
 # Lines per rank: some 8 MB each, twice what a daemon holds for a slow reader.
 n=700000
-# A heartbeat timeout shorter than the reader's pause: a loop blocked on output fails the job.
+# A heartbeat timeout shorter than the reader's pause: a loop blocked on output would show, as
+# a daemon's stall or a lost node.
 hb=(--heartbeat 0.1 --heartbeat-timeout 1)
 
 # check_logs DIR LAST: logs/rank-0.log and rank-1.log are each "seq LAST" exactly.
@@ -68,6 +69,10 @@ start=$SECONDS
 rc=$(cat "$work/rc")
 expect_rc 0 "a job whose reader paused 3 s"
 ! grep -q "no heartbeat" "$work/err" || fail "a heartbeat waited on the output"
+# A daemon excuses its peers for its own loop's stall, so that a loop blocked on the output
+# would no longer show as a lost node: it shows as a stall.
+! grep -q "daemon stalled for" "$work/err" ||
+    fail "a daemon's loop waited on the output: $(grep "daemon stalled for" "$work/err")"
 check_logs "$work/slow" "$last"
 drops=$(check_stream "$last") || fail "the stream: $drops"
 read -r d0 d1 <<<"$drops"
