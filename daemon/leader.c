@@ -1260,7 +1260,8 @@ static void on_closed(struct peer *p, const char *why)
             char cause[320];
             abandon_restart(l);
             n->lost = true;
-            snprintf(cause, sizeof(cause), "node %d ('%s') lost: %s", c->node, n->hostname, why);
+            snprintf(cause, sizeof(cause), "node %d ('%s') lost: %s (seen by the leader, node 0)",
+                     c->node, n->hostname, why);
             if (l->state == JOB_JOINING) {
                 n->joined = false;
                 l->joined--;
@@ -1544,6 +1545,43 @@ static void excuse_stall(struct leader *l, int64_t now)
         log_info("leader's loop stalled for %" PRId64 " ms: no agent is blamed for it", stall);
 }
 
+/* Every other node silent past the timeout at once: from the leader's side that is its own
+ * link (or host) far more likely than each of theirs, so the record says the leader lost them
+ * all rather than blame the first in its list. The leader's node is node 0; its own agent
+ * talks to it over the host's loopback and stays heard. Two others at least: with one, either
+ * side may be at fault, and the single loss says which side saw it. */
+static void check_all_lost(struct leader *l, int64_t now)
+{
+    char cause[400];
+    int others = 0, silent = 0, n;
+    int64_t ms = 0;
+
+    if (l->first_failure || l->state == JOB_FINISHED)
+        return;
+    for (struct conn *c = l->conns; c; c = c->next) {
+        if (c->role != ROLE_AGENT || c->node == 0)
+            continue;
+        others++;
+        if (peer_silence_ms(&c->peer, now) > l->spec->hb_timeout_ms) {
+            silent++;
+            if (!ms || peer_silence_ms(&c->peer, now) < ms)
+                ms = peer_silence_ms(&c->peer, now);
+        }
+    }
+    if (others < 2 || silent != others)
+        return;
+    n = snprintf(cause, sizeof(cause),
+                 "the leader (node 0, '%s') lost all %d other nodes at once: no heartbeat from any "
+                 "for %" PRId64 " ms or more; its own link or host is the likely fault (nodes:",
+                 l->nodes[0].hostname, others, ms);
+    for (int i = 1; i < l->spec->nnodes && n > 0 && (size_t)n < sizeof(cause) - 16; i++)
+        if (l->nodes[i].conn)
+            n += snprintf(cause + n, sizeof(cause) - (size_t)n, " %d", i);
+    if (n > 0 && (size_t)n < sizeof(cause) - 2)
+        snprintf(cause + n, sizeof(cause) - (size_t)n, ")");
+    fail(l, 125, "failed", false, failure_new(cause, -1, 0, l->nodes[0].hostname, 0, 0, ""));
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct leader *l = t->data;
@@ -1555,6 +1593,7 @@ static void on_tick(uv_timer_t *t)
     log_refusals(l, now, false);
     if (l->restart_at)
         check_end(l);
+    check_all_lost(l, now);
     for (struct conn *c = l->conns; c; c = c->next) {
         if (c->role == ROLE_NEW && peer_age_ms(&c->peer, now) > HANDSHAKE_TIMEOUT_MS)
             peer_close(&c->peer, c->peer.ready ? "no request after the handshake in time"

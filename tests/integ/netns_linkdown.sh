@@ -12,7 +12,8 @@ set -euo pipefail
 NODES=3
 NPROCS=2
 WORLD=$((NODES * NPROCS))
-CUT=2
+# The node cut off: 2 by default; netns_leader_cut.sh cuts the leader's own, node 0.
+CUT=${NETNS_LINKDOWN_CUT:-2}
 HB_INTERVAL_MS=200
 HB_TIMEOUT_MS=1500
 KILL_GRACE_MS=500
@@ -102,6 +103,19 @@ echo "# summary cause: $cause"
 [[ ${cause,,} == *lost* ]] || fail "summary.json cause '$cause' does not say the node was lost"
 [ "$node" = "$CUT" ] || [[ $cause == *"node $CUT"* ]] ||
     fail "summary.json names node '$node' / cause '$cause', not node $CUT"
-grep -qi leader "$NETNS_WORK/node$CUT.err" ||
-    fail "node $CUT's rendezvousd did not log losing the leader"
+# Which side lost whom: the leader cut off lost every other node at once, and says so; a
+# follower cut off is lost as the leader saw it, and it lost the leader.
+if [ "$CUT" = 0 ]; then
+    [[ $cause == "the leader (node 0, 'node0') lost all 2 other nodes at once"*"its own link"* ]] ||
+        fail "summary.json cause '$cause' does not say the leader lost every other node"
+    for ((k = 1; k < NODES; k++)); do
+        grep -q "node $k lost the leader" "$NETNS_WORK/node$k.err" ||
+            fail "node $k's rendezvousd did not log losing the leader"
+    done
+else
+    [[ $cause == *"(seen by the leader, node 0)" ]] ||
+        fail "summary.json cause '$cause' does not say which side saw the loss"
+    grep -qi leader "$NETNS_WORK/node$CUT.err" ||
+        fail "node $CUT's rendezvousd did not log losing the leader"
+fi
 echo "# node $CUT cut off: leader failed the job in ${exit_ms[0]} ms, node $CUT fenced itself in ${exit_ms[CUT]} ms"
