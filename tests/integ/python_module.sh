@@ -98,9 +98,10 @@ touch "$work/status/go"
 rc=0
 wait "$pid" || rc=$?
 expect_rc 0 "the status job"
-n=$(grep -c 'gpurun.report: ranks.py:[0-9]*: loss is nan: not reported' "$work/out" || true)
-[ "$n" = 1 ] || fail "the NaN loss: $n warning lines, expected 1 (from rank 1)"
-grep -q '^\[1\] gpurun.report: ranks.py:[0-9]*: loss is nan: not reported$' "$work/out" ||
+# A warning is the rank's stderr: gpurun's stderr.
+n=$(grep -c 'gpurun.report: ranks.py:[0-9]*: loss is nan: not reported' "$work/err" || true)
+[ "$n" = 1 ] || fail "the NaN loss: $n warning lines on gpurun's stderr, expected 1 (from rank 1)"
+grep -q '^\[1\] gpurun.report: ranks.py:[0-9]*: loss is nan: not reported$' "$work/err" ||
     fail "the NaN warning does not come from rank 1"
 echo "# status --json: step, loss, total_steps of each Python rank; a NaN loss is left out"
 
