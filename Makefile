@@ -65,7 +65,8 @@ PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_SO) $(GR_EXAMPLE) $(RUNNER) $(LOADGE
               $(MPI_HELLO) $(GR_PMIX_CHECK) \
               $(BENCH_AR) $(BENCH_MPI) $(BENCH_STEP) $(BENCH_HANDOFF)
 
-.PHONY: all run test test-gpu bench fuzz fuzz-build asan memcheck install clean deps format format-check sim
+.PHONY: all run test test-gpu bench fuzz fuzz-build asan memcheck install uninstall clean deps format \
+        format-check sim
 
 all: $(PROGS)
 
@@ -447,20 +448,20 @@ $(SIM_LIBS_TEST): $(addprefix $(SIM_LIBS_DIR)/,libs_test.o cublaslt.o nccl.o)
 sim: $(SIM_LIBS_TEST)
 endif
 
-# What a node needs: gpurun and rendezvousd; the rank library for C (gr.h, libgr.a, libgr.so)
-# and for Python (the gpurun package, in lib/gpurun/python where rendezvousd finds it and puts
-# it on every rank's PYTHONPATH; `pip install lib/rank/python` is the other way in). It builds
-# what it installs, nothing else; DESTDIR is honoured.
-PY_DIR := $(PREFIX)/lib/gpurun/python/gpurun
-install: $(GPURUN) $(RENDEZVOUSD) $(GR_A) $(GR_SO)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
-	    $(DESTDIR)$(PY_DIR)
-	install -m 0755 $(GPURUN) $(RENDEZVOUSD) $(DESTDIR)$(PREFIX)/bin
-	install -m 0644 $(GR_A) $(DESTDIR)$(PREFIX)/lib
-	install -m 0755 $(GR_SO) $(DESTDIR)$(PREFIX)/lib
-	ln -sfn $(GR_SONAME) $(DESTDIR)$(PREFIX)/lib/libgr.so
-	install -m 0644 lib/rank/gr.h $(DESTDIR)$(PREFIX)/include
-	install -m 0644 $(wildcard lib/rank/python/gpurun/*.py) $(DESTDIR)$(PY_DIR)
+# What a node needs (scripts/install.sh has a row per file): gpurun, rendezvousd and
+# gpurun-train (gpurun finds it and rendezvousd beside itself, else on PATH); the rank library
+# for C (gr.h, libgr.a, libgr.so with its soname, and the pkg-config file gr.pc) and for Python
+# (the gpurun package, in lib/gpurun/python where rendezvousd finds it and puts it on every
+# rank's PYTHONPATH; `pip install lib/rank/python` is the other way in); the man pages of
+# docs/man; bash's completion of gpurun. It builds what it installs, nothing else; DESTDIR is
+# honoured. make uninstall, with the same PREFIX and DESTDIR, removes those files and the
+# directories install made.
+GR_VERSION = $(shell sed -n 's/^\#define GPURUN_VERSION "\(.*\)"$$/\1/p' client/args.h)
+install: $(GPURUN) $(RENDEZVOUSD) $(BUILD)/gpurun-train $(GR_A) $(GR_SO)
+	$(Q)PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" BUILD="$(BUILD)" GR_VERSION="$(GR_VERSION)" \
+	    GR_LIBS_PRIVATE="$(strip $(GR_SO_LIBS))" scripts/install.sh install
+uninstall:
+	$(Q)PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" scripts/install.sh uninstall
 
 clean:
 	rm -rf $(BUILD)

@@ -23,6 +23,7 @@ struct cmd_row {
     const char *hint; /* where a refused command line should look */
     const char *usage;
     const char *summary;
+    const char *brief; /* one line for gpurun's list of subcommands (NULL: not listed) */
 };
 
 static const struct cmd_row cmds[CMD_COUNT] = {
@@ -40,8 +41,7 @@ static const struct cmd_row cmds[CMD_COUNT] = {
                  "train.cfg's [job] keys (nodes, gpus_per_node, time, partition, account,\n"
                  "job_name, output, max_restarts) apply where no option is given. The job's\n"
                  "name is -J's, else the train.cfg's job_name or its file name without .cfg,\n"
-                 "else the file name of the first word ending in .py, else the command's.\n"
-                 "Subcommands: gpurun status|logs|cancel|clean --help."},
+                 "else the file name of the first word ending in .py, else the command's."},
     [CMD_STATUS] = {"status", "gpurun status --help",
                     "gpurun status [JOBID | --job-dir DIR] [--json] [--watch]",
                     "Slurm's view of the job (state, reason while pending, nodes, elapsed, time\n"
@@ -50,22 +50,30 @@ static const struct cmd_row cmds[CMD_COUNT] = {
                     "its summary: outcome, first failure, phase timings. Without a JOBID:\n"
                     "your 20 most recent gpurun jobs, one per line (--all: every one). The\n"
                     "--json layout is documented in README.md (\"gpurun status --json\") and\n"
-                    "only grows."},
+                    "only grows.",
+                    "a job's state, live per-rank view or summary; or the list of jobs"},
     [CMD_LOGS] = {"logs", "gpurun logs --help",
                   "gpurun logs [JOBID | --job-dir DIR] [--rank R] [-f]",
                   "Prints the job's rank logs: every rank's lines prefixed \"[R] \", in the\n"
                   "order they were written on any node, or one rank's log as it was written.\n"
-                  "-f keeps printing until the job ends."},
+                  "-f keeps printing until the job ends.",
+                  "a job's rank logs, merged in time order or one rank's"},
     [CMD_CANCEL] = {"cancel", "gpurun cancel --help", "gpurun cancel JOBID",
                     "Cancels a job: a Slurm job through slurm_kill_job (every node's\n"
                     "rendezvousd tears its ranks down: SIGTERM, then SIGKILL), a local one by\n"
-                    "SIGTERM to its leader. Returns once the job's processes are gone."},
+                    "SIGTERM to its leader. Returns once the job's processes are gone.",
+                    "ends a job and waits until its processes are gone"},
     [CMD_CLEAN] = {"clean", "gpurun clean --help", "gpurun clean [--older-than DAYS] [--dry-run]",
                    "Removes the job dirs of ended jobs from the jobs root ($GPURUN_JOBS, else\n"
                    "~/.gpurun/jobs), with their batch output (ID.out): a job that is pending\n"
                    "or running, or whose state cannot be known, is kept. A --job-dir outside\n"
                    "the root is never removed; its link in the root goes once it is gone.\n"
-                   "Prints each dir and the space freed."},
+                   "Prints each dir and the space freed.",
+                   "removes the job dirs of ended jobs"},
+    [CMD_HELP] = {"help", "gpurun help --help", "gpurun help [SUBCOMMAND]",
+                  "Prints gpurun's help, or with SUBCOMMAND that subcommand's (the same as\n"
+                  "'gpurun SUBCOMMAND --help').",
+                  "gpurun's help, or a subcommand's"},
 };
 
 enum arg_kind {
@@ -120,6 +128,7 @@ static const struct choice exclusive_choices[] = {
 #define ON_LOGS   (1u << CMD_LOGS)
 #define ON_CANCEL (1u << CMD_CANCEL)
 #define ON_CLEAN  (1u << CMD_CLEAN)
+#define ON_HELP   (1u << CMD_HELP)
 #define ON_ALL    (ON_RUN | ON_STATUS | ON_LOGS | ON_CANCEL | ON_CLEAN)
 #define ON_JOB    (ON_RUN | ON_STATUS | ON_LOGS | ON_CANCEL)
 
@@ -264,7 +273,7 @@ static const struct opt_row opts[] = {
      "keep printing as the logs grow, until the job ends"},
     {0, "log-level", ARG_LOGLEVEL, FIELD(log_level), 0, 0, ON_ALL, "LEVEL",
      "error, warn, info or debug (for gpurun and its daemons)"},
-    {'h', "help", ARG_FLAG, FIELD(help), 0, 0, ON_ALL, NULL, "print this help"},
+    {'h', "help", ARG_FLAG, FIELD(help), 0, 0, ON_ALL | ON_HELP, NULL, "print this help"},
     {0, "version", ARG_FLAG, FIELD(version), 0, 0, ON_RUN, NULL, "print gpurun's version"},
 };
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))
@@ -978,8 +987,30 @@ static int parse_option(struct gpurun_args *args, int argc, char **argv, int *i,
     return set_value(args, o, spelling, val, err);
 }
 
+/* help's one word: a subcommand's name, or "gpurun" for gpurun's own help. */
+static int parse_help_topic(struct gpurun_args *args, const char *word, struct errmsg *err)
+{
+    char names[128] = "";
+    size_t len = 0;
+
+    if (args->target)
+        return errmsg_set(err, -EINVAL,
+                          "gpurun help takes one subcommand: unexpected argument '%s'", word);
+    for (int c = 0; c < CMD_COUNT; c++) {
+        if (!strcmp(word, cmds[c].name)) {
+            args->target = word;
+            args->help_cmd = (enum gpurun_cmd)c;
+            return 0;
+        }
+        if (c > CMD_RUN && len < sizeof(names))
+            len += (size_t)snprintf(names + len, sizeof(names) - len, "%s%s",
+                                    c > CMD_STATUS ? ", " : "", cmds[c].name);
+    }
+    return errmsg_set(err, -EINVAL, "'%s': no such subcommand (gpurun's are %s)", word, names);
+}
+
 /* The positional arguments: run takes one train.cfg and its "section.key=value" overrides,
- * the others one JOBID. */
+ * help one SUBCOMMAND, the others one JOBID. */
 static int parse_positional(struct gpurun_args *args, const char *word, struct errmsg *err)
 {
     if (args->cmd == CMD_RUN && traincfg_is_override(word)) {
@@ -991,6 +1022,8 @@ static int parse_positional(struct gpurun_args *args, const char *word, struct e
     if (args->cmd == CMD_CLEAN)
         return errmsg_set(err, -EINVAL, "gpurun clean takes no job: unexpected argument '%s'",
                           word);
+    if (args->cmd == CMD_HELP)
+        return parse_help_topic(args, word, err);
     if (args->target)
         return errmsg_set(err, -EINVAL,
                           args->cmd == CMD_RUN
@@ -1221,6 +1254,16 @@ static void put_help(FILE *out, const char *text)
     }
 }
 
+/* gpurun's subcommands, a line each, from their rows. */
+static void usage_subcommands(FILE *out)
+{
+    fprintf(out,
+            "\nsubcommands ('gpurun help SUBCOMMAND' or 'gpurun SUBCOMMAND --help' for more):\n");
+    for (int c = 0; c < CMD_COUNT; c++)
+        if (cmds[c].brief)
+            fprintf(out, "  %-28s %s\n", cmds[c].name, cmds[c].brief);
+}
+
 /* The torchrun spellings cmd takes: each alias on a line, then the refused ones. */
 static void usage_aliases(FILE *out, enum gpurun_cmd cmd)
 {
@@ -1261,7 +1304,10 @@ void args_usage(FILE *out, enum gpurun_cmd cmd)
     struct gpurun_args def;
 
     args_init(&def);
-    fprintf(out, "usage: %s\n\n%s\n\noptions:\n", cmds[cmd].usage, cmds[cmd].summary);
+    fprintf(out, "usage: %s\n\n%s\n", cmds[cmd].usage, cmds[cmd].summary);
+    if (cmd == CMD_RUN)
+        usage_subcommands(out);
+    fprintf(out, "\noptions:\n");
     for (size_t i = 0; i < N_OPTS; i++) {
         const struct opt_row *o = &opts[i];
         char left[64], dflt[48] = "";

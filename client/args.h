@@ -19,7 +19,7 @@
 #define EXIT_CANNOT_RUN 126
 #define EXIT_NOT_FOUND  127
 
-enum gpurun_cmd { CMD_RUN, CMD_STATUS, CMD_LOGS, CMD_CANCEL, CMD_CLEAN, CMD_COUNT };
+enum gpurun_cmd { CMD_RUN, CMD_STATUS, CMD_LOGS, CMD_CANCEL, CMD_CLEAN, CMD_HELP, CMD_COUNT };
 
 /* The most "section.key=value" overrides one command line may carry. */
 #define ARGS_MAX_OVERRIDES 64
@@ -95,7 +95,9 @@ struct gpurun_args {
     bool follow;               /* logs -f */
     int rank;                  /* logs --rank; -1: every rank */
     struct args_signal signal; /* --signal */
-    const char *target;        /* run: the train.cfg; status/logs/cancel: the JOBID; or NULL */
+    const char *target;        /* run: the train.cfg; status/logs/cancel: the JOBID; help: the
+                                * SUBCOMMAND; or NULL */
+    enum gpurun_cmd help_cmd;  /* help: the subcommand whose help to print (CMD_RUN: gpurun's) */
     const char *script;        /* run: the first positional word ending in ".py" (torchrun's
                                 * "train.py ARGS..."), run by the ranks as "python3 SCRIPT ARGS...";
                                 * it and every word after it are in cmd_argv; or NULL */
@@ -161,7 +163,8 @@ bool args_given(const struct gpurun_args *args, const char *long_name);
  * or NULL: --local says it ignores them. */
 const char *args_slurm_only_given(const struct gpurun_args *args);
 
-/* Writes the help of cmd to out: usage line, then one line per option row it takes. */
+/* Writes the help of cmd to out: usage line, then one line per option row it takes; gpurun's
+ * own (CMD_RUN) also lists the subcommands, one line each. */
 void args_usage(FILE *out, enum gpurun_cmd cmd);
 
 /* The name of a subcommand ("status"; "gpurun" for CMD_RUN). */

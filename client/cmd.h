@@ -1,6 +1,6 @@
 /* gpurun's subcommands, one file each (cmd_run.c, cmd_status.c, cmd_logs.c, cmd_cancel.c,
- * cmd_clean.c), and what their command-line bodies share (cmd.c): the error line, the jobs
- * root with the message of why there is none, which job a command means, opening Slurm.
+ * cmd_clean.c, cmd_help.c), and what their command-line bodies share (cmd.c): the error line, the
+ * jobs root with the message of why there is none, which job a command means, opening Slurm.
  * Internal to gpurun: main.c's table of subcommands calls these. */
 #ifndef GPURUN_CLIENT_CMD_H
 #define GPURUN_CLIENT_CMD_H
@@ -28,6 +28,7 @@ cmd_fn cmd_status; /* gpurun status [JOBID]: one job's view, or the list of jobs
 cmd_fn cmd_logs;   /* gpurun logs JOBID: its rank logs, -f while it runs */
 cmd_fn cmd_cancel; /* gpurun cancel JOBID: ends it, and waits for its processes */
 cmd_fn cmd_clean;  /* gpurun clean: removes the job dirs of ended jobs */
+cmd_fn cmd_help;   /* gpurun help [SUBCOMMAND]: gpurun's help, or the subcommand's */
 
 /* Prints "gpurun: <text>" to stderr and returns status, for "return error_out(125, ...)". */
 int error_out(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

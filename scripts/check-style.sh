@@ -39,8 +39,8 @@ check_banned() {
     return "$bad"
 }
 
-# Shell scripts: *.sh, and any other file whose first line runs sh or bash (tests/run, .ci/run,
-# bench/run...).
+# Shell scripts: *.sh, *.bash (sourced ones: client/completion.bash), and any other file whose
+# first line runs sh or bash (tests/run, .ci/run, bench/run...).
 check_shellcheck() {
     local f first scripts=()
     if ! command -v shellcheck >/dev/null; then
@@ -48,7 +48,7 @@ check_shellcheck() {
         return 1
     fi
     for f in "${files[@]}"; do
-        if [[ $f == *.sh ]]; then
+        if [[ $f == *.sh || $f == *.bash ]]; then
             scripts+=("$f")
             continue
         fi

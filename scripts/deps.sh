@@ -8,7 +8,7 @@ pkgs=(
     libslurm-dev libmunge-dev libpmix-dev libopenmpi-dev openmpi-bin
     slurmctld slurmd slurm-client munge
     iproute2 util-linux procps psmisc elfutils gdb patchelf
-    clang libclang-rt-14-dev clang-format shellcheck
+    clang libclang-rt-14-dev clang-format shellcheck groff-base
     python3-torch libtorch-dev pybind11-dev python3-pip cmake prometheus
 )
 

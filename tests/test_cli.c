@@ -808,6 +808,60 @@ TEST(cli_args_subcommands)
     CHECK_STR(args_cmd_name(CMD_LOGS), "logs");
 }
 
+TEST(cli_args_help_subcommand)
+{
+    struct gpurun_args a;
+    struct errmsg err;
+    FILE *f;
+    char *buf = NULL;
+    size_t len = 0;
+
+    CHECK_EQ(parse(&a, &err, WORDS("help")), 0);
+    CHECK_EQ(a.cmd, CMD_HELP);
+    CHECK_EQ(a.help_cmd, CMD_RUN);
+    CHECK(!a.help);
+    args_release(&a);
+
+    CHECK_EQ(parse(&a, &err, WORDS("help", "status")), 0);
+    CHECK_EQ(a.cmd, CMD_HELP);
+    CHECK_EQ(a.help_cmd, CMD_STATUS);
+    args_release(&a);
+
+    CHECK_EQ(parse(&a, &err, WORDS("help", "help")), 0);
+    CHECK_EQ(a.help_cmd, CMD_HELP);
+    args_release(&a);
+
+    CHECK_EQ(parse(&a, &err, WORDS("help", "gpurun")), 0);
+    CHECK_EQ(a.help_cmd, CMD_RUN);
+    args_release(&a);
+
+    /* help's own help. */
+    CHECK_EQ(parse(&a, &err, WORDS("help", "--help")), 0);
+    CHECK_EQ(a.cmd, CMD_HELP);
+    CHECK(a.help);
+    args_release(&a);
+
+    CHECK_EQ(parse(&a, &err, WORDS("help", "stat")), -EINVAL);
+    CHECK_STR(err.text,
+              "'stat': no such subcommand (gpurun's are status, logs, cancel, clean, help)");
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("help", "status", "logs")), -EINVAL);
+    CHECK_STR(err.text, "gpurun help takes one subcommand: unexpected argument 'logs'");
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("help", "--json")), -EINVAL);
+    CHECK_CONTAINS(err.text, "'--json' does not apply to 'help'");
+    args_release(&a);
+
+    /* What cmd_help prints is what --help prints. */
+    capture_begin(&f, &buf, &len);
+    args_usage(f, CMD_HELP);
+    fclose(f);
+    CHECK_CONTAINS(buf, "usage: gpurun help [SUBCOMMAND]\n");
+    CHECK_CONTAINS(buf, "-h, --help");
+    CHECK(!strstr(buf, "--log-level"));
+    free(buf);
+}
+
 TEST(cli_args_time_formats)
 {
     static const struct {
@@ -864,6 +918,11 @@ TEST(cli_args_usage_lists_the_rows)
     CHECK_CONTAINS(buf, "\"python3 SCRIPT.py ARGS\"");
     CHECK_CONTAINS(buf, "\"gpurun: job ID, job dir DIR\"");
     CHECK_CONTAINS(buf, "The job's\nname is -J's");
+    /* The subcommands, a line each from their rows. */
+    CHECK_CONTAINS(buf, "\nsubcommands ('gpurun help SUBCOMMAND' or 'gpurun SUBCOMMAND --help' for "
+                        "more):\n  status   ");
+    CHECK_CONTAINS(buf, "\n  clean                        removes the job dirs of ended jobs\n");
+    CHECK_CONTAINS(buf, "\n  help                         gpurun's help, or a subcommand's\n");
     /* A continued help line starts under the first. */
     CHECK_CONTAINS(buf, "as with torchrun;\n                               single");
     /* torchrun's spellings, from the alias table. */

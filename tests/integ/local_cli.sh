@@ -4,7 +4,7 @@
 # their refusals, "did you mean" for slips; the "gpurun: job ID, job dir DIR" line before the
 # ranks' output and status/logs/cancel by that ID (a --job-dir job too); the job's name, time
 # limit, --gpu-bind and --signal in job.json (local, and the Slurm spec --emit-sbatch shows);
-# the name in `gpurun status`.
+# the name in `gpurun status`; `gpurun help [SUBCOMMAND]` as --help.
 # timeout: 180
 set -euo pipefail
 # shellcheck source=local_common.sh
@@ -193,4 +193,17 @@ expect_rc 0 "--help"
 for want in "--nproc-per-node N" "--gpu-bind MODE" "--signal [B:]SIG[@TIME]" "SCRIPT.py"; do
     grep -qF -- "$want" "$work/out" || fail "--help lacks '$want'"
 done
+# `gpurun help [SUBCOMMAND]` prints what --help prints.
+cp "$work/out" "$work/help.want"
+run help
+expect_rc 0 "gpurun help"
+cmp -s "$work/out" "$work/help.want" || fail "'gpurun help' differs from 'gpurun --help'"
+run logs --help
+cp "$work/out" "$work/help.want"
+run help logs
+expect_rc 0 "gpurun help logs"
+cmp -s "$work/out" "$work/help.want" || fail "'gpurun help logs' differs from 'gpurun logs --help'"
+run help lgos
+expect_rc 125 "gpurun help lgos"
+expect_err "gpurun: 'lgos': no such subcommand (gpurun's are status, logs, cancel, clean, help)"
 echo "# SCRIPT.py ARGS, torchrun's spellings, the job line and ID, name/time/bind/signal ok"
