@@ -558,22 +558,26 @@ static void print_failure(FILE *out, const json_t *ff)
 
     if (!json_is_object(ff))
         return;
-    /* A cancelled job's first "failure" is a node's, without a rank. */
-    if (iget(ff, "rank", -1) >= 0)
-        fprintf(out, "first failure: rank %ld on node %ld", iget(ff, "rank", -1),
-                iget(ff, "node", -1));
-    else
-        fprintf(out, "first failure: node %ld", iget(ff, "node", -1));
-    if (host && *host)
-        fprintf(out, " (%s)", host);
-    if (sig)
-        fprintf(out, ": killed by signal %ld%s%s", sig, sget(ff, "signal_name") ? " " : "",
-                sget(ff, "signal_name") ? sget(ff, "signal_name") : "");
-    else if (code)
-        fprintf(out, ": exited with status %ld", code);
-    if (cause && *cause)
-        fprintf(out, " [%s]", cause);
-    fprintf(out, "\n");
+    /* The cause names the rank, its node and host, and what happened: said once. Without
+     * one (an older record), the same from the fields. */
+    if (cause && *cause) {
+        fprintf(out, "first failure: %s\n", cause);
+    } else {
+        /* A cancelled job's first "failure" is a node's, without a rank. */
+        if (iget(ff, "rank", -1) >= 0)
+            fprintf(out, "first failure: rank %ld on node %ld", iget(ff, "rank", -1),
+                    iget(ff, "node", -1));
+        else
+            fprintf(out, "first failure: node %ld", iget(ff, "node", -1));
+        if (host && *host)
+            fprintf(out, " ('%s')", host);
+        if (sig)
+            fprintf(out, " was killed by signal %ld%s%s", sig, sget(ff, "signal_name") ? " " : "",
+                    sget(ff, "signal_name") ? sget(ff, "signal_name") : "");
+        else if (code)
+            fprintf(out, " exited with status %ld", code);
+        fprintf(out, "\n");
+    }
     err = json_object_get(ff, "error");
     if (json_is_object(err)) {
         fprintf(out, "exception: %s%s%s", sget(err, "type") ? sget(err, "type") : "?",
