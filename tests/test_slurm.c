@@ -761,12 +761,13 @@ TEST(slurm_view_of_an_ended_job)
                         "last lines of its log:\n  boom\n  bang\n");
     CHECK_CONTAINS(buf, "timings: queued 2 s, ");
     CHECK_CONTAINS(buf,
-                   "rank  node  host   phase   step  loss    tokens/s  heartbeat  report  exit\n");
-    /* tokens/s: these ranks never reported one ("-", not 0). */
+                   "rank  node  host   phase   step  loss    tokens/s  heartbeat  report  output  "
+                   "exit\n");
+    /* tokens/s: these ranks never reported one ("-", not 0); no output known, no last line. */
     CHECK_CONTAINS(buf, "\n0     0     node1  exited  7     2.5000  -         0.0s       -       "
-                        "signal 15 (torn down)\n");
+                        "-       signal 15 (torn down)\n");
     CHECK_CONTAINS(buf, "\n1     1     node2  exited  5     2.7500  -         0.0s       -       "
-                        "exit 3\n");
+                        "-       exit 3\n");
     free(buf);
     json_decref(v);
 }
