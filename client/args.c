@@ -115,6 +115,13 @@ static const struct choice gpu_bind_choices[] = {
     {NULL, 0, false},
 };
 
+/* What --hang-timeout watches. */
+static const struct choice hang_watch_choices[] = {
+    {"report", HANG_WATCH_REPORT, true},
+    {"output", HANG_WATCH_OUTPUT, true},
+    {NULL, 0, false},
+};
+
 /* sbatch's --exclusive[=user|mcs]; bare, the first. */
 static const struct choice exclusive_choices[] = {
     {"exclusive", SBATCH_EXCLUSIVE, true},
@@ -241,6 +248,10 @@ static const struct opt_row opts[] = {
      "node_exporter's textfile collector, rewritten every 5 s, removed at the end"},
     {0, "hang-timeout", ARG_SECONDS, FIELD(spec.hang_timeout_ms), 0, 86400000, ON_RUN, "SEC",
      "fail the job when no rank reports progress for SEC (0: never)"},
+    {0, "hang-watch", ARG_CHOICE, FIELD(spec.hang_watch), 0, 0, ON_RUN, "WHAT",
+     "what --hang-timeout watches: report (gpurun.report, gr_report; the\n"
+     "default) or output (a rank that prints nothing for SEC: any script)",
+     hang_watch_choices},
     {0, "kill-grace", ARG_SECONDS, FIELD(spec.kill_grace_ms), 0, 600000, ON_RUN, "SEC",
      "time from SIGTERM to SIGKILL when ranks are torn down"},
     {0, "heartbeat", ARG_SECONDS, FIELD(spec.hb_interval_ms), 10, 600000, ON_RUN, "SEC",

@@ -4,6 +4,7 @@
  * followed with --wait by follow.c). */
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,59 @@ static void cfg_job_name(struct gpurun_args *args, struct run_plan *p)
     args->job_name = p->job_name;
 }
 
+/* The first element of a data spec (a path, a glob, or a comma-separated list of them, as
+ * gpurun-train reads it) that matches no file, copied to out; false when every one matches. */
+static bool data_missing(const char *spec, char *out, size_t n)
+{
+    const char *p = spec;
+
+    while (p && *p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        glob_t g;
+        bool found;
+
+        snprintf(out, n, "%.*s", (int)len, p);
+        found = glob(out, GLOB_NOCHECK, NULL, &g) == 0 && g.gl_pathc > 0 &&
+                access(g.gl_pathv[0], F_OK) == 0;
+        globfree(&g);
+        if (!found)
+            return true;
+        p = comma ? comma + 1 : NULL;
+    }
+    return false;
+}
+
+/* A first run's most likely error, said before anything starts and with the way out: the
+ * token shards are not made yet. On Slurm the nodes may see other files than this host: a
+ * warning there, a refusal here. */
+static int check_data(const struct gpurun_args *args, const struct traincfg *c)
+{
+    const char *const keys[] = {"train", "val"};
+    const char *const specs[] = {c->train, c->val};
+    char missing[PATH_MAX];
+
+    for (int i = 0; i < 2; i++) {
+        if (!specs[i] || !data_missing(specs[i], missing, sizeof(missing)))
+            continue;
+        const char *demo = strstr(missing, "data/demo/") ? "; the demo's are made by "
+                                                           "scripts/prep-demo-data.sh (or make run)"
+                                                         : "";
+        if (!args->local) {
+            fprintf(stderr,
+                    "gpurun: warning: %s: data.%s: '%s': no file matches here (the nodes may see "
+                    "other files)\n",
+                    args->target, keys[i], missing);
+            continue;
+        }
+        return error_out(EXIT_FAILED,
+                         "%s: data.%s: '%s': no file matches; make token shards with "
+                         "'gpurun-train prep TEXT... -o DIR'%s",
+                         args->target, keys[i], missing, demo);
+    }
+    return 0;
+}
+
 /* A train.cfg: its [job] keys where no flag is given, and gpurun-train as the command. */
 static int plan_cfg(struct gpurun_args *args, struct run_plan *p)
 {
@@ -153,6 +207,8 @@ static int plan_cfg(struct gpurun_args *args, struct run_plan *p)
         cfg_job_name(args, p);
     if (find_program("gpurun-train", p->train, sizeof(p->train)) < 0)
         return error_out(EXIT_NOT_FOUND, "cannot find 'gpurun-train' beside gpurun or on PATH");
+    if (check_data(args, c))
+        return EXIT_FAILED;
     if (!realpath(args->target, p->cfg_path))
         return error_out(EXIT_FAILED, "cannot resolve '%s': %s", args->target, uv_strerror(-errno));
     p->argc = 2 + args->n_overrides;

@@ -13,6 +13,7 @@
 #include "jobspec.h"
 #include "status.h"
 #include "traincfg.h"
+#include "utf8.h"
 #include "view.h"
 #include "signame.h"
 #include "banned.h"
@@ -429,22 +430,28 @@ static void exit_cause(char *buf, size_t n, const json_t *r)
         snprintf(buf, n, "exit %ld%s", code, killed ? " (torn down)" : "");
 }
 
-#define NCOL 10
+#define NCOL          12
+/* The bytes of a rank's last line of output the table shows (cut at a character). */
+#define VIEW_LINE_MAX 60
 
 /* The blamed rank's stack in `gpurun status`: enough lines to see where it stopped. */
 #define VIEW_STACK_LINES 40
 
 static void print_ranks(FILE *out, const json_t *job)
 {
-    static const char *const head[NCOL] = {"rank", "node",     "host",      "phase",  "step",
-                                           "loss", "tokens/s", "heartbeat", "report", "exit"};
+    static const char *const head[NCOL] = {"rank",   "node",   "host",     "phase",
+                                           "step",   "loss",   "tokens/s", "heartbeat",
+                                           "report", "output", "exit",     "last line"};
     const json_t *ranks = json_object_get(job, "ranks"), *nodes = json_object_get(job, "nodes");
     size_t nr = json_array_size(ranks), i;
-    int width[NCOL];
-    char(*cells)[NCOL][48];
+    int width[NCOL], ncol = NCOL - 1;
+    char(*cells)[NCOL][VIEW_LINE_MAX + 8];
+    json_t *x0;
 
     if (nr == 0)
         return;
+    /* The last line only where a rank has one: a table of empty cells says nothing. */
+    json_array_foreach(ranks, i, x0) if (sget(x0, "last_line")) ncol = NCOL;
     cells = calloc(nr, sizeof(*cells));
     if (!cells)
         return;
@@ -458,40 +465,46 @@ static void print_ranks(FILE *out, const json_t *job)
         json_t *x;
         char *row[NCOL];
         double loss = nget(r, "loss");
+        const char *line = sget(r, "last_line");
+        const int cell = VIEW_LINE_MAX + 8;
 
         json_array_foreach(nodes, k, x) if (iget(x, "node", -2) == node) nd = x;
         for (int c = 0; c < NCOL; c++)
             row[c] = cells[i][c];
-        snprintf(row[0], 48, "%ld", iget(r, "rank", -1));
-        snprintf(row[1], 48, "%ld", node);
-        snprintf(row[2], 48, "%s", nd && sget(nd, "hostname") ? sget(nd, "hostname") : "-");
-        snprintf(row[3], 48, "%s", sget(r, "phase") ? sget(r, "phase") : "-");
-        snprintf(row[4], 48, "%ld", iget(r, "step", 0));
+        snprintf(row[0], cell, "%ld", iget(r, "rank", -1));
+        snprintf(row[1], cell, "%ld", node);
+        snprintf(row[2], cell, "%s", nd && sget(nd, "hostname") ? sget(nd, "hostname") : "-");
+        snprintf(row[3], cell, "%s", sget(r, "phase") ? sget(r, "phase") : "-");
+        snprintf(row[4], cell, "%ld", iget(r, "step", 0));
         if (iget(r, "step", 0) > 0 && isfinite(loss))
-            snprintf(row[5], 48, "%.4f", loss);
+            snprintf(row[5], cell, "%.4f", loss);
         else
-            snprintf(row[5], 48, "-");
+            snprintf(row[5], cell, "-");
         if (isfinite(nget(r, "tokens_per_s")))
-            snprintf(row[6], 48, "%.0f", nget(r, "tokens_per_s"));
+            snprintf(row[6], cell, "%.0f", nget(r, "tokens_per_s"));
         else
-            snprintf(row[6], 48, "-");
-        age(row[7], 48, nd ? iget(nd, "hb_age_ms", -1) : -1);
+            snprintf(row[6], cell, "-");
+        age(row[7], cell, nd ? iget(nd, "hb_age_ms", -1) : -1);
         if (json_is_false(json_object_get(r, "reported")))
-            snprintf(row[8], 48, "no reports");
+            snprintf(row[8], cell, "no reports");
         else
-            age(row[8], 48, iget(r, "report_age_ms", -1));
-        exit_cause(row[9], 48, r);
-        for (int c = 0; c < NCOL; c++)
+            age(row[8], cell, iget(r, "report_age_ms", -1));
+        age(row[9], cell, iget(r, "output_age_ms", -1));
+        exit_cause(row[10], cell, r);
+        /* Cut at a character: the line is valid UTF-8. */
+        snprintf(row[11], cell, "%.*s", (int)utf8_prefix_len(line ? line : "", VIEW_LINE_MAX),
+                 line ? line : "");
+        for (int c = 0; c < ncol; c++)
             if ((int)strlen(row[c]) > width[c])
                 width[c] = (int)strlen(row[c]);
     }
     fprintf(out, "\n");
-    for (int c = 0; c < NCOL; c++)
-        fprintf(out, "%-*s%s", c + 1 < NCOL ? width[c] : 0, head[c], c + 1 < NCOL ? "  " : "\n");
+    for (int c = 0; c < ncol; c++)
+        fprintf(out, "%-*s%s", c + 1 < ncol ? width[c] : 0, head[c], c + 1 < ncol ? "  " : "\n");
     for (i = 0; i < nr; i++)
-        for (int c = 0; c < NCOL; c++)
-            fprintf(out, "%-*s%s", c + 1 < NCOL ? width[c] : 0, cells[i][c],
-                    c + 1 < NCOL ? "  " : "\n");
+        for (int c = 0; c < ncol; c++)
+            fprintf(out, "%-*s%s", c + 1 < ncol ? width[c] : 0, cells[i][c],
+                    c + 1 < ncol ? "  " : "\n");
     free(cells);
 }
 
@@ -558,22 +571,26 @@ static void print_failure(FILE *out, const json_t *ff)
 
     if (!json_is_object(ff))
         return;
-    /* A cancelled job's first "failure" is a node's, without a rank. */
-    if (iget(ff, "rank", -1) >= 0)
-        fprintf(out, "first failure: rank %ld on node %ld", iget(ff, "rank", -1),
-                iget(ff, "node", -1));
-    else
-        fprintf(out, "first failure: node %ld", iget(ff, "node", -1));
-    if (host && *host)
-        fprintf(out, " (%s)", host);
-    if (sig)
-        fprintf(out, ": killed by signal %ld%s%s", sig, sget(ff, "signal_name") ? " " : "",
-                sget(ff, "signal_name") ? sget(ff, "signal_name") : "");
-    else if (code)
-        fprintf(out, ": exited with status %ld", code);
-    if (cause && *cause)
-        fprintf(out, " [%s]", cause);
-    fprintf(out, "\n");
+    /* The cause names the rank, its node and host, and what happened: said once. Without
+     * one (an older record), the same from the fields. */
+    if (cause && *cause) {
+        fprintf(out, "first failure: %s\n", cause);
+    } else {
+        /* A cancelled job's first "failure" is a node's, without a rank. */
+        if (iget(ff, "rank", -1) >= 0)
+            fprintf(out, "first failure: rank %ld on node %ld", iget(ff, "rank", -1),
+                    iget(ff, "node", -1));
+        else
+            fprintf(out, "first failure: node %ld", iget(ff, "node", -1));
+        if (host && *host)
+            fprintf(out, " ('%s')", host);
+        if (sig)
+            fprintf(out, " was killed by signal %ld%s%s", sig, sget(ff, "signal_name") ? " " : "",
+                    sget(ff, "signal_name") ? sget(ff, "signal_name") : "");
+        else if (code)
+            fprintf(out, " exited with status %ld", code);
+        fprintf(out, "\n");
+    }
     err = json_object_get(ff, "error");
     if (json_is_object(err)) {
         fprintf(out, "exception: %s%s%s", sget(err, "type") ? sget(err, "type") : "?",

@@ -178,9 +178,29 @@ static json_t *waiting_json(const struct agent *a)
     return w;
 }
 
+/* The ranks whose output moved since the last flush: their last line and its age (proto.h,
+ * progress "output"); NULL when none moved. */
+static json_t *output_json(struct agent *a, int64_t now)
+{
+    json_t *out = NULL;
+
+    for (int i = 0; i < a->nranks; i++) {
+        struct arank *r = &a->ranks[i];
+        if (!r->output_dirty)
+            continue;
+        r->output_dirty = false;
+        if (!out && !(out = json_array()))
+            return NULL;
+        json_array_append_new(out,
+                              json_pack("{s:i, s:s, s:I}", "rank", r->rank, "line", r->last_line,
+                                        "age_ms", (json_int_t)(now - r->output_ms)));
+    }
+    return out;
+}
+
 static void flush_progress(struct agent *a)
 {
-    json_t *arr = json_array(), *msg;
+    json_t *arr = json_array(), *msg, *out;
     int64_t t = now_ms(a);
 
     for (int i = 0; i < a->nranks; i++) {
@@ -199,7 +219,8 @@ static void flush_progress(struct agent *a)
         json_array_append_new(arr, e);
     }
     a->last_flush_ms = t;
-    if (json_array_size(arr) == 0 && !a->waits_dirty) {
+    out = output_json(a, t);
+    if (json_array_size(arr) == 0 && !a->waits_dirty && !out) {
         json_decref(arr);
         return;
     }
@@ -208,6 +229,10 @@ static void flush_progress(struct agent *a)
         a->waits_dirty = false;
         json_object_set_new(msg, "waiting", waiting_json(a));
     }
+    if (msg && out)
+        json_object_set_new(msg, "output", out);
+    else
+        json_decref(out);
     send_leader(a, msg);
 }
 
@@ -760,6 +785,7 @@ static void write_metrics(struct agent *a)
             .loss = r->loss,
             .tokens_per_s = r->tokens_per_s,
             .report_age_ms = r->progress_ms ? now - r->progress_ms : -1,
+            .output_age_ms = r->output_ms ? now - r->output_ms : -1,
             .running = r->spawned && !r->exited,
         };
     }

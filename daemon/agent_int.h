@@ -112,6 +112,11 @@ struct arank {
     double loss, lr, tokens_per_s, grad_norm;
     bool dirty;
     int waits; /* its requests that wait on the other ranks: barriers, gets with a timeout */
+    /* Liveness for any script: its last line of output (valid UTF-8, a redraw's too) and when
+     * its last byte came (the loop's clock; 0: none yet); output_dirty: not yet sent. */
+    char last_line[TAIL_LINE_MAX];
+    int64_t output_ms;
+    bool output_dirty;
     char tail[TAIL_LINES][TAIL_LINE_MAX];
     int tail_next, tail_count;
 };

@@ -341,6 +341,10 @@ static void emit(struct arank *r, const char *s, size_t n, bool is_err, char end
      * counted. */
     if (o)
         outbuf_line(o, r->local, buf, len);
+    if (n) {
+        utf8_sanitize(r->last_line, sizeof(r->last_line), s, n);
+        r->output_dirty = true;
+    }
 }
 
 void arank_emit_line(struct arank *r, const char *s, size_t n, bool is_err)
@@ -394,6 +398,8 @@ static void stream_take(struct ostream *o, const char *data, size_t n)
     if (arank_log_append(r, data, n) < 0)
         log_debug("cannot write rank %d's log: %s", r->rank, strerror(errno));
     o->last_ms = mono_ms();
+    r->output_ms = (int64_t)uv_now(r->agent->loop);
+    r->output_dirty = true;
     for (size_t i = 0; i < n; i++) {
         char c = data[i];
         if (o->cr) {

@@ -135,7 +135,9 @@ struct rank {
     int64_t first_ms, first_step; /* its first report, for the rate of steps */
     int code, signal;
     bool oom, killed;
-    bool waiting;  /* in a barrier or a get with a timeout: waits on the others (its agent) */
+    bool waiting;      /* in a barrier or a get with a timeout: waits on the others (its agent) */
+    int64_t output_ms; /* when its last byte of output came; 0: none yet */
+    char last_line[PROTO_LINE_MAX + 1]; /* its last line of output, valid UTF-8 */
     json_t *stack; /* a string: its stack as captured before a hang's teardown, or NULL */
     json_t *error; /* the exception it recorded (TORCHELASTIC_ERROR_FILE), or NULL */
 };
@@ -453,6 +455,13 @@ static json_t *rank_view(const struct leader *l, int r, bool detail)
         proto_set_number(v, "lr", k->lr);
         proto_set_number(v, "tokens_per_s", k->tokens_per_s);
         proto_set_number(v, "grad_norm", k->grad_norm);
+    }
+    /* Liveness for scripts that do not report: the last line and how long ago output came. */
+    if (v) {
+        json_object_set_new(v, "output_age_ms",
+                            json_integer(k->output_ms ? now_ms(l) - k->output_ms : -1));
+        if (k->last_line[0])
+            json_object_set_new(v, "last_line", json_string(k->last_line));
     }
     /* Steps per second since its first report: the ETA's rate. */
     if (v && k->report_ms > k->first_ms && k->step > k->first_step)
@@ -880,6 +889,33 @@ static void set_waiting(struct leader *l, const struct node *n, json_t *waiting)
     }
 }
 
+/* The node's ranks whose output moved: their last line and when their last byte came. */
+static void set_output(struct leader *l, const struct node *n, json_t *output)
+{
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(output, i, e)
+    {
+        int r;
+        const char *line;
+        size_t len;
+        json_int_t age;
+        if (json_unpack(e, "{s:i, s:s%, s:I}", "rank", &r, "line", &line, &len, "age_ms", &age) <
+                0 ||
+            r < n->rank_base || r >= n->rank_base + n->nprocs || r >= l->world_size || age < 0 ||
+            age > INT32_MAX || len > PROTO_LINE_MAX) {
+            log_warn("ignoring a bad output entry from node %d", (int)(n - l->nodes));
+            continue;
+        }
+        memcpy(l->ranks[r].last_line, line, len);
+        l->ranks[r].last_line[len] = '\0';
+        l->ranks[r].output_ms = now_ms(l) - age;
+        if (l->ranks[r].output_ms <= 0)
+            l->ranks[r].output_ms = 1;
+    }
+}
+
 static void do_progress(struct leader *l, struct conn *c, struct msg *m)
 {
     size_t i;
@@ -887,6 +923,8 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
 
     if (m->waiting)
         set_waiting(l, &l->nodes[c->node], m->waiting);
+    if (m->output)
+        set_output(l, &l->nodes[c->node], m->output);
     json_array_foreach(m->array, i, e)
     {
         int r;
@@ -1445,6 +1483,53 @@ static int hang_culprit(const struct leader *l, int stalled, const char **why)
     return stalled;
 }
 
+/* --hang-watch output: a running rank's sign of life is its last byte of output (the
+ * generation's start for one that printed nothing yet). The job hangs when a rank's is older
+ * than hang_timeout; the culprit, as for reports, is not a rank waiting on the others while
+ * one that is not waiting runs. */
+static void check_hang_output(struct leader *l, int64_t now)
+{
+    int64_t hang = l->spec->hang_timeout_ms, ms;
+    int stalled = -1, blamed = -1, node;
+    char cause[480];
+
+    for (int r = 0; r < l->world_size; r++) {
+        const struct rank *k = &l->ranks[r];
+        int64_t sign = k->output_ms ? k->output_ms : l->t_generation;
+        if (k->phase != PHASE_RUNNING)
+            continue;
+        if (now - sign > hang + HANG_MARGIN_MS &&
+            (stalled < 0 ||
+             sign < (l->ranks[stalled].output_ms ? l->ranks[stalled].output_ms : l->t_generation)))
+            stalled = r;
+        if (!k->waiting &&
+            (blamed < 0 ||
+             sign < (l->ranks[blamed].output_ms ? l->ranks[blamed].output_ms : l->t_generation)))
+            blamed = r;
+    }
+    if (stalled < 0)
+        return;
+    if (!l->ranks[stalled].waiting || blamed < 0)
+        blamed = stalled;
+    const struct rank *b = &l->ranks[blamed];
+    ms = now - (b->output_ms ? b->output_ms : l->t_generation);
+    node = node_of(l, blamed);
+    if (b->last_line[0])
+        snprintf(cause, sizeof(cause),
+                 "rank %d on node %d ('%s') hung: no output for %.1f s (--hang-watch output)%s; "
+                 "its last line: '%.200s'",
+                 blamed, node, l->nodes[node].hostname, (double)ms / 1000,
+                 blamed != stalled ? ", while the others wait for it" : "", b->last_line);
+    else
+        snprintf(cause, sizeof(cause),
+                 "rank %d on node %d ('%s') hung: it printed nothing in %.1f s (--hang-watch "
+                 "output)%s",
+                 blamed, node, l->nodes[node].hostname, (double)ms / 1000,
+                 blamed != stalled ? ", while the others wait for it" : "");
+    l->abort_stacks = true;
+    fail(l, 124, "hung", true, failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""));
+}
+
 static void check_hang(struct leader *l, int64_t now)
 {
     int64_t hang = l->spec->hang_timeout_ms;
@@ -1457,6 +1542,10 @@ static void check_hang(struct leader *l, int64_t now)
 
     if (hang <= 0 || l->state != JOB_RUNNING)
         return;
+    if (l->spec->hang_watch == HANG_WATCH_OUTPUT) {
+        check_hang_output(l, now);
+        return;
+    }
     for (int r = 0; r < l->world_size; r++) {
         const struct rank *k = &l->ranks[r];
         if (!k->report_ms)

@@ -104,6 +104,13 @@ char *metrics_render(const struct metrics_node *n)
         put_rank(f, n, "gpurun_rank_report_age_seconds", r->rank,
                  r->report_age_ms >= 0 ? (double)r->report_age_ms / 1000 : NAN);
     }
+    put_head(f, "gpurun_rank_output_age_seconds", "gauge",
+             "time since the rank's last output on stdout or stderr (--hang-watch output)");
+    for (int i = 0; i < n->nranks; i++) {
+        const struct metrics_rank *r = &n->ranks[i];
+        put_rank(f, n, "gpurun_rank_output_age_seconds", r->rank,
+                 r->output_age_ms >= 0 ? (double)r->output_age_ms / 1000 : NAN);
+    }
     if (fclose(f) != 0) {
         free(text);
         return NULL;

@@ -320,6 +320,14 @@ char **rankenv_build(const struct rankenv_rank *r, char *const *base)
     set_gpus(&e, r);
     set_slurm(&e, r);
     set_horovod(&e, r);
+    /* torch's gloo binds the interface its host's name resolves to, and where that name does
+     * not resolve to the address this node is reached at (a cluster's management name, a
+     * container's) it falls back to loopback and its peers are refused: the interface that
+     * holds this node's address, unless the user chose one. NCCL_SOCKET_IFNAME is left to
+     * NCCL, as torchrun leaves it: NCCL finds a routable interface itself, and this one may
+     * be a slow management network beside the fabric NCCL would pick. */
+    if (r->hvd_iface)
+        set_default(&e, "GLOO_SOCKET_IFNAME", r->hvd_iface);
 
     /* Threads per rank: the CPUs this node's agent has, shared out, so that ranks neither
      * oversubscribe the cores nor starve their data loaders with one thread. */

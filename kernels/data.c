@@ -343,7 +343,9 @@ static int add_element(struct data_set *ds, const char *elem, int vocab_size, st
         return add_path(ds, elem, vocab_size, err);
     rc = glob(elem, 0, NULL, &g);
     if (rc == GLOB_NOMATCH)
-        return errmsg_set(err, -ENOENT, "'%s': no file matches", elem);
+        return errmsg_set(err, -ENOENT,
+                          "'%s': no file matches (token shards are made by 'gpurun-train prep')",
+                          elem);
     if (rc != 0)
         return errmsg_set(err, rc == GLOB_NOSPACE ? -ENOMEM : -EIO, "cannot expand '%s': %s", elem,
                           rc == GLOB_NOSPACE ? "out of memory" : "read error");

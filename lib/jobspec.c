@@ -32,6 +32,8 @@ static const struct int_key int_keys[] = {
     {"hb_interval_ms", offsetof(struct jobspec, hb_interval_ms), 1000, 10, 600000},
     {"hb_timeout_ms", offsetof(struct jobspec, hb_timeout_ms), 10000, 20, 3600000},
     {"hang_timeout_ms", offsetof(struct jobspec, hang_timeout_ms), 0, 0, 86400000},
+    {"hang_watch", offsetof(struct jobspec, hang_watch), HANG_WATCH_REPORT, HANG_WATCH_REPORT,
+     HANG_WATCH_OUTPUT},
     {"kill_grace_ms", offsetof(struct jobspec, kill_grace_ms), 5000, 0, 600000},
     {"max_restarts", offsetof(struct jobspec, max_restarts), 0, 0, 1000},
     {"gpu_bind", offsetof(struct jobspec, gpu_bind), GPU_BIND_NONE, GPU_BIND_NONE, GPU_BIND_SINGLE},

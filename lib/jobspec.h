@@ -23,6 +23,7 @@ struct jobspec {
     int hb_interval_ms;  /* heartbeat period, both ways */
     int hb_timeout_ms;   /* silence after which a peer counts as lost */
     int hang_timeout_ms; /* no progress report for this long fails the job; 0: off */
+    int hang_watch;      /* what hang_timeout watches: HANG_WATCH_REPORT or _OUTPUT */
     int kill_grace_ms;   /* SIGTERM to SIGKILL */
     int max_restarts;    /* generations the leader may start after a failure */
     int gpu_bind;        /* GPU_BIND_NONE: every rank sees the node's GPUs (torchrun's way);
@@ -33,6 +34,11 @@ struct jobspec {
     int time_limit_s;    /* the job's time limit (0: none): a SIGTERM at it is a timeout */
     bool loopback;       /* --local: the leader binds 127.0.0.1 only */
 };
+
+/* jobspec.hang_watch: the ranks' progress reports (gpurun.report, gr_report), or their output
+ * (any byte on stdout or stderr), for scripts that do not report. */
+#define HANG_WATCH_REPORT 0
+#define HANG_WATCH_OUTPUT 1
 
 /* jobspec.gpu_bind: srun's --gpu-bind names. */
 #define GPU_BIND_NONE   0

@@ -63,7 +63,9 @@ static const struct proto_row rows[MSG_TYPE_COUNT] = {
                     {REQ("step", 'I', step), OPT("loss", 'F', loss), OPT("lr", 'F', lr),
                      OPT("tokens_per_s", 'F', tokens_per_s), OPT("grad_norm", 'F', grad_norm),
                      OPT("total_steps", 'I', total_steps)}},
-    [MSG_PROGRESS] = {"progress", {REQ("ranks", 'o', array), OPT("waiting", 'o', waiting)}},
+    [MSG_PROGRESS] = {"progress",
+                      {REQ("ranks", 'o', array), OPT("waiting", 'o', waiting),
+                       OPT("output", 'o', output)}},
     [MSG_PREEMPT] = {"preempt", {REQ("id", 'I', id)}},
     [MSG_SIGNAL] = {"signal", {OPT("id", 'I', id), REQ("signal", 'i', signal)}},
     [MSG_FINALIZE] = {"finalize", {REQ("id", 'I', id)}},
@@ -127,6 +129,8 @@ static int check_limits(const struct msg *m, struct proto_error *err)
         return errmsg_set(&err->why, -EBADMSG, "'%s': 'ranks' must be an array", what);
     if (m->waiting && !json_is_array(m->waiting))
         return errmsg_set(&err->why, -EBADMSG, "'%s': 'waiting' must be an array", what);
+    if (m->output && !json_is_array(m->output))
+        return errmsg_set(&err->why, -EBADMSG, "'%s': 'output' must be an array", what);
     if (m->type == MSG_STATUS_REPLY && !json_is_object(m->array))
         return errmsg_set(&err->why, -EBADMSG, "'status_reply': 'job' must be an object");
     return 0;

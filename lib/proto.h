@@ -93,6 +93,8 @@
 #define PROTO_STORE_KEYS_MAX 1000000
 #define PROTO_NAME_MAX       256
 #define PROTO_TAIL_MAX       4096
+/* A rank's last line of output in a progress message (the agent keeps 239 bytes of a line). */
+#define PROTO_LINE_MAX       256
 /* A captured stack: every thread of a Python rank, or a native backtrace, trimmed at its end. */
 #define PROTO_STACK_MAX      (32 * 1024)
 
@@ -148,6 +150,10 @@ struct msg {
     /* progress: the node's ranks now waiting on the others (in a barrier, or for a key with
      * a timeout), an array of rank numbers, the whole set, sent when it changed; or NULL */
     json_t *waiting;
+    /* progress: the node's ranks whose output moved since the last flush, an array of
+     * {rank, line, age_ms}: the last line (valid UTF-8, at most PROTO_LINE_MAX bytes) and how
+     * long ago any byte came; or NULL */
+    json_t *output;
 };
 
 /* Where a decode failed and why, for one log line and one error frame: the text, and the id

@@ -21,9 +21,16 @@ static const struct metrics_rank two_ranks[] = {
      .loss = 2.5,
      .tokens_per_s = 8192,
      .report_age_ms = 1500,
+     .output_age_ms = 250,
      .running = true},
-    /* Never reported: no loss, throughput or age, though it runs. */
-    {.rank = 5, .step = 0, .loss = 0, .tokens_per_s = 0, .report_age_ms = -1, .running = true},
+    /* Never reported, never printed: no loss, throughput or ages, though it runs. */
+    {.rank = 5,
+     .step = 0,
+     .loss = 0,
+     .tokens_per_s = 0,
+     .report_age_ms = -1,
+     .output_age_ms = -1,
+     .running = true},
 };
 
 static const char want_two_ranks[] =
@@ -58,7 +65,11 @@ static const char want_two_ranks[] =
     "# HELP gpurun_rank_report_age_seconds time since the rank's last progress report (what "
     "hang detection watches)\n"
     "# TYPE gpurun_rank_report_age_seconds gauge\n"
-    "gpurun_rank_report_age_seconds{job=\"77\",node=\"2\",rank=\"4\"} 1.5\n";
+    "gpurun_rank_report_age_seconds{job=\"77\",node=\"2\",rank=\"4\"} 1.5\n"
+    "# HELP gpurun_rank_output_age_seconds time since the rank's last output on stdout or "
+    "stderr (--hang-watch output)\n"
+    "# TYPE gpurun_rank_output_age_seconds gauge\n"
+    "gpurun_rank_output_age_seconds{job=\"77\",node=\"2\",rank=\"4\"} 0.25\n";
 
 TEST(metrics_render_every_sample)
 {
@@ -86,6 +97,7 @@ TEST(metrics_render_escapes_and_omits)
                                     .loss = NAN,
                                     .tokens_per_s = 1,
                                     .report_age_ms = 10,
+                                    .output_age_ms = -1,
                                     .running = false};
     struct metrics_node n = {.job_id = "a\"b\\c\nd",
                              .hostname = "h\"1",

@@ -562,3 +562,39 @@ TEST(rankenv_user_values_kept)
     rankenv_free(env);
     jobspec_release(&l.spec);
 }
+
+/* gloo's interface: the one holding this node's address, unless the user named one; NCCL's
+ * is never set (NCCL picks its own). */
+TEST(rankenv_gloo_interface)
+{
+    struct layout l;
+    struct base b = {0};
+    char **env;
+
+    base_add(&b, "PATH", "%s", "/usr/bin:/bin");
+    layout_torchrun(&l);
+    l.r.hvd_iface = "eth0";
+    env = build(&l, &b);
+    CHECK_STR(get(env, "GLOO_SOCKET_IFNAME"), "eth0");
+    CHECK_STR(get(env, "HOROVOD_GLOO_IFACE"), "eth0");
+    CHECK(get(env, "NCCL_SOCKET_IFNAME") == NULL);
+    rankenv_free(env);
+    jobspec_release(&l.spec);
+
+    memset(&b, 0, sizeof(b));
+    base_add(&b, "GLOO_SOCKET_IFNAME", "%s", "ib0");
+    layout_torchrun(&l);
+    l.r.hvd_iface = "eth0";
+    env = build(&l, &b);
+    CHECK_STR(get(env, "GLOO_SOCKET_IFNAME"), "ib0");
+    rankenv_free(env);
+    jobspec_release(&l.spec);
+
+    memset(&b, 0, sizeof(b));
+    layout_torchrun(&l);
+    l.r.hvd_iface = NULL;
+    env = build(&l, &b);
+    CHECK(get(env, "GLOO_SOCKET_IFNAME") == NULL);
+    rankenv_free(env);
+    jobspec_release(&l.spec);
+}

@@ -58,6 +58,13 @@ printf '[job]\n' >"$work/tiny.cfg"
 run --local "$work/tiny.cfg"
 expect_rc 125 "a train.cfg without data"
 expect_err "gpurun: $work/tiny.cfg: [data] train is not set"
+# Data not made yet (a first run): refused before anything starts, with the command that
+# makes it.
+printf '[data]\ntrain = shards/train_*.bin\n' >"$work/nodata.cfg"
+run --local --job-dir "$work/nodata-job" "$work/nodata.cfg"
+expect_rc 125 "a train.cfg whose data is not made"
+expect_err "gpurun: $work/nodata.cfg: data.train: '$work/shards/train_*.bin': no file matches; make token shards with 'gpurun-train prep TEXT... -o DIR'"
+[ ! -e "$work/nodata-job" ] || fail "a job dir was made for a job whose data is missing"
 SLURM_CONF=$work/no-slurm.conf run cancel 42
 expect_rc 125 "cancel without Slurm"
 expect_err "gpurun: no Slurm configuration: SLURM_CONF names '$work/no-slurm.conf', which does not exist"

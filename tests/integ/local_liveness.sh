@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Liveness for scripts that never call gpurun.report: each rank's last line of output and its
+# age in `gpurun status` (text and JSON) and the metrics file; --hang-watch output fails a job
+# whose rank falls silent, naming it with its last line, and leaves alone one whose ranks
+# keep printing.
+# timeout: 120
+set -euo pipefail
+# shellcheck source=local_common.sh
+. "$(dirname "$0")/local_common.sh"
+
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+
+# --- the last line and its age --------------------------------------------------------------
+job=$work/live
+mkdir -p "$work/m"
+# shellcheck disable=SC2016 # expanded by the ranks' shell
+timeout -k 5 60 "$gpurun" --local --gpus-per-node 2 --job-dir "$job" --metrics-dir "$work/m" \
+    -- sh -c 'echo "epoch 1 of rank $RANK: loss 0.5"; printf "\342\224\200 r%s \342\224\200\n" "$RANK"; exec sleep 7' \
+    >"$work/out" 2>"$work/err" </dev/null &
+gp=$!
+bg_pids+=("$gp")
+got=
+for ((i = 0; i < 100; i++)); do
+    if "$gpurun" status --job-dir "$job" --json >"$work/st.json" 2>/dev/null; then
+        got=$("$py" -c 'import json, sys
+v = json.load(open(sys.argv[1])); rs = (v.get("live") or {}).get("ranks") or []
+print(" | ".join("%d:%s:%s" % (r["rank"], r.get("last_line"), r["output_age_ms"] >= 0) for r in rs))' "$work/st.json")
+        [ "$got" = "0:─ r0 ─:True | 1:─ r1 ─:True" ] && break
+    fi
+    sleep 0.1
+done
+[ "$got" = "0:─ r0 ─:True | 1:─ r1 ─:True" ] || fail "status --json last_line, output_age_ms: '$got'"
+"$gpurun" status --job-dir "$job" >"$work/st.txt" 2>&1 || fail "gpurun status: $(cat "$work/st.txt")"
+grep -qE '^rank +node .* report +output +exit +last line$' "$work/st.txt" ||
+    fail "status has no output and last line columns: $(grep '^rank' "$work/st.txt")"
+grep -qE '^1 .* no reports +[0-9.]+s +- +─ r1 ─$' "$work/st.txt" ||
+    fail "status's row of rank 1: $(grep -E '^1 ' "$work/st.txt")"
+for ((i = 0; i < 80; i++)); do
+    grep -qs 'gpurun_rank_output_age_seconds{.*rank="1"} [0-9.]' "$work"/m/*.prom && break
+    sleep 0.1
+done
+grep -qs 'gpurun_rank_output_age_seconds{.*rank="1"} [0-9.]' "$work"/m/*.prom ||
+    fail "the metrics file has no output age: $(cat "$work"/m/*.prom 2>/dev/null | tail -n 3)"
+wait "$gp" || fail "the liveness job failed: $(tail -n 3 "$work/err")"
+echo "# status and metrics: each rank's last line and output age"
+
+# --- --hang-watch output: rank 1 falls silent ---------------------------------------------------
+job=$work/silent
+# shellcheck disable=SC2016 # expanded by the ranks' shell
+run --local --gpus-per-node 2 --hang-timeout 2 --hang-watch output --kill-grace 1 --job-dir "$job" \
+    -- sh -c 'if [ "$RANK" = 1 ]; then echo "loading shard 7"; exec sleep 60; fi
+i=0; while [ $i -lt 100 ]; do echo "step $i"; i=$((i + 1)); sleep 0.2; done'
+expect_rc 124 "a job whose rank 1 falls silent under --hang-watch output"
+cause=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["first_failure"]["cause"])' "$job/summary.json")
+rank=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["first_failure"]["rank"])' "$job/summary.json")
+[ "$rank" = 1 ] || fail "blamed rank $rank, not the silent rank 1: $cause"
+[[ $cause == "rank 1 on node 0 "*"hung: no output for "*" s (--hang-watch output); its last line: 'loading shard 7'" ]] ||
+    fail "the cause: $cause"
+echo "# silent rank: $cause"
+
+# --- ranks that keep printing run to the end --------------------------------------------------
+# shellcheck disable=SC2016 # expanded by the ranks' shell
+run --local --gpus-per-node 2 --hang-timeout 1 --hang-watch output \
+    -- sh -c 'i=0; while [ $i -lt 12 ]; do echo "tick $i"; i=$((i + 1)); sleep 0.2; done'
+expect_rc 0 "ranks printing every 0.2 s under --hang-watch output --hang-timeout 1"
+
+# --- bad values ---------------------------------------------------------------------------------
+run --local --hang-watch sometimes -- true
+expect_rc 125 "--hang-watch sometimes"
+grep -q "hang-watch" "$work/err" || fail "no message naming --hang-watch: $(cat "$work/err")"
