@@ -25,6 +25,7 @@
 #include "signame.h"
 #include "stall.h"
 #include "store.h"
+#include "utf8.h"
 #include "banned.h"
 
 /* A new connection gets this long to finish its handshake and send its first message. */
@@ -962,17 +963,10 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
     }
 }
 
-/* How many bytes of s to keep for at most max, not splitting a UTF-8 character. */
+/* How many bytes of s (NULL: none) to keep for at most max, not splitting a character. */
 static int utf8_cut(const char *s, int max)
 {
-    int n = 0;
-
-    while (s && s[n] && n < max)
-        n++;
-    if (s && s[n])
-        while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
-            n--;
-    return n;
+    return s ? (int)utf8_prefix_len(s, (size_t)max) : 0;
 }
 
 /* "ValueError: bad input (train.py:42)" from a rank's recorded exception, in a static
