@@ -1,4 +1,4 @@
-# gpurun: one non-recursive Makefile (STYLE.md rule 13). Objects live under build/ (or
+# gpurun: one non-recursive Makefile (docs/design.md, section 9, rule 13). Objects live under build/ (or
 # build/asan/ for the sanitizer build); quiet unless V=1.
 
 CC       ?= cc
@@ -139,7 +139,7 @@ $(BUILD)/gpurun-train: $(call obj,$(KERNEL_SRC)) $(GR_A) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) -fopenmp $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# The CUDA backend (kernels/cuda/*.cu, STYLE.md rule 12): built where nvcc is found, unless
+# The CUDA backend (kernels/cuda/*.cu, docs/design.md, section 9, rule 12): built where nvcc is found, unless
 # CUDA=0 (the sanitizer build leaves it out). Hopper machine code (sm_90) plus compute_90 PTX
 # that the driver compiles for later GPUs. gpurun-train and the unit-test runner link it with
 # cudart and cuBLASLt from the toolkit (found at run time through the rpath); without nvcc

@@ -13,7 +13,7 @@
 
 #define GPURUN_VERSION "0.1.0"
 
-/* Exit statuses of gpurun's own failures, timeout(1)'s convention (DESIGN.md section 1). */
+/* Exit statuses of gpurun's own failures, timeout(1)'s convention (docs/design.md, section 1). */
 #define EXIT_TIMED_OUT  124
 #define EXIT_FAILED     125
 #define EXIT_CANNOT_RUN 126

@@ -1,4 +1,4 @@
-/* The job dir as gpurun creates it (DESIGN.md section 2): a private directory holding the
+/* The job dir as gpurun creates it (docs/design.md, section 2): a private directory holding the
  * per-job key, the spec every daemon reads, and logs/; and the jobs root, the one place where
  * gpurun works out where job dirs live. */
 #ifndef GPURUN_CLIENT_JOBDIR_H

@@ -1,5 +1,5 @@
 /* gpurun --local: runs a job on this machine by starting one rendezvousd per node on loopback
- * and supervising them until the job's outcome is known (DESIGN.md section 2). */
+ * and supervising them until the job's outcome is known (docs/design.md, section 2). */
 #ifndef GPURUN_CLIENT_LOCAL_H
 #define GPURUN_CLIENT_LOCAL_H
 

@@ -1,4 +1,4 @@
-/* gpurun: launches distributed jobs (DESIGN.md section 1). main() parses the command line
+/* gpurun: launches distributed jobs (docs/design.md, section 1). main() parses the command line
  * (args.c) and runs the subcommand's row of the table below. Each subcommand's body is its
  * cmd_X.c (cmd.h); the parts they use are the other files: local.c runs a job here, sbatch.c
  * writes the batch script, slurmlib.c talks to Slurm, follow.c follows a Slurm job, view.c

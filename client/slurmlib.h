@@ -69,7 +69,7 @@ struct slurmlib_job {
 /* The name of a state ("RUNNING"), as Slurm spells it. */
 const char *slurmlib_state_name(enum slurmlib_state state);
 
-/* gpurun's exit status for an ended job (DESIGN.md section 1): COMPLETED and FAILED give the
+/* gpurun's exit status for an ended job (docs/design.md, section 1): COMPLETED and FAILED give the
  * script's own status (128+N for signal N; 125 for a failure without one), CANCELLED the
  * signal's (143 when none was recorded), TIMEOUT 124, OOM 137, and the node, boot, preemption
  * and deadline failures 125. */

@@ -1436,7 +1436,7 @@ static void check_linger(struct leader *l)
     }
 }
 
-/* Hang detection (DESIGN.md section 4). A rank's clock starts at its first report: a rank
+/* Hang detection (docs/design.md, section 4). A rank's clock starts at its first report: a rank
  * that never reports is never called hung. The job hangs when the oldest last report among
  * the running ranks is older than hang_timeout, and that rank is the one blamed: in a job
  * whose ranks meet in collectives, the stalled rank's report is the oldest (the others

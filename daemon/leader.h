@@ -14,7 +14,7 @@
 struct leader;
 
 /* Called once when the job is over and every agent has been told; status is the job's exit
- * status (DESIGN.md section 1). */
+ * status (docs/design.md, section 1). */
 typedef void (*leader_done_fn)(struct leader *l, int status, void *arg);
 
 struct leader_config {

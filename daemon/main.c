@@ -1,5 +1,5 @@
 /* rendezvousd: one per node per job. Reads the job dir, runs the agent for this node and, on
- * node 0, the leader; exits with the job's status (DESIGN.md section 1). */
+ * node 0, the leader; exits with the job's status (docs/design.md, section 1). */
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-/* Finding what to ask for a rank's stack before a hang's teardown (DESIGN.md section 4).
+/* Finding what to ask for a rank's stack before a hang's teardown (docs/design.md, section 4).
  * A Python rank is sent SIGABRT: with PYTHONFAULTHANDLER set (the agent sets it unless the
  * user did, and knows which from the environment it gave the rank), faulthandler writes every
  * thread's traceback to stderr, that is to the rank's log, before the process dies. Any other rank

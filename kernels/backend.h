@@ -1,4 +1,4 @@
-/* The training backends behind one interface (DESIGN.md section 7): a GPT-2 model and its
+/* The training backends behind one interface (docs/design.md, section 7): a GPT-2 model and its
  * AdamW optimizer on one device, as gpurun-train's step loop drives them. "cpu" is gpt2.h's
  * model and optim.h's AdamW in host memory, fp32 (backend_cpu.c); "cuda" is cuda/gpt2_gpu.h's
  * model on one GPU per rank, bf16 with fp32 master weights or fp32, optionally with the

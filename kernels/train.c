@@ -2,8 +2,8 @@
  * data parallel over the collectives' tcp ring; or cuda, one GPU per rank over NCCL,
  * optionally ZeRO-1), alone (a world of one) or as one rank of a gpurun job, with checkpoints
  * that a resumed run continues from bit for bit and that either backend reads; and
- * `gpurun-train prep`, the byte-level tokenizer that makes token shards from text. DESIGN.md
- * section 7. */
+ * `gpurun-train prep`, the byte-level tokenizer that makes token shards from text.
+ * docs/design.md, section 7. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -567,7 +567,7 @@ static int setup_start(struct run *r)
     int ret = 0;
 
     /* A generation restarted by rendezvousd after a failure goes on from the last checkpoint
-     * (DESIGN.md section 4), or starts at step 0 when the failed one saved none, whatever
+     * (docs/design.md, section 4), or starts at step 0 when the failed one saved none, whatever
      * train.resume says. */
     if (restarts && strcmp(restarts, "0") != 0)
         mode = TRAINCFG_RESUME_AUTO;

@@ -1,4 +1,4 @@
-/* Job-key authentication for gpurun's TCP links (DESIGN.md section 5).
+/* Job-key authentication for gpurun's TCP links (docs/design.md, section 5).
  *
  * Every job has a 256-bit key, kept as 64 hex digits in a 0600 file of the job dir. A TCP
  * link opens with a three-frame handshake of fixed-size binary frames, so that nothing is

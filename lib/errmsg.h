@@ -1,5 +1,5 @@
 /* The text of one failure, filled by the module that failed and printed, logged or sent by its
- * caller: what failed, 'subject', then why (STYLE.md rule 9). */
+ * caller: what failed, 'subject', then why (docs/design.md, section 9, rule 9). */
 #ifndef GPURUN_ERRMSG_H
 #define GPURUN_ERRMSG_H
 

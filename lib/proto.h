@@ -51,7 +51,7 @@
  *                                 leader's report times are exact whatever the batching)
  * preempt       rank->agent       id: this rank handles the pre-timeout signal (the signal
  *                                 in its GPURUN_PREEMPT_SIGNAL): send it there. A rank that
- *                                 never asks never gets it (DESIGN.md section 4)
+ *                                 never asks never gets it (docs/design.md, section 4)
  * signal        leader->agent     signal: the pre-timeout signal came (the batch script's trap
  *                                 hands it to the leader through the job dir's "preempt"
  *                                 file): deliver it to the ranks that asked for it

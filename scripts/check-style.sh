@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The style checks clang-format cannot make (STYLE.md rules 13 and 14): every C file includes
+# The style checks clang-format cannot make (docs/design.md, section 9, rules 13 and 14): every C file includes
 # "banned.h" as its last include, and every shell script passes shellcheck. Prints each
 # offence on a line of its own; exits 1 when there is one.
 #
