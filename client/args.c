@@ -93,6 +93,7 @@ enum arg_kind {
     ARG_GRES,       /* --gres, checked (sbatch_check_gres) */
     ARG_MAIL_TYPE,  /* --mail-type's words into SBATCH_MAIL_* bits; the text too */
     ARG_REFUSED,    /* an sbatch option gpurun's model has no room for: refused, with why */
+    ARG_CHOICES,    /* comma-separated words of the row's choices, as bits 1 << value */
 };
 
 /* Rows' flags. */
@@ -112,6 +113,18 @@ static const struct choice gpu_bind_choices[] = {
     {"none", GPU_BIND_NONE, true},
     {"single", GPU_BIND_SINGLE, true},
     {"single:1", GPU_BIND_SINGLE, false},
+    {NULL, 0, false},
+};
+
+/* --restart-on's words: the failure classes (jobspec.h). */
+static const struct choice restart_choices[] = {
+    {"user-error", FAILURE_USER_ERROR, true},
+    {"node", FAILURE_NODE, true},
+    {"hang", FAILURE_HANG, true},
+    {"oom", FAILURE_OOM, true},
+    {"signal", FAILURE_SIGNAL, true},
+    {"all", -1, true},
+    {"none", -2, true},
     {NULL, 0, false},
 };
 
@@ -225,7 +238,11 @@ static const struct opt_row opts[] = {
     {'a', "array", ARG_REFUSED, 0, 0, 0, ON_RUN, "INDEXES",
      "refused: a gpurun job is one rendezvous, not an array of jobs"},
     {0, "max-restarts", ARG_INT, FIELD(spec.max_restarts), 0, 1000, ON_RUN, "N",
-     "restart the ranks up to N times after a failure"},
+     "restart the ranks up to N times after a failure of a class --restart-on names"},
+    {0, "restart-on", ARG_CHOICES, FIELD(spec.restart_on), 0, 0, ON_RUN, "CLASSES",
+     "the failures --max-restarts restarts, comma-separated: user-error,\n"
+     "node, hang, oom, signal, all or none (default all but user-error)",
+     restart_choices},
     {0, "requeue", ARG_FLAG, FIELD(requeue), 0, 0, ON_RUN, NULL,
      "Slurm may requeue the job when it is preempted (default: not);\n"
      "the job keeps its id and job dir, its ranks resume from a checkpoint",
@@ -646,6 +663,35 @@ static int set_choice(const struct opt_row *o, const char *name, const char *val
     return errmsg_set(err, -EINVAL, "--%s: '%s' is not %s", name, val, words);
 }
 
+/* Comma-separated words of o's choices into a bit mask: 1 << value for each, "all" (-1) for
+ * every class, "none" (-2) for none. */
+static int set_choices(const struct opt_row *o, const char *name, const char *val, void *field,
+                       struct errmsg *err)
+{
+    int mask = 0;
+
+    for (const char *p = val;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const struct choice *c;
+        char words[160];
+
+        for (c = o->choices; c->word; c++)
+            if (strlen(c->word) == len && !strncmp(p, c->word, len))
+                break;
+        if (!c->word) {
+            choice_words(words, sizeof(words), o->choices);
+            return errmsg_set(err, -EINVAL, "--%s: '%.*s' is not %s", name, (int)len, p, words);
+        }
+        mask |= c->value == -1 ? RESTART_ON_ALL : c->value == -2 ? 0 : 1 << c->value;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    *(int *)field = mask;
+    return 0;
+}
+
 /* Stores val (NULL for a flag) into the field of row o; name is the option as spelt on the
  * command line (an alias's own name), for messages. */
 static int set_value(struct gpurun_args *args, const struct opt_row *o, const char *name,
@@ -704,6 +750,8 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
         return 0;
     case ARG_CHOICE:
         return set_choice(o, name, val, field, err);
+    case ARG_CHOICES:
+        return set_choices(o, name, val, field, err);
     case ARG_MEM: {
         unsigned long long mb;
         r = sbatch_parse_mem(val, &mb);

@@ -573,7 +573,9 @@ static void print_failure(FILE *out, const json_t *ff)
         return;
     /* The cause names the rank, its node and host, and what happened: said once. Without
      * one (an older record), the same from the fields. */
-    if (cause && *cause) {
+    if (cause && *cause && sget(ff, "class")) {
+        fprintf(out, "first failure (%s): %s\n", sget(ff, "class"), cause);
+    } else if (cause && *cause) {
         fprintf(out, "first failure: %s\n", cause);
     } else {
         /* A cancelled job's first "failure" is a node's, without a rank. */

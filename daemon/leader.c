@@ -181,6 +181,7 @@ struct leader {
     json_t *first_failure;
     int status;
     bool restartable;  /* the failure is one a new generation may get past */
+    int failure_class; /* the first failure's class (FAILURE_*), -1: none given */
     bool abort_stacks; /* the abort asks agents to capture stacks first (a hang) */
     bool hang_warned;  /* the "--hang-timeout cannot apply" warning is out */
     int generation;    /* 0, then one more per restart (max_restarts) */
@@ -338,13 +339,56 @@ static void log_tail(const char *tail)
     }
 }
 
+/* The words in a rank's last lines or its exception that tie its failure to its node: the
+ * GPU or the network, not the script (NCCL's and CUDA's own errors, a watchdog's abort). */
+static bool names_node_fault(const char *text)
+{
+    static const char *const words[] = {
+        "NCCL error",    "ncclSystemError",  "ncclUnhandledCudaError", "ncclInternalError",
+        "CUDA error",    "cudaError",        "uncorrectable ECC",      "Xid",
+        "NCCL watchdog", "DistBackendError",
+    };
+
+    for (size_t i = 0; text && i < sizeof(words) / sizeof(words[0]); i++)
+        if (strstr(text, words[i]))
+            return true;
+    return false;
+}
+
+/* The class of a rank's failed exit (jobspec.h's failure_class). */
+static int exit_class(const struct msg *m)
+{
+    json_t *err = m->error;
+    const char *type = json_string_value(json_object_get(err, "type"));
+    const char *msg = json_string_value(json_object_get(err, "message"));
+
+    if (m->oom)
+        return FAILURE_OOM;
+    if (names_node_fault(m->value) || names_node_fault(type) || names_node_fault(msg))
+        return FAILURE_NODE;
+    return m->signal ? FAILURE_SIGNAL : FAILURE_USER_ERROR;
+}
+
+/* failure with its class: "class" in the record, and whether --restart-on restarts it. */
+static json_t *classed(json_t *failure, int cls)
+{
+    if (failure)
+        json_object_set_new(failure, "class", json_string(failure_class_name(cls)));
+    return failure;
+}
+
+static bool restart_on(const struct leader *l, int cls)
+{
+    return cls >= 0 && (l->spec->restart_on >> cls) & 1;
+}
+
 /* Records the first failure; later ones are consequences and only logged. */
 /* restartable: a rank's own failure (exit, signal, hang), which a restart in the same
  * allocation may get past; a lost node, a cancel or a join timeout is not. */
 static void fail(struct leader *l, int status, const char *outcome, bool restartable,
                  json_t *failure)
 {
-    const char *cause;
+    const char *cause, *cls;
     json_t *msg;
 
     /* Never without a record: finish() reads a missing one as success. */
@@ -361,6 +405,11 @@ static void fail(struct leader *l, int status, const char *outcome, bool restart
     l->status = status;
     l->outcome = outcome;
     l->restartable = restartable;
+    l->failure_class = -1;
+    cls = json_string_value(json_object_get(failure, "class"));
+    for (int c = 0; cls && c < FAILURE_CLASS_COUNT; c++)
+        if (!strcmp(failure_class_name(c), cls))
+            l->failure_class = c;
     /* A cancel is what the user asked for: said as such, not as a failure. */
     if (!strcmp(outcome, "cancelled"))
         log_warn("job cancelled: %s", cause && !strncmp(cause, "cancelled: ", 11) ? cause + 11
@@ -801,8 +850,14 @@ static void check_end(struct leader *l)
     else if (l->state == JOB_ABORTING && all_nodes_done(l) && l->restartable &&
              l->generation < l->spec->max_restarts)
         restart_later(l);
-    else if (l->state == JOB_ABORTING && (all_nodes_done(l) || !l->t_joined))
+    else if (l->state == JOB_ABORTING && (all_nodes_done(l) || !l->t_joined)) {
+        /* Said once, where a restart was there to take: why this failure ends the job. */
+        if (l->generation < l->spec->max_restarts && l->failure_class >= 0 &&
+            !restart_on(l, l->failure_class))
+            log_warn("not restarting: a %s failure, which --restart-on does not name",
+                     failure_class_name(l->failure_class));
         finish(l); /* before the assign there are no ranks to wait for */
+    }
 }
 
 /* --- requests ----------------------------------------------------------------------------- */
@@ -1026,10 +1081,12 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
         else
             snprintf(cause, sizeof(cause), "rank %d on node %d ('%s') exited with status %d%s",
                      m->rank, c->node, n->hostname, m->code, what);
-        f = failure_new(cause, m->rank, c->node, n->hostname, m->code, m->signal, m->value);
+        int cls = exit_class(m);
+        f = classed(failure_new(cause, m->rank, c->node, n->hostname, m->code, m->signal, m->value),
+                    cls);
         if (f && m->error)
             json_object_set(f, "error", m->error);
-        fail(l, m->signal ? 128 + m->signal : m->code, "failed", true, f);
+        fail(l, m->signal ? 128 + m->signal : m->code, "failed", restart_on(l, cls), f);
     } else if (l->first_failure && m->killed) {
         /* The blamed rank of a hang, killed by the teardown: its last lines and its stack
          * complete the failure's record. */
@@ -1236,8 +1293,14 @@ static void on_message(struct peer *p, struct msg *m)
                  failure_new(timeout_cause(l), -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
             break;
         }
-        fail(l, m->status ? m->status : 1, cancel ? "cancelled" : "failed", m->status == 124,
-             failure_new(m->value, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
+        if (cancel)
+            fail(l, m->status, "cancelled", false,
+                 failure_new(m->value, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
+        else
+            fail(l, m->status ? m->status : 1, "failed",
+                 m->status == 124 ? restart_on(l, FAILURE_HANG) : false,
+                 classed(failure_new(m->value, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""),
+                         m->status == 124 ? FAILURE_HANG : FAILURE_NODE));
         check_end(l);
         break;
     }
@@ -1301,7 +1364,10 @@ static void on_closed(struct peer *p, const char *why)
             for (int r = n->rank_base; l->t_joined && r < n->rank_base + n->nprocs; r++)
                 if (r < l->world_size && l->ranks[r].phase == PHASE_RUNNING)
                     l->ranks[r].phase = PHASE_LOST;
-            fail(l, 125, "failed", false, failure_new(cause, -1, c->node, n->hostname, 0, 0, ""));
+            /* Not restartable whatever --restart-on says: the node's daemon is gone, and a
+             * new generation would wait for it for ever. */
+            fail(l, 125, "failed", false,
+                 classed(failure_new(cause, -1, c->node, n->hostname, 0, 0, ""), FAILURE_NODE));
             check_end(l);
         }
     }
@@ -1521,7 +1587,9 @@ static void check_hang_output(struct leader *l, int64_t now)
                  blamed, node, l->nodes[node].hostname, (double)ms / 1000,
                  blamed != stalled ? ", while the others wait for it" : "");
     l->abort_stacks = true;
-    fail(l, 124, "hung", true, failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""));
+    fail(
+        l, 124, "hung", restart_on(l, FAILURE_HANG),
+        classed(failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""), FAILURE_HANG));
 }
 
 static void check_hang(struct leader *l, int64_t now)
@@ -1595,7 +1663,9 @@ static void check_hang(struct leader *l, int64_t now)
                       silent == 1 ? "; never reported, and may be the one stuck: rank " : ", ", r);
     }
     l->abort_stacks = true;
-    fail(l, 124, "hung", true, failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""));
+    fail(
+        l, 124, "hung", restart_on(l, FAILURE_HANG),
+        classed(failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""), FAILURE_HANG));
 }
 
 /* Logs the summaries of refusals due at now (all of them when flush). */
@@ -1662,7 +1732,8 @@ static void check_all_lost(struct leader *l, int64_t now)
             n += snprintf(cause + n, sizeof(cause) - (size_t)n, " %d", i);
     if (n > 0 && (size_t)n < sizeof(cause) - 2)
         snprintf(cause + n, sizeof(cause) - (size_t)n, ")");
-    fail(l, 125, "failed", false, failure_new(cause, -1, 0, l->nodes[0].hostname, 0, 0, ""));
+    fail(l, 125, "failed", false,
+         classed(failure_new(cause, -1, 0, l->nodes[0].hostname, 0, 0, ""), FAILURE_NODE));
 }
 
 static void on_tick(uv_timer_t *t)

@@ -34,6 +34,7 @@ static const struct int_key int_keys[] = {
     {"hang_timeout_ms", offsetof(struct jobspec, hang_timeout_ms), 0, 0, 86400000},
     {"hang_watch", offsetof(struct jobspec, hang_watch), HANG_WATCH_REPORT, HANG_WATCH_REPORT,
      HANG_WATCH_OUTPUT},
+    {"restart_on", offsetof(struct jobspec, restart_on), RESTART_ON_DEFAULT, 0, RESTART_ON_ALL},
     {"kill_grace_ms", offsetof(struct jobspec, kill_grace_ms), 5000, 0, 600000},
     {"max_restarts", offsetof(struct jobspec, max_restarts), 0, 0, 1000},
     {"gpu_bind", offsetof(struct jobspec, gpu_bind), GPU_BIND_NONE, GPU_BIND_NONE, GPU_BIND_SINGLE},
@@ -64,6 +65,18 @@ static char **str_field(struct jobspec *spec, const struct str_key *k)
 static int *int_field(struct jobspec *spec, const struct int_key *k)
 {
     return (int *)((char *)spec + k->offset);
+}
+
+const char *failure_class_name(int c)
+{
+    static const char *const names[FAILURE_CLASS_COUNT] = {
+        [FAILURE_USER_ERROR] = "user-error",
+        [FAILURE_NODE] = "node",
+        [FAILURE_HANG] = "hang",
+        [FAILURE_OOM] = "oom",
+        [FAILURE_SIGNAL] = "signal",
+    };
+    return c >= 0 && c < FAILURE_CLASS_COUNT ? names[c] : "?";
 }
 
 void jobspec_init(struct jobspec *spec)

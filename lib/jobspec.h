@@ -24,6 +24,7 @@ struct jobspec {
     int hb_timeout_ms;   /* silence after which a peer counts as lost */
     int hang_timeout_ms; /* no progress report for this long fails the job; 0: off */
     int hang_watch;      /* what hang_timeout watches: HANG_WATCH_REPORT or _OUTPUT */
+    int restart_on;      /* the failure classes max_restarts restarts: 1 << FAILURE_* bits */
     int kill_grace_ms;   /* SIGTERM to SIGKILL */
     int max_restarts;    /* generations the leader may start after a failure */
     int gpu_bind;        /* GPU_BIND_NONE: every rank sees the node's GPUs (torchrun's way);
@@ -34,6 +35,29 @@ struct jobspec {
     int time_limit_s;    /* the job's time limit (0: none): a SIGTERM at it is a timeout */
     bool loopback;       /* --local: the leader binds 127.0.0.1 only */
 };
+
+/* What a failure is (docs/design.md, section 4), for --restart-on and the records:
+ *   user-error  a rank's exception or non-zero exit that nothing ties to its node
+ *   node        the node: its daemon lost or silent, or a GPU or NCCL error a rank reports
+ *   hang        --hang-timeout found the job stuck
+ *   oom         a rank killed for memory
+ *   signal      a rank killed by a signal (a crash, the OOM killer aside) */
+enum failure_class {
+    FAILURE_USER_ERROR,
+    FAILURE_NODE,
+    FAILURE_HANG,
+    FAILURE_OOM,
+    FAILURE_SIGNAL,
+    FAILURE_CLASS_COUNT
+};
+/* By default every class but user-error: three restarts of a Python bug only burn the
+ * allocation. */
+#define RESTART_ON_DEFAULT                                                                         \
+    ((1 << FAILURE_NODE) | (1 << FAILURE_HANG) | (1 << FAILURE_OOM) | (1 << FAILURE_SIGNAL))
+#define RESTART_ON_ALL ((1 << FAILURE_CLASS_COUNT) - 1)
+
+/* A class's name ("user-error"), or "?" out of range. */
+const char *failure_class_name(int c);
 
 /* jobspec.hang_watch: the ranks' progress reports (gpurun.report, gr_report), or their output
  * (any byte on stdout or stderr), for scripts that do not report. */

@@ -2,7 +2,8 @@
 # max_restarts: a rank that fails in generations 0 and 1 and succeeds in generation 2 gives a
 # completed job with two earlier failures, after 1 s and 2 s of backoff, with a line in every
 # rank log where each restart begins; with one restart allowed the same job fails with
-# the rank's status. Two rendezvousd on loopback, the job dir written by hand.
+# the rank's status. Two rendezvousd on loopback, the job dir written by hand, restart_on
+# every class (31): an exit status is a user-error, which the default does not restart.
 # timeout: 60
 set -euo pipefail
 
@@ -23,7 +24,7 @@ run_job() {
     chmod 600 "$dir/key"
     cat >"$dir/job.json" <<JSON
 {"version": 1, "job_id": "restart-$1", "nnodes": 2, "nprocs": 2, "loopback": true,
- "max_restarts": $1, "kill_grace_ms": 500, "join_timeout_ms": 20000,
+ "max_restarts": $1, "restart_on": 31, "kill_grace_ms": 500, "join_timeout_ms": 20000,
  "argv": ["sh", "-c", "echo gen \$GPURUN_RESTART_COUNT; if [ \$RANK = 3 ] && [ \$GPURUN_RESTART_COUNT -lt $fail_until ]; then exit 5; fi; sleep 0.2"]}
 JSON
     "$rdv" --job-dir "$dir" --node-rank 0 >"$work/n0-$1.out" 2>"$work/n0-$1.err" &
@@ -90,7 +91,7 @@ echo >>"$dir/key"
 chmod 600 "$dir/key"
 cat >"$dir/job.json" <<JSON
 {"version": 1, "job_id": "restart-term", "nnodes": 2, "nprocs": 1, "loopback": true,
- "max_restarts": 3, "kill_grace_ms": 500, "join_timeout_ms": 20000,
+ "max_restarts": 3, "restart_on": 31, "kill_grace_ms": 500, "join_timeout_ms": 20000,
  "argv": ["sh", "-c", "exit 5"]}
 JSON
 "$rdv" --job-dir "$dir" --node-rank 0 >"$work/t0.out" 2>"$work/t0.err" &

@@ -48,7 +48,7 @@ echo "# $WORLD ranks on $NODES --local nodes: HOROVOD_* as gloo_run's, horovod's
 # A restart: generation 1 must find nothing generation 0 stored (tests/ranks/horovod_restart.py).
 rc=0
 timeout -k 5 120 "$build/gpurun" --local --nodes "$NODES" --gpus-per-node "$NPROCS" \
-    --max-restarts 1 --job-dir "$work/job-restart" -- "$python" "$root/tests/ranks/horovod_restart.py" \
+    --max-restarts 1 --restart-on all --job-dir "$work/job-restart" -- "$python" "$root/tests/ranks/horovod_restart.py" \
     >"$work/gpurun.out" 2>"$work/gpurun.err" || rc=$?
 [ "$rc" = 0 ] || fail "the restart job exited with status $rc, not 0"
 for ((r = 0; r < WORLD; r++)); do

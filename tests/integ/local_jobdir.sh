@@ -91,7 +91,7 @@ run status --job-dir "$work/failed"
 expect_rc 0 "status of a failed job"
 expect_out_line "outcome: failed"
 expect_out_line "state: FAILED, exit status 9"
-grep -qE "^first failure: rank 0 on node 0 \('.*'\) exited with status 9$" "$work/out" ||
+grep -qE "^first failure \(user-error\): rank 0 on node 0 \('.*'\) exited with status 9$" "$work/out" ||
     fail "status does not name the failing rank once: $(grep '^first failure' "$work/out")"
 grep -qxF "  last words" "$work/out" || fail "status does not show the failing rank's last lines"
 echo "# job dir modes, job.json, logs and status after the job ok"

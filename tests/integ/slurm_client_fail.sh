@@ -23,7 +23,7 @@ grep -qF "gpurun: job $id FAILED with exit status 3" wait.err ||
 run st.txt st.err status "$id"
 expect_rc "gpurun status" 0
 grep -qxF "state: FAILED, exit status 3" st.txt || grs_fail "status: $(head -n 2 st.txt)"
-grep -qxF "first failure: rank 3 on node 1 ('node2') exited with status 3" st.txt ||
+grep -qxF "first failure (user-error): rank 3 on node 1 ('node2') exited with status 3" st.txt ||
     grs_fail "status does not name the first failure once: $(grep -i fail st.txt)"
 # srun's own line names a daemon "task 1": the stream says what that is.
 grep -qF "gpurun: srun's 'task K' is node K's rendezvousd, not rank K" wait.out wait.err ||

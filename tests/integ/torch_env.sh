@@ -70,7 +70,7 @@ echo "# --gpu-bind=single: rank 0 sees 4, rank 1 sees 5"
 # A restart changes what torchrun's does: TORCHELASTIC_RESTART_COUNT counts up, the rest of
 # the contract stays. Generation 0's rank 1 fails; generation 1 succeeds.
 # shellcheck disable=SC2016 # expanded by each rank
-run --local --gpus-per-node 2 --max-restarts 2 -- sh -c \
+run --local --gpus-per-node 2 --max-restarts 2 --restart-on all -- sh -c \
     'echo "gen $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS run $TORCHELASTIC_RUN_ID rank $RANK"
      [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ] && exit 3; exit 0'
 expect_rc 0 "a job restarted once"
