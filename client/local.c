@@ -38,6 +38,11 @@ extern char **environ;
  * writing endpoint.json) or lost it, and would wait for the join or heartbeat timeout. */
 #define FOLLOWER_GRACE_MS 2000
 
+/* A follower that exits with 125 while the leader runs either failed to start (the leader
+ * would wait for it until the join timeout) or is ending a job that failed with 125 (the
+ * leader follows within milliseconds, having recorded why). This long tells them apart. */
+#define FOLLOWER_FAIL_GRACE_MS 1000
+
 /* 0 when path is an executable regular file, -EACCES when it exists but is not, else the
  * stat error. */
 static int check_exec(const char *path)
@@ -130,11 +135,13 @@ struct supervisor {
     int running;
     int fatal_signal;
     bool timed_out;
-    long long limit_at;    /* monotonic ms of the time limit; 0: none */
-    long long warn_at;     /* when the pre-timeout signal goes out; 0: none (or sent) */
-    long long straggle_at; /* when followers still alive after node 0 are stopped; 0: none */
-    long long kill_at;     /* when stopped daemons still alive get SIGKILL; 0: none */
-    int *termsig;          /* the signal that killed node k's daemon; 0: none */
+    long long limit_at;         /* monotonic ms of the time limit; 0: none */
+    long long warn_at;          /* when the pre-timeout signal goes out; 0: none (or sent) */
+    long long straggle_at;      /* when followers still alive after node 0 are stopped; 0: none */
+    long long kill_at;          /* when stopped daemons still alive get SIGKILL; 0: none */
+    long long follower_fail_at; /* when a follower's 125 stops the job; 0: none */
+    int follower_fail;          /* that follower */
+    int *termsig;               /* the signal that killed node k's daemon; 0: none */
     /* Why gpurun ended the job on its own account, when it did: the record's first failure
      * (launcher_record), since the leader only sees the SIGTERM that followed. */
     char stop_cause[320];
@@ -187,18 +194,17 @@ static void on_daemon_exit(struct supervisor *s, int k, int wstatus)
     if (s->running == 0)
         return;
     if (k == 0) {
+        s->follower_fail_at = 0;
         /* The leader has ended the job; a signal now would only cut the followers' own exit
          * short (their status then counts for nothing), so they get a grace first. */
         if (!s->straggle_at)
             s->straggle_at = monotime_ms() + FOLLOWER_GRACE_MS;
-    } else if (WIFEXITED(wstatus) && s->status[k] == 125 && !s->stopped[k]) {
+    } else if (WIFEXITED(wstatus) && s->status[k] == 125 && !s->stopped[k] &&
+               !s->follower_fail_at) {
         /* A follower that cannot start never joins, and the leader would wait for it until
-         * the join timeout: end the job now, with the follower's status. */
-        char cause[96];
-        fprintf(stderr, "gpurun: node %d's rendezvousd failed; stopping the job\n", k);
-        snprintf(cause, sizeof(cause), "node %d's rendezvousd failed to start (exit status 125)",
-                 k);
-        stop_for(s, k, 125, "failed", cause);
+         * the join timeout: unless the leader ends first, the job ends now. */
+        s->follower_fail_at = monotime_ms() + FOLLOWER_FAIL_GRACE_MS;
+        s->follower_fail = k;
     }
     /* A follower killed by a signal is the leader's to notice, as on Slurm: a lost link once
      * it joined, the join timeout naming it before; the leader then ends the job and keeps
@@ -259,6 +265,16 @@ static void on_deadline(struct supervisor *s, long long now)
         snprintf(cause, sizeof(cause), "time limit of %ld s reached", s->job->time_limit_s);
         stop_for(s, -1, 124, "timeout", cause);
     }
+    if (s->follower_fail_at && now >= s->follower_fail_at) {
+        char cause[96];
+        s->follower_fail_at = 0;
+        fprintf(stderr,
+                "gpurun: node %d's rendezvousd failed (exit status 125); stopping the job\n",
+                s->follower_fail);
+        snprintf(cause, sizeof(cause), "node %d's rendezvousd failed (exit status 125)",
+                 s->follower_fail);
+        stop_for(s, s->follower_fail, 125, "failed", cause);
+    }
     if (s->straggle_at && now >= s->straggle_at) {
         s->straggle_at = 0;
         fprintf(stderr, "gpurun: %d rendezvousd still running after node 0 ended; stopping them\n",
@@ -276,7 +292,8 @@ static void on_deadline(struct supervisor *s, long long now)
 static struct timespec *next_timeout(const struct supervisor *s, struct timespec *ts)
 {
     long long at = 0, now;
-    const long long cand[] = {s->limit_at, s->warn_at, s->straggle_at, s->kill_at};
+    const long long cand[] = {s->limit_at, s->warn_at, s->straggle_at, s->kill_at,
+                              s->follower_fail_at};
 
     for (size_t i = 0; i < sizeof(cand) / sizeof(cand[0]); i++)
         if (cand[i] && (!at || cand[i] < at))
@@ -373,21 +390,27 @@ static int seen_cause(const struct supervisor *s, char *cause, size_t n, int *si
 }
 
 /* summary.json's record of what gpurun knows (local.h: "one record always"), written over the
- * leader's only where gpurun ended the job itself or the leader wrote none. */
-static void launcher_record(struct supervisor *s, int ret)
+ * leader's only where gpurun ended the job itself and the leader saw only that, or the leader
+ * wrote none. Returns gpurun's exit status: the record's. */
+static int launcher_record(struct supervisor *s, int ret)
 {
     char path[PATH_MAX], cause[320];
     json_t *sum, *ff = NULL;
-    const char *outcome;
+    const char *outcome, *oc;
     int node, sig = 0, r;
 
     if (!s->job->job_dir ||
         snprintf(path, sizeof(path), "%s/summary.json", s->job->job_dir) >= (int)sizeof(path))
-        return;
+        return ret;
     sum = json_load_file(path, 0, NULL);
-    if (sum && !s->stop_cause[0]) {
+    /* The leader's record stands unless all it saw was gpurun's own SIGTERM (a cancel): a
+     * job that completed, or failed on its own, just before gpurun's cause keeps its record,
+     * and gpurun's exit status follows it. */
+    oc = json_string_value(json_object_get(sum, "outcome"));
+    if (sum && (!s->stop_cause[0] || !oc || strcmp(oc, "cancelled"))) {
+        json_int_t st = json_integer_value(json_object_get(sum, "exit_status"));
         json_decref(sum);
-        return;
+        return oc && st >= 0 && st < 256 ? (int)st : ret;
     }
     if (s->stop_cause[0]) {
         ff = failure_json(s->stop_cause, s->stop_node, 0);
@@ -418,6 +441,7 @@ static void launcher_record(struct supervisor *s, int ret)
     }
     json_decref(ff);
     json_decref(sum);
+    return ret;
 }
 
 int local_run(const struct local_job *job, int *fatal_signal)
@@ -499,7 +523,7 @@ int local_run(const struct local_job *job, int *fatal_signal)
     else if (summary_failure(job->job_dir) > 0)
         ret = summary_failure(job->job_dir);
     *fatal_signal = s.fatal_signal;
-    launcher_record(&s, ret);
+    ret = launcher_record(&s, ret);
     /* What is still pending is spoken for (SIGCHLD of reaped daemons, a second ^C already
      * recorded): take it before unblocking, or a default action would end gpurun here. */
     while (sigtimedwait(&set, NULL, &zero) > 0)

@@ -36,6 +36,8 @@
 #define TICK_MS             20
 /* Progress goes to the leader at most this often, batched for all local ranks. */
 #define PROGRESS_FLUSH_MS   250
+/* Ranks' last lines go to the leader at most this often (output_json). */
+#define OUTPUT_FLUSH_MS     1000
 /* After a rank exits, how long its output pipes may stay open (held by a child of it)
  * before its exit is reported anyway. */
 #define OUTPUT_DRAIN_MS     200
@@ -130,9 +132,12 @@ static void report_exit(struct agent *a, struct arank *r)
     if (r->reported)
         return;
     r->reported = true;
-    /* The last progress first: the leader's view and summary.json end on the final step. */
-    if (r->dirty)
+    /* The last progress and output first: the leader's view and summary.json end on the final
+     * step and line. */
+    if (r->dirty || r->output_dirty) {
+        a->flush_output = true;
         flush_progress(a);
+    }
     arank_tail_join(r, tail, sizeof(tail));
     if ((r->code || r->sig) && !r->killed)
         err = agent_read_error_file(a, r);
@@ -180,10 +185,16 @@ static json_t *waiting_json(const struct agent *a)
 
 /* The ranks whose output moved since the last flush: their last line and its age (proto.h,
  * progress "output"); NULL when none moved. */
-static json_t *output_json(struct agent *a, int64_t now)
+static json_t *output_json(struct agent *a, int64_t now, bool force)
 {
     json_t *out = NULL;
 
+    /* Lines are for people and for --hang-watch (seconds): every OUTPUT_FLUSH_MS is enough,
+     * where every progress flush would send the leader a line per chatty rank 4 times a
+     * second. */
+    if (!force && now - a->last_output_flush_ms < OUTPUT_FLUSH_MS)
+        return NULL;
+    a->last_output_flush_ms = now;
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];
         if (!r->output_dirty)
@@ -219,7 +230,8 @@ static void flush_progress(struct agent *a)
         json_array_append_new(arr, e);
     }
     a->last_flush_ms = t;
-    out = output_json(a, t);
+    out = output_json(a, t, a->flush_output);
+    a->flush_output = false;
     if (json_array_size(arr) == 0 && !a->waits_dirty && !out) {
         json_decref(arr);
         return;
@@ -375,6 +387,12 @@ static void on_rank_message(struct peer *p, struct msg *m)
         barrier_arrive(a, rc, m);
         break;
     case MSG_REPORT:
+        /* A rank that reports is not waiting, whatever a barrier it gave up on still counts
+         * (its wait ends when that barrier is released, or never). */
+        if (r->waits) {
+            r->waits = 0;
+            a->waits_dirty = true;
+        }
         r->step = m->step;
         r->loss = m->loss;
         r->lr = m->lr;

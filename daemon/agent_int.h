@@ -75,7 +75,7 @@ struct ostream {
     struct arank *rank; /* NULL once detached from the rank (closing) */
     bool is_err;        /* the rank's stderr */
     bool cr;            /* the last byte read was a '\r' (stream_take) */
-    bool shown;         /* line[0..len) went to the stream as a redraw (agent_output_tick) */
+    size_t shown;       /* line[0..shown) went to the stream as a redraw (agent_output_tick) */
     int64_t last_ms;    /* when the last bytes came, monotonic */
     char line[LINE_MAX_LEN];
     size_t len;
@@ -145,6 +145,8 @@ struct agent {
     int handles_open;
     bool closing;
     int64_t t_start, teardown_ms, last_flush_ms, next_connect_ms;
+    int64_t last_output_flush_ms; /* output_json's last sending */
+    bool flush_output;            /* the next flush sends the ranks' lines, however soon */
     bool waits_dirty;         /* a rank started or stopped waiting (arank.waits): the next progress
                                * flush tells the leader, whose hang rule never blames a waiting rank */
     int64_t capture_until;    /* AG_CAPTURE's deadline */
@@ -181,6 +183,7 @@ struct agent {
     struct outbuf *out;     /* the merged stream, our stdout (agent_output.c) */
     struct outbuf *err_out; /* the ranks' stderr, our stderr; NULL where that is stdout's
                              * file (2>&1, one terminal, a batch output file) */
+    bool out_tty;           /* our stdout is a terminal: lines without their end are shown */
 
     bool failed_here; /* this node saw the first failure it knows of */
     int status;       /* exit status when the leader cannot tell us one */

@@ -135,10 +135,14 @@ int agent_output_start(struct agent *a)
     };
     int ret = outbuf_start(a->loop, &cfg, &a->out);
 
+    a->out_tty = isatty(STDOUT_FILENO) == 1;
     if (ret < 0 || same_file(STDOUT_FILENO, STDERR_FILENO))
         return ret;
     cfg.fd = STDERR_FILENO;
-    return outbuf_start(a->loop, &cfg, &a->err_out);
+    /* Without a writer of its own, stderr's lines share stdout's. */
+    if (outbuf_start(a->loop, &cfg, &a->err_out) < 0)
+        a->err_out = NULL;
+    return 0;
 }
 
 /* The stream's last word when its reader fell behind at the end: how many lines it never
@@ -341,8 +345,14 @@ static void emit(struct arank *r, const char *s, size_t n, bool is_err, char end
      * counted. */
     if (o)
         outbuf_line(o, r->local, buf, len);
-    if (n) {
+    /* The last line is the rank's own: a hang's capture (gpurun's note, the stack dumps)
+     * leaves it as it was. Control bytes (escape sequences) become '?', as the line is shown
+     * in a table and a cause. */
+    if (n && r->agent->state != AG_CAPTURE) {
         utf8_sanitize(r->last_line, sizeof(r->last_line), s, n);
+        for (char *p = r->last_line; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                *p = *p == '\t' ? ' ' : '?';
         r->output_dirty = true;
     }
 }
@@ -368,16 +378,20 @@ static int64_t mono_ms(void)
 
 static void partial_show(struct ostream *o, int64_t now)
 {
-    if (o && o->rank && o->len && !o->shown && now - o->last_ms >= PARTIAL_SHOW_MS) {
+    if (o && o->rank && o->len > o->shown && now - o->last_ms >= PARTIAL_SHOW_MS) {
         emit(o->rank, o->line, o->len, o->is_err, '\r');
-        o->shown = true;
+        o->shown = o->len;
     }
 }
 
+/* Only to a terminal: a file or a pipe would keep every fragment a rank's buffered writes
+ * leave (half a line, then the line), where a terminal draws over them. */
 void agent_output_tick(struct agent *a)
 {
     int64_t now = mono_ms();
 
+    if (!a->out_tty)
+        return;
     for (int i = 0; i < a->nranks; i++) {
         partial_show(a->ranks[i].out, now);
         partial_show(a->ranks[i].err, now);
@@ -404,10 +418,15 @@ static void stream_take(struct ostream *o, const char *data, size_t n)
         char c = data[i];
         if (o->cr) {
             o->cr = false;
+            if (c == '\r') { /* "\r\r": one, whatever follows */
+                o->cr = true;
+                continue;
+            }
             if (c != '\n' && o->len) {
-                if (!o->shown) /* else the tick showed it as it stands */
+                if (o->len > o->shown) /* else the tick showed it as it stands */
                     emit(r, o->line, o->len, o->is_err, '\r');
                 o->len = 0;
+                o->shown = 0;
             }
         }
         if (c == '\r') {
@@ -420,12 +439,10 @@ static void stream_take(struct ostream *o, const char *data, size_t n)
                 stack_add(r, o->line, o->len);
             arank_emit_line(r, o->line, o->len, o->is_err);
             o->len = 0;
-            o->shown = false;
+            o->shown = 0;
             if (c == '\n')
                 continue;
         }
-        if (o->len == 0)
-            o->shown = false;
         o->line[o->len++] = c;
     }
 }

@@ -103,6 +103,11 @@
 
 enum conn_role { ROLE_NEW, ROLE_AGENT, ROLE_CLIENT };
 enum job_state { JOB_JOINING, JOB_RUNNING, JOB_ABORTING, JOB_FINISHED };
+/* A rank's last line in a status reply: cut to this many bytes, and left out past this many
+ * ranks, so that the reply of 2,048 ranks (about 260 bytes each) stays well inside a frame. */
+#define STATUS_LINE_MAX    64
+#define STATUS_LINES_RANKS 2048
+
 /* PHASE_LOST: its node was lost while it ran; its end is unknown, but it is not running. */
 enum rank_phase { PHASE_PENDING, PHASE_JOINED, PHASE_RUNNING, PHASE_EXITED, PHASE_LOST };
 static const char *const phase_names[] = {"pending", "joined", "running", "exited", "lost"};
@@ -510,8 +515,14 @@ static json_t *rank_view(const struct leader *l, int r, bool detail)
     if (v) {
         json_object_set_new(v, "output_age_ms",
                             json_integer(k->output_ms ? now_ms(l) - k->output_ms : -1));
-        if (k->last_line[0])
-            json_object_set_new(v, "last_line", json_string(k->last_line));
+        /* A status reply is one frame (1 MiB): there the line is cut to STATUS_LINE_MAX
+         * bytes and left out past STATUS_LINES_RANKS ranks; summary.json has it whole. */
+        if (k->last_line[0] && (detail || l->world_size <= STATUS_LINES_RANKS))
+            json_object_set_new(
+                v, "last_line",
+                json_stringn(k->last_line, detail
+                                               ? strlen(k->last_line)
+                                               : utf8_prefix_len(k->last_line, STATUS_LINE_MAX)));
     }
     /* Steps per second since its first report: the ETA's rate. */
     if (v && k->report_ms > k->first_ms && k->step > k->first_step)
@@ -953,11 +964,10 @@ static void set_output(struct leader *l, const struct node *n, json_t *output)
 
     json_array_foreach(output, i, e)
     {
-        int r;
+        json_int_t r, age;
         const char *line;
         size_t len;
-        json_int_t age;
-        if (json_unpack(e, "{s:i, s:s%, s:I}", "rank", &r, "line", &line, &len, "age_ms", &age) <
+        if (json_unpack(e, "{s:I, s:s%, s:I}", "rank", &r, "line", &line, &len, "age_ms", &age) <
                 0 ||
             r < n->rank_base || r >= n->rank_base + n->nprocs || r >= l->world_size || age < 0 ||
             age > INT32_MAX || len > PROTO_LINE_MAX) {
@@ -1509,19 +1519,24 @@ static void check_linger(struct leader *l)
  * reported the step it never finished, then wait for it). Equal report times go to the rank
  * with the lower step. Every rank's stack is captured before the teardown. */
 /* The rank to blame for a stall, given stalled, the running rank whose last report is the
- * oldest. A rank that waits on the others (in a barrier, for a key: its agent says so) is not
- * the one stuck while a running rank is not waiting: the culprit is then one of those, one
- * that never reported first (it never reached the loop), else the oldest report. Without
- * waits known, a rank that never reported is blamed only where most running ranks did report
- * (a job may report from rank 0 alone). Sets *why to what makes it the culprit ("" when it is
- * stalled itself). */
-static int hang_culprit(const struct leader *l, int stalled, const char **why)
+ * oldest (past the timeout), or -1 when the job is not hung after all. A rank that waits on
+ * the others (in a barrier, for a key: its agent says so) is not the one stuck while a
+ * running rank is not waiting: the culprit is one of those that is stale too, one that never
+ * reported first (it never reached the loop), else the oldest report; where every one that is
+ * not waiting is fresh, they are working and the job is not hung. Where all wait, they
+ * deadlocked: the oldest is blamed. Without waits known, a rank that never reported is blamed
+ * only where most running ranks did report (a job may report from rank 0 alone). Sets *why to
+ * what makes it the culprit ("" when it is stalled itself). */
+static int hang_culprit(const struct leader *l, int stalled, int64_t now, const char **why)
 {
+    int64_t hang = l->spec->hang_timeout_ms + HANG_MARGIN_MS;
     int nrun = 0, nreported = 0, nwaiting = 0, best = -1, silent = -1;
+    bool free_runs = false; /* a rank not waiting runs */
 
     *why = "";
     for (int r = 0; r < l->world_size; r++) {
         const struct rank *k = &l->ranks[r];
+        int64_t sign = k->report_ms ? k->report_ms : l->t_generation;
         if (k->phase != PHASE_RUNNING)
             continue;
         nrun++;
@@ -1529,63 +1544,98 @@ static int hang_culprit(const struct leader *l, int stalled, const char **why)
         nwaiting += k->waiting;
         if (!k->report_ms && silent < 0)
             silent = r;
-        if (!k->waiting && (best < 0 || k->report_ms < l->ranks[best].report_ms))
+        if (k->waiting)
+            continue;
+        free_runs = true;
+        if (now - sign > hang && (best < 0 || k->report_ms < l->ranks[best].report_ms))
             best = r;
     }
-    if (nwaiting > 0 && best >= 0 && l->ranks[stalled].waiting) {
-        *why = "the others wait for it";
-        return best;
+    if (nwaiting > 0 && l->ranks[stalled].waiting) {
+        if (best >= 0) {
+            *why = "the others wait for it";
+            return best;
+        }
+        return free_runs ? -1 : stalled;
     }
-    if (nwaiting == 0 && silent >= 0 && nreported >= 2 && nreported > nrun - nreported) {
+    if (nwaiting == 0 && silent >= 0 && nreported >= 2 && nreported > nrun - nreported &&
+        now - l->t_generation > hang) {
         *why = "the others reported";
         return silent;
     }
     return stalled;
 }
 
-/* --hang-watch output: a running rank's sign of life is its last byte of output (the
- * generation's start for one that printed nothing yet). The job hangs when a rank's is older
- * than hang_timeout; the culprit, as for reports, is not a rank waiting on the others while
- * one that is not waiting runs. */
+/* --hang-watch output: a running rank's sign of life is its last byte of output. One that
+ * printed nothing yet is watched from the generation's start where most ranks printed (a job
+ * may print from rank 0 alone). The job hangs when a rank not waiting on the others is silent
+ * past hang_timeout (the culprit: the one silent longest), or when every running rank waits
+ * and is silent (a deadlock). */
 static void check_hang_output(struct leader *l, int64_t now)
 {
-    int64_t hang = l->spec->hang_timeout_ms, ms;
-    int stalled = -1, blamed = -1, node;
+    int64_t hang = l->spec->hang_timeout_ms + HANG_MARGIN_MS, ms, oldest = 0;
+    int nrun = 0, nprinted = 0, blamed = -1, waiting_stale = 0, watched = 0, node;
     char cause[480];
 
     for (int r = 0; r < l->world_size; r++) {
         const struct rank *k = &l->ranks[r];
-        int64_t sign = k->output_ms ? k->output_ms : l->t_generation;
-        if (k->phase != PHASE_RUNNING)
-            continue;
-        if (now - sign > hang + HANG_MARGIN_MS &&
-            (stalled < 0 ||
-             sign < (l->ranks[stalled].output_ms ? l->ranks[stalled].output_ms : l->t_generation)))
-            stalled = r;
-        if (!k->waiting &&
-            (blamed < 0 ||
-             sign < (l->ranks[blamed].output_ms ? l->ranks[blamed].output_ms : l->t_generation)))
-            blamed = r;
+        if (k->phase == PHASE_RUNNING) {
+            nrun++;
+            nprinted += k->output_ms != 0;
+        }
     }
-    if (stalled < 0)
+    if (nprinted == 0) {
+        if (!l->hang_warned && now - l->t_generation > l->spec->hang_timeout_ms) {
+            l->hang_warned = true;
+            log_warn("--hang-timeout %.1f s (--hang-watch output) cannot apply yet: no rank has "
+                     "printed anything",
+                     (double)l->spec->hang_timeout_ms / 1000);
+        }
         return;
-    if (!l->ranks[stalled].waiting || blamed < 0)
-        blamed = stalled;
+    }
+    for (int r = 0; r < l->world_size; r++) {
+        const struct rank *k = &l->ranks[r];
+        int64_t sign = k->output_ms ? k->output_ms : l->t_generation;
+        if (k->phase != PHASE_RUNNING || (!k->output_ms && nprinted * 2 <= nrun))
+            continue;
+        watched++;
+        if (now - sign <= hang)
+            continue;
+        if (k->waiting) {
+            waiting_stale++;
+            continue;
+        }
+        if (blamed < 0 || sign < oldest) {
+            blamed = r;
+            oldest = sign;
+        }
+    }
+    if (blamed < 0 && (waiting_stale == 0 || waiting_stale < watched))
+        return;
+    if (blamed < 0) {
+        /* Every watched rank waits, silent: the oldest is blamed. */
+        for (int r = 0; r < l->world_size; r++) {
+            const struct rank *k = &l->ranks[r];
+            int64_t sign = k->output_ms ? k->output_ms : l->t_generation;
+            if (k->phase == PHASE_RUNNING && k->waiting && (blamed < 0 || sign < oldest)) {
+                blamed = r;
+                oldest = sign;
+            }
+        }
+    }
     const struct rank *b = &l->ranks[blamed];
-    ms = now - (b->output_ms ? b->output_ms : l->t_generation);
+    ms = now - oldest;
     node = node_of(l, blamed);
     if (b->last_line[0])
         snprintf(cause, sizeof(cause),
-                 "rank %d on node %d ('%s') hung: no output for %.1f s (--hang-watch output)%s; "
-                 "its last line: '%.200s'",
+                 "rank %d on node %d ('%.64s') hung: no output for %.1f s (--hang-watch output); "
+                 "its last line: '%.*s'",
                  blamed, node, l->nodes[node].hostname, (double)ms / 1000,
-                 blamed != stalled ? ", while the others wait for it" : "", b->last_line);
+                 (int)utf8_prefix_len(b->last_line, 200), b->last_line);
     else
         snprintf(cause, sizeof(cause),
-                 "rank %d on node %d ('%s') hung: it printed nothing in %.1f s (--hang-watch "
-                 "output)%s",
-                 blamed, node, l->nodes[node].hostname, (double)ms / 1000,
-                 blamed != stalled ? ", while the others wait for it" : "");
+                 "rank %d on node %d ('%.64s') hung: it printed nothing in %.1f s (--hang-watch "
+                 "output)",
+                 blamed, node, l->nodes[node].hostname, (double)ms / 1000);
     l->abort_stacks = true;
     fail(
         l, 124, "hung", restart_on(l, FAILURE_HANG),
@@ -1633,7 +1683,9 @@ static void check_hang(struct leader *l, int64_t now)
     /* A newer report may still sit in its agent's batch (PROGRESS_FLUSH_MS there). */
     if (stalled < 0 || now - l->ranks[stalled].report_ms <= hang + HANG_MARGIN_MS)
         return;
-    blamed = hang_culprit(l, stalled, &why);
+    blamed = hang_culprit(l, stalled, now, &why);
+    if (blamed < 0)
+        return;
     int node = node_of(l, blamed);
     const struct rank *b = &l->ranks[blamed];
     if (!b->report_ms)
@@ -1698,37 +1750,46 @@ static void excuse_stall(struct leader *l, int64_t now)
         log_info("leader's loop stalled for %" PRId64 " ms: no agent is blamed for it", stall);
 }
 
-/* Every other node silent past the timeout at once: from the leader's side that is its own
+/* Every other node silent past the timeout together: from the leader's side that is its own
  * link (or host) far more likely than each of theirs, so the record says the leader lost them
  * all rather than blame the first in its list. The leader's node is node 0; its own agent
- * talks to it over the host's loopback and stays heard. Two others at least: with one, either
- * side may be at fault, and the single loss says which side saw it. */
+ * talks to it over the host's loopback and stays heard. It takes two others at least (with
+ * one, either side may be at fault: the single loss says which side saw it), nodes not done
+ * (a finished node's link is no one's concern), and a job over several hosts (--local's
+ * nodes share one). "Together": when the first passes the timeout, every other has been
+ * silent for all but two heartbeat periods of it, where heartbeats phase apart by up to one. */
 static void check_all_lost(struct leader *l, int64_t now)
 {
     char cause[400];
-    int others = 0, silent = 0, n;
-    int64_t ms = 0;
+    int others = 0, n;
+    int64_t ms = 0, longest = 0, together = l->spec->hb_timeout_ms - 2 * l->spec->hb_interval_ms;
 
-    if (l->first_failure || l->state == JOB_FINISHED)
+    if (l->first_failure || l->state == JOB_FINISHED || l->spec->loopback)
         return;
+    if (together < l->spec->hb_timeout_ms / 2)
+        together = l->spec->hb_timeout_ms / 2;
     for (struct conn *c = l->conns; c; c = c->next) {
-        if (c->role != ROLE_AGENT || c->node == 0)
+        int64_t silent;
+        if (c->role != ROLE_AGENT || c->node == 0 || l->nodes[c->node].done)
             continue;
         others++;
-        if (peer_silence_ms(&c->peer, now) > l->spec->hb_timeout_ms) {
-            silent++;
-            if (!ms || peer_silence_ms(&c->peer, now) < ms)
-                ms = peer_silence_ms(&c->peer, now);
-        }
+        silent = peer_silence_ms(&c->peer, now);
+        if (silent <= together)
+            return;
+        if (!ms || silent < ms)
+            ms = silent;
+        if (silent > longest)
+            longest = silent;
     }
-    if (others < 2 || silent != others)
+    if (others < 2 || longest <= l->spec->hb_timeout_ms)
         return;
     n = snprintf(cause, sizeof(cause),
-                 "the leader (node 0, '%s') lost all %d other nodes at once: no heartbeat from any "
-                 "for %" PRId64 " ms or more; its own link or host is the likely fault (nodes:",
+                 "the leader (node 0, '%.64s') lost all %d other nodes at once: no heartbeat from "
+                 "any for %" PRId64 " ms or more; its own link or host is the likely fault, unless "
+                 "they all stopped together (nodes:",
                  l->nodes[0].hostname, others, ms);
     for (int i = 1; i < l->spec->nnodes && n > 0 && (size_t)n < sizeof(cause) - 16; i++)
-        if (l->nodes[i].conn)
+        if (l->nodes[i].conn && !l->nodes[i].done)
             n += snprintf(cause + n, sizeof(cause) - (size_t)n, " %d", i);
     if (n > 0 && (size_t)n < sizeof(cause) - 2)
         snprintf(cause + n, sizeof(cause) - (size_t)n, ")");

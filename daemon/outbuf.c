@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "outbuf.h"
@@ -299,10 +300,12 @@ static uint64_t count_lines(const struct outbuf *o)
 {
     uint64_t n = 0;
 
-    for (size_t i = 0; i < o->len; i++)
-        n += o->ring[(o->head + i) % o->cap] == '\n';
+    for (size_t i = 0; i < o->len; i++) {
+        char c = o->ring[(o->head + i) % o->cap];
+        n += c == '\n' || c == '\r';
+    }
     for (size_t i = 0; i < o->inflight; i++)
-        n += o->batch[i] == '\n';
+        n += o->batch[i] == '\n' || o->batch[i] == '\r';
     for (int i = 0; i < o->nsrc; i++)
         n += o->drops[i];
     return n;
@@ -446,27 +449,41 @@ void outbuf_close(struct outbuf *o, uint64_t linger_ms, outbuf_closed_fn cb, voi
     check_closed(o);
 }
 
-/* Closes every descriptor from 3 up but keep_a and keep_b. */
-static void close_others(int keep_a, int keep_b)
+/* Closes the descriptors lo..hi (async-signal-safe): close_range where the kernel has it
+ * (5.9), else one close(2) each up to max, the process's limit. */
+static void close_span(unsigned lo, unsigned hi, unsigned max)
+{
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, lo, hi, 0) == 0)
+        return;
+#endif
+    for (unsigned fd = lo; fd <= hi && fd < max; fd++)
+        close((int)fd);
+}
+
+/* Closes every descriptor from 3 up but keep_a and keep_b; max: the process's limit. */
+static void close_others(int keep_a, int keep_b, unsigned max)
 {
     int lo = keep_a < keep_b ? keep_a : keep_b, hi = keep_a < keep_b ? keep_b : keep_a;
     unsigned from = 3;
 
     if (lo >= 3) {
         if ((unsigned)lo > from)
-            close_range(from, (unsigned)lo - 1, 0);
+            close_span(from, (unsigned)lo - 1, max);
         from = (unsigned)lo + 1;
     }
     if (hi >= 3 && hi != lo) {
         if ((unsigned)hi > from)
-            close_range(from, (unsigned)hi - 1, 0);
+            close_span(from, (unsigned)hi - 1, max);
         from = (unsigned)hi + 1;
     }
-    close_range(from, ~0U, 0);
+    close_span(from, ~0U, max);
 }
 
 int outbuf_write_after_exit(int fd, const char *text, size_t n)
 {
+    long open_max = sysconf(_SC_OPEN_MAX);
+    unsigned max = open_max > 0 && open_max < 1 << 20 ? (unsigned)open_max : 1u << 20;
     int hup[2];
     pid_t pid;
 
@@ -489,7 +506,7 @@ int outbuf_write_after_exit(int fd, const char *text, size_t n)
         struct pollfd pfd = {.fd = hup[0], .events = POLLIN};
 
         close(hup[1]);
-        close_others(fd, hup[0]);
+        close_others(fd, hup[0], max);
         while (poll(&pfd, 1, -1) < 0 && errno == EINTR)
             ;
         while (read(hup[0], &c, 1) < 0 && errno == EINTR)

@@ -125,3 +125,21 @@ for mode in barrier unseen; do
         fail "$mode: blamed rank $(json "$job/summary.json" 'v["first_failure"]["rank"]'), not the late rank 2: $cause"
     echo "# late rank ($mode): $cause"
 done
+
+# --- a rank that waits for one that works is no hang ----------------------------------------
+# Rank 1 reports once, then waits in gpurun.barrier() while rank 0 reports every 0.2 s for 4 s
+# before it joins: rank 1's report grows old, but the rank it waits for is working.
+cat >"$work/works.py" <<EOF
+import sys, time
+sys.path.insert(0, "$root/lib/rank/python")
+import gpurun
+gpurun.report(1, loss=1.0)
+if gpurun.rank() == 0:
+    for step in range(2, 22):
+        time.sleep(0.2)
+        gpurun.report(step, loss=1.0)
+gpurun.barrier("done", timeout=60)
+EOF
+run --local --gpus-per-node 2 --hang-timeout 1.5 --kill-grace 1 -- "$py" "$work/works.py"
+expect_rc 0 "a rank waiting 4 s in a barrier for one that reports every 0.2 s"
+echo "# a waiting rank's old report is no hang while the rank it waits for works"

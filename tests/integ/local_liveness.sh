@@ -69,3 +69,27 @@ expect_rc 0 "ranks printing every 0.2 s under --hang-watch output --hang-timeout
 run --local --hang-watch sometimes -- true
 expect_rc 125 "--hang-watch sometimes"
 grep -q "hang-watch" "$work/err" || fail "no message naming --hang-watch: $(cat "$work/err")"
+
+# --- a rank that waits for one that prints is no hang ---------------------------------------
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cat >"$work/works.py" <<EOF
+import sys, time
+sys.path.insert(0, "$root/lib/rank/python")
+import gpurun
+print("up", flush=True)
+if gpurun.rank() == 0:
+    for i in range(20):
+        time.sleep(0.2)
+        print("step", i, flush=True)
+gpurun.barrier("done", timeout=60)
+EOF
+run --local --gpus-per-node 2 --hang-timeout 1.5 --hang-watch output --kill-grace 1 \
+    -- "$py" "$work/works.py"
+expect_rc 0 "a rank silent 4 s in a barrier for one that prints every 0.2 s (--hang-watch output)"
+
+# --- only rank 0 prints: the silent others are not watched ------------------------------------
+# shellcheck disable=SC2016 # expanded by the ranks' shell
+run --local --gpus-per-node 3 --hang-timeout 1 --hang-watch output \
+    -- sh -c 'i=0; while [ $i -lt 12 ]; do [ "$RANK" = 0 ] && echo "tick $i"; i=$((i + 1)); sleep 0.2; done'
+expect_rc 0 "a job printing from rank 0 alone under --hang-watch output"
+echo "# a waiting rank, and ranks that never print, are no hang"

@@ -90,3 +90,20 @@ print(j["recorded_by"], j["first_failure"]["node"], j["first_failure"]["signal"]
     fi
     echo "ok - $name: exit ${rc}, $want_state, summary $outcome $status"
 done
+
+# Three nodes, node 2's daemon killed: the leader records the lost node and fails the job with
+# 125; node 1 then exits with that same 125, which gpurun must not take for a daemon that
+# failed to start: the leader's record stands, and gpurun says nothing of node 1.
+dir=$work/kill-node2-of-3
+timeout -k 5 "$GPURUN_LIMIT" "$gpurun" --local --nodes 3 --job-dir "$dir" -- sleep "$nap" \
+    >"$work/out" 2>"$work/err" </dev/null &
+gpid=$!
+bg_pids+=("$gpid")
+sleep 1 && kill -KILL "$(daemon_pid "$dir" 2)"
+rc=0
+wait "$gpid" || rc=$?
+[ "$rc" = 125 ] || fail "node 2 of 3 killed: exit status $rc, expected 125"
+cause=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["first_failure"]["cause"])' "$dir/summary.json")
+[[ $cause == "node 2 ('"*"') lost: "* ]] || fail "node 2 of 3 killed: the record's cause is '$cause'"
+! grep -q "node 1's rendezvousd" "$work/err" || fail "gpurun blamed node 1: $(grep "node 1's" "$work/err")"
+echo "ok - kill-node2-of-3: exit 125, the leader's record: $cause"

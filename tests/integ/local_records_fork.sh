@@ -36,12 +36,12 @@ rc=0
 [ "$rc" = 125 ] || fail "exit status $rc, expected 125: $(grep -v '^\[' "$work/err" | head -n 5)"
 first=$(grep '^gpurun: ' "$work/err" | sed -n 2p)
 case $first in
-*"cannot start"* | *"failed; stopping the job"*) ;;
+*"cannot start"* | *"failed (exit status 125); stopping the job"*) ;;
 *) fail "gpurun's first line of cause: '$first'" ;;
 esac
 [ -f "$work/job/summary.json" ] || fail "no summary.json"
 got=$(/usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); f=j["first_failure"]
-print(j["outcome"], j["exit_status"], "SIGTERM" not in f["cause"] and ("cannot start" in f["cause"] or "failed to start" in f["cause"]), "leader_first_failure" in j or j.get("recorded_by") == "gpurun")' \
+print(j["outcome"], j["exit_status"], "SIGTERM" not in f["cause"] and ("cannot start" in f["cause"] or "failed (exit status 125)" in f["cause"]), "leader_first_failure" in j or j.get("recorded_by") == "gpurun")' \
     "$work/job/summary.json")
 [ "$got" = "failed 125 True True" ] ||
     fail "summary outcome, exit_status, cause names the start, leader's kept: $got ($(grep cause "$work/job/summary.json" | head -n 2))"

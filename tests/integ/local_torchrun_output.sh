@@ -84,3 +84,28 @@ for _ in tqdm(range(12), mininterval=0):
 else
     echo "# tqdm not checked: PyPI not reachable ($(tail -n 1 "$work/pip.log" 2>/dev/null))"
 fi
+
+# --- a line without its end ---------------------------------------------------------------------
+# To a terminal (a pty from script(1)) it is shown as it stands, before its end comes.
+if command -v script >/dev/null; then
+    timeout -k 5 30 script -qfec "'$gpurun' --local -- sh -c 'printf waiting; sleep 2; echo done'" \
+        "$work/pty" >/dev/null 2>&1 </dev/null &
+    sp=$!
+    bg_pids+=("$sp")
+    seen=0
+    for ((i = 0; i < 30; i++)); do
+        grep -aq '^\[0\] waiting' "$work/pty" 2>/dev/null && seen=1 && break
+        sleep 0.05
+    done
+    [ "$seen" = 1 ] || fail "a line without its end was not shown on a terminal within 1.5 s"
+    wait "$sp" || true
+    echo "# a line without its end: shown on a terminal before it ended"
+else
+    echo "# no script(1): the terminal case is not checked"
+fi
+# To a file, never as a fragment: the line once, whole.
+run --local -- sh -c 'printf "half "; sleep 0.5; echo line'
+expect_rc 0 "a line written in two halves"
+if [ "$(cat "$work/out")" != "[0] half line" ] || grep -q $'\r' "$work/out"; then
+    fail "a file got other than the whole line: $(od -c "$work/out" | head -n 3)"
+fi
