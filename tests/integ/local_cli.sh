@@ -11,6 +11,8 @@ set -euo pipefail
 . "$(dirname "$0")/local_common.sh"
 
 command -v python3 >/dev/null || skip "no python3 on PATH"
+# A SCRIPT.py runs with python3 from PATH here (local_habits.sh has the venv's).
+unset VIRTUAL_ENV
 
 # job_of FILE: the id and dir of the "gpurun: job ID, job dir DIR" line of FILE, into
 # $job_id and $job_dir.
