@@ -30,10 +30,12 @@ static const struct cmd_row cmds[CMD_COUNT] = {
     [CMD_RUN] = {"gpurun", "gpurun --help",
                  "gpurun [options] (train.cfg [section.key=value...] | SCRIPT.py [ARGS...] | "
                  "-- CMD [ARGS...])",
-                 "Runs CMD (or gpurun-train with the train.cfg, or \"python3 SCRIPT.py ARGS\")\n"
+                 "Runs CMD (or gpurun-train with the train.cfg, or \"PYTHON SCRIPT.py ARGS\")\n"
                  "as every rank of a distributed job, with RANK, WORLD_SIZE, MASTER_ADDR and\n"
-                 "the rest of torch's env:// variables set. Each node finds CMD and python3 on\n"
-                 "its PATH. As with torchrun, every word after SCRIPT.py is the script's, even\n"
+                 "the rest of torch's env:// variables set. Each node finds CMD on its PATH.\n"
+                 "PYTHON is --python's, else $VIRTUAL_ENV/bin/python in a venv, else python3\n"
+                 "on each node's PATH; a first word after '--' ending in .py is a SCRIPT.py\n"
+                 "too. As with torchrun, every word after SCRIPT.py is the script's, even\n"
                  "one that starts with '-'. Submits the job to Slurm through libslurm and\n"
                  "prints \"Submitted job ID\"; --wait stays until it ends. With --local the\n"
                  "job runs on this machine (one rendezvousd per node, all on loopback) and\n"
@@ -74,6 +76,14 @@ static const struct cmd_row cmds[CMD_COUNT] = {
                   "Prints gpurun's help, or with SUBCOMMAND that subcommand's (the same as\n"
                   "'gpurun SUBCOMMAND --help').",
                   "gpurun's help, or a subcommand's"},
+    [CMD_RERUN] = {"rerun", "gpurun rerun --help", "gpurun rerun (JOBID | --job-dir DIR) [--wait]",
+                   "Submits an ended Slurm job again: the batch script it ran, which its job\n"
+                   "dir keeps as job.sbatch, with the same #SBATCH directives, through\n"
+                   "libslurm (the environment is this shell's, as with sbatch). The new job\n"
+                   "has an id and a job dir of its own; --wait follows it. A job that is\n"
+                   "pending or running is refused (cancel it first), and so is a local job,\n"
+                   "which has no batch script: gpurun prints the command that runs it again.",
+                   "submits an ended Slurm job again from its job.sbatch"},
 };
 
 enum arg_kind {
@@ -94,6 +104,7 @@ enum arg_kind {
     ARG_MAIL_TYPE,  /* --mail-type's words into SBATCH_MAIL_* bits; the text too */
     ARG_REFUSED,    /* an sbatch option gpurun's model has no room for: refused, with why */
     ARG_CHOICES,    /* comma-separated words of the row's choices, as bits 1 << value */
+    ARG_GPUS,       /* sbatch's GPU count "[type:]N": as ARG_INT, a type refused */
 };
 
 /* Rows' flags. */
@@ -149,8 +160,9 @@ static const struct choice exclusive_choices[] = {
 #define ON_CANCEL (1u << CMD_CANCEL)
 #define ON_CLEAN  (1u << CMD_CLEAN)
 #define ON_HELP   (1u << CMD_HELP)
-#define ON_ALL    (ON_RUN | ON_STATUS | ON_LOGS | ON_CANCEL | ON_CLEAN)
-#define ON_JOB    (ON_RUN | ON_STATUS | ON_LOGS | ON_CANCEL)
+#define ON_RERUN  (1u << CMD_RERUN)
+#define ON_ALL    (ON_RUN | ON_STATUS | ON_LOGS | ON_CANCEL | ON_CLEAN | ON_RERUN)
+#define ON_JOB    (ON_RUN | ON_STATUS | ON_LOGS | ON_CANCEL | ON_RERUN)
 
 /* The most ranks a job can have: jobspec's 65536 nodes times 1024 ranks per node. */
 #define RANK_MAX (65536 * 1024 - 1)
@@ -179,6 +191,16 @@ static const struct opt_row opts[] = {
      "nodes to run on: one rendezvousd each"},
     {0, "gpus-per-node", ARG_INT, FIELD(spec.nprocs), 1, 1024, ON_RUN, "N",
      "ranks per node, one GPU each"},
+    /* sbatch's counts, each read in gpurun's model of one rank per GPU: see counts[]. */
+    {'n', "ntasks", ARG_INT, FIELD(ntasks), 1, RANK_MAX, ON_RUN, "N",
+     "sbatch's: N ranks in all, as many on each node: N / -N per node\n"
+     "(or N / --gpus-per-node nodes)"},
+    {0, "ntasks-per-node", ARG_INT, FIELD(ntasks_per_node), 1, 1024, ON_RUN, "N",
+     "sbatch's: ranks per node, so the same as --gpus-per-node"},
+    {'G', "gpus", ARG_GPUS, FIELD(gpus), 1, RANK_MAX, ON_RUN, "N",
+     "sbatch's: N GPUs in all, one rank each, so the same as -n N"},
+    {0, "gpus-per-task", ARG_GPUS, FIELD(gpus_per_task), 1, 1024, ON_RUN, "1",
+     "sbatch's: 1 only, gpurun's model (one GPU per rank)"},
     {0, "cpus-per-gpu", ARG_INT, FIELD(cpus_per_gpu), 1, 1024, ON_RUN, "N",
      "CPUs Slurm gives each rank (default: the partition's nodes' CPUs\n"
      "per GPU, the least; with --no-gpus their CPUs per rank; 1 when\n"
@@ -253,11 +275,14 @@ static const struct opt_row opts[] = {
      "requeue a job whose ranks checkpointed on the pre-timeout signal,\n"
      "up to N requeues in all (default 0; N > 0 implies --requeue)",
      NULL, OPT_SLURM},
-    {0, "wait", ARG_FLAG, FIELD(wait), 0, 0, ON_RUN, NULL,
+    {0, "wait", ARG_FLAG, FIELD(wait), 0, 0, ON_RUN | ON_RERUN, NULL,
      "stay until the job ends, print its output, exit with its status"},
     {0, "emit-sbatch", ARG_FLAG, FIELD(emit_sbatch), 0, 0, ON_RUN, NULL,
      "print the batch script instead of submitting it"},
     {0, "local", ARG_FLAG, FIELD(local), 0, 0, ON_RUN, NULL, "run on this machine, without Slurm"},
+    {0, "python", ARG_STRING, FIELD(python), 0, 0, ON_RUN, "PATH",
+     "the Python that runs SCRIPT.py (default: $VIRTUAL_ENV/bin/python in\n"
+     "a venv, else python3 on each node's PATH)"},
     {0, "job-dir", ARG_STRING, FIELD(job_dir), 0, 0, ON_JOB, "DIR",
      "the job directory (default $GPURUN_JOBS/<id>/, ~/.gpurun/jobs)"},
     {0, "metrics-dir", ARG_STRING, FIELD(metrics_dir), 0, 0, ON_RUN, "DIR",
@@ -382,6 +407,41 @@ static const struct alias_row aliases[] = {
     {"rdzv-id", NULL, NULL, "gpurun runs the rendezvous itself; drop it"},
 };
 #define N_ALIASES (sizeof(aliases) / sizeof(aliases[0]))
+
+/* What an option that counts ranks counts. */
+enum count_unit {
+    COUNT_PER_NODE, /* ranks on each node */
+    COUNT_IN_ALL,   /* ranks of the whole job */
+    COUNT_PER_RANK, /* GPUs of each rank, which gpurun's model fixes at one */
+};
+
+/* The options that say how big a job is, besides -N. gpurun's model is -N nodes times
+ * --gpus-per-node G ranks, one rank per GPU, the same G on every node. sbatch's habits mean
+ * the same things under other names, so each is read into that model, and what the model
+ * cannot hold is refused with what to write instead:
+ * - --ntasks-per-node K: sbatch's tasks per node; a gpurun rank is a task with one GPU, so K
+ *   is --gpus-per-node. sbatch takes it as a mere maximum beside -n; gpurun runs the same
+ *   number on every node, so two counts per node must agree.
+ * - -n/--ntasks T: tasks in all, so ranks in all: T / N per node when -N is given, else
+ *   T / G nodes when --gpus-per-node is; T must split evenly. With neither it is refused,
+ *   not guessed: Slurm would spread T tasks over whatever nodes it likes, which a launcher
+ *   with the same ranks on every node cannot follow.
+ * - -G/--gpus T: GPUs in all; one rank per GPU makes them ranks in all, as -n T.
+ * - --gpus-per-task: 1 is gpurun's model, so taken; any other number would give a rank
+ *   several GPUs, which one rank per GPU cannot.
+ * torchrun's --nproc-per-node and --nnodes are aliases of --gpus-per-node and --nodes (the
+ * table above): torchrun means the same by them. */
+static const struct count_row {
+    const char *option; /* its row's long name */
+    enum count_unit unit;
+    bool asks_gpus; /* counts GPUs as sbatch asks for them, so meaningless with --no-gpus
+                     * (--gpus-per-node still counts a CPU job's ranks per node) */
+} counts[] = {
+    {"gpus-per-node", COUNT_PER_NODE, false}, {"ntasks-per-node", COUNT_PER_NODE, false},
+    {"ntasks", COUNT_IN_ALL, false},          {"gpus", COUNT_IN_ALL, true},
+    {"gpus-per-task", COUNT_PER_RANK, true},
+};
+#define N_COUNTS (sizeof(counts) / sizeof(counts[0]))
 
 void args_init(struct gpurun_args *args)
 {
@@ -705,6 +765,15 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
     case ARG_FLAG:
         *(bool *)field = true;
         return 0;
+    case ARG_GPUS:
+        /* sbatch's "[type:]N": gpurun asks Slurm for GPUs by count (gres:gpu:N per node). */
+        if (strchr(val, ':'))
+            return errmsg_set(err, -EINVAL,
+                              "--%s: '%s': gpurun asks for GPUs by count, not by type: give "
+                              "--%s %s (and -C/--constraint for nodes with that GPU, where the "
+                              "cluster names it as a feature)",
+                              name, val, name, strrchr(val, ':') + 1);
+        /* fallthrough */
     case ARG_INT:
         r = parse_long(val, &v);
         if (r == -EINVAL)
@@ -1104,6 +1173,127 @@ static int mem_given(const struct gpurun_args *args)
     return n;
 }
 
+/* The int a count row's option holds (spec.nprocs for --gpus-per-node). */
+static int count_value(const struct gpurun_args *args, const struct count_row *c)
+{
+    const struct opt_row *o = find_long(c->option, strlen(c->option));
+
+    return *(const int *)((const char *)args + o->offset);
+}
+
+/* Sets row name's given bit: a size that came from sbatch's counts beats a train.cfg's and
+ * an sbatch variable's as -N or --gpus-per-node would. */
+static void set_given(struct gpurun_args *args, const char *name)
+{
+    args->given |= 1ull << (find_long(name, strlen(name)) - opts);
+}
+
+/* Ranks in all (in_all, total) into nodes and ranks per node: over -N when given, else over
+ * the count per node (per_node, g; NULL when none was given). */
+static int split_total(struct gpurun_args *args, const struct count_row *in_all, int total,
+                       const struct count_row *per_node, int g, struct errmsg *err)
+{
+    struct jobspec *s = &args->spec;
+    const char *t = in_all->option;
+    int n = s->nnodes;
+
+    if (args_given(args, "nodes")) {
+        if (total % n) {
+            int below = total / n * n;
+            if (below > 0)
+                return errmsg_set(err, -EINVAL,
+                                  "--%s %d cannot be split evenly over --nodes %d: gpurun runs "
+                                  "as many ranks on every node; give a multiple of %d (%d or %d)",
+                                  t, total, n, n, below, below + n);
+            return errmsg_set(err, -EINVAL,
+                              "--%s %d is fewer than --nodes %d: gpurun runs at least one rank "
+                              "on every node; give --nodes %d or fewer",
+                              t, total, n, total);
+        }
+        if (per_node && g != total / n)
+            return errmsg_set(err, -EINVAL,
+                              "--%s %d over --nodes %d is %d ranks per node, but --%s says %d: "
+                              "give two of the three (ranks in all = nodes x ranks per node)",
+                              t, total, n, total / n, per_node->option, g);
+        if (total / n > 1024)
+            return errmsg_set(err, -EINVAL,
+                              "--%s %d over --nodes %d is %d ranks per node, more than 1024", t,
+                              total, n, total / n);
+        s->nprocs = total / n;
+        return 0;
+    }
+    if (!per_node)
+        return errmsg_set(err, -EINVAL,
+                          "--%s %d needs -N (%d / N ranks on each node) or --gpus-per-node G "
+                          "(%d / G nodes): gpurun runs as many ranks on every node",
+                          t, total, total, total);
+    if (total % g)
+        return errmsg_set(err, -EINVAL,
+                          "--%s %d is not a multiple of --%s %d: gpurun runs as many ranks on "
+                          "every node; give -N too, or a multiple of %d",
+                          t, total, per_node->option, g, g);
+    if (total / g > 65536)
+        return errmsg_set(err, -EINVAL, "--%s %d over --%s %d is %d nodes, more than 65536", t,
+                          total, per_node->option, g, total / g);
+    s->nnodes = total / g;
+    s->nprocs = g;
+    return 0;
+}
+
+/* sbatch's counts (counts[]) into spec.nnodes and spec.nprocs, once every option is read,
+ * so that their order does not matter. */
+static int finish_counts(struct gpurun_args *args, struct errmsg *err)
+{
+    /* By unit, the first of each (per node, in all) and its value; a count per rank is only
+     * checked. */
+    const struct count_row *seen[COUNT_PER_RANK] = {NULL, NULL};
+    int value[COUNT_PER_RANK] = {0, 0}, r;
+
+    for (size_t i = 0; i < N_COUNTS; i++) {
+        const struct count_row *c = &counts[i];
+        int v;
+        if (!args_given(args, c->option))
+            continue;
+        v = count_value(args, c);
+        if (c->asks_gpus && args->no_gpus)
+            return errmsg_set(err, -EINVAL,
+                              "--%s %d: the job asks for no GPUs (--no-gpus): count its ranks "
+                              "with -n or --gpus-per-node",
+                              c->option, v);
+        if (c->unit == COUNT_PER_RANK) {
+            if (v != 1)
+                return errmsg_set(err, -EINVAL,
+                                  "--%s %d: gpurun runs one rank per GPU, so every rank has "
+                                  "one: drop it, and count the ranks with --gpus-per-node (or "
+                                  "-n, -G)",
+                                  c->option, v);
+            continue;
+        }
+        if (seen[c->unit] && value[c->unit] != v)
+            return errmsg_set(err, -EINVAL,
+                              "--%s %d and --%s %d differ: gpurun runs one rank per GPU, so "
+                              "both count the ranks %s; give one of them",
+                              seen[c->unit]->option, value[c->unit], c->option, v,
+                              c->unit == COUNT_PER_NODE ? "per node (it starts a node's ranks "
+                                                          "itself)"
+                                                        : "in all");
+        seen[c->unit] = c;
+        value[c->unit] = v;
+    }
+    if (seen[COUNT_IN_ALL]) {
+        r = split_total(args, seen[COUNT_IN_ALL], value[COUNT_IN_ALL], seen[COUNT_PER_NODE],
+                        value[COUNT_PER_NODE], err);
+        if (r < 0)
+            return r;
+        set_given(args, "nodes");
+        set_given(args, "gpus-per-node");
+    } else if (seen[COUNT_PER_NODE]) {
+        args->spec.nprocs = value[COUNT_PER_NODE];
+        set_given(args, "gpus-per-node");
+    }
+    return 0;
+}
+
 /* The heartbeat timeout follows the interval unless it was given: ten beats of silence. */
 static int finish_heartbeat(struct gpurun_args *args, bool hb_seen, struct errmsg *err)
 {
@@ -1182,6 +1372,10 @@ int args_parse(struct gpurun_args *args, int argc, char **argv, struct errmsg *e
         } else {
             args->cmd_argv = argv + i;
             args->cmd_argc = argc - i;
+            /* "-- train.py ARGS" is the script too: torchrun runs its training script with
+             * Python whatever the file's mode, and "train.py" is rarely a command on PATH. */
+            if (is_script(argv[i]))
+                args->script = argv[i];
         }
     } else if (args->cmd == CMD_RUN && dashdash && !args->target) {
         return errmsg_set(err, -EINVAL, "nothing after '--': name the command to run");
@@ -1189,6 +1383,8 @@ int args_parse(struct gpurun_args *args, int argc, char **argv, struct errmsg *e
     if (mem_given(args) > 1)
         return errmsg_set(err, -EINVAL,
                           "--mem, --mem-per-cpu and --mem-per-gpu are mutually exclusive");
+    if ((r = finish_counts(args, err)) < 0)
+        return r;
     return finish_heartbeat(args, hb_seen, err);
 }
 
@@ -1377,7 +1573,9 @@ void args_usage(FILE *out, enum gpurun_cmd cmd)
         snprintf(left, sizeof(left), "%c%c%c --%s%s%s", o->short_name ? '-' : ' ',
                  o->short_name ? o->short_name : ' ', o->short_name ? ',' : ' ', o->long_name,
                  o->metavar && o->kind != ARG_OPT_CHOICE ? " " : "", o->metavar ? o->metavar : "");
-        if (o->kind == ARG_INT && o->offset != FIELD(rank))
+        /* A default out of the range (0: not given) is no value the option could take. */
+        if ((o->kind == ARG_INT || o->kind == ARG_GPUS) && *(const int *)field >= o->min &&
+            *(const int *)field <= o->max)
             snprintf(dflt, sizeof(dflt), " [%d]", *(const int *)field);
         else if (o->kind == ARG_SECONDS && o->offset != FIELD(spec.hb_timeout_ms)) {
             char s[32];

@@ -19,7 +19,16 @@
 #define EXIT_CANNOT_RUN 126
 #define EXIT_NOT_FOUND  127
 
-enum gpurun_cmd { CMD_RUN, CMD_STATUS, CMD_LOGS, CMD_CANCEL, CMD_CLEAN, CMD_HELP, CMD_COUNT };
+enum gpurun_cmd {
+    CMD_RUN,
+    CMD_STATUS,
+    CMD_LOGS,
+    CMD_CANCEL,
+    CMD_CLEAN,
+    CMD_HELP,
+    CMD_RERUN,
+    CMD_COUNT
+};
 
 /* The most "section.key=value" overrides one command line may carry. */
 #define ARGS_MAX_OVERRIDES 64
@@ -82,6 +91,13 @@ struct gpurun_args {
     enum log_level log_level;
     int cpus_per_gpu; /* CPUs Slurm gives each rank */
     bool no_gpus;     /* ask Slurm for no GPUs (CPU ranks) */
+    /* sbatch's counts, read in gpurun's model (one rank per GPU) into spec.nnodes and
+     * spec.nprocs once the command line is parsed; 0: not given. */
+    int ntasks;          /* -n: ranks in all */
+    int ntasks_per_node; /* --ntasks-per-node: ranks per node, as --gpus-per-node */
+    int gpus;            /* -G: GPUs in all, so ranks in all */
+    int gpus_per_task;   /* --gpus-per-task: only 1, gpurun's model */
+    const char *python;  /* --python: the interpreter of a SCRIPT.py; NULL: the default */
     bool local;
     bool emit_sbatch; /* print the batch script instead of submitting it */
     bool wait;        /* stay until the Slurm job ends, streaming its output */
@@ -95,12 +111,14 @@ struct gpurun_args {
     bool follow;               /* logs -f */
     int rank;                  /* logs --rank; -1: every rank */
     struct args_signal signal; /* --signal */
-    const char *target;        /* run: the train.cfg; status/logs/cancel: the JOBID; help: the
-                                * SUBCOMMAND; or NULL */
+    const char *target;        /* run: the train.cfg; status/logs/cancel/rerun: the JOBID; help:
+                                * the SUBCOMMAND; or NULL */
     enum gpurun_cmd help_cmd;  /* help: the subcommand whose help to print (CMD_RUN: gpurun's) */
     const char *script;        /* run: the first positional word ending in ".py" (torchrun's
-                                * "train.py ARGS..."), run by the ranks as "python3 SCRIPT ARGS...";
-                                * it and every word after it are in cmd_argv; or NULL */
+                                * "train.py ARGS..."), or the first word after "--" when it
+                                * ends in ".py": run by the ranks as "PYTHON SCRIPT ARGS..."
+                                * (cmd_run.c says which Python); it and every word after it
+                                * are in cmd_argv; or NULL */
     char **cmd_argv;           /* run: the command after "--", or the script and its arguments;
                                 * NULL-terminated; or NULL */
     int cmd_argc;
@@ -121,12 +139,15 @@ void args_release(struct gpurun_args *args);
 /* Parses argv[1..argc) (argv borrowed: it must outlive args) into args, which must be
  * initialised. A first argument naming a subcommand selects it. Long options may also be
  * spelt as torchrun spells them (--nproc-per-node, --nnodes; '_' for '-'), with the same
- * checks. Returns 0, or -EINVAL with err filled for an unknown option (with the nearest
- * option's name when one is close), a bad or missing value, an option the subcommand does
- * not take, a stray argument, or a first argument that is neither a subcommand nor an
- * existing file but is close to a subcommand's name ("did you mean 'status'?"): the only
- * check that looks at the filesystem. A run without a command is not an error here (see
- * args.help / args.target / args.script / args.cmd_argv). */
+ * checks. sbatch's counts (-n/--ntasks, --ntasks-per-node, -G/--gpus, --gpus-per-task) are
+ * read in gpurun's model, one rank per GPU: they set spec.nnodes and spec.nprocs (and count
+ * as -N and --gpus-per-node given) or are refused with what to write instead. Returns 0, or
+ * -EINVAL with err filled for an unknown option (with the nearest option's name when one is
+ * close), a bad or missing value, counts that disagree or cannot be split evenly over the
+ * nodes, an option the subcommand does not take, a stray argument, or a first argument that
+ * is neither a subcommand nor an existing file but is close to a subcommand's name ("did you
+ * mean 'status'?"): the only check that looks at the filesystem. A run without a command is
+ * not an error here (see args.help / args.target / args.script / args.cmd_argv). */
 int args_parse(struct gpurun_args *args, int argc, char **argv, struct errmsg *err);
 
 /* Parses a Slurm time limit ("minutes", "minutes:seconds", "hours:minutes:seconds",

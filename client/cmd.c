@@ -28,6 +28,21 @@ int error_out(int status, const char *fmt, ...)
     return status;
 }
 
+void job_default_name(char *buf, size_t n, char *const *argv, int argc)
+{
+    const char *word = argv[0], *base;
+
+    for (int i = 0; i < argc; i++) {
+        size_t len = strlen(argv[i]);
+        if (len > 3 && !strcmp(argv[i] + len - 3, ".py")) {
+            word = argv[i];
+            break;
+        }
+    }
+    base = strrchr(word, '/');
+    snprintf(buf, n, "%s", base ? base + 1 : word);
+}
+
 void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};

@@ -1,6 +1,7 @@
 /* gpurun's subcommands, one file each (cmd_run.c, cmd_status.c, cmd_logs.c, cmd_cancel.c,
- * cmd_clean.c, cmd_help.c), and what their command-line bodies share (cmd.c): the error line, the
- * jobs root with the message of why there is none, which job a command means, opening Slurm.
+ * cmd_clean.c, cmd_help.c, cmd_rerun.c), and what their command-line bodies share (cmd.c):
+ * the error line, the jobs root with the message of why there is none, which job a command
+ * means, a job's default name, opening Slurm.
  * Internal to gpurun: main.c's table of subcommands calls these. */
 #ifndef GPURUN_CLIENT_CMD_H
 #define GPURUN_CLIENT_CMD_H
@@ -29,9 +30,15 @@ cmd_fn cmd_logs;   /* gpurun logs JOBID: its rank logs, -f while it runs */
 cmd_fn cmd_cancel; /* gpurun cancel JOBID: ends it, and waits for its processes */
 cmd_fn cmd_clean;  /* gpurun clean: removes the job dirs of ended jobs */
 cmd_fn cmd_help;   /* gpurun help [SUBCOMMAND]: gpurun's help, or the subcommand's */
+cmd_fn cmd_rerun;  /* gpurun rerun JOBID: submits an ended Slurm job's batch script again */
 
 /* Prints "gpurun: <text>" to stderr and returns status, for "return error_out(125, ...)". */
 int error_out(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The default name of a job running argv (argc words, borrowed) into buf (n bytes): the file
+ * name of its first word that ends in ".py" (the script of "python3 train.py"), else of the
+ * command. */
+void job_default_name(char *buf, size_t n, char *const *argv, int argc);
 
 /* Sleeps ms milliseconds, through signals' interruptions. */
 void sleep_ms(int ms);
@@ -40,7 +47,7 @@ void sleep_ms(int ms);
  * is no jobs root printed. */
 int jobs_root(char *buf, size_t n);
 
-/* The job a status, logs or cancel command means. */
+/* The job a status, logs, cancel or rerun command means. */
 struct target {
     char id[256];   /* the job's id: Slurm's, or a local job's */
     uint32_t slurm; /* the Slurm id; 0: a local job */

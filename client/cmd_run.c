@@ -22,9 +22,11 @@
 #include "local.h"
 #include "monotime.h"
 #include "path.h"
+#include "python.h"
 #include "sbatch.h"
 #include "signame.h"
 #include "slurmlib.h"
+#include "status.h"
 #include "traincfg.h"
 #include "banned.h"
 
@@ -74,17 +76,45 @@ static int check_command(const char *cmd)
     return 0;
 }
 
-/* The interpreter of a SCRIPT.py run. torchrun runs a script with its own Python; gpurun is no
- * Python program, so each node takes python3 from its PATH (an activated venv's, a module's),
- * as it finds any command. */
-#define SCRIPT_INTERPRETER "python3"
+/* The interpreter of a SCRIPT.py run (python.h chooses it): torchrun runs a script with its own
+ * Python, the one of the venv it was installed in; gpurun is no Python program, so it takes
+ * --python's, else the active venv's (VIRTUAL_ENV: the venv the user's pip installed into),
+ * else python3 from each node's PATH, as it finds any command. It is checked here, where it
+ * is named, so that a wrong one fails before a job exists. Returns 0 or an exit status with
+ * the error printed. */
+static int check_python(const struct python_choice *c, const char *venv)
+{
+    char found[PATH_MAX];
+    int r = local_resolve(c->path, getenv("PATH"), found, sizeof(found));
+    int status = r == -EACCES ? EXIT_CANNOT_RUN : EXIT_NOT_FOUND;
+    const char *why = r == -ENOENT   ? "no such file"
+                      : r == -EACCES ? "not an executable file"
+                      : r < 0        ? uv_strerror(r)
+                                     : NULL;
+
+    if (!why)
+        return 0;
+    if (c->source == PYTHON_GIVEN)
+        return error_out(status,
+                         "--python '%s': %s (give the path of a Python, e.g. --python "
+                         "/usr/bin/python3)",
+                         c->path,
+                         r == -ENOENT && !strchr(c->path, '/') ? "not found on PATH" : why);
+    if (c->source == PYTHON_VENV)
+        return error_out(status,
+                         "VIRTUAL_ENV '%s': '%s': %s (activate a venv that exists, or "
+                         "deactivate it, or give --python PATH)",
+                         venv, c->path, why);
+    return check_command(c->path);
+}
 
 /* What a run needs besides the options: the ranks' command and, for a train.cfg, the
  * configuration whose strings the options borrow. */
 struct run_plan {
     struct traincfg cfg;
     bool have_cfg;
-    char **argv; /* NULL-terminated; new, strings borrowed or in store */
+    struct python_choice python; /* a SCRIPT.py's interpreter: argv[0] */
+    char **argv;                 /* NULL-terminated; new, strings borrowed or in store */
     int argc;
     char train[PATH_MAX], cfg_path[PATH_MAX];
     char job_name[256];
@@ -222,28 +252,16 @@ static int plan_cfg(struct gpurun_args *args, struct run_plan *p)
     return 0;
 }
 
-/* The default name of a job running argv (argc words): the file name of its first word that
- * ends in ".py" (the script of "python3 train.py"), else of the command. */
-static void default_job_name(char *buf, size_t n, char *const *argv, int argc)
-{
-    const char *word = argv[0], *base;
-
-    for (int i = 0; i < argc; i++) {
-        size_t len = strlen(argv[i]);
-        if (len > 3 && !strcmp(argv[i] + len - 3, ".py")) {
-            word = argv[i];
-            break;
-        }
-    }
-    base = strrchr(word, '/');
-    snprintf(buf, n, "%s", base ? base + 1 : word);
-}
-
 static int plan_run(struct gpurun_args *args, struct run_plan *p)
 {
     struct stat st;
     int ret, lead = args->script ? 1 : 0;
 
+    if (args->python && !args->script)
+        return error_out(EXIT_FAILED,
+                         "--python '%s': the job runs no SCRIPT.py (with '-- CMD', name the "
+                         "interpreter as CMD)",
+                         args->python);
     if (args->target)
         return plan_cfg(args, p);
     if (args->n_overrides > 0)
@@ -252,14 +270,21 @@ static int plan_run(struct gpurun_args *args, struct run_plan *p)
     if (!args->cmd_argv)
         return error_out(EXIT_FAILED, "no command to run: give a train.cfg, a SCRIPT.py or "
                                       "'-- CMD ARGS...' (see 'gpurun --help')");
-    /* torchrun's "train.py ARGS": python3 runs it, found on PATH by each node as any command
-     * is; the script is checked here, where it is named. */
+    /* torchrun's "train.py ARGS": a Python runs it (check_python); the script is checked
+     * here, where it is named. */
     if (args->script && stat(args->script, &st) < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
             return error_out(EXIT_NOT_FOUND, "'%s': no such file", args->script);
         return error_out(EXIT_CANNOT_RUN, "'%s': %s", args->script, uv_strerror(-errno));
     }
-    ret = check_command(args->script ? SCRIPT_INTERPRETER : args->cmd_argv[0]);
+    if (args->script) {
+        const char *venv = getenv("VIRTUAL_ENV");
+        if (python_choose(&p->python, args->python, venv) < 0)
+            return error_out(EXIT_FAILED, "the path of the Python is too long");
+        ret = check_python(&p->python, venv);
+    } else {
+        ret = check_command(args->cmd_argv[0]);
+    }
     if (ret)
         return ret;
     p->argc = lead + args->cmd_argc;
@@ -267,10 +292,10 @@ static int plan_run(struct gpurun_args *args, struct run_plan *p)
     if (!p->argv)
         return error_out(EXIT_FAILED, "out of memory");
     if (args->script)
-        p->argv[0] = (char *)SCRIPT_INTERPRETER;
+        p->argv[0] = p->python.path;
     memcpy(p->argv + lead, args->cmd_argv, (size_t)args->cmd_argc * sizeof(*p->argv));
     if (!args->job_name) {
-        default_job_name(p->job_name, sizeof(p->job_name), p->argv, p->argc);
+        job_default_name(p->job_name, sizeof(p->job_name), p->argv, p->argc);
         args->job_name = p->job_name;
     }
     return 0;
@@ -283,6 +308,26 @@ static int plan_spec(struct gpurun_args *args)
     if (args->job_name && !(args->spec.name = strdup(args->job_name)))
         return error_out(EXIT_FAILED, "out of memory");
     return 0;
+}
+
+/* After a failed SCRIPT.py job whose first failure is a module its Python lacks (job_dir's
+ * summary.json says), one more line: which Python ran, and how to choose another. */
+static void python_hint(const struct run_plan *p, const struct gpurun_args *args,
+                        const char *job_dir)
+{
+    char module[128], found[PATH_MAX];
+    struct errmsg err;
+    json_t *summary = NULL;
+    int rank;
+
+    if (!args->script || !job_dir || status_load_summary(job_dir, &summary, &err) < 0)
+        return;
+    if (python_missing_module(summary, module, sizeof(module), &rank))
+        python_print_missing(
+            stderr, &p->python,
+            local_resolve(p->python.path, getenv("PATH"), found, sizeof(found)) == 0 ? found : NULL,
+            module, rank);
+    json_decref(summary);
 }
 
 /* --- the job's places, here and on Slurm ------------------------------------------------------ */
@@ -462,15 +507,17 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     t0 = monotime_ms();
     ret = local_run(&job, fatal_signal);
     /* One line for every end, as torchrun's users expect one. */
-    if (*fatal_signal)
+    if (*fatal_signal) {
         fprintf(stderr, "gpurun: job '%s' cancelled (%s); logs in '%s/logs'\n", job_id,
                 signame(*fatal_signal, sn), abs_dir);
-    else if (ret != 0)
+    } else if (ret != 0) {
         fprintf(stderr, "gpurun: job '%s' exited with status %d; logs in '%s/logs'\n", job_id, ret,
                 abs_dir);
-    else
+        python_hint(p, args, abs_dir);
+    } else {
         fprintf(stderr, "gpurun: job '%s' completed in %.1f s; logs in '%s/logs'\n", job_id,
                 (double)(monotime_ms() - t0) / 1000, abs_dir);
+    }
 out:
     if (job.out_fd >= 0)
         close(job.out_fd);
@@ -698,17 +745,21 @@ static int batch_script(const struct gpurun_args *args, const struct sbatch_job 
 }
 
 /* --wait: follows Slurm job id to its end (follow.c). Returns its exit status. */
-static int batch_wait(const struct gpurun_args *args, uint32_t id, const struct batch_paths *at,
-                      int *fatal_signal)
+static int batch_wait(const struct gpurun_args *args, const struct run_plan *p, uint32_t id,
+                      const struct batch_paths *at, int *fatal_signal)
 {
     char num[16], dir[PATH_MAX];
+    int ret;
 
     snprintf(num, sizeof(num), "%u", id);
     if (args->job_dir)
         snprintf(dir, sizeof(dir), "%s", at->job_dir);
     else if (!path_join(dir, sizeof(dir), at->root, num))
         dir[0] = '\0';
-    return follow_job(id, dir[0] ? dir : NULL, fatal_signal);
+    ret = follow_job(id, dir[0] ? dir : NULL, fatal_signal);
+    if (ret != 0 && !*fatal_signal)
+        python_hint(p, args, dir[0] ? dir : NULL);
+    return ret;
 }
 
 static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
@@ -754,7 +805,7 @@ static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     printf("Submitted job %u\n", id);
     fflush(stdout);
     if (args->wait)
-        ret = batch_wait(args, id, &at, fatal_signal);
+        ret = batch_wait(args, p, id, &at, fatal_signal);
 out:
     slurmlib_close();
     free(script);

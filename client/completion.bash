@@ -101,7 +101,7 @@ _gpurun() {
     elif [ "$opt" = = ] && [ "$COMP_CWORD" -gt 1 ]; then
         eq=1 opt=${COMP_WORDS[COMP_CWORD - 2]}
     fi
-    arg=$(while read -r w a; do [ "$w" = "$opt" ] && echo "$a"; done <<<"$opts")
+    arg=$(while read -r w a; do [ "$w" = "$opt" ] && printf '%s\n' "$a"; done <<<"$opts")
     case $arg in
     "" | -) [ -z "$eq" ] || return 0 ;;
     =)
@@ -131,7 +131,7 @@ _gpurun() {
     *) return 0 ;;
     esac
     if [[ $cur == -* ]]; then
-        _gpurun_add "$(while read -r w a; do echo "$w"; done <<<"$opts")" "$cur"
+        _gpurun_add "$(while read -r w a; do printf '%s\n' "$w"; done <<<"$opts")" "$cur"
         return 0
     fi
     case $sub in

@@ -5,6 +5,7 @@
  * (which keeps a copy of every script). */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -314,8 +315,7 @@ static int directive_int(FILE *f, const char *name, long value, struct errmsg *e
     return directive(f, name, buf, err);
 }
 
-/* s as one shell word: in single quotes, each ' written as '\''. A plain word stays bare. */
-static void shell_word(FILE *f, const char *s)
+void sbatch_shell_word(FILE *f, const char *s)
 {
     bool plain = *s != '\0';
 
@@ -349,7 +349,7 @@ static void comment_command(FILE *f, char *const *argv)
     for (char *const *a = argv; a && *a; a++) {
         if (a != argv)
             fputc(' ', m);
-        shell_word(m, *a);
+        sbatch_shell_word(m, *a);
     }
     fclose(m);
     for (char *p = line; p && *p; p++)
@@ -475,15 +475,15 @@ static void body(FILE *f, const struct sbatch_job *j)
             ": \"${SLURM_JOB_ID:?this is a batch script: submit it with sbatch}\"\n"
             "rendezvousd=${GPURUN_RENDEZVOUSD:-",
             j->job_dir ? "given by --job-dir" : "$GPURUN_JOBS/<job id>");
-    shell_word(f, j->rendezvousd);
+    sbatch_shell_word(f, j->rendezvousd);
     fprintf(f, "}\n");
     if (j->job_dir) {
         fprintf(f, "dir=");
-        shell_word(f, j->job_dir);
+        sbatch_shell_word(f, j->job_dir);
         fprintf(f, "\n");
     } else {
         fprintf(f, "jobs=${GPURUN_JOBS:-");
-        shell_word(f, j->jobs_root);
+        sbatch_shell_word(f, j->jobs_root);
         fprintf(f, "}\ndir=$jobs/$SLURM_JOB_ID\n");
     }
     fprintf(f, "\numask 077\nmkdir -p \"$(dirname \"$dir\")\"\n"
@@ -591,5 +591,269 @@ int sbatch_render(const struct sbatch_job *job, char **out, struct errmsg *err)
         return ret;
     }
     *out = text;
+    return 0;
+}
+
+/* --- reading a script back ----------------------------------------------------------------- */
+
+/* What a directive's value is, read back into struct sbatch_job. */
+enum parse_kind {
+    PARSE_STRING,    /* the value, borrowed from the text, at offset */
+    PARSE_INT,       /* a whole number >= 1 into the int at offset */
+    PARSE_TIME,      /* sbatch_format_time's text into time_limit_min */
+    PARSE_MEM,       /* a size into mem_mb; arg: its enum sbatch_mem_per */
+    PARSE_EXCLUSIVE, /* --exclusive[=user|mcs] */
+    PARSE_SIGNAL,    /* --signal=[{R|B}:]SIG[@TIME] */
+    PARSE_FLAG,      /* no value: the bool at offset; (size_t)-1: none to set */
+    PARSE_COMMENT,   /* "gpurun" or "gpurun: TEXT" (sbatch_comment): TEXT into comment */
+    PARSE_MAIL_TYPE, /* mail_type and its text */
+    PARSE_FIXED,     /* the one value gpurun writes (arg_text), nothing to set */
+};
+
+#define JOB_FIELD(f) offsetof(struct sbatch_job, f)
+#define NO_FIELD     ((size_t)-1)
+
+/* The directives directives() writes and what each sets, besides string_directives[] (each
+ * a PARSE_STRING). A script with any other was not written by gpurun. */
+static const struct parse_row {
+    const char *name;
+    enum parse_kind kind;
+    size_t offset;
+    int arg;
+    const char *arg_text;
+} parse_rows[] = {
+    {"job-name", PARSE_STRING, JOB_FIELD(job_name), 0, NULL},
+    {"nodes", PARSE_INT, JOB_FIELD(nodes), 0, NULL},
+    {"ntasks-per-node", PARSE_FIXED, NO_FIELD, 0, "1"},
+    {"cpus-per-task", PARSE_INT, JOB_FIELD(cpus_per_task), 0, NULL},
+    {"gpus-per-node", PARSE_INT, JOB_FIELD(gpus_per_node), 0, NULL},
+    {"time", PARSE_TIME, JOB_FIELD(time_limit_min), 0, NULL},
+    {"partition", PARSE_STRING, JOB_FIELD(partition), 0, NULL},
+    {"account", PARSE_STRING, JOB_FIELD(account), 0, NULL},
+    {"mem", PARSE_MEM, JOB_FIELD(mem_mb), SBATCH_MEM_NODE, NULL},
+    {"mem-per-cpu", PARSE_MEM, JOB_FIELD(mem_mb), SBATCH_MEM_CPU, NULL},
+    {"mem-per-gpu", PARSE_MEM, JOB_FIELD(mem_mb), SBATCH_MEM_GPU, NULL},
+    {"exclusive", PARSE_EXCLUSIVE, JOB_FIELD(exclusive), 0, NULL},
+    {"hold", PARSE_FLAG, JOB_FIELD(hold), 0, NULL},
+    {"output", PARSE_STRING, JOB_FIELD(output), 0, NULL},
+    {"chdir", PARSE_STRING, JOB_FIELD(work_dir), 0, NULL},
+    {"signal", PARSE_SIGNAL, JOB_FIELD(signal_text), 0, NULL},
+    {"requeue", PARSE_FLAG, JOB_FIELD(requeue), 0, NULL},
+    {"no-requeue", PARSE_FLAG, NO_FIELD, 0, NULL},
+    {"open-mode", PARSE_FIXED, NO_FIELD, 0, "append"},
+    {"comment", PARSE_COMMENT, JOB_FIELD(comment), 0, NULL},
+    {"mail-type", PARSE_MAIL_TYPE, JOB_FIELD(mail_type), 0, NULL},
+    {"mail-user", PARSE_STRING, JOB_FIELD(mail_user), 0, NULL},
+};
+
+/* The row of directive name (n bytes); a string_directives[] one is a PARSE_STRING row in
+ * *tmp. NULL: none. */
+static const struct parse_row *parse_row_of(const char *name, size_t n, struct parse_row *tmp)
+{
+    for (size_t i = 0; i < sizeof(parse_rows) / sizeof(parse_rows[0]); i++)
+        if (strlen(parse_rows[i].name) == n && !strncmp(parse_rows[i].name, name, n))
+            return &parse_rows[i];
+    for (size_t i = 0; i < sizeof(string_directives) / sizeof(string_directives[0]); i++) {
+        if (strlen(string_directives[i].name) != n || strncmp(string_directives[i].name, name, n))
+            continue;
+        *tmp = (struct parse_row){string_directives[i].name, PARSE_STRING,
+                                  string_directives[i].offset, 0, NULL};
+        return tmp;
+    }
+    return NULL;
+}
+
+/* A whole number >= 1 that fits an int. */
+static bool positive_int(const char *s, int *out)
+{
+    long v = 0;
+
+    if (!*s)
+        return false;
+    for (const char *p = s; *p; p++) {
+        if (!isdigit((unsigned char)*p) || v > (INT_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (*p - '0');
+    }
+    *out = (int)v;
+    return v >= 1;
+}
+
+/* Sets what directive row r says of job, its value val (NULL: none given). */
+static int parse_value(const struct parse_row *r, char *val, struct sbatch_job *job,
+                       struct errmsg *err)
+{
+    void *field = (char *)job + (r->offset == NO_FIELD ? 0 : r->offset);
+    struct args_signal sig;
+    char bad[64];
+    long secs;
+    int v;
+
+    if ((r->kind == PARSE_FLAG) != !val && r->kind != PARSE_EXCLUSIVE)
+        return errmsg_set(err, -EINVAL, val ? "takes no value" : "needs a value");
+    switch (r->kind) {
+    case PARSE_STRING:
+        *(const char **)field = val;
+        return 0;
+    case PARSE_INT:
+        if (!positive_int(val, &v))
+            return errmsg_set(err, -EINVAL, "'%s' is not a whole number", val);
+        *(int *)field = v;
+        return 0;
+    case PARSE_TIME:
+        if (args_parse_time(val, &secs) < 0)
+            return errmsg_set(err, -EINVAL, "'%s' is not a time limit", val);
+        *(long *)field = sbatch_time_minutes(secs);
+        return 0;
+    case PARSE_MEM:
+        if (sbatch_parse_mem(val, &job->mem_mb) < 0)
+            return errmsg_set(err, -EINVAL, "'%s' is not a size", val);
+        job->mem_per = (enum sbatch_mem_per)r->arg;
+        return 0;
+    case PARSE_EXCLUSIVE:
+        /* exclusive_directives[]: bare, "=user" or "=mcs". */
+        if (!val)
+            job->exclusive = SBATCH_EXCLUSIVE;
+        else if (!strcmp(val, "user"))
+            job->exclusive = SBATCH_EXCLUSIVE_USER;
+        else if (!strcmp(val, "mcs"))
+            job->exclusive = SBATCH_EXCLUSIVE_MCS;
+        else
+            return errmsg_set(err, -EINVAL, "'%s' is not user or mcs", val);
+        return 0;
+    case PARSE_SIGNAL:
+        if (args_parse_signal(val, &sig, err) < 0) {
+            /* Its message names --signal already: said once, by the caller. */
+            char why[sizeof(err->text)];
+            snprintf(why, sizeof(why), "%s", err->text + strcspn(err->text, " ") + 1);
+            return errmsg_set(err, -EINVAL, "%s", why);
+        }
+        job->signal_text = val;
+        job->preempt_signal = sig.sig;
+        job->signal_time_s = sig.time_s;
+        job->signal_batch_only = sig.batch_only;
+        job->signal_reservation = sig.reservation;
+        return 0;
+    case PARSE_FLAG:
+        if (r->offset != NO_FIELD)
+            *(bool *)field = true;
+        return 0;
+    case PARSE_COMMENT:
+        /* gpurun's mark, then the user's comment: sbatch_comment() adds the mark again. */
+        if (!strcmp(val, SBATCH_COMMENT))
+            job->comment = NULL;
+        else if (sbatch_is_gpurun_comment(val))
+            job->comment = val + strlen(SBATCH_COMMENT) + 2;
+        else
+            job->comment = val;
+        return 0;
+    case PARSE_MAIL_TYPE:
+        v = sbatch_parse_mail_type(val, bad, sizeof(bad));
+        if (v < 0)
+            return errmsg_set(err, -EINVAL, "'%s' is not a mail type", bad);
+        job->mail_type = (unsigned)v;
+        job->mail_type_text = val;
+        return 0;
+    case PARSE_FIXED:
+        if (strcmp(val, r->arg_text))
+            return errmsg_set(err, -EINVAL, "'%s': gpurun writes only '%s'", val, r->arg_text);
+        return 0;
+    }
+    return errmsg_set(err, -EINVAL, "bad directive row");
+}
+
+/* One "#SBATCH --NAME[=VALUE]" line (its text after "#SBATCH", NUL-terminated, modified). */
+static int parse_directive(char *p, struct sbatch_job *job, struct errmsg *err)
+{
+    struct parse_row tmp;
+    const struct parse_row *r;
+    char *name, *val = NULL, *end, *rest;
+    size_t n;
+
+    p += strspn(p, " \t");
+    if (strncmp(p, "--", 2))
+        return errmsg_set(err, -EINVAL, "'%s' is not a directive gpurun writes", p);
+    name = p + 2;
+    n = strcspn(name, "= \t");
+    r = parse_row_of(name, n, &tmp);
+    if (!r)
+        return errmsg_set(err, -EINVAL, "'--%.*s' is not a directive gpurun writes", (int)n, name);
+    end = name + n;
+    if (*end == '=') {
+        /* directive(): the value in double quotes where it holds a blank, else bare. */
+        val = end + 1;
+        if (*val == '"') {
+            val++;
+            end = strchr(val, '"');
+            if (!end)
+                return errmsg_set(err, -EINVAL, "--%s: no closing quote", r->name);
+        } else {
+            end = val + strcspn(val, " \t");
+        }
+    }
+    rest = end + (*end == '"'); /* past a closing quote */
+    if (rest[strspn(rest, " \t")] != '\0')
+        return errmsg_set(err, -EINVAL, "--%s: more after its value", r->name);
+    *end = '\0';
+    if (parse_value(r, val, job, err) < 0) {
+        char why[sizeof(err->text)];
+        snprintf(why, sizeof(why), "%s", err->text);
+        return errmsg_set(err, -EINVAL, "--%s: %s", r->name, why);
+    }
+    return 0;
+}
+
+/* Undoes sbatch_shell_word in place: a bare word, or words in single quotes with each '
+ * written as '\''. */
+static void shell_unword(char *s)
+{
+    char *out = s;
+    bool quoted = false;
+
+    for (char *p = s; *p; p++) {
+        if (*p == '\'')
+            quoted = !quoted;
+        else if (!quoted && *p == '\\' && p[1])
+            *out++ = *++p;
+        else
+            *out++ = *p;
+    }
+    *out = '\0';
+}
+
+/* The body's "dir=WORD" line, where the job dir was fixed (--job-dir); "dir=$jobs/..." is
+ * the jobs root's. Looked for before the job spec's heredoc only. */
+#define FIXED_DIR "dir="
+
+int sbatch_parse(char *text, struct sbatch_job *job, struct errmsg *err)
+{
+    bool directives = true;
+    int lineno = 0;
+
+    memset(job, 0, sizeof(*job));
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        lineno++;
+        if (strstr(line, "GPURUN_JOB_JSON"))
+            break;
+        /* sbatch reads directives up to the first command. */
+        if (directives && line[0] != '#' && line[strspn(line, " \t")] != '\0')
+            directives = false;
+        if (directives && !strncmp(line, "#SBATCH", 7) && parse_directive(line + 7, job, err)) {
+            char why[sizeof(err->text)];
+            snprintf(why, sizeof(why), "%s", err->text);
+            return errmsg_set(err, -EINVAL, "line %d: %s", lineno, why);
+        }
+        if (!directives && !strncmp(line, FIXED_DIR, strlen(FIXED_DIR)) &&
+            line[strlen(FIXED_DIR)] != '$') {
+            shell_unword(line + strlen(FIXED_DIR));
+            job->job_dir = line + strlen(FIXED_DIR);
+        }
+    }
+    if (job->nodes == 0 || !job->job_name)
+        return errmsg_set(err, -EINVAL,
+                          "no --nodes or --job-name directive: not a script gpurun wrote");
     return 0;
 }

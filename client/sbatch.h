@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "errmsg.h"
 
@@ -105,6 +106,24 @@ const char *sbatch_comment(const char *user, char *buf, size_t n);
 
 /* Whether a job's Slurm comment marks it as gpurun's: "gpurun", or "gpurun: ..." */
 bool sbatch_is_gpurun_comment(const char *comment);
+
+/* Reads a batch script back into the job it asks Slurm for: the inverse of sbatch_render's
+ * directives, so that a job can be submitted again from the copy of its script its job dir
+ * keeps (job.sbatch). text is modified (each value is cut out of it in place) and must
+ * outlive job, whose strings point into it. Directives are read up to the script's first
+ * command, as sbatch reads them; the body gives job_dir where it is fixed (--job-dir; NULL
+ * where the script makes $GPURUN_JOBS/<job id>). A --signal directive (gpurun's default
+ * "B:USR1@N" too) fills signal_text and its parts. Fields nothing in the script sets are 0:
+ * ranks_per_node, rendezvousd, jobs_root, log_level, spec_json, argv and max_requeues (the
+ * script's own body acts on these), and begin_time (slurmlib_parse_begin reads begin).
+ * Returns 0, or -EINVAL with err filled for a directive gpurun does not write or a value it
+ * would not ("line 3: '--frob' is not a directive gpurun writes"), or a script without
+ * --nodes and --job-name. */
+int sbatch_parse(char *text, struct sbatch_job *job, struct errmsg *err);
+
+/* Writes s (borrowed) as one shell word to f: bare when it is plain, else in single quotes
+ * with each ' written as '\''. */
+void sbatch_shell_word(FILE *f, const char *s);
 
 /* Parses a memory size as sbatch does: a whole number with an optional unit K, M, G or T
  * (either case, a 'B' may follow), M by default; K rounds up to whole MiB. Returns 0 with

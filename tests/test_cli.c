@@ -21,6 +21,7 @@
 #include "../client/jobdir.h"
 #include "../client/local.h"
 #include "../client/logs.h"
+#include "../client/python.h"
 #include "../client/status.h"
 #include "auth.h"
 #include "fsutil.h"
@@ -537,6 +538,63 @@ TEST(cli_args_refused_with_messages)
         {WORDS("status", "--mem", "1G"),
          "option '--mem' does not apply to 'status' (see 'gpurun status --help')"},
         {WORDS("--quos", "x"), "unknown option '--quos'; did you mean '--qos'?"},
+        /* sbatch's counts in gpurun's model (one rank per GPU, as many on every node): what
+         * does not fit it is refused, naming the numbers and what to write. */
+        {WORDS("--ntasks-per-node", "1", "--gpus-per-node", "8", "--", "true"),
+         "--gpus-per-node 8 and --ntasks-per-node 1 differ: gpurun runs one rank per GPU, so "
+         "both count the ranks per node (it starts a node's ranks itself); give one of them"},
+        {WORDS("--nproc-per-node", "2", "--ntasks-per-node", "4", "train.py"),
+         "--gpus-per-node 2 and --ntasks-per-node 4 differ: gpurun runs one rank per GPU, so "
+         "both count the ranks per node (it starts a node's ranks itself); give one of them"},
+        {WORDS("-n", "10", "-N", "4", "--", "true"),
+         "--ntasks 10 cannot be split evenly over --nodes 4: gpurun runs as many ranks on "
+         "every node; give a multiple of 4 (8 or 12)"},
+        {WORDS("-N", "4", "-n", "2", "--", "true"),
+         "--ntasks 2 is fewer than --nodes 4: gpurun runs at least one rank on every node; "
+         "give --nodes 2 or fewer"},
+        {WORDS("-n", "16", "-N", "2", "--gpus-per-node", "4", "--", "true"),
+         "--ntasks 16 over --nodes 2 is 8 ranks per node, but --gpus-per-node says 4: give two "
+         "of the three (ranks in all = nodes x ranks per node)"},
+        {WORDS("-n", "16", "--", "true"),
+         "--ntasks 16 needs -N (16 / N ranks on each node) or --gpus-per-node G (16 / G "
+         "nodes): gpurun runs as many ranks on every node"},
+        {WORDS("-n", "10", "--ntasks-per-node", "4", "--", "true"),
+         "--ntasks 10 is not a multiple of --ntasks-per-node 4: gpurun runs as many ranks on "
+         "every node; give -N too, or a multiple of 4"},
+        {WORDS("-n", "4096", "-N", "2", "--", "true"),
+         "--ntasks 4096 over --nodes 2 is 2048 ranks per node, more than 1024"},
+        {WORDS("-n", "0", "--", "true"), "--ntasks: must be 1..67108863"},
+        {WORDS("--ntasks-per-node", "x"), "--ntasks-per-node: 'x' is not a number"},
+        {WORDS("-G", "12", "-N", "8", "--", "true"),
+         "--gpus 12 cannot be split evenly over --nodes 8: gpurun runs as many ranks on every "
+         "node; give a multiple of 8 (8 or 16)"},
+        {WORDS("-n", "8", "-G", "16", "-N", "2", "--", "true"),
+         "--ntasks 8 and --gpus 16 differ: gpurun runs one rank per GPU, so both count the "
+         "ranks in all; give one of them"},
+        {WORDS("--gpus", "a100:8", "-N", "2", "--", "true"),
+         "--gpus: 'a100:8': gpurun asks for GPUs by count, not by type: give --gpus 8 (and "
+         "-C/--constraint for nodes with that GPU, where the cluster names it as a feature)"},
+        {WORDS("-G", "4", "--no-gpus", "-N", "1", "--", "true"),
+         "--gpus 4: the job asks for no GPUs (--no-gpus): count its ranks with -n or "
+         "--gpus-per-node"},
+        {WORDS("--gpus-per-task", "2", "-N", "2", "--", "true"),
+         "--gpus-per-task 2: gpurun runs one rank per GPU, so every rank has one: drop it, and "
+         "count the ranks with --gpus-per-node (or -n, -G)"},
+        {WORDS("--gpus-per-task=h100:2"),
+         "--gpus-per-task: 'h100:2': gpurun asks for GPUs by count, not by type: give "
+         "--gpus-per-task 2 (and -C/--constraint for nodes with that GPU, where the cluster "
+         "names it as a feature)"},
+        {WORDS("status", "-n", "2"),
+         "option '--ntasks' does not apply to 'status' (see 'gpurun status --help')"},
+        /* --python and rerun. */
+        {WORDS("--python", "", "train.py"), "--python: empty value"},
+        {WORDS("--python", "--wait", "train.py"),
+         "option '--python' needs a value, and '--wait' looks like an option (for a value that "
+         "starts with '-', write --python=--wait)"},
+        {WORDS("rerun", "-N", "2", "12"),
+         "option '--nodes' does not apply to 'rerun' (see 'gpurun rerun --help')"},
+        {WORDS("rerun", "1", "2"), "unexpected argument '2'"},
+        {WORDS("rerum", "12"), "'rerum' is not a gpurun command or a file; did you mean 'rerun'?"},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -613,11 +671,19 @@ TEST(cli_args_python_script)
     CHECK_EQ(a.cmd_argc, 1);
     args_release(&a);
 
-    /* After "--" it is a command like any other, run as it is. */
+    /* After "--" a command is run as it is; a first word ending in .py is the script, as
+     * torchrun's training script, and --python names its interpreter. */
     CHECK_EQ(parse(&a, &err, WORDS("--", "python3", "train.py", "--lr", "3")), 0);
     CHECK(a.script == NULL);
     CHECK_EQ(a.cmd_argc, 4);
     CHECK_STR(a.cmd_argv[0], "python3");
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("--python", "/opt/py/bin/python", "--", "train.py", "--lr")), 0);
+    CHECK_STR(a.script, "train.py");
+    CHECK_STR(a.python, "/opt/py/bin/python");
+    CHECK_EQ(a.cmd_argc, 2);
+    CHECK_STR(a.cmd_argv[0], "train.py");
+    CHECK_STR(a.cmd_argv[1], "--lr");
     args_release(&a);
 
     /* Not a script: ".py" alone, an override, a JOBID. */
@@ -658,6 +724,51 @@ TEST(cli_args_torchrun_spellings)
     CHECK_EQ(a.spec.nnodes, 4);
     CHECK_EQ(a.spec.nprocs, 1);
     args_release(&a);
+}
+
+/* sbatch's counts, read in gpurun's model: nodes times ranks per node, one rank per GPU. Each
+ * sets what -N and --gpus-per-node set, given bits too (so a train.cfg's [job] keys and
+ * sbatch's variables do not override them), in any order. */
+TEST(cli_args_sbatch_counts)
+{
+    const struct {
+        const char *const *words;
+        int nodes, per_node;
+        bool nodes_given, per_node_given;
+    } good[] = {
+        {WORDS("-N", "2", "-n", "16"), 2, 8, true, true},
+        {WORDS("--ntasks=16", "-N2"), 2, 8, true, true},
+        {WORDS("--ntasks", "16", "--gpus-per-node", "4"), 4, 4, true, true},
+        {WORDS("-n", "16", "-N", "2", "--gpus-per-node", "8"), 2, 8, true, true},
+        {WORDS("-n", "12", "--ntasks-per-node", "3"), 4, 3, true, true},
+        {WORDS("--ntasks-per-node", "4"), 1, 4, false, true},
+        {WORDS("--ntasks-per-node", "4", "-N", "3", "--gpus-per-node", "4"), 3, 4, true, true},
+        {WORDS("-G", "8", "-N", "2"), 2, 4, true, true},
+        {WORDS("--gpus=8", "-n", "8", "--nproc-per-node", "4"), 2, 4, true, true},
+        {WORDS("--nnodes", "2", "--ntasks", "4"), 2, 2, true, true},
+        {WORDS("--gpus-per-task", "1", "--gpus-per-node", "2"), 1, 2, false, true},
+        /* --gpus-per-task 1 alone says nothing of the size. */
+        {WORDS("--gpus-per-task=1"), 1, 1, false, false},
+        {WORDS("-n", "3", "-N", "3", "--no-gpus"), 3, 1, true, true},
+    };
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        struct gpurun_args a;
+        struct errmsg err;
+        if (parse(&a, &err, good[i].words) != 0)
+            test_fail(__FILE__, __LINE__, "case %zu ('%s ...') refused: %s", i, good[i].words[0],
+                      err.text);
+        if (a.spec.nnodes != good[i].nodes || a.spec.nprocs != good[i].per_node ||
+            args_given(&a, "nodes") != good[i].nodes_given ||
+            args_given(&a, "gpus-per-node") != good[i].per_node_given)
+            test_fail(
+                __FILE__, __LINE__,
+                "case %zu ('%s ...'): %d nodes x %d (given %d, %d), expected %d x %d (%d, %d)", i,
+                good[i].words[0], a.spec.nnodes, a.spec.nprocs, args_given(&a, "nodes"),
+                args_given(&a, "gpus-per-node"), good[i].nodes, good[i].per_node,
+                good[i].nodes_given, good[i].per_node_given);
+        args_release(&a);
+    }
 }
 
 TEST(cli_args_gpu_bind)
@@ -799,6 +910,17 @@ TEST(cli_args_subcommands)
     CHECK_STR(a.target, "42");
     args_release(&a);
 
+    CHECK_EQ(parse(&a, &err, WORDS("rerun", "42", "--wait")), 0);
+    CHECK_EQ(a.cmd, CMD_RERUN);
+    CHECK_STR(a.target, "42");
+    CHECK(a.wait);
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("rerun", "--job-dir", "d")), 0);
+    CHECK_EQ(a.cmd, CMD_RERUN);
+    CHECK_STR(a.job_dir, "d");
+    CHECK(a.target == NULL);
+    args_release(&a);
+
     /* A subcommand is only a subcommand in first place. */
     CHECK_EQ(parse(&a, &err, WORDS("--local", "status")), 0);
     CHECK_EQ(a.cmd, CMD_RUN);
@@ -843,7 +965,7 @@ TEST(cli_args_help_subcommand)
 
     CHECK_EQ(parse(&a, &err, WORDS("help", "stat")), -EINVAL);
     CHECK_STR(err.text,
-              "'stat': no such subcommand (gpurun's are status, logs, cancel, clean, help)");
+              "'stat': no such subcommand (gpurun's are status, logs, cancel, clean, help, rerun)");
     args_release(&a);
     CHECK_EQ(parse(&a, &err, WORDS("help", "status", "logs")), -EINVAL);
     CHECK_STR(err.text, "gpurun help takes one subcommand: unexpected argument 'logs'");
@@ -915,7 +1037,18 @@ TEST(cli_args_usage_lists_the_rows)
     CHECK_CONTAINS(buf, "--signal [B:]SIG[@TIME]");
     CHECK_CONTAINS(buf, "(default 60)");
     CHECK_CONTAINS(buf, "without it, SIGUSR1");
-    CHECK_CONTAINS(buf, "\"python3 SCRIPT.py ARGS\"");
+    CHECK_CONTAINS(buf, "\"PYTHON SCRIPT.py ARGS\"");
+    CHECK_CONTAINS(buf, "PYTHON is --python's, else $VIRTUAL_ENV/bin/python in a venv, else "
+                        "python3\non each node's PATH");
+    CHECK_CONTAINS(buf, "\n      --python PATH            the Python that runs SCRIPT.py");
+    CHECK_CONTAINS(buf, "\n  rerun                        submits an ended Slurm job again");
+    /* sbatch's counts, with what each means here; no "[0]" for one not given. */
+    CHECK_CONTAINS(buf, "\n  -n, --ntasks N               sbatch's: N ranks in all");
+    CHECK_CONTAINS(buf, "\n      --ntasks-per-node N      sbatch's: ranks per node, so the same "
+                        "as --gpus-per-node\n");
+    CHECK_CONTAINS(buf, "\n  -G, --gpus N                 sbatch's: N GPUs in all, one rank "
+                        "each, so the same as -n N\n");
+    CHECK_CONTAINS(buf, "\n      --gpus-per-task 1        sbatch's: 1 only");
     CHECK_CONTAINS(buf, "\"gpurun: job ID, job dir DIR\"");
     CHECK_CONTAINS(buf, "The job's\nname is -J's");
     /* The subcommands, a line each from their rows. */
@@ -966,6 +1099,17 @@ TEST(cli_args_usage_lists_the_rows)
     CHECK_CONTAINS(buf, "--job-dir DIR");
     CHECK(!strstr(buf, "--nodes"));
     CHECK(!strstr(buf, "torchrun"));
+    free(buf);
+
+    buf = NULL;
+    capture_begin(&f, &buf, &len);
+    args_usage(f, CMD_RERUN);
+    fclose(f);
+    CHECK_CONTAINS(buf, "usage: gpurun rerun (JOBID | --job-dir DIR) [--wait]\n");
+    CHECK_CONTAINS(buf, "job.sbatch");
+    CHECK_CONTAINS(buf, "\n      --wait ");
+    CHECK_CONTAINS(buf, "\n      --job-dir DIR ");
+    CHECK(!strstr(buf, "--nodes") && !strstr(buf, "--python"));
     free(buf);
 }
 
@@ -1478,4 +1622,113 @@ TEST(cli_args_overrides_beside_a_cfg)
     CHECK_STR(a.target, "a.b=c");
     CHECK_EQ(a.n_overrides, 0);
     args_release(&a);
+}
+
+/* --- the Python of a SCRIPT.py -------------------------------------------------------------- */
+
+TEST(cli_python_choose)
+{
+    struct python_choice c;
+    char cwd[PATH_MAX], want[PATH_MAX + 32];
+
+    CHECK(getcwd(cwd, sizeof(cwd)) != NULL);
+    /* --python first, a relative path made absolute (not resolved), a name left to PATH. */
+    CHECK_EQ(python_choose(&c, "/opt/py/bin/python", "/home/u/venv"), 0);
+    CHECK_STR(c.path, "/opt/py/bin/python");
+    CHECK_EQ(c.source, PYTHON_GIVEN);
+    CHECK_EQ(python_choose(&c, "venv/bin/python", NULL), 0);
+    snprintf(want, sizeof(want), "%s/venv/bin/python", cwd);
+    CHECK_STR(c.path, want);
+    CHECK_EQ(python_choose(&c, "python3.11", "/home/u/venv"), 0);
+    CHECK_STR(c.path, "python3.11");
+    CHECK_EQ(c.source, PYTHON_GIVEN);
+    /* Then the active venv's, then python3 on PATH. */
+    CHECK_EQ(python_choose(&c, NULL, "/home/u/venv"), 0);
+    CHECK_STR(c.path, "/home/u/venv/bin/python");
+    CHECK_EQ(c.source, PYTHON_VENV);
+    CHECK_EQ(python_choose(&c, NULL, ""), 0);
+    CHECK_STR(c.path, "python3");
+    CHECK_EQ(c.source, PYTHON_PATH);
+    CHECK_EQ(python_choose(&c, NULL, NULL), 0);
+    CHECK_STR(c.path, "python3");
+}
+
+/* The module a failed rank could not import: from torch's error record, else the last
+ * ModuleNotFoundError line of its log's tail; any other failure is none. */
+TEST(cli_python_missing_module)
+{
+    static const struct {
+        const char *summary;
+        const char *module; /* NULL: not a missing module */
+        int rank;
+    } cases[] = {
+        {"{\"first_failure\": {\"rank\": 3, \"tail\": \"Traceback (most recent call last):\\n"
+         "  File \\\"t.py\\\", line 1, in <module>\\n    import torch\\nModuleNotFoundError: No "
+         "module named 'torch'\"}}",
+         "torch", 3},
+        {"{\"first_failure\": {\"rank\": 0, \"error\": {\"type\": \"ModuleNotFoundError\", "
+         "\"message\": \"No module named 'torch.distributed'\"}, \"tail\": \"x\"}}",
+         "torch.distributed", 0},
+        /* The last one ended the rank: an earlier one was caught. */
+        {"{\"first_failure\": {\"rank\": 1, \"tail\": \"ModuleNotFoundError: No module named "
+         "'apex'\\nfalling back\\nModuleNotFoundError: No module named 'flash_attn'\\n\"}}",
+         "flash_attn", 1},
+        {"{\"first_failure\": {\"rank\": 1, \"tail\": \"ValueError: bad batch\"}}", NULL, 0},
+        {"{\"first_failure\": {\"rank\": 1, \"tail\": \"print('ModuleNotFoundError: No module "
+         "named x')\"}}",
+         NULL, 0},
+        {"{\"first_failure\": {\"rank\": 2, \"error\": {\"type\": \"ImportError\", \"message\": "
+         "\"cannot import name 'x'\"}}}",
+         NULL, 0},
+        /* A node's failure (a cancelled job) has no rank. */
+        {"{\"first_failure\": {\"node\": 0, \"tail\": \"ModuleNotFoundError: No module named "
+         "'torch'\"}}",
+         NULL, 0},
+        {"{\"outcome\": \"completed\", \"first_failure\": null}", NULL, 0},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_error_t je;
+        json_t *sum = json_loads(cases[i].summary, 0, &je);
+        char module[64] = "";
+        int rank = -1;
+        bool found;
+        if (!sum)
+            test_fail(__FILE__, __LINE__, "case %zu: bad JSON: %s", i, je.text);
+        found = python_missing_module(sum, module, sizeof(module), &rank);
+        if (found != (cases[i].module != NULL) ||
+            (found && (strcmp(module, cases[i].module) || rank != cases[i].rank)))
+            test_fail(__FILE__, __LINE__, "case %zu: found %d, '%s', rank %d; expected %s, rank %d",
+                      i, found, module, rank, cases[i].module ? cases[i].module : "none",
+                      cases[i].rank);
+        json_decref(sum);
+    }
+}
+
+/* The line names the Python that ran and the way to choose another, for each way it was
+ * chosen. */
+TEST(cli_python_missing_module_line)
+{
+    struct python_choice c;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    capture_begin(&f, &buf, &len);
+    CHECK_EQ(python_choose(&c, NULL, NULL), 0);
+    python_print_missing(f, &c, "/usr/bin/python3", "torch", 0);
+    CHECK_EQ(python_choose(&c, NULL, "/home/u/venv"), 0);
+    python_print_missing(f, &c, NULL, "torch", 2);
+    CHECK_EQ(python_choose(&c, "/opt/py", NULL), 0);
+    python_print_missing(f, &c, NULL, "numpy", 1);
+    fclose(f);
+    CHECK_STR(buf, "gpurun: rank 0 has no module 'torch' in Python 'python3' (the first on each "
+                   "node's PATH; here '/usr/bin/python3'): activate the venv that has it, or "
+                   "choose a Python with --python PATH\n"
+                   "gpurun: rank 2 has no module 'torch' in Python '/home/u/venv/bin/python' (the "
+                   "active venv's, VIRTUAL_ENV): install 'torch' there, or choose another Python "
+                   "with --python PATH\n"
+                   "gpurun: rank 1 has no module 'numpy' in Python '/opt/py' (--python's): give "
+                   "--python the path of a Python that has it\n");
+    free(buf);
 }

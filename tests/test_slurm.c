@@ -354,6 +354,194 @@ TEST(slurm_script_refusals)
     CHECK_EQ(sbatch_render(&job, &text, &err), -EINVAL);
 }
 
+#ifndef GPURUN_NO_LIBSLURM
+/* Every field slurmlib_fill_desc sets, as one line of text (new: free it): two jobs ask
+ * slurmctld for the same when their lines are equal. */
+static char *desc_text(const struct sbatch_job *job, const char *script)
+{
+    char *env[] = {(char *)"A=1", NULL}, *out = NULL;
+    size_t len = 0;
+    job_desc_msg_t d;
+    FILE *f = open_memstream(&out, &len);
+
+    CHECK(f != NULL);
+    slurmlib_fill_desc(job, script, env, 1, &d);
+#define OR_NULL(s) ((s) ? (s) : "(null)")
+    fprintf(f,
+            "name=%s nodes=%u-%u tasks=%u per_node=%u cpus=%u tres=%s time=%u part=%s acct=%s "
+            "out=%s err=%s dir=%s warn=%u@%u/%u requeue=%u open=%u comment=%s qos=%s mem=%llu "
+            "mem_tres=%s shared=%u features=%s dep=%s req=%s exc=%s resv=%s begin=%lld prio=%u "
+            "mail=%u/%s",
+            OR_NULL(d.name), d.min_nodes, d.max_nodes, d.num_tasks, (unsigned)d.ntasks_per_node,
+            (unsigned)d.cpus_per_task, OR_NULL(d.tres_per_node), d.time_limit, OR_NULL(d.partition),
+            OR_NULL(d.account), OR_NULL(d.std_out), OR_NULL(d.std_err), OR_NULL(d.work_dir),
+            (unsigned)d.warn_signal, (unsigned)d.warn_time, (unsigned)d.warn_flags,
+            (unsigned)d.requeue, (unsigned)d.open_mode, OR_NULL(d.comment), OR_NULL(d.qos),
+            (unsigned long long)d.pn_min_memory, OR_NULL(d.mem_per_tres), (unsigned)d.shared,
+            OR_NULL(d.features), OR_NULL(d.dependency), OR_NULL(d.req_nodes), OR_NULL(d.exc_nodes),
+            OR_NULL(d.reservation), (long long)d.begin_time, d.priority, (unsigned)d.mail_type,
+            OR_NULL(d.mail_user));
+#undef OR_NULL
+    fclose(f);
+    return out;
+}
+#endif
+
+/* Two optional strings are the same: both absent, or equal. */
+#define CHECK_OPT_STR(a, b)                                                                        \
+    do {                                                                                           \
+        if ((a) || (b))                                                                            \
+            CHECK_STR(a, b);                                                                       \
+    } while (0)
+
+/* A script read back (sbatch_parse) is the job it was written from, field by field, for every
+ * field its directives carry; gpurun rerun submits it again from job.sbatch. */
+static void check_read_back(const struct sbatch_job *job)
+{
+    struct sbatch_job back;
+    struct errmsg err = {{0}};
+    char *text = render_ok(job), *copy = strdup(text), sig[32];
+
+    CHECK(copy != NULL);
+    if (sbatch_parse(copy, &back, &err) != 0)
+        test_fail(__FILE__, __LINE__, "sbatch_parse: %s", err.text);
+    CHECK_STR(back.job_name, job->job_name);
+    CHECK_EQ(back.nodes, job->nodes);
+    CHECK_EQ(back.cpus_per_task, job->cpus_per_task);
+    CHECK_EQ(back.gpus_per_node, job->gpus_per_node);
+    CHECK_EQ(back.time_limit_min, job->time_limit_min);
+    CHECK_OPT_STR(back.partition, job->partition);
+    CHECK_OPT_STR(back.account, job->account);
+    CHECK_OPT_STR(back.qos, job->qos);
+    CHECK_EQ(back.mem_per, job->mem_per);
+    CHECK_EQ(back.mem_mb, job->mem_mb);
+    CHECK_EQ(back.exclusive, job->exclusive);
+    CHECK_OPT_STR(back.constraint, job->constraint);
+    CHECK_OPT_STR(back.dependency, job->dependency);
+    CHECK_OPT_STR(back.nodelist, job->nodelist);
+    CHECK_OPT_STR(back.exclude, job->exclude);
+    CHECK_OPT_STR(back.reservation, job->reservation);
+    CHECK_OPT_STR(back.gres, job->gres);
+    CHECK_OPT_STR(back.begin, job->begin);
+    CHECK_EQ(back.hold, job->hold);
+    CHECK_EQ(back.requeue, job->requeue);
+    CHECK_OPT_STR(back.comment, job->comment);
+    CHECK_EQ(back.mail_type, job->mail_type);
+    CHECK_OPT_STR(back.mail_type_text, job->mail_type_text);
+    CHECK_OPT_STR(back.mail_user, job->mail_user);
+    CHECK_STR(back.output, job->output);
+    CHECK_STR(back.work_dir, job->work_dir);
+    CHECK_OPT_STR(back.job_dir, job->job_dir);
+    /* gpurun's own pre-timeout signal is written as the --signal it stands for. */
+    if (job->signal_text) {
+        CHECK_STR(back.signal_text, job->signal_text);
+        CHECK_EQ(back.preempt_signal, job->preempt_signal);
+        CHECK_EQ(back.signal_time_s, job->signal_time_s);
+        CHECK_EQ(back.signal_batch_only, job->signal_batch_only);
+        CHECK_EQ(back.signal_reservation, job->signal_reservation);
+    } else if (job->signal_before_s > 0) {
+        snprintf(sig, sizeof(sig), "B:USR1@%d", job->signal_before_s);
+        CHECK_STR(back.signal_text, sig);
+        CHECK_EQ(back.preempt_signal, SIGUSR1);
+        CHECK_EQ(back.signal_time_s, job->signal_before_s);
+        CHECK(back.signal_batch_only && !back.signal_reservation);
+    } else {
+        CHECK(back.signal_text == NULL);
+    }
+#ifndef GPURUN_NO_LIBSLURM
+    {
+        /* What slurmctld gets is the same, field by field. */
+        char *want = desc_text(job, text), *got;
+        back.begin_time = job->begin_time;
+        got = desc_text(&back, text);
+        CHECK_STR(got, want);
+        free(want);
+        free(got);
+    }
+#endif
+    free(copy);
+    free(text);
+}
+
+TEST(slurm_script_read_back)
+{
+    struct sbatch_job job = full_job();
+
+    check_read_back(&job);
+    job = sched_job();
+    check_read_back(&job);
+    /* The other forms: no GPUs, limit, partition or comment; --requeue, another memory
+     * option and --exclusive form, the user's --signal, a fixed job dir to unquote. */
+    job.gpus_per_node = 0;
+    job.time_limit_min = 0;
+    job.partition = job.account = job.comment = NULL;
+    job.requeue = true;
+    job.max_requeues = 2;
+    job.mem_per = SBATCH_MEM_CPU;
+    job.mem_mb = 1536;
+    job.exclusive = SBATCH_EXCLUSIVE_USER;
+    job.signal_text = "R:USR2@90";
+    job.preempt_signal = SIGUSR2;
+    job.signal_time_s = 90;
+    job.signal_reservation = true;
+    job.job_dir = "/scratch/it's here";
+    job.job_name = "two words";
+    check_read_back(&job);
+    job.exclusive = SBATCH_EXCLUSIVE_MCS;
+    job.mem_per = SBATCH_MEM_NODE;
+    job.mem_mb = 0;
+    job.hold = false;
+    job.mail_type = 0;
+    job.mail_type_text = NULL;
+    job.signal_text = NULL;
+    job.signal_before_s = 0;
+    check_read_back(&job);
+    job.time_limit_min = 3 * 1440 + 61;
+    check_read_back(&job);
+}
+
+/* What gpurun would not have written is refused, with the line; directives after the first
+ * command are not directives (sbatch stops there too). */
+TEST(slurm_script_read_back_refusals)
+{
+    static const struct {
+        const char *script, *msg;
+    } bad[] = {
+        {"#!/bin/bash\n#SBATCH --job-name=x\n#SBATCH --frob=1\n",
+         "line 3: '--frob' is not a directive gpurun writes"},
+        {"#!/bin/bash\n#SBATCH -N 2\n", "line 2: '-N 2' is not a directive gpurun writes"},
+        {"#!/bin/bash\n#SBATCH --nodes=two\n", "line 2: --nodes: 'two' is not a whole number"},
+        {"#!/bin/bash\n#SBATCH --nodes=0\n", "line 2: --nodes: '0' is not a whole number"},
+        {"#!/bin/bash\n#SBATCH --ntasks-per-node=4\n",
+         "line 2: --ntasks-per-node: '4': gpurun writes only '1'"},
+        {"#!/bin/bash\n#SBATCH --hold=yes\n", "line 2: --hold: takes no value"},
+        {"#!/bin/bash\n#SBATCH --partition\n", "line 2: --partition: needs a value"},
+        {"#!/bin/bash\n#SBATCH --job-name=\"a b\n", "line 2: --job-name: no closing quote"},
+        {"#!/bin/bash\n#SBATCH --job-name=a b\n", "line 2: --job-name: more after its value"},
+        {"#!/bin/bash\n#SBATCH --signal=B:TERM@60\n",
+         "line 2: --signal: 'TERM': gpurun passes only USR1 or USR2 on to the ranks (the time "
+         "limit itself ends them with SIGTERM)"},
+        {"#!/bin/bash\n#SBATCH --exclusive=all\n", "line 2: --exclusive: 'all' is not user or mcs"},
+        {"#!/bin/bash\n#SBATCH --time=soon\n", "line 2: --time: 'soon' is not a time limit"},
+        {"#!/bin/bash\n#SBATCH --mem=1X\n", "line 2: --mem: '1X' is not a size"},
+        {"#!/bin/bash\n#SBATCH --mail-type=END,often\n",
+         "line 2: --mail-type: 'often' is not a mail type"},
+        {"#!/bin/bash\n#SBATCH --job-name=x\nset -e\n#SBATCH --nodes=2\n",
+         "no --nodes or --job-name directive: not a script gpurun wrote"},
+    };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct sbatch_job job;
+        struct errmsg err = {{0}};
+        char *text = strdup(bad[i].script);
+        CHECK(text != NULL);
+        if (sbatch_parse(text, &job, &err) != -EINVAL)
+            test_fail(__FILE__, __LINE__, "case %zu accepted", i);
+        CHECK_STR(err.text, bad[i].msg);
+        free(text);
+    }
+}
+
 /* The rendered script is valid bash (bash -n), with the hardest values in it. */
 TEST(slurm_script_parses_as_bash)
 {

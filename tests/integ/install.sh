@@ -356,7 +356,8 @@ want_completion() {
         fail "completing '$*': got '$(paste -sd ' ' <<<"$got")', expected '$(paste -sd ' ' <<<"$want")'"
 }
 want_completion status gpurun st
-want_completion --gpus-per-node gpurun --gpus
+want_completion --gpus-per-node gpurun --gpus-per-n
+want_completion "$(printf '%s\n' --gpus --gpus-per-node --gpus-per-task)" gpurun --gpus
 # Job ids: this test's jobs, the training job among them, from the jobs root in HOME.
 jobs=$(cd "$HOME/.gpurun/jobs" && for f in */job.json; do echo "${f%/job.json}"; done | LC_ALL=C sort)
 grep -qxF "$train_job" <<<"$jobs" || fail "the training job is not among the job dirs: $jobs"
@@ -369,7 +370,7 @@ want_completion --dry-run gpurun clean --dry
 want_completion small.cfg gpurun sm
 # Every subcommand and every option of the help, so that the two cannot drift apart.
 mkdir "$work/empty"
-in_dir=$work/empty want_completion $'cancel\nclean\nhelp\nlogs\nstatus' gpurun ""
+in_dir=$work/empty want_completion $'cancel\nclean\nhelp\nlogs\nrerun\nstatus' gpurun ""
 # options_of [SUBCOMMAND]: the options of that help's "options:" (not torchrun's spellings).
 options_of() {
     {

@@ -11,6 +11,8 @@ set -euo pipefail
 . "$(dirname "$0")/local_common.sh"
 
 command -v python3 >/dev/null || skip "no python3 on PATH"
+# A SCRIPT.py runs with python3 from PATH here (local_habits.sh has the venv's).
+unset VIRTUAL_ENV
 
 # job_of FILE: the id and dir of the "gpurun: job ID, job dir DIR" line of FILE, into
 # $job_id and $job_dir.
@@ -205,5 +207,5 @@ expect_rc 0 "gpurun help logs"
 cmp -s "$work/out" "$work/help.want" || fail "'gpurun help logs' differs from 'gpurun logs --help'"
 run help lgos
 expect_rc 125 "gpurun help lgos"
-expect_err "gpurun: 'lgos': no such subcommand (gpurun's are status, logs, cancel, clean, help)"
+expect_err "gpurun: 'lgos': no such subcommand (gpurun's are status, logs, cancel, clean, help, rerun)"
 echo "# SCRIPT.py ARGS, torchrun's spellings, the job line and ID, name/time/bind/signal ok"
