@@ -1403,6 +1403,7 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
     ret = 0;
 out:
     if (a) {
+        log_set_sink(NULL, NULL); /* it may have been ours */
         if (a->cgroup[0])
             cgroup_remove(a->cgroup, 0);
         free(a->spawn_argv);
@@ -1475,6 +1476,7 @@ void agent_maybe_free(struct agent *a)
     free(a->pend);
     free(a->spawn_argv);
     free(a->ranks);
+    log_set_sink(NULL, NULL); /* agent_output_close cleared it; an early end may not have */
     free(a);
 }
 

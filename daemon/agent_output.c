@@ -107,8 +107,12 @@ static size_t output_notice(void *arg, int src, uint64_t lines, char *buf, size_
     int w;
 
     group_digits(lines, grouped);
-    w = snprintf(buf, cap, "[gpurun] %s line%s not shown; complete in logs/rank-%d.log\n", grouped,
-                 lines == 1 ? "" : "s", a->ranks[src].rank);
+    if (src == a->nranks) /* the daemon's own log (log_to_stream) */
+        w = snprintf(buf, cap, "[gpurun] %s line%s of rendezvousd's log not shown\n", grouped,
+                     lines == 1 ? "" : "s");
+    else
+        w = snprintf(buf, cap, "[gpurun] %s line%s not shown; complete in logs/rank-%d.log\n",
+                     grouped, lines == 1 ? "" : "s", a->ranks[src].rank);
     return w < 0 || (size_t)w >= cap ? 0 : (size_t)w;
 }
 
@@ -124,24 +128,42 @@ static bool same_file(int a, int b)
 /* The ranks' stdout goes to ours and their stderr to ours, as torchrun's do, each through a
  * writer of its own; where both of ours are one file, one writer takes both, so that the
  * lines of the two keep their order there. */
+/* The daemon's log records, queued on the stream that holds our stderr (the ranks' stderr
+ * writer, or stdout's where both are one file), as the daemon's own source: a record never
+ * waits behind a reader the ranks' output filled, which would stop the loop and its
+ * heartbeats. A record the queue cannot take is dropped and counted like a rank's line. */
+static int log_to_stream(void *arg, const char *line, size_t n)
+{
+    struct agent *a = arg;
+    struct outbuf *o = a->err_out ? a->err_out : a->out;
+    int r = o ? outbuf_line(o, a->nranks, line, n) : -EPIPE;
+
+    return r == 0 || r == -ENOBUFS ? 0 : -1;
+}
+
 int agent_output_start(struct agent *a)
 {
     struct outbuf_config cfg = {
         .fd = STDOUT_FILENO,
         .cap = OUTPUT_QUEUE_MAX,
-        .nsrc = a->nranks > 0 ? a->nranks : 1,
+        .nsrc = (a->nranks > 0 ? a->nranks : 1) + 1, /* the ranks, and the daemon's log */
         .notice = output_notice,
         .arg = a,
     };
     int ret = outbuf_start(a->loop, &cfg, &a->out);
 
     a->out_tty = isatty(STDOUT_FILENO) == 1;
-    if (ret < 0 || same_file(STDOUT_FILENO, STDERR_FILENO))
+    if (ret < 0)
         return ret;
-    cfg.fd = STDERR_FILENO;
-    /* Without a writer of its own, stderr's lines share stdout's. */
-    if (outbuf_start(a->loop, &cfg, &a->err_out) < 0)
-        a->err_out = NULL;
+    if (!same_file(STDOUT_FILENO, STDERR_FILENO)) {
+        cfg.fd = STDERR_FILENO;
+        /* Without a writer of its own, stderr's lines share stdout's. */
+        if (outbuf_start(a->loop, &cfg, &a->err_out) < 0)
+            a->err_out = NULL;
+    }
+    /* Only where our log is that stream: a log to a file of its own never waits on a reader. */
+    if (a->err_out || same_file(STDOUT_FILENO, STDERR_FILENO))
+        log_set_sink(log_to_stream, a);
     return 0;
 }
 
@@ -202,6 +224,7 @@ static void on_err_output_closed(void *arg, size_t unwritten, uint64_t lines)
  * queues is written, for OUTPUT_LINGER_MS of a reader reading nothing at most. */
 void agent_output_close(struct agent *a)
 {
+    log_set_sink(NULL, NULL);
     if (a->err_out) {
         a->handles_open++;
         outbuf_close(a->err_out, OUTPUT_LINGER_MS, on_err_output_closed, a);

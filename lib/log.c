@@ -1,5 +1,6 @@
 /* The logger: formats a record into a stack buffer and writes it with one write(2). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
@@ -9,14 +10,22 @@
 #include "log.h"
 #include "banned.h"
 
-/* A record longer than this is cut: a log line is for a person, not for data. */
-#define LOG_LINE_MAX 4096
-
 enum log_level log_threshold = LOG_WARN;
 static const char *log_program = "gpurun";
 static int log_fd = 2;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+static log_sink_fn log_sink;
+static void *log_sink_arg;
+static pthread_t log_sink_thread;
+
+void log_set_sink(log_sink_fn sink, void *arg)
+{
+    log_sink = sink;
+    log_sink_arg = arg;
+    log_sink_thread = pthread_self();
+}
 
 void log_setup(const char *program, int fd, enum log_level threshold)
 {
@@ -61,6 +70,11 @@ void log_write(enum log_level level, const char *fmt, ...)
     if (n > sizeof(line) - 2)
         n = sizeof(line) - 2;
     line[n++] = '\n';
+    if (log_sink && pthread_equal(pthread_self(), log_sink_thread) &&
+        log_sink(log_sink_arg, line, n) == 0) {
+        errno = saved;
+        return;
+    }
     /* A short write to a log is not worth a retry loop: the record is advisory. */
     if (write(log_fd, line, n) < 0)
         errno = saved;

@@ -14,6 +14,17 @@ extern enum log_level log_threshold;
  * to and the threshold. Called once from main(); thread context: before any thread starts. */
 void log_setup(const char *program, int fd, enum log_level threshold);
 
+/* Where records go instead of the descriptor while set: sink(arg, line, n) takes each whole
+ * record (one line ending in '\n', n <= LOG_LINE_MAX) written on the thread that set the sink;
+ * a record of another thread, or one the sink refuses (returns < 0), goes to the descriptor as
+ * before. NULL restores the descriptor. For a daemon whose log shares a stream with what its
+ * ranks print, through a queue: a record must never wait behind that stream's reader. */
+typedef int (*log_sink_fn)(void *arg, const char *line, size_t n);
+void log_set_sink(log_sink_fn sink, void *arg);
+
+/* The longest record; a longer one is cut. */
+#define LOG_LINE_MAX 4096
+
 /* Parses "error", "warn", "info" or "debug"; returns 0, or -EINVAL for anything else. */
 int log_level_parse(const char *s, enum log_level *out);
 

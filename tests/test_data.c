@@ -151,7 +151,9 @@ TEST(data_shard_errors)
                  tok_at((uint64_t)first), first);
         check_open_error("vocab.bin", 200, -EINVAL, msg);
     }
-    check_open_error("none_*.bin", 256, -ENOENT, "'none_*.bin': no file matches");
+    check_open_error("none_*.bin", 256, -ENOENT,
+                     "'none_*.bin': no file matches (token shards are made by 'gpurun-train "
+                     "prep')");
     check_open_error("missing.bin", 256, -ENOENT,
                      "cannot open 'missing.bin': No such file or directory");
     check_open_error("vocab.bin,,vocab.bin", 256, -EINVAL,

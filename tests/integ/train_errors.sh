@@ -55,7 +55,7 @@ expect_err "gpurun: bad.cfg:$(line_of n_embd): n_head (5) must divide n_embd (32
 
 # --- the data ---------------------------------------------------------------------------------
 mkdir bad
-expect_error "command line: data.train: 'bad/train_*.bin': no file matches" small.cfg \
+expect_error "command line: data.train: 'bad/train_*.bin': no file matches (token shards are made by 'gpurun-train prep')" small.cfg \
     data.train='bad/train_*.bin'
 head -c 4096 /dev/zero >bad/zero.bin
 expect_error "command line: data.train: 'bad/zero.bin': not a token shard (magic 0, expected 20240520)" \
