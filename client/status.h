@@ -25,12 +25,4 @@ int status_query(const char *job_dir, int timeout_ms, json_t **job, struct errms
  * when the job has not ended, or a negative errno with err filled. */
 int status_load_summary(const char *job_dir, json_t **summary, struct errmsg *err);
 
-/* Prints a status_reply's job object (borrowed) for a person: its scalar fields one per
- * line, then its "nodes" and "ranks" arrays as tables whose columns are the fields found. */
-void status_print(FILE *out, const json_t *job);
-
-/* Prints a summary.json (borrowed) for a person: outcome, exit status, first failure with
- * the tail of its log, the ranks' table and the timings. */
-void status_print_summary(FILE *out, const json_t *summary);
-
 #endif

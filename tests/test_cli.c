@@ -1402,57 +1402,6 @@ TEST(cli_logs_print_in_rank_order)
     fclose(f);
 }
 
-TEST(cli_status_print_tables)
-{
-    json_error_t je;
-    json_t *job = json_loads(
-        "{\"job_id\": \"local-1\", \"state\": \"running\", \"world_size\": 2, \"nnodes\": 1,"
-        " \"nodes\": [{\"node\": 0, \"hostname\": \"h0\", \"state\": \"joined\"}],"
-        " \"ranks\": [{\"rank\": 0, \"phase\": \"running\", \"step\": 12, \"loss\": 3.25},"
-        "             {\"rank\": 1, \"phase\": \"exited\", \"step\": 11, \"loss\": 3.5}]}",
-        JSON_PRESERVE_ORDER, &je);
-    FILE *f;
-    char *buf = NULL;
-    size_t len = 0;
-
-    CHECK(job != NULL);
-    capture_begin(&f, &buf, &len);
-    status_print(f, job);
-    fclose(f);
-    CHECK_CONTAINS(buf, "job_id: local-1\nstate: running\nworld_size: 2\nnnodes: 1\n");
-    CHECK_CONTAINS(buf, "node  hostname  state\n0     h0        joined\n");
-    CHECK_CONTAINS(buf, "rank  phase    step  loss\n0     running  12    3.25\n"
-                        "1     exited   11    3.5\n");
-    free(buf);
-    json_decref(job);
-}
-
-TEST(cli_status_print_summary)
-{
-    json_error_t je;
-    json_t *s = json_loads(
-        "{\"job_id\": \"local-2\", \"state\": \"finished\", \"outcome\": \"failed\","
-        " \"exit_status\": 7, \"ranks\": [{\"rank\": 0, \"code\": 7}],"
-        " \"first_failure\": {\"cause\": \"exit\", \"rank\": 0, \"node\": 0, \"code\": 7,"
-        "                     \"tail\": \"boom\\nbang\"},"
-        " \"timings\": {\"total_ms\": 42}}",
-        JSON_PRESERVE_ORDER, &je);
-    FILE *f;
-    char *buf = NULL;
-    size_t len = 0;
-
-    CHECK(s != NULL);
-    capture_begin(&f, &buf, &len);
-    status_print_summary(f, s);
-    fclose(f);
-    CHECK_CONTAINS(buf, "outcome: failed\nexit_status: 7\n");
-    CHECK_CONTAINS(buf, "first failure:\ncause: exit\nrank: 0\nnode: 0\ncode: 7\n");
-    CHECK_CONTAINS(buf, "last lines of its log:\nboom\nbang\n");
-    CHECK_CONTAINS(buf, "timings:\ntotal_ms: 42\n");
-    free(buf);
-    json_decref(s);
-}
-
 TEST(cli_status_without_a_leader)
 {
     struct errmsg err;

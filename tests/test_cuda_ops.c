@@ -408,49 +408,6 @@ CUDA_TEST(residual_layernorm)
     COMPARE("out (in place)", dget(dt, g_out, n), out, n, tol_of(dt));
 }
 
-/* ---- residual, gelu ------------------------------------------------------------------------ */
-
-CUDA_TEST(residual)
-{
-    size_t n = 5000 + 13;
-    float *a = hrand(dt, n, 1.0f), *b = hrand(dt, n, 1.0f), *out = hmalloc(n * sizeof(float));
-    void *g_out = dnan(dt, n);
-
-    ops_residual_forward(out, a, b, n);
-    CHECK_CTX(gpu_residual_forward(ctx, dt, g_out, dput(dt, a, n), dput(dt, b, n), n));
-    COMPARE("out", dget(dt, g_out, n), out, n, tol_of(dt));
-
-    float *dout = hrand(dt, n, 1.0f), *da = hrand(dt, n, 1.0f), *db = hrand(dt, n, 1.0f);
-    void *g_da = dput(dt, da, n), *g_db = dput(dt, db, n);
-    ops_residual_backward(da, db, dout, n);
-    CHECK_CTX(gpu_residual_backward(ctx, dt, g_da, g_db, dput(dt, dout, n), n));
-    COMPARE("da", dget(dt, g_da, n), da, n, tol_of(dt));
-    COMPARE("db", dget(dt, g_db, n), db, n, tol_of(dt));
-}
-
-CUDA_TEST(gelu)
-{
-    size_t n = 10000 + 7;
-    float *x = hrand(dt, n, 5.0f), *out = hmalloc(n * sizeof(float));
-    float *dout = hrand(dt, n, 1.0f), *dinp = hmalloc(n * sizeof(float));
-    void *g_x = dput(dt, x, n), *g_out = dnan(dt, n);
-
-    ops_gelu_forward(out, x, n);
-    CHECK_CTX(gpu_gelu_forward(ctx, dt, g_out, g_x, n));
-    COMPARE("out", dget(dt, g_out, n), out, n, tol_of(dt));
-
-    ops_gelu_backward(dinp, x, dout, n);
-    void *g_dinp = dnan(dt, n), *g_dout = dput(dt, dout, n);
-    CHECK_CTX(gpu_gelu_backward(ctx, dt, g_dinp, g_x, g_dout, n));
-    COMPARE("dinp", dget(dt, g_dinp, n), dinp, n, tol_of(dt));
-
-    /* In place: out over inp, dinp over dout. */
-    CHECK_CTX(gpu_gelu_backward(ctx, dt, g_dout, g_x, g_dout, n));
-    COMPARE("dinp in place", dget(dt, g_dout, n), dinp, n, tol_of(dt));
-    CHECK_CTX(gpu_gelu_forward(ctx, dt, g_x, g_x, n));
-    COMPARE("out in place", dget(dt, g_x, n), out, n, tol_of(dt));
-}
-
 /* ---- matmul -------------------------------------------------------------------------------- */
 
 /* Forward with and without bias and GELU, through cuBLASLt's epilogues and through our own. */

@@ -170,19 +170,6 @@ int gpu_attention_backward(struct gpu_ctx *ctx, enum gpu_dtype dt, void *dqkv, c
                            const void *qkv, const void *out, const float *lse, int B, int T, int C,
                            int NH);
 
-/* GELU (tanh form) over n elements; out may be inp. */
-int gpu_gelu_forward(struct gpu_ctx *ctx, enum gpu_dtype dt, void *out, const void *inp, size_t n);
-/* dinp = dout * gelu'(inp), overwritten; dinp may be dout. */
-int gpu_gelu_backward(struct gpu_ctx *ctx, enum gpu_dtype dt, void *dinp, const void *inp,
-                      const void *dout, size_t n);
-
-/* out = a + b over n elements (out may be a or b). */
-int gpu_residual_forward(struct gpu_ctx *ctx, enum gpu_dtype dt, void *out, const void *a,
-                         const void *b, size_t n);
-/* da += dout, db += dout (da and db distinct). */
-int gpu_residual_backward(struct gpu_ctx *ctx, enum gpu_dtype dt, void *da, void *db,
-                          const void *dout, size_t n);
-
 /* Softmax + cross-entropy over the first V of each row's Vp logits (floatX): losses and lse
  * fp32 (N), targets int (N) on the device. One pass over each row (a running max and sum). A
  * target outside [0, V) gives a NaN loss. */
