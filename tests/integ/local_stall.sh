@@ -18,11 +18,13 @@ stop_ms=2500
 jobs_1=20
 jobs_2=10
 
-# The ranks' command: rank $STOP_RANK stops its own daemon (its shim's parent) and exits, the
-# others exit at once. No rank is left running while the daemon is stopped, so that its
-# shims (which end a rank whose agent is frozen) are not what is tested.
+# The ranks' command: rank $STOP_RANK stops its own daemon (its shim's parent) and exits; the
+# others, one a node on the other daemons, run on for 4 s, so that a node that loses its leader
+# fences a running rank (a job whose ranks had all ended well would rightly complete). The
+# stopped daemon has no rank left running, so that its shims (which end a rank whose agent is
+# frozen) are not what is tested.
 # shellcheck disable=SC2016 # expanded by the ranks' shell
-stop_own='[ "$RANK" = "$STOP_RANK" ] || exit 0
+stop_own='[ "$RANK" = "$STOP_RANK" ] || exec sleep 4
 read -r _ _ _ d _ </proc/$PPID/stat
 echo "$d" >"$GPURUN_JOB_DIR/daemon.tmp" && mv "$GPURUN_JOB_DIR/daemon.tmp" "$GPURUN_JOB_DIR/daemon"
 kill -STOP "$d"'

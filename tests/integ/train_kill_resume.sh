@@ -15,7 +15,9 @@ seed=${TRAIN_KILL_SEED:-$$}
 RANDOM=$seed
 echo "# seed $seed"
 kills=15
-steps=120
+# Enough steps that 15 starts (each running 0-30 ms, a few steps of about 3 ms with a save
+# each) never reach the end on a quiet, fast machine.
+steps=300
 args=(small.cfg "train.steps=$steps" train.ckpt_every=1 train.eval_every=0)
 
 # The parameters and both moments of a checkpoint (see train_resume.sh).
