@@ -154,8 +154,25 @@ override NVCCFLAGS += -std=c++17 -gencode arch=compute_90,code=sm_90 \
                -gencode arch=compute_90,code=compute_90 -Werror all-warnings \
                -Xcompiler -Wall,-Wextra,-Werror -Ilib -Ilib/rank -DGPURUN_CUDA -MMD -MP
 CUDA_OBJS   := $(patsubst kernels/cuda/%.cu,$(BUILD)/cuda/%.o,$(wildcard kernels/cuda/*.cu))
-CUDA_LIBS   := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcudart -lstdc++
+CUDA_LIBS   := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcudart -lstdc++ -ldl
 CPPFLAGS    += -DGPURUN_CUDA
+# cuDNN's fused attention (kernels/cuda/attention_cudnn.cpp): where cudnn.h is in the toolkit
+# and the cuDNN frontend's headers are installed (scripts/deps.sh), host C++ by $(CXX);
+# libcudnn.so.9 is loaded at run time, so the programs start without it. The cudasim build
+# leaves it out (its attention is attention_tc.cu's).
+CUDNN_FE_INC := $(patsubst %/cudnn_frontend.h,%,$(firstword $(wildcard \
+                $(CUDNN_FE_PREFIX)/include/cudnn_frontend.h /usr/local/include/cudnn_frontend.h \
+                /usr/include/cudnn_frontend.h)))
+ifneq ($(and $(CUDNN_FE_INC),$(wildcard $(CUDA_HOME)/include/cudnn.h)),)
+CUDA_OBJS   += $(BUILD)/cuda/attention_cudnn.o
+override NVCCFLAGS += -DGPURUN_CUDNN
+$(BUILD)/cuda/attention_cudnn.o: kernels/cuda/attention_cudnn.cpp
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CXX     $<")
+	$(Q)$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -MMD -MP -DGPURUN_CUDNN \
+	    -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING -isystem $(CUDA_HOME)/include \
+	    -isystem $(CUDNN_FE_INC) -c -o $@ $<
+endif
 $(BUILD)/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  NVCC    $<")

@@ -5,7 +5,14 @@
  * backward, the gradient norm, AdamW. Without a device it prints one SKIP line and exits 0.
  *
  * usage: train_gpu [--cfg jobs/gpt2-124m.cfg] [--batches 16,32,64] [--seq 1024]
- *                  [--warmup N] [--steps N] [--dtype bf16|fp32] [--smoke]
+ *                  [--warmup N] [--steps N] [--dtype bf16|fp32]
+ *                  [--attention auto|cudnn|cudnn-fast|own] [--smoke]
+ * --attention: the bf16 attention (gpu_ctx_set_attention; default auto, cuDNN's where it loads).
+ * --attention-only: instead of the step, the model's causal attention alone, forward and
+ *   forward + backward at each batch, for each bf16 attention (own kernels, cuDNN, cuDNN with
+ *   its non-deterministic backward): the median of --steps timed calls (device events) after
+ *   --warmup, on random inputs, in TFLOP/s of the causal half: 2 B NH T^2 hs forward, 2.5x
+ *   that backward (FlashAttention's count).
  * --smoke: a 2-layer, 64-wide model at seq 32, batch 2, 1 warm-up and 2 timed steps, so that
  * the program itself can run under cudasim (whose timings mean nothing). */
 #include <errno.h>
@@ -40,13 +47,15 @@ struct opts {
     int batches[MAX_BATCHES], n_batches;
     int seq, warmup, steps;
     enum gpu_dtype dt;
-    bool smoke;
+    enum gpu_attention attention;
+    bool smoke, attention_only;
 };
 
 static int usage(void)
 {
     fprintf(stderr, "usage: " PROG " [--cfg FILE] [--batches B,B,...] [--seq T] [--warmup N] "
-                    "[--steps N] [--dtype bf16|fp32] [--smoke]\n");
+                    "[--steps N] [--dtype bf16|fp32] [--attention auto|cudnn|cudnn-fast|own] [--smoke] "
+                    "[--attention-only]\n");
     return 1;
 }
 
@@ -86,6 +95,10 @@ static int parse_args(struct opts *o, int argc, char **argv)
             o->smoke = true;
             continue;
         }
+        if (!strcmp(a, "--attention-only")) {
+            o->attention_only = true;
+            continue;
+        }
         if (!v)
             return -EINVAL;
         i++;
@@ -101,6 +114,14 @@ static int parse_args(struct opts *o, int argc, char **argv)
             continue;
         else if (!strcmp(a, "--dtype") && (!strcmp(v, "bf16") || !strcmp(v, "fp32")))
             o->dt = !strcmp(v, "bf16") ? GPU_BF16 : GPU_F32;
+        else if (!strcmp(a, "--attention") && !strcmp(v, "auto"))
+            o->attention = GPU_ATT_AUTO;
+        else if (!strcmp(a, "--attention") && !strcmp(v, "cudnn"))
+            o->attention = GPU_ATT_CUDNN;
+        else if (!strcmp(a, "--attention") && !strcmp(v, "cudnn-fast"))
+            o->attention = GPU_ATT_CUDNN_FAST;
+        else if (!strcmp(a, "--attention") && !strcmp(v, "own"))
+            o->attention = GPU_ATT_OWN;
         else
             return -EINVAL;
     }
@@ -225,6 +246,107 @@ out:
     return ret;
 }
 
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of n runs (at most 64) of forward (and backward, with bwd) in ms; -1 with the
+ * context's error on a failure. */
+static float attention_time(struct gpu_ctx *ctx, int n, bool bwd, void *out, float *lse,
+                            void *qkv, void *dout, void *dqkv, int B, int T, int C, int NH)
+{
+    cudaStream_t s = (cudaStream_t)gpu_ctx_stream(ctx);
+    cudaEvent_t e0, e1;
+    float ms[64];
+
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        cudaEventRecord(e0, s);
+        if (gpu_attention_forward(ctx, GPU_BF16, out, lse, qkv, B, T, C, NH) < 0 ||
+            (bwd && gpu_attention_backward(ctx, GPU_BF16, dqkv, dout, qkv, out, lse, B, T, C,
+                                           NH) < 0))
+            return -1;
+        cudaEventRecord(e1, s);
+        if (cudaEventSynchronize(e1) != cudaSuccess ||
+            cudaEventElapsedTime(&ms[i], e0, e1) != cudaSuccess)
+            return -1;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    qsort(ms, (size_t)n, sizeof(float), cmp_float);
+    return ms[n / 2];
+}
+
+/* --attention-only's table. */
+static int attention_table(struct gpu_ctx *ctx, const struct opts *o, const struct gpt2_config *mc)
+{
+    static const struct {
+        enum gpu_attention a;
+        const char *name;
+    } kinds[] = {{GPU_ATT_OWN, "own (attention_tc.cu)"},
+                 {GPU_ATT_CUDNN, "cuDNN, deterministic"},
+                 {GPU_ATT_CUDNN_FAST, "cuDNN, atomics in dq"}};
+    int C = mc->n_embd, NH = mc->n_head, T = o->seq, hs = C / NH;
+    int n = o->steps > 64 ? 64 : o->steps;
+
+    printf("| attention | batch | seq | heads | hs | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd "
+           "TFLOP/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int bi = 0; bi < o->n_batches; bi++) {
+        int B = o->batches[bi];
+        size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+        void *qkv = NULL, *out = NULL, *dout = NULL, *dqkv = NULL;
+        float *lse = NULL, *h = malloc(nqkv * sizeof(float));
+        uint64_t st = 0x9e3779b97f4a7c15ull;
+        if (!h || gpu_alloc(ctx, &qkv, nqkv * 2) < 0 || gpu_alloc(ctx, &dqkv, nqkv * 2) < 0 ||
+            gpu_alloc(ctx, &out, nout * 2) < 0 || gpu_alloc(ctx, &dout, nout * 2) < 0 ||
+            gpu_alloc(ctx, (void **)&lse, (size_t)B * NH * T * sizeof(float)) < 0) {
+            fprintf(stderr, PROG ": out of memory for the attention at batch %d\n", B);
+            return -1;
+        }
+        /* Random inputs, not zeros (which can run faster than real data). */
+        for (size_t i = 0; i < nqkv; i++) {
+            st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+            h[i] = (float)((double)(st >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        }
+        void *f32 = NULL;
+        if (gpu_alloc(ctx, &f32, nqkv * sizeof(float)) < 0 ||
+            gpu_upload(ctx, f32, h, nqkv * sizeof(float)) < 0 ||
+            gpu_convert(ctx, GPU_BF16, qkv, GPU_F32, f32, nqkv) < 0 ||
+            gpu_convert(ctx, GPU_BF16, dout, GPU_F32, (float *)f32 + nout, nout) < 0) {
+            fprintf(stderr, PROG ": random inputs: %s\n", gpu_ctx_error(ctx));
+            return -1;
+        }
+        gpu_free(ctx, f32);
+        double fwd_flop = 2.0 * B * NH * (double)T * T * hs;
+        for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+            gpu_ctx_set_attention(ctx, kinds[k].a);
+            float f = -1, fb = -1;
+            if (attention_time(ctx, o->warmup, true, out, lse, qkv, dout, dqkv, B, T, C, NH) >= 0)
+                f = attention_time(ctx, n, false, out, lse, qkv, dout, dqkv, B, T, C, NH);
+            if (f >= 0)
+                fb = attention_time(ctx, n, true, out, lse, qkv, dout, dqkv, B, T, C, NH);
+            if (fb < 0) {
+                printf("| %s | %d | %d | %d | %d | unavailable: %s |||||\n", kinds[k].name, B, T,
+                       NH, hs, gpu_ctx_error(ctx));
+                continue;
+            }
+            printf("| %s | %d | %d | %d | %d | %.3f | %.0f | %.3f | %.0f |\n", kinds[k].name, B, T,
+                   NH, hs, f, fwd_flop / f / 1e9, fb, 3.5 * fwd_flop / fb / 1e9);
+        }
+        gpu_free(ctx, qkv);
+        gpu_free(ctx, dqkv);
+        gpu_free(ctx, out);
+        gpu_free(ctx, dout);
+        gpu_free(ctx, lse);
+        free(h);
+    }
+    gpu_ctx_set_attention(ctx, o->attention);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = {.cfg_path = "jobs/gpt2-124m.cfg",
@@ -262,6 +384,7 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": %s\n", err.text);
         return 1;
     }
+    gpu_ctx_set_attention(ctx, o.attention);
     /* GPT-2's initialisation, as gpurun-train starts a run. */
     if (gpt2_init(&init, &mc, 1, 1) < 0) {
         fprintf(stderr, PROG ": out of memory for the parameters\n");
@@ -275,11 +398,20 @@ int main(int argc, char **argv)
            prop.name, mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, mc.padded_vocab_size,
            (double)init.n_params / 1e6, o.dt == GPU_BF16 ? "bf16 (fp32 master weights)" : "fp32",
            o.warmup, o.steps);
+    if (o.dt == GPU_BF16) {
+        char att[320];
+        gpu_ctx_attention_describe(ctx, att, sizeof(att));
+        printf("attention: %s\n", att);
+    }
     printf("FLOPs per sequence = 6 x (12 L C^2 + Vp C) x T + 6 L C T (T + 1) = %.1f GFLOP "
            "(matmul weights, 2 forward + 4 backward per weight and token, plus causal "
            "attention); MFU = FLOPs per sequence x B / step time / %.0f TFLOP/s (H100 SXM bf16 "
            "dense peak)\n\n",
            gpt2_flops_per_sequence(&mc, o.seq) / 1e9, PEAK_FLOPS / 1e12);
+    if (o.attention_only) {
+        ret = o.dt == GPU_BF16 && attention_table(ctx, &o, &mc) == 0 ? 0 : 1;
+        goto out;
+    }
     printf("| batch | seq | ms/step | tokens/s | TFLOP/s | MFU | loss |\n");
     printf("|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < o.n_batches; i++)

@@ -81,6 +81,9 @@
  * (agent.c's PROGRESS_FLUSH_MS), plus the link. A hang is declared this much after the
  * timeout, so that a rank reporting just inside the timeout is never blamed. */
 #define HANG_MARGIN_MS         300
+/* Ranks' last lines reach the leader at most this often (agent.c's OUTPUT_FLUSH_MS): what
+ * --hang-watch output sees is up to this much older than the rank's last byte. */
+#define OUTPUT_LAG_MS          1000
 /* A hang's teardown first captures every rank's stack: agents get this long for it. */
 #define STACK_CAPTURE_MS       5000
 /* How often the leader looks for the batch script's pre-timeout request (PREEMPT_FILE). */
@@ -1572,8 +1575,8 @@ static int hang_culprit(const struct leader *l, int stalled, int64_t now, const 
  * and is silent (a deadlock). */
 static void check_hang_output(struct leader *l, int64_t now)
 {
-    int64_t hang = l->spec->hang_timeout_ms + HANG_MARGIN_MS, ms, oldest = 0;
-    int nrun = 0, nprinted = 0, blamed = -1, waiting_stale = 0, watched = 0, node;
+    int64_t hang = l->spec->hang_timeout_ms + OUTPUT_LAG_MS + HANG_MARGIN_MS, ms, oldest = 0;
+    int nrun = 0, nprinted = 0, nwaiting = 0, blamed = -1, waiting_stale = 0, watched = 0, node;
     char cause[480];
 
     for (int r = 0; r < l->world_size; r++) {
@@ -1581,6 +1584,7 @@ static void check_hang_output(struct leader *l, int64_t now)
         if (k->phase == PHASE_RUNNING) {
             nrun++;
             nprinted += k->output_ms != 0;
+            nwaiting += k->waiting;
         }
     }
     if (nprinted == 0) {
@@ -1609,7 +1613,9 @@ static void check_hang_output(struct leader *l, int64_t now)
             oldest = sign;
         }
     }
-    if (blamed < 0 && (waiting_stale == 0 || waiting_stale < watched))
+    /* A deadlock needs every running rank waiting: one that works in silence (not watched:
+     * it printed nothing yet) may be what the others wait for. */
+    if (blamed < 0 && (waiting_stale == 0 || waiting_stale < watched || nwaiting < nrun))
         return;
     if (blamed < 0) {
         /* Every watched rank waits, silent: the oldest is blamed. */

@@ -38,6 +38,7 @@ struct backend_opts {
     struct adamw_config adamw;
     bool fp32;         /* cuda: fp32 throughout, else bf16 with fp32 master weights; cpu: fp32 */
     bool zero;         /* cuda: ZeRO-1 (the optimizer state sharded over the ranks) */
+    int attention;     /* cuda bf16: enum traincfg_attention */
     struct coll *coll; /* borrowed until close: the collectives the gradients are averaged over */
 };
 

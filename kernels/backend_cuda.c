@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "traincfg.h"
 #include "coll.h"
 #ifdef GPURUN_CUDA
 #include "cuda/cuda_ops.h"
@@ -104,6 +105,9 @@ static int cuda_init(struct backend *b, const struct backend_opts *o)
 
     c->mcfg = o->model;
     c->zero = o->zero;
+    gpu_ctx_set_attention(c->gpu, o->attention == TRAINCFG_ATTENTION_CUDNN ? GPU_ATT_CUDNN
+                                  : o->attention == TRAINCFG_ATTENTION_OWN ? GPU_ATT_OWN
+                                                                           : GPU_ATT_AUTO);
     c->coll = o->coll;
     c->rank = coll_rank(o->coll);
     c->world = coll_world_size(o->coll);
@@ -145,9 +149,14 @@ static void cuda_describe(const struct backend *b, char *buf, size_t len)
                      c->gb.dt == GPU_BF16 ? "bf16 (fp32 master weights)" : "fp32");
 
     if (c->zero && n >= 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n,
-                 ", ZeRO-1 (optimizer shard of %zu of %zu padded parameters)",
-                 c->gb.opt_hi - c->gb.opt_lo, c->gb.n_pad);
+        n += snprintf(buf + n, len - (size_t)n,
+                      ", ZeRO-1 (optimizer shard of %zu of %zu padded parameters)",
+                      c->gb.opt_hi - c->gb.opt_lo, c->gb.n_pad);
+    if (c->gb.dt == GPU_BF16 && n >= 0 && (size_t)n < len) {
+        char att[300];
+        gpu_ctx_attention_describe(c->gpu, att, sizeof(att));
+        snprintf(buf + n, len - (size_t)n, ", attention: %s", att);
+    }
 }
 
 /* ---- state --------------------------------------------------------------------------------- */

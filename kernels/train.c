@@ -229,6 +229,7 @@ static int setup_model(struct run *r)
                 .weight_decay = (float)r->cfg.weight_decay,
             },
         .fp32 = r->cfg.dtype == TRAINCFG_DTYPE_FP32,
+        .attention = r->cfg.attention,
         .zero = r->cfg.zero,
         .coll = r->coll,
     };
@@ -657,7 +658,7 @@ out:
 static void print_setup(const struct run *r)
 {
     uint64_t tokens_step = r->dl.G * (uint64_t)r->cfg.seq_len;
-    char what[256];
+    char what[512];
 
     printf("model: GPT-2, %d layers, %d heads, %d channels, context %d, vocabulary %d "
            "(padded %d): %.2fM parameters\n",

@@ -29,6 +29,7 @@
 
 static const char *const device_names[] = {"cpu", "cuda", NULL};
 static const char *const dtype_names[] = {"bf16", "fp32", NULL};
+static const char *const attention_names[] = {"auto", "cudnn", "own", NULL};
 
 /* The rows. Defaults follow llm.c and nanoGPT's GPT-2 runs where they have one; the model's
  * shape defaults to GPT-2 small with the byte-level vocabulary of `gpurun-train prep`. */
@@ -93,6 +94,8 @@ static const struct traincfg_key keys[] = {
     {"train", "device", TRAINCFG_ENUM, OFF(device), "cpu", 0, 0, device_names, "cpu or cuda"},
     {"train", "dtype", TRAINCFG_ENUM, OFF(dtype), "bf16", 0, 0, dtype_names,
      "cuda's parameters and activations: bf16 (fp32 master weights) or fp32"},
+    {"train", "attention", TRAINCFG_ENUM, OFF(attention), "auto", 0, 0, attention_names,
+     "cuda bf16 attention: auto (cuDNN's fused flash attention, else own kernels), cudnn, own"},
     {"train", "zero", TRAINCFG_INT, OFF(zero), "0", 0, 1, NULL,
      "1: ZeRO-1, the optimizer state sharded over the ranks (cuda)"},
     {"train", "threads", TRAINCFG_INT, OFF(threads), "0", 0, 4096, NULL,
@@ -675,6 +678,16 @@ int traincfg_check(const struct traincfg *cfg, struct errmsg *err)
                           "%s: zero (%d) needs device 'cuda' (ZeRO-1 shards the cuda backend's "
                           "optimizer state)",
                           where(cfg, o, wbuf, sizeof(wbuf)), cfg->zero);
+    }
+    if ((cfg->device == TRAINCFG_DEVICE_CPU || cfg->dtype == TRAINCFG_DTYPE_FP32) &&
+        cfg->attention != TRAINCFG_ATTENTION_AUTO) {
+        o = later(origin_of(cfg, "train", "attention"),
+                  cfg->device == TRAINCFG_DEVICE_CPU ? origin_of(cfg, "train", "device")
+                                                     : origin_of(cfg, "train", "dtype"));
+        return errmsg_set(err, -EINVAL,
+                          "%s: attention '%s' needs device 'cuda' and dtype 'bf16' (the choice is "
+                          "between bf16 attentions)",
+                          where(cfg, o, wbuf, sizeof(wbuf)), attention_names[cfg->attention]);
     }
     if (!cfg->train)
         return errmsg_set(err, -EINVAL, "%s: [data] train is not set",

@@ -23,6 +23,13 @@ enum traincfg_device { TRAINCFG_DEVICE_CPU = 0, TRAINCFG_DEVICE_CUDA = 1 };
 /* Storage of the cuda backend's parameters, gradients and activations (fp32 master weights and
  * AdamW moments either way); the cpu backend is fp32 only. */
 enum traincfg_dtype { TRAINCFG_DTYPE_BF16 = 0, TRAINCFG_DTYPE_FP32 = 1 };
+/* The cuda backend's bf16 attention: cuDNN's fused flash attention where cuDNN 9 loads (else
+ * the backend's own kernels), cuDNN's or a failure, or the own kernels. */
+enum traincfg_attention {
+    TRAINCFG_ATTENTION_AUTO = 0,
+    TRAINCFG_ATTENTION_CUDNN = 1,
+    TRAINCFG_ATTENTION_OWN = 2
+};
 /* [train] resume: what a run does with the checkpoints already in its out_dir. None of them
  * deletes a checkpoint. */
 enum traincfg_resume {
@@ -87,6 +94,7 @@ struct traincfg {
     int device;        /* enum traincfg_device */
     int dtype;         /* enum traincfg_dtype: cuda only; a cpu run's reads fp32 (below) */
     int zero;          /* 1: ZeRO-1, the optimizer state sharded over the ranks (cuda only) */
+    int attention;     /* enum traincfg_attention: cuda bf16 only */
     int threads;       /* OpenMP threads per rank; 0: OMP_NUM_THREADS or the runtime's */
     int sample_every;  /* steps between text samples; 0: only at the end */
     int sample_tokens; /* tokens of a sample; 0: no sample */

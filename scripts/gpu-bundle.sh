@@ -98,7 +98,7 @@ cp "$root/tests/run" "$out/tests/"
 cp "$root"/tests/integ/* "$out/tests/integ/"
 cp -r "$root/jobs" "$out/"
 cp "$root/scripts/run-gpu-checks.sh" "$out/"
-cp "$root/bench/torch_gpt2.py" "$out/bin/bench/"
+cp "$root/bench/torch_gpt2.py" "$root/bench/torch_attention.py" "$out/bin/bench/"
 # The user's own job: the gpurun Python package where rendezvousd looks for it beside itself
 # (OUT/bin/../lib/gpurun/python: it puts it on every rank's PYTHONPATH) and a torch DDP rank.
 mkdir -p "$out/lib/gpurun/python/gpurun"

@@ -11,6 +11,9 @@
 #   anchor     the same model trained by PyTorch on the same GPU (bench/torch_gpt2.py: nanoGPT's
 #              model, bf16 autocast, fused AdamW, torch.compile) at the same batches, where
 #              python3 has torch with CUDA
+#   attention  the model's attention alone, forward and backward at the benchmark's batches:
+#              bench/train_gpu --attention-only (our kernels, cuDNN's) beside PyTorch's SDPA
+#              backends (bench/torch_attention.py), TFLOP/s of the causal half
 #   train      jobs/gpt2-124m.cfg's model for 300 steps on GPT-2 tokens of text found on the
 #              node (tiktoken's GPT-2 encoding where it loads, else gpurun-train prep's bytes)
 #   compare    20 steps alone against the same under gpurun (NCCL, world size 1), with
@@ -30,9 +33,10 @@
 # reverse schedule in place of compute-sanitizer; timings that mean nothing).
 #
 # Environment (seconds for budgets):
-#   GPU_CHECKS_TOTAL        all steps together (default 540); a step gets what is left if less
-#   GPU_CHECKS_<STEP>_S     one step's budget: TESTS 75, BENCH 45, ANCHOR 90, TRAIN 70,
-#                           COMPARE 55, MEMCHECK 45, RACECHECK 105, DDP 30, KERNELS 25 (a step that
+#   GPU_CHECKS_TOTAL        all steps together (default 620); a step gets what is left if less
+#   GPU_CHECKS_<STEP>_S     one step's budget: TESTS 75, BENCH 45, ANCHOR 90, ATTENTION 40,
+#                           TRAIN 110, COMPARE 55, MEMCHECK 45, RACECHECK 105, DDP 30, KERNELS 25
+#                           (a step that
 #                           finds less than 5 s of the total left counts as timed out)
 #   GPU_CHECKS_ONLY         the steps to run, space-separated (default all, in the order above)
 #   GPU_CHECKS_TESTS        tests/run's filters (default the four above)
@@ -68,7 +72,7 @@ flavour=${flavour:-cuda}
 commit=$(sed -n 's/^commit=//p' "$root/bundle.txt" 2>/dev/null) || true
 PYTHON=${PYTHON:-python3}
 
-GPU_CHECKS_TOTAL=${GPU_CHECKS_TOTAL:-540}
+GPU_CHECKS_TOTAL=${GPU_CHECKS_TOTAL:-620}
 GPU_CHECKS_TESTS=${GPU_CHECKS_TESTS:-cuda_ops cuda_model coll_nccl train_cuda_*}
 GPU_CHECKS_SAN_TESTS=${GPU_CHECKS_SAN_TESTS:-cuda_*}
 GPU_CHECKS_BATCHES=${GPU_CHECKS_BATCHES:-16,32,64}
@@ -87,11 +91,11 @@ fi
 export GPU_CHECKS_TOTAL GPU_CHECKS_TESTS GPU_CHECKS_SAN_TESTS GPU_CHECKS_BATCHES \
     GPU_CHECKS_KERNELS_BATCH GPU_CHECKS_STEPS GPU_CHECKS_CMP_STEPS GPU_CHECKS_TOKENIZER GPU_CHECKS_TEXT_MB \
     GPU_CHECKS_MODEL PYTHON
-STEPS=(tests bench anchor train compare memcheck racecheck ddp kernels)
+STEPS=(tests bench anchor attention train compare memcheck racecheck ddp kernels)
 # Each step's cap, adding up to the default total (measured on an H200: 39, 11, about 70, 32,
 # 40, 34, about 95 and 18 s; ddp not yet: torch's import and NCCL's start, a few seconds).
-declare -A BUDGET=([tests]=75 [bench]=45 [anchor]=90 [train]=70 [compare]=55 [memcheck]=45
-    [racecheck]=105 [ddp]=30 [kernels]=25)
+declare -A BUDGET=([tests]=75 [bench]=45 [anchor]=90 [attention]=40 [train]=110 [compare]=55
+    [memcheck]=45 [racecheck]=105 [ddp]=30 [kernels]=25)
 
 # --- a step's child: rows of the report --------------------------------------------------------
 
@@ -333,6 +337,29 @@ step_anchor() {
     fi
 }
 
+# step_attention: the attention table of ours and of PyTorch's (attention.out).
+step_attention() {
+    local log=$work/attention.out rc=0 figs
+    if [ "$flavour" = sim ] || [ -n "$GPU_CHECKS_NO_DEVICE" ]; then
+        row skip attention "${GPU_CHECKS_NO_DEVICE:-timings need a GPU: none under cudasim}"
+        return 0
+    fi
+    "$bin/bench/train_gpu" --cfg "$root/jobs/gpt2-124m.cfg" --batches "$GPU_CHECKS_BATCHES" \
+        --attention-only 2>&1 | tee "$log" || rc=$?
+    LD_LIBRARY_PATH=$GPU_CHECKS_NODE_LD_PATH PYTHONUNBUFFERED=1 "$PYTHON" \
+        "$bin/bench/torch_attention.py" --batches "$GPU_CHECKS_BATCHES" 2>&1 | tee -a "$log" || rc=$?
+    # | attention | batch | seq | heads | hs | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |
+    figs=$(awk -F'|' '$3 ~ /^ *[0-9]+ *$/ { gsub(/^ +| +$/, "", $2); gsub(/ /, "", $3)
+               if ($7 ~ /unavailable/) { printf "%s%s B=%s: unavailable", sep, $2, $3 }
+               else { gsub(/ /, "", $10); printf "%s%s B=%s: %s TFLOP/s", sep, $2, $3, $10 }
+               sep = "; " }' "$log")
+    if [ "$rc" != 0 ] || [ -z "$figs" ]; then
+        row fail attention "exit $rc${figs:+; $figs}"
+    else
+        row pass attention "fwd+bwd $figs"
+    fi
+}
+
 # step_ddp: tests/ranks/torch_ddp.py with NCCL, one rank per GPU, under the bundle's gpurun:
 # gpurun status must show a rank's report while the job runs (the package reached the ranks
 # and their reports the leader), and summary.json its last step.
@@ -404,8 +431,11 @@ step_train() {
     model_args
     echo "data: $data_what"
     rm -rf "$out"
+    mkdir -p "$out"
     "$bin/gpurun-train" "${args[@]}" train.steps="$GPU_CHECKS_STEPS" train.eval_every=100 \
-        train.ckpt_every=0 train.log_every=10 train.out_dir="$out" || rc=$?
+        train.ckpt_every=0 train.log_every=10 train.out_dir="$out" 2>&1 | tee "$work/train.out" ||
+        rc=$?
+    cp "$work/train.out" "$out/run.out" 2>/dev/null || true
     rm -f "$out"/ckpt_*.bin
     if [ "$rc" != 0 ] || [ ! -s "$out/metrics.jsonl" ]; then
         row fail train "gpurun-train exited $rc; data: $data_what"
@@ -419,6 +449,40 @@ the first and last 10 steps), val $val, median $tps tok/s; data: $data_what"
     else
         row fail train "the loss did not fall, or steps are missing: $what"
     fi
+    train_attention_own "$out"
+}
+
+# train_attention_own DIR: the training run again with our own attention kernels
+# (train.attention=own) where the first ran cuDNN's: the loss at every 50th step and the last
+# within 2% of the first run's (same data, same seed; the two attentions round differently).
+train_attention_own() {
+    local first=$1 own=$work/train-own rc=0 cmp
+    grep -qs 'attention: cuDNN' "$first/run.out" || {
+        row skip train-attention "the first run did not use cuDNN's attention: $(grep -ohs \
+            'attention: [^;]*' "$first/run.out" | head -n 1)"
+        return 0
+    }
+    rm -rf "$own"
+    "$bin/gpurun-train" "${args[@]}" train.steps="$GPU_CHECKS_STEPS" train.eval_every=100 \
+        train.ckpt_every=0 train.log_every=10 train.out_dir="$own" train.attention=own \
+        >"$work/train-own.out" 2>&1 || rc=$?
+    rm -f "$own"/ckpt_*.bin
+    if [ "$rc" != 0 ] || [ ! -s "$own/metrics.jsonl" ]; then
+        row fail train-attention "gpurun-train train.attention=own exited $rc"
+        return 0
+    fi
+    cmp=$(awk 'FNR == 1 { f++ } { l = $0; sub(/.*"loss": /, "", l); sub(/,.*/, "", l); loss[f, FNR] = l + 0; n[f] = FNR }
+               END { if (n[1] != n[2]) { print "FAIL steps " n[1] " and " n[2]; exit }
+                     for (i = 50; i <= n[1] + 49; i += 50) { s = i > n[1] ? n[1] : i
+                         d = (loss[1, s] - loss[2, s]) / loss[2, s]; d = d < 0 ? -d : d
+                         if (d > worst) worst = d
+                         out = out sprintf("%s%d: %.4f/%.4f", sep, s, loss[1, s], loss[2, s]); sep = ", " }
+                     printf "%s worst %.2f%%; step: cuDNN/own %s\n", worst <= 0.02 ? "PASS" : "FAIL", worst * 100, out }' \
+        "$first/metrics.jsonl" "$own/metrics.jsonl")
+    case $cmp in
+    PASS*) row pass train-attention "loss with cuDNN's attention against our kernels': ${cmp#PASS }" ;;
+    *) row fail train-attention "loss with cuDNN's attention against our kernels' (2% allowed): ${cmp#FAIL }" ;;
+    esac
 }
 
 # cmp_run NAME ARGS...: a comparison run of GPU_CHECKS_CMP_STEPS steps in $work/cmp/NAME.
@@ -681,6 +745,7 @@ if [ "${1:-}" = --step ]; then
     tests) step_tests ;;
     bench) step_bench ;;
     anchor) step_anchor ;;
+    attention) step_attention ;;
     train) step_train ;;
     compare) step_compare ;;
     memcheck) sanitize memcheck ;;
@@ -733,6 +798,10 @@ mapfile -t progs < <(find "$bin" -type f -perm -u+x | LC_ALL=C sort)
 mapfile -t needed < <(for f in "${progs[@]}"; do ldd "$f" 2>/dev/null; done |
     awk '{ print $1 }' | grep -E '^lib(cuda|cudart|cublas|cublasLt|nccl|nvrtc|nvJitLink)\.so' |
     LC_ALL=C sort -u)
+# cuDNN is loaded at run time (kernels/cuda/attention_cudnn.cpp): ldd does not list it.
+if [ "$flavour" = cuda ] && grep -qs libcudnn.so.9 "$bin/gpurun-train"; then
+    needed+=(libcudnn.so.9)
+fi
 mapfile -t dirs < <(cuda_dirs | awk '!seen[$0]++')
 libpath=
 lib_lines=()

@@ -593,7 +593,10 @@ static void ref_lse(float *lse, const float *qkv, int B, int T, int C, int NH)
     free(s);
 }
 
-static void attention_case(enum gpu_dtype dt, int B, int T, int C, int NH)
+/* One case against the CPU reference; the forward runs with attention fwd and the backward
+ * with bwd (gpu_ctx_set_attention; the context is left at bwd). */
+static void attention_modes(enum gpu_dtype dt, int B, int T, int C, int NH,
+                            enum gpu_attention fwd, enum gpu_attention bwd)
 {
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = hrand(dt, nqkv, 1.5f), *dout = hrand(dt, nout, 1.0f);
@@ -607,6 +610,7 @@ static void attention_case(enum gpu_dtype dt, int B, int T, int C, int NH)
 
     void *g_qkv = dput(dt, qkv, nqkv), *g_out = dnan(dt, nout);
     float *g_lse = dnan(GPU_F32, nl);
+    gpu_ctx_set_attention(ctx, fwd);
     CHECK_CTX(gpu_attention_forward(ctx, dt, g_out, g_lse, g_qkv, B, T, C, NH));
     snprintf(what, sizeof(what), "out (B %d T %d C %d NH %d)", B, T, C, NH);
     COMPARE(what, dget(dt, g_out, nout), out, nout, tol_of(dt));
@@ -615,10 +619,17 @@ static void attention_case(enum gpu_dtype dt, int B, int T, int C, int NH)
 
     /* The backward from the GPU's own out and lse, as in training. */
     void *g_dqkv = dnan(dt, nqkv);
+    gpu_ctx_set_attention(ctx, bwd);
     CHECK_CTX(gpu_attention_backward(ctx, dt, g_dqkv, dput(dt, dout, nout), g_qkv, g_out, g_lse, B,
                                      T, C, NH));
     snprintf(what, sizeof(what), "dqkv (B %d T %d C %d NH %d)", B, T, C, NH);
     COMPARE(what, dget(dt, g_dqkv, nqkv), dqkv, nqkv, tol_of(dt));
+}
+
+/* One case with the default choice (GPU_ATT_AUTO: cuDNN's where it can, else our kernels). */
+static void attention_case(enum gpu_dtype dt, int B, int T, int C, int NH)
+{
+    attention_modes(dt, B, T, C, NH, GPU_ATT_AUTO, GPU_ATT_AUTO);
 }
 
 CUDA_TEST(attention)
@@ -668,12 +679,52 @@ static void attention_repeat(enum gpu_dtype dt, int B, int T, int C, int NH)
 TEST(cuda_attention_tc_bf16)
 {
     test_device_setup();
+    gpu_ctx_set_attention(ctx, GPU_ATT_OWN);
+#define attention_case(dt, B, T, C, NH) attention_modes(dt, B, T, C, NH, GPU_ATT_OWN, GPU_ATT_OWN)
     attention_case(GPU_BF16, 2, 300, 128, 2); /* hs 64 (GPT-2's), five tiles, the last ragged */
     attention_case(GPU_BF16, 1, 300, 256, 2); /* hs 128 */
     attention_case(GPU_BF16, 1, 64, 256, 2);  /* hs 128, exactly one tile */
     attention_case(GPU_BF16, 2, 1, 128, 2);   /* T 1 */
     attention_case(GPU_BF16, 1, 1, 128, 1);   /* T 1, hs 128 */
     attention_case(GPU_BF16, 1, 130, 20, 1);  /* hs 20: padded to 32, scalar loads */
+#undef attention_case
+    attention_repeat(GPU_BF16, 1, 300, 256, 2);
+    attention_repeat(GPU_BF16, 2, 129, 128, 2);
+    test_device_finish();
+}
+
+/* cuDNN's fused attention (attention_cudnn.cpp), forced: against the CPU reference at GPT-2's
+ * head size with T ragged, at head size 128 and one position; its forward's lse feeding our
+ * backward and ours feeding its backward (the two share the lse); two runs identical bit for
+ * bit (its deterministic backward). Skips where cuDNN cannot be used (no libcudnn.so.9, a
+ * build without the cuDNN frontend, cudasim), with why. */
+TEST(cuda_attention_cudnn_bf16)
+{
+    char why[320];
+
+    test_device_setup();
+    gpu_ctx_attention_describe(ctx, why, sizeof(why));
+    if (strncmp(why, "cuDNN ", 6) != 0) {
+        test_device_finish();
+        test_skip("%s", why);
+    }
+    fprintf(stderr, "attention: %s\n", why);
+    attention_modes(GPU_BF16, 2, 300, 128, 2, GPU_ATT_CUDNN, GPU_ATT_CUDNN);  /* hs 64 */
+    attention_modes(GPU_BF16, 1, 300, 256, 2, GPU_ATT_CUDNN, GPU_ATT_CUDNN);  /* hs 128 */
+    attention_modes(GPU_BF16, 2, 1, 128, 2, GPU_ATT_CUDNN, GPU_ATT_CUDNN);    /* T 1 */
+    attention_modes(GPU_BF16, 1, 512, 768, 12, GPU_ATT_CUDNN, GPU_ATT_CUDNN); /* GPT-2's heads */
+    attention_modes(GPU_BF16, 2, 200, 128, 2, GPU_ATT_CUDNN, GPU_ATT_OWN);
+    attention_modes(GPU_BF16, 2, 200, 128, 2, GPU_ATT_OWN, GPU_ATT_CUDNN);
+    /* A shape cuDNN refuses (head size 20: its rows are not 16-byte aligned) runs our kernels
+     * under GPU_ATT_AUTO and is refused under GPU_ATT_CUDNN. */
+    attention_modes(GPU_BF16, 1, 130, 20, 1, GPU_ATT_AUTO, GPU_ATT_AUTO);
+    gpu_ctx_set_attention(ctx, GPU_ATT_CUDNN);
+    void *q = dput(GPU_BF16, hrand(GPU_BF16, 130 * 60, 1.0f), 130 * 60);
+    CHECK_EQ(gpu_attention_forward(ctx, GPU_BF16, dnan(GPU_BF16, 130 * 20), dnan(GPU_F32, 130),
+                                   q, 1, 130, 20, 1),
+             -ENOTSUP);
+    CHECK(strstr(gpu_ctx_error(ctx), "cuDNN") != NULL);
+    gpu_ctx_set_attention(ctx, GPU_ATT_CUDNN);
     attention_repeat(GPU_BF16, 1, 300, 256, 2);
     attention_repeat(GPU_BF16, 2, 129, 128, 2);
     test_device_finish();

@@ -283,6 +283,18 @@ TEST(traincfg_cuda_keys)
     CHECK_LOAD_ERROR("[data]\ntrain = x.bin\n[train]\nzero = 1\n",
                      CFG ":4: zero (1) needs device 'cuda' (ZeRO-1 shards the cuda backend's "
                          "optimizer state)");
+    CHECK_LOAD_ERROR("[data]\ntrain = x.bin\n[train]\nattention = own\n",
+                     CFG ":4: attention 'own' needs device 'cuda' and dtype 'bf16' (the choice is "
+                         "between bf16 attentions)");
+    CHECK_LOAD_ERROR("[data]\ntrain = x.bin\n[train]\ndevice = cuda\ndtype = fp32\n"
+                     "attention = cudnn\n",
+                     CFG ":6: attention 'cudnn' needs device 'cuda' and dtype 'bf16' (the choice "
+                         "is between bf16 attentions)");
+    CHECK_LOAD_ERROR("[data]\ntrain = x.bin\n[train]\ndevice = cuda\nattention = flash\n",
+                     CFG ":5: 'train.attention': 'flash' is not one of auto, cudnn, own");
+    CHECK_EQ(load_text("[data]\ntrain = x.bin\n[train]\ndevice = cuda\nattention = own\n",
+                       &err),
+             0);
     CHECK_EQ(load_text("[data]\ntrain = x.bin\n[train]\ndtype = fp32\nzero = 0\n", &err), 0);
     CHECK_EQ(
         load_text("[data]\ntrain = x.bin\n[train]\ndevice = cuda\ndtype = bf16\nzero = 1\n", &err),

@@ -34,6 +34,10 @@
 #include <type_traits>
 
 #include "common.cuh"
+#if defined(GPURUN_CUDNN) && !defined(GPURUN_CUDASIM)
+#include "attention_cudnn.h"
+#define HAVE_CUDNN 1
+#endif
 #include "banned.h"
 
 /* The bf16 path on tensor cores (attention_tc.cu): the same contracts, after check_shape. */
@@ -426,14 +430,123 @@ static int allow_smem(struct gpu_ctx *ctx, const char *op, const void *fn, size_
         "cudaFuncSetAttribute");
 }
 
+/* ---- cuDNN (attention_cudnn.h) ---------------------------------------------------------------- */
+
+/* ctx's cuDNN state, set up on first use: NULL, with ctx->cudnn_note saying why, where cuDNN
+ * cannot be used. */
+static struct cudnn_att *ctx_cudnn(struct gpu_ctx *ctx)
+{
+#ifdef HAVE_CUDNN
+    if (!ctx->cudnn_tried) {
+        ctx->cudnn_tried = true;
+        if (cudnn_att_new(&ctx->cudnn, ctx->stream, ctx->cudnn_note, sizeof(ctx->cudnn_note)) < 0)
+            ctx->cudnn = NULL;
+    }
+    return ctx->cudnn;
+#elif defined(GPURUN_CUDASIM)
+    snprintf(ctx->cudnn_note, sizeof(ctx->cudnn_note),
+             "cudasim runs attention_tc.cu's kernels, not cuDNN");
+    return NULL;
+#else
+    snprintf(ctx->cudnn_note, sizeof(ctx->cudnn_note),
+             "built without the cuDNN frontend's headers (scripts/deps.sh installs them)");
+    return NULL;
+#endif
+}
+
+void ctx_cudnn_free(struct gpu_ctx *ctx)
+{
+#ifdef HAVE_CUDNN
+    cudnn_att_free(ctx->cudnn);
+#endif
+    ctx->cudnn = NULL;
+}
+
+void gpu_ctx_attention_describe(struct gpu_ctx *ctx, char *buf, size_t len)
+{
+    if (ctx->attention == GPU_ATT_OWN) {
+        snprintf(buf, len, "own kernels");
+        return;
+    }
+    if (ctx_cudnn(ctx) && !ctx->cudnn_note[0]) {
+#ifdef HAVE_CUDNN
+        size_t v = cudnn_att_version();
+        snprintf(buf, len, "cuDNN %zu.%zu.%zu fused flash attention%s", v / 10000, v / 100 % 100,
+                 v % 100,
+                 ctx->attention == GPU_ATT_CUDNN_FAST ? " (backward with atomics)" : "");
+        return;
+#endif
+    }
+    snprintf(buf, len, "own kernels (cuDNN not used: %s)", ctx->cudnn_note);
+}
+
+/* The bf16 attention through cuDNN: 0 done, 1 not done (the caller's own kernels run; under
+ * GPU_ATT_AUTO ctx->cudnn_note says why), or a negative errno (a failure, or GPU_ATT_CUDNN
+ * where cuDNN cannot). */
+static int cudnn_fallback(struct gpu_ctx *ctx, int ret, const char *op, const char *why)
+{
+    if (ret != -ENOTSUP)
+        return ctx_fail(ctx, ret, op, "%s", why);
+    if (ctx->attention == GPU_ATT_CUDNN || ctx->attention == GPU_ATT_CUDNN_FAST)
+        return ctx_fail(ctx, -ENOTSUP, op, "cuDNN attention unavailable: %s", why);
+    if (why != ctx->cudnn_note)
+        snprintf(ctx->cudnn_note, sizeof(ctx->cudnn_note), "%s", why);
+    return 1;
+}
+
+static int cudnn_forward(struct gpu_ctx *ctx, void *out, float *lse, const void *qkv, int B,
+                         int T, int C, int NH)
+{
+    const char *op = "attention_forward";
+    if (ctx->attention == GPU_ATT_OWN)
+        return 1;
+    struct cudnn_att *a = ctx_cudnn(ctx);
+    if (!a)
+        return cudnn_fallback(ctx, -ENOTSUP, op, ctx->cudnn_note);
+#ifdef HAVE_CUDNN
+    char why[sizeof(ctx->cudnn_note)];
+    int ret = cudnn_att_forward(a, out, lse, qkv, B, T, C, NH, why, sizeof(why));
+    return ret < 0 ? cudnn_fallback(ctx, ret, op, why) : 0;
+#else
+    (void)out, (void)lse, (void)qkv, (void)B, (void)T, (void)C, (void)NH;
+    return 1;
+#endif
+}
+
+static int cudnn_backward(struct gpu_ctx *ctx, void *dqkv, const void *dout, const void *qkv,
+                          const void *out, const float *lse, int B, int T, int C, int NH)
+{
+    const char *op = "attention_backward";
+    if (ctx->attention == GPU_ATT_OWN)
+        return 1;
+    struct cudnn_att *a = ctx_cudnn(ctx);
+    if (!a)
+        return cudnn_fallback(ctx, -ENOTSUP, op, ctx->cudnn_note);
+#ifdef HAVE_CUDNN
+    char why[sizeof(ctx->cudnn_note)];
+    int ret = cudnn_att_backward(a, dqkv, dout, qkv, out, lse, B, T, C, NH,
+                                 ctx->attention != GPU_ATT_CUDNN_FAST, why, sizeof(why));
+    return ret < 0 ? cudnn_fallback(ctx, ret, op, why) : 0;
+#else
+    (void)dqkv, (void)dout, (void)qkv, (void)out, (void)lse, (void)B, (void)T, (void)C, (void)NH;
+    return 1;
+#endif
+}
+
+/* ---- launchers ------------------------------------------------------------------------------- */
+
 template <typename T>
 static int attention_forward(struct gpu_ctx *ctx, void *out, float *lse, const void *qkv, int B,
                              int T_, int C, int NH)
 {
     const char *op = "attention_forward";
     int hs = C / NH;
-    if constexpr (std::is_same<T, bf16>::value)
+    if constexpr (std::is_same<T, bf16>::value) {
+        int done = cudnn_forward(ctx, out, lse, qkv, B, T_, C, NH);
+        if (done <= 0)
+            return done;
         return attention_tc_forward(ctx, out, lse, qkv, B, T_, C, NH);
+    }
     size_t smem = (3 * ATT_TILE * (size_t)tile_stride(hs) + ATT_TILE * ATT_TILE) * sizeof(float);
     int ret = allow_smem(ctx, op, (const void *)attention_forward_kernel<T>, smem);
     if (ret < 0)
@@ -466,6 +579,11 @@ static int attention_backward(struct gpu_ctx *ctx, void *dqkv, const void *dout,
            smem_dkv = 4 * tile + 2 * weights + 2 * ATT_TILE * sizeof(float);
     float scale = 1.0f / sqrtf((float)hs);
     void *D = NULL;
+    if constexpr (std::is_same<T, bf16>::value) {
+        int done = cudnn_backward(ctx, dqkv, dout, qkv, out, lse, B, T_, C, NH);
+        if (done <= 0)
+            return done;
+    }
     int ret = ctx_scratch(ctx, rows * sizeof(float), &D, op);
     if (ret < 0)
         return ret;

@@ -12,6 +12,8 @@
 
 typedef __nv_bfloat16 bf16;
 
+struct cudnn_att;
+
 struct gpu_ctx {
     int device;
     cudaStream_t stream;
@@ -20,6 +22,10 @@ struct gpu_ctx {
     void *scratch;   /* per-launch temporaries (partial sums, bucket lists), grown on demand */
     size_t scratch_size;
     bool fusion;
+    enum gpu_attention attention; /* gpu_ctx_set_attention */
+    struct cudnn_att *cudnn;      /* attention_cudnn.h's state, set up on the first bf16 call */
+    bool cudnn_tried;             /* set up once: cudnn stays NULL where it failed */
+    char cudnn_note[200];         /* why cuDNN is not used, "" while it is (or not yet tried) */
     char err[256];
 };
 
@@ -27,6 +33,9 @@ struct gpu_ctx {
 #define GPU_LT_WORKSPACE (32u << 20)
 #define WARP_SIZE        32
 #define FULL_MASK        0xffffffffu
+
+/* Frees ctx's cuDNN state (attention.cu). */
+void ctx_cudnn_free(struct gpu_ctx *ctx);
 
 /* Records "op: message" as ctx's error and returns ret (a negative errno). */
 int ctx_fail(struct gpu_ctx *ctx, int ret, const char *op, const char *fmt, ...)

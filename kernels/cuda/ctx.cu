@@ -148,6 +148,7 @@ void gpu_ctx_free(struct gpu_ctx *ctx)
         cudaStreamSynchronize(ctx->stream);
     if (ctx->lt)
         cublasLtDestroy(ctx->lt);
+    ctx_cudnn_free(ctx);
     cudaFree(ctx->workspace);
     cudaFree(ctx->scratch);
     if (ctx->stream)
@@ -164,6 +165,11 @@ const char *gpu_ctx_error(const struct gpu_ctx *ctx)
 void *gpu_ctx_stream(struct gpu_ctx *ctx)
 {
     return (void *)ctx->stream;
+}
+
+void gpu_ctx_set_attention(struct gpu_ctx *ctx, enum gpu_attention a)
+{
+    ctx->attention = a;
 }
 
 void gpu_ctx_set_fusion(struct gpu_ctx *ctx, bool on)

@@ -91,6 +91,18 @@ void *gpu_ctx_stream(struct gpu_ctx *ctx);
  * cuBLASLt offers no algorithm for an epilogue, the matmul runs plain and a kernel of ours
  * adds the bias and applies GELU or its gradient (the tests compare both paths). */
 void gpu_ctx_set_fusion(struct gpu_ctx *ctx, bool on);
+/* Which bf16 attention the launchers use (fp32 always runs attention.cu's own kernels):
+ *  - GPU_ATT_AUTO (the default): cuDNN's fused flash attention where cuDNN 9 loads and
+ *    supports the shape on this GPU (attention_cudnn.h), else attention_tc.cu's kernels;
+ *  - GPU_ATT_CUDNN: cuDNN's or a failure (-ENOTSUP, gpu_ctx_error saying why);
+ *  - GPU_ATT_CUDNN_FAST: the same, its backward free to sum dq with atomics: faster, and
+ *    the one exception to the backend's bit-for-bit repeatability;
+ *  - GPU_ATT_OWN: attention_tc.cu's kernels. */
+enum gpu_attention { GPU_ATT_AUTO, GPU_ATT_CUDNN, GPU_ATT_CUDNN_FAST, GPU_ATT_OWN };
+void gpu_ctx_set_attention(struct gpu_ctx *ctx, enum gpu_attention a);
+/* What the bf16 attention of ctx is, in words for a start-up line: "cuDNN 9.19.0 fused flash
+ * attention", or "own kernels" with why cuDNN is not used. Sets cuDNN up when it is not yet. */
+void gpu_ctx_attention_describe(struct gpu_ctx *ctx, char *buf, size_t len);
 /* Waits until the stream has run everything queued. Returns 0 or -EIO (an asynchronous fault
  * of a kernel, named by gpu_ctx_error). */
 int gpu_ctx_sync(struct gpu_ctx *ctx);

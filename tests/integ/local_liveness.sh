@@ -87,6 +87,21 @@ run --local --gpus-per-node 2 --hang-timeout 1.5 --hang-watch output --kill-grac
     -- "$py" "$work/works.py"
 expect_rc 0 "a rank silent 4 s in a barrier for one that prints every 0.2 s (--hang-watch output)"
 
+# --- one rank waits for one that works without printing: no deadlock ----------------------
+cat >"$work/quiet.py" <<EOF
+import sys, time
+sys.path.insert(0, "$root/lib/rank/python")
+import gpurun
+if gpurun.rank() == 1:
+    print("up", flush=True)
+else:
+    time.sleep(4)
+gpurun.barrier("done", timeout=60)
+EOF
+run --local --gpus-per-node 2 --hang-timeout 1 --hang-watch output --kill-grace 1 \
+    -- "$py" "$work/quiet.py"
+expect_rc 0 "a rank waiting 4 s in a barrier for one that works and prints nothing (--hang-watch output)"
+
 # --- only rank 0 prints: the silent others are not watched ------------------------------------
 # shellcheck disable=SC2016 # expanded by the ranks' shell
 run --local --gpus-per-node 3 --hang-timeout 1 --hang-watch output \
