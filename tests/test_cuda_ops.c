@@ -553,14 +553,23 @@ CUDA_TEST(crossentropy)
     crossentropy_case(dt, 37, 1003, 1024);
     crossentropy_case(dt, 3, 50257, 50304);
     crossentropy_case(dt, 5, 7, 7);
+    /* bf16's fused one-read kernel takes rows up to 65536 logits; past it, the two-read one. */
+    crossentropy_case(dt, 2, 65530, 65536);
+    crossentropy_case(dt, 2, 65601, 65608);
 
-    /* A target outside [0, V): a NaN loss, the row's other values as usual. */
+    /* A target outside [0, V): a NaN loss, the row's other values as usual; fused too. */
     int N = 2, V = 10, Vp = 16, targets[2] = {3, 10};
     float *logits = hrand(dt, (size_t)N * Vp, 2.0f);
     float *losses = dnan(GPU_F32, N), *lse = dnan(GPU_F32, N);
     CHECK_CTX(gpu_crossentropy_forward(ctx, dt, losses, lse, dput(dt, logits, (size_t)N * Vp),
                                        dputi(targets, N), N, V, Vp));
     float *h = dgetf(losses, N), *hl = dgetf(lse, N);
+    CHECK(isfinite(h[0]) && isnan(h[1]));
+    CHECK(isfinite(hl[0]) && isfinite(hl[1]));
+    losses = dnan(GPU_F32, N), lse = dnan(GPU_F32, N);
+    CHECK_CTX(gpu_crossentropy_fused(ctx, dt, losses, lse, dput(dt, logits, (size_t)N * Vp),
+                                     dputi(targets, N), N, V, Vp, 0.5f));
+    h = dgetf(losses, N), hl = dgetf(lse, N);
     CHECK(isfinite(h[0]) && isnan(h[1]));
     CHECK(isfinite(hl[0]) && isfinite(hl[1]));
 }
@@ -694,10 +703,10 @@ TEST(cuda_attention_tc_bf16)
 }
 
 /* cuDNN's fused attention (attention_cudnn.cpp), forced: against the CPU reference at GPT-2's
- * head size with T ragged, at head size 128 and one position; its forward's lse feeding our
- * backward and ours feeding its backward (the two share the lse); two runs identical bit for
- * bit (its deterministic backward). Skips where cuDNN cannot be used (no libcudnn.so.9, a
- * build without the cuDNN frontend, cudasim), with why. */
+ * head size with T ragged, at head size 128, at one position (its forward; our backward);
+ * its forward's lse feeding our backward and ours feeding its backward (the two share the
+ * lse); two runs identical bit for bit (its deterministic backward). Skips where cuDNN cannot
+ * be used (no libcudnn.so.9, a build without the cuDNN frontend, cudasim), with why. */
 TEST(cuda_attention_cudnn_bf16)
 {
     char why[320];
@@ -711,7 +720,9 @@ TEST(cuda_attention_cudnn_bf16)
     fprintf(stderr, "attention: %s\n", why);
     attention_modes(GPU_BF16, 2, 300, 128, 2, GPU_ATT_CUDNN, GPU_ATT_CUDNN);  /* hs 64 */
     attention_modes(GPU_BF16, 1, 300, 256, 2, GPU_ATT_CUDNN, GPU_ATT_CUDNN);  /* hs 128 */
-    attention_modes(GPU_BF16, 2, 1, 128, 2, GPU_ATT_CUDNN, GPU_ATT_CUDNN);    /* T 1 */
+    /* T 1: cuDNN's forward; its backward refuses one position ("s_q = s_kv = 1 is not
+     * supported", cuDNN 9.19 on an H200): GPU_ATT_AUTO runs ours. */
+    attention_modes(GPU_BF16, 2, 1, 128, 2, GPU_ATT_CUDNN, GPU_ATT_AUTO);
     attention_modes(GPU_BF16, 1, 512, 768, 12, GPU_ATT_CUDNN, GPU_ATT_CUDNN); /* GPT-2's heads */
     attention_modes(GPU_BF16, 2, 200, 128, 2, GPU_ATT_CUDNN, GPU_ATT_OWN);
     attention_modes(GPU_BF16, 2, 200, 128, 2, GPU_ATT_OWN, GPU_ATT_CUDNN);

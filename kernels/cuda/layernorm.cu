@@ -28,6 +28,8 @@
  * 2C floats in scratch (for N = 16k rows, C = 768: 128 chunks, 0.8 MB). */
 #define LN_CHUNK 128
 #define LN_LANES 8
+/* The vectors per lane of the vector kernels' instances (GPT-2 small's 768 bf16: 3). */
+#define LN_VEC_MAX 4
 
 template <typename T, bool FUSED>
 __global__ void layernorm_forward_kernel(T *residual, T *out, float *mean, float *rstd, const T *a,
@@ -59,6 +61,95 @@ __global__ void layernorm_forward_kernel(T *residual, T *out, float *mean, float
     float s = rsqrtf(warp_sum(var) / (float)C + OPS_LN_EPS);
     for (int c = lane; c < C; c += WARP_SIZE)
         stx(out + off + c, (ldx(x + c) - m) * s * ldx(weight + c) + ldx(bias + c));
+    if (lane == 0) {
+        if (mean)
+            mean[row] = m;
+        if (rstd)
+            rstd[row] = s;
+    }
+}
+
+/* The forward for rows whose every lane's share is whole 16-byte vectors (as the vector
+ * backward below: C a multiple of VEC, at most NV vectors a lane, pointers on 16 bytes). A
+ * lane loads its vectors of the row (FUSED: of a and b, and stores their sum as the residual)
+ * all before the first use, keeps the row's values in registers for the mean, the variance
+ * and the output, and writes the output in vectors: the row is read once, where the scalar
+ * kernel read it three times, two bytes a lane at a time (0.17 ms a call at 65,536 x 768 in
+ * bf16 on an H200, fused, against the 84 us its 400 MB take at 4.8 TB/s). */
+template <typename T, int NV, bool FUSED>
+__global__ void layernorm_forward_vec_kernel(T *__restrict__ residual, T *__restrict__ out,
+                                             float *__restrict__ mean, float *__restrict__ rstd,
+                                             const T *__restrict__ a, const T *__restrict__ b,
+                                             const T *__restrict__ inp,
+                                             const T *__restrict__ weight,
+                                             const T *__restrict__ bias, int N, int C)
+{
+    constexpr int VEC = 16 / sizeof(T);
+    int row = blockIdx.x * LN_WARPS + threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    if (row >= N)
+        return;
+    size_t off = (size_t)row * C;
+    uint4 av[NV], bv[NV];
+    float x[NV][VEC], sum = 0.0f, var = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int c = (k * WARP_SIZE + lane) * VEC;
+        if (c < C) {
+            av[k] = *(const uint4 *)((FUSED ? a : inp) + off + c);
+            if (FUSED)
+                bv[k] = *(const uint4 *)(b + off + c);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int c = (k * WARP_SIZE + lane) * VEC;
+        if (c >= C)
+            continue;
+        if (FUSED) {
+            /* The residual as stored (rounded to T), so that the output normalises the values
+             * the next layer reads. */
+            uint4 rv;
+            T *r = (T *)&rv;
+            const T *pa = (const T *)&av[k], *pb = (const T *)&bv[k];
+#pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                stx(r + j, ldx(pa + j) + ldx(pb + j));
+                x[k][j] = ldx(r + j);
+            }
+            *(uint4 *)(residual + off + c) = rv;
+        } else {
+            const T *pa = (const T *)&av[k];
+#pragma unroll
+            for (int j = 0; j < VEC; j++)
+                x[k][j] = ldx(pa + j);
+        }
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            sum += x[k][j];
+    }
+    float m = warp_sum(sum) / (float)C;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        if ((k * WARP_SIZE + lane) * VEC >= C)
+            continue;
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            var += (x[k][j] - m) * (x[k][j] - m);
+    }
+    float s = rsqrtf(warp_sum(var) / (float)C + OPS_LN_EPS);
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int c = (k * WARP_SIZE + lane) * VEC;
+        if (c >= C)
+            continue;
+        uint4 wv = *(const uint4 *)(weight + c), bsv = *(const uint4 *)(bias + c), ov;
+        const T *w = (const T *)&wv, *bb = (const T *)&bsv;
+        T *o = (T *)&ov;
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            stx(o + j, (x[k][j] - m) * s * ldx(w + j) + ldx(bb + j));
+        *(uint4 *)(out + off + c) = ov;
+    }
     if (lane == 0) {
         if (mean)
             mean[row] = m;
@@ -147,8 +238,6 @@ __global__ void layernorm_dinp_vec_kernel(T *__restrict__ dinp, const T *__restr
     }
 }
 
-/* The vectors per lane of the vector kernel's instances. */
-#define LN_VEC_MAX 4
 
 /* grid (C/32 rounded up, chunks), block (32, LN_LANES). part: (chunks, 2C) fp32, the weight
  * partials in [0, C) and the bias partials in [C, 2C). */
@@ -208,6 +297,24 @@ static int layernorm_forward(struct gpu_ctx *ctx, const char *op, void *residual
                              const void *inp, const void *weight, const void *bias, int N, int C)
 {
     unsigned grid = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
+    const int vec = 16 / (int)sizeof(T), per_lane = (C / vec + WARP_SIZE - 1) / WARP_SIZE;
+    bool aligned = ((uintptr_t)residual | (uintptr_t)out | (uintptr_t)a | (uintptr_t)b |
+                    (uintptr_t)inp | (uintptr_t)weight | (uintptr_t)bias) %
+                       16 ==
+                   0;
+    if (aligned && C % vec == 0 && per_lane <= LN_VEC_MAX) {
+        if (residual)
+            layernorm_forward_vec_kernel<T, LN_VEC_MAX, true>
+                <<<grid, LN_WARPS * WARP_SIZE, 0, ctx->stream>>>(
+                    (T *)residual, (T *)out, mean, rstd, (const T *)a, (const T *)b, NULL,
+                    (const T *)weight, (const T *)bias, N, C);
+        else
+            layernorm_forward_vec_kernel<T, LN_VEC_MAX, false>
+                <<<grid, LN_WARPS * WARP_SIZE, 0, ctx->stream>>>(
+                    NULL, (T *)out, mean, rstd, NULL, NULL, (const T *)inp, (const T *)weight,
+                    (const T *)bias, N, C);
+        return ctx_launched(ctx, op);
+    }
     if (residual)
         layernorm_forward_kernel<T, true><<<grid, LN_WARPS * WARP_SIZE, 0, ctx->stream>>>(
             (T *)residual, (T *)out, mean, rstd, (const T *)a, (const T *)b, NULL,
