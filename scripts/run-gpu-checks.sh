@@ -15,7 +15,9 @@
 #              bench/train_gpu --attention-only (our kernels, cuDNN's) beside PyTorch's SDPA
 #              backends (bench/torch_attention.py), TFLOP/s of the causal half
 #   train      jobs/gpt2-124m.cfg's model for 300 steps on GPT-2 tokens of text found on the
-#              node (tiktoken's GPT-2 encoding where it loads, else gpurun-train prep's bytes)
+#              node (tiktoken's GPT-2 encoding where it loads, else gpurun-train prep's bytes);
+#              where it ran cuDNN's attention, again with train.attention=own: the loss at every
+#              50th step within 2% (the train-attention row)
 #   compare    20 steps alone against the same under gpurun (NCCL, world size 1), with
 #              train.zero=1, and resumed from step 10's checkpoint (bit for bit)
 #   memcheck   compute-sanitizer --tool memcheck over the kernel tests and a short training run

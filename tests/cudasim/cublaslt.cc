@@ -542,6 +542,10 @@ enum {
     EPI_USES_AUX = 128, /* needs EPILOGUE_AUX_POINTER and _LD */
 };
 
+/* check_problem's reason for a bias type other than D's: the one refusal the heuristic query
+ * answers with INVALID_VALUE, as the H200's did, rather than NOT_SUPPORTED. */
+static const char BIAS_TYPE_WHY[] = "bias type other than D's";
+
 struct epilogue_row {
     uint32_t epilogue;
     unsigned flags;
@@ -679,6 +683,14 @@ static cublasStatus_t check_problem(problem *p, cublasLtMatmulDesc_t desc, cubla
         *why = "bias or aux type other than CUDA_R_32F or CUDA_R_16BF";
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
+    /* cuBLASLt's documentation: the bias (and bias gradient) vector is of D's type outside
+     * the int8 and fp8 kernels. On an H200 (cuBLASLt 13), BGRADB with bf16 D and an fp32
+     * bias gradient fails the heuristic query with INVALID_VALUE. */
+    if ((p->flags & (EPI_BIAS | EPI_BGRAD_D | EPI_BGRAD_A | EPI_BGRAD_B)) &&
+        p->bias_type != (int32_t)p->ld->type) {
+        *why = BIAS_TYPE_WHY;
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     if (p->flags & EPI_USES_AUX) {
         if (d->aux_ld % AUX_LD_MULTIPLE || d->aux_ld < (int64_t)p->m || d->aux_ld < 1) {
             *why = "EPILOGUE_AUX_LD not a multiple of 8 or below the rows of D";
@@ -723,9 +735,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     *returnAlgoCount = 0;
     cublasStatus_t s = check_problem(&p, operationDesc, Adesc, Bdesc, Cdesc, Ddesc, &why);
     if (s) {
-        /* cuBLASLt's heuristic answers every configuration it cannot run with NOT_SUPPORTED. */
+        /* cuBLASLt's heuristic answers the configurations it cannot run with NOT_SUPPORTED,
+         * a bias type other than D's with INVALID_VALUE. */
         report(fn, s, why);
-        return CUBLAS_STATUS_NOT_SUPPORTED;
+        return why == BIAS_TYPE_WHY ? CUBLAS_STATUS_INVALID_VALUE : CUBLAS_STATUS_NOT_SUPPORTED;
     }
     /* No algorithm works with operands less aligned than their elements. */
     const lt_layout *ls[4] = {p.la, p.lb, p.lc, p.ld};
