@@ -53,9 +53,10 @@ struct opts {
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: " PROG " [--cfg FILE] [--batches B,B,...] [--seq T] [--warmup N] "
-                    "[--steps N] [--dtype bf16|fp32] [--attention auto|cudnn|cudnn-fast|own] [--smoke] "
-                    "[--attention-only]\n");
+    fprintf(stderr,
+            "usage: " PROG " [--cfg FILE] [--batches B,B,...] [--seq T] [--warmup N] "
+            "[--steps N] [--dtype bf16|fp32] [--attention auto|cudnn|cudnn-fast|own] [--smoke] "
+            "[--attention-only]\n");
     return 1;
 }
 
@@ -254,8 +255,8 @@ static int cmp_float(const void *a, const void *b)
 
 /* The median of n runs (at most 64) of forward (and backward, with bwd) in ms; -1 with the
  * context's error on a failure. */
-static float attention_time(struct gpu_ctx *ctx, int n, bool bwd, void *out, float *lse,
-                            void *qkv, void *dout, void *dqkv, int B, int T, int C, int NH)
+static float attention_time(struct gpu_ctx *ctx, int n, bool bwd, void *out, float *lse, void *qkv,
+                            void *dout, void *dqkv, int B, int T, int C, int NH)
 {
     cudaStream_t s = (cudaStream_t)gpu_ctx_stream(ctx);
     cudaEvent_t e0, e1;
@@ -266,8 +267,8 @@ static float attention_time(struct gpu_ctx *ctx, int n, bool bwd, void *out, flo
     for (int i = 0; i < n; i++) {
         cudaEventRecord(e0, s);
         if (gpu_attention_forward(ctx, GPU_BF16, out, lse, qkv, B, T, C, NH) < 0 ||
-            (bwd && gpu_attention_backward(ctx, GPU_BF16, dqkv, dout, qkv, out, lse, B, T, C,
-                                           NH) < 0))
+            (bwd &&
+             gpu_attention_backward(ctx, GPU_BF16, dqkv, dout, qkv, out, lse, B, T, C, NH) < 0))
             return -1;
         cudaEventRecord(e1, s);
         if (cudaEventSynchronize(e1) != cudaSuccess ||

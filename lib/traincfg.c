@@ -681,9 +681,9 @@ int traincfg_check(const struct traincfg *cfg, struct errmsg *err)
     }
     if ((cfg->device == TRAINCFG_DEVICE_CPU || cfg->dtype == TRAINCFG_DTYPE_FP32) &&
         cfg->attention != TRAINCFG_ATTENTION_AUTO) {
-        o = later(origin_of(cfg, "train", "attention"),
-                  cfg->device == TRAINCFG_DEVICE_CPU ? origin_of(cfg, "train", "device")
-                                                     : origin_of(cfg, "train", "dtype"));
+        o = later(origin_of(cfg, "train", "attention"), cfg->device == TRAINCFG_DEVICE_CPU
+                                                            ? origin_of(cfg, "train", "device")
+                                                            : origin_of(cfg, "train", "dtype"));
         return errmsg_set(err, -EINVAL,
                           "%s: attention '%s' needs device 'cuda' and dtype 'bf16' (the choice is "
                           "between bf16 attentions)",

@@ -604,8 +604,8 @@ static void ref_lse(float *lse, const float *qkv, int B, int T, int C, int NH)
 
 /* One case against the CPU reference; the forward runs with attention fwd and the backward
  * with bwd (gpu_ctx_set_attention; the context is left at bwd). */
-static void attention_modes(enum gpu_dtype dt, int B, int T, int C, int NH,
-                            enum gpu_attention fwd, enum gpu_attention bwd)
+static void attention_modes(enum gpu_dtype dt, int B, int T, int C, int NH, enum gpu_attention fwd,
+                            enum gpu_attention bwd)
 {
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = hrand(dt, nqkv, 1.5f), *dout = hrand(dt, nout, 1.0f);
@@ -718,8 +718,8 @@ TEST(cuda_attention_cudnn_bf16)
         test_skip("%s", why);
     }
     fprintf(stderr, "attention: %s\n", why);
-    attention_modes(GPU_BF16, 2, 300, 128, 2, GPU_ATT_CUDNN, GPU_ATT_CUDNN);  /* hs 64 */
-    attention_modes(GPU_BF16, 1, 300, 256, 2, GPU_ATT_CUDNN, GPU_ATT_CUDNN);  /* hs 128 */
+    attention_modes(GPU_BF16, 2, 300, 128, 2, GPU_ATT_CUDNN, GPU_ATT_CUDNN); /* hs 64 */
+    attention_modes(GPU_BF16, 1, 300, 256, 2, GPU_ATT_CUDNN, GPU_ATT_CUDNN); /* hs 128 */
     /* T 1: cuDNN's forward; its backward refuses one position ("s_q = s_kv = 1 is not
      * supported", cuDNN 9.19 on an H200): GPU_ATT_AUTO runs ours. */
     attention_modes(GPU_BF16, 2, 1, 128, 2, GPU_ATT_CUDNN, GPU_ATT_AUTO);
@@ -731,8 +731,8 @@ TEST(cuda_attention_cudnn_bf16)
     attention_modes(GPU_BF16, 1, 130, 20, 1, GPU_ATT_AUTO, GPU_ATT_AUTO);
     gpu_ctx_set_attention(ctx, GPU_ATT_CUDNN);
     void *q = dput(GPU_BF16, hrand(GPU_BF16, 130 * 60, 1.0f), 130 * 60);
-    CHECK_EQ(gpu_attention_forward(ctx, GPU_BF16, dnan(GPU_BF16, 130 * 20), dnan(GPU_F32, 130),
-                                   q, 1, 130, 20, 1),
+    CHECK_EQ(gpu_attention_forward(ctx, GPU_BF16, dnan(GPU_BF16, 130 * 20), dnan(GPU_F32, 130), q,
+                                   1, 130, 20, 1),
              -ENOTSUP);
     CHECK(strstr(gpu_ctx_error(ctx), "cuDNN") != NULL);
     gpu_ctx_set_attention(ctx, GPU_ATT_CUDNN);

@@ -292,8 +292,7 @@ TEST(traincfg_cuda_keys)
                          "is between bf16 attentions)");
     CHECK_LOAD_ERROR("[data]\ntrain = x.bin\n[train]\ndevice = cuda\nattention = flash\n",
                      CFG ":5: 'train.attention': 'flash' is not one of auto, cudnn, own");
-    CHECK_EQ(load_text("[data]\ntrain = x.bin\n[train]\ndevice = cuda\nattention = own\n",
-                       &err),
+    CHECK_EQ(load_text("[data]\ntrain = x.bin\n[train]\ndevice = cuda\nattention = own\n", &err),
              0);
     CHECK_EQ(load_text("[data]\ntrain = x.bin\n[train]\ndtype = fp32\nzero = 0\n", &err), 0);
     CHECK_EQ(

@@ -430,7 +430,8 @@ static int allow_smem(struct gpu_ctx *ctx, const char *op, const void *fn, size_
         "cudaFuncSetAttribute");
 }
 
-/* ---- cuDNN (attention_cudnn.h) ---------------------------------------------------------------- */
+/* ---- cuDNN (attention_cudnn.h) ----------------------------------------------------------------
+ */
 
 /* ctx's cuDNN state, set up on first use: NULL, with ctx->cudnn_note saying why, where cuDNN
  * cannot be used. */
@@ -472,8 +473,7 @@ void gpu_ctx_attention_describe(struct gpu_ctx *ctx, char *buf, size_t len)
 #ifdef HAVE_CUDNN
         size_t v = cudnn_att_version();
         snprintf(buf, len, "cuDNN %zu.%zu.%zu fused flash attention%s", v / 10000, v / 100 % 100,
-                 v % 100,
-                 ctx->attention == GPU_ATT_CUDNN_FAST ? " (backward with atomics)" : "");
+                 v % 100, ctx->attention == GPU_ATT_CUDNN_FAST ? " (backward with atomics)" : "");
         return;
 #endif
     }
@@ -494,8 +494,8 @@ static int cudnn_fallback(struct gpu_ctx *ctx, int ret, const char *op, const ch
     return 1;
 }
 
-static int cudnn_forward(struct gpu_ctx *ctx, void *out, float *lse, const void *qkv, int B,
-                         int T, int C, int NH)
+static int cudnn_forward(struct gpu_ctx *ctx, void *out, float *lse, const void *qkv, int B, int T,
+                         int C, int NH)
 {
     const char *op = "attention_forward";
     if (ctx->attention == GPU_ATT_OWN)

@@ -23,11 +23,11 @@
 #include "banned.h"
 
 /* Rows per warp-per-row block (8 warps). */
-#define LN_WARPS 8
+#define LN_WARPS   8
 /* Rows summed by one block of the weight-gradient reduction: N/LN_CHUNK partial rows of
  * 2C floats in scratch (for N = 16k rows, C = 768: 128 chunks, 0.8 MB). */
-#define LN_CHUNK 128
-#define LN_LANES 8
+#define LN_CHUNK   128
+#define LN_LANES   8
 /* The vectors per lane of the vector kernels' instances (GPT-2 small's 768 bf16: 3). */
 #define LN_VEC_MAX 4
 
@@ -237,7 +237,6 @@ __global__ void layernorm_dinp_vec_kernel(T *__restrict__ dinp, const T *__restr
         *(uint4 *)(dinp + off + c) = ov;
     }
 }
-
 
 /* grid (C/32 rounded up, chunks), block (32, LN_LANES). part: (chunks, 2C) fp32, the weight
  * partials in [0, C) and the bias partials in [C, 2C). */

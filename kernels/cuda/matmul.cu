@@ -37,7 +37,7 @@ struct lt_call {
     const void *bias; /* BIAS epilogues */
     const void *aux;  /* GELU_AUX (written) and DGELU (read) */
     int ldaux;
-    void *bgrad;      /* BGRADB: op(B)'s column sums (n), D's type, overwritten */
+    void *bgrad; /* BGRADB: op(B)'s column sums (n), D's type, overwritten */
 };
 
 /* The largest power of two dividing the address, up to 256: cuBLASLt's heuristics otherwise
@@ -84,8 +84,9 @@ static int lt_matmul(struct gpu_ctx *ctx, const char *op, const struct lt_call *
     else if (c->bias && (s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                             &c->bias, sizeof(c->bias))))
         what = "cublasLtMatmulDescSetAttribute (bias)";
-    else if (c->bgrad && (s = cublasLtMatmulDescSetAttribute(
-                              desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c->bgrad, sizeof(c->bgrad))))
+    else if (c->bgrad &&
+             (s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c->bgrad,
+                                                 sizeof(c->bgrad))))
         what = "cublasLtMatmulDescSetAttribute (bias gradient)";
     else if (c->aux &&
              ((s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,

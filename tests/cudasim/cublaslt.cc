@@ -542,9 +542,9 @@ enum {
     EPI_USES_AUX = 128, /* needs EPILOGUE_AUX_POINTER and _LD */
 };
 
-/* check_problem's reason for a bias type other than D's: the one refusal the heuristic query
- * answers with INVALID_VALUE, as the H200's did, rather than NOT_SUPPORTED. */
-static const char BIAS_TYPE_WHY[] = "bias type other than D's";
+/* check_problem's reason for a bias gradient of a type other than D's: the one refusal the
+ * heuristic query answers with INVALID_VALUE, as the H200's did, rather than NOT_SUPPORTED. */
+static const char BIAS_TYPE_WHY[] = "bias gradient of a type other than D's";
 
 struct epilogue_row {
     uint32_t epilogue;
@@ -683,10 +683,10 @@ static cublasStatus_t check_problem(problem *p, cublasLtMatmulDesc_t desc, cubla
         *why = "bias or aux type other than CUDA_R_32F or CUDA_R_16BF";
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    /* cuBLASLt's documentation: the bias (and bias gradient) vector is of D's type outside
-     * the int8 and fp8 kernels. On an H200 (cuBLASLt 13), BGRADB with bf16 D and an fp32
-     * bias gradient fails the heuristic query with INVALID_VALUE. */
-    if ((p->flags & (EPI_BIAS | EPI_BGRAD_D | EPI_BGRAD_A | EPI_BGRAD_B)) &&
+    /* A bias gradient of another type than D's: on an H200 (cuBLASLt 13), BGRADB with bf16 D
+     * and an fp32 bias gradient fails the heuristic query with INVALID_VALUE. (A bias to
+     * add may be fp32 on bf16 D.) */
+    if ((p->flags & (EPI_BGRAD_D | EPI_BGRAD_A | EPI_BGRAD_B)) &&
         p->bias_type != (int32_t)p->ld->type) {
         *why = BIAS_TYPE_WHY;
         return CUBLAS_STATUS_INVALID_VALUE;

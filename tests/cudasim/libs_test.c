@@ -777,6 +777,18 @@ static void test_lt_refusals(void)
            "fp32 bias on bf16 D: %s, D(3,5) = %g", cublasLtGetStatusName(s),
            (double)bf16_to_f32(((uint16_t *)d)[3 + 8 * 5]));
 
+    /* a bias gradient (BGRADB) of fp32 with bf16 D: the heuristic query's INVALID_VALUE, as
+     * cuBLASLt 13 answers on an H200; of D's type it runs */
+    p = mm_make(CUDA_R_16BF, 8, 8, 8, false, true, 0);
+    p.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    p.bias = bias;
+    p.bias_type = CUDA_R_32F;
+    s = mm_run(&p, a, b, d, d, &found);
+    EXPECT(s == CUBLAS_STATUS_INVALID_VALUE, "fp32 BGRADB on bf16 D: %s", cublasLtGetStatusName(s));
+    p.bias_type = CUDA_R_16BF;
+    s = mm_run(&p, a, b, d, d, &found);
+    EXPECT(s == CUBLAS_STATUS_SUCCESS, "bf16 BGRADB on bf16 D: %s", cublasLtGetStatusName(s));
+
     /* malformed calls */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t l8, l4;

@@ -42,7 +42,7 @@ curves_close "$work/cpu/metrics.jsonl" "$work/fp32/metrics.jsonl" 1e-4 "cuda fp3
 
 train_cuda "$cfg" "${twenty[@]}" train.out_dir="$work/bf16"
 expect_rc 0 "cuda bf16, 20 steps"
-grep -q "^run: 20 steps, cuda, one GPU per rank, bf16 (fp32 master weights), nccl" "$work/out" ||
+grep -q "^run: 20 steps, cuda, one GPU per rank, bf16 (fp32 master weights), attention: .*, nccl" "$work/out" ||
     fail "the run line does not name bf16: $(grep '^run:' "$work/out")"
 curves_close "$work/cpu/metrics.jsonl" "$work/bf16/metrics.jsonl" 1e-2 "cuda bf16 against cpu"
 first=$(loss_at "$work/bf16/metrics.jsonl" 1)
