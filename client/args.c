@@ -146,6 +146,20 @@ static const struct choice hang_watch_choices[] = {
     {NULL, 0, false},
 };
 
+/* --preflight's words. */
+static const struct choice preflight_choices[] = {
+    {"on", 1, true},
+    {"off", 0, true},
+    {NULL, 0, false},
+};
+
+/* --straggler-action's words. */
+static const struct choice straggler_choices[] = {
+    {"report", STRAGGLER_REPORT, true},
+    {"replace", STRAGGLER_REPLACE, true},
+    {NULL, 0, false},
+};
+
 /* sbatch's --exclusive[=user|mcs]; bare, the first. */
 static const struct choice exclusive_choices[] = {
     {"exclusive", SBATCH_EXCLUSIVE, true},
@@ -261,6 +275,9 @@ static const struct opt_row opts[] = {
      "refused: a gpurun job is one rendezvous, not an array of jobs"},
     {0, "max-restarts", ARG_INT, FIELD(spec.max_restarts), 0, 1000, ON_RUN, "N",
      "restart the ranks up to N times after a failure of a class --restart-on names"},
+    {0, "spare-nodes", ARG_INT, FIELD(spec.spare_nodes), 0, 65536, ON_RUN, "K",
+     "K more nodes that join as hot spares: one takes the place of a node\n"
+     "that fails (lost, or a GPU or NCCL error), at a restart (--max-restarts)"},
     {0, "restart-on", ARG_CHOICES, FIELD(spec.restart_on), 0, 0, ON_RUN, "CLASSES",
      "the failures --max-restarts restarts, comma-separated: user-error,\n"
      "node, hang, oom, signal, all or none (default all but user-error)",
@@ -294,6 +311,20 @@ static const struct opt_row opts[] = {
      "what --hang-timeout watches: report (gpurun.report, gr_report; the\n"
      "default) or output (a rank that prints nothing for SEC: any script)",
      hang_watch_choices},
+    {0, "preflight", ARG_CHOICE, FIELD(spec.preflight), 0, 0, ON_RUN, "on|off",
+     "pre-flight checks on every node before any rank starts: its GPUs\n"
+     "(Slurm), the job dir writable with --min-free MiB free; a node that\n"
+     "fails is replaced by a spare, or the job ends (default on)",
+     preflight_choices},
+    {0, "min-free", ARG_INT, FIELD(spec.min_free_mb), 0, 1 << 30, ON_RUN, "MB",
+     "the free MiB pre-flight wants in the job dir's file system (default 64)"},
+    {0, "straggler-threshold", ARG_INT, FIELD(spec.straggler_pct), 0, 10000, ON_RUN, "PCT",
+     "name a rank PCT% slower per step than the job's median a straggler\n"
+     "(status, log, metrics; default 20, 0: off)"},
+    {0, "straggler-action", ARG_CHOICE, FIELD(spec.straggler_action), 0, 0, ON_RUN, "WHAT",
+     "report (the default) or replace: with a spare, a straggler's node\n"
+     "gives its place at the next restart",
+     straggler_choices},
     {0, "kill-grace", ARG_SECONDS, FIELD(spec.kill_grace_ms), 0, 600000, ON_RUN, "SEC",
      "time from SIGTERM to SIGKILL when ranks are torn down"},
     {0, "heartbeat", ARG_SECONDS, FIELD(spec.hb_interval_ms), 10, 600000, ON_RUN, "SEC",
@@ -332,7 +363,17 @@ static const struct opt_row opts[] = {
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))
 
 /* args.given has one bit per row. */
-_Static_assert(N_OPTS <= 64, "more option rows than bits in gpurun_args.given");
+_Static_assert(N_OPTS <= 64 * ARGS_GIVEN_WORDS, "more option rows than bits in gpurun_args.given");
+
+static void given_set(struct gpurun_args *args, size_t row)
+{
+    args->given[row / 64] |= 1ull << (row % 64);
+}
+
+static bool given_has(const struct gpurun_args *args, size_t row)
+{
+    return (args->given[row / 64] >> (row % 64)) & 1;
+}
 
 /* Names the daemon sets for each rank: an --export of one of them would lie to the rank. */
 static const char *const reserved_env[] = {
@@ -1111,7 +1152,7 @@ static int parse_option(struct gpurun_args *args, int argc, char **argv, int *i,
     }
     if (o->offset == FIELD(spec.hb_timeout_ms) && o->kind == ARG_SECONDS)
         *hb_seen = true;
-    args->given |= 1ull << (o - opts);
+    given_set(args, (size_t)(o - opts));
     return set_value(args, o, spelling, val, err);
 }
 
@@ -1169,7 +1210,7 @@ static int mem_given(const struct gpurun_args *args)
     int n = 0;
 
     for (size_t i = 0; i < N_OPTS; i++)
-        n += opts[i].kind == ARG_MEM && (args->given & (1ull << i));
+        n += opts[i].kind == ARG_MEM && given_has(args, i);
     return n;
 }
 
@@ -1185,7 +1226,7 @@ static int count_value(const struct gpurun_args *args, const struct count_row *c
  * an sbatch variable's as -N or --gpus-per-node would. */
 static void set_given(struct gpurun_args *args, const char *name)
 {
-    args->given |= 1ull << (find_long(name, strlen(name)) - opts);
+    given_set(args, (size_t)(find_long(name, strlen(name)) - opts));
 }
 
 /* Ranks in all (in_all, total) into nodes and ranks per node: over -N when given, else over
@@ -1444,7 +1485,7 @@ int args_apply_env(struct gpurun_args *args, char *const *envp, struct errmsg *e
         size_t row = (size_t)(o - opts);
         int r;
 
-        if (!val || (args->given & (1ull << row)) || (o->kind == ARG_MEM && mem_flag))
+        if (!val || given_has(args, row) || (o->kind == ARG_MEM && mem_flag))
             continue;
         if (o->kind == ARG_MEM) {
             mem_vars[n_mem++] = env_rows[i].var;
@@ -1467,7 +1508,7 @@ int args_apply_env(struct gpurun_args *args, char *const *envp, struct errmsg *e
                 return errmsg_set(err, -EINVAL, "%s%s", env_rows[i].var, text + skip);
             return errmsg_set(err, -EINVAL, "%s: %s", env_rows[i].var, text);
         }
-        args->given |= 1ull << row;
+        given_set(args, row);
     }
     return 0;
 }
@@ -1481,7 +1522,7 @@ void args_env_usage(FILE *out)
 const char *args_slurm_only_given(const struct gpurun_args *args)
 {
     for (size_t i = 0; i < N_OPTS; i++)
-        if ((opts[i].flags & OPT_SLURM) && (args->given & (1ull << i)))
+        if ((opts[i].flags & OPT_SLURM) && given_has(args, i))
             return opts[i].long_name;
     return NULL;
 }
@@ -1490,7 +1531,7 @@ bool args_given(const struct gpurun_args *args, const char *long_name)
 {
     const struct opt_row *o = find_long(long_name, strlen(long_name));
 
-    return o && (args->given & (1ull << (o - opts)));
+    return o && given_has(args, (size_t)(o - opts));
 }
 
 /* Column of the help texts: two blanks, the option in 28, one blank. */

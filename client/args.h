@@ -50,6 +50,9 @@ struct args_signal {
     bool reservation; /* "R:": the job may overlap a reservation with MaxStartDelay set */
 };
 
+/* 64-bit words of gpurun_args.given: one bit per option row. */
+#define ARGS_GIVEN_WORDS 2
+
 /* What the command line says. Strings are borrowed from the argv given to args_parse(); the
  * spec's env (from --export) is owned by the spec. */
 struct gpurun_args {
@@ -124,7 +127,7 @@ struct gpurun_args {
     int cmd_argc;
     const char *overrides[ARGS_MAX_OVERRIDES]; /* run: "section.key=value" words, in order */
     int n_overrides;
-    unsigned long long given; /* bit i: the i-th option row was on the command line */
+    unsigned long long given[ARGS_GIVEN_WORDS]; /* bit i: the i-th option row was given */
 };
 
 /* A failure below fills the caller's struct errmsg with one line of what went wrong, without

@@ -447,7 +447,7 @@ static void local_job_fill(struct local_job *job, const struct gpurun_args *args
     job->world_size = spec->nnodes * spec->nprocs;
     job->daemon = daemon;
     job->log_level = args->log_level_name;
-    job->nnodes = spec->nnodes;
+    job->nnodes = spec->nnodes + spec->spare_nodes;
     job->time_limit_s = args->time_limit_s;
     job->kill_grace_ms = spec->kill_grace_ms;
     /* The pre-timeout signal as on Slurm: --signal's lead, else 120 s (a quarter of a
@@ -684,6 +684,9 @@ static int batch_spec(struct gpurun_args *args, const struct run_plan *p, const 
     if (r)
         return r;
     spec->loopback = false;
+    /* Pre-flight: each node shows the GPUs the job asks Slurm for (none with --no-gpus);
+     * --local asks none of the machine. */
+    spec->gpus_per_node = args->no_gpus ? 0 : spec->nprocs;
     r = spec_text(spec, json);
     if (r < 0)
         return error_out(EXIT_FAILED, "cannot write the job spec: %s",
@@ -699,7 +702,7 @@ static void batch_job_fill(struct sbatch_job *job, const struct gpurun_args *arg
     const struct jobspec *spec = &args->spec;
 
     job->job_name = args->job_name;
-    job->nodes = spec->nnodes;
+    job->nodes = spec->nnodes + spec->spare_nodes; /* the spares are nodes of the allocation */
     job->ranks_per_node = spec->nprocs;
     job->gpus_per_node = args->no_gpus ? 0 : spec->nprocs;
     job->cpus_per_task = cpus_per_rank(args) * spec->nprocs;

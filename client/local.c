@@ -358,6 +358,26 @@ static int summary_failure(const char *job_dir)
     return st > 0 && st < 256 ? (int)st : -1;
 }
 
+/* The nodes the leader fenced (summary.json's swaps: each gave its place to a spare): their
+ * daemons' ends say nothing about the job's. Marks them in out (n nodes). */
+static void summary_fenced(const char *job_dir, bool *out, int n)
+{
+    char path[PATH_MAX];
+    json_t *sum, *sw;
+    size_t i;
+
+    if (!job_dir || snprintf(path, sizeof(path), "%s/summary.json", job_dir) >= (int)sizeof(path))
+        return;
+    sum = json_load_file(path, 0, NULL);
+    json_array_foreach(json_object_get(sum, "swaps"), i, sw)
+    {
+        json_int_t k = json_integer_value(json_object_get(sw, "node"));
+        if (k > 0 && k < n)
+            out[k] = true;
+    }
+    json_decref(sum);
+}
+
 /* The record's first failure, as the leader writes it (leader.c's failure_pack). */
 static json_t *failure_json(const char *cause, int node, int sig)
 {
@@ -515,6 +535,7 @@ int local_run(const struct local_job *job, int *fatal_signal)
             break;
         }
     }
+    summary_fenced(job->job_dir, s.stopped, job->nnodes);
     ret = local_combine(s.status, s.stopped, job->nnodes);
     if (spawn_failed)
         ret = 125;

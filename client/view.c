@@ -688,6 +688,51 @@ static void print_restarts(FILE *out, const json_t *job)
     }
 }
 
+/* "spares: K (J left)", then each swap: "node 2 (node2) fenced: CAUSE; spare node 3 (node3)
+ * took its place (generation G)". Nothing for a job without spares. */
+static void print_spares(FILE *out, const json_t *job)
+{
+    const json_t *swaps = json_object_get(job, "swaps"), *nodes = json_object_get(job, "nodes"), *s;
+    long k = iget(job, "spare_nodes", 0), left = 0;
+    size_t i;
+
+    if (k <= 0)
+        return;
+    json_array_foreach(nodes, i, s)
+    {
+        const char *st = sget(s, "state");
+        left += st && !strcmp(st, "spare");
+    }
+    fprintf(out, "spares: %ld (%ld idle)\n", k, left);
+    json_array_foreach(swaps, i, s)
+    {
+        const char *h = sget(s, "hostname"), *sh = sget(s, "spare_hostname"), *c = sget(s, "cause");
+        fprintf(out,
+                "  node %ld (%s) fenced: %s; spare node %ld (%s) took its place (generation %ld)\n",
+                iget(s, "node", -1), h ? h : "?", c ? c : "?", iget(s, "spare", -1), sh ? sh : "?",
+                iget(s, "generation", -1));
+    }
+}
+
+/* One line per straggler the leader names: "straggler: rank 3 on node 1 (node1) 38% slower
+ * than the median over 200 steps (0.412 s a step)". */
+static void print_stragglers(FILE *out, const json_t *job)
+{
+    const json_t *s;
+    size_t i;
+
+    json_array_foreach(json_object_get(job, "stragglers"), i, s)
+    {
+        const char *h = sget(s, "hostname");
+        fprintf(out,
+                "straggler: rank %ld on node %ld (%s) %.0f%% slower than the median over %ld "
+                "steps (%.3f s a step)\n",
+                iget(s, "rank", -1), iget(s, "node", -1), h ? h : "?",
+                json_number_value(json_object_get(s, "slower")) * 100, iget(s, "steps", 0),
+                json_number_value(json_object_get(s, "step_seconds")));
+    }
+}
+
 /* "requeues: N", then how each earlier segment of the job ended (the leader's "segments"). A
  * job Slurm requeued that has not started again yet has only its last segment's summary:
  * that one ended too. */
@@ -746,6 +791,8 @@ void view_print(FILE *out, const json_t *v)
         fprintf(out, "\n");
     }
     print_restarts(out, json_is_object(summary) ? summary : live);
+    print_spares(out, json_is_object(summary) ? summary : live);
+    print_stragglers(out, json_is_object(summary) ? summary : live);
     print_requeues(out, json_is_object(live) ? live : summary, sl);
     if (json_is_object(sl)) {
         const char *nodelist = sget(sl, "nodelist");

@@ -5,6 +5,7 @@
  * agent_output.c) and two timers. */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -28,6 +29,7 @@
 #include "peer.h"
 #include "signame.h"
 #include "sockdir.h"
+#include "preflight.h"
 #include "stacks.h"
 #include "utf8.h"
 #include "banned.h"
@@ -227,6 +229,7 @@ static void flush_progress(struct agent *a)
         proto_set_number(e, "lr", r->lr);
         proto_set_number(e, "tokens_per_s", r->tokens_per_s);
         proto_set_number(e, "grad_norm", r->grad_norm);
+        proto_set_number(e, "step_time", r->step_time);
         json_array_append_new(arr, e);
     }
     a->last_flush_ms = t;
@@ -398,10 +401,12 @@ static void on_rank_message(struct peer *p, struct msg *m)
         r->lr = m->lr;
         r->tokens_per_s = m->tokens_per_s;
         r->grad_norm = m->grad_norm;
+        r->step_time = m->step_time;
         if (m->total_steps > 0)
             r->total_steps = m->total_steps;
         r->dirty = true;
         r->progress_ms = now_ms(a);
+        steptime_add(&r->st, r->progress_ms, m->step, m->step_time);
         break;
     case MSG_PREEMPT:
         if (r->wants_preempt && r->preempt_fd >= 0)
@@ -775,8 +780,9 @@ static void teardown(struct agent *a, const char *cause)
 static void write_metrics(struct agent *a)
 {
     static const char *const state_names[] = {
-        [AG_FINDING] = "joining", [AG_JOINING] = "joining",   [AG_RUNNING] = "running",
-        [AG_CAPTURE] = "capture", [AG_TEARDOWN] = "teardown", [AG_DONE] = "done",
+        [AG_FINDING] = "joining", [AG_JOINING] = "joining", [AG_SPARE] = "spare",
+        [AG_RUNNING] = "running", [AG_CAPTURE] = "capture", [AG_TEARDOWN] = "teardown",
+        [AG_DONE] = "done",
     };
     int64_t now = now_ms(a);
     struct metrics_rank *mr = calloc((size_t)a->nranks + 1, sizeof(*mr));
@@ -803,6 +809,7 @@ static void write_metrics(struct agent *a)
             .loss = r->loss,
             .tokens_per_s = r->tokens_per_s,
             .report_age_ms = r->progress_ms ? now - r->progress_ms : -1,
+            .step_seconds = r->st.steps > 0 ? r->st.avg : NAN,
             .output_age_ms = r->output_ms ? now - r->output_ms : -1,
             .running = r->spawned && !r->exited,
         };
@@ -933,6 +940,7 @@ static void take_assignment(struct agent *a, const struct msg *m)
     a->generation = m->generation;
     a->world_size = m->world_size;
     a->rank_base = m->rank_base;
+    a->job_node = a->nranks > 0 ? m->rank_base / a->nranks : 0;
     a->nnodes = m->nnodes;
     a->master_port = m->master_port;
     snprintf(a->master_addr, sizeof(a->master_addr), "%s", m->master_addr);
@@ -953,10 +961,22 @@ static void on_assign(struct agent *a, struct msg *m)
     for (int i = 0; i < a->nranks; i++)
         all_reported &= a->ranks[i].reported;
     restart = a->state == AG_TEARDOWN && all_reported && m->generation > a->generation;
-    if (a->state != AG_JOINING && !restart) {
+    if (a->state != AG_JOINING && a->state != AG_SPARE && !restart) {
         log_error("unexpected 'assign' from the leader");
         return;
     }
+    if (m->spare) {
+        /* A hot spare: joined and watched like the others, running nothing until a node
+         * fails; a restart without it leaves it spare. */
+        if (a->state != AG_SPARE)
+            log_info("node %d is a hot spare (generation %d)", a->node_rank, (int)m->generation);
+        a->generation = m->generation;
+        a->state = AG_SPARE;
+        return;
+    }
+    if (a->state == AG_SPARE)
+        log_info("node %d, a spare, takes the place of the job's node %d (generation %d)",
+                 a->node_rank, a->nranks > 0 ? m->rank_base / a->nranks : 0, (int)m->generation);
     if (restart) {
         reset_generation(a);
         agent_mark_restart(a, (int)m->generation);
@@ -1067,6 +1087,8 @@ static void on_leader_message(struct peer *p, struct msg *m)
         barrier_release(a, m->key);
         break;
     case MSG_ABORT:
+        if (a->state == AG_SPARE)
+            break; /* nothing of the job runs here */
         if (m->stacks && a->state == AG_RUNNING)
             capture_stacks(a, m->value);
         else if (a->state != AG_CAPTURE)
@@ -1093,6 +1115,7 @@ static void on_leader_ready(struct peer *p)
     struct agent *a = p->owner;
     struct sockaddr_storage ss;
     int len = sizeof(ss);
+    char pre[256];
 
     if (!a->advertise[0] && uv_tcp_getsockname(&p->h.tcp, (struct sockaddr *)&ss, &len) == 0) {
         if (ss.ss_family == AF_INET)
@@ -1103,9 +1126,13 @@ static void on_leader_ready(struct peer *p)
     a->state = AG_JOINING;
     a->join_ms = now_ms(a);
     stop_watching(a);
-    send_leader(a, proto_pack("{s:s, s:i, s:s, s:s, s:i, s:s}", "type", "join", "node_rank",
+    /* Before any rank starts, on every node, spares included: the leader decides. */
+    preflight_run(a->spec, a->job_dir, a->node_rank, pre, sizeof(pre));
+    if (pre[0])
+        log_error("node %d failed pre-flight: %s", a->node_rank, pre);
+    send_leader(a, proto_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:s}", "type", "join", "node_rank",
                               a->node_rank, "hostname", a->hostname, "addr", a->advertise, "nprocs",
-                              a->nranks, "gpus", ""));
+                              a->nranks, "gpus", "", "preflight", pre));
 }
 
 static void on_leader_closed(struct peer *p, const char *why)

@@ -18,6 +18,7 @@
 #include "agent.h"
 #include "auth.h"
 #include "proto.h"
+#include "steptime.h"
 #include "stall.h"
 
 /* Lines of a rank's output kept for the failure message, and their longest length. */
@@ -52,7 +53,9 @@
  *             -> DONE once every rank is reported after the leader's finish, or without a
  *                leader (self-fencing).
  *   DONE      the done callback was called (agent_end); the daemon closes the agent. */
-enum agent_state { AG_FINDING, AG_JOINING, AG_RUNNING, AG_CAPTURE, AG_TEARDOWN, AG_DONE };
+/* AG_SPARE: a hot spare (jobspec.spare_nodes), joined, running no rank until an assign gives
+ * it a failed node's place. */
+enum agent_state { AG_FINDING, AG_JOINING, AG_SPARE, AG_RUNNING, AG_CAPTURE, AG_TEARDOWN, AG_DONE };
 
 /* A rank's stack capture: none asked, SIGABRT sent to its Python process (the traceback
  * comes on its stderr), a native tool running, or finished. */
@@ -110,6 +113,8 @@ struct arank {
     char token[2 * TOKEN_BYTES + 1];
     int64_t step, total_steps;
     double loss, lr, tokens_per_s, grad_norm;
+    double step_time;   /* the last report's own step time, NAN: not given */
+    struct steptime st; /* seconds per step (steptime.h): gpurun_rank_step_seconds */
     bool dirty;
     int waits; /* its requests that wait on the other ranks: barriers, gets with a timeout */
     /* Liveness for any script: its last line of output (valid UTF-8, a redraw's too) and when
@@ -157,6 +162,7 @@ struct agent {
     char capture_cause[PROTO_TAIL_MAX]; /* the leader's abort cause, for the teardown after */
 
     int world_size, rank_base, master_port, nnodes;
+    int job_node;   /* the job's node this one serves (rank_base / nranks): its ranks' NODE_RANK */
     int generation; /* the leader's: how many times the job was restarted */
     int requeues;   /* Slurm's: how many times the job was requeued */
     char master_addr[64];

@@ -177,7 +177,7 @@ static char **build_env(struct agent *a, struct arank *r)
         .local_rank = r->local,
         .local_world_size = a->nranks,
         .world_size = a->world_size,
-        .node_rank = a->node_rank,
+        .node_rank = a->job_node,
         .nnodes = a->nnodes,
         .restart_count = a->generation,
         .master_addr = a->master_addr,

@@ -24,6 +24,7 @@
 #include "refusals.h"
 #include "signame.h"
 #include "stall.h"
+#include "steptime.h"
 #include "store.h"
 #include "utf8.h"
 #include "banned.h"
@@ -81,6 +82,11 @@
  * (agent.c's PROGRESS_FLUSH_MS), plus the link. A hang is declared this much after the
  * timeout, so that a rank reporting just inside the timeout is never blamed. */
 #define HANG_MARGIN_MS         300
+/* Stragglers (check_stragglers): how often the rule looks, the steps a rank's average needs
+ * first, and the most a status shows. */
+#define STRAGGLER_CHECK_MS     1000
+#define STRAGGLER_MIN_STEPS    10
+#define STRAGGLERS_SHOWN       8
 /* Ranks' last lines reach the leader at most this often (agent.c's OUTPUT_FLUSH_MS): what
  * --hang-watch output sees is up to this much older than the rank's last byte. */
 #define OUTPUT_LAG_MS          1000
@@ -133,7 +139,10 @@ struct node {
     int nprocs;
     int rank_base;
     int exited; /* ranks of this node reported gone */
+    int slot;   /* the job's node it serves (its ranks: slot * nprocs on), -1: a spare */
     bool joined, lost, done;
+    bool fenced;         /* taken out of the job for its fault: never used again */
+    char preflight[256]; /* the pre-flight check it failed (preflight.h), "" */
 };
 
 struct rank {
@@ -147,8 +156,11 @@ struct rank {
     bool waiting;      /* in a barrier or a get with a timeout: waits on the others (its agent) */
     int64_t output_ms; /* when its last byte of output came; 0: none yet */
     char last_line[PROTO_LINE_MAX + 1]; /* its last line of output, valid UTF-8 */
-    json_t *stack; /* a string: its stack as captured before a hang's teardown, or NULL */
-    json_t *error; /* the exception it recorded (TORCHELASTIC_ERROR_FILE), or NULL */
+    struct steptime st;  /* its time per step (steptime.h), for the stragglers rule */
+    double slower;       /* > 0: a straggler, this much slower than the median (0.38: 38%) */
+    bool straggler_said; /* its straggler line is logged */
+    json_t *stack;       /* a string: its stack as captured before a hang's teardown, or NULL */
+    json_t *error;       /* the exception it recorded (TORCHELASTIC_ERROR_FILE), or NULL */
 };
 
 struct leader {
@@ -176,7 +188,10 @@ struct leader {
     int strangers_max;        /* pending slots beyond the nodes still to join (pending_max) */
     int agents_open;          /* nodes whose agent's link is open (nodes[i].conn) */
     struct refusals refusals; /* connections closed before the handshake, to summarise */
-    struct node *nodes;
+    struct node *nodes;       /* every agent's: the job's nnodes, then the spares */
+    int nphys;                /* nnodes + spare_nodes */
+    int *slot_node;           /* the node serving each of the job's nnodes slots */
+    json_t *swaps;            /* each spare that took a failed node's place */
     int joined;
     struct rank *ranks;
     int world_size, exited;
@@ -196,7 +211,8 @@ struct leader {
     json_t *failures;  /* the first failure of every earlier generation */
     int64_t t_start, t_joined, t_first_step, t_abort, t_finish;
     int64_t t_generation; /* when the current generation's ranks were assigned */
-    int64_t restart_at;   /* when the next generation starts (a restart's backoff); 0: none */
+    int64_t t_straggler_check;
+    int64_t restart_at; /* when the next generation starts (a restart's backoff); 0: none */
     /* Rank 0's last LOSS_HISTORY (step, loss) reports, oldest first from hist_next once full:
      * the loss's recent course for status (loss_history). */
     int64_t hist_step[LOSS_HISTORY];
@@ -331,8 +347,8 @@ static void pending_remove(struct leader *l, struct conn *c)
 
 static void broadcast(struct leader *l, json_t *msg)
 {
-    for (int i = 0; i < l->spec->nnodes; i++)
-        if (l->nodes[i].conn && !l->nodes[i].lost)
+    for (int i = 0; i < l->nphys; i++)
+        if (l->nodes[i].conn && !l->nodes[i].lost && !l->nodes[i].fenced)
             peer_send(&l->nodes[i].conn->peer, json_incref(msg));
     json_decref(msg);
 }
@@ -481,20 +497,23 @@ static json_t *failure_new(const char *cause, int rank, int node, const char *ho
     return f;
 }
 
-/* The node that runs rank r: a binary search of the nodes' rank bases, so that a view of
- * every rank (summary.json) stays linear in the world size. */
+/* The node that runs rank r: every node runs nprocs ranks, so r's slot is r / nprocs, and the
+ * node serving that slot runs it (a spare, once it took a failed node's place). */
 static int node_of(const struct leader *l, int r)
 {
-    int lo = 0, hi = l->spec->nnodes - 1;
+    return l->slot_node[r / l->spec->nprocs];
+}
 
-    while (lo < hi) {
-        int mid = lo + (hi - lo + 1) / 2;
-        if (l->nodes[mid].rank_base <= r)
-            lo = mid;
-        else
-            hi = mid - 1;
+/* The first spare still fit to take a place (joined, linked, neither lost nor fenced); -1:
+ * none. */
+static int next_spare(const struct leader *l)
+{
+    for (int i = l->spec->nnodes; i < l->nphys; i++) {
+        const struct node *n = &l->nodes[i];
+        if (n->slot < 0 && n->joined && n->conn && !n->lost && !n->fenced)
+            return i;
     }
-    return lo;
+    return -1;
 }
 
 static json_t *rank_view(const struct leader *l, int r, bool detail)
@@ -527,6 +546,11 @@ static json_t *rank_view(const struct leader *l, int r, bool detail)
                                                ? strlen(k->last_line)
                                                : utf8_prefix_len(k->last_line, STATUS_LINE_MAX)));
     }
+    /* Its time per step, and how much slower than the median where it straggles. */
+    if (v && k->st.steps > 0)
+        json_object_set_new(v, "step_seconds", json_real(k->st.avg));
+    if (v && k->slower > 0)
+        json_object_set_new(v, "slower", json_real(k->slower));
     /* Steps per second since its first report: the ETA's rate. */
     if (v && k->report_ms > k->first_ms && k->step > k->first_step)
         json_object_set_new(v, "steps_per_s",
@@ -544,18 +568,26 @@ static json_t *rank_view(const struct leader *l, int r, bool detail)
 /* detail: every rank's stack and exception (summary.json; too large for a status reply), and
  * no "ranks": write_summary() adds them one at a time, so that 100,000 ranks never stand as
  * one tree of JSON objects (160 MiB) beside their text. */
+static json_t *stragglers_view(const struct leader *l);
+
 static json_t *job_view(struct leader *l, bool for_summary, bool detail)
 {
     json_t *nodes = json_array(), *ranks = json_array(), *job;
     int64_t t = now_ms(l);
 
-    for (int i = 0; i < l->spec->nnodes; i++) {
+    for (int i = 0; i < l->nphys; i++) {
         const struct node *n = &l->nodes[i];
-        const char *st = n->lost ? "lost" : n->done ? "done" : n->joined ? "joined" : "pending";
+        const char *st = n->fenced                    ? "fenced"
+                         : n->lost                    ? "lost"
+                         : n->done                    ? "done"
+                         : !n->joined                 ? "pending"
+                         : n->slot < 0 && l->t_joined ? "spare"
+                                                      : "joined";
         json_array_append_new(
-            nodes, json_pack("{s:i, s:s, s:s, s:i, s:s, s:I}", "node", i, "hostname", n->hostname,
-                             "addr", n->addr, "nprocs", n->nprocs, "state", st, "hb_age_ms",
-                             (json_int_t)(n->conn ? t - n->conn->peer.last_rx_ms : -1)));
+            nodes,
+            json_pack("{s:i, s:s, s:s, s:i, s:s, s:I, s:i}", "node", i, "hostname", n->hostname,
+                      "addr", n->addr, "nprocs", n->nprocs, "state", st, "hb_age_ms",
+                      (json_int_t)(n->conn ? t - n->conn->peer.last_rx_ms : -1), "slot", n->slot));
     }
     for (int r = 0; r < l->world_size && !detail; r++)
         json_array_append_new(ranks, rank_view(l, r, detail));
@@ -565,6 +597,12 @@ static json_t *job_view(struct leader *l, bool for_summary, bool detail)
     json_object_set_new(job, "loss_history", history_view(l));
     /* Live and in the summary: a completed job may have failed and been restarted. */
     json_object_set_new(job, "restarts", json_integer(l->generation));
+    if (l->spec->spare_nodes > 0) {
+        json_object_set_new(job, "spare_nodes", json_integer(l->spec->spare_nodes));
+        json_object_set(job, "swaps", l->swaps);
+    }
+    if (l->spec->straggler_pct > 0)
+        json_object_set_new(job, "stragglers", stragglers_view(l));
     if (l->requeues > 0) {
         json_object_set_new(job, "requeues", json_integer(l->requeues));
         json_object_set(job, "segments", l->segments);
@@ -755,11 +793,14 @@ static void finish(struct leader *l)
     broadcast(l, proto_pack("{s:s, s:i}", "type", "finish", "status", l->status));
 }
 
+/* Every node serving the job is done (or lost); spares run nothing. */
 static bool all_nodes_done(const struct leader *l)
 {
-    for (int i = 0; i < l->spec->nnodes; i++)
-        if (!l->nodes[i].done && !l->nodes[i].lost && l->nodes[i].joined)
+    for (int s = 0; s < l->spec->nnodes; s++) {
+        const struct node *n = &l->nodes[l->slot_node[s]];
+        if (!n->done && !n->lost && n->joined)
             return false;
+    }
     return true;
 }
 
@@ -776,11 +817,124 @@ static void ranks_release(struct leader *l)
     }
 }
 
+/* The node a failure of the node's own (FAILURE_NODE) names, if it serves the job and is not
+ * node 0 (the leader's own, which no spare can replace); else -1. */
+static int failed_node(const struct leader *l, const json_t *failure)
+{
+    const char *cls = json_string_value(json_object_get(failure, "class"));
+    json_t *jn = json_object_get(failure, "node");
+    int n = json_is_integer(jn) ? (int)json_integer_value(jn) : -1;
+
+    if (!cls || strcmp(cls, failure_class_name(FAILURE_NODE)) || n <= 0 || n >= l->nphys ||
+        l->nodes[n].slot < 0)
+        return -1;
+    return n;
+}
+
+/* Whether spares can take the place of every node the failure and the losses took from the
+ * job (nodes serving it that are lost, and the node a FAILURE_NODE names): then a restart
+ * may go on without them. Node 0 lost or named: never. */
+static bool spares_cover(const struct leader *l, const json_t *failure)
+{
+    int need = 0, have = 0, named = failed_node(l, failure);
+    json_t *jn = json_object_get(failure, "node");
+
+    if (json_is_integer(jn) && json_integer_value(jn) == 0)
+        return false;
+    for (int s = 0; s < l->spec->nnodes; s++) {
+        int i = l->slot_node[s];
+        if (l->nodes[i].lost && i == 0)
+            return false;
+        need += l->nodes[i].lost || i == named;
+    }
+    for (int i = l->spec->nnodes; i < l->nphys; i++) {
+        const struct node *n = &l->nodes[i];
+        have += n->slot < 0 && n->joined && n->conn && !n->lost && !n->fenced;
+    }
+    return need > 0 && need <= have;
+}
+
+/* horovod's rendezvous learns the nodes of the job's slots (its host list). */
+static int hvd_layout(struct leader *l)
+{
+    const char **hosts = calloc((size_t)l->spec->nnodes, sizeof(*hosts));
+    int ret = -ENOMEM;
+
+    if (hosts) {
+        for (int s = 0; s < l->spec->nnodes; s++)
+            hosts[s] = l->nodes[l->slot_node[s]].hostname;
+        ret = hvd_server_layout(l->hvd, l->spec->nnodes, l->spec->nprocs, hosts);
+    }
+    free(hosts);
+    return ret;
+}
+
+/* Before a restart: each node the job lost, and the node a FAILURE_NODE names, is fenced (its
+ * daemon, if still there, told to end: it never serves this job again) and the next spare
+ * takes its slot, its ranks and its rank numbers; each swap is logged and kept for status
+ * and summary.json. */
+static void swap_in_spares(struct leader *l)
+{
+    int named = failed_node(l, l->first_failure);
+    const char *cause = json_string_value(json_object_get(l->first_failure, "cause"));
+    bool swapped = false;
+
+    for (int s = 0; s < l->spec->nnodes; s++) {
+        int bad = l->slot_node[s], sp = next_spare(l), slow = -1;
+        struct node *b = &l->nodes[bad], *n;
+        char why[400];
+
+        /* --straggler-action=replace: a node whose rank straggles gives its place too. */
+        for (int r = s * l->spec->nprocs; l->ranks && r < (s + 1) * l->spec->nprocs; r++)
+            if (l->spec->straggler_action == STRAGGLER_REPLACE && l->ranks[r].slower > 0 &&
+                (slow < 0 || l->ranks[r].slower > l->ranks[slow].slower))
+                slow = r;
+        if ((!b->lost && bad != named && slow < 0) || bad == 0 || sp < 0)
+            continue;
+        n = &l->nodes[sp];
+        if (b->lost || bad == named)
+            snprintf(why, sizeof(why), "%s", bad == named && cause ? cause : "lost");
+        else
+            snprintf(why, sizeof(why), "a straggler: rank %d %.0f%% slower than the median", slow,
+                     l->ranks[slow].slower * 100);
+        b->slot = -1;
+        b->fenced = true;
+        if (b->conn && !b->lost)
+            peer_send(&b->conn->peer, proto_pack("{s:s, s:i}", "type", "finish", "status", 0));
+        n->slot = s;
+        n->rank_base = s * l->spec->nprocs;
+        l->slot_node[s] = sp;
+        swapped = true;
+        log_warn("node %d ('%s') fenced: %s; spare node %d ('%s') took its place", bad, b->hostname,
+                 why, sp, n->hostname);
+        json_array_append_new(l->swaps,
+                              json_pack("{s:i, s:i, s:s, s:i, s:s, s:s, s:I}", "generation",
+                                        l->generation + 1, "node", bad, "hostname", b->hostname,
+                                        "spare", sp, "spare_hostname", n->hostname, "cause", why,
+                                        "at_ms", (json_int_t)(now_ms(l) - l->t_start)));
+    }
+    if (swapped && hvd_layout(l) < 0)
+        log_error("cannot tell horovod's rendezvous the new nodes: out of memory");
+}
+
 /* Generation g+1 in the same allocation: every rank is gone, the store and barriers start
  * empty (a rank of the new generation must not read the old NCCL id), and every agent gets
- * a new assign. The training core resumes from its last checkpoint. */
+ * a new assign. The training core resumes from its last checkpoint. A node that failed for
+ * its own sake, or was lost, gives its place to a spare first (swap_in_spares). */
 static void restart(struct leader *l)
 {
+    swap_in_spares(l);
+    /* A spare lost during the backoff leaves a lost node in place: the job cannot go on. */
+    for (int s = 0; s < l->spec->nnodes; s++) {
+        if (l->nodes[l->slot_node[s]].lost) {
+            log_error("not restarting: node %d was lost and no spare is left to take its place",
+                      l->slot_node[s]);
+            l->restartable = false;
+            l->restart_at = 0;
+            finish(l);
+            return;
+        }
+    }
     json_array_append_new(l->failures, l->first_failure);
     l->first_failure = NULL;
     l->generation++;
@@ -794,7 +948,7 @@ static void restart(struct leader *l)
     memset(l->ranks, 0, (size_t)l->world_size * sizeof(*l->ranks));
     for (int r = 0; r < l->world_size; r++)
         l->ranks[r].phase = PHASE_RUNNING;
-    for (int i = 0; i < l->spec->nnodes; i++) {
+    for (int i = 0; i < l->nphys; i++) {
         l->nodes[i].exited = 0;
         l->nodes[i].done = false;
     }
@@ -999,9 +1153,11 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
         int r;
         struct rank k = {.loss = NAN, .lr = NAN, .tokens_per_s = NAN, .grad_norm = NAN};
         json_int_t step, total = 0, age = 0;
-        if (json_unpack(e, "{s:i, s:I, s?F, s?F, s?F, s?F, s?I, s?I}", "rank", &r, "step", &step,
-                        "loss", &k.loss, "lr", &k.lr, "tokens_per_s", &k.tokens_per_s, "grad_norm",
-                        &k.grad_norm, "total_steps", &total, "age_ms", &age) < 0 ||
+        double step_time = NAN;
+        if (json_unpack(e, "{s:i, s:I, s?F, s?F, s?F, s?F, s?F, s?I, s?I}", "rank", &r, "step",
+                        &step, "loss", &k.loss, "lr", &k.lr, "tokens_per_s", &k.tokens_per_s,
+                        "grad_norm", &k.grad_norm, "step_time", &step_time, "total_steps", &total,
+                        "age_ms", &age) < 0 ||
             age < 0 || age > INT32_MAX || r < l->nodes[c->node].rank_base ||
             r >= l->nodes[c->node].rank_base + l->nodes[c->node].nprocs) {
             log_warn("ignoring a bad progress entry from node %d", c->node);
@@ -1024,6 +1180,7 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
         dst->report_ms = now_ms(l) - age;
         if (dst->report_ms <= 0)
             dst->report_ms = 1;
+        steptime_add(&dst->st, dst->report_ms, step, step_time);
         if (!l->t_first_step)
             l->t_first_step = dst->report_ms;
         if (r == 0)
@@ -1113,22 +1270,67 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
     check_end(l);
 }
 
+/* Before the first assign: each node serving the job that failed its pre-flight checks gives
+ * its place to a spare that passed them; where none is left (or it is node 0, the leader's),
+ * the job ends before any rank starts. Spares that failed are fenced. Returns false when the
+ * job ended. */
+static bool preflight_swaps(struct leader *l)
+{
+    for (int i = l->spec->nnodes; i < l->nphys; i++) {
+        struct node *n = &l->nodes[i];
+        if (n->preflight[0] && !n->fenced) {
+            n->fenced = true;
+            if (n->conn)
+                peer_send(&n->conn->peer, proto_pack("{s:s, s:i}", "type", "finish", "status", 0));
+        }
+    }
+    for (int s = 0; s < l->spec->nnodes; s++) {
+        int bad = l->slot_node[s], sp = next_spare(l);
+        struct node *b = &l->nodes[bad], *n;
+        char cause[400];
+
+        if (!b->preflight[0])
+            continue;
+        snprintf(cause, sizeof(cause), "node %d ('%.64s') failed pre-flight: %s", bad, b->hostname,
+                 b->preflight);
+        if (bad == 0 || sp < 0) {
+            fail(l, 125, "failed", false,
+                 classed(failure_new(cause, -1, bad, b->hostname, 0, 0, ""), FAILURE_NODE));
+            check_end(l);
+            return false;
+        }
+        n = &l->nodes[sp];
+        b->slot = -1;
+        b->fenced = true;
+        if (b->conn)
+            peer_send(&b->conn->peer, proto_pack("{s:s, s:i}", "type", "finish", "status", 0));
+        n->slot = s;
+        l->slot_node[s] = sp;
+        log_warn("node %d ('%s') fenced: failed pre-flight: %s; spare node %d ('%s') took its "
+                 "place",
+                 bad, b->hostname, b->preflight, sp, n->hostname);
+        json_array_append_new(
+            l->swaps, json_pack("{s:i, s:i, s:s, s:i, s:s, s:s, s:I}", "generation", 0, "node", bad,
+                                "hostname", b->hostname, "spare", sp, "spare_hostname", n->hostname,
+                                "cause", cause, "at_ms", (json_int_t)(now_ms(l) - l->t_start)));
+    }
+    return true;
+}
+
 static void assign_all(struct leader *l)
 {
-    const char **hosts = calloc((size_t)l->spec->nnodes, sizeof(*hosts));
-    int base = 0, hvd = -ENOMEM;
+    int base = 0, hvd;
 
-    for (int i = 0; i < l->spec->nnodes; i++) {
-        l->nodes[i].rank_base = base;
-        base += l->nodes[i].nprocs;
-        if (hosts)
-            hosts[i] = l->nodes[i].hostname;
+    if (!preflight_swaps(l))
+        return;
+    for (int s = 0; s < l->spec->nnodes; s++) {
+        struct node *n = &l->nodes[l->slot_node[s]];
+        n->rank_base = base;
+        base += n->nprocs;
     }
     l->world_size = base;
     l->ranks = calloc((size_t)base, sizeof(*l->ranks));
-    if (hosts)
-        hvd = hvd_server_layout(l->hvd, l->spec->nnodes, l->spec->nprocs, hosts);
-    free(hosts);
+    hvd = hvd_layout(l);
     if (!l->ranks || hvd < 0) {
         fail(l, 125, "failed", false, failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
         return;
@@ -1137,21 +1339,30 @@ static void assign_all(struct leader *l)
         l->ranks[r].phase = PHASE_RUNNING;
     l->state = JOB_RUNNING;
     l->t_joined = l->t_generation = now_ms(l);
-    log_info("all %d nodes joined in %" PRId64 " ms: world size %d", l->spec->nnodes,
+    log_info("all %d nodes joined in %" PRId64 " ms: world size %d", l->nphys,
              l->t_joined - l->t_start, base);
+    if (l->spec->spare_nodes)
+        log_info("hot spares: node%s %d..%d", l->spec->spare_nodes > 1 ? "s" : "", l->spec->nnodes,
+                 l->nphys - 1);
     send_assign(l);
 }
 
+/* Every node's assign for the generation: the nodes serving the job their ranks, the spares
+ * none ("spare"). */
 static void send_assign(struct leader *l)
 {
-    for (int i = 0; i < l->spec->nnodes; i++) {
+    for (int i = 0; i < l->nphys; i++) {
         struct node *n = &l->nodes[i];
+        if (!n->conn || n->lost || n->fenced)
+            continue;
         peer_send(&n->conn->peer,
-                  proto_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:s}", "type", "assign",
+                  proto_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:s, s:b}", "type", "assign",
                              "generation", l->generation, "world_size", l->world_size, "rank_base",
-                             n->rank_base, "nnodes", l->spec->nnodes, "master_addr", l->advertise,
-                             "master_port", l->master_port, "hvd_port", hvd_server_port(l->hvd),
-                             "hvd_host", hvd_server_host(l->hvd, i)));
+                             n->slot >= 0 ? n->rank_base : 0, "nnodes", l->spec->nnodes,
+                             "master_addr", l->advertise, "master_port", l->master_port, "hvd_port",
+                             hvd_server_port(l->hvd), "hvd_host",
+                             n->slot >= 0 ? hvd_server_host(l->hvd, n->slot) : "", "spare",
+                             n->slot < 0));
     }
 }
 
@@ -1162,13 +1373,13 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
 
     /* Every node runs job.json's nprocs ranks (rank = node_rank * nprocs + local_rank), which
      * also keeps the world size from overflowing whatever a join claims. */
-    if (m->node_rank >= l->spec->nnodes || m->nprocs != l->spec->nprocs ||
-        l->state != JOB_JOINING || l->nodes[m->node_rank].joined) {
+    if (m->node_rank >= l->nphys || m->nprocs != l->spec->nprocs || l->state != JOB_JOINING ||
+        l->nodes[m->node_rank].joined) {
         snprintf(why, sizeof(why),
-                 l->state != JOB_JOINING           ? "join after the job started"
-                 : m->node_rank >= l->spec->nnodes ? "node rank %d out of range"
-                 : m->nprocs != l->spec->nprocs    ? "node %d does not run job.json's nprocs ranks"
-                                                   : "node %d joined twice",
+                 l->state != JOB_JOINING        ? "join after the job started"
+                 : m->node_rank >= l->nphys     ? "node rank %d out of range"
+                 : m->nprocs != l->spec->nprocs ? "node %d does not run job.json's nprocs ranks"
+                                                : "node %d joined twice",
                  m->node_rank);
         log_error("refused join from '%s': %s", c->peer.name, why);
         peer_send_error(&c->peer, 0, "denied", why);
@@ -1186,9 +1397,12 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
     n->nprocs = m->nprocs;
     snprintf(n->hostname, sizeof(n->hostname), "%s", m->hostname);
     snprintf(n->addr, sizeof(n->addr), "%s", m->addr);
+    snprintf(n->preflight, sizeof(n->preflight), "%s", m->preflight ? m->preflight : "");
+    if (n->preflight[0])
+        log_warn("node %d ('%s') failed pre-flight: %s", m->node_rank, n->hostname, n->preflight);
     snprintf(c->peer.name, sizeof(c->peer.name), "node %d (%.64s)", c->node, n->hostname);
     log_debug("node %d ('%s', %s) joined with %d ranks", c->node, n->hostname, n->addr, n->nprocs);
-    if (++l->joined == l->spec->nnodes)
+    if (++l->joined == l->nphys)
         assign_all(l);
 }
 
@@ -1362,9 +1576,16 @@ static void on_closed(struct peer *p, const char *why)
         struct node *n = &l->nodes[c->node];
         n->conn = NULL;
         l->agents_open--;
-        /* A node lost while a restart waits for its backoff (every node done) calls it off:
-         * the new generation would wait for it for ever. */
-        if ((!n->done || l->restart_at) && l->state != JOB_FINISHED) {
+        if (n->fenced) {
+            log_info("fenced node %d ('%s') closed: %s", c->node, n->hostname, why);
+        } else if (n->slot < 0 && l->t_joined && l->state != JOB_FINISHED) {
+            /* A spare lost is one fewer to take a place: the job runs on. */
+            n->lost = true;
+            log_warn("spare node %d ('%s') lost: %s", c->node, n->hostname, why);
+        } else if ((!n->done || l->restart_at) && l->state != JOB_FINISHED) {
+            /* A node lost while a restart waits for its backoff (every node done) calls it
+             * off: the new generation would wait for it for ever, unless a spare takes its
+             * place. */
             char cause[320];
             abandon_restart(l);
             n->lost = true;
@@ -1377,10 +1598,12 @@ static void on_closed(struct peer *p, const char *why)
             for (int r = n->rank_base; l->t_joined && r < n->rank_base + n->nprocs; r++)
                 if (r < l->world_size && l->ranks[r].phase == PHASE_RUNNING)
                     l->ranks[r].phase = PHASE_LOST;
-            /* Not restartable whatever --restart-on says: the node's daemon is gone, and a
-             * new generation would wait for it for ever. */
-            fail(l, 125, "failed", false,
-                 classed(failure_new(cause, -1, c->node, n->hostname, 0, 0, ""), FAILURE_NODE));
+            /* Without a spare to take its place, not restartable whatever --restart-on says:
+             * the node's daemon is gone, and a new generation would wait for it for ever. */
+            json_t *f =
+                classed(failure_new(cause, -1, c->node, n->hostname, 0, 0, ""), FAILURE_NODE);
+            fail(l, 125, "failed",
+                 l->t_joined && restart_on(l, FAILURE_NODE) && f && spares_cover(l, f), f);
             check_end(l);
         }
     }
@@ -1401,7 +1624,7 @@ static const struct peer_ops leader_peer_ops = {
  * agent of a job can connect at once, and l->strangers_max for strangers. */
 static int pending_max(const struct leader *l)
 {
-    return l->spec->nnodes - l->joined + l->strangers_max;
+    return l->nphys - l->joined + l->strangers_max;
 }
 
 /* The stranger slots the descriptor limit leaves room for: PENDING_CONNS_MAX, or fewer (not
@@ -1566,6 +1789,90 @@ static int hang_culprit(const struct leader *l, int stalled, int64_t now, const 
         return silent;
     }
     return stalled;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Stragglers: a running rank whose time per step (steptime.h, over at least
+ * STRAGGLER_MIN_STEPS steps) is straggler_pct percent above the median of the ranks' is named
+ * (rank_view's "slower", job_view's "stragglers", one log line). Rank-level, so that a node
+ * shows through its ranks; under data parallelism only reports that say their own step time
+ * (gpurun-train does, gpurun.report(step_time=...)) tell the slow rank from the ones that
+ * wait for it. */
+static void check_stragglers(struct leader *l, int64_t now)
+{
+    double *v, median;
+    int n = 0;
+
+    if (l->spec->straggler_pct <= 0 || l->state != JOB_RUNNING || !l->ranks ||
+        now - l->t_straggler_check < STRAGGLER_CHECK_MS)
+        return;
+    l->t_straggler_check = now;
+    v = malloc((size_t)l->world_size * sizeof(*v));
+    if (!v)
+        return;
+    for (int r = 0; r < l->world_size; r++)
+        if (l->ranks[r].phase == PHASE_RUNNING && l->ranks[r].st.steps >= STRAGGLER_MIN_STEPS)
+            v[n++] = l->ranks[r].st.avg;
+    if (n < 2) {
+        free(v);
+        return;
+    }
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    free(v);
+    for (int r = 0; r < l->world_size && median > 0; r++) {
+        struct rank *k = &l->ranks[r];
+        double slower = k->st.avg / median - 1;
+        int node = node_of(l, r);
+        /* A rank that ended keeps what it was last called, for summary.json. */
+        if (k->phase != PHASE_RUNNING)
+            continue;
+        k->slower = 0;
+        if (k->st.steps < STRAGGLER_MIN_STEPS || slower * 100 < l->spec->straggler_pct)
+            continue;
+        k->slower = slower;
+        if (!k->straggler_said) {
+            k->straggler_said = true;
+            log_warn("straggler: rank %d on node %d ('%s') %.0f%% slower than the median "
+                     "(%.3f s a step against %.3f) over %" PRId64 " steps",
+                     r, node, l->nodes[node].hostname, slower * 100, k->st.avg, median,
+                     k->st.steps);
+        }
+    }
+}
+
+/* The stragglers (check_stragglers) for status and summary.json: the slowest first, at most
+ * STRAGGLERS_SHOWN. */
+static json_t *stragglers_view(const struct leader *l)
+{
+    json_t *arr = json_array();
+    bool *taken;
+
+    if (!arr || !l->ranks)
+        return arr;
+    taken = calloc((size_t)l->world_size, sizeof(*taken));
+    for (int shown = 0; taken && shown < STRAGGLERS_SHOWN; shown++) {
+        int best = -1;
+        for (int r = 0; r < l->world_size; r++)
+            if (!taken[r] && l->ranks[r].slower > 0 &&
+                (best < 0 || l->ranks[r].slower > l->ranks[best].slower))
+                best = r;
+        if (best < 0)
+            break;
+        taken[best] = true;
+        int node = node_of(l, best);
+        json_array_append_new(
+            arr, json_pack("{s:i, s:i, s:s, s:f, s:f, s:I}", "rank", best, "node", node, "hostname",
+                           l->nodes[node].hostname, "slower", l->ranks[best].slower, "step_seconds",
+                           l->ranks[best].st.avg, "steps", (json_int_t)l->ranks[best].st.steps));
+    }
+    free(taken);
+    return arr;
 }
 
 /* --hang-watch output: a running rank's sign of life is its last byte of output. One that
@@ -1794,7 +2101,7 @@ static void check_all_lost(struct leader *l, int64_t now)
                  "any for %" PRId64 " ms or more; its own link or host is the likely fault, unless "
                  "they all stopped together (nodes:",
                  l->nodes[0].hostname, others, ms);
-    for (int i = 1; i < l->spec->nnodes && n > 0 && (size_t)n < sizeof(cause) - 16; i++)
+    for (int i = 1; i < l->nphys && n > 0 && (size_t)n < sizeof(cause) - 16; i++)
         if (l->nodes[i].conn && !l->nodes[i].done)
             n += snprintf(cause + n, sizeof(cause) - (size_t)n, " %d", i);
     if (n > 0 && (size_t)n < sizeof(cause) - 2)
@@ -1830,7 +2137,7 @@ static void on_tick(uv_timer_t *t)
     if (l->state == JOB_JOINING && now - l->t_start > l->spec->join_timeout_ms) {
         int n = snprintf(cause, sizeof(cause),
                          "join timed out after %d ms; missing nodes:", l->spec->join_timeout_ms);
-        for (int i = 0; i < l->spec->nnodes && n < (int)sizeof(cause) - 16; i++)
+        for (int i = 0; i < l->nphys && n < (int)sizeof(cause) - 16; i++)
             if (!l->nodes[i].joined)
                 n += snprintf(cause + n, sizeof(cause) - (size_t)n, " %d", i);
         fail(l, 124, "failed", false, failure_new(cause, -1, -1, "", 0, 0, ""));
@@ -1846,6 +2153,7 @@ static void on_tick(uv_timer_t *t)
         check_end(l);
     }
     check_hang(l, now);
+    check_stragglers(l, now);
     poll_preempt(l, now);
     if (l->state == JOB_ABORTING && !l->restart_at &&
         now - l->t_abort >
@@ -1860,7 +2168,7 @@ static void on_heartbeat(uv_timer_t *t)
 {
     struct leader *l = t->data;
 
-    for (int i = 0; i < l->spec->nnodes; i++)
+    for (int i = 0; i < l->nphys; i++)
         if (l->nodes[i].conn && peer_hb_due(&l->nodes[i].conn->peer, l->spec->hb_interval_ms))
             peer_send(&l->nodes[i].conn->peer, proto_pack("{s:s}", "type", "hb"));
 }
@@ -1885,7 +2193,9 @@ static void maybe_free(struct leader *l)
     json_decref(l->failures);
     json_decref(l->segments);
     json_decref(l->first_failure);
+    json_decref(l->swaps);
     free(l->nodes);
+    free(l->slot_node);
     ranks_release(l);
     free(l->ranks);
     free(l);
@@ -1945,16 +2255,25 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
     l->arg = cfg->arg;
     l->t_start = (int64_t)uv_now(loop);
     l->outcome = "running";
-    l->strangers_max = strangers_max(cfg->spec->nnodes);
+    l->nphys = cfg->spec->nnodes + cfg->spec->spare_nodes;
+    l->strangers_max = strangers_max(l->nphys);
     refusals_init(&l->refusals, REFUSAL_WINDOW_MS);
     snprintf(l->advertise, sizeof(l->advertise), "%s", cfg->advertise_addr);
-    l->nodes = calloc((size_t)cfg->spec->nnodes, sizeof(*l->nodes));
+    l->nodes = calloc((size_t)l->nphys, sizeof(*l->nodes));
+    l->slot_node = calloc((size_t)cfg->spec->nnodes, sizeof(*l->slot_node));
+    l->swaps = json_array();
+    for (int i = 0; l->nodes && l->slot_node && i < l->nphys; i++) {
+        l->nodes[i].slot = i < cfg->spec->nnodes ? i : -1;
+        if (i < cfg->spec->nnodes)
+            l->slot_node[i] = i;
+    }
     l->store = store_new(PROTO_STORE_MAX, PROTO_STORE_KEYS_MAX, on_store_ready, l);
     l->barriers = json_object();
     l->failures = json_array();
     l->requeues = cfg->requeues;
     l->segments = segments_load(cfg->job_dir, cfg->requeues);
-    if (!l->nodes || !l->store || !l->barriers || !l->failures || !l->segments) {
+    if (!l->nodes || !l->slot_node || !l->swaps || !l->store || !l->barriers || !l->failures ||
+        !l->segments) {
         ret = -ENOMEM;
         goto fail;
     }
@@ -2021,7 +2340,9 @@ fail:
     json_decref(l->barriers);
     json_decref(l->failures);
     json_decref(l->segments);
+    json_decref(l->swaps);
     free(l->nodes);
+    free(l->slot_node);
     free(l);
     return ret;
 }

@@ -280,7 +280,8 @@ int main(int argc, char **argv)
     }
     if (!o.node_rank)
         o.node_rank = getenv("SLURM_NODEID");
-    if (o.node_rank && parse_int("--node-rank", o.node_rank, 0, d.spec.nnodes - 1, &node_rank) < 0)
+    if (o.node_rank && parse_int("--node-rank", o.node_rank, 0,
+                                 d.spec.nnodes + d.spec.spare_nodes - 1, &node_rank) < 0)
         goto out;
     if (o.launcher_pid && parse_int("--launcher-pid", o.launcher_pid, 1, INT_MAX, &d.launcher) < 0)
         goto out;
@@ -290,7 +291,7 @@ int main(int argc, char **argv)
         goto out;
     /* Before anything starts: a leader that would run out of descriptors halfway through
      * the join is one line now. */
-    if (raise_nofile(node_rank == 0 && !o.rendezvous ? d.spec.nnodes : 0) < 0)
+    if (raise_nofile(node_rank == 0 && !o.rendezvous ? d.spec.nnodes + d.spec.spare_nodes : 0) < 0)
         goto out;
     if (!o.hostname) {
         if (gethostname(hostname, sizeof(hostname)) < 0)

@@ -10,7 +10,8 @@
 #include "metrics.h"
 #include "banned.h"
 
-const char *const metrics_states[] = {"joining", "running", "capture", "teardown", "done", NULL};
+const char *const metrics_states[] = {"joining",  "spare", "running", "capture",
+                                      "teardown", "done",  NULL};
 
 /* A label value as the format wants it: backslash, double quote and newline escaped. */
 static void put_label(FILE *f, const char *v)
@@ -97,6 +98,11 @@ char *metrics_render(const struct metrics_node *n)
         put_rank(f, n, "gpurun_rank_tokens_per_second", r->rank,
                  r->report_age_ms >= 0 && isfinite(r->tokens_per_s) ? r->tokens_per_s : NAN);
     }
+    put_head(f, "gpurun_rank_step_seconds", "gauge",
+             "the rank's time per training step, averaged over about 50 steps (its own work "
+             "where it reports step_time)");
+    for (int i = 0; i < n->nranks; i++)
+        put_rank(f, n, "gpurun_rank_step_seconds", n->ranks[i].rank, n->ranks[i].step_seconds);
     put_head(f, "gpurun_rank_report_age_seconds", "gauge",
              "time since the rank's last progress report (what hang detection watches)");
     for (int i = 0; i < n->nranks; i++) {

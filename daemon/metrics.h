@@ -16,6 +16,7 @@ struct metrics_rank {
     int64_t step;
     double loss, tokens_per_s;
     int64_t report_age_ms; /* since its last progress report; -1: it never reported */
+    double step_seconds;   /* its time per step (steptime.h); NAN: not known yet */
     int64_t output_age_ms; /* since its last byte of output; -1: it printed nothing yet */
     bool running;          /* spawned and not yet exited */
 };

@@ -879,12 +879,14 @@ static void print_step(const struct run *r, const struct step_stats *s)
 }
 
 /* One optimizer step: grad_accum forward/backward pairs, the gradients averaged over the
- * ranks, clipped by their global norm, AdamW. Returns the rank's mean loss in *loss. */
-static int train_step(struct run *r, float *loss, float *lr, float *grad_norm)
+ * ranks, clipped by their global norm, AdamW. Returns the rank's mean loss in *loss, and in
+ * *own the seconds of its forward and backward passes, which wait on no other rank (the
+ * stragglers rule's step time). */
+static int train_step(struct run *r, float *loss, float *lr, float *grad_norm, double *own)
 {
     const struct backend_ops *be = r->be;
     int accum = r->cfg.grad_accum;
-    double sum = 0.0, norm = 0.0;
+    double sum = 0.0, norm = 0.0, t0 = monotime_s();
     float l;
     int ret;
 
@@ -899,6 +901,7 @@ static int train_step(struct run *r, float *loss, float *lr, float *grad_norm)
         if (ret == 0)
             sum += l;
     }
+    *own = monotime_s() - t0;
     if (ret == 0)
         ret = be->average_grads(r->b);
     if (ret == 0)
@@ -934,10 +937,10 @@ static int train(struct run *r)
     }
     while (r->step < steps) {
         struct step_stats s = {.step = r->step + 1};
-        double t0 = monotime_s(), agree[2];
+        double t0 = monotime_s(), agree[2], own = 0;
         bool last;
 
-        ret = train_step(r, &s.loss, &s.lr, &s.grad_norm);
+        ret = train_step(r, &s.loss, &s.lr, &s.grad_norm, &own);
         if (ret < 0)
             return ret;
         /* The mean loss over the ranks, and whether any rank was asked to stop: all stop after
@@ -971,6 +974,7 @@ static int train(struct run *r)
                 .tokens_per_s = s.tokens_per_s / r->world,
                 .grad_norm = s.grad_norm,
                 .total_steps = r->cfg.steps,
+                .step_time = own,
             };
             gr_report(r->g, &p);
         }

@@ -27,6 +27,7 @@ struct int_key {
  * pre-timeout signal is SIGUSR1 (10 on Linux), as gpurun's batch script asks Slurm for. */
 static const struct int_key int_keys[] = {
     {"nnodes", offsetof(struct jobspec, nnodes), 1, 1, 65536},
+    {"spare_nodes", offsetof(struct jobspec, spare_nodes), 0, 0, 65536},
     {"nprocs", offsetof(struct jobspec, nprocs), 1, 1, 1024},
     {"join_timeout_ms", offsetof(struct jobspec, join_timeout_ms), 300000, 10, 86400000},
     {"hb_interval_ms", offsetof(struct jobspec, hb_interval_ms), 1000, 10, 600000},
@@ -35,6 +36,12 @@ static const struct int_key int_keys[] = {
     {"hang_watch", offsetof(struct jobspec, hang_watch), HANG_WATCH_REPORT, HANG_WATCH_REPORT,
      HANG_WATCH_OUTPUT},
     {"restart_on", offsetof(struct jobspec, restart_on), RESTART_ON_DEFAULT, 0, RESTART_ON_ALL},
+    {"preflight", offsetof(struct jobspec, preflight), 1, 0, 1},
+    {"gpus_per_node", offsetof(struct jobspec, gpus_per_node), 0, 0, 1024},
+    {"min_free_mb", offsetof(struct jobspec, min_free_mb), 64, 0, 1 << 30},
+    {"straggler_pct", offsetof(struct jobspec, straggler_pct), 20, 0, 10000},
+    {"straggler_action", offsetof(struct jobspec, straggler_action), STRAGGLER_REPORT,
+     STRAGGLER_REPORT, STRAGGLER_REPLACE},
     {"kill_grace_ms", offsetof(struct jobspec, kill_grace_ms), 5000, 0, 600000},
     {"max_restarts", offsetof(struct jobspec, max_restarts), 0, 0, 1000},
     {"gpu_bind", offsetof(struct jobspec, gpu_bind), GPU_BIND_NONE, GPU_BIND_NONE, GPU_BIND_SINGLE},

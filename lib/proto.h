@@ -25,12 +25,16 @@
  *
  * type          direction         fields
  * hello         rank->agent       rank, token (hex of the per-rank token)
- * join          agent->leader     node_rank, hostname, addr, nprocs, gpus
+ * join          agent->leader     node_rank, hostname, addr, nprocs, gpus, preflight (optional:
+ *                                 the pre-flight check the node failed and its figure; absent
+ *                                 or "": it passed)
  * assign        leader->agent     generation, world_size, rank_base, nnodes, master_addr,
  *                                 master_port (no node list: sent to every agent it would
  *                                 cost O(nodes^2) bytes; the status view has the nodes),
  *                                 hvd_port, hvd_host (optional: the leader's horovod
- *                                 rendezvous port and this node's HOROVOD_HOSTNAME)
+ *                                 rendezvous port and this node's HOROVOD_HOSTNAME), spare
+ *                                 (optional, default false: the node is a hot spare of this
+ *                                 generation and starts no rank; rank_base is then 0)
  * hb            both ways         (none): a heartbeat, over a link that carried nothing
  *                                 else for hb_interval (any frame proves its sender alive)
  * kv_put        rank->agent->leader  id, key, value (a string; the rank library uses base64)
@@ -43,9 +47,11 @@
  * report        rank->agent       step, loss, lr, tokens_per_s, grad_norm (each optional:
  *                                 absent is unknown, as a NaN is, which JSON cannot say),
  *                                 total_steps (optional: the step count the run aims at,
- *                                 for the progress bar and ETA; 0 or absent: unknown)
+ *                                 for the progress bar and ETA; 0 or absent: unknown),
+ *                                 step_time (optional: seconds of the step's own work,
+ *                                 without waiting on the other ranks: the stragglers rule)
  * progress      agent->leader     ranks [{rank, step, loss, lr, tokens_per_s, grad_norm,
- *                                 total_steps, age_ms}] (the four numbers only where the
+ *                                 step_time, total_steps, age_ms}] (the five numbers only where the
  *                                 rank gave them; age_ms: how long before this frame
  *                                 the rank's last report reached the agent, so that the
  *                                 leader's report times are exact whatever the batching)
@@ -139,12 +145,15 @@ struct msg {
                           rank_exit: tail */
     const char *stack; /* rank_exit: the captured stack, or NULL */
     const char *hostname, *addr, *gpus, *master_addr;
-    const char *hvd_host; /* assign: HOROVOD_HOSTNAME of the node, or NULL */
+    const char *hvd_host;  /* assign: HOROVOD_HOSTNAME of the node, or NULL */
+    const char *preflight; /* join: the failed pre-flight check, or NULL */
     int node_rank, nprocs, rank, generation, world_size, rank_base, nnodes, master_port;
     int hvd_port; /* assign: horovod's rendezvous port, or 0 */
     int count, code, signal, oom, killed, status, stacks;
+    int spare; /* assign: the node is a hot spare of the generation, with no rank */
     json_int_t timeout_ms, step, total_steps;
     double loss, lr, tokens_per_s, grad_norm; /* report: NAN when not given */
+    double step_time;                         /* report: NAN when not given */
     json_t *array;                            /* progress: ranks; status_reply: job (an object) */
     json_t *error; /* rank_exit: the recorded exception (an object), or NULL */
     /* progress: the node's ranks now waiting on the others (in a barrier, or for a key with

@@ -21,6 +21,7 @@ static const struct metrics_rank two_ranks[] = {
      .loss = 2.5,
      .tokens_per_s = 8192,
      .report_age_ms = 1500,
+     .step_seconds = 0.5,
      .output_age_ms = 250,
      .running = true},
     /* Never reported, never printed: no loss, throughput or ages, though it runs. */
@@ -29,6 +30,7 @@ static const struct metrics_rank two_ranks[] = {
      .loss = 0,
      .tokens_per_s = 0,
      .report_age_ms = -1,
+     .step_seconds = NAN,
      .output_age_ms = -1,
      .running = true},
 };
@@ -37,6 +39,7 @@ static const char want_two_ranks[] =
     "# HELP gpurun_node_state the job as this node's daemon sees it: 1 for the current state\n"
     "# TYPE gpurun_node_state gauge\n"
     "gpurun_node_state{job=\"77\",node=\"2\",host=\"node3\",state=\"joining\"} 0\n"
+    "gpurun_node_state{job=\"77\",node=\"2\",host=\"node3\",state=\"spare\"} 0\n"
     "gpurun_node_state{job=\"77\",node=\"2\",host=\"node3\",state=\"running\"} 1\n"
     "gpurun_node_state{job=\"77\",node=\"2\",host=\"node3\",state=\"capture\"} 0\n"
     "gpurun_node_state{job=\"77\",node=\"2\",host=\"node3\",state=\"teardown\"} 0\n"
@@ -62,6 +65,10 @@ static const char want_two_ranks[] =
     "# HELP gpurun_rank_tokens_per_second the throughput of the rank's last progress report\n"
     "# TYPE gpurun_rank_tokens_per_second gauge\n"
     "gpurun_rank_tokens_per_second{job=\"77\",node=\"2\",rank=\"4\"} 8192\n"
+    "# HELP gpurun_rank_step_seconds the rank's time per training step, averaged over about 50 "
+    "steps (its own work where it reports step_time)\n"
+    "# TYPE gpurun_rank_step_seconds gauge\n"
+    "gpurun_rank_step_seconds{job=\"77\",node=\"2\",rank=\"4\"} 0.5\n"
     "# HELP gpurun_rank_report_age_seconds time since the rank's last progress report (what "
     "hang detection watches)\n"
     "# TYPE gpurun_rank_report_age_seconds gauge\n"

@@ -729,6 +729,8 @@ int gr_report(struct gr *g, const struct gr_progress *p)
     proto_set_number(req, "lr", p->lr);
     proto_set_number(req, "tokens_per_s", p->tokens_per_s);
     proto_set_number(req, "grad_norm", p->grad_norm);
+    if (p->step_time > 0)
+        proto_set_number(req, "step_time", p->step_time);
     if (!req)
         return errmsg_set(&g->err, -ENOMEM, "report: cannot build the message");
     return send_msg(g, req, "report");

@@ -57,6 +57,8 @@ struct gr_progress {
     double tokens_per_s;
     double grad_norm;
     int64_t total_steps; /* the steps the run aims at (progress bar and ETA); 0: unknown */
+    double step_time;    /* seconds of the step's own work, without waiting on the other
+                          * ranks: what names a straggler (0 or NAN: unknown) */
 };
 
 /* Connects to the agent named by the environment and introduces this rank. On success *out

@@ -16,7 +16,7 @@ Standard library only; Python 3.8 or later.
 Place: rank(), local_rank(), world_size(), local_world_size(), node_rank(), restart_count(),
 job_id(), in_job(), from the environment the agent set.
 
-Progress: report(step, *, loss, lr, tokens_per_s, grad_norm, total_steps) sends what
+Progress: report(step, *, loss, lr, tokens_per_s, grad_norm, total_steps, step_time) sends what
 `gpurun status` shows. It never waits for the agent and never raises because of it (a
 report the agent cannot take now is dropped; the next one carries newer numbers). A step
 that is not an integer (a bool, a str, None, a float with a fraction) raises TypeError; a
@@ -303,10 +303,13 @@ def _number(name, v, bad):
     return None
 
 
-def report(step, *, loss=None, lr=None, tokens_per_s=None, grad_norm=None, total_steps=None):
+def report(step, *, loss=None, lr=None, tokens_per_s=None, grad_norm=None, total_steps=None,
+           step_time=None):
     """Sends this rank's progress at step (what `gpurun status` shows, and what the job's
     hang detection watches). total_steps: the steps the run aims at (progress bar and ETA);
-    None leaves what an earlier report said. Never waits, never raises for the agent's
+    None leaves what an earlier report said. step_time: seconds the step's own work took,
+    without waiting on the other ranks (say, before the gradients' allreduce): what names a
+    straggler under data parallelism, where every rank's steps take the slowest one's time. Never waits, never raises for the agent's
     sake; raises TypeError/ValueError for arguments that are not numbers."""
     global _warned, _conn
     step = _int_arg("step", step)
@@ -314,7 +317,7 @@ def report(step, *, loss=None, lr=None, tokens_per_s=None, grad_norm=None, total
     msg = {"type": "report", "step": step}
     # A number not known (None, or not finite) is left out: status shows it as unknown.
     for key, v in (("loss", loss), ("lr", lr), ("tokens_per_s", tokens_per_s),
-                   ("grad_norm", grad_norm)):
+                   ("grad_norm", grad_norm), ("step_time", step_time)):
         v = _number(key, v, bad)
         if v is not None:
             msg[key] = v

@@ -1,0 +1,25 @@
+/* Pre-flight checks: what a node's agent checks before it joins, so that a node unfit to run
+ * the job is named (and replaced by a spare, or the job ends) before any rank starts:
+ *  - its GPUs, where the job asks for them (jobspec.gpus_per_node): as many visible as asked.
+ *    Visible: NVML's device count where libnvidia-ml loads (dlopen: the driver's), else the
+ *    entries of CUDA_VISIBLE_DEVICES (what Slurm gives a step, fake GPUs of a test cluster
+ *    included), else the /dev/nvidiaN character devices;
+ *  - the job dir: a file can be written, synced and removed there, and the file system has
+ *    jobspec.min_free_mb MiB free. */
+#ifndef GPURUN_PREFLIGHT_H
+#define GPURUN_PREFLIGHT_H
+
+#include <stddef.h>
+
+#include "jobspec.h"
+
+/* Runs the checks for node `node` of spec with its job dir. why gets "" when every check
+ * passed, else one line naming the first that failed and its figure ("1 of 2 GPUs visible
+ * (CUDA_VISIBLE_DEVICES)"; "job dir '/x': 12 MiB free, below 64"). */
+void preflight_run(const struct jobspec *spec, const char *job_dir, int node, char *why, size_t n);
+
+/* The GPUs this node shows, by the rules above, and in *how where the count came from
+ * ("NVML", "CUDA_VISIBLE_DEVICES", "/dev"). */
+int preflight_gpus(const char **how);
+
+#endif

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Hot spares (--spare-nodes): a 2-node job with one spare whose node 1 daemon is SIGKILLed
+# mid-run completes, the spare serving node 1's ranks in the next generation (same world
+# size, same rank numbers, NODE_RANK 1), the swap in gpurun status and summary.json; a lost
+# spare leaves the job running; with no spare left a lost node still ends the job (125).
+# timeout: 120
+set -euo pipefail
+# shellcheck source=local_common.sh
+. "$(dirname "$0")/local_common.sh"
+
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+
+# The ranks: generation 0 runs until killed (each prints its line first), generation 1 writes
+# where it ran and ends.
+cat >"$work/rank.sh" <<'EOF'
+echo "gen $GPURUN_RESTART_COUNT rank $RANK of $WORLD_SIZE node_rank $NODE_RANK"
+if [ "$GPURUN_RESTART_COUNT" = 0 ]; then exec sleep 60; fi
+echo "$RANK $WORLD_SIZE $NODE_RANK $GPURUN_RESTART_COUNT" >"$OUT_DIR/ran.$RANK"
+EOF
+
+# daemon_pid DIR K: the pid of node K's rendezvousd of the job in DIR ("" when none).
+daemon_pid() {
+    local p
+    for p in $(pgrep -f -- "--node-rank $2( |$)" || true); do
+        if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "$1"; then
+            echo "$p"
+            return 0
+        fi
+    done
+}
+
+# start_job DIR ARGS...: gpurun --local ARGS in the background on the ranks above; sets gp.
+start_job() {
+    local dir=$1
+    shift
+    mkdir -p "$work/outdir-${dir##*/}"
+    OUT_DIR=$work/outdir-${dir##*/} timeout -k 5 90 "$gpurun" --local --gpus-per-node 1 \
+        --job-dir "$dir" --kill-grace 1 "$@" -- sh "$work/rank.sh" \
+        >"$work/out-${dir##*/}" 2>"$work/err-${dir##*/}" </dev/null &
+    gp=$!
+    bg_pids+=("$gp")
+}
+
+# wait_lines FILE N: until FILE has N lines starting "[" (ranks' output), 20 s at most.
+wait_rank_lines() {
+    local i
+    for ((i = 0; i < 400; i++)); do
+        [ "$(grep -c '^\[' "$1" 2>/dev/null || true)" -ge "$2" ] && return 0
+        sleep 0.05
+    done
+    fail "'$1' did not get $2 rank lines: $(tail -n 5 "$1" 2>/dev/null)"
+}
+
+field() {
+    "$py" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' \
+        "$1/summary.json" "$2"
+}
+
+# --- node 1 lost: the spare takes its place ------------------------------------------------
+job=$work/swap
+start_job "$job" -N 2 --spare-nodes 1 --max-restarts 1
+wait_rank_lines "$work/out-swap" 2
+pid=$(daemon_pid "$job" 1)
+[ -n "$pid" ] || fail "no rendezvousd of node 1 of $job"
+"$gpurun" status --job-dir "$job" >"$work/st0" 2>&1 || true
+grep -qx "spares: 1 (1 idle)" "$work/st0" || fail "status before the loss: $(cat "$work/st0")"
+kill -KILL "$pid"
+rc=0
+wait "$gp" || rc=$?
+[ "$rc" = 0 ] || fail "the job with a spare exited $rc: $(tail -n 8 "$work/err-swap")"
+od=$work/outdir-swap
+for r in 0 1; do
+    [ -f "$od/ran.$r" ] || fail "rank $r did not run in generation 1"
+done
+[ "$(cat "$od/ran.1")" = "1 2 1 1" ] ||
+    fail "rank 1 of generation 1: '$(cat "$od/ran.1")', want rank 1 of 2 on the job's node 1"
+[ "$(field "$job" "d['outcome']")" = completed ] || fail "outcome $(field "$job" "d['outcome']")"
+[ "$(field "$job" "[(s['node'], s['spare'], s['generation']) for s in d['swaps']]")" = "[(1, 2, 1)]" ] ||
+    fail "swaps: $(field "$job" "d['swaps']")"
+field "$job" "d['swaps'][0]['cause']" | grep -q "node 1 .* lost" ||
+    fail "the swap's cause: $(field "$job" "d['swaps'][0]['cause']")"
+[ "$(field "$job" "[n['state'] for n in d['nodes']]")" = "['done', 'fenced', 'done']" ] ||
+    fail "node states: $(field "$job" "[n['state'] for n in d['nodes']]")"
+[ "$(field "$job" "d['earlier_failures'][0]['class']")" = node ] ||
+    fail "the lost node's class: $(field "$job" "d['earlier_failures'][0]")"
+"$gpurun" status --job-dir "$job" >"$work/st1" 2>&1 || fail "status: $(cat "$work/st1")"
+grep -qE "^  node 1 \(.*\) fenced: node 1 .* lost: .*; spare node 2 \(.*\) took its place \(generation 1\)$" \
+    "$work/st1" || fail "status lacks the swap: $(cat "$work/st1")"
+grep -q "node 1 ('.*') fenced: .*; spare node 2 ('.*') took its place" "$work/err-swap" ||
+    fail "no log line of the swap: $(grep -i spare "$work/err-swap")"
+echo "# node 1 lost: spare node 2 took its place, the job completed"
+
+# --- a spare lost: the job runs on ---------------------------------------------------------
+cat >"$work/rank.sh" <<'EOF'
+echo "up $RANK"
+sleep 3
+EOF
+job=$work/spare-lost
+start_job "$job" -N 2 --spare-nodes 1 --max-restarts 1
+wait_rank_lines "$work/out-spare-lost" 2
+pid=$(daemon_pid "$job" 2)
+[ -n "$pid" ] || fail "no rendezvousd of the spare of $job"
+kill -KILL "$pid"
+rc=0
+wait "$gp" || rc=$?
+[ "$rc" = 0 ] || fail "a job whose spare was lost exited $rc: $(tail -n 5 "$work/err-spare-lost")"
+grep -q "spare node 2 ('.*') lost" "$work/err-spare-lost" || fail "no line for the lost spare"
+[ "$(field "$job" "d['restarts']")" = 0 ] || fail "restarts after a lost spare"
+echo "# a lost spare: the job ran on"
+
+# --- no spare left: a lost node ends the job ------------------------------------------------
+cat >"$work/rank.sh" <<'EOF'
+echo "up $RANK"
+exec sleep 60
+EOF
+job=$work/none-left
+start_job "$job" -N 3 --max-restarts 2
+wait_rank_lines "$work/out-none-left" 3
+pid=$(daemon_pid "$job" 2)
+[ -n "$pid" ] || fail "no rendezvousd of node 2 of $job"
+kill -KILL "$pid"
+rc=0
+wait "$gp" || rc=$?
+[ "$rc" = 125 ] || fail "a lost node without spares: exit $rc, want 125"
+[ "$(field "$job" "d['restarts']")" = 0 ] || fail "restarted without a spare"
+echo "# without a spare, a lost node ends the job"
