@@ -17,7 +17,7 @@
 
 #include "fsutil.h"
 #include "hvd.h"
-#include "leader.h"
+#include "leader_int.h"
 #include "log.h"
 #include "peer.h"
 #include "proto.h"
@@ -29,286 +29,7 @@
 #include "utf8.h"
 #include "banned.h"
 
-/* A new connection gets this long to finish its handshake and send its first message. */
-#define HANDSHAKE_TIMEOUT_MS   5000
-/* Connections allowed before admission, beyond one for every node that has not joined yet
- * (pending_max()): so every agent of a job of any size can connect at once, and a flood of
- * strangers holds at most this many more. It also bounds the memory a flood can make the
- * leader hold: a connection that has not proved the job key costs about 1.3 KiB
- * (PEER_HANDSHAKE_FRAME_MAX in peer.h), so about 1.3 MiB, plus 1.3 KiB per node still to join
- * (16 MiB at 12,500 nodes, before the job runs), plus the one 64 KiB read buffer every peer
- * shares. */
-#define PENDING_CONNS_MAX      1024
-/* The fewest stranger slots a leader starts with: under a descriptor limit too low for
- * PENDING_CONNS_MAX (1,024, the usual `ulimit -n`) the stranger slots shrink to what the
- * limit leaves, down to this; below it the leader refuses to start (leader_fds_needed()). */
-#define PENDING_CONNS_MIN      64
-/* Connections accepted per turn of the loop: the rest wait in the kernel's backlog until the
- * next turn, so that a flood of connections cannot keep the loop in accept() while
- * heartbeats, joins and the tick wait behind it. */
-#define ACCEPTS_PER_TURN       64
-/* Descriptors the leader needs besides one per node and its stranger slots: status clients,
- * the listeners (ours and horovod's), the loop's own, log files, and horovod's clients. */
-#define FDS_SLACK              (CLIENTS_MAX + 192)
-/* Connections refused before they proved the job key are counted per source address and
- * reason (refusals.h): the first of a burst is logged at once, the rest in one summary line
- * per source every this long, so that a flood cannot fill the job's output. */
-#define REFUSAL_WINDOW_MS      5000
-/* A status client that asks nothing for this long is dropped, so that idle clients cannot
- * hold the CLIENTS_MAX slots; `gpurun status --watch` asks every second or two. */
-#define CLIENT_IDLE_MS         30000
-/* Status clients served at once. */
-#define CLIENTS_MAX            64
-/* Resolution of every deadline (store waits, handshakes, heartbeats, the join): fine enough
- * for timeouts of seconds, and 20 wake-ups a second cost nothing. */
-#define TICK_MS                50
-/* A restart (max_restarts) waits this long after the failed generation is gone, doubling
- * with each restart up to RESTART_BACKOFF_MAX_MS: a rank that fails at once (a bad node, a
- * missing file) must not spin through its restarts in milliseconds, and a transient fault
- * (a file system hiccup, a peer's port still in TIME_WAIT) gets time to pass. */
-#define RESTART_BACKOFF_MS     1000
-#define RESTART_BACKOFF_MAX_MS 30000
-/* Earlier generations' failures a live status reply carries, the newest (summary.json has
- * them all): each may hold a 4 KiB tail, and max_restarts goes to 1,000. */
-#define LIVE_FAILURES_MAX      10
-/* Rank 0's losses kept for status's sparkline: one per step it reported, the newest this
- * many (a status line's width). */
-#define LOSS_HISTORY           48
-/* After "finish", how long the leader waits for agents to hang up before closing. */
-#define FINISH_LINGER_MS       2000
-/* After "abort", agents get kill_grace plus this to report their ranks gone. */
-#define ABORT_SLACK_MS         3000
-/* How late a rank's newest report may reach the leader: agents batch reports every 250 ms
- * (agent.c's PROGRESS_FLUSH_MS), plus the link. A hang is declared this much after the
- * timeout, so that a rank reporting just inside the timeout is never blamed. */
-#define HANG_MARGIN_MS         300
-/* Stragglers (check_stragglers): how often the rule looks, the steps a rank's average needs
- * first, and the most a status shows. */
-#define STRAGGLER_CHECK_MS     1000
-#define STRAGGLER_MIN_STEPS    10
-#define STRAGGLERS_SHOWN       8
-/* Ranks' last lines reach the leader at most this often (agent.c's OUTPUT_FLUSH_MS): what
- * --hang-watch output sees is up to this much older than the rank's last byte. */
-#define OUTPUT_LAG_MS          1000
-/* A hang's teardown first captures every rank's stack: agents get this long for it. */
-#define STACK_CAPTURE_MS       5000
-/* How often the leader looks for the batch script's pre-timeout request (PREEMPT_FILE). */
-#define PREEMPT_POLL_MS        200
-/* The file in the job dir by which the batch script, on the batch host with the leader,
- * passes on Slurm's pre-timeout signal: it holds the signal's number. The job dir is the
- * user's own 0700 directory, as trusted as job.json; the signal then reaches only the ranks
- * that asked for it (srun would signal every process of the step). */
-#define PREEMPT_FILE           "preempt"
-/* Past the time limit, how long the leader of a Slurm job leaves Slurm to end the job before
- * it ends the job itself: Slurm's limit check runs every 30 s or so, then KillWait. */
-#define LIMIT_BACKSTOP_MS      120000
-/* A SIGTERM within this of the time limit is Slurm's (or gpurun --local's) time limit
- * ending the job, not a cancel: Slurm never ends a job before its limit, and the daemons
- * start a moment after the job does. */
-#define TIMEOUT_SLACK_MS       3000
-/* A store wait longer than this lasts as long as the job: it keeps now + timeout_ms, which
- * the wire allows up to INT64_MAX, from overflowing. */
-#define KV_WAIT_MAX_MS         (INT64_MAX / 2)
-
-enum conn_role { ROLE_NEW, ROLE_AGENT, ROLE_CLIENT };
-enum job_state { JOB_JOINING, JOB_RUNNING, JOB_ABORTING, JOB_FINISHED };
-/* A rank's last line in a status reply: cut to this many bytes, and left out past this many
- * ranks, so that the reply of 2,048 ranks (about 260 bytes each) stays well inside a frame. */
-#define STATUS_LINE_MAX    64
-#define STATUS_LINES_RANKS 2048
-
-/* PHASE_LOST: its node was lost while it ran; its end is unknown, but it is not running. */
-enum rank_phase { PHASE_PENDING, PHASE_JOINED, PHASE_RUNNING, PHASE_EXITED, PHASE_LOST };
-static const char *const phase_names[] = {"pending", "joined", "running", "exited", "lost"};
-static const char *const state_names[] = {"joining", "running", "aborting", "finished"};
-
-struct conn {
-    struct peer peer;
-    struct conn *prev, *next;
-    struct conn *qprev, *qnext; /* ROLE_NEW: the pending queue, oldest first */
-    bool queued;                /* in the pending queue (an evicted one left it) */
-    enum conn_role role;
-    int node;    /* ROLE_AGENT: node rank */
-    bool logged; /* the reason of its close is logged already */
-};
-
-struct node {
-    struct conn *conn;
-    char hostname[128];
-    char addr[64];
-    int nprocs;
-    int rank_base;
-    int exited; /* ranks of this node reported gone */
-    int slot;   /* the job's node it serves (its ranks: slot * nprocs on), -1: a spare */
-    bool joined, lost, done;
-    bool fenced;         /* taken out of the job for its fault: never used again */
-    char preflight[256]; /* the pre-flight check it failed (preflight.h), "" */
-};
-
-struct rank {
-    enum rank_phase phase;
-    int64_t step, total_steps;
-    double loss, lr, tokens_per_s, grad_norm;
-    int64_t report_ms;            /* when its last report reached its agent; 0: it never reported */
-    int64_t first_ms, first_step; /* its first report, for the rate of steps */
-    int code, signal;
-    bool oom, killed;
-    bool waiting;      /* in a barrier or a get with a timeout: waits on the others (its agent) */
-    int64_t output_ms; /* when its last byte of output came; 0: none yet */
-    char last_line[PROTO_LINE_MAX + 1]; /* its last line of output, valid UTF-8 */
-    struct steptime st;  /* its time per step (steptime.h), for the stragglers rule */
-    double slower;       /* > 0: a straggler, this much slower than the median (0.38: 38%) */
-    bool straggler_said; /* its straggler line is logged */
-    json_t *stack;       /* a string: its stack as captured before a hang's teardown, or NULL */
-    json_t *error;       /* the exception it recorded (TORCHELASTIC_ERROR_FILE), or NULL */
-};
-
-struct leader {
-    uv_loop_t *loop;
-    uv_tcp_t server;
-    uv_timer_t tick;    /* deadlines, every TICK_MS */
-    uv_timer_t hb;      /* heartbeats to agents, every hb_interval_ms */
-    struct stall stall; /* the tick's lateness: time the loop did not run */
-    int handles_open;
-    const struct jobspec *spec;
-    struct auth_key key;
-    const char *job_dir;
-    char advertise[64];
-    int port, master_port;
-    uint32_t max_frame;
-    leader_done_fn done;
-    void *arg;
-
-    struct conn *conns;
-    struct conn *qhead, *qtail; /* connections not yet admitted (ROLE_NEW), oldest first */
-    uv_check_t accept_check;    /* after each poll: the next turn's accepts */
-    int accepts;                /* accepted in this turn of the loop */
-    bool accept_deferred;       /* a connection waits in the backlog for the next turn */
-    int npending, nclients;
-    int strangers_max;        /* pending slots beyond the nodes still to join (pending_max) */
-    int agents_open;          /* nodes whose agent's link is open (nodes[i].conn) */
-    struct refusals refusals; /* connections closed before the handshake, to summarise */
-    struct node *nodes;       /* every agent's: the job's nnodes, then the spares */
-    int nphys;                /* nnodes + spare_nodes */
-    int *slot_node;           /* the node serving each of the job's nnodes slots */
-    json_t *swaps;            /* each spare that took a failed node's place */
-    int joined;
-    struct rank *ranks;
-    int world_size, exited;
-    struct store *store;
-    json_t *barriers;       /* name -> ranks arrived */
-    struct hvd_server *hvd; /* horovod's HTTP rendezvous (hvd.h) */
-
-    enum job_state state;
-    const char *outcome;
-    json_t *first_failure;
-    int status;
-    bool restartable;  /* the failure is one a new generation may get past */
-    int failure_class; /* the first failure's class (FAILURE_*), -1: none given */
-    bool abort_stacks; /* the abort asks agents to capture stacks first (a hang) */
-    bool hang_warned;  /* the "--hang-timeout cannot apply" warning is out */
-    int generation;    /* 0, then one more per restart (max_restarts) */
-    json_t *failures;  /* the first failure of every earlier generation */
-    int64_t t_start, t_joined, t_first_step, t_abort, t_finish;
-    int64_t t_generation; /* when the current generation's ranks were assigned */
-    int64_t t_straggler_check;
-    int64_t restart_at; /* when the next generation starts (a restart's backoff); 0: none */
-    /* Rank 0's last LOSS_HISTORY (step, loss) reports, oldest first from hist_next once full:
-     * the loss's recent course for status (loss_history). */
-    int64_t hist_step[LOSS_HISTORY];
-    double hist_loss[LOSS_HISTORY];
-    int hist_n, hist_next;
-    int64_t t_preempt_poll;
-    int64_t t_preempt; /* when the pre-timeout signal went out; 0: never */
-    int preempt_sig;
-    int requeues;         /* Slurm's requeues of the job before this segment */
-    json_t *segments;     /* how each earlier segment ended (segments_load) */
-    bool summary_writing; /* summary.json is being written off the loop (write_summary) */
-    bool closing, done_called;
-};
-
-static int64_t now_ms(const struct leader *l)
-{
-    return (int64_t)uv_now(l->loop);
-}
-
-/* Rank 0's loss at a step it had not reported before; a loss that is not finite is left out. */
-static void history_add(struct leader *l, int64_t step, double loss)
-{
-    int last = (l->hist_next + LOSS_HISTORY - 1) % LOSS_HISTORY;
-
-    if (!isfinite(loss) || (l->hist_n && step <= l->hist_step[last]))
-        return;
-    l->hist_step[l->hist_next] = step;
-    l->hist_loss[l->hist_next] = loss;
-    l->hist_next = (l->hist_next + 1) % LOSS_HISTORY;
-    if (l->hist_n < LOSS_HISTORY)
-        l->hist_n++;
-}
-
-/* [[step, loss], ...], oldest first. */
-static json_t *history_view(const struct leader *l)
-{
-    json_t *a = json_array();
-    int first = l->hist_n < LOSS_HISTORY ? 0 : l->hist_next;
-
-    for (int i = 0; a && i < l->hist_n; i++) {
-        int k = (first + i) % LOSS_HISTORY;
-        json_array_append_new(a, json_pack("[I, f]", (json_int_t)l->hist_step[k], l->hist_loss[k]));
-    }
-    return a;
-}
-
 /* --- a requeued job's earlier segments -------------------------------------------------- */
-
-/* What the summary of an earlier segment says of its end, for status: [{"segment", "outcome",
- * "exit_status", "cause", "total_ms"}, ...], one per requeue, oldest first. A segment
- * without its summary (its leader never wrote one: killed, or its node lost) says so. */
-static json_t *segments_load(const char *job_dir, int requeues)
-{
-    json_t *out = json_array();
-
-    for (int k = 0; out && job_dir && k < requeues; k++) {
-        char path[PATH_MAX], cause[256];
-        json_t *s, *pre, *ff;
-        const char *outcome;
-        json_int_t status;
-
-        snprintf(path, sizeof(path), "%.4000s/segments/%d.json", job_dir, k);
-        s = json_load_file(path, 0, NULL);
-        if (!json_is_object(s)) {
-            json_decref(s);
-            json_array_append_new(out, json_pack("{s:i, s:s, s:s}", "segment", k, "outcome",
-                                                 "unknown", "cause",
-                                                 "no summary: its daemons were killed or lost"));
-            continue;
-        }
-        outcome = json_string_value(json_object_get(s, "outcome"));
-        outcome = outcome ? outcome : "unknown";
-        status = json_integer_value(json_object_get(s, "exit_status"));
-        pre = json_object_get(s, "preempt_signal");
-        ff = json_object_get(s, "first_failure");
-        if (json_is_object(pre) && status == 0)
-            snprintf(cause, sizeof(cause),
-                     "the ranks checkpointed on the pre-timeout signal %d and ended",
-                     (int)json_integer_value(json_object_get(pre, "signal")));
-        else if (!strcmp(outcome, "cancelled"))
-            snprintf(cause, sizeof(cause), "stopped by Slurm (preempted), exit status %d",
-                     (int)status);
-        else if (json_is_object(ff) && json_is_string(json_object_get(ff, "cause")))
-            snprintf(cause, sizeof(cause), "%s: %s", outcome,
-                     json_string_value(json_object_get(ff, "cause")));
-        else
-            snprintf(cause, sizeof(cause), "%s, exit status %d", outcome, (int)status);
-        json_array_append_new(
-            out, json_pack("{s:i, s:s, s:I, s:s, s:I}", "segment", k, "outcome", outcome,
-                           "exit_status", status, "cause", cause, "total_ms",
-                           json_integer_value(
-                               json_object_get(json_object_get(s, "timings"), "total_ms"))));
-        json_decref(s);
-    }
-    return out;
-}
 
 /* --- the pending queue: connections not yet admitted, oldest first ------------------------- */
 
@@ -393,14 +114,6 @@ static int exit_class(const struct msg *m)
     return m->signal ? FAILURE_SIGNAL : FAILURE_USER_ERROR;
 }
 
-/* failure with its class: "class" in the record, and whether --restart-on restarts it. */
-static json_t *classed(json_t *failure, int cls)
-{
-    if (failure)
-        json_object_set_new(failure, "class", json_string(failure_class_name(cls)));
-    return failure;
-}
-
 static bool restart_on(const struct leader *l, int cls)
 {
     return cls >= 0 && (l->spec->restart_on >> cls) & 1;
@@ -454,56 +167,6 @@ static void fail(struct leader *l, int status, const char *outcome, bool restart
     broadcast(l, msg);
 }
 
-/* s with every byte outside printable ASCII (and newlines) as '?': for text that failed to
- * make a JSON string, so that the failure's record is never lost. New; caller frees. */
-static char *ascii_copy(const char *s)
-{
-    char *c = strdup(s ? s : "");
-
-    for (char *p = c; p && *p; p++)
-        if ((unsigned char)*p >= 0x7f || ((unsigned char)*p < 0x20 && *p != '\n'))
-            *p = '?';
-    return c;
-}
-
-static json_t *failure_pack(const char *cause, int rank, int node, const char *host, int code,
-                            int sig, const char *tail)
-{
-    char sn[SIGNAME_LEN];
-
-    return json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:s, s:s}", "cause", cause, "rank", rank,
-                     "node", node, "hostname", host ? host : "", "code", code, "signal", sig,
-                     "signal_name", sig ? signame(sig, sn) : "", "tail", tail ? tail : "");
-}
-
-/* A failure's record. Text that is not UTF-8 (a rank's output cut mid-character, say) is
- * kept as ASCII: a missing record would read as a job that succeeded. */
-static json_t *failure_new(const char *cause, int rank, int node, const char *host, int code,
-                           int sig, const char *tail)
-{
-    json_t *f = failure_pack(cause, rank, node, host, code, sig, tail);
-    char *c, *h, *t;
-
-    if (f)
-        return f;
-    c = ascii_copy(cause);
-    h = ascii_copy(host);
-    t = ascii_copy(tail);
-    if (c && h && t)
-        f = failure_pack(c, rank, node, h, code, sig, t);
-    free(c);
-    free(h);
-    free(t);
-    return f;
-}
-
-/* The node that runs rank r: every node runs nprocs ranks, so r's slot is r / nprocs, and the
- * node serving that slot runs it (a spare, once it took a failed node's place). */
-static int node_of(const struct leader *l, int r)
-{
-    return l->slot_node[r / l->spec->nprocs];
-}
-
 /* The first spare still fit to take a place (joined, linked, neither lost nor fenced); -1:
  * none. */
 static int next_spare(const struct leader *l)
@@ -516,267 +179,9 @@ static int next_spare(const struct leader *l)
     return -1;
 }
 
-static json_t *rank_view(const struct leader *l, int r, bool detail)
-{
-    const struct rank *k = &l->ranks[r];
-    json_t *v;
-
-    v = json_pack("{s:i, s:i, s:s, s:I, s:I, s:i, s:i, s:b, s:b, s:I, s:b}", "rank", r, "node",
-                  node_of(l, r), "phase", phase_names[k->phase], "step", (json_int_t)k->step,
-                  "report_age_ms", (json_int_t)(k->report_ms ? now_ms(l) - k->report_ms : -1),
-                  "code", k->code, "signal", k->signal, "oom", k->oom, "killed", k->killed,
-                  "total_steps", (json_int_t)k->total_steps, "reported", k->report_ms != 0);
-    /* What the rank did not report (or has not yet) stays out: unknown, not 0. */
-    if (k->report_ms) {
-        proto_set_number(v, "loss", k->loss);
-        proto_set_number(v, "lr", k->lr);
-        proto_set_number(v, "tokens_per_s", k->tokens_per_s);
-        proto_set_number(v, "grad_norm", k->grad_norm);
-    }
-    /* Liveness for scripts that do not report: the last line and how long ago output came. */
-    if (v) {
-        json_object_set_new(v, "output_age_ms",
-                            json_integer(k->output_ms ? now_ms(l) - k->output_ms : -1));
-        /* A status reply is one frame (1 MiB): there the line is cut to STATUS_LINE_MAX
-         * bytes and left out past STATUS_LINES_RANKS ranks; summary.json has it whole. */
-        if (k->last_line[0] && (detail || l->world_size <= STATUS_LINES_RANKS))
-            json_object_set_new(
-                v, "last_line",
-                json_stringn(k->last_line, detail
-                                               ? strlen(k->last_line)
-                                               : utf8_prefix_len(k->last_line, STATUS_LINE_MAX)));
-    }
-    /* Its time per step, and how much slower than the median where it straggles. */
-    if (v && k->st.steps > 0)
-        json_object_set_new(v, "step_seconds", json_real(k->st.avg));
-    if (v && k->slower > 0)
-        json_object_set_new(v, "slower", json_real(k->slower));
-    /* Steps per second since its first report: the ETA's rate. */
-    if (v && k->report_ms > k->first_ms && k->step > k->first_step)
-        json_object_set_new(v, "steps_per_s",
-                            json_real((double)(k->step - k->first_step) * 1000 /
-                                      (double)(k->report_ms - k->first_ms)));
-    /* Stacks and exceptions go to summary.json only: with many ranks they would not fit a
-     * status reply's frame (the first failure's, the one that matters, is in both). */
-    if (v && detail && k->stack)
-        json_object_set(v, "stack", k->stack);
-    if (v && detail && k->error)
-        json_object_set(v, "error", k->error);
-    return v;
-}
-
 /* detail: every rank's stack and exception (summary.json; too large for a status reply), and
- * no "ranks": write_summary() adds them one at a time, so that 100,000 ranks never stand as
+ * no "ranks": leader_write_summary() adds them one at a time, so that 100,000 ranks never stand as
  * one tree of JSON objects (160 MiB) beside their text. */
-static json_t *stragglers_view(const struct leader *l);
-
-static json_t *job_view(struct leader *l, bool for_summary, bool detail)
-{
-    json_t *nodes = json_array(), *ranks = json_array(), *job;
-    int64_t t = now_ms(l);
-
-    for (int i = 0; i < l->nphys; i++) {
-        const struct node *n = &l->nodes[i];
-        const char *st = n->fenced                    ? "fenced"
-                         : n->lost                    ? "lost"
-                         : n->done                    ? "done"
-                         : !n->joined                 ? "pending"
-                         : n->slot < 0 && l->t_joined ? "spare"
-                                                      : "joined";
-        json_array_append_new(
-            nodes,
-            json_pack("{s:i, s:s, s:s, s:i, s:s, s:I, s:i}", "node", i, "hostname", n->hostname,
-                      "addr", n->addr, "nprocs", n->nprocs, "state", st, "hb_age_ms",
-                      (json_int_t)(n->conn ? t - n->conn->peer.last_rx_ms : -1), "slot", n->slot));
-    }
-    for (int r = 0; r < l->world_size && !detail; r++)
-        json_array_append_new(ranks, rank_view(l, r, detail));
-    job = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o}", "job_id", l->spec->job_id, "state",
-                    state_names[l->state], "world_size", l->world_size, "nnodes", l->spec->nnodes,
-                    "nodes", nodes, "ranks", ranks);
-    json_object_set_new(job, "loss_history", history_view(l));
-    /* Live and in the summary: a completed job may have failed and been restarted. */
-    json_object_set_new(job, "restarts", json_integer(l->generation));
-    if (l->spec->spare_nodes > 0) {
-        json_object_set_new(job, "spare_nodes", json_integer(l->spec->spare_nodes));
-        json_object_set(job, "swaps", l->swaps);
-    }
-    if (l->spec->straggler_pct > 0)
-        json_object_set_new(job, "stragglers", stragglers_view(l));
-    if (l->requeues > 0) {
-        json_object_set_new(job, "requeues", json_integer(l->requeues));
-        json_object_set(job, "segments", l->segments);
-    }
-    if (for_summary || json_array_size(l->failures) <= LIVE_FAILURES_MAX) {
-        json_object_set(job, "earlier_failures", l->failures);
-    } else {
-        /* The newest only: a status reply must stay far below a frame's 1 MiB. */
-        json_t *recent = json_array();
-        for (size_t i = json_array_size(l->failures) - LIVE_FAILURES_MAX;
-             recent && i < json_array_size(l->failures); i++)
-            json_array_append(recent, json_array_get(l->failures, i));
-        json_object_set_new(job, "earlier_failures", recent ? recent : json_array());
-    }
-    if (for_summary) {
-        json_t *timings =
-            json_pack("{s:I, s:I, s:I}", "rendezvous_ms",
-                      (json_int_t)(l->t_joined ? l->t_joined - l->t_start : -1), "first_step_ms",
-                      (json_int_t)(l->t_first_step ? l->t_first_step - l->t_start : -1), "total_ms",
-                      (json_int_t)(t - l->t_start));
-        json_object_set_new(job, "outcome", json_string(l->outcome));
-        json_object_set_new(job, "exit_status", json_integer(l->status));
-        json_object_set(job, "first_failure", l->first_failure ? l->first_failure : json_null());
-        json_object_set_new(job, "timings", timings);
-        /* Whether the job was told its time was nearly up: a job that then completes stopped
-         * early, on purpose. */
-        if (l->t_preempt)
-            json_object_set_new(job, "preempt_signal",
-                                json_pack("{s:i, s:I}", "signal", l->preempt_sig, "at_ms",
-                                          (json_int_t)(l->t_preempt - l->t_start)));
-    }
-    return job;
-}
-
-/* Appends what json_dumpb() makes of v (stolen) to the text of *buf; false when out of
- * memory (then *buf is still the caller's to free). */
-static bool text_append_json(char **buf, size_t *len, size_t *cap, const char *sep, json_t *v)
-{
-    size_t n = v ? json_dumpb(v, NULL, 0, JSON_COMPACT) : 0, slen = strlen(sep);
-
-    if (!n) {
-        json_decref(v);
-        return false;
-    }
-    if (*len + slen + n + 16 > *cap) {
-        size_t c = *cap ? *cap : 1 << 16;
-        while (c < *len + slen + n + 16)
-            c *= 2;
-        char *b = realloc(*buf, c);
-        if (!b) {
-            json_decref(v);
-            return false;
-        }
-        *buf = b;
-        *cap = c;
-    }
-    memcpy(*buf + *len, sep, slen);
-    *len += slen;
-    *len += json_dumpb(v, *buf + *len, n, JSON_COMPACT);
-    json_decref(v);
-    return true;
-}
-
-/* summary.json being written by libuv's thread pool. */
-struct summary_write {
-    uv_work_t req;
-    struct leader *l;
-    char path[PATH_MAX];
-    char *text;
-    size_t len;
-    int ret;
-};
-
-static void maybe_free(struct leader *l);
-static void check_linger(struct leader *l);
-
-/* On a pool thread: fs_write_atomic's fsyncs, which on a busy disk take seconds (strace's
- * delay on fsync of 3 s each: a 2-node job whose ranks all succeeded failed, node 1 having
- * lost the leader while its loop waited on summary.json's two fsyncs). */
-static void on_summary_work(uv_work_t *req)
-{
-    struct summary_write *w = req->data;
-
-    w->ret = fs_write_atomic(w->path, w->text, w->len, 0600);
-}
-
-static void on_summary_written(uv_work_t *req, int status)
-{
-    struct summary_write *w = req->data;
-    struct leader *l = w->l;
-
-    if (status == 0 && w->ret < 0)
-        log_error("cannot write '%s': %s", w->path, strerror(-w->ret));
-    free(w->text);
-    free(w);
-    l->summary_writing = false;
-    if (!l->closing)
-        check_linger(l);
-    maybe_free(l);
-}
-
-/* Writes text (stolen) to path off the loop, so that the loop keeps answering heartbeats
- * meanwhile; the leader is done only once it is written (check_linger). In place if the
- * pool cannot take it. */
-static void write_summary_text(struct leader *l, const char *path, char *text, size_t len)
-{
-    struct summary_write *w = calloc(1, sizeof(*w));
-    int ret;
-
-    if (w) {
-        w->l = l;
-        w->text = text;
-        w->len = len;
-        w->req.data = w;
-        snprintf(w->path, sizeof(w->path), "%s", path);
-        if (uv_queue_work(l->loop, &w->req, on_summary_work, on_summary_written) == 0) {
-            l->summary_writing = true;
-            return;
-        }
-        free(w);
-    }
-    ret = fs_write_atomic(path, text, len, 0600);
-    if (ret < 0)
-        log_error("cannot write '%s': %s", path, strerror(-ret));
-    free(text);
-}
-
-/* summary.json: the job as job_view() shows it, then its ranks, one line each. */
-static void write_summary(struct leader *l)
-{
-    char path[PATH_MAX];
-    json_t *job;
-    char *head, *text = NULL, *end;
-    size_t len = 0, cap = 0;
-    bool ok;
-
-    if (!l->job_dir)
-        return;
-    job = job_view(l, true, true);
-    json_object_del(job, "ranks");
-    head = job ? json_dumps(job, JSON_INDENT(2)) : NULL;
-    json_decref(job);
-    end = head ? strrchr(head, '}') : NULL;
-    ok = end != NULL;
-    if (ok) {
-        cap = (size_t)(end - head) + 64;
-        text = malloc(cap);
-        ok = text != NULL;
-    }
-    if (ok) {
-        len = (size_t)(end - head);
-        memcpy(text, head, len);
-        while (len && (text[len - 1] == '\n' || text[len - 1] == ' '))
-            len--;
-        len += (size_t)snprintf(text + len, cap - len, ",\n  \"ranks\": [");
-    }
-    for (int r = 0; ok && r < l->world_size; r++)
-        ok = text_append_json(&text, &len, &cap, r ? ",\n    " : "\n    ", rank_view(l, r, true));
-    if (ok && len + 16 > cap) {
-        char *b = realloc(text, len + 16);
-        ok = b != NULL;
-        text = ok ? b : text;
-    }
-    if (ok)
-        len += (size_t)snprintf(text + len, 16, "%s]\n}\n", l->world_size ? "\n  " : "");
-    free(head);
-    if (!ok) {
-        free(text);
-        log_error("cannot write 'summary.json': out of memory");
-        return;
-    }
-    snprintf(path, sizeof(path), "%s/summary.json", l->job_dir);
-    write_summary_text(l, path, text, len);
-}
 
 static void finish(struct leader *l)
 {
@@ -788,7 +193,7 @@ static void finish(struct leader *l)
     }
     l->state = JOB_FINISHED;
     l->t_finish = now_ms(l);
-    write_summary(l);
+    leader_write_summary(l);
     log_info("job %s: %s, exit status %d", l->spec->job_id, l->outcome, l->status);
     broadcast(l, proto_pack("{s:s, s:i}", "type", "finish", "status", l->status));
 }
@@ -964,7 +369,8 @@ static void restart(struct leader *l)
     /* A restarted generation resumes from a checkpoint, perhaps steps back: a new course. */
     l->hist_n = l->hist_next = 0;
     if (!l->store) {
-        fail(l, 125, "failed", false, failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
+        fail(l, 125, "failed", false,
+             leader_failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
         return;
     }
     send_assign(l);
@@ -993,7 +399,7 @@ static void restart_later(struct leader *l)
 
     if (l->restart_at && at_time_limit(l)) {
         abandon_restart(l);
-        fail(l, 124, "timeout", false, failure_new(timeout_cause(l), -1, -1, "", 0, 0, ""));
+        fail(l, 124, "timeout", false, leader_failure_new(timeout_cause(l), -1, -1, "", 0, 0, ""));
         return;
     }
     if (l->restart_at && now_ms(l) >= l->restart_at) {
@@ -1184,7 +590,7 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
         if (!l->t_first_step)
             l->t_first_step = dst->report_ms;
         if (r == 0)
-            history_add(l, step, k.loss);
+            leader_history_add(l, step, k.loss);
     }
 }
 
@@ -1252,8 +658,9 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
             snprintf(cause, sizeof(cause), "rank %d on node %d ('%s') exited with status %d%s",
                      m->rank, c->node, n->hostname, m->code, what);
         int cls = exit_class(m);
-        f = classed(failure_new(cause, m->rank, c->node, n->hostname, m->code, m->signal, m->value),
-                    cls);
+        f = leader_classed(
+            leader_failure_new(cause, m->rank, c->node, n->hostname, m->code, m->signal, m->value),
+            cls);
         if (f && m->error)
             json_object_set(f, "error", m->error);
         fail(l, m->signal ? 128 + m->signal : m->code, "failed", restart_on(l, cls), f);
@@ -1295,7 +702,8 @@ static bool preflight_swaps(struct leader *l)
                  b->preflight);
         if (bad == 0 || sp < 0) {
             fail(l, 125, "failed", false,
-                 classed(failure_new(cause, -1, bad, b->hostname, 0, 0, ""), FAILURE_NODE));
+                 leader_classed(leader_failure_new(cause, -1, bad, b->hostname, 0, 0, ""),
+                                FAILURE_NODE));
             check_end(l);
             return false;
         }
@@ -1332,7 +740,8 @@ static void assign_all(struct leader *l)
     l->ranks = calloc((size_t)base, sizeof(*l->ranks));
     hvd = hvd_layout(l);
     if (!l->ranks || hvd < 0) {
-        fail(l, 125, "failed", false, failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
+        fail(l, 125, "failed", false,
+             leader_failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
         return;
     }
     for (int r = 0; r < base; r++)
@@ -1479,7 +888,7 @@ static void on_message(struct peer *p, struct msg *m)
     }
     if (c->role == ROLE_CLIENT && m->type == MSG_STATUS) {
         peer_send(p, proto_pack("{s:s, s:I, s:o}", "type", "status_reply", "id", m->id, "job",
-                                job_view(l, l->state == JOB_FINISHED, false)));
+                                leader_job_view(l, l->state == JOB_FINISHED, false)));
         return;
     }
     if (c->role != ROLE_AGENT) {
@@ -1517,17 +926,19 @@ static void on_message(struct peer *p, struct msg *m)
             abandon_restart(l);
         if (m->status == 128 + SIGTERM && at_time_limit(l)) {
             fail(l, 124, "timeout", false,
-                 failure_new(timeout_cause(l), -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
+                 leader_failure_new(timeout_cause(l), -1, c->node, l->nodes[c->node].hostname, 0, 0,
+                                    ""));
             break;
         }
         if (cancel)
             fail(l, m->status, "cancelled", false,
-                 failure_new(m->value, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
+                 leader_failure_new(m->value, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
         else
             fail(l, m->status ? m->status : 1, "failed",
                  m->status == 124 ? restart_on(l, FAILURE_HANG) : false,
-                 classed(failure_new(m->value, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""),
-                         m->status == 124 ? FAILURE_HANG : FAILURE_NODE));
+                 leader_classed(leader_failure_new(m->value, -1, c->node,
+                                                   l->nodes[c->node].hostname, 0, 0, ""),
+                                m->status == 124 ? FAILURE_HANG : FAILURE_NODE));
         check_end(l);
         break;
     }
@@ -1600,8 +1011,8 @@ static void on_closed(struct peer *p, const char *why)
                     l->ranks[r].phase = PHASE_LOST;
             /* Without a spare to take its place, not restartable whatever --restart-on says:
              * the node's daemon is gone, and a new generation would wait for it for ever. */
-            json_t *f =
-                classed(failure_new(cause, -1, c->node, n->hostname, 0, 0, ""), FAILURE_NODE);
+            json_t *f = leader_classed(
+                leader_failure_new(cause, -1, c->node, n->hostname, 0, 0, ""), FAILURE_NODE);
             fail(l, 125, "failed",
                  l->t_joined && restart_on(l, FAILURE_NODE) && f && spares_cover(l, f), f);
             check_end(l);
@@ -1610,8 +1021,8 @@ static void on_closed(struct peer *p, const char *why)
     peer_release(p);
     free(c);
     if (!l->closing)
-        check_linger(l);
-    maybe_free(l);
+        leader_check_linger(l);
+    leader_maybe_free(l);
 }
 
 static const struct peer_ops leader_peer_ops = {
@@ -1728,7 +1139,7 @@ static void accept_next(uv_check_t *h)
 
 /* After "finish": the leader is done once summary.json is written and every agent hung up,
  * or the linger ran out. */
-static void check_linger(struct leader *l)
+void leader_check_linger(struct leader *l)
 {
     if (l->state != JOB_FINISHED || l->done_called || l->summary_writing)
         return;
@@ -1846,35 +1257,6 @@ static void check_stragglers(struct leader *l, int64_t now)
     }
 }
 
-/* The stragglers (check_stragglers) for status and summary.json: the slowest first, at most
- * STRAGGLERS_SHOWN. */
-static json_t *stragglers_view(const struct leader *l)
-{
-    json_t *arr = json_array();
-    bool *taken;
-
-    if (!arr || !l->ranks)
-        return arr;
-    taken = calloc((size_t)l->world_size, sizeof(*taken));
-    for (int shown = 0; taken && shown < STRAGGLERS_SHOWN; shown++) {
-        int best = -1;
-        for (int r = 0; r < l->world_size; r++)
-            if (!taken[r] && l->ranks[r].slower > 0 &&
-                (best < 0 || l->ranks[r].slower > l->ranks[best].slower))
-                best = r;
-        if (best < 0)
-            break;
-        taken[best] = true;
-        int node = node_of(l, best);
-        json_array_append_new(
-            arr, json_pack("{s:i, s:i, s:s, s:f, s:f, s:I}", "rank", best, "node", node, "hostname",
-                           l->nodes[node].hostname, "slower", l->ranks[best].slower, "step_seconds",
-                           l->ranks[best].st.avg, "steps", (json_int_t)l->ranks[best].st.steps));
-    }
-    free(taken);
-    return arr;
-}
-
 /* --hang-watch output: a running rank's sign of life is its last byte of output. One that
  * printed nothing yet is watched from the generation's start where most ranks printed (a job
  * may print from rank 0 alone). The job hangs when a rank not waiting on the others is silent
@@ -1950,9 +1332,9 @@ static void check_hang_output(struct leader *l, int64_t now)
                  "output)",
                  blamed, node, l->nodes[node].hostname, (double)ms / 1000);
     l->abort_stacks = true;
-    fail(
-        l, 124, "hung", restart_on(l, FAILURE_HANG),
-        classed(failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""), FAILURE_HANG));
+    fail(l, 124, "hung", restart_on(l, FAILURE_HANG),
+         leader_classed(leader_failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""),
+                        FAILURE_HANG));
 }
 
 static void check_hang(struct leader *l, int64_t now)
@@ -2028,9 +1410,9 @@ static void check_hang(struct leader *l, int64_t now)
                       silent == 1 ? "; never reported, and may be the one stuck: rank " : ", ", r);
     }
     l->abort_stacks = true;
-    fail(
-        l, 124, "hung", restart_on(l, FAILURE_HANG),
-        classed(failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""), FAILURE_HANG));
+    fail(l, 124, "hung", restart_on(l, FAILURE_HANG),
+         leader_classed(leader_failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""),
+                        FAILURE_HANG));
 }
 
 /* Logs the summaries of refusals due at now (all of them when flush). */
@@ -2107,7 +1489,8 @@ static void check_all_lost(struct leader *l, int64_t now)
     if (n > 0 && (size_t)n < sizeof(cause) - 2)
         snprintf(cause + n, sizeof(cause) - (size_t)n, ")");
     fail(l, 125, "failed", false,
-         classed(failure_new(cause, -1, 0, l->nodes[0].hostname, 0, 0, ""), FAILURE_NODE));
+         leader_classed(leader_failure_new(cause, -1, 0, l->nodes[0].hostname, 0, 0, ""),
+                        FAILURE_NODE));
 }
 
 static void on_tick(uv_timer_t *t)
@@ -2140,7 +1523,7 @@ static void on_tick(uv_timer_t *t)
         for (int i = 0; i < l->nphys && n < (int)sizeof(cause) - 16; i++)
             if (!l->nodes[i].joined)
                 n += snprintf(cause + n, sizeof(cause) - (size_t)n, " %d", i);
-        fail(l, 124, "failed", false, failure_new(cause, -1, -1, "", 0, 0, ""));
+        fail(l, 124, "failed", false, leader_failure_new(cause, -1, -1, "", 0, 0, ""));
         finish(l);
     }
     /* The time limit is the leader's to keep too: gpurun --local's deadline dies with
@@ -2149,7 +1532,7 @@ static void on_tick(uv_timer_t *t)
     if ((l->state == JOB_JOINING || l->state == JOB_RUNNING) && l->spec->time_limit_s > 0 &&
         now - l->t_start >=
             (int64_t)l->spec->time_limit_s * 1000 + (l->spec->loopback ? 0 : LIMIT_BACKSTOP_MS)) {
-        fail(l, 124, "timeout", false, failure_new(timeout_cause(l), -1, -1, "", 0, 0, ""));
+        fail(l, 124, "timeout", false, leader_failure_new(timeout_cause(l), -1, -1, "", 0, 0, ""));
         check_end(l);
     }
     check_hang(l, now);
@@ -2161,7 +1544,7 @@ static void on_tick(uv_timer_t *t)
         log_error("agents did not report their ranks gone in time; finishing");
         finish(l);
     }
-    check_linger(l);
+    leader_check_linger(l);
 }
 
 static void on_heartbeat(uv_timer_t *t)
@@ -2180,10 +1563,10 @@ static void on_handle_closed(uv_handle_t *h)
     struct leader *l = h->data;
 
     l->handles_open--;
-    maybe_free(l);
+    leader_maybe_free(l);
 }
 
-static void maybe_free(struct leader *l)
+void leader_maybe_free(struct leader *l)
 {
     if (!l->closing || l->handles_open > 0 || l->conns || l->summary_writing)
         return;
@@ -2271,7 +1654,7 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
     l->barriers = json_object();
     l->failures = json_array();
     l->requeues = cfg->requeues;
-    l->segments = segments_load(cfg->job_dir, cfg->requeues);
+    l->segments = leader_segments_load(cfg->job_dir, cfg->requeues);
     if (!l->nodes || !l->slot_node || !l->swaps || !l->store || !l->barriers || !l->failures ||
         !l->segments) {
         ret = -ENOMEM;
@@ -2364,9 +1747,9 @@ void leader_cancel(struct leader *l, const char *cause)
     /* A cancel ends the job, a restart waiting for its backoff included. */
     abandon_restart(l);
     if (at_time_limit(l))
-        fail(l, 124, "timeout", false, failure_new(timeout_cause(l), -1, -1, "", 0, 0, ""));
+        fail(l, 124, "timeout", false, leader_failure_new(timeout_cause(l), -1, -1, "", 0, 0, ""));
     else
-        fail(l, 143, "cancelled", false, failure_new(cause, -1, -1, "", 0, 0, ""));
+        fail(l, 143, "cancelled", false, leader_failure_new(cause, -1, -1, "", 0, 0, ""));
     check_end(l);
 }
 

@@ -1,0 +1,255 @@
+/* The leader's state, shared by its two files: leader.c (admission, dispatch, restarts, spares,
+ * the hang and straggler rules) and leader_view.c (what the leader tells: the status view, whose
+ * JSON is the contract gpurun status and summary.json read, and the failure records).
+ * Internal to rendezvousd. */
+#ifndef GPURUN_DAEMON_LEADER_INT_H
+#define GPURUN_DAEMON_LEADER_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <uv.h>
+
+#include "auth.h"
+#include "hvd.h"
+#include "jobspec.h"
+#include "leader.h"
+#include "peer.h"
+#include "proto.h"
+#include "refusals.h"
+#include "stall.h"
+#include "steptime.h"
+#include "store.h"
+
+/* A new connection gets this long to finish its handshake and send its first message. */
+#define HANDSHAKE_TIMEOUT_MS   5000
+/* Connections allowed before admission, beyond one for every node that has not joined yet
+ * (pending_max()): so every agent of a job of any size can connect at once, and a flood of
+ * strangers holds at most this many more. It also bounds the memory a flood can make the
+ * leader hold: a connection that has not proved the job key costs about 1.3 KiB
+ * (PEER_HANDSHAKE_FRAME_MAX in peer.h), so about 1.3 MiB, plus 1.3 KiB per node still to join
+ * (16 MiB at 12,500 nodes, before the job runs), plus the one 64 KiB read buffer every peer
+ * shares. */
+#define PENDING_CONNS_MAX      1024
+/* The fewest stranger slots a leader starts with: under a descriptor limit too low for
+ * PENDING_CONNS_MAX (1,024, the usual `ulimit -n`) the stranger slots shrink to what the
+ * limit leaves, down to this; below it the leader refuses to start (leader_fds_needed()). */
+#define PENDING_CONNS_MIN      64
+/* Connections accepted per turn of the loop: the rest wait in the kernel's backlog until the
+ * next turn, so that a flood of connections cannot keep the loop in accept() while
+ * heartbeats, joins and the tick wait behind it. */
+#define ACCEPTS_PER_TURN       64
+/* Descriptors the leader needs besides one per node and its stranger slots: status clients,
+ * the listeners (ours and horovod's), the loop's own, log files, and horovod's clients. */
+#define FDS_SLACK              (CLIENTS_MAX + 192)
+/* Connections refused before they proved the job key are counted per source address and
+ * reason (refusals.h): the first of a burst is logged at once, the rest in one summary line
+ * per source every this long, so that a flood cannot fill the job's output. */
+#define REFUSAL_WINDOW_MS      5000
+/* A status client that asks nothing for this long is dropped, so that idle clients cannot
+ * hold the CLIENTS_MAX slots; `gpurun status --watch` asks every second or two. */
+#define CLIENT_IDLE_MS         30000
+/* Status clients served at once. */
+#define CLIENTS_MAX            64
+/* Resolution of every deadline (store waits, handshakes, heartbeats, the join): fine enough
+ * for timeouts of seconds, and 20 wake-ups a second cost nothing. */
+#define TICK_MS                50
+/* A restart (max_restarts) waits this long after the failed generation is gone, doubling
+ * with each restart up to RESTART_BACKOFF_MAX_MS: a rank that fails at once (a bad node, a
+ * missing file) must not spin through its restarts in milliseconds, and a transient fault
+ * (a file system hiccup, a peer's port still in TIME_WAIT) gets time to pass. */
+#define RESTART_BACKOFF_MS     1000
+#define RESTART_BACKOFF_MAX_MS 30000
+/* Earlier generations' failures a live status reply carries, the newest (summary.json has
+ * them all): each may hold a 4 KiB tail, and max_restarts goes to 1,000. */
+#define LIVE_FAILURES_MAX      10
+/* Rank 0's losses kept for status's sparkline: one per step it reported, the newest this
+ * many (a status line's width). */
+#define LOSS_HISTORY           48
+/* After "finish", how long the leader waits for agents to hang up before closing. */
+#define FINISH_LINGER_MS       2000
+/* After "abort", agents get kill_grace plus this to report their ranks gone. */
+#define ABORT_SLACK_MS         3000
+/* How late a rank's newest report may reach the leader: agents batch reports every 250 ms
+ * (agent.c's PROGRESS_FLUSH_MS), plus the link. A hang is declared this much after the
+ * timeout, so that a rank reporting just inside the timeout is never blamed. */
+#define HANG_MARGIN_MS         300
+/* Stragglers (check_stragglers): how often the rule looks, the steps a rank's average needs
+ * first, and the most a status shows. */
+#define STRAGGLER_CHECK_MS     1000
+#define STRAGGLER_MIN_STEPS    10
+#define STRAGGLERS_SHOWN       8
+/* Ranks' last lines reach the leader at most this often (agent.c's OUTPUT_FLUSH_MS): what
+ * --hang-watch output sees is up to this much older than the rank's last byte. */
+#define OUTPUT_LAG_MS          1000
+/* A hang's teardown first captures every rank's stack: agents get this long for it. */
+#define STACK_CAPTURE_MS       5000
+/* How often the leader looks for the batch script's pre-timeout request (PREEMPT_FILE). */
+#define PREEMPT_POLL_MS        200
+/* The file in the job dir by which the batch script, on the batch host with the leader,
+ * passes on Slurm's pre-timeout signal: it holds the signal's number. The job dir is the
+ * user's own 0700 directory, as trusted as job.json; the signal then reaches only the ranks
+ * that asked for it (srun would signal every process of the step). */
+#define PREEMPT_FILE           "preempt"
+/* Past the time limit, how long the leader of a Slurm job leaves Slurm to end the job before
+ * it ends the job itself: Slurm's limit check runs every 30 s or so, then KillWait. */
+#define LIMIT_BACKSTOP_MS      120000
+/* A SIGTERM within this of the time limit is Slurm's (or gpurun --local's) time limit
+ * ending the job, not a cancel: Slurm never ends a job before its limit, and the daemons
+ * start a moment after the job does. */
+#define TIMEOUT_SLACK_MS       3000
+/* A store wait longer than this lasts as long as the job: it keeps now + timeout_ms, which
+ * the wire allows up to INT64_MAX, from overflowing. */
+#define KV_WAIT_MAX_MS         (INT64_MAX / 2)
+
+enum conn_role { ROLE_NEW, ROLE_AGENT, ROLE_CLIENT };
+enum job_state { JOB_JOINING, JOB_RUNNING, JOB_ABORTING, JOB_FINISHED };
+/* A rank's last line in a status reply: cut to this many bytes, and left out past this many
+ * ranks, so that the reply of 2,048 ranks (about 260 bytes each) stays well inside a frame. */
+#define STATUS_LINE_MAX    64
+#define STATUS_LINES_RANKS 2048
+
+/* PHASE_LOST: its node was lost while it ran; its end is unknown, but it is not running. */
+enum rank_phase { PHASE_PENDING, PHASE_JOINED, PHASE_RUNNING, PHASE_EXITED, PHASE_LOST };
+
+struct conn {
+    struct peer peer;
+    struct conn *prev, *next;
+    struct conn *qprev, *qnext; /* ROLE_NEW: the pending queue, oldest first */
+    bool queued;                /* in the pending queue (an evicted one left it) */
+    enum conn_role role;
+    int node;    /* ROLE_AGENT: node rank */
+    bool logged; /* the reason of its close is logged already */
+};
+
+struct node {
+    struct conn *conn;
+    char hostname[128];
+    char addr[64];
+    int nprocs;
+    int rank_base;
+    int exited; /* ranks of this node reported gone */
+    int slot;   /* the job's node it serves (its ranks: slot * nprocs on), -1: a spare */
+    bool joined, lost, done;
+    bool fenced;         /* taken out of the job for its fault: never used again */
+    char preflight[256]; /* the pre-flight check it failed (preflight.h), "" */
+};
+
+struct rank {
+    enum rank_phase phase;
+    int64_t step, total_steps;
+    double loss, lr, tokens_per_s, grad_norm;
+    int64_t report_ms;            /* when its last report reached its agent; 0: it never reported */
+    int64_t first_ms, first_step; /* its first report, for the rate of steps */
+    int code, signal;
+    bool oom, killed;
+    bool waiting;      /* in a barrier or a get with a timeout: waits on the others (its agent) */
+    int64_t output_ms; /* when its last byte of output came; 0: none yet */
+    char last_line[PROTO_LINE_MAX + 1]; /* its last line of output, valid UTF-8 */
+    struct steptime st;  /* its time per step (steptime.h), for the stragglers rule */
+    double slower;       /* > 0: a straggler, this much slower than the median (0.38: 38%) */
+    bool straggler_said; /* its straggler line is logged */
+    json_t *stack;       /* a string: its stack as captured before a hang's teardown, or NULL */
+    json_t *error;       /* the exception it recorded (TORCHELASTIC_ERROR_FILE), or NULL */
+};
+
+struct leader {
+    uv_loop_t *loop;
+    uv_tcp_t server;
+    uv_timer_t tick;    /* deadlines, every TICK_MS */
+    uv_timer_t hb;      /* heartbeats to agents, every hb_interval_ms */
+    struct stall stall; /* the tick's lateness: time the loop did not run */
+    int handles_open;
+    const struct jobspec *spec;
+    struct auth_key key;
+    const char *job_dir;
+    char advertise[64];
+    int port, master_port;
+    uint32_t max_frame;
+    leader_done_fn done;
+    void *arg;
+
+    struct conn *conns;
+    struct conn *qhead, *qtail; /* connections not yet admitted (ROLE_NEW), oldest first */
+    uv_check_t accept_check;    /* after each poll: the next turn's accepts */
+    int accepts;                /* accepted in this turn of the loop */
+    bool accept_deferred;       /* a connection waits in the backlog for the next turn */
+    int npending, nclients;
+    int strangers_max;        /* pending slots beyond the nodes still to join (pending_max) */
+    int agents_open;          /* nodes whose agent's link is open (nodes[i].conn) */
+    struct refusals refusals; /* connections closed before the handshake, to summarise */
+    struct node *nodes;       /* every agent's: the job's nnodes, then the spares */
+    int nphys;                /* nnodes + spare_nodes */
+    int *slot_node;           /* the node serving each of the job's nnodes slots */
+    json_t *swaps;            /* each spare that took a failed node's place */
+    int joined;
+    struct rank *ranks;
+    int world_size, exited;
+    struct store *store;
+    json_t *barriers;       /* name -> ranks arrived */
+    struct hvd_server *hvd; /* horovod's HTTP rendezvous (hvd.h) */
+
+    enum job_state state;
+    const char *outcome;
+    json_t *first_failure;
+    int status;
+    bool restartable;  /* the failure is one a new generation may get past */
+    int failure_class; /* the first failure's class (FAILURE_*), -1: none given */
+    bool abort_stacks; /* the abort asks agents to capture stacks first (a hang) */
+    bool hang_warned;  /* the "--hang-timeout cannot apply" warning is out */
+    int generation;    /* 0, then one more per restart (max_restarts) */
+    json_t *failures;  /* the first failure of every earlier generation */
+    int64_t t_start, t_joined, t_first_step, t_abort, t_finish;
+    int64_t t_generation; /* when the current generation's ranks were assigned */
+    int64_t t_straggler_check;
+    int64_t restart_at; /* when the next generation starts (a restart's backoff); 0: none */
+    /* Rank 0's last LOSS_HISTORY (step, loss) reports, oldest first from hist_next once full:
+     * the loss's recent course for status (loss_history). */
+    int64_t hist_step[LOSS_HISTORY];
+    double hist_loss[LOSS_HISTORY];
+    int hist_n, hist_next;
+    int64_t t_preempt_poll;
+    int64_t t_preempt; /* when the pre-timeout signal went out; 0: never */
+    int preempt_sig;
+    int requeues;         /* Slurm's requeues of the job before this segment */
+    json_t *segments;     /* how each earlier segment ended (segments_load) */
+    bool summary_writing; /* summary.json is being written off the loop (write_summary) */
+    bool closing, done_called;
+};
+
+static inline int64_t now_ms(const struct leader *l)
+{
+    return (int64_t)uv_now(l->loop);
+}
+
+/* The node that runs rank r: every node runs nprocs ranks, so r's slot is r / nprocs, and the
+ * node serving that slot runs it (a spare, once it took a failed node's place). */
+static inline int node_of(const struct leader *l, int r)
+{
+    return l->slot_node[r / l->spec->nprocs];
+}
+
+/* --- leader_view.c ------------------------------------------------------------------------ */
+
+/* Rank 0's loss at a step it had not reported before, for the view's loss_history. */
+void leader_history_add(struct leader *l, int64_t step, double loss);
+/* How each earlier segment of a requeued job ended, from its summary (an array). */
+json_t *leader_segments_load(const char *job_dir, int requeues);
+/* A failure's record (cause, rank, node, hostname, code, signal, tail); never NULL unless out
+ * of memory, whatever bytes the texts hold. */
+json_t *leader_failure_new(const char *cause, int rank, int node, const char *host, int code,
+                           int sig, const char *tail);
+/* failure with its class (FAILURE_*) added; returns failure. */
+json_t *leader_classed(json_t *failure, int cls);
+/* The job as gpurun status and summary.json see it (the header comment of leader_view.c). */
+json_t *leader_job_view(struct leader *l, bool for_summary, bool detail);
+/* summary.json, written off the loop. */
+void leader_write_summary(struct leader *l);
+
+/* --- leader.c: what the summary's writer calls back ----------------------------------------- */
+
+void leader_maybe_free(struct leader *l);
+void leader_check_linger(struct leader *l);
+
+#endif

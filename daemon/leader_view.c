@@ -1,0 +1,434 @@
+/* What the leader tells: the status view (a JSON object: the job, its nodes and ranks, the
+ * loss history, restarts, spares and swaps, stragglers, earlier failures and segments; for
+ * summary.json also the outcome, the first failure, the timings and every rank's stack and
+ * exception), summary.json written off the loop, and the failure records. gpurun status
+ * (client/view.c) reads exactly this; a key added here is a key of that contract. */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "fsutil.h"
+#include "leader_int.h"
+#include "log.h"
+#include "signame.h"
+#include "utf8.h"
+#include "banned.h"
+
+static const char *const phase_names[] = {"pending", "joined", "running", "exited", "lost"};
+static const char *const state_names[] = {"joining", "running", "aborting", "finished"};
+
+/* Rank 0's loss at a step it had not reported before; a loss that is not finite is left out. */
+void leader_history_add(struct leader *l, int64_t step, double loss)
+{
+    int last = (l->hist_next + LOSS_HISTORY - 1) % LOSS_HISTORY;
+
+    if (!isfinite(loss) || (l->hist_n && step <= l->hist_step[last]))
+        return;
+    l->hist_step[l->hist_next] = step;
+    l->hist_loss[l->hist_next] = loss;
+    l->hist_next = (l->hist_next + 1) % LOSS_HISTORY;
+    if (l->hist_n < LOSS_HISTORY)
+        l->hist_n++;
+}
+
+/* [[step, loss], ...], oldest first. */
+static json_t *history_view(const struct leader *l)
+{
+    json_t *a = json_array();
+    int first = l->hist_n < LOSS_HISTORY ? 0 : l->hist_next;
+
+    for (int i = 0; a && i < l->hist_n; i++) {
+        int k = (first + i) % LOSS_HISTORY;
+        json_array_append_new(a, json_pack("[I, f]", (json_int_t)l->hist_step[k], l->hist_loss[k]));
+    }
+    return a;
+}
+
+/* What the summary of an earlier segment says of its end, for status: [{"segment", "outcome",
+ * "exit_status", "cause", "total_ms"}, ...], one per requeue, oldest first. A segment
+ * without its summary (its leader never wrote one: killed, or its node lost) says so. */
+json_t *leader_segments_load(const char *job_dir, int requeues)
+{
+    json_t *out = json_array();
+
+    for (int k = 0; out && job_dir && k < requeues; k++) {
+        char path[PATH_MAX], cause[256];
+        json_t *s, *pre, *ff;
+        const char *outcome;
+        json_int_t status;
+
+        snprintf(path, sizeof(path), "%.4000s/segments/%d.json", job_dir, k);
+        s = json_load_file(path, 0, NULL);
+        if (!json_is_object(s)) {
+            json_decref(s);
+            json_array_append_new(out, json_pack("{s:i, s:s, s:s}", "segment", k, "outcome",
+                                                 "unknown", "cause",
+                                                 "no summary: its daemons were killed or lost"));
+            continue;
+        }
+        outcome = json_string_value(json_object_get(s, "outcome"));
+        outcome = outcome ? outcome : "unknown";
+        status = json_integer_value(json_object_get(s, "exit_status"));
+        pre = json_object_get(s, "preempt_signal");
+        ff = json_object_get(s, "first_failure");
+        if (json_is_object(pre) && status == 0)
+            snprintf(cause, sizeof(cause),
+                     "the ranks checkpointed on the pre-timeout signal %d and ended",
+                     (int)json_integer_value(json_object_get(pre, "signal")));
+        else if (!strcmp(outcome, "cancelled"))
+            snprintf(cause, sizeof(cause), "stopped by Slurm (preempted), exit status %d",
+                     (int)status);
+        else if (json_is_object(ff) && json_is_string(json_object_get(ff, "cause")))
+            snprintf(cause, sizeof(cause), "%s: %s", outcome,
+                     json_string_value(json_object_get(ff, "cause")));
+        else
+            snprintf(cause, sizeof(cause), "%s, exit status %d", outcome, (int)status);
+        json_array_append_new(
+            out, json_pack("{s:i, s:s, s:I, s:s, s:I}", "segment", k, "outcome", outcome,
+                           "exit_status", status, "cause", cause, "total_ms",
+                           json_integer_value(
+                               json_object_get(json_object_get(s, "timings"), "total_ms"))));
+        json_decref(s);
+    }
+    return out;
+}
+
+/* s with every byte outside printable ASCII (and newlines) as '?': for text that failed to
+ * make a JSON string, so that the failure's record is never lost. New; caller frees. */
+static char *ascii_copy(const char *s)
+{
+    char *c = strdup(s ? s : "");
+
+    for (char *p = c; p && *p; p++)
+        if ((unsigned char)*p >= 0x7f || ((unsigned char)*p < 0x20 && *p != '\n'))
+            *p = '?';
+    return c;
+}
+
+static json_t *failure_pack(const char *cause, int rank, int node, const char *host, int code,
+                            int sig, const char *tail)
+{
+    char sn[SIGNAME_LEN];
+
+    return json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:s, s:s}", "cause", cause, "rank", rank,
+                     "node", node, "hostname", host ? host : "", "code", code, "signal", sig,
+                     "signal_name", sig ? signame(sig, sn) : "", "tail", tail ? tail : "");
+}
+
+/* A failure's record. Text that is not UTF-8 (a rank's output cut mid-character, say) is
+ * kept as ASCII: a missing record would read as a job that succeeded. */
+json_t *leader_failure_new(const char *cause, int rank, int node, const char *host, int code,
+                           int sig, const char *tail)
+{
+    json_t *f = failure_pack(cause, rank, node, host, code, sig, tail);
+    char *c, *h, *t;
+
+    if (f)
+        return f;
+    c = ascii_copy(cause);
+    h = ascii_copy(host);
+    t = ascii_copy(tail);
+    if (c && h && t)
+        f = failure_pack(c, rank, node, h, code, sig, t);
+    free(c);
+    free(h);
+    free(t);
+    return f;
+}
+
+/* failure with its class: "class" in the record, and whether --restart-on restarts it. */
+json_t *leader_classed(json_t *failure, int cls)
+{
+    if (failure)
+        json_object_set_new(failure, "class", json_string(failure_class_name(cls)));
+    return failure;
+}
+
+static json_t *rank_view(const struct leader *l, int r, bool detail)
+{
+    const struct rank *k = &l->ranks[r];
+    json_t *v;
+
+    v = json_pack("{s:i, s:i, s:s, s:I, s:I, s:i, s:i, s:b, s:b, s:I, s:b}", "rank", r, "node",
+                  node_of(l, r), "phase", phase_names[k->phase], "step", (json_int_t)k->step,
+                  "report_age_ms", (json_int_t)(k->report_ms ? now_ms(l) - k->report_ms : -1),
+                  "code", k->code, "signal", k->signal, "oom", k->oom, "killed", k->killed,
+                  "total_steps", (json_int_t)k->total_steps, "reported", k->report_ms != 0);
+    /* What the rank did not report (or has not yet) stays out: unknown, not 0. */
+    if (k->report_ms) {
+        proto_set_number(v, "loss", k->loss);
+        proto_set_number(v, "lr", k->lr);
+        proto_set_number(v, "tokens_per_s", k->tokens_per_s);
+        proto_set_number(v, "grad_norm", k->grad_norm);
+    }
+    /* Liveness for scripts that do not report: the last line and how long ago output came. */
+    if (v) {
+        json_object_set_new(v, "output_age_ms",
+                            json_integer(k->output_ms ? now_ms(l) - k->output_ms : -1));
+        /* A status reply is one frame (1 MiB): there the line is cut to STATUS_LINE_MAX
+         * bytes and left out past STATUS_LINES_RANKS ranks; summary.json has it whole. */
+        if (k->last_line[0] && (detail || l->world_size <= STATUS_LINES_RANKS))
+            json_object_set_new(
+                v, "last_line",
+                json_stringn(k->last_line, detail
+                                               ? strlen(k->last_line)
+                                               : utf8_prefix_len(k->last_line, STATUS_LINE_MAX)));
+    }
+    /* Its time per step, and how much slower than the median where it straggles. */
+    if (v && k->st.steps > 0)
+        json_object_set_new(v, "step_seconds", json_real(k->st.avg));
+    if (v && k->slower > 0)
+        json_object_set_new(v, "slower", json_real(k->slower));
+    /* Steps per second since its first report: the ETA's rate. */
+    if (v && k->report_ms > k->first_ms && k->step > k->first_step)
+        json_object_set_new(v, "steps_per_s",
+                            json_real((double)(k->step - k->first_step) * 1000 /
+                                      (double)(k->report_ms - k->first_ms)));
+    /* Stacks and exceptions go to summary.json only: with many ranks they would not fit a
+     * status reply's frame (the first failure's, the one that matters, is in both). */
+    if (v && detail && k->stack)
+        json_object_set(v, "stack", k->stack);
+    if (v && detail && k->error)
+        json_object_set(v, "error", k->error);
+    return v;
+}
+
+/* The stragglers (check_stragglers) for status and summary.json: the slowest first, at most
+ * STRAGGLERS_SHOWN. */
+static json_t *stragglers_view(const struct leader *l)
+{
+    json_t *arr = json_array();
+    bool *taken;
+
+    if (!arr || !l->ranks)
+        return arr;
+    taken = calloc((size_t)l->world_size, sizeof(*taken));
+    for (int shown = 0; taken && shown < STRAGGLERS_SHOWN; shown++) {
+        int best = -1;
+        for (int r = 0; r < l->world_size; r++)
+            if (!taken[r] && l->ranks[r].slower > 0 &&
+                (best < 0 || l->ranks[r].slower > l->ranks[best].slower))
+                best = r;
+        if (best < 0)
+            break;
+        taken[best] = true;
+        int node = node_of(l, best);
+        json_array_append_new(
+            arr, json_pack("{s:i, s:i, s:s, s:f, s:f, s:I}", "rank", best, "node", node, "hostname",
+                           l->nodes[node].hostname, "slower", l->ranks[best].slower, "step_seconds",
+                           l->ranks[best].st.avg, "steps", (json_int_t)l->ranks[best].st.steps));
+    }
+    free(taken);
+    return arr;
+}
+
+json_t *leader_job_view(struct leader *l, bool for_summary, bool detail)
+{
+    json_t *nodes = json_array(), *ranks = json_array(), *job;
+    int64_t t = now_ms(l);
+
+    for (int i = 0; i < l->nphys; i++) {
+        const struct node *n = &l->nodes[i];
+        const char *st = n->fenced                    ? "fenced"
+                         : n->lost                    ? "lost"
+                         : n->done                    ? "done"
+                         : !n->joined                 ? "pending"
+                         : n->slot < 0 && l->t_joined ? "spare"
+                                                      : "joined";
+        json_array_append_new(
+            nodes,
+            json_pack("{s:i, s:s, s:s, s:i, s:s, s:I, s:i}", "node", i, "hostname", n->hostname,
+                      "addr", n->addr, "nprocs", n->nprocs, "state", st, "hb_age_ms",
+                      (json_int_t)(n->conn ? t - n->conn->peer.last_rx_ms : -1), "slot", n->slot));
+    }
+    for (int r = 0; r < l->world_size && !detail; r++)
+        json_array_append_new(ranks, rank_view(l, r, detail));
+    job = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o}", "job_id", l->spec->job_id, "state",
+                    state_names[l->state], "world_size", l->world_size, "nnodes", l->spec->nnodes,
+                    "nodes", nodes, "ranks", ranks);
+    json_object_set_new(job, "loss_history", history_view(l));
+    /* Live and in the summary: a completed job may have failed and been restarted. */
+    json_object_set_new(job, "restarts", json_integer(l->generation));
+    if (l->spec->spare_nodes > 0) {
+        json_object_set_new(job, "spare_nodes", json_integer(l->spec->spare_nodes));
+        json_object_set(job, "swaps", l->swaps);
+    }
+    if (l->spec->straggler_pct > 0)
+        json_object_set_new(job, "stragglers", stragglers_view(l));
+    if (l->requeues > 0) {
+        json_object_set_new(job, "requeues", json_integer(l->requeues));
+        json_object_set(job, "segments", l->segments);
+    }
+    if (for_summary || json_array_size(l->failures) <= LIVE_FAILURES_MAX) {
+        json_object_set(job, "earlier_failures", l->failures);
+    } else {
+        /* The newest only: a status reply must stay far below a frame's 1 MiB. */
+        json_t *recent = json_array();
+        for (size_t i = json_array_size(l->failures) - LIVE_FAILURES_MAX;
+             recent && i < json_array_size(l->failures); i++)
+            json_array_append(recent, json_array_get(l->failures, i));
+        json_object_set_new(job, "earlier_failures", recent ? recent : json_array());
+    }
+    if (for_summary) {
+        json_t *timings =
+            json_pack("{s:I, s:I, s:I}", "rendezvous_ms",
+                      (json_int_t)(l->t_joined ? l->t_joined - l->t_start : -1), "first_step_ms",
+                      (json_int_t)(l->t_first_step ? l->t_first_step - l->t_start : -1), "total_ms",
+                      (json_int_t)(t - l->t_start));
+        json_object_set_new(job, "outcome", json_string(l->outcome));
+        json_object_set_new(job, "exit_status", json_integer(l->status));
+        json_object_set(job, "first_failure", l->first_failure ? l->first_failure : json_null());
+        json_object_set_new(job, "timings", timings);
+        /* Whether the job was told its time was nearly up: a job that then completes stopped
+         * early, on purpose. */
+        if (l->t_preempt)
+            json_object_set_new(job, "preempt_signal",
+                                json_pack("{s:i, s:I}", "signal", l->preempt_sig, "at_ms",
+                                          (json_int_t)(l->t_preempt - l->t_start)));
+    }
+    return job;
+}
+
+/* Appends what json_dumpb() makes of v (stolen) to the text of *buf; false when out of
+ * memory (then *buf is still the caller's to free). */
+static bool text_append_json(char **buf, size_t *len, size_t *cap, const char *sep, json_t *v)
+{
+    size_t n = v ? json_dumpb(v, NULL, 0, JSON_COMPACT) : 0, slen = strlen(sep);
+
+    if (!n) {
+        json_decref(v);
+        return false;
+    }
+    if (*len + slen + n + 16 > *cap) {
+        size_t c = *cap ? *cap : 1 << 16;
+        while (c < *len + slen + n + 16)
+            c *= 2;
+        char *b = realloc(*buf, c);
+        if (!b) {
+            json_decref(v);
+            return false;
+        }
+        *buf = b;
+        *cap = c;
+    }
+    memcpy(*buf + *len, sep, slen);
+    *len += slen;
+    *len += json_dumpb(v, *buf + *len, n, JSON_COMPACT);
+    json_decref(v);
+    return true;
+}
+
+/* summary.json being written by libuv's thread pool. */
+struct summary_write {
+    uv_work_t req;
+    struct leader *l;
+    char path[PATH_MAX];
+    char *text;
+    size_t len;
+    int ret;
+};
+
+/* On a pool thread: fs_write_atomic's fsyncs, which on a busy disk take seconds (strace's
+ * delay on fsync of 3 s each: a 2-node job whose ranks all succeeded failed, node 1 having
+ * lost the leader while its loop waited on summary.json's two fsyncs). */
+static void on_summary_work(uv_work_t *req)
+{
+    struct summary_write *w = req->data;
+
+    w->ret = fs_write_atomic(w->path, w->text, w->len, 0600);
+}
+
+static void on_summary_written(uv_work_t *req, int status)
+{
+    struct summary_write *w = req->data;
+    struct leader *l = w->l;
+
+    if (status == 0 && w->ret < 0)
+        log_error("cannot write '%s': %s", w->path, strerror(-w->ret));
+    free(w->text);
+    free(w);
+    l->summary_writing = false;
+    if (!l->closing)
+        leader_check_linger(l);
+    leader_maybe_free(l);
+}
+
+/* Writes text (stolen) to path off the loop, so that the loop keeps answering heartbeats
+ * meanwhile; the leader is done only once it is written (leader_check_linger). In place if the
+ * pool cannot take it. */
+static void write_summary_text(struct leader *l, const char *path, char *text, size_t len)
+{
+    struct summary_write *w = calloc(1, sizeof(*w));
+    int ret;
+
+    if (w) {
+        w->l = l;
+        w->text = text;
+        w->len = len;
+        w->req.data = w;
+        snprintf(w->path, sizeof(w->path), "%s", path);
+        if (uv_queue_work(l->loop, &w->req, on_summary_work, on_summary_written) == 0) {
+            l->summary_writing = true;
+            return;
+        }
+        free(w);
+    }
+    ret = fs_write_atomic(path, text, len, 0600);
+    if (ret < 0)
+        log_error("cannot write '%s': %s", path, strerror(-ret));
+    free(text);
+}
+
+/* summary.json: the job as leader_job_view() shows it, then its ranks, one line each. */
+void leader_write_summary(struct leader *l)
+{
+    char path[PATH_MAX];
+    json_t *job;
+    char *head, *text = NULL, *end;
+    size_t len = 0, cap = 0;
+    bool ok;
+
+    if (!l->job_dir)
+        return;
+    job = leader_job_view(l, true, true);
+    json_object_del(job, "ranks");
+    head = job ? json_dumps(job, JSON_INDENT(2)) : NULL;
+    json_decref(job);
+    end = head ? strrchr(head, '}') : NULL;
+    ok = end != NULL;
+    if (ok) {
+        cap = (size_t)(end - head) + 64;
+        text = malloc(cap);
+        ok = text != NULL;
+    }
+    if (ok) {
+        len = (size_t)(end - head);
+        memcpy(text, head, len);
+        while (len && (text[len - 1] == '\n' || text[len - 1] == ' '))
+            len--;
+        len += (size_t)snprintf(text + len, cap - len, ",\n  \"ranks\": [");
+    }
+    for (int r = 0; ok && r < l->world_size; r++)
+        ok = text_append_json(&text, &len, &cap, r ? ",\n    " : "\n    ", rank_view(l, r, true));
+    if (ok && len + 16 > cap) {
+        char *b = realloc(text, len + 16);
+        ok = b != NULL;
+        text = ok ? b : text;
+    }
+    if (ok)
+        len += (size_t)snprintf(text + len, 16, "%s]\n}\n", l->world_size ? "\n  " : "");
+    free(head);
+    if (!ok) {
+        free(text);
+        log_error("cannot write 'summary.json': out of memory");
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/summary.json", l->job_dir);
+    write_summary_text(l, path, text, len);
+}
