@@ -90,18 +90,6 @@ static int write_hashed(int fd, EVP_MD_CTX *md, const void *p, size_t len)
     return 0;
 }
 
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret = 0;
-
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) < 0)
-        ret = -errno;
-    close(fd);
-    return ret;
-}
-
 int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *config,
               struct errmsg *err)
 {
@@ -189,7 +177,7 @@ int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *conf
         goto out;
     }
     tmp_made = false;
-    ret = fsync_dir(out_dir);
+    ret = fs_fsync_dir(out_dir);
     if (ret < 0) {
         errmsg_set(err, ret, "cannot sync '%s': %s", out_dir, strerror(-ret));
         goto out;
@@ -381,6 +369,13 @@ static int read_header(int fd, const char *path, long long name_step, struct dis
 static int open_ro(const char *path)
 {
     return open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+}
+
+bool ckpt_is_name(const char *name)
+{
+    long long step, pid;
+
+    return name_kind_of(name, &step, &pid) == NAME_CKPT;
 }
 
 /* Whether the checkpoint file of list entry f has a valid header of its step. */

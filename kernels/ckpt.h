@@ -28,6 +28,7 @@
 #ifndef GPURUN_CKPT_H
 #define GPURUN_CKPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -72,6 +73,9 @@ struct ckpt_state {
 /* The file name of step's checkpoint in out_dir (borrowed) into buf of size len. Returns 0
  * or -ENAMETOOLONG. */
 int ckpt_path(char *buf, size_t len, const char *out_dir, uint64_t step);
+/* Whether name (a file name, no directory) is a checkpoint's: ckpt_<step>.bin, nothing else
+ * (not a temp file of a save, not one set aside as damaged). */
+bool ckpt_is_name(const char *name);
 
 /* Writes st as out_dir/ckpt_<st->step>.bin, creating out_dir, atomically (temp file, fsync,
  * rename, directory fsync); config (borrowed, NUL-terminated JSON text, NULL: none) is kept

@@ -38,6 +38,13 @@
 #include "traincfg.h"
 #include "banned.h"
 
+/* The training backends by train.device (traincfg.h's enum), as coll.c's table holds the
+ * collectives: a new backend is a row here and a value of the enum. */
+static const struct backend_ops *const backends[] = {
+    [TRAINCFG_DEVICE_CPU] = &backend_cpu,
+    [TRAINCFG_DEVICE_CUDA] = &backend_cuda,
+};
+
 #define PROG "gpurun-train"
 
 /* Checkpoints kept in out_dir: the newest and the one before it, so that a resume still has a
@@ -436,19 +443,6 @@ static int clean_tmp(struct run *r)
     return 0;
 }
 
-/* Whether name is one of our checkpoint files ("ckpt_00000012.bin"). */
-static bool is_ckpt_name(const char *name)
-{
-    size_t n = strlen(name), digits = 0;
-
-    if (n < 10 || strncmp(name, "ckpt_", 5) || strcmp(name + n - 4, ".bin"))
-        return false;
-    for (size_t i = 5; i < n - 4; i++, digits++)
-        if (name[i] < '0' || name[i] > '9')
-            return false;
-    return digits > 0;
-}
-
 /* Rank 0, with train.resume=0: a run that must start at step 0 in an out_dir that holds
  * checkpoints is refused, naming the newest. Starting there would mix two runs (a later resume
  * would take the old one's newest checkpoint; this run's saves and pruning would replace and
@@ -466,7 +460,7 @@ static int refuse_checkpoints(struct run *r)
                                : errmsg_set(&r->err, -errno, "cannot read '%s': %s", r->cfg.out_dir,
                                             strerror(errno));
     while ((de = readdir(d))) {
-        if (!is_ckpt_name(de->d_name))
+        if (!ckpt_is_name(de->d_name))
             continue;
         n++;
         /* Names of more digits are later steps; of as many, the greater name. */
@@ -1061,7 +1055,7 @@ static int train_main(const char *path, const char *const *overrides, size_t n)
     }
     /* Before anything that takes time or joins the collectives: a rank without a GPU says so
      * in one line. */
-    r.be = r.cfg.device == TRAINCFG_DEVICE_CUDA ? &backend_cuda : &backend_cpu;
+    r.be = backends[r.cfg.device];
     ret = r.be->probe(&why);
     if (ret < 0) {
         errmsg_set(&r.err, ret, "%s: device '%s': %s",

@@ -14,11 +14,22 @@
 #include "fsutil.h"
 #include "banned.h"
 
+int fs_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret = 0;
+
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) < 0)
+        ret = -errno;
+    close(fd);
+    return ret;
+}
+
 static int fsync_dir_of(const char *path)
 {
     char dir[PATH_MAX];
     const char *slash = strrchr(path, '/');
-    int fd, ret = 0;
 
     if (!slash)
         snprintf(dir, sizeof(dir), ".");
@@ -26,13 +37,7 @@ static int fsync_dir_of(const char *path)
         snprintf(dir, sizeof(dir), "/");
     else
         snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) < 0)
-        ret = -errno;
-    close(fd);
-    return ret;
+    return fs_fsync_dir(dir);
 }
 
 int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)

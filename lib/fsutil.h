@@ -11,6 +11,10 @@
  * Returns 0 or a negative errno; on failure the temp file is gone. */
 int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
 
+/* fsync of the directory dir itself, so that the names made or removed in it last. Returns 0
+ * or a negative errno. */
+int fs_fsync_dir(const char *dir);
+
 /* Creates dir and its missing parents with mode (parents 0700). An existing directory is
  * fine; an existing file of that name is -ENOTDIR. Returns 0 or a negative errno. */
 int fs_mkdirs(const char *dir, mode_t mode);

@@ -764,3 +764,17 @@ TEST(ckpt_llmc_errors)
     LLMC_ERR(0, msg);
 #undef LLMC_ERR
 }
+
+/* The checkpoint's own name and nothing else: not a save's temp file, not one set aside as
+ * damaged, not another file of the out_dir. */
+TEST(ckpt_is_name_exact)
+{
+    CHECK(ckpt_is_name("ckpt_00000012.bin"));
+    CHECK(ckpt_is_name("ckpt_123456789.bin"));
+    CHECK(!ckpt_is_name("ckpt_00000012.bin.tmp.77"));
+    CHECK(!ckpt_is_name("ckpt_00000012.bin.damaged"));
+    CHECK(!ckpt_is_name("ckpt_.bin"));
+    CHECK(!ckpt_is_name("ckpt_12x.bin"));
+    CHECK(!ckpt_is_name("metrics.jsonl"));
+    CHECK(!ckpt_is_name("ckpt_00000012.bin~"));
+}
