@@ -494,15 +494,23 @@ static int cudnn_fallback(struct gpu_ctx *ctx, int ret, const char *op, const ch
     return 1;
 }
 
+/* Whether cuDNN is to run op: 0 with *a set, else what cudnn_fallback says (1: our kernels). */
+static int cudnn_begin(struct gpu_ctx *ctx, const char *op, struct cudnn_att **a)
+{
+    if (ctx->attention == GPU_ATT_OWN)
+        return 1;
+    *a = ctx_cudnn(ctx);
+    return *a ? 0 : cudnn_fallback(ctx, -ENOTSUP, op, ctx->cudnn_note);
+}
+
 static int cudnn_forward(struct gpu_ctx *ctx, void *out, float *lse, const void *qkv, int B, int T,
                          int C, int NH)
 {
     const char *op = "attention_forward";
-    if (ctx->attention == GPU_ATT_OWN)
-        return 1;
-    struct cudnn_att *a = ctx_cudnn(ctx);
-    if (!a)
-        return cudnn_fallback(ctx, -ENOTSUP, op, ctx->cudnn_note);
+    struct cudnn_att *a = NULL;
+    int begin = cudnn_begin(ctx, op, &a);
+    if (begin != 0)
+        return begin;
 #ifdef HAVE_CUDNN
     char why[sizeof(ctx->cudnn_note)];
     int ret = cudnn_att_forward(a, out, lse, qkv, B, T, C, NH, why, sizeof(why));
@@ -517,11 +525,10 @@ static int cudnn_backward(struct gpu_ctx *ctx, void *dqkv, const void *dout, con
                           const void *out, const float *lse, int B, int T, int C, int NH)
 {
     const char *op = "attention_backward";
-    if (ctx->attention == GPU_ATT_OWN)
-        return 1;
-    struct cudnn_att *a = ctx_cudnn(ctx);
-    if (!a)
-        return cudnn_fallback(ctx, -ENOTSUP, op, ctx->cudnn_note);
+    struct cudnn_att *a = NULL;
+    int begin = cudnn_begin(ctx, op, &a);
+    if (begin != 0)
+        return begin;
 #ifdef HAVE_CUDNN
     char why[sizeof(ctx->cudnn_note)];
     int ret = cudnn_att_backward(a, dqkv, dout, qkv, out, lse, B, T, C, NH,
