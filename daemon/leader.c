@@ -19,6 +19,7 @@
 #include "hvd.h"
 #include "leader_int.h"
 #include "log.h"
+#include "metrics.h"
 #include "peer.h"
 #include "proto.h"
 #include "refusals.h"
@@ -193,6 +194,8 @@ static void finish(struct leader *l)
     }
     l->state = JOB_FINISHED;
     l->t_finish = now_ms(l);
+    if (l->spec->metrics_dir && l->stragglers_seen)
+        metrics_remove_leader(l->spec->metrics_dir, l->spec->job_id);
     leader_write_summary(l);
     log_info("job %s: %s, exit status %d", l->spec->job_id, l->outcome, l->status);
     broadcast(l, proto_pack("{s:s, s:i}", "type", "finish", "status", l->status));
@@ -1208,6 +1211,39 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The leader's metrics file (metrics.h): which of the job's nodes have a straggler, and how
+ * much slower each straggler is. Written from the first straggler on, every check. */
+static void write_straggler_metrics(struct leader *l)
+{
+    struct metrics_leader_node *nodes = calloc((size_t)l->spec->nnodes, sizeof(*nodes));
+    struct metrics_leader_rank *ranks = calloc((size_t)l->world_size, sizeof(*ranks));
+    struct metrics_leader m = {.job_id = l->spec->job_id, .nodes = nodes, .ranks = ranks};
+    int ret;
+
+    if (nodes && ranks) {
+        for (int s = 0; s < l->spec->nnodes; s++) {
+            int i = l->slot_node[s];
+            nodes[m.nnodes++] =
+                (struct metrics_leader_node){.node = i, .hostname = l->nodes[i].hostname};
+        }
+        for (int r = 0; r < l->world_size; r++) {
+            if (l->ranks[r].slower <= 0)
+                continue;
+            nodes[r / l->spec->nprocs].straggler = true;
+            ranks[m.nranks++] = (struct metrics_leader_rank){
+                .rank = r, .node = node_of(l, r), .slower = l->ranks[r].slower};
+        }
+        ret = metrics_write_leader(l->spec->metrics_dir, &m);
+        if (ret < 0 && !l->metrics_warned) {
+            l->metrics_warned = true;
+            log_warn("cannot write the leader's metrics into '%s': %s", l->spec->metrics_dir,
+                     strerror(-ret));
+        }
+    }
+    free(nodes);
+    free(ranks);
+}
+
 /* Stragglers: a running rank whose time per step (steptime.h, over at least
  * STRAGGLER_MIN_STEPS steps) is straggler_pct percent above the median of the ranks' is named
  * (rank_view's "slower", job_view's "stragglers", one log line). Rank-level, so that a node
@@ -1248,6 +1284,7 @@ static void check_stragglers(struct leader *l, int64_t now)
             continue;
         k->slower = slower;
         if (!k->straggler_said) {
+            l->stragglers_seen = true;
             k->straggler_said = true;
             log_warn("straggler: rank %d on node %d ('%s') %.0f%% slower than the median "
                      "(%.3f s a step against %.3f) over %" PRId64 " steps",
@@ -1255,6 +1292,8 @@ static void check_stragglers(struct leader *l, int64_t now)
                      k->st.steps);
         }
     }
+    if (l->spec->metrics_dir && l->stragglers_seen)
+        write_straggler_metrics(l);
 }
 
 /* --hang-watch output: a running rank's sign of life is its last byte of output. One that

@@ -203,7 +203,9 @@ struct leader {
     int64_t t_start, t_joined, t_first_step, t_abort, t_finish;
     int64_t t_generation; /* when the current generation's ranks were assigned */
     int64_t t_straggler_check;
-    int64_t restart_at; /* when the next generation starts (a restart's backoff); 0: none */
+    bool stragglers_seen; /* a straggler was named: the leader's metrics file exists */
+    bool metrics_warned;  /* "cannot write the leader's metrics" was said once */
+    int64_t restart_at;   /* when the next generation starts (a restart's backoff); 0: none */
     /* Rank 0's last LOSS_HISTORY (step, loss) reports, oldest first from hist_next once full:
      * the loss's recent course for status (loss_history). */
     int64_t hist_step[LOSS_HISTORY];

@@ -124,7 +124,8 @@ char *metrics_render(const struct metrics_node *n)
     return text;
 }
 
-int metrics_path(char *out, size_t n, const char *dir, const char *job_id, int node)
+/* "DIR/gpurun_<job>_<suffix>.prom", <job> as metrics_path says. */
+static int job_path(char *out, size_t n, const char *dir, const char *job_id, const char *suffix)
 {
     char job[128];
     size_t k = 0;
@@ -136,24 +137,32 @@ int metrics_path(char *out, size_t n, const char *dir, const char *job_id, int n
         job[k] = ok ? c : '_';
     }
     job[k] = '\0';
-    if (snprintf(out, n, "%s/gpurun_%s_node%d.prom", dir, job, node) >= (int)n)
+    if (snprintf(out, n, "%s/gpurun_%s_%s.prom", dir, job, suffix) >= (int)n)
         return -ENAMETOOLONG;
     return 0;
 }
 
-int metrics_write(const char *dir, const struct metrics_node *n)
+int metrics_path(char *out, size_t n, const char *dir, const char *job_id, int node)
 {
-    char path[4096], tmp[4096 + 32];
-    char *text;
+    char sfx[32];
+
+    snprintf(sfx, sizeof(sfx), "node%d", node);
+    return job_path(out, n, dir, job_id, sfx);
+}
+
+/* Replaces path with text (stolen): a temp file beside it, then rename. */
+static int write_file(const char *path, char *text)
+{
+    char tmp[4096 + 32];
     size_t len, off = 0;
     int fd, ret = 0;
 
-    if (metrics_path(path, sizeof(path), dir, n->job_id, n->node) < 0 ||
-        snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
-        return -ENAMETOOLONG;
-    text = metrics_render(n);
     if (!text)
         return -ENOMEM;
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp)) {
+        free(text);
+        return -ENAMETOOLONG;
+    }
     len = strlen(text);
     /* Readable by node_exporter, which runs as a user of its own. */
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -180,6 +189,68 @@ int metrics_write(const char *dir, const struct metrics_node *n)
 out:
     free(text);
     return ret;
+}
+
+int metrics_write(const char *dir, const struct metrics_node *n)
+{
+    char path[4096];
+
+    if (metrics_path(path, sizeof(path), dir, n->job_id, n->node) < 0)
+        return -ENAMETOOLONG;
+    return write_file(path, metrics_render(n));
+}
+
+char *metrics_leader_render(const struct metrics_leader *m)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+
+    if (!f)
+        return NULL;
+    put_head(f, "gpurun_node_straggler", "gauge",
+             "1 where a rank of the node is named a straggler (slower per step than the job's "
+             "median by --straggler-threshold)");
+    for (int i = 0; i < m->nnodes; i++) {
+        fputs("gpurun_node_straggler{job=\"", f);
+        put_label(f, m->job_id);
+        fprintf(f, "\",node=\"%d\",host=\"", m->nodes[i].node);
+        put_label(f, m->nodes[i].hostname);
+        fprintf(f, "\"} %d\n", m->nodes[i].straggler);
+    }
+    put_head(f, "gpurun_rank_straggler_ratio", "gauge",
+             "for a straggler, how much slower per step than the job's median (0.5: 50%)");
+    for (int i = 0; i < m->nranks; i++) {
+        fputs("gpurun_rank_straggler_ratio{job=\"", f);
+        put_label(f, m->job_id);
+        fprintf(f, "\",node=\"%d\",rank=\"%d\"} %.17g\n", m->ranks[i].node, m->ranks[i].rank,
+                m->ranks[i].slower);
+    }
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+int metrics_write_leader(const char *dir, const struct metrics_leader *m)
+{
+    char path[4096];
+
+    if (job_path(path, sizeof(path), dir, m->job_id, "leader") < 0)
+        return -ENAMETOOLONG;
+    return write_file(path, metrics_leader_render(m));
+}
+
+int metrics_remove_leader(const char *dir, const char *job_id)
+{
+    char path[4096];
+
+    if (job_path(path, sizeof(path), dir, job_id, "leader") < 0)
+        return -ENAMETOOLONG;
+    if (unlink(path) < 0 && errno != ENOENT)
+        return -errno;
+    return 0;
 }
 
 int metrics_remove(const char *dir, const char *job_id, int node)

@@ -50,6 +50,31 @@ int metrics_path(char *out, size_t n, const char *dir, const char *job_id, int n
  * negative errno (the temp file is then gone). */
 int metrics_write(const char *dir, const struct metrics_node *n);
 
+/* The leader's view of the stragglers (leader.c's rule), in a file of its own beside the
+ * nodes': gpurun_<job>_leader.prom, with gpurun_node_straggler (0 or 1 for every node serving
+ * the job) and gpurun_rank_straggler_ratio (for each straggler). */
+struct metrics_leader_node {
+    int node;
+    const char *hostname;
+    bool straggler;
+};
+struct metrics_leader_rank {
+    int rank, node;
+    double slower; /* 0.5: 50% slower than the median */
+};
+struct metrics_leader {
+    const char *job_id;
+    const struct metrics_leader_node *nodes;
+    int nnodes;
+    const struct metrics_leader_rank *ranks;
+    int nranks;
+};
+/* The file's text (free()), or NULL when out of memory. */
+char *metrics_leader_render(const struct metrics_leader *m);
+/* Replaces DIR/gpurun_<job>_leader.prom as metrics_write does; removes it. 0 or -errno. */
+int metrics_write_leader(const char *dir, const struct metrics_leader *m);
+int metrics_remove_leader(const char *dir, const char *job_id);
+
 /* Removes the node's file from dir. Returns 0 (also when it was not there) or a negative
  * errno. */
 int metrics_remove(const char *dir, const char *job_id, int node);

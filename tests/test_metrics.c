@@ -192,3 +192,28 @@ TEST(metrics_write_into_a_missing_folder)
     snprintf(dir, sizeof(dir), "%s/no/such/dir", test_tmpdir());
     CHECK_EQ(metrics_write(dir, &n), -ENOENT);
 }
+
+/* The leader's file: every node serving the job with its straggler flag, each straggler's
+ * ratio; labels escaped as the nodes' files escape them. */
+TEST(metrics_leader_render_stragglers)
+{
+    struct metrics_leader_node nodes[] = {{.node = 0, .hostname = "n\"0", .straggler = false},
+                                          {.node = 3, .hostname = "n3", .straggler = true}};
+    struct metrics_leader_rank ranks[] = {{.rank = 5, .node = 3, .slower = 0.5}};
+    struct metrics_leader m = {
+        .job_id = "7", .nodes = nodes, .nnodes = 2, .ranks = ranks, .nranks = 1};
+    char *text = metrics_leader_render(&m);
+
+    CHECK(text != NULL);
+    CHECK_STR(text,
+              "# HELP gpurun_node_straggler 1 where a rank of the node is named a straggler "
+              "(slower per step than the job's median by --straggler-threshold)\n"
+              "# TYPE gpurun_node_straggler gauge\n"
+              "gpurun_node_straggler{job=\"7\",node=\"0\",host=\"n\\\"0\"} 0\n"
+              "gpurun_node_straggler{job=\"7\",node=\"3\",host=\"n3\"} 1\n"
+              "# HELP gpurun_rank_straggler_ratio for a straggler, how much slower per step than "
+              "the job's median (0.5: 50%)\n"
+              "# TYPE gpurun_rank_straggler_ratio gauge\n"
+              "gpurun_rank_straggler_ratio{job=\"7\",node=\"3\",rank=\"5\"} 0.5\n");
+    free(text);
+}

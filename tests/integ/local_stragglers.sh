@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stragglers: a rank whose steps take twice the others' is named in gpurun status, the log,
-# summary.json and the metrics (gpurun_rank_step_seconds); under a barrier every step (data
+# summary.json and the metrics (gpurun_rank_step_seconds of the node's file, and the leader's
+# gpurun_node_straggler and gpurun_rank_straggler_ratio); under a barrier every step (data
 # parallelism's lockstep) the rank whose own work is slow is named from its step_time, not
 # the ranks that wait for it; --straggler-threshold 0 names none.
 # timeout: 120
@@ -69,7 +70,19 @@ done
     fail "no gpurun_rank_step_seconds in the metrics: $(cat "$work"/m/*.prom 2>/dev/null | tail -n 3)"
 awk -v a="$step0" -v b="$step2" 'BEGIN { exit !(b > 1.5 * a) }' ||
     fail "metrics: rank 2's step $step2 s is not well above rank 0's $step0 s"
+# The leader's own file: node 0 has a straggler, rank 2's ratio.
+for ((i = 0; i < 50; i++)); do
+    grep -qs '^gpurun_rank_straggler_ratio{.*rank="2"} [0-9.]' "$work"/m/*_leader.prom && break
+    sleep 0.1
+done
+grep -qs '^gpurun_node_straggler{.*node="0".*} 1$' "$work"/m/*_leader.prom ||
+    fail "no gpurun_node_straggler of node 0: $(cat "$work"/m/*_leader.prom 2>/dev/null)"
+grep -qs '^gpurun_rank_straggler_ratio{.*rank="2"} [0-9.]' "$work"/m/*_leader.prom ||
+    fail "no gpurun_rank_straggler_ratio of rank 2"
 wait "$gp" || fail "the job failed: $(tail -n 5 "$work/err")"
+if ls "$work"/m/*_leader.prom >/dev/null 2>&1; then
+    fail "the leader's metrics file outlived the job"
+fi
 grep -q "straggler: rank 2 on node 0 ('.*') [0-9]*% slower than the median" "$work/err" ||
     fail "no log line for the straggler: $(grep -i strag "$work/err")"
 [ "$(field "$job" "[s['rank'] for s in d['stragglers']]")" = "[2]" ] ||
