@@ -109,6 +109,39 @@ grep -q "spare node 2 ('.*') lost" "$work/err-spare-lost" || fail "no line for t
 [ "$(field "$job" "d['restarts']")" = 0 ] || fail "restarts after a lost spare"
 echo "# a lost spare: the job ran on"
 
+# --- --straggler-action=replace: the straggler's node gives its place at the restart ------
+cat >"$work/slow.py" <<EOF
+import os, sys, time
+sys.path.insert(0, "$root/lib/rank/python")
+import gpurun
+gen = int(os.environ["GPURUN_RESTART_COUNT"])
+if gen == 1:
+    open(os.path.join(os.environ["OUT_DIR"], "gen1.%d" % gpurun.rank()), "w").write(
+        os.environ["NODE_RANK"])
+    sys.exit(0)
+for step in range(1, 101):
+    time.sleep(0.08 if gpurun.rank() == 1 else 0.03)
+    gpurun.report(step)
+if gpurun.rank() == 0:
+    sys.exit(3)
+time.sleep(30)
+EOF
+job=$work/replace
+mkdir -p "$work/outdir-replace"
+rc=0
+OUT_DIR=$work/outdir-replace timeout -k 5 90 "$gpurun" --local -N 2 --gpus-per-node 1 \
+    --spare-nodes 1 --max-restarts 1 --restart-on all --straggler-action replace --kill-grace 1 \
+    --job-dir "$job" -- "$py" "$work/slow.py" >"$work/out-replace" 2>"$work/err-replace" \
+    </dev/null || rc=$?
+[ "$rc" = 0 ] || fail "the job that replaced its straggler exited $rc: $(tail -n 5 "$work/err-replace")"
+[ "$(field "$job" "[(s['node'], s['spare'], s['generation']) for s in d['swaps']]")" = "[(1, 2, 1)]" ] ||
+    fail "swaps: $(field "$job" "d.get('swaps')")"
+field "$job" "d['swaps'][0]['cause']" | grep -q "^a straggler: rank 1 [0-9]*% slower than the median$" ||
+    fail "the swap's cause: $(field "$job" "d['swaps'][0]['cause']")"
+[ "$(cat "$work/outdir-replace/gen1.1" 2>/dev/null)" = 1 ] ||
+    fail "rank 1 did not run as the job's node 1 in generation 1"
+echo "# --straggler-action=replace: the straggler's node gave its place at the restart"
+
 # --- no spare left: a lost node ends the job ------------------------------------------------
 cat >"$work/rank.sh" <<'EOF'
 echo "up $RANK"
