@@ -31,8 +31,11 @@ expect_rc() {
     [ "$rc" = "$2" ] || grs_fail "$1: exit status $rc, expected $2"
 }
 
-# job_id FILE: the id in FILE's "Submitted job N" line.
+# job_id FILE: the id in FILE's "Submitted job N" line; "" while there is none, FILE itself
+# included (a gpurun started in the background may not have opened it yet: under load the
+# first poll comes first).
 job_id() {
+    [ -f "$1" ] || return 0
     sed -n 's/^Submitted job \([0-9][0-9]*\)$/\1/p' "$1" | head -n 1
 }
 
