@@ -1110,6 +1110,44 @@ static void on_leader_message(struct peer *p, struct msg *m)
     }
 }
 
+/* The link throughput test of the pre-flight checks: PROTO_PROBE_ROUNDS rounds of
+ * PROTO_PROBE_FRAMES frames of a pad, which the leader times as they arrive. */
+static void send_probe(struct agent *a)
+{
+    char *pad = malloc(PROTO_PROBE_PAD + 1);
+
+    if (!pad) {
+        log_warn("no memory for the link test: the leader will not time this node's link");
+        return;
+    }
+    memset(pad, 'p', PROTO_PROBE_PAD);
+    pad[PROTO_PROBE_PAD] = '\0';
+    for (int i = 0; i < PROTO_PROBE_ROUNDS * PROTO_PROBE_FRAMES; i++)
+        send_leader(a, proto_pack("{s:s, s:i, s:s}", "type", "probe", "seq", i, "pad", pad));
+    free(pad);
+}
+
+/* Whether both ends of tcp are one address (a loopback one included: then on this host). */
+static bool same_host(uv_tcp_t *tcp)
+{
+    struct sockaddr_storage me, them;
+    int a = sizeof(me), b = sizeof(them);
+
+    if (uv_tcp_getsockname(tcp, (struct sockaddr *)&me, &a) ||
+        uv_tcp_getpeername(tcp, (struct sockaddr *)&them, &b) || me.ss_family != them.ss_family)
+        return false;
+    if (me.ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)&me, *y = (const void *)&them;
+        return x->sin_addr.s_addr == y->sin_addr.s_addr || (ntohl(y->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (me.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)&me, *y = (const void *)&them;
+        return !memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) ||
+               IN6_IS_ADDR_LOOPBACK(&y->sin6_addr);
+    }
+    return false;
+}
+
 static void on_leader_ready(struct peer *p)
 {
     struct agent *a = p->owner;
@@ -1130,6 +1168,9 @@ static void on_leader_ready(struct peer *p)
     preflight_run(a->spec, a->job_dir, a->node_rank, pre, sizeof(pre));
     if (pre[0])
         log_error("node %d failed pre-flight: %s", a->node_rank, pre);
+    /* A link to the leader's own host (node 0's, every node's with --local) is no link. */
+    if (a->spec->preflight && !same_host(&p->h.tcp))
+        send_probe(a);
     send_leader(a, proto_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:s}", "type", "join", "node_rank",
                               a->node_rank, "hostname", a->hostname, "addr", a->advertise, "nprocs",
                               a->nranks, "gpus", "", "preflight", pre));

@@ -680,12 +680,81 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
     check_end(l);
 }
 
+/* A frame of an agent's link probe: a round's first starts its clock, its last ends it, and
+ * the best round is kept. */
+static void do_probe(struct conn *c, const struct msg *m)
+{
+    uint64_t t = uv_hrtime();
+    int k = m->count % PROTO_PROBE_FRAMES;
+    double us, mbit;
+
+    if (m->count >= PROTO_PROBE_ROUNDS * PROTO_PROBE_FRAMES)
+        return;
+    if (k == 0) {
+        c->probe_t0 = t;
+        c->probe_bytes = 0;
+        return;
+    }
+    c->probe_bytes += strlen(m->value);
+    if (k < PROTO_PROBE_FRAMES - 1 || !c->probe_t0)
+        return;
+    /* A round that came in one read took under a microsecond: a microsecond is said. */
+    us = (double)(t - c->probe_t0) / 1e3;
+    if (us < 1)
+        us = 1;
+    mbit = (double)c->probe_bytes * 8 / us;
+    if (mbit > c->probe_mbit) {
+        c->probe_mbit = mbit;
+        c->probe_ms = us / 1e3;
+    }
+    c->probe_t0 = 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The link test's verdict: a node whose link is far below the median of the timed ones fails
+ * its pre-flight, its figure and the median named (a node that failed another check keeps
+ * that one). */
+static void link_check(struct leader *l)
+{
+    double *v = calloc((size_t)l->nphys, sizeof(*v)), median;
+    int k = 0;
+
+    if (!v)
+        return;
+    for (int i = 0; i < l->nphys; i++)
+        if (l->nodes[i].link_mbit > 0)
+            v[k++] = l->nodes[i].link_mbit;
+    if (k < 2) {
+        free(v);
+        return;
+    }
+    qsort(v, (size_t)k, sizeof(*v), cmp_double);
+    median = k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+    free(v);
+    for (int i = 0; i < l->nphys; i++) {
+        struct node *n = &l->nodes[i];
+        if (n->preflight[0] || n->link_mbit <= 0 || n->link_ms < LINK_SLOW_MIN_MS ||
+            n->link_mbit >= median * LINK_SLOW_FRACTION)
+            continue;
+        snprintf(n->preflight, sizeof(n->preflight),
+                 "link to the leader %.0f Mbit/s, median of the nodes %.0f Mbit/s", n->link_mbit,
+                 median);
+        log_warn("node %d ('%s') failed pre-flight: %s", i, n->hostname, n->preflight);
+    }
+}
+
 /* Before the first assign: each node serving the job that failed its pre-flight checks gives
  * its place to a spare that passed them; where none is left (or it is node 0, the leader's),
  * the job ends before any rank starts. Spares that failed are fenced. Returns false when the
  * job ended. */
 static bool preflight_swaps(struct leader *l)
 {
+    link_check(l);
     for (int i = l->spec->nnodes; i < l->nphys; i++) {
         struct node *n = &l->nodes[i];
         if (n->preflight[0] && !n->fenced) {
@@ -810,6 +879,11 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
     snprintf(n->hostname, sizeof(n->hostname), "%s", m->hostname);
     snprintf(n->addr, sizeof(n->addr), "%s", m->addr);
     snprintf(n->preflight, sizeof(n->preflight), "%s", m->preflight ? m->preflight : "");
+    n->link_mbit = c->probe_mbit;
+    n->link_ms = c->probe_ms;
+    if (n->link_mbit > 0)
+        log_debug("node %d ('%s'): link %.0f Mbit/s (%.1f ms)", m->node_rank, n->hostname,
+                  n->link_mbit, n->link_ms);
     if (n->preflight[0])
         log_warn("node %d ('%s') failed pre-flight: %s", m->node_rank, n->hostname, n->preflight);
     snprintf(c->peer.name, sizeof(c->peer.name), "node %d (%.64s)", c->node, n->hostname);
@@ -877,6 +951,10 @@ static void on_message(struct peer *p, struct msg *m)
 
     if (c->role == ROLE_NEW && m->type == MSG_JOIN) {
         do_join(l, c, m);
+        return;
+    }
+    if (c->role == ROLE_NEW && m->type == MSG_PROBE) {
+        do_probe(c, m);
         return;
     }
     if (c->role == ROLE_NEW && m->type == MSG_STATUS) {
@@ -1203,12 +1281,6 @@ static int hang_culprit(const struct leader *l, int stalled, int64_t now, const 
         return silent;
     }
     return stalled;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* The leader's metrics file (metrics.h): which of the job's nodes have a straggler, and how

@@ -87,6 +87,11 @@
 #define STACK_CAPTURE_MS       5000
 /* How often the leader looks for the batch script's pre-timeout request (PREEMPT_FILE). */
 #define PREEMPT_POLL_MS        200
+/* The link test (pre-flight): a node whose link is below this fraction of the median of the
+ * nodes' links is slow, unless its probe took less than LINK_SLOW_MIN_MS (a scheduling pause
+ * of the leader's loop, not a link, at the speed of a datacentre's). */
+#define LINK_SLOW_FRACTION     0.25
+#define LINK_SLOW_MIN_MS       50.0
 /* The file in the job dir by which the batch script, on the batch host with the leader,
  * passes on Slurm's pre-timeout signal: it holds the signal's number. The job dir is the
  * user's own 0700 directory, as trusted as job.json; the signal then reaches only the ranks
@@ -121,6 +126,11 @@ struct conn {
     enum conn_role role;
     int node;    /* ROLE_AGENT: node rank */
     bool logged; /* the reason of its close is logged already */
+    /* ROLE_NEW: the link probe before its join (MSG_PROBE): in the round under way, the
+     * bytes of the frames after its first and when that first came (uv_hrtime, ns); the best
+     * round's rate (Mbit/s) and time (ms). */
+    uint64_t probe_bytes, probe_t0;
+    double probe_mbit, probe_ms;
 };
 
 struct node {
@@ -134,6 +144,8 @@ struct node {
     bool joined, lost, done;
     bool fenced;         /* taken out of the job for its fault: never used again */
     char preflight[256]; /* the pre-flight check it failed (preflight.h), "" */
+    double link_mbit;    /* its link to the leader as timed before its join; 0: not timed */
+    double link_ms;      /* how long the timed part of the probe took */
 };
 
 struct rank {

@@ -241,11 +241,16 @@ json_t *leader_job_view(struct leader *l, bool for_summary, bool detail)
                          : !n->joined                 ? "pending"
                          : n->slot < 0 && l->t_joined ? "spare"
                                                       : "joined";
-        json_array_append_new(
-            nodes,
+        json_t *nv =
             json_pack("{s:i, s:s, s:s, s:i, s:s, s:I, s:i}", "node", i, "hostname", n->hostname,
                       "addr", n->addr, "nprocs", n->nprocs, "state", st, "hb_age_ms",
-                      (json_int_t)(n->conn ? t - n->conn->peer.last_rx_ms : -1), "slot", n->slot));
+                      (json_int_t)(n->conn ? t - n->conn->peer.last_rx_ms : -1), "slot", n->slot);
+        /* The pre-flight checks' findings: the one it failed, its link as timed. */
+        if (nv && n->preflight[0])
+            json_object_set_new(nv, "preflight", json_string(n->preflight));
+        if (nv && n->link_mbit > 0)
+            json_object_set_new(nv, "link_mbit", json_real(round(n->link_mbit * 10) / 10));
+        json_array_append_new(nodes, nv);
     }
     for (int r = 0; r < l->world_size && !detail; r++)
         json_array_append_new(ranks, rank_view(l, r, detail));

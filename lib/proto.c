@@ -84,6 +84,7 @@ static const struct proto_row rows[MSG_TYPE_COUNT] = {
     [MSG_OK] = {"ok", {REQ("id", 'I', id)}},
     [MSG_KV_VAL] = {"kv_val", {REQ("id", 'I', id), REQ("value", 's', value)}},
     [MSG_ERROR] = {"error", {REQ("id", 'I', id), REQ("code", 's', key), REQ("msg", 's', value)}},
+    [MSG_PROBE] = {"probe", {REQ("seq", 'i', count), REQ("pad", 's', value)}},
 };
 
 const char *proto_type_name(enum msg_type t)

@@ -79,6 +79,11 @@
  * kv_val        reply             id, value
  * error         reply             id, code, msg  (code: "bad_request", "timeout", "too_large",
  *                                 "denied", "aborted", "not_found")
+ * probe         agent->leader     seq, pad: before its join, an agent on another host than the
+ *                                 leader's sends PROTO_PROBE_ROUNDS rounds of
+ *                                 PROTO_PROBE_FRAMES of these (seq 0, 1, ...; pad a string of
+ *                                 PROTO_PROBE_PAD bytes), so that the leader times its link
+ *                                 (pre-flight: the link throughput test); no reply
  */
 #ifndef GPURUN_PROTO_H
 #define GPURUN_PROTO_H
@@ -103,6 +108,13 @@
 #define PROTO_LINE_MAX       256
 /* A captured stack: every thread of a Python rank, or a native backtrace, trimmed at its end. */
 #define PROTO_STACK_MAX      (32 * 1024)
+/* The link probe before a join: rounds of frames of a pad each, the leader timing frames
+ * 1..N-1 of each round and keeping the best round (a pause of either side's process is
+ * passing, a slow link is not). 1.5 MiB in all: a few ms on a datacentre link, 0.25 s at
+ * 50 Mbit/s. */
+#define PROTO_PROBE_ROUNDS   3
+#define PROTO_PROBE_FRAMES   8
+#define PROTO_PROBE_PAD      (64 * 1024)
 
 enum msg_type {
     MSG_HELLO,
@@ -127,6 +139,7 @@ enum msg_type {
     MSG_OK,
     MSG_KV_VAL,
     MSG_ERROR,
+    MSG_PROBE,
     MSG_TYPE_COUNT
 };
 

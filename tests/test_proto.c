@@ -58,6 +58,7 @@ static const struct example examples[] = {
     {MSG_OK, "{\"type\":\"ok\",\"id\":17}", NULL},
     {MSG_KV_VAL, "{\"type\":\"kv_val\",\"id\":18,\"value\":\"dmFs\"}", NULL},
     {MSG_ERROR, "{\"type\":\"error\",\"id\":19,\"code\":\"timeout\",\"msg\":\"no key 'k'\"}", NULL},
+    {MSG_PROBE, "{\"type\":\"probe\",\"seq\":3,\"pad\":\"xxxx\"}", NULL},
 };
 #define N_EXAMPLES (sizeof(examples) / sizeof(examples[0]))
 
@@ -257,6 +258,10 @@ TEST(proto_valid_messages_decode)
             CHECK_EQ(m.id, 19);
             CHECK_STR(m.key, "timeout");
             CHECK_STR(m.value, "no key 'k'");
+            break;
+        case MSG_PROBE:
+            CHECK_EQ(m.count, 3);
+            CHECK_STR(m.value, "xxxx");
             break;
         default:
             break;
