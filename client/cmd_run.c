@@ -600,13 +600,15 @@ static int nodelist_nodes(struct gpurun_args *args, const struct run_plan *p)
     if (r < 0 || n == 0)
         return error_out(EXIT_FAILED, "--nodelist: '%s' is not a list of nodes (node[1-2],gpu7)",
                          args->nodelist);
-    if (!args_given(args, "nodes") && !p->have_cfg) {
-        args->spec.nnodes = n;
+    /* The allocation is the job's nodes and its spares. */
+    if (!args_given(args, "nodes") && !p->have_cfg && n > args->spec.spare_nodes) {
+        args->spec.nnodes = n - args->spec.spare_nodes;
         return 0;
     }
-    if (n > args->spec.nnodes)
-        return error_out(EXIT_FAILED, "--nodelist: '%s' names %d nodes, more than the job's %d",
-                         args->nodelist, n, args->spec.nnodes);
+    if (n > args->spec.nnodes + args->spec.spare_nodes)
+        return error_out(EXIT_FAILED, "--nodelist: '%s' names %d nodes, more than the job's %d%s",
+                         args->nodelist, n, args->spec.nnodes + args->spec.spare_nodes,
+                         args->spec.spare_nodes ? " (with its spares)" : "");
     return 0;
 }
 

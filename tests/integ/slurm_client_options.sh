@@ -66,6 +66,8 @@ refused "--reservation: 'nope': requested reservation is invalid; nothing submit
 refused "Slurm cannot give 1 node with 1 GPU and 1 CPU each, --mem=99G (requested node configuration is not available); nothing submitted" \
     --mem 99G -- true
 refused "--nodelist: 'node[1-2]' names 2 nodes, more than the job's 1" -N 1 -w 'node[1-2]' -- true
+refused "--nodelist: 'node[1-3]' names 3 nodes, more than the job's 2 (with its spares)" \
+    -N 1 --spare-nodes 1 -w 'node[1-3]' -- true
 out=$(scontrol -o show jobs 2>&1)
 [[ $out == "No jobs in the system" ]] || grs_fail "jobs after the refusals: $out"
 

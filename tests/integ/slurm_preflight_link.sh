@@ -1,0 +1,36 @@
+#!/bin/bash
+# Pre-flight's link test on the Slurm test cluster: node2's link shaped to 30 Mbit/s (tc's
+# token bucket on its side of its veth). A 2-node job with --spare-nodes 1 on node1..node3
+# (node1 runs the leader, node2 serves as job node 1, node3 is the spare): node2 fails
+# pre-flight, named with its link's figure and the median, is fenced, and node3 runs rank 1;
+# the job completes and gpurun status says the swap.
+# timeout: 180
+set -euo pipefail
+# shellcheck source=slurm_client_common.sh
+. "$(dirname "$0")/slurm_client_common.sh"
+
+command -v tc >/dev/null || { echo "# SKIP no tc (iproute2) to shape a link"; exit 77; }
+grs_exec 2 tc qdisc add dev eth0 root tbf rate 30mbit burst 16kbit latency 400ms ||
+    { echo "# SKIP this kernel has no token bucket qdisc (sch_tbf) to shape a link"; exit 77; }
+
+# shellcheck disable=SC2016 # expanded by each rank
+rc=0
+timeout 120 "$gpurun" --wait -N 2 --gpus-per-node 1 --spare-nodes 1 -w node1,node2,node3 -- \
+    sh -c 'echo "rank $RANK on $(hostname)"' >link.out 2>link.err </dev/null || rc=$?
+[ "$rc" = 0 ] || grs_fail "--wait exited $rc: $(tail -n 5 link.err)"
+id=$(job_id link.out)
+summary=$GPURUN_JOBS/$id/summary.json
+why=$(json "$summary" 'v["nodes"][1].get("preflight", "")')
+[[ "$why" =~ ^link\ to\ the\ leader\ ([0-9]+)\ Mbit/s,\ median\ of\ the\ nodes\ ([0-9]+)\ Mbit/s$ ]] ||
+    grs_fail "node 1's pre-flight: '$why'; summary: $(head -n 60 "$summary")"
+echo "# node2: ${BASH_REMATCH[1]} Mbit/s, median ${BASH_REMATCH[2]} Mbit/s"
+[ "$(json "$summary" '[(n["hostname"], n["state"]) for n in v["nodes"]]')" = \
+    "[('node1', 'done'), ('node2', 'fenced'), ('node3', 'done')]" ] ||
+    grs_fail "nodes: $(json "$summary" '[(n["hostname"], n["state"]) for n in v["nodes"]]')"
+[ "$(json "$summary" '[(s["node"], s["spare"], s["generation"]) for s in v["swaps"]]')" = "[(1, 2, 0)]" ] ||
+    grs_fail "swaps: $(json "$summary" 'v.get("swaps")')"
+grep -qx '\[1\] rank 1 on node3' link.out || grs_fail "rank 1 not on node3: $(cat link.out)"
+"$gpurun" status "$id" >st.out 2>&1 || true
+grep -q "failed pre-flight: link to the leader" st.out ||
+    grs_fail "gpurun status does not say the swap: $(cat st.out)"
+echo "ok - node2's slow link named by pre-flight on Slurm; node3 took its place"
