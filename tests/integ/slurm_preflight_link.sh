@@ -13,8 +13,8 @@ command -v tc >/dev/null || { echo "# SKIP no tc (iproute2) to shape a link"; ex
 grs_exec 2 tc qdisc add dev eth0 root tbf rate 30mbit burst 16kbit latency 400ms ||
     { echo "# SKIP this kernel has no token bucket qdisc (sch_tbf) to shape a link"; exit 77; }
 
-# shellcheck disable=SC2016 # expanded by each rank
 rc=0
+# shellcheck disable=SC2016 # expanded by each rank
 timeout 120 "$gpurun" --wait -N 2 --gpus-per-node 1 --spare-nodes 1 -w node1,node2,node3 -- \
     sh -c 'echo "rank $RANK on $(hostname)"' >link.out 2>link.err </dev/null || rc=$?
 [ "$rc" = 0 ] || grs_fail "--wait exited $rc: $(tail -n 5 link.err)"
