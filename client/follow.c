@@ -82,8 +82,90 @@ struct follow {
     int fd;                  /* the batch output, open once the script has started; or -1 */
     int poll_ms, signals;
     long long next_poll, give_up_at; /* monotonic ms; give_up_at 0: not cancelled */
+    int excluded_at;                 /* the requeue whose fenced nodes were excluded */
     bool known;                      /* Slurm has answered once */
 };
+
+/* Whether name is one of list's ",a,b," names. */
+static bool in_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (const char *p = strstr(list, name); p; p = strstr(p + 1, name))
+        if (p > list && p[-1] == ',' && p[n] == ',')
+            return true;
+    return false;
+}
+
+/* Appends to *list (",a,b,") and to the memstream added the hostnames of the nodes the
+ * record at path fenced that *list lacks. */
+static void fenced_from(const char *path, char **list, FILE *added)
+{
+    json_t *s = json_load_file(path, 0, NULL), *n;
+    size_t i;
+
+    json_array_foreach(json_object_get(s, "nodes"), i, n)
+    {
+        const char *st = json_string_value(json_object_get(n, "state"));
+        const char *h = json_string_value(json_object_get(n, "hostname"));
+        char *more;
+
+        if (!st || strcmp(st, "fenced") || !h || !*h || strchr(h, ',') || in_list(*list, h) ||
+            asprintf(&more, "%s%s,", *list, h) < 0)
+            continue;
+        free(*list);
+        *list = more;
+        fprintf(added, "%s%s", ftell(added) ? ", " : "", h);
+    }
+    json_decref(s);
+}
+
+/* A requeued job, pending again: the nodes its earlier segments fenced (summary.json, the
+ * segment that just ended, and segments/K.json) join its ExcNodeList, so that Slurm gives
+ * it other nodes. Only a pending job takes the update, and the batch script that requeues
+ * the job ends with it: gpurun --wait makes it; without one, the leader of the next segment
+ * refuses a fenced node at its pre-flight. */
+static void exclude_fenced(struct follow *f)
+{
+    char path[PATH_MAX], *list = NULL, *added = NULL, **have = NULL;
+    size_t alen = 0;
+    int nhave = 0;
+    FILE *m;
+    struct errmsg err;
+
+    if (!f->job_dir || !(list = strdup(",")) || !(m = open_memstream(&added, &alen))) {
+        free(list);
+        return;
+    }
+    if (f->job.exc_nodes && slurmlib_hostlist_expand(f->job.exc_nodes, &have, &nhave) == 0)
+        for (int i = 0; i < nhave; i++) {
+            char *more;
+            if (asprintf(&more, "%s%s,", list, have[i]) < 0)
+                break;
+            free(list);
+            list = more;
+        }
+    slurmlib_names_free(have);
+    snprintf(path, sizeof(path), "%.4000s/summary.json", f->job_dir);
+    fenced_from(path, &list, m);
+    for (int k = 0; k < f->job.requeues; k++) {
+        snprintf(path, sizeof(path), "%.4000s/segments/%d.json", f->job_dir, k);
+        fenced_from(path, &list, m);
+    }
+    fclose(m);
+    if (added && *added) {
+        list[strlen(list) - 1] = '\0';
+        if (slurmlib_exclude(f->id, list + 1, &err) == 0)
+            fprintf(stderr,
+                    "gpurun: job %u requeued: the nodes it fenced are excluded from it "
+                    "(ExcNodeList %s): %s\n",
+                    f->id, list + 1, added);
+        else
+            fprintf(stderr, "gpurun: %s\n", err.text);
+    }
+    free(added);
+    free(list);
+}
 
 /* Asks slurmctld about the job when a poll is due, the period doubling. Returns false to go
  * on, or true with *ret, the wait's exit status, when the wait is over. */
@@ -112,6 +194,10 @@ static bool poll_job(struct follow *f, long long now, int *ret)
         return true;
     }
     f->known = true;
+    if (f->job.state == SLURMLIB_PENDING && f->job.requeues > f->excluded_at) {
+        f->excluded_at = f->job.requeues;
+        exclude_fenced(f);
+    }
     if (!f->path && f->job.std_out && !(f->path = strdup(f->job.std_out))) {
         fprintf(stderr, "gpurun: out of memory\n");
         *ret = 125;

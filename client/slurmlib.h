@@ -53,6 +53,7 @@ struct slurmlib_job {
     char *batch_host; /* the node that runs the batch script */
     char *std_out;    /* the batch output's path, patterns expanded */
     char *comment;    /* SBATCH_COMMENT for gpurun's jobs, "gpurun: TEXT" with a --comment */
+    char *exc_nodes;  /* the nodes it must not run on (ranged, as sbatch's --exclude); NULL */
     enum slurmlib_state state;
     bool completing;     /* ended, but processes are still being cleaned up on its nodes */
     bool ended;          /* a final state and nothing left on the nodes */
@@ -143,6 +144,11 @@ int slurmlib_cpus_per_rank(const char *partition, int ranks, bool gpus, int *cpu
  * SIGTERM to every process of the job, SIGKILL after KillWait). Returns 0, -EALREADY when
  * it has ended already, -ENOENT for an unknown id, or a negative errno with err filled. */
 int slurmlib_kill(uint32_t id, struct errmsg *err);
+
+/* Sets pending job id's excluded nodes (ExcNodeList, sbatch's --exclude) to nodes, a
+ * hostlist expression; slurmctld takes it only while the job is pending. Returns 0 or a
+ * negative errno with err filled. */
+int slurmlib_exclude(uint32_t id, const char *nodes, struct errmsg *err);
 
 /* Expands a hostlist expression ("node[1-3],gpu7") with libslurm's hostlist functions into
  * *names (new NULL-terminated array of new strings; free with slurmlib_names_free) and *n.

@@ -847,6 +847,26 @@ static void send_assign(struct leader *l)
     }
 }
 
+/* A node a requeued job's earlier segment fenced fails pre-flight: the job never uses it
+ * again (where gpurun --wait followed the requeue, Slurm's ExcNodeList kept it out). */
+static void fenced_before(struct leader *l, struct node *n)
+{
+    json_t *seg, *h;
+    size_t i, j;
+
+    json_array_foreach(l->segments, i, seg)
+    {
+        json_array_foreach(json_object_get(seg, "fenced"), j, h)
+        {
+            if (strcmp(json_string_value(h), n->hostname))
+                continue;
+            snprintf(n->preflight, sizeof(n->preflight),
+                     "fenced in segment %zu of this job (before its requeue)", i);
+            return;
+        }
+    }
+}
+
 static void do_join(struct leader *l, struct conn *c, struct msg *m)
 {
     struct node *n;
@@ -881,6 +901,8 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
     snprintf(n->preflight, sizeof(n->preflight), "%s", m->preflight ? m->preflight : "");
     n->link_mbit = c->probe_mbit;
     n->link_ms = c->probe_ms;
+    if (!n->preflight[0])
+        fenced_before(l, n);
     if (n->link_mbit > 0)
         log_debug("node %d ('%s'): link %.0f Mbit/s (%.1f ms)", m->node_rank, n->hostname,
                   n->link_mbit, n->link_ms);

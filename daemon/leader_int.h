@@ -90,7 +90,7 @@
 /* The link test (pre-flight): a node whose link is below this fraction of the median of the
  * nodes' links is slow, unless its probe took less than LINK_SLOW_MIN_MS (a scheduling pause
  * of the leader's loop, not a link, at the speed of a datacentre's). */
-#define LINK_SLOW_FRACTION     0.25
+#define LINK_SLOW_FRACTION     0.1
 #define LINK_SLOW_MIN_MS       50.0
 /* The file in the job dir by which the batch script, on the batch host with the leader,
  * passes on Slurm's pre-timeout signal: it holds the signal's number. The job dir is the

@@ -51,7 +51,8 @@ static json_t *history_view(const struct leader *l)
 }
 
 /* What the summary of an earlier segment says of its end, for status: [{"segment", "outcome",
- * "exit_status", "cause", "total_ms"}, ...], one per requeue, oldest first. A segment
+ * "exit_status", "cause", "total_ms", "fenced" (the hostnames of the nodes it fenced; absent:
+ * none)}, ...], one per requeue, oldest first. A segment
  * without its summary (its leader never wrote one: killed, or its node lost) says so. */
 json_t *leader_segments_load(const char *job_dir, int requeues)
 {
@@ -59,8 +60,9 @@ json_t *leader_segments_load(const char *job_dir, int requeues)
 
     for (int k = 0; out && job_dir && k < requeues; k++) {
         char path[PATH_MAX], cause[256];
-        json_t *s, *pre, *ff;
+        json_t *s, *pre, *ff, *seg, *n;
         const char *outcome;
+        size_t i;
         json_int_t status;
 
         snprintf(path, sizeof(path), "%.4000s/segments/%d.json", job_dir, k);
@@ -89,11 +91,22 @@ json_t *leader_segments_load(const char *job_dir, int requeues)
                      json_string_value(json_object_get(ff, "cause")));
         else
             snprintf(cause, sizeof(cause), "%s, exit status %d", outcome, (int)status);
-        json_array_append_new(
-            out, json_pack("{s:i, s:s, s:I, s:s, s:I}", "segment", k, "outcome", outcome,
-                           "exit_status", status, "cause", cause, "total_ms",
-                           json_integer_value(
-                               json_object_get(json_object_get(s, "timings"), "total_ms"))));
+        seg = json_pack(
+            "{s:i, s:s, s:I, s:s, s:I}", "segment", k, "outcome", outcome, "exit_status", status,
+            "cause", cause, "total_ms",
+            json_integer_value(json_object_get(json_object_get(s, "timings"), "total_ms")));
+        /* The hosts of the nodes it fenced: never used again by the job. */
+        json_array_foreach(json_object_get(s, "nodes"), i, n)
+        {
+            const char *st = json_string_value(json_object_get(n, "state"));
+            json_t *h = json_object_get(n, "hostname");
+            if (seg && st && !strcmp(st, "fenced") && json_is_string(h)) {
+                if (!json_object_get(seg, "fenced"))
+                    json_object_set_new(seg, "fenced", json_array());
+                json_array_append(json_object_get(seg, "fenced"), h);
+            }
+        }
+        json_array_append_new(out, seg);
         json_decref(s);
     }
     return out;

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Pre-flight's link test: four nodes in their own network namespaces, node 2's link shaped to
-# 30 Mbit/s (tc's token bucket on its side of the veth), the others at the speed of a veth.
+# 10 Mbit/s (tc's token bucket on its side of the veth), the others at the speed of a veth.
 # Before any rank starts the leader times each node's link (the probe frames it sends before
 # its join): with a hot spare, node 2 fails pre-flight with its figure and the median's, is
 # fenced, and the spare (node 3) takes its place: the job completes. Without a spare the job
@@ -15,7 +15,7 @@ NODES=4
 SLOW=2
 netns_test_begin "$NODES" rendezvousd
 command -v tc >/dev/null || skip "no tc (iproute2) to shape a link"
-netns_exec "$SLOW" tc qdisc add dev eth0 root tbf rate 30mbit burst 16kbit latency 400ms ||
+netns_exec "$SLOW" tc qdisc add dev eth0 root tbf rate 10mbit burst 16kbit latency 400ms ||
     skip "this kernel has no token bucket qdisc (sch_tbf) to shape a link"
 
 # run NAME NNODES MEMBERS: a job of NNODES nodes (and NODES - NNODES spares) whose one rank per
@@ -47,10 +47,10 @@ why=$(netns_json "$JOB/summary.json" 'j["nodes"][2].get("preflight", "")')
     fail "node 2's pre-flight says '$why'"
 slow=${BASH_REMATCH[1]} median=${BASH_REMATCH[2]}
 echo "# node 2: $slow Mbit/s, median $median Mbit/s"
-[ "$slow" -le 40 ] || fail "node 2's shaped link timed at $slow Mbit/s (30 asked)"
+[ "$slow" -le 12 ] || fail "node 2's shaped link timed at $slow Mbit/s (10 asked)"
 for k in 1 3; do
     v=$(netns_json "$JOB/summary.json" "j['nodes'][$k].get('link_mbit', 0)")
-    python3 -c "import sys; sys.exit(not float(sys.argv[1]) > 4 * 30)" "$v" ||
+    python3 -c "import sys; sys.exit(not float(sys.argv[1]) > 10 * 10)" "$v" ||
         fail "node $k's link timed at $v Mbit/s"
     [ -z "$(netns_json "$JOB/summary.json" "j['nodes'][$k].get('preflight', '')")" ] ||
         fail "node $k failed pre-flight: $(cat "$JOB/summary.json")"
@@ -75,6 +75,22 @@ cause=$(netns_json "$JOB/summary.json" 'j["first_failure"]["cause"]')
 [ "$(netns_json "$JOB/summary.json" 'j["first_failure"]["class"]')" = node ] ||
     fail "the failure's class is not 'node': $(cat "$JOB/summary.json")"
 ! grep -qh 'rank [0-9]* up' "$NETNS_WORK"/nospare/node*.out || fail "a rank ran: $(cat "$NETNS_WORK"/nospare/node*.out)"
+
+# --- a requeued job's segment 1: node 1's host, fenced in segment 0, is refused -------------
+mkdir -p "$NETNS_WORK/requeued/job/segments"
+cat >"$NETNS_WORK/requeued/job/segments/0.json" <<'EOF'
+{"outcome": "completed", "exit_status": 0, "nodes": [{"node": 0, "hostname": "node0", "state": "done"}, {"node": 1, "hostname": "node1", "state": "fenced"}]}
+EOF
+export SLURM_RESTART_COUNT=1
+run requeued/job 3 '"preflight": 0'
+unset SLURM_RESTART_COUNT
+[ "$rc" = 0 ] || fail "the requeued job exited $rc"
+[ "$(netns_json "$JOB/summary.json" 'j["nodes"][1]["state"]')" = fenced ] ||
+    fail "node 1 (fenced in segment 0) is not fenced: $(cat "$JOB/summary.json")"
+[ "$(netns_json "$JOB/summary.json" 'j["nodes"][1]["preflight"]')" = "fenced in segment 0 of this job (before its requeue)" ] ||
+    fail "node 1's pre-flight: $(netns_json "$JOB/summary.json" 'j["nodes"][1]')"
+[ "$(netns_json "$JOB/summary.json" 'j["segments"][0]["fenced"]')" = '["node1"]' ] ||
+    fail "segments: $(netns_json "$JOB/summary.json" 'j["segments"]')"
 
 # --- --preflight off: nothing timed, node 2 runs its rank ---------------------------------------
 mkdir -p "$NETNS_WORK/off"

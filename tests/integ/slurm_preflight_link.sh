@@ -1,5 +1,5 @@
 #!/bin/bash
-# Pre-flight's link test on the Slurm test cluster: node2's link shaped to 30 Mbit/s (tc's
+# Pre-flight's link test on the Slurm test cluster: node2's link shaped to 10 Mbit/s (tc's
 # token bucket on its side of its veth). A 2-node job with --spare-nodes 1 on node1..node3
 # (node1 runs the leader, node2 serves as job node 1, node3 is the spare): node2 fails
 # pre-flight, named with its link's figure and the median, is fenced, and node3 runs rank 1;
@@ -10,7 +10,7 @@ set -euo pipefail
 . "$(dirname "$0")/slurm_client_common.sh"
 
 command -v tc >/dev/null || { echo "# SKIP no tc (iproute2) to shape a link"; exit 77; }
-grs_exec 2 tc qdisc add dev eth0 root tbf rate 30mbit burst 16kbit latency 400ms ||
+grs_exec 2 tc qdisc add dev eth0 root tbf rate 10mbit burst 16kbit latency 400ms ||
     { echo "# SKIP this kernel has no token bucket qdisc (sch_tbf) to shape a link"; exit 77; }
 
 rc=0
