@@ -84,6 +84,14 @@ static const struct cmd_row cmds[CMD_COUNT] = {
                    "pending or running is refused (cancel it first), and so is a local job,\n"
                    "which has no batch script: gpurun prints the command that runs it again.",
                    "submits an ended Slurm job again from its job.sbatch"},
+    [CMD_PREFLIGHT] = {"preflight", "gpurun preflight --help", "gpurun preflight [options]",
+                       "Runs the pre-flight checks alone, on the nodes a job with the same\n"
+                       "options would get (spares included), and starts no rank: each node's\n"
+                       "GPUs, its job dir, and its link to the leader's node (timed; nodes on\n"
+                       "the leader's host are not). Prints a line per node and exits 0 when\n"
+                       "every node passed, 125 when one failed. Takes the options of a run;\n"
+                       "on Slurm it waits for the job (--wait).",
+                       "runs the pre-flight checks on the nodes, no rank"},
 };
 
 enum arg_kind {
@@ -168,7 +176,7 @@ static const struct choice exclusive_choices[] = {
     {NULL, 0, false},
 };
 
-#define ON_RUN    (1u << CMD_RUN)
+#define ON_RUN    ((1u << CMD_RUN) | (1u << CMD_PREFLIGHT))
 #define ON_STATUS (1u << CMD_STATUS)
 #define ON_LOGS   (1u << CMD_LOGS)
 #define ON_CANCEL (1u << CMD_CANCEL)
@@ -498,6 +506,7 @@ void args_init(struct gpurun_args *args)
 void args_release(struct gpurun_args *args)
 {
     jobspec_release(&args->spec);
+    free(args->ran_dir);
     args_init(args);
 }
 
@@ -1191,6 +1200,9 @@ static int parse_positional(struct gpurun_args *args, const char *word, struct e
     if (args->cmd == CMD_CLEAN)
         return errmsg_set(err, -EINVAL, "gpurun clean takes no job: unexpected argument '%s'",
                           word);
+    if (args->cmd == CMD_PREFLIGHT)
+        return errmsg_set(err, -EINVAL,
+                          "gpurun preflight runs no command: unexpected argument '%s'", word);
     if (args->cmd == CMD_HELP)
         return parse_help_topic(args, word, err);
     if (args->target)

@@ -27,6 +27,7 @@ enum gpurun_cmd {
     CMD_CLEAN,
     CMD_HELP,
     CMD_RERUN,
+    CMD_PREFLIGHT,
     CMD_COUNT
 };
 
@@ -127,6 +128,8 @@ struct gpurun_args {
     int cmd_argc;
     const char *overrides[ARGS_MAX_OVERRIDES]; /* run: "section.key=value" words, in order */
     int n_overrides;
+    char *ran_dir; /* run: the job dir of the job that ran (--local) or was followed to its
+                    * end (--wait); NULL: none (malloc'd) */
     unsigned long long given[ARGS_GIVEN_WORDS]; /* bit i: the i-th option row was given */
 };
 

@@ -1,5 +1,5 @@
 /* gpurun's subcommands, one file each (cmd_run.c, cmd_status.c, cmd_logs.c, cmd_cancel.c,
- * cmd_clean.c, cmd_help.c, cmd_rerun.c), and what their command-line bodies share (cmd.c):
+ * cmd_clean.c, cmd_help.c, cmd_rerun.c, cmd_preflight.c), and what their command-line bodies share (cmd.c):
  * the error line, the jobs root with the message of why there is none, which job a command
  * means, a job's default name, opening Slurm.
  * Internal to gpurun: main.c's table of subcommands calls these. */
@@ -30,6 +30,7 @@ cmd_fn cmd_logs;   /* gpurun logs JOBID: its rank logs, -f while it runs */
 cmd_fn cmd_cancel; /* gpurun cancel JOBID: ends it, and waits for its processes */
 cmd_fn cmd_clean;  /* gpurun clean: removes the job dirs of ended jobs */
 cmd_fn cmd_help;   /* gpurun help [SUBCOMMAND]: gpurun's help, or the subcommand's */
+cmd_fn cmd_preflight; /* gpurun preflight: the pre-flight checks alone, a line per node */
 cmd_fn cmd_rerun;  /* gpurun rerun JOBID: submits an ended Slurm job's batch script again */
 
 /* Prints "gpurun: <text>" to stderr and returns status, for "return error_out(125, ...)". */

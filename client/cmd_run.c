@@ -506,6 +506,8 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     job.job_id = job_id;
     t0 = monotime_ms();
     ret = local_run(&job, fatal_signal);
+    free(args->ran_dir);
+    args->ran_dir = strdup(abs_dir);
     /* One line for every end, as torchrun's users expect one. */
     if (*fatal_signal) {
         fprintf(stderr, "gpurun: job '%s' cancelled (%s); logs in '%s/logs'\n", job_id,
@@ -750,7 +752,7 @@ static int batch_script(const struct gpurun_args *args, const struct sbatch_job 
 }
 
 /* --wait: follows Slurm job id to its end (follow.c). Returns its exit status. */
-static int batch_wait(const struct gpurun_args *args, const struct run_plan *p, uint32_t id,
+static int batch_wait(struct gpurun_args *args, const struct run_plan *p, uint32_t id,
                       const struct batch_paths *at, int *fatal_signal)
 {
     char num[16], dir[PATH_MAX];
@@ -762,6 +764,8 @@ static int batch_wait(const struct gpurun_args *args, const struct run_plan *p, 
     else if (!path_join(dir, sizeof(dir), at->root, num))
         dir[0] = '\0';
     ret = follow_job(id, dir[0] ? dir : NULL, fatal_signal);
+    free(args->ran_dir);
+    args->ran_dir = dir[0] ? strdup(dir) : NULL;
     if (ret != 0 && !*fatal_signal)
         python_hint(p, args, dir[0] ? dir : NULL);
     return ret;

@@ -748,6 +748,31 @@ static void link_check(struct leader *l)
     }
 }
 
+/* gpurun preflight: the checks were all; the job ends before any assign, failed (125) where
+ * a node failed them, spares included. */
+static void preflight_verdict(struct leader *l)
+{
+    int bad = 0, first = -1;
+    char cause[400];
+
+    for (int i = 0; i < l->nphys; i++)
+        if (l->nodes[i].preflight[0]) {
+            bad++;
+            first = first < 0 ? i : first;
+        }
+    if (!bad) {
+        log_info("pre-flight: all %d nodes passed", l->nphys);
+        finish(l);
+        return;
+    }
+    snprintf(cause, sizeof(cause), "pre-flight failed on %d of %d nodes; node %d ('%.64s'): %s",
+             bad, l->nphys, first, l->nodes[first].hostname, l->nodes[first].preflight);
+    fail(l, 125, "failed", false,
+         leader_classed(leader_failure_new(cause, -1, first, l->nodes[first].hostname, 0, 0, ""),
+                        FAILURE_NODE));
+    check_end(l);
+}
+
 /* Before the first assign: each node serving the job that failed its pre-flight checks gives
  * its place to a spare that passed them; where none is left (or it is node 0, the leader's),
  * the job ends before any rank starts. Spares that failed are fenced. Returns false when the
@@ -755,6 +780,10 @@ static void link_check(struct leader *l)
 static bool preflight_swaps(struct leader *l)
 {
     link_check(l);
+    if (l->spec->preflight_only) {
+        preflight_verdict(l);
+        return false;
+    }
     for (int i = l->spec->nnodes; i < l->nphys; i++) {
         struct node *n = &l->nodes[i];
         if (n->preflight[0] && !n->fenced) {

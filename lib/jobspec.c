@@ -37,6 +37,7 @@ static const struct int_key int_keys[] = {
      HANG_WATCH_OUTPUT},
     {"restart_on", offsetof(struct jobspec, restart_on), RESTART_ON_DEFAULT, 0, RESTART_ON_ALL},
     {"preflight", offsetof(struct jobspec, preflight), 1, 0, 1},
+    {"preflight_only", offsetof(struct jobspec, preflight_only), 0, 0, 1},
     {"gpus_per_node", offsetof(struct jobspec, gpus_per_node), 0, 0, 1024},
     {"min_free_mb", offsetof(struct jobspec, min_free_mb), 64, 0, 1 << 30},
     {"straggler_pct", offsetof(struct jobspec, straggler_pct), 20, 0, 10000},

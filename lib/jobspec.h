@@ -30,6 +30,7 @@ struct jobspec {
     int restart_on;       /* the failure classes max_restarts restarts: 1 << FAILURE_* bits */
     int preflight;        /* 1: each agent runs the pre-flight checks before it joins
                            * (preflight.h); 0: --preflight=off */
+    int preflight_only;   /* 1: gpurun preflight: the checks alone, no rank started */
     int gpus_per_node;    /* GPUs each node must show (pre-flight); 0: none asked (--local) */
     int min_free_mb;      /* MiB the job dir's file system must have free (pre-flight) */
     int straggler_pct;    /* a rank this many percent slower per step than the job's median is
