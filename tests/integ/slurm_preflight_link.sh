@@ -3,7 +3,8 @@
 # token bucket on its side of its veth). A 2-node job with --spare-nodes 1 on node1..node3
 # (node1 runs the leader, node2 serves as job node 1, node3 is the spare): node2 fails
 # pre-flight, named with its link's figure and the median, is fenced, and node3 runs rank 1;
-# the job completes and gpurun status says the swap.
+# the job completes and gpurun status says the swap. Then gpurun preflight on the same three
+# nodes: node2's line fails on its link, the others pass, exit 125.
 # timeout: 180
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
@@ -33,4 +34,15 @@ grep -qx '\[1\] rank 1 on node3' link.out || grs_fail "rank 1 not on node3: $(ca
 "$gpurun" status "$id" >st.out 2>&1 || true
 grep -q "failed pre-flight: link to the leader" st.out ||
     grs_fail "gpurun status does not say the swap: $(cat st.out)"
-echo "ok - node2's slow link named by pre-flight on Slurm; node3 took its place"
+
+# gpurun preflight: the checks alone, on the same three nodes; node2's line says its link.
+rc=0
+timeout 120 "$gpurun" preflight -N 3 --gpus-per-node 1 -w node1,node2,node3 >pf.out 2>pf.err </dev/null || rc=$?
+[ "$rc" = 125 ] || grs_fail "gpurun preflight exited $rc: $(cat pf.out; tail -n 5 pf.err)"
+grep -qE '^node 1 \(node2\): FAILED: link to the leader [0-9]+ Mbit/s, median of the nodes [0-9]+ Mbit/s; link [0-9]+ Mbit/s$' pf.out ||
+    grs_fail "gpurun preflight's node 1: $(cat pf.out)"
+grep -qE '^node 2 \(node3\): passed; link [0-9]+ Mbit/s$' pf.out || grs_fail "gpurun preflight's node 2: $(cat pf.out)"
+grep -qx 'node 0 (node1): passed' pf.out || grs_fail "gpurun preflight's node 0: $(cat pf.out)"
+grep -qx 'pre-flight: 2 of 3 nodes passed' pf.out || grs_fail "gpurun preflight's last line: $(cat pf.out)"
+sed 's/^/# /' pf.out
+echo "ok - node2's slow link named by pre-flight on Slurm; node3 took its place; gpurun preflight names it"
