@@ -61,8 +61,9 @@ GR_PMIX_CHECK := $(if $(HAVE_PMIX),$(BUILD)/tests/gr_pmix_check)
 BENCH_STEP := $(BUILD)/bench/train_step
 BENCH_HANDOFF := $(BUILD)/bench/handoff
 TRAIN      := $(if $(wildcard kernels/train.c),$(BUILD)/gpurun-train)
+FAKE_NVML  := $(BUILD)/tests/fakenvml/libnvidia-ml.so.1
 PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_SO) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN) $(TRAIN) $(COLL_RANK) \
-              $(MPI_HELLO) $(GR_PMIX_CHECK) \
+              $(MPI_HELLO) $(GR_PMIX_CHECK) $(FAKE_NVML) \
               $(BENCH_AR) $(BENCH_MPI) $(BENCH_STEP) $(BENCH_HANDOFF)
 
 .PHONY: all run test test-gpu bench fuzz fuzz-build asan memcheck install uninstall clean deps format \
@@ -118,6 +119,14 @@ $(GR_EXAMPLE): $(call obj,tests/helpers/gr_example.c) $(GR_A)
 $(BUILD)/tests/gr_pmix_check: $(call obj,tests/helpers/gr_pmix_check.c) $(GR_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The tests' fake NVML (tests/helpers/fake_nvml.c): GPUs and their memory from files, found by
+# rendezvousd's dlopen where its directory comes first in LD_LIBRARY_PATH.
+$(FAKE_NVML): $(call pic,tests/helpers/fake_nvml.c)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--no-undefined \
+	    -o $@ $^
 
 # The unit tests link the daemon's and client's modules (without their main()) so that each
 # module's test reaches its static-free API.

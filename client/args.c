@@ -321,11 +321,15 @@ static const struct opt_row opts[] = {
      hang_watch_choices},
     {0, "preflight", ARG_CHOICE, FIELD(spec.preflight), 0, 0, ON_RUN, "on|off",
      "pre-flight checks on every node before any rank starts: its GPUs\n"
-     "(Slurm), the job dir writable with --min-free MiB free; a node that\n"
-     "fails is replaced by a spare, or the job ends (default on)",
+     "(Slurm) with --min-gpu-free % of their memory free, the job dir\n"
+     "writable with --min-free MiB free; a node that fails is replaced by\n"
+     "a spare, or the job ends (default on)",
      preflight_choices},
     {0, "min-free", ARG_INT, FIELD(spec.min_free_mb), 0, 1 << 30, ON_RUN, "MB",
      "the free MiB pre-flight wants in the job dir's file system (default 64)"},
+    {0, "min-gpu-free", ARG_INT, FIELD(spec.min_gpu_free_pct), 0, 100, ON_RUN, "PCT",
+     "the percent of each GPU's memory pre-flight wants free, read through\n"
+     "NVML: a GPU a leftover process holds fails (default 90, 0: off)"},
     {0, "straggler-threshold", ARG_INT, FIELD(spec.straggler_pct), 0, 10000, ON_RUN, "PCT",
      "name a rank PCT% slower per step than the job's median a straggler\n"
      "(status, log, metrics; default 20, 0: off)"},

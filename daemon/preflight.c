@@ -2,6 +2,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,26 +14,63 @@
 #include "preflight.h"
 #include "banned.h"
 
-/* NVML's device count, through the driver's library where it loads; -1 where it does not. */
-static int nvml_count(void)
-{
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    int (*init)(void), (*count)(unsigned *), (*shutdown)(void);
-    unsigned n = 0;
-    int ret = -1;
+/* NVML, as much of nvml.h as pre-flight uses: its calls return 0 (NVML_SUCCESS) or an error
+ * code; a device is an opaque handle. */
+struct nvml_memory {
+    unsigned long long total, free, used; /* bytes (nvmlMemory_t) */
+};
+#define NVML_ERROR_NO_PERMISSION 4
+#define NVML_UUID_LEN            96 /* NVML_DEVICE_UUID_V2_BUFFER_SIZE */
 
-    if (!lib)
-        return -1;
-    *(void **)&init = dlsym(lib, "nvmlInit_v2");
-    *(void **)&count = dlsym(lib, "nvmlDeviceGetCount_v2");
-    *(void **)&shutdown = dlsym(lib, "nvmlShutdown");
-    if (init && count && shutdown && init() == 0) {
-        if (count(&n) == 0)
-            ret = (int)n;
-        shutdown();
+struct nvml {
+    void *lib;
+    int (*shutdown)(void);
+    int (*count)(unsigned *);
+    /* The memory check's; NULL where the library lacks them (the check is then skipped). */
+    int (*handle)(unsigned, void **);
+    int (*memory)(void *, struct nvml_memory *);
+    int (*uuid)(void *, char *, unsigned);
+    const char *(*error)(int);
+};
+
+/* Loads the driver's NVML and initialises it; m->lib stays NULL where it does not load or
+ * does not start (no driver). */
+static void nvml_open(struct nvml *m)
+{
+    int (*init)(void);
+
+    memset(m, 0, sizeof(*m));
+    m->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!m->lib)
+        return;
+    *(void **)&init = dlsym(m->lib, "nvmlInit_v2");
+    *(void **)&m->shutdown = dlsym(m->lib, "nvmlShutdown");
+    *(void **)&m->count = dlsym(m->lib, "nvmlDeviceGetCount_v2");
+    *(void **)&m->handle = dlsym(m->lib, "nvmlDeviceGetHandleByIndex_v2");
+    *(void **)&m->memory = dlsym(m->lib, "nvmlDeviceGetMemoryInfo");
+    *(void **)&m->uuid = dlsym(m->lib, "nvmlDeviceGetUUID");
+    *(void **)&m->error = dlsym(m->lib, "nvmlErrorString");
+    if (!init || !m->shutdown || !m->count || init() != 0) {
+        dlclose(m->lib);
+        m->lib = NULL;
     }
-    dlclose(lib);
-    return ret;
+}
+
+static void nvml_close(struct nvml *m)
+{
+    if (!m->lib)
+        return;
+    m->shutdown();
+    dlclose(m->lib);
+    m->lib = NULL;
+}
+
+/* NVML's device count; -1 where NVML is not open or does not answer. */
+static int nvml_count(struct nvml *m)
+{
+    unsigned n = 0;
+
+    return m->lib && m->count(&n) == 0 && n <= INT_MAX ? (int)n : -1;
 }
 
 /* The entries of a CUDA_VISIBLE_DEVICES list ("0,1", "GPU-uuid,..."); "" or "NoDevFiles": 0. */
@@ -67,10 +106,11 @@ static int dev_count(void)
     return n;
 }
 
-int preflight_gpus(const char **how)
+/* The GPUs visible, by preflight.h's rules, with m open or not. */
+static int gpus_visible(struct nvml *m, const char **how)
 {
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    int n = nvml_count();
+    int n = nvml_count(m);
 
     if (n >= 0) {
         *how = "NVML";
@@ -85,6 +125,96 @@ int preflight_gpus(const char **how)
     }
     *how = "/dev";
     return dev_count();
+}
+
+int preflight_gpus(const char **how)
+{
+    struct nvml m;
+    int n;
+
+    nvml_open(&m);
+    n = gpus_visible(&m, how);
+    nvml_close(&m);
+    return n;
+}
+
+/* The NVML index of one CUDA_VISIBLE_DEVICES entry (e, len bytes, of count devices): a number
+ * is NVML's index, "GPU-..." a device's UUID or, as CUDA takes it, the start of one. -1 for
+ * none: an index past the count, a UUID no device has, an entry of another kind ("MIG-...":
+ * a MIG instance, whose memory is not its GPU's). */
+static int nvml_resolve(struct nvml *m, int count, const char *e, size_t len)
+{
+    if (len > 0 && strspn(e, "0123456789") >= len) {
+        long i = 0;
+        for (size_t k = 0; k < len && i < count; k++)
+            i = i * 10 + (e[k] - '0');
+        return i < count ? (int)i : -1;
+    }
+    if (len <= 4 || strncmp(e, "GPU-", 4) || !m->uuid)
+        return -1;
+    for (int i = 0; i < count; i++) {
+        char id[NVML_UUID_LEN];
+        void *dev;
+        if (m->handle((unsigned)i, &dev) == 0 && m->uuid(dev, id, sizeof(id)) == 0 &&
+            strnlen(id, sizeof(id)) >= len && !strncmp(id, e, len))
+            return i;
+    }
+    return -1;
+}
+
+/* Device i has pct% of its memory free; else why says so, and true. A device NVML may not
+ * read (behind another job's cgroup) is not judged; one it cannot read otherwise (a GPU
+ * fallen off the bus) fails. */
+static bool gpu_short(struct nvml *m, int i, int pct, char *why, size_t n)
+{
+    struct nvml_memory mem = {0};
+    void *dev = NULL;
+    int r = m->handle((unsigned)i, &dev);
+
+    if (r == 0)
+        r = m->memory(dev, &mem);
+    if (r == NVML_ERROR_NO_PERMISSION)
+        return false;
+    if (r != 0) {
+        const char *e = m->error ? m->error(r) : NULL;
+        if (e)
+            snprintf(why, n, "GPU %d (NVML): memory not readable: %s", i, e);
+        else
+            snprintf(why, n, "GPU %d (NVML): memory not readable: error %d", i, r);
+        return true;
+    }
+    if (mem.free > mem.total || mem.free * 100 >= mem.total * (unsigned long long)pct)
+        return false;
+    snprintf(why, n, "GPU %d (NVML): %llu of %llu MiB free, below %d%%", i, mem.free >> 20,
+             mem.total >> 20, pct);
+    return true;
+}
+
+/* Each device the step may use (NVML's, narrowed by CUDA_VISIBLE_DEVICES) has pct% of its
+ * memory free; skipped without NVML's memory calls. */
+static void check_gpu_memory(struct nvml *m, int pct, char *why, size_t n)
+{
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    int count = nvml_count(m);
+
+    if (pct <= 0 || count <= 0 || !m->handle || !m->memory)
+        return;
+    if (!cvd) {
+        for (int i = 0; i < count; i++)
+            if (gpu_short(m, i, pct, why, n))
+                return;
+        return;
+    }
+    for (const char *p = cvd;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        int i = nvml_resolve(m, count, p, len);
+        if (i >= 0 && gpu_short(m, i, pct, why, n))
+            return;
+        if (!comma)
+            return;
+        p = comma + 1;
+    }
 }
 
 /* The job dir takes a file, and has min_mb MiB free. */
@@ -119,11 +249,18 @@ void preflight_run(const struct jobspec *spec, const char *job_dir, int node, ch
         return;
     if (spec->gpus_per_node > 0) {
         const char *how = "";
-        int have = preflight_gpus(&how);
-        if (have < spec->gpus_per_node) {
+        struct nvml m;
+        int have;
+
+        nvml_open(&m);
+        have = gpus_visible(&m, &how);
+        if (have < spec->gpus_per_node)
             snprintf(why, n, "%d of %d GPUs visible (%s)", have, spec->gpus_per_node, how);
+        else
+            check_gpu_memory(&m, spec->min_gpu_free_pct, why, n);
+        nvml_close(&m);
+        if (why[0])
             return;
-        }
     }
     if (job_dir)
         check_dir(job_dir, node, spec->min_free_mb, why, n);

@@ -4,6 +4,14 @@
  *    Visible: NVML's device count where libnvidia-ml loads (dlopen: the driver's), else the
  *    entries of CUDA_VISIBLE_DEVICES (what Slurm gives a step, fake GPUs of a test cluster
  *    included), else the /dev/nvidiaN character devices;
+ *  - their memory, where the job asks for GPUs and NVML loads: each device the step may use
+ *    (NVML's, narrowed by CUDA_VISIBLE_DEVICES: a number is NVML's index, "GPU-..." a UUID)
+ *    has jobspec.min_gpu_free_pct percent of its memory free, so that a GPU a leftover
+ *    process holds is caught (0: not checked). Without NVML the check is skipped:
+ *    CUDA_VISIBLE_DEVICES and /dev tell nothing of memory. Not judged either: an entry that
+ *    names no NVML device (the count above is the check of those; a "MIG-..." instance) and a
+ *    device NVML may not read (NVML_ERROR_NO_PERMISSION: another job's, behind a cgroup); one
+ *    it cannot read otherwise (fallen off the bus) fails;
  *  - the job dir: a file can be written, synced and removed there, and the file system has
  *    jobspec.min_free_mb MiB free. */
 #ifndef GPURUN_PREFLIGHT_H
@@ -15,7 +23,8 @@
 
 /* Runs the checks for node `node` of spec with its job dir. why gets "" when every check
  * passed, else one line naming the first that failed and its figure ("1 of 2 GPUs visible
- * (CUDA_VISIBLE_DEVICES)"; "job dir '/x': 12 MiB free, below 64"). */
+ * (CUDA_VISIBLE_DEVICES)"; "GPU 1 (NVML): 2048 of 81920 MiB free, below 90%"; "job dir '/x': 12
+ * MiB free, below 64"). */
 void preflight_run(const struct jobspec *spec, const char *job_dir, int node, char *why, size_t n);
 
 /* The GPUs this node shows, by the rules above, and in *how where the count came from

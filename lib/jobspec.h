@@ -33,6 +33,8 @@ struct jobspec {
     int preflight_only;   /* 1: gpurun preflight: the checks alone, no rank started */
     int gpus_per_node;    /* GPUs each node must show (pre-flight); 0: none asked (--local) */
     int min_free_mb;      /* MiB the job dir's file system must have free (pre-flight) */
+    int min_gpu_free_pct; /* percent of each GPU's memory that must be free (pre-flight,
+                           * through NVML); 0: not checked */
     int straggler_pct;    /* a rank this many percent slower per step than the job's median is
                            * a straggler (leader.c); 0: not watched */
     int straggler_action; /* STRAGGLER_REPORT, or STRAGGLER_REPLACE: a straggler's node gives

@@ -125,6 +125,9 @@ TEST(cli_args_defaults)
     CHECK(!a.help && !a.version && !a.json && !a.wait && !a.emit_sbatch && !a.no_gpus);
     CHECK_EQ(a.cpus_per_gpu, 1);
     CHECK_EQ(a.spec.max_restarts, 0);
+    /* Pre-flight: a GPU with less than 90% of its memory free fails (a leftover process). */
+    CHECK_EQ(a.spec.min_gpu_free_pct, 90);
+    CHECK_EQ(a.spec.min_gpu_free_pct, def.min_gpu_free_pct);
     CHECK(args_given(&a, "local") && !args_given(&a, "nodes"));
     CHECK(a.job_dir == NULL && a.output == NULL && a.target == NULL);
     CHECK_STR(a.log_level_name, "warn");
@@ -223,6 +226,23 @@ TEST(cli_args_heartbeat_timeout)
     args_release(&a);
     CHECK_EQ(parse(&a, &err, WORDS("--heartbeat", "2", "--heartbeat-timeout", "2")), -EINVAL);
     CHECK_STR(err.text, "--heartbeat-timeout: 2 seconds is not longer than the heartbeat (2)");
+    args_release(&a);
+}
+
+/* Pre-flight's thresholds go to the job spec that every node's agent reads. */
+TEST(cli_args_preflight_thresholds)
+{
+    struct gpurun_args a;
+    struct errmsg err;
+
+    CHECK_EQ(parse(&a, &err, WORDS("--min-gpu-free=50", "--min-free", "128", "--", "true")), 0);
+    CHECK_EQ(a.spec.min_gpu_free_pct, 50);
+    CHECK_EQ(a.spec.min_free_mb, 128);
+    args_release(&a);
+    /* 0: the GPUs' memory is not checked. */
+    CHECK_EQ(parse(&a, &err, WORDS("--min-gpu-free", "0", "--", "true")), 0);
+    CHECK_EQ(a.spec.min_gpu_free_pct, 0);
+    CHECK(args_given(&a, "min-gpu-free"));
     args_release(&a);
 }
 
@@ -423,6 +443,8 @@ TEST(cli_args_refused_with_messages)
         {WORDS("--job-dir", ""), "--job-dir: empty value"},
         {WORDS("--emit-sbatch=1"), "option '--emit-sbatch' takes no value"},
         {WORDS("--max-restarts", "1001"), "--max-restarts: must be 0..1000"},
+        {WORDS("--min-gpu-free", "101"), "--min-gpu-free: must be 0..100"},
+        {WORDS("--min-gpu-free", "-1"), "--min-gpu-free: must be 0..100"},
         {WORDS("--cpus-per-gpu", "0"), "--cpus-per-gpu: must be 1..1024"},
         {WORDS("train.steps=3", "--", "true"),
          "'train.steps=3': overrides are for a train.cfg, not for '-- CMD'"},
