@@ -1,6 +1,6 @@
 /* gpurun's subcommands, one file each (cmd_run.c, cmd_status.c, cmd_logs.c, cmd_cancel.c,
- * cmd_clean.c, cmd_help.c, cmd_rerun.c, cmd_preflight.c), and what their command-line bodies share (cmd.c):
- * the error line, the jobs root with the message of why there is none, which job a command
+ * cmd_clean.c, cmd_help.c, cmd_rerun.c, cmd_preflight.c), and what their command-line bodies share
+ * (cmd.c): the error line, the jobs root with the message of why there is none, which job a command
  * means, a job's default name, opening Slurm.
  * Internal to gpurun: main.c's table of subcommands calls these. */
 #ifndef GPURUN_CLIENT_CMD_H
@@ -24,14 +24,14 @@
  * it has cleaned up; only run's jobs take signals. Thread context: the process's only thread. */
 typedef int cmd_fn(struct gpurun_args *args, int *fatal_signal);
 
-cmd_fn cmd_run;    /* gpurun [options] CMD...: a job, on Slurm or with --local here */
-cmd_fn cmd_status; /* gpurun status [JOBID]: one job's view, or the list of jobs */
-cmd_fn cmd_logs;   /* gpurun logs JOBID: its rank logs, -f while it runs */
-cmd_fn cmd_cancel; /* gpurun cancel JOBID: ends it, and waits for its processes */
-cmd_fn cmd_clean;  /* gpurun clean: removes the job dirs of ended jobs */
-cmd_fn cmd_help;   /* gpurun help [SUBCOMMAND]: gpurun's help, or the subcommand's */
+cmd_fn cmd_run;       /* gpurun [options] CMD...: a job, on Slurm or with --local here */
+cmd_fn cmd_status;    /* gpurun status [JOBID]: one job's view, or the list of jobs */
+cmd_fn cmd_logs;      /* gpurun logs JOBID: its rank logs, -f while it runs */
+cmd_fn cmd_cancel;    /* gpurun cancel JOBID: ends it, and waits for its processes */
+cmd_fn cmd_clean;     /* gpurun clean: removes the job dirs of ended jobs */
+cmd_fn cmd_help;      /* gpurun help [SUBCOMMAND]: gpurun's help, or the subcommand's */
 cmd_fn cmd_preflight; /* gpurun preflight: the pre-flight checks alone, a line per node */
-cmd_fn cmd_rerun;  /* gpurun rerun JOBID: submits an ended Slurm job's batch script again */
+cmd_fn cmd_rerun;     /* gpurun rerun JOBID: submits an ended Slurm job's batch script again */
 
 /* Prints "gpurun: <text>" to stderr and returns status, for "return error_out(125, ...)". */
 int error_out(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

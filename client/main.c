@@ -19,9 +19,9 @@
  * (args.c's own rows give each subcommand's name, usage and options) and main() runs it.
  * Adding a subcommand is a row here, a row in args.c and its cmd_X.c. */
 static cmd_fn *const subcommands[CMD_COUNT] = {
-    [CMD_RUN] = cmd_run,       [CMD_STATUS] = cmd_status, [CMD_LOGS] = cmd_logs,
-    [CMD_CANCEL] = cmd_cancel, [CMD_CLEAN] = cmd_clean,   [CMD_HELP] = cmd_help,
-    [CMD_RERUN] = cmd_rerun,  [CMD_PREFLIGHT] = cmd_preflight,
+    [CMD_RUN] = cmd_run,       [CMD_STATUS] = cmd_status,       [CMD_LOGS] = cmd_logs,
+    [CMD_CANCEL] = cmd_cancel, [CMD_CLEAN] = cmd_clean,         [CMD_HELP] = cmd_help,
+    [CMD_RERUN] = cmd_rerun,   [CMD_PREFLIGHT] = cmd_preflight,
 };
 
 /* Ends gpurun by the signal it received, once its daemons are gone, so that its parent sees

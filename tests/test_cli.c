@@ -986,8 +986,8 @@ TEST(cli_args_help_subcommand)
     args_release(&a);
 
     CHECK_EQ(parse(&a, &err, WORDS("help", "stat")), -EINVAL);
-    CHECK_STR(err.text,
-              "'stat': no such subcommand (gpurun's are status, logs, cancel, clean, help, rerun)");
+    CHECK_STR(err.text, "'stat': no such subcommand (gpurun's are status, logs, cancel, clean, "
+                        "help, rerun, preflight)");
     args_release(&a);
     CHECK_EQ(parse(&a, &err, WORDS("help", "status", "logs")), -EINVAL);
     CHECK_STR(err.text, "gpurun help takes one subcommand: unexpected argument 'logs'");

@@ -370,7 +370,7 @@ want_completion --dry-run gpurun clean --dry
 want_completion small.cfg gpurun sm
 # Every subcommand and every option of the help, so that the two cannot drift apart.
 mkdir "$work/empty"
-in_dir=$work/empty want_completion $'cancel\nclean\nhelp\nlogs\nrerun\nstatus' gpurun ""
+in_dir=$work/empty want_completion $'cancel\nclean\nhelp\nlogs\npreflight\nrerun\nstatus' gpurun ""
 # options_of [SUBCOMMAND]: the options of that help's "options:" (not torchrun's spellings).
 options_of() {
     {

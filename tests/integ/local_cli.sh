@@ -207,5 +207,5 @@ expect_rc 0 "gpurun help logs"
 cmp -s "$work/out" "$work/help.want" || fail "'gpurun help logs' differs from 'gpurun logs --help'"
 run help lgos
 expect_rc 125 "gpurun help lgos"
-expect_err "gpurun: 'lgos': no such subcommand (gpurun's are status, logs, cancel, clean, help, rerun)"
+expect_err "gpurun: 'lgos': no such subcommand (gpurun's are status, logs, cancel, clean, help, rerun, preflight)"
 echo "# SCRIPT.py ARGS, torchrun's spellings, the job line and ID, name/time/bind/signal ok"
