@@ -2,7 +2,8 @@
 # A failing rank on the Slurm test cluster: rank 3, on the second node, prints a table line
 # and an invalid byte, then exits 3 while the others sleep. gpurun --wait exits 3, with the daemon's line naming the rank and node in the
 # stream; status names the first failure (rank, node, host, code, last lines) as text and
-# JSON, and Slurm's state is FAILED; no rank is left on any node.
+# JSON, and Slurm's state is FAILED; no rank is left on any node. Then a rank's Python
+# exception with --max-restarts 2: not retried, its class user-error.
 # timeout: 120
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
@@ -40,3 +41,16 @@ if pgrep -f 'sleep 3003$' >/dev/null; then
     grs_fail "ranks left after the failure: $(pgrep -af 'sleep 3003')"
 fi
 echo "# a failing rank: --wait 3, status names rank 3 on node 1 (node2)"
+
+# A Python exception is the user's: --max-restarts 2 does not retry it (a node loss it does:
+# slurm_spares, slurm_spares_train).
+# shellcheck disable=SC2016 # expanded by each rank
+run exc.out exc.err --wait -N 2 --gpus-per-node 1 --max-restarts 2 --kill-grace 1 -- sh -c \
+    'if [ "$RANK" = 1 ]; then exec "$0" -c "raise ValueError(\"a bug\")"; fi; exec sleep 3004' "$py"
+expect_rc "gpurun --wait of a job whose rank raises" 1
+id=$(job_id exc.out)
+grep -qF "not restarting: a user-error failure, which --restart-on does not name" exc.out ||
+    grs_fail "no line saying the exception is not retried: $(grep -v '^\[' exc.out | head -n 8)"
+[ "$(json "$GPURUN_JOBS/$id/summary.json" 'v["restarts"], v["first_failure"]["class"]')" = "(0, 'user-error')" ] ||
+    grs_fail "summary: restarts and class $(json "$GPURUN_JOBS/$id/summary.json" 'v["restarts"], v["first_failure"].get("class")')"
+echo "# a Python exception with --max-restarts 2: not retried (user-error)"

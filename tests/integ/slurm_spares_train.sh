@@ -1,0 +1,123 @@
+#!/bin/bash
+# A training job outlives a bad node on the Slurm test cluster: gpurun-train (CPU, 2 ranks on
+# 2 nodes) with --spare-nodes 1 and --max-restarts 1; once its checkpoint of step 300 is
+# written, node 1's rendezvousd is SIGKILLed (its ranks die with it). The leader fences node
+# 1, the spare takes its place, the ranks resume from the newest checkpoint, and the job
+# completes: every step after the resume has the loss of an undisturbed run of the same
+# train.cfg, bit for bit, and the final checkpoint holds the same parameters and moments.
+# timeout: 240
+set -euo pipefail
+# shellcheck source=slurm_client_common.sh
+. "$(dirname "$0")/slurm_client_common.sh"
+
+train_bin=$GRS_BUILD/gpurun-train
+[ -x "$train_bin" ] || { echo "# SKIP '$train_bin' is not built (make)"; exit 77; }
+texts=()
+while IFS= read -r f; do
+    texts+=("$f")
+done < <(find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort)
+[ ${#texts[@]} -gt 0 ] || { echo "# SKIP no texts in /usr/share/common-licenses"; exit 77; }
+"$train_bin" prep "${texts[@]}" -o "$GRS_WORK/data" >prep.out 2>&1 || grs_fail "prep: $(cat prep.out)"
+
+STEPS=3000
+cat >train.cfg <<CFG
+[model]
+n_layer = 2
+n_head = 2
+n_embd = 32
+seq_len = 32
+vocab_size = 256
+
+[data]
+train = $GRS_WORK/data/train_*.bin
+val = $GRS_WORK/data/val_*.bin
+
+[optim]
+lr = 1e-3
+min_lr = 1e-4
+warmup_steps = 2
+grad_clip = 1.0
+
+[train]
+batch_size = 4
+steps = $STEPS
+eval_every = 0
+ckpt_every = 100
+seed = 7
+threads = 1
+sample_tokens = 0
+CFG
+
+# losses DIR: "step loss" of DIR/metrics.jsonl, the last line written for each step.
+losses() {
+    "$py" -c '
+import json, sys
+last = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "loss" in r:
+        last[r["step"]] = r["loss"]
+for s in sorted(last):
+    print(s, repr(last[s]))' "$1/metrics.jsonl"
+}
+
+# daemon_pid ID NODE: the pid of node NODE's rendezvousd of job ID (its SLURM_NODEID).
+daemon_pid() {
+    local p
+    for p in $(pgrep -f "^[^ ]*rendezvousd --job-dir $GPURUN_JOBS/$1 "); do
+        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_NODEID=$2"; then
+            echo "$p"
+            return 0
+        fi
+    done
+}
+
+# --- the undisturbed run ----------------------------------------------------------------------
+rc=0
+timeout 150 "$gpurun" --wait -N 2 --gpus-per-node 1 train.cfg "train.out_dir=$GRS_WORK/calm" \
+    >calm.out 2>calm.err </dev/null || rc=$?
+[ "$rc" = 0 ] || grs_fail "the undisturbed run exited $rc: $(tail -n 5 calm.err)"
+
+# --- the run whose node 1 dies after the checkpoint of step 300 --------------------------------
+timeout 150 "$gpurun" --wait -N 2 --gpus-per-node 1 --spare-nodes 1 --max-restarts 1 \
+    --kill-grace 1 train.cfg "train.out_dir=$GRS_WORK/hit" >hit.out 2>hit.err </dev/null &
+gpid=$!
+for ((i = 0; i < 600; i++)); do
+    [ -e "$GRS_WORK/hit/ckpt_00000300.bin" ] && break
+    sleep 0.05
+done
+[ -e "$GRS_WORK/hit/ckpt_00000300.bin" ] || grs_fail "no checkpoint of step 300 within 30 s: $(tail -n 5 hit.out)"
+id=$(job_id hit.out)
+victim=$(daemon_pid "$id" 1)
+[ -n "$victim" ] || grs_fail "no rendezvousd of node 1"
+kill -KILL "$victim"
+rc=0
+wait "$gpid" || rc=$?
+[ "$rc" = 0 ] || grs_fail "the run with a spare exited $rc: $(tail -n 5 hit.err; tail -n 5 hit.out)"
+summary=$GPURUN_JOBS/$id/summary.json
+[ "$(json "$summary" '[(s["node"], s["spare"], s["generation"]) for s in v["swaps"]]')" = "[(1, 2, 1)]" ] ||
+    grs_fail "swaps: $(json "$summary" 'v.get("swaps")')"
+resumed=$(sed -n "s/^\[0\] resuming from '.*' at step \([0-9][0-9]*\)$/\1/p" hit.out | tail -n 1)
+[ -n "$resumed" ] || grs_fail "rank 0 did not resume from a checkpoint: $(grep -i resum hit.out)"
+[ "$resumed" -ge 300 ] || grs_fail "resumed from step $resumed, before the checkpoint of step 300"
+losses "$GRS_WORK/calm" >calm.losses
+losses "$GRS_WORK/hit" >hit.losses
+[ "$(wc -l <calm.losses)" = "$STEPS" ] || grs_fail "the undisturbed run wrote $(wc -l <calm.losses) steps"
+awk -v r="$resumed" '$1 > r' calm.losses >calm.after
+awk -v r="$resumed" '$1 > r' hit.losses >hit.after
+[ -s calm.after ] || grs_fail "no step after $resumed"
+cmp -s calm.after hit.after ||
+    grs_fail "the losses after the resume at step $resumed differ: $(diff calm.after hit.after | head -n 6)"
+# The parameters and both moments of a checkpoint (its other fields say when and where it was
+# written): the u64 count of parameters at offset 56, then 12 bytes each before the trailer.
+state_of() {
+    local n size
+    n=$(od -An -t u8 -j 56 -N 8 "$1" | tr -d ' ')
+    size=$(stat -c %s "$1")
+    dd if="$1" iflag=skip_bytes,count_bytes skip=$((size - 12 * n - 32)) count=$((12 * n)) \
+        status=none
+}
+cmp -s <(state_of "$GRS_WORK/calm/ckpt_0000$STEPS.bin") <(state_of "$GRS_WORK/hit/ckpt_0000$STEPS.bin") ||
+    grs_fail "the final checkpoints' parameters differ"
+echo "# node 1 lost after step 300's checkpoint; the spare took its place, the ranks resumed at step $((resumed + 1)); $(wc -l <hit.after) steps to $STEPS have the undisturbed run's losses, the final parameters and moments are equal"
+echo "ok - gpurun-train outlived node 1 on Slurm with a spare, on the undisturbed loss curve"
