@@ -335,6 +335,16 @@ static void python_hint(const struct run_plan *p, const struct gpurun_args *args
 /* --metrics-dir into the spec, absolute: every node's daemon reads it (on Slurm the folder is
  * each node's own, node_exporter's, so it need not exist here). Returns 0 or an exit status
  * with the error printed. */
+/* A train.cfg's out_dir into the spec, for pre-flight. Returns 0 or -ENOMEM. */
+static int set_out_dir(const struct run_plan *p, struct jobspec *spec)
+{
+    if (!p->have_cfg || !p->cfg.out_dir)
+        return 0;
+    free(spec->out_dir);
+    spec->out_dir = strdup(p->cfg.out_dir);
+    return spec->out_dir ? 0 : -ENOMEM;
+}
+
 static int set_metrics_dir(const struct gpurun_args *args, struct jobspec *spec)
 {
     char dir[PATH_MAX];
@@ -431,7 +441,7 @@ static int local_spec(struct gpurun_args *args, const struct run_plan *p, const 
     ret = work_dir(args, cwd, sizeof(cwd));
     if (ret)
         return ret;
-    if (!(spec->workdir = strdup(cwd)))
+    if (!(spec->workdir = strdup(cwd)) || set_out_dir(p, spec) < 0)
         return error_out(EXIT_FAILED, "out of memory");
     return set_metrics_dir(args, spec);
 }
@@ -682,7 +692,8 @@ static int batch_spec(struct gpurun_args *args, const struct run_plan *p, const 
     struct jobspec *spec = &args->spec;
     int r;
 
-    if (jobspec_set_argv(spec, p->argc, p->argv) < 0 || !(spec->workdir = strdup(cwd)))
+    if (jobspec_set_argv(spec, p->argc, p->argv) < 0 || !(spec->workdir = strdup(cwd)) ||
+        set_out_dir(p, spec) < 0)
         return error_out(EXIT_FAILED, "out of memory");
     r = set_metrics_dir(args, spec);
     if (r)

@@ -217,11 +217,21 @@ static void check_gpu_memory(struct nvml *m, int pct, char *why, size_t n)
     }
 }
 
-/* The job dir takes a file, and has min_mb MiB free. */
-static void check_dir(const char *dir, int node, int min_mb, char *why, size_t n)
+/* The free MiB of the file system holding path; -1 where it cannot be known. */
+static long long free_mb(const char *path)
+{
+    struct statvfs vfs;
+
+    if (statvfs(path, &vfs) < 0)
+        return -1;
+    return (long long)((unsigned long long)vfs.f_bavail * vfs.f_frsize >> 20);
+}
+
+/* Dir (what: "job dir", "out_dir") takes a file, and has min_mb MiB free. */
+static void check_dir(const char *what, const char *dir, int node, int min_mb, char *why, size_t n)
 {
     char path[4096];
-    struct statvfs vfs;
+    long long mb;
     int fd, err = 0;
 
     snprintf(path, sizeof(path), "%s/.preflight-node%d", dir, node);
@@ -232,14 +242,53 @@ static void check_dir(const char *dir, int node, int min_mb, char *why, size_t n
         close(fd);
     unlink(path);
     if (err) {
-        snprintf(why, n, "job dir '%s' cannot be written: %s", dir, strerror(err));
+        snprintf(why, n, "%s '%s' cannot be written: %s", what, dir, strerror(err));
         return;
     }
-    if (statvfs(dir, &vfs) == 0) {
-        unsigned long long mb = (unsigned long long)vfs.f_bavail * vfs.f_frsize >> 20;
-        if (mb < (unsigned long long)min_mb)
-            snprintf(why, n, "job dir '%s': %llu MiB free, below %d", dir, mb, min_mb);
+    mb = free_mb(dir);
+    if (mb >= 0 && mb < min_mb)
+        snprintf(why, n, "%s '%s': %lld MiB free, below %d", what, dir, mb, min_mb);
+}
+
+/* A train.cfg's out_dir (relative: to the ranks' working directory): where it exists, as the
+ * job dir; where it does not, the nearest dir above it that exists must let it be made
+ * (gpurun-train makes it) and have the free space. */
+static void check_out_dir(const struct jobspec *spec, int node, char *why, size_t n)
+{
+    char dir[4096], up[4096];
+    struct stat st;
+    long long mb;
+    char *slash;
+
+    if (spec->out_dir[0] == '/' || !spec->workdir)
+        snprintf(dir, sizeof(dir), "%s", spec->out_dir);
+    else
+        snprintf(dir, sizeof(dir), "%s/%s", spec->workdir, spec->out_dir);
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            snprintf(why, n, "out_dir '%s' is not a directory", dir);
+        else
+            check_dir("out_dir", dir, node, spec->min_free_mb, why, n);
+        return;
     }
+    snprintf(up, sizeof(up), "%s", dir);
+    do {
+        slash = strrchr(up, '/');
+        if (!slash)
+            snprintf(up, sizeof(up), ".");
+        else if (slash == up)
+            up[1] = '\0';
+        else
+            *slash = '\0';
+    } while (stat(up, &st) < 0 && strcmp(up, "/") && strcmp(up, "."));
+    if (access(up, W_OK | X_OK) < 0) {
+        snprintf(why, n, "out_dir '%s' cannot be made: '%s' is not writable: %s", dir, up,
+                 strerror(errno));
+        return;
+    }
+    mb = free_mb(up);
+    if (mb >= 0 && mb < spec->min_free_mb)
+        snprintf(why, n, "out_dir '%s': %lld MiB free, below %d", dir, mb, spec->min_free_mb);
 }
 
 void preflight_run(const struct jobspec *spec, const char *job_dir, int node, char *why, size_t n)
@@ -263,5 +312,7 @@ void preflight_run(const struct jobspec *spec, const char *job_dir, int node, ch
             return;
     }
     if (job_dir)
-        check_dir(job_dir, node, spec->min_free_mb, why, n);
+        check_dir("job dir", job_dir, node, spec->min_free_mb, why, n);
+    if (!why[0] && spec->out_dir)
+        check_out_dir(spec, node, why, n);
 }

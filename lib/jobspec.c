@@ -63,6 +63,7 @@ static const struct str_key {
     {"workdir", offsetof(struct jobspec, workdir)},
     {"name", offsetof(struct jobspec, name)},
     {"metrics_dir", offsetof(struct jobspec, metrics_dir)},
+    {"out_dir", offsetof(struct jobspec, out_dir)},
 };
 #define N_STR_KEYS (sizeof(str_keys) / sizeof(str_keys[0]))
 

@@ -17,6 +17,8 @@ struct jobspec {
     char **argv;          /* NULL-terminated command of every rank */
     char **env;           /* NULL-terminated "K=V" added to every rank's environment */
     char *workdir;        /* ranks' working directory; NULL: the daemon's */
+    char *out_dir;        /* a train.cfg's train.out_dir (relative: to workdir), checked by
+                           * pre-flight; NULL: not a gpurun-train job */
     char *metrics_dir;    /* where every node's daemon keeps its Prometheus text file
                            * (gpurun --metrics-dir, metrics.h); NULL: none */
     char *name;           /* the job's name for people (gpurun -J, else its default: the

@@ -106,6 +106,18 @@ if unshare -m mount -t tmpfs tmpfs ro 2>/dev/null; then
     [ "$(cat "$work/err")" = "gpurun-train: out_dir 'ro/out': not writable (Read-only file system)" ] ||
         fail "read-only out_dir: stderr is '$(cat "$work/err")'"
     [ ! -s "$work/out" ] || fail "read-only out_dir: the run printed '$(cat "$work/out")'"
+    # Under gpurun the nodes' pre-flight names it before any rank starts: every node, 125.
+    rc=0
+    # shellcheck disable=SC2016 # $0, $1 and $2 are the inner shell's
+    unshare -m sh -c 'mount -t tmpfs tmpfs ro && mount -o remount,ro ro &&
+        exec timeout -k 5 "$0" "$1" --local -N 2 --job-dir "$2" small.cfg train.out_dir=ro/new' \
+        "$TRAIN_LIMIT" "$gpurun" "$work/pf" >"$work/out" 2>"$work/err" </dev/null || rc=$?
+    expect_rc 125 "gpurun with an out_dir that cannot be made"
+    for k in 0 1; do
+        grep -qF "node $k failed pre-flight: out_dir '$work/ro/new' cannot be made: '$work/ro' is not writable: Read-only file system" "$work/err" ||
+            fail "node $k's pre-flight does not name the out_dir: $(grep -i pre-flight "$work/err")"
+    done
+    [ "$(cat "$work"/pf/logs/*.log 2>/dev/null | wc -c)" = 0 ] || fail "a rank ran: $(cat "$work"/pf/logs/*)"
 elif [ "$(id -u)" != 0 ]; then
     # Without mount namespaces a mode that denies writing does, for anyone but root.
     mkdir ro/out
