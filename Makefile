@@ -5,6 +5,10 @@ CC       ?= cc
 CLANG    ?= clang
 PKG      ?= pkg-config
 BUILD    ?= build
+# One spelling of each target: a BUILD given as an absolute path inside the tree (as the
+# install and bundle tests give it) is made relative, so that the dependency files the
+# compiler writes (-MMD, named by target) apply to every later make of the tree.
+override BUILD := $(patsubst $(CURDIR)/%,%,$(BUILD))
 PREFIX   ?= /usr/local
 NVCC     ?= $(firstword $(wildcard $(shell command -v nvcc 2>/dev/null) /usr/local/cuda/bin/nvcc))
 
