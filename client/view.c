@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "jobspec.h"
+#include "proto.h"
 #include "status.h"
 #include "traincfg.h"
 #include "utf8.h"
@@ -122,15 +123,19 @@ out:
     return steps;
 }
 
-/* Counts of phases, the step range, the mean loss and the total rate of a ranks array. */
-/* A number of o's, NAN where o has none (a rank that did not report it). */
-static double nget(const json_t *o, const char *key)
+/* A rank's progress record of a status view (unknown where the view's is bad: a newer
+ * leader's, or a hand-edited summary, must not stop the view). */
+static struct proto_progress rank_progress(const json_t *r)
 {
-    const json_t *v = json_object_get(o, key);
+    struct proto_progress p;
+    struct errmsg err;
 
-    return json_is_number(v) ? json_number_value(v) : NAN;
+    if (proto_progress_unpack(r, false, &p, &err) < 0)
+        proto_progress_init(&p);
+    return p;
 }
 
+/* Counts of phases, the step range, the mean loss and the total rate of a ranks array. */
 static json_t *progress_json(const json_t *ranks, long total)
 {
     long counts[4] = {0, 0, 0, 0}, smin = LONG_MAX, smax = -1;
@@ -145,8 +150,9 @@ static json_t *progress_json(const json_t *ranks, long total)
     json_array_foreach(ranks, i, r)
     {
         const char *ph = json_string_value(json_object_get(r, "phase"));
-        long step = (long)json_integer_value(json_object_get(r, "step"));
-        double l = nget(r, "loss");
+        struct proto_progress p = rank_progress(r);
+        long step = (long)p.step;
+        double l = p.loss;
         for (int k = 0; k < 4; k++)
             if (ph && !strcmp(ph, phases[k]))
                 counts[k]++;
@@ -160,8 +166,8 @@ static json_t *progress_json(const json_t *ranks, long total)
         }
         if (ph && !strcmp(ph, "running")) {
             double sps = json_number_value(json_object_get(r, "steps_per_s"));
-            if (isfinite(nget(r, "tokens_per_s"))) {
-                tps += nget(r, "tokens_per_s");
+            if (isfinite(p.tokens_per_s)) {
+                tps += p.tokens_per_s;
                 ntps++;
             }
             /* The job goes as fast as its slowest running rank. */
@@ -170,8 +176,8 @@ static json_t *progress_json(const json_t *ranks, long total)
         }
         /* The ranks' own total (gpurun.report(total_steps=...), gr_progress.total_steps)
          * where the command line did not tell. */
-        if (total <= 0 && json_integer_value(json_object_get(r, "total_steps")) > 0)
-            total = (long)json_integer_value(json_object_get(r, "total_steps"));
+        if (total <= 0 && p.total_steps > 0)
+            total = (long)p.total_steps;
     }
     o = json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o}", "ranks",
                   (int)json_array_size(ranks), "pending", (json_int_t)counts[0], "joined",
@@ -464,7 +470,7 @@ static void print_ranks(FILE *out, const json_t *job)
         size_t k;
         json_t *x;
         char *row[NCOL];
-        double loss = nget(r, "loss");
+        struct proto_progress p = rank_progress(r);
         const char *line = sget(r, "last_line");
         const int cell = VIEW_LINE_MAX + 8;
 
@@ -475,13 +481,13 @@ static void print_ranks(FILE *out, const json_t *job)
         snprintf(row[1], cell, "%ld", node);
         snprintf(row[2], cell, "%s", nd && sget(nd, "hostname") ? sget(nd, "hostname") : "-");
         snprintf(row[3], cell, "%s", sget(r, "phase") ? sget(r, "phase") : "-");
-        snprintf(row[4], cell, "%ld", iget(r, "step", 0));
-        if (iget(r, "step", 0) > 0 && isfinite(loss))
-            snprintf(row[5], cell, "%.4f", loss);
+        snprintf(row[4], cell, "%lld", (long long)p.step);
+        if (p.step > 0 && isfinite(p.loss))
+            snprintf(row[5], cell, "%.4f", p.loss);
         else
             snprintf(row[5], cell, "-");
-        if (isfinite(nget(r, "tokens_per_s")))
-            snprintf(row[6], cell, "%.0f", nget(r, "tokens_per_s"));
+        if (isfinite(p.tokens_per_s))
+            snprintf(row[6], cell, "%.0f", p.tokens_per_s);
         else
             snprintf(row[6], cell, "-");
         age(row[7], cell, nd ? iget(nd, "hb_age_ms", -1) : -1);

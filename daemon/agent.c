@@ -221,15 +221,12 @@ static void flush_progress(struct agent *a)
         if (!r->dirty)
             continue;
         r->dirty = false;
-        json_t *e = json_pack("{s:i, s:I, s:I, s:I}", "rank", r->rank, "step", (json_int_t)r->step,
-                              "total_steps", (json_int_t)r->total_steps, "age_ms",
-                              (json_int_t)(t - r->progress_ms));
-        /* A number the rank did not give (NAN) stays out: unknown, not 0. */
-        proto_set_number(e, "loss", r->loss);
-        proto_set_number(e, "lr", r->lr);
-        proto_set_number(e, "tokens_per_s", r->tokens_per_s);
-        proto_set_number(e, "grad_norm", r->grad_norm);
-        proto_set_number(e, "step_time", r->step_time);
+        json_t *e =
+            json_pack("{s:i, s:I}", "rank", r->rank, "age_ms", (json_int_t)(t - r->progress_ms));
+        if (e && proto_progress_pack(e, &r->prog) < 0) {
+            json_decref(e);
+            e = NULL;
+        }
         json_array_append_new(arr, e);
     }
     a->last_flush_ms = t;
@@ -396,17 +393,13 @@ static void on_rank_message(struct peer *p, struct msg *m)
             r->waits = 0;
             a->waits_dirty = true;
         }
-        r->step = m->step;
-        r->loss = m->loss;
-        r->lr = m->lr;
-        r->tokens_per_s = m->tokens_per_s;
-        r->grad_norm = m->grad_norm;
-        r->step_time = m->step_time;
-        if (m->total_steps > 0)
-            r->total_steps = m->total_steps;
+        /* The total a rank gave once holds until it gives another. */
+        if (m->progress.total_steps == 0)
+            m->progress.total_steps = r->prog.total_steps;
+        r->prog = m->progress;
         r->dirty = true;
         r->progress_ms = now_ms(a);
-        steptime_add(&r->st, r->progress_ms, m->step, m->step_time);
+        steptime_add(&r->st, r->progress_ms, r->prog.step, r->prog.step_time);
         break;
     case MSG_PREEMPT:
         if (r->wants_preempt && r->preempt_fd >= 0)
@@ -805,9 +798,9 @@ static void write_metrics(struct agent *a)
         const struct arank *r = &a->ranks[i];
         mr[i] = (struct metrics_rank){
             .rank = r->rank,
-            .step = r->step,
-            .loss = r->loss,
-            .tokens_per_s = r->tokens_per_s,
+            .step = r->prog.step,
+            .loss = r->prog.loss,
+            .tokens_per_s = r->prog.tokens_per_s,
             .report_age_ms = r->progress_ms ? now - r->progress_ms : -1,
             .step_seconds = r->st.steps > 0 ? r->st.avg : NAN,
             .output_age_ms = r->output_ms ? now - r->output_ms : -1,
@@ -1456,6 +1449,7 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
         a->ranks[i].local = i;
         a->ranks[i].logfd = a->ranks[i].idxfd = -1;
         a->ranks[i].alive_fd = -1;
+        proto_progress_init(&a->ranks[i].prog);
     }
     ret = agent_spawn_init(a, &why);
     if (ret < 0)

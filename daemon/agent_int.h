@@ -111,10 +111,8 @@ struct arank {
                       * none; it covers the log up to log_off */
     int alive_fd;    /* write end of its shim's heartbeat pipe (shim.h), or -1 */
     char token[2 * TOKEN_BYTES + 1];
-    int64_t step, total_steps;
-    double loss, lr, tokens_per_s, grad_norm;
-    double step_time;   /* the last report's own step time, NAN: not given */
-    struct steptime st; /* seconds per step (steptime.h): gpurun_rank_step_seconds */
+    struct proto_progress prog; /* its last report (total_steps: the last one given) */
+    struct steptime st;         /* seconds per step (steptime.h): gpurun_rank_step_seconds */
     bool dirty;
     int waits; /* its requests that wait on the other ranks: barriers, gets with a timeout */
     /* Liveness for any script: its last line of output (valid UTF-8, a redraw's too) and when

@@ -355,6 +355,8 @@ static void restart(struct leader *l)
     ranks_release(l);
     memset(l->ranks, 0, (size_t)l->world_size * sizeof(*l->ranks));
     for (int r = 0; r < l->world_size; r++)
+        proto_progress_init(&l->ranks[r].prog);
+    for (int r = 0; r < l->world_size; r++)
         l->ranks[r].phase = PHASE_RUNNING;
     for (int i = 0; i < l->nphys; i++) {
         l->nodes[i].exited = 0;
@@ -560,40 +562,36 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
     json_array_foreach(m->array, i, e)
     {
         int r;
-        struct rank k = {.loss = NAN, .lr = NAN, .tokens_per_s = NAN, .grad_norm = NAN};
-        json_int_t step, total = 0, age = 0;
-        double step_time = NAN;
-        if (json_unpack(e, "{s:i, s:I, s?F, s?F, s?F, s?F, s?F, s?I, s?I}", "rank", &r, "step",
-                        &step, "loss", &k.loss, "lr", &k.lr, "tokens_per_s", &k.tokens_per_s,
-                        "grad_norm", &k.grad_norm, "step_time", &step_time, "total_steps", &total,
-                        "age_ms", &age) < 0 ||
-            age < 0 || age > INT32_MAX || r < l->nodes[c->node].rank_base ||
+        struct proto_progress p;
+        struct errmsg why;
+        json_int_t age = 0;
+        /* The record through proto.c's one reader; rank and age_ms are the agent's. */
+        if (json_unpack(e, "{s:i, s?I}", "rank", &r, "age_ms", &age) < 0 || age < 0 ||
+            age > INT32_MAX || r < l->nodes[c->node].rank_base ||
             r >= l->nodes[c->node].rank_base + l->nodes[c->node].nprocs) {
             log_warn("ignoring a bad progress entry from node %d", c->node);
             continue;
         }
+        if (proto_progress_unpack(e, true, &p, &why) < 0) {
+            log_warn("ignoring a bad progress entry from node %d: %s", c->node, why.text);
+            continue;
+        }
         struct rank *dst = &l->ranks[r];
-        dst->step = step;
-        dst->loss = k.loss;
-        dst->lr = k.lr;
-        dst->tokens_per_s = k.tokens_per_s;
-        dst->grad_norm = k.grad_norm;
-        if (total > 0)
-            dst->total_steps = total;
+        dst->prog = p;
         if (!dst->report_ms) {
             dst->first_ms = now_ms(l) - age;
-            dst->first_step = step;
+            dst->first_step = p.step;
         }
         /* The report's own time, not this frame's: agents batch reports, and the hang rule
          * compares report times across nodes to the millisecond. */
         dst->report_ms = now_ms(l) - age;
         if (dst->report_ms <= 0)
             dst->report_ms = 1;
-        steptime_add(&dst->st, dst->report_ms, step, step_time);
+        steptime_add(&dst->st, dst->report_ms, p.step, p.step_time);
         if (!l->t_first_step)
             l->t_first_step = dst->report_ms;
         if (r == 0)
-            leader_history_add(l, step, k.loss);
+            leader_history_add(l, p.step, p.loss);
     }
 }
 
@@ -845,8 +843,10 @@ static void assign_all(struct leader *l)
              leader_failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
         return;
     }
-    for (int r = 0; r < base; r++)
+    for (int r = 0; r < base; r++) {
         l->ranks[r].phase = PHASE_RUNNING;
+        proto_progress_init(&l->ranks[r].prog);
+    }
     l->state = JOB_RUNNING;
     l->t_joined = l->t_generation = now_ms(l);
     log_info("all %d nodes joined in %" PRId64 " ms: world size %d", l->nphys,
@@ -1520,12 +1520,13 @@ static void check_hang(struct leader *l, int64_t now)
         if (!k->report_ms)
             continue;
         any = true;
-        if (k->step > max_step)
-            max_step = k->step;
+        if (k->prog.step > max_step)
+            max_step = k->prog.step;
         if (k->phase != PHASE_RUNNING)
             continue;
         if (stalled < 0 || k->report_ms < l->ranks[stalled].report_ms ||
-            (k->report_ms == l->ranks[stalled].report_ms && k->step < l->ranks[stalled].step))
+            (k->report_ms == l->ranks[stalled].report_ms &&
+             k->prog.step < l->ranks[stalled].prog.step))
             stalled = r;
     }
     if (!any) {
@@ -1556,7 +1557,7 @@ static void check_hang(struct leader *l, int64_t now)
                      "rank %d on node %d ('%s') hung: no progress report for %.1f s (its last "
                      "step %" PRId64 ", the furthest rank's %" PRId64 ")%s%s",
                      blamed, node, l->nodes[node].hostname, (double)(now - b->report_ms) / 1000,
-                     b->step, max_step, *why ? "; " : "", why);
+                     (int64_t)b->prog.step, max_step, *why ? "; " : "", why);
     /* Ranks that never reported and are not blamed (a job may report from rank 0 alone) may
      * still be the ones stuck: name them, the stacks tell. */
     int silent = 0;

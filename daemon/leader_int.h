@@ -150,8 +150,7 @@ struct node {
 
 struct rank {
     enum rank_phase phase;
-    int64_t step, total_steps;
-    double loss, lr, tokens_per_s, grad_norm;
+    struct proto_progress prog;   /* its last report */
     int64_t report_ms;            /* when its last report reached its agent; 0: it never reported */
     int64_t first_ms, first_step; /* its first report, for the rate of steps */
     int code, signal;

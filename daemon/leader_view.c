@@ -168,17 +168,15 @@ static json_t *rank_view(const struct leader *l, int r, bool detail)
     const struct rank *k = &l->ranks[r];
     json_t *v;
 
-    v = json_pack("{s:i, s:i, s:s, s:I, s:I, s:i, s:i, s:b, s:b, s:I, s:b}", "rank", r, "node",
-                  node_of(l, r), "phase", phase_names[k->phase], "step", (json_int_t)k->step,
-                  "report_age_ms", (json_int_t)(k->report_ms ? now_ms(l) - k->report_ms : -1),
-                  "code", k->code, "signal", k->signal, "oom", k->oom, "killed", k->killed,
-                  "total_steps", (json_int_t)k->total_steps, "reported", k->report_ms != 0);
-    /* What the rank did not report (or has not yet) stays out: unknown, not 0. */
-    if (k->report_ms) {
-        proto_set_number(v, "loss", k->loss);
-        proto_set_number(v, "lr", k->lr);
-        proto_set_number(v, "tokens_per_s", k->tokens_per_s);
-        proto_set_number(v, "grad_norm", k->grad_norm);
+    v = json_pack("{s:i, s:i, s:s, s:I, s:i, s:i, s:b, s:b, s:b}", "rank", r, "node", node_of(l, r),
+                  "phase", phase_names[k->phase], "report_age_ms",
+                  (json_int_t)(k->report_ms ? now_ms(l) - k->report_ms : -1), "code", k->code,
+                  "signal", k->signal, "oom", k->oom, "killed", k->killed, "reported",
+                  k->report_ms != 0);
+    /* Its last report (what it did not report, or has not yet, stays out: unknown, not 0). */
+    if (v && proto_progress_pack(v, &k->prog) < 0) {
+        json_decref(v);
+        v = NULL;
     }
     /* Liveness for scripts that do not report: the last line and how long ago output came. */
     if (v) {
@@ -199,9 +197,9 @@ static json_t *rank_view(const struct leader *l, int r, bool detail)
     if (v && k->slower > 0)
         json_object_set_new(v, "slower", json_real(k->slower));
     /* Steps per second since its first report: the ETA's rate. */
-    if (v && k->report_ms > k->first_ms && k->step > k->first_step)
+    if (v && k->report_ms > k->first_ms && k->prog.step > k->first_step)
         json_object_set_new(v, "steps_per_s",
-                            json_real((double)(k->step - k->first_step) * 1000 /
+                            json_real((double)(k->prog.step - k->first_step) * 1000 /
                                       (double)(k->report_ms - k->first_ms)));
     /* Stacks and exceptions go to summary.json only: with many ranks they would not fit a
      * status reply's frame (the first failure's, the one that matters, is in both). */

@@ -40,6 +40,23 @@ struct proto_row {
         k, kind, true, offsetof(struct msg, member)                                                \
     }
 
+/* The progress record's keys (struct proto_progress), the one list: its kind, whether a report
+ * must have it, its member. The report's row and proto_progress_pack/unpack are made from it. */
+#define PROGRESS_FIELDS(X)                                                                         \
+    X("step", 'I', true, step)                                                                     \
+    X("loss", 'F', false, loss)                                                                    \
+    X("lr", 'F', false, lr)                                                                        \
+    X("tokens_per_s", 'F', false, tokens_per_s)                                                    \
+    X("grad_norm", 'F', false, grad_norm)                                                          \
+    X("total_steps", 'I', false, total_steps)                                                      \
+    X("step_time", 'F', false, step_time)
+#define REPORT_FIELD(k, kind, req, member) {k, kind, !(req), offsetof(struct msg, progress.member)},
+#define RECORD_FIELD(k, kind, req, member)                                                         \
+    {k, kind, !(req), offsetof(struct proto_progress, member)},
+
+static const struct field progress_fields[] = {PROGRESS_FIELDS(RECORD_FIELD)};
+#define N_PROGRESS_FIELDS (sizeof(progress_fields) / sizeof(progress_fields[0]))
+
 /* Indexed by enum msg_type: each row is the contract of its type. */
 static const struct proto_row rows[MSG_TYPE_COUNT] = {
     [MSG_HELLO] = {"hello", {REQ("rank", 'i', rank), REQ("token", 's', value)}},
@@ -61,10 +78,7 @@ static const struct proto_row rows[MSG_TYPE_COUNT] = {
     [MSG_BARRIER] = {"barrier",
                      {REQ("id", 'I', id), REQ("name", 's', key), OPT("count", 'i', count)}},
     [MSG_BARRIER_DONE] = {"barrier_done", {REQ("name", 's', key)}},
-    [MSG_REPORT] = {"report",
-                    {REQ("step", 'I', step), OPT("loss", 'F', loss), OPT("lr", 'F', lr),
-                     OPT("tokens_per_s", 'F', tokens_per_s), OPT("grad_norm", 'F', grad_norm),
-                     OPT("total_steps", 'I', total_steps), OPT("step_time", 'F', step_time)}},
+    [MSG_REPORT] = {"report", {PROGRESS_FIELDS(REPORT_FIELD)}},
     [MSG_PROGRESS] = {"progress",
                       {REQ("ranks", 'o', array), OPT("waiting", 'o', waiting),
                        OPT("output", 'o', output)}},
@@ -126,7 +140,7 @@ static int check_limits(const struct msg *m, struct proto_error *err)
                           PROTO_STACK_MAX);
     if (m->error && !json_is_object(m->error))
         return errmsg_set(&err->why, -EBADMSG, "'%s': 'error' must be an object", what);
-    if (m->total_steps < 0 || (m->type == MSG_SIGNAL && m->signal == 0))
+    if (m->progress.total_steps < 0 || (m->type == MSG_SIGNAL && m->signal == 0))
         return errmsg_set(&err->why, -EBADMSG, "'%s': negative or out-of-range number", what);
     if (m->type == MSG_PROGRESS && !json_is_array(m->array))
         return errmsg_set(&err->why, -EBADMSG, "'%s': 'ranks' must be an array", what);
@@ -547,6 +561,58 @@ void proto_set_number(json_t *o, const char *key, double v)
 {
     if (o && isfinite(v))
         json_object_set_new(o, key, json_real(v));
+}
+
+void proto_progress_init(struct proto_progress *p)
+{
+    memset(p, 0, sizeof(*p));
+    for (size_t i = 0; i < N_PROGRESS_FIELDS; i++)
+        if (progress_fields[i].kind == 'F')
+            *(double *)((char *)p + progress_fields[i].off) = NAN;
+}
+
+int proto_progress_pack(json_t *o, const struct proto_progress *p)
+{
+    for (size_t i = 0; i < N_PROGRESS_FIELDS; i++) {
+        const struct field *f = &progress_fields[i];
+        const void *x = (const char *)p + f->off;
+        json_t *v;
+
+        if (f->kind == 'F' && !isfinite(*(const double *)x))
+            continue; /* unknown: left out, not 0 */
+        v = f->kind == 'F' ? json_real(*(const double *)x) : json_integer(*(const json_int_t *)x);
+        if (!v || json_object_set_new(o, f->key, v) < 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+int proto_progress_unpack(const json_t *o, bool required_step, struct proto_progress *p,
+                          struct errmsg *err)
+{
+    proto_progress_init(p);
+    if (!json_is_object(o))
+        return errmsg_set(err, -EBADMSG, "a progress record must be an object");
+    for (size_t i = 0; i < N_PROGRESS_FIELDS; i++) {
+        const struct field *f = &progress_fields[i];
+        json_t *v = json_object_get(o, f->key);
+        void *x = (char *)p + f->off;
+
+        if (!v && !f->optional && required_step)
+            return errmsg_set(err, -EBADMSG, "'%s' missing", f->key);
+        if (!v)
+            continue;
+        if (f->kind == 'I') {
+            if (!json_is_integer(v) || json_integer_value(v) < 0)
+                return errmsg_set(err, -EBADMSG, "'%s' must be an integer, not negative", f->key);
+            *(json_int_t *)x = json_integer_value(v);
+        } else {
+            if (!json_is_number(v))
+                return errmsg_set(err, -EBADMSG, "'%s' must be a number", f->key);
+            *(double *)x = json_number_value(v);
+        }
+    }
+    return 0;
 }
 
 json_t *proto_pack(const char *fmt, ...)

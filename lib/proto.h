@@ -44,17 +44,18 @@
  * barrier       rank->agent       id, name
  *               agent->leader     id, name, count (how many ranks of that node arrived)
  * barrier_done  leader->agent     name: every rank of the world has arrived
- * report        rank->agent       step, loss, lr, tokens_per_s, grad_norm (each optional:
+ * report        rank->agent       a progress record (struct proto_progress below): step,
+ *                                 loss, lr, tokens_per_s, grad_norm (each optional:
  *                                 absent is unknown, as a NaN is, which JSON cannot say),
  *                                 total_steps (optional: the step count the run aims at,
  *                                 for the progress bar and ETA; 0 or absent: unknown),
  *                                 step_time (optional: seconds of the step's own work,
  *                                 without waiting on the other ranks: the stragglers rule)
- * progress      agent->leader     ranks [{rank, step, loss, lr, tokens_per_s, grad_norm,
- *                                 step_time, total_steps, age_ms}] (the five numbers only where the
- *                                 rank gave them; age_ms: how long before this frame
- *                                 the rank's last report reached the agent, so that the
- *                                 leader's report times are exact whatever the batching)
+ * progress      agent->leader     ranks [{rank, age_ms, and the rank's progress record}]
+ *                                 (the numbers only where the rank gave them; age_ms: how
+ *                                 long before this frame the rank's last report reached
+ *                                 the agent, so that the leader's report times are exact
+ *                                 whatever the batching)
  * preempt       rank->agent       id: this rank handles the pre-timeout signal (the signal
  *                                 in its GPURUN_PREEMPT_SIGNAL): send it there. A rank that
  *                                 never asks never gets it (docs/design.md, section 4)
@@ -146,6 +147,20 @@ enum msg_type {
 /* A decoded message. Strings and objects are borrowed from root, or from text where the fast
  * path read it, and live until proto_msg_release(). Fields a type does not have stay
  * zero/NULL; optional ones too. */
+/* A rank's progress: what it reports (gpurun.report, gr_report) and what every link carries
+ * on: the report message, each entry of a progress message, each rank of the status view and
+ * of summary.json. lib/proto.c's one list of its keys (PROGRESS_FIELDS) makes the report's
+ * row and proto_progress_pack/unpack: a new field is a member here and a line there. A
+ * number the rank did not give is NAN (left out of JSON: unknown, not 0); total_steps 0:
+ * unknown. */
+struct proto_progress {
+    json_int_t step;        /* the step just done (required in a report) */
+    json_int_t total_steps; /* the steps the run aims at, for the bar and the ETA */
+    double loss, lr, tokens_per_s, grad_norm;
+    double step_time; /* seconds of the step's own work, without waiting on the other ranks:
+                       * the stragglers rule */
+};
+
 struct msg {
     enum msg_type type;
     json_t *root;     /* the JSON tree; NULL where the fast path read it: proto_msg_json */
@@ -164,11 +179,10 @@ struct msg {
     int hvd_port; /* assign: horovod's rendezvous port, or 0 */
     int count, code, signal, oom, killed, status, stacks;
     int spare; /* assign: the node is a hot spare of the generation, with no rank */
-    json_int_t timeout_ms, step, total_steps;
-    double loss, lr, tokens_per_s, grad_norm; /* report: NAN when not given */
-    double step_time;                         /* report: NAN when not given */
-    json_t *array;                            /* progress: ranks; status_reply: job (an object) */
-    json_t *error; /* rank_exit: the recorded exception (an object), or NULL */
+    json_int_t timeout_ms;
+    struct proto_progress progress; /* report */
+    json_t *array;                  /* progress: ranks; status_reply: job (an object) */
+    json_t *error;                  /* rank_exit: the recorded exception (an object), or NULL */
     /* progress: the node's ranks now waiting on the others (in a barrier, or for a key with
      * a timeout), an array of rank numbers, the whole set, sent when it changed; or NULL */
     json_t *waiting;
@@ -214,6 +228,20 @@ const char *proto_type_name(enum msg_type t);
 /* Sets key to v in object o when v is finite; one that is not (NAN: not known) is left out,
  * as JSON has no NaN. */
 void proto_set_number(json_t *o, const char *key, double v);
+
+/* A record with nothing known: step 0, total_steps 0, every number NAN. */
+void proto_progress_init(struct proto_progress *p);
+
+/* Sets p's fields in object o: step and total_steps, and each number that is known. Returns
+ * 0, or -ENOMEM (o may then hold some of them). */
+int proto_progress_pack(json_t *o, const struct proto_progress *p);
+
+/* Reads p's fields from object o (a progress entry, a status view's rank): each one present
+ * must have its type (an integer for step and total_steps, not negative; a number for the
+ * others); one absent is unknown (NAN, or 0), step too unless it is required (required_step).
+ * Other keys are the caller's. Returns 0, or -EBADMSG with err naming the field. */
+int proto_progress_unpack(const json_t *o, bool required_step, struct proto_progress *p,
+                          struct errmsg *err);
 
 /* Builds a message: json_pack() with fmt, then checks the result against the table row of
  * its "type", so that nothing leaves a process that the receiver would refuse. Returns a new

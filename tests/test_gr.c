@@ -851,14 +851,15 @@ static void peer_report(struct conn *c, int i)
     (void)i;
     conn_hello(c);
     conn_expect(c, &m, MSG_REPORT);
-    CHECK_EQ(m.step, 1LL << 40);
+    CHECK_EQ(m.progress.step, 1LL << 40);
     /* What is not finite is left out: read back as NAN, not known. */
-    CHECK(isnan(m.loss) && isnan(m.lr) && isnan(m.grad_norm));
-    CHECK(m.tokens_per_s == 1234.5);
+    CHECK(isnan(m.progress.loss) && isnan(m.progress.lr) && isnan(m.progress.grad_norm));
+    CHECK(m.progress.tokens_per_s == 1234.5);
     proto_msg_release(&m);
     conn_expect(c, &m, MSG_REPORT);
-    CHECK_EQ(m.step, 2);
-    CHECK(m.loss == 2.5 && m.lr == 3e-4 && m.grad_norm == 0.75 && m.tokens_per_s == 0);
+    CHECK_EQ(m.progress.step, 2);
+    CHECK(m.progress.loss == 2.5 && m.progress.lr == 3e-4 && m.progress.grad_norm == 0.75 &&
+          m.progress.tokens_per_s == 0);
     proto_msg_release(&m);
     /* No answers to reports: the next thing is the finalize. */
     conn_finalize(c);

@@ -3,6 +3,7 @@
  * type or out of range, a key over the limit), plus payloads that are not JSON objects or
  * name no known type, and proto_pack's refusals. */
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,9 +215,9 @@ TEST(proto_valid_messages_decode)
             CHECK_STR(m.key, "start");
             break;
         case MSG_REPORT:
-            CHECK_EQ(m.step, 100);
-            CHECK(m.loss == 2.5 && m.lr == 0.001 && m.tokens_per_s == 12000.5 &&
-                  m.grad_norm == 1.25);
+            CHECK_EQ(m.progress.step, 100);
+            CHECK(m.progress.loss == 2.5 && m.progress.lr == 0.001 &&
+                  m.progress.tokens_per_s == 12000.5 && m.progress.grad_norm == 1.25);
             break;
         case MSG_PROGRESS:
             CHECK(json_is_array(m.array));
@@ -697,4 +698,60 @@ TEST(proto_fast_path_matches_tree)
     CHECK(decode_both("{\"type\":\"rank_exit\",\"rank\":1,\"code\":0,\"signal\":0,\"oom\":false,"
                       "\"killed\":true,\"tail\":\"\"}"));
     CHECK(!decode_both("{\"type\":\"ok\", \"id\":1}"));
+}
+
+/* The progress record: what pack writes, unpack reads back, the unknown numbers left out. */
+TEST(proto_progress_round_trip)
+{
+    struct proto_progress p, q;
+    struct errmsg err;
+    json_t *o = json_object();
+
+    proto_progress_init(&p);
+    CHECK(p.step == 0 && p.total_steps == 0 && isnan(p.loss) && isnan(p.lr) &&
+          isnan(p.tokens_per_s) && isnan(p.grad_norm) && isnan(p.step_time));
+    p.step = 1LL << 40;
+    p.total_steps = 5000;
+    p.loss = 2.5;
+    p.step_time = 0.125;
+    CHECK_EQ(proto_progress_pack(o, &p), 0);
+    /* Known numbers and both integers; NANs stay out. */
+    CHECK_EQ(json_object_size(o), 4);
+    CHECK(!json_object_get(o, "lr") && !json_object_get(o, "grad_norm"));
+    CHECK_EQ(proto_progress_unpack(o, true, &q, &err), 0);
+    CHECK(q.step == p.step && q.total_steps == 5000 && q.loss == 2.5 && q.step_time == 0.125 &&
+          isnan(q.lr) && isnan(q.tokens_per_s) && isnan(q.grad_norm));
+    /* Other keys are the caller's. */
+    json_object_set_new(o, "rank", json_integer(3));
+    CHECK_EQ(proto_progress_unpack(o, true, &q, &err), 0);
+    json_decref(o);
+}
+
+TEST(proto_progress_unpack_refuses_bad_fields)
+{
+    static const char *const bad[] = {
+        "{\"step\":\"7\"}",
+        "{\"step\":-1}",
+        "{\"step\":1,\"total_steps\":-5}",
+        "{\"step\":1,\"loss\":\"x\"}",
+        "{\"step\":1.5}",
+        "{\"step\":1,\"step_time\":null}",
+        "[1]",
+    };
+    struct proto_progress p;
+    struct errmsg err;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        json_t *o = json_loads(bad[i], 0, NULL);
+        CHECK(o != NULL);
+        CHECK_EQ(proto_progress_unpack(o, false, &p, &err), -EBADMSG);
+        json_decref(o);
+    }
+    /* A missing step: refused where required (a progress entry), unknown where not. */
+    json_t *o = json_pack("{s:f}", "loss", 1.0);
+    CHECK_EQ(proto_progress_unpack(o, true, &p, &err), -EBADMSG);
+    CHECK_CONTAINS(err.text, "'step' missing");
+    CHECK_EQ(proto_progress_unpack(o, false, &p, &err), 0);
+    CHECK(p.step == 0 && p.loss == 1.0);
+    json_decref(o);
 }
