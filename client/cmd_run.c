@@ -468,6 +468,18 @@ static void local_job_fill(struct local_job *job, const struct gpurun_args *args
                                                              : args->time_limit_s / 4;
 }
 
+/* GPURUN_JOB_START_MS for the daemons, as the batch script sets it: the leader reads the time
+ * limit from the job's start, not its own. */
+static void set_job_start(void)
+{
+    struct timespec ts;
+    char ms[32];
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(ms, sizeof(ms), "%lld", (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    setenv("GPURUN_JOB_START_MS", ms, 1);
+}
+
 static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
 {
     char daemon[PATH_MAX], job_id[128], dir[PATH_MAX], abs_dir[PATH_MAX], sn[SIGNAME_LEN];
@@ -514,6 +526,7 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     fprintf(stderr, "gpurun: job %s, job dir %s\n", job_id, abs_dir);
     local_job_fill(&job, args, abs_dir, daemon);
     job.job_id = job_id;
+    set_job_start();
     t0 = monotime_ms();
     ret = local_run(&job, fatal_signal);
     free(args->ran_dir);

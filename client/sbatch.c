@@ -473,6 +473,10 @@ static void body(FILE *f, const struct sbatch_job *j)
             "# file with sbatch, edited or not; the environment may override the paths.\n"
             "set -euo pipefail\n\n"
             ": \"${SLURM_JOB_ID:?this is a batch script: submit it with sbatch}\"\n"
+            "# When the job started: Slurm's time limit counts from here, and the leader,\n"
+            "# which starts seconds later on a busy node, reads the limit from it.\n"
+            "GPURUN_JOB_START_MS=$(date +%%s%%3N)\n"
+            "export GPURUN_JOB_START_MS\n"
             "rendezvousd=${GPURUN_RENDEZVOUSD:-",
             j->job_dir ? "given by --job-dir" : "$GPURUN_JOBS/<job id>");
     sbatch_shell_word(f, j->rendezvousd);

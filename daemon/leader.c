@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -645,7 +646,12 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
     l->exited++;
     if (++n->exited == n->nprocs)
         n->done = true;
-    if ((m->code || m->signal) && !m->killed) {
+    if (m->signal == SIGTERM && !m->killed && at_time_limit(l)) {
+        /* Slurm's time limit signals every process of the step, the ranks with their daemon:
+         * whichever tells the leader first, the job ended at its limit. */
+        fail(l, 124, "timeout", false,
+             leader_failure_new(timeout_cause(l), -1, c->node, n->hostname, 0, 0, ""));
+    } else if ((m->code || m->signal) && !m->killed) {
         json_t *f;
         char what[420] = "";
         if (m->error)
@@ -943,12 +949,33 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
         assign_all(l);
 }
 
+/* The time limit's origin on the loop's clock (at t_start): the job's start as the launcher
+ * said in JOB_START_ENV, up to a day back; else t_start. */
+static int64_t limit_origin(int64_t t_start)
+{
+    const char *env = getenv(JOB_START_ENV);
+    struct timespec ts;
+    long long start, wall;
+    char *end;
+
+    if (!env || !*env || clock_gettime(CLOCK_REALTIME, &ts) < 0)
+        return t_start;
+    errno = 0;
+    start = strtoll(env, &end, 10);
+    wall = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    if (errno || *end || start <= 0 || wall - start < 0 || wall - start > 86400000LL) {
+        log_warn("ignoring %s='%.32s': not a start in the last day", JOB_START_ENV, env);
+        return t_start;
+    }
+    return t_start - (wall - start);
+}
+
 /* Whether the job has reached its time limit (job.json's time_limit_s), give or take the
  * moment between the job's start and the leader's. */
 static bool at_time_limit(const struct leader *l)
 {
     return l->spec->time_limit_s > 0 &&
-           now_ms(l) - l->t_start >= (int64_t)l->spec->time_limit_s * 1000 - TIMEOUT_SLACK_MS;
+           now_ms(l) - l->t_limit0 >= (int64_t)l->spec->time_limit_s * 1000 - TIMEOUT_SLACK_MS;
 }
 
 static const char *timeout_cause(const struct leader *l)
@@ -1693,7 +1720,7 @@ static void on_tick(uv_timer_t *t)
      * gpurun. On Slurm, Slurm ends the job at its limit and records TIMEOUT (what a requeue
      * decides on): the leader's deadline is then only a backstop, LIMIT_BACKSTOP_MS later. */
     if ((l->state == JOB_JOINING || l->state == JOB_RUNNING) && l->spec->time_limit_s > 0 &&
-        now - l->t_start >=
+        now - l->t_limit0 >=
             (int64_t)l->spec->time_limit_s * 1000 + (l->spec->loopback ? 0 : LIMIT_BACKSTOP_MS)) {
         fail(l, 124, "timeout", false, leader_failure_new(timeout_cause(l), -1, -1, "", 0, 0, ""));
         check_end(l);
@@ -1800,6 +1827,7 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
     l->done = cfg->done;
     l->arg = cfg->arg;
     l->t_start = (int64_t)uv_now(loop);
+    l->t_limit0 = limit_origin(l->t_start);
     l->outcome = "running";
     l->nphys = cfg->spec->nnodes + cfg->spec->spare_nodes;
     l->strangers_max = strangers_max(l->nphys);

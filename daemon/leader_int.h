@@ -104,6 +104,9 @@
  * ending the job, not a cancel: Slurm never ends a job before its limit, and the daemons
  * start a moment after the job does. */
 #define TIMEOUT_SLACK_MS       3000
+/* The job's start as its launcher saw it (the batch script's, gpurun --local's): wall-clock
+ * milliseconds, for the time limit's origin. */
+#define JOB_START_ENV          "GPURUN_JOB_START_MS"
 /* A store wait longer than this lasts as long as the job: it keeps now + timeout_ms, which
  * the wire allows up to INT64_MAX, from overflowing. */
 #define KV_WAIT_MAX_MS         (INT64_MAX / 2)
@@ -212,6 +215,8 @@ struct leader {
     int generation;    /* 0, then one more per restart (max_restarts) */
     json_t *failures;  /* the first failure of every earlier generation */
     int64_t t_start, t_joined, t_first_step, t_abort, t_finish;
+    int64_t t_limit0;     /* the time limit's origin on the loop's clock: the job's start as its
+                           * launcher said (JOB_START_ENV), else t_start */
     int64_t t_generation; /* when the current generation's ranks were assigned */
     int64_t t_straggler_check;
     bool stragglers_seen; /* a straggler was named: the leader's metrics file exists */
