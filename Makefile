@@ -35,7 +35,7 @@ endif
 # --- sources -------------------------------------------------------------------------------
 LIB_SRC    := $(wildcard lib/*.c)
 GR_SRC     := lib/rank/gr.c lib/rank/gr_pmix.c lib/frame.c lib/proto.c lib/log.c lib/auth.c \
-              lib/errmsg.c lib/monotime.c
+              lib/fsutil.c lib/errmsg.c lib/monotime.c
 DAEMON_SRC := $(wildcard daemon/*.c)
 CLIENT_SRC := $(wildcard client/*.c)
 TEST_SRC   := $(wildcard tests/test_*.c)
@@ -380,7 +380,7 @@ test: deps
 # The harness writes its own seed corpus (FUZZ_FRAME_WRITE_SEEDS): valid frames of every
 # message type, plain and sealed, so that the fuzzer starts past the checks it must probe.
 FUZZ := $(BUILD)/fuzz/fuzz_frame
-FUZZ_SRC := tests/fuzz_frame.c lib/frame.c lib/proto.c lib/auth.c lib/errmsg.c
+FUZZ_SRC := tests/fuzz_frame.c lib/frame.c lib/proto.c lib/auth.c lib/fsutil.c lib/errmsg.c
 FUZZ_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 fuzz-build: $(FUZZ)
