@@ -35,7 +35,7 @@ endif
 # --- sources -------------------------------------------------------------------------------
 LIB_SRC    := $(wildcard lib/*.c)
 GR_SRC     := lib/rank/gr.c lib/rank/gr_pmix.c lib/frame.c lib/proto.c lib/log.c lib/auth.c \
-              lib/errmsg.c lib/monotime.c
+              lib/fsutil.c lib/errmsg.c lib/monotime.c
 DAEMON_SRC := $(wildcard daemon/*.c)
 CLIENT_SRC := $(wildcard client/*.c)
 TEST_SRC   := $(wildcard tests/test_*.c)
@@ -136,11 +136,13 @@ $(FAKE_NVML): $(call pic,tests/helpers/fake_nvml.c)
 # module's test reaches its static-free API.
 DAEMON_MODS := $(filter-out daemon/main.c,$(DAEMON_SRC))
 CLIENT_MODS := $(filter-out client/main.c,$(CLIENT_SRC))
-# The training core: plain C with OpenMP; kernels/train.c holds gpurun-train's main().
-KERNEL_SRC  := $(wildcard kernels/*.c)
+# The collectives (kernels/coll/): the interface and its backends (tcp with its shared-memory
+# links, nccl).
+COLL_SRC    := $(wildcard kernels/coll/*.c)
+# The training core, the collectives with it: plain C with OpenMP; kernels/train.c holds
+# gpurun-train's main().
+KERNEL_SRC  := $(wildcard kernels/*.c) $(COLL_SRC)
 KERNEL_MODS := $(filter-out kernels/train.c,$(KERNEL_SRC))
-# The collectives: the interface and its backends (tcp with its shared-memory links, nccl).
-COLL_SRC    := kernels/coll.c kernels/coll_tcp.c kernels/coll_shm.c kernels/coll_nccl.c
 # The CPU model: GPT-2, its ops and their GEMM engine, AdamW (what the step benchmarks link).
 MODEL_SRC   := kernels/gpt2.c kernels/ops.c kernels/gemm.c kernels/optim.c
 $(BUILD)/kernels/%.o: CFLAGS += -fopenmp
@@ -203,7 +205,7 @@ else
 TEST_SRC    := $(filter-out tests/test_cuda_ops.c tests/test_cuda_model.c,$(TEST_SRC))
 endif
 
-# The nccl collectives backend (kernels/coll_nccl.c, plain C on the CUDA runtime and NCCL):
+# The nccl collectives backend (kernels/coll/coll_nccl.c, plain C on the CUDA runtime and NCCL):
 # built with NCCL where CUDA=1 and nccl.h is in the toolkit or the system, and then every
 # program that links the collectives (gpurun-train, the test runner, coll_rank, the allreduce
 # benchmark) links libnccl and cudart through the rpath. Elsewhere the same file builds as a
@@ -219,7 +221,7 @@ NCCL_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_LIBDIR)/libnc
 NCCL_CPPFLAGS := -DGPURUN_NCCL -isystem $(CUDA_HOME)/include
 NCCL_LIBS   := -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl \
                -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart
-$(call obj,kernels/coll_nccl.c tests/helpers/coll_rank.c tests/test_coll_nccl.c): CPPFLAGS += $(NCCL_CPPFLAGS)
+$(call obj,kernels/coll/coll_nccl.c tests/helpers/coll_rank.c tests/test_coll_nccl.c): CPPFLAGS += $(NCCL_CPPFLAGS)
 $(TRAIN) $(RUNNER) $(COLL_RANK) $(BENCH_AR): LDLIBS += $(NCCL_LIBS)
 endif
 
@@ -320,7 +322,7 @@ $(BENCH_HANDOFF): $(call obj,bench/handoff.c) $(LIB_A)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) -pthread
 
 # The collectives' rank programs: the multi-rank tests and the allreduce benchmark, on the
-# rank library and kernels/coll*.c alone; the benchmark's anchor is built with OpenMPI's mpicc
+# rank library and kernels/coll/ alone; the benchmark's anchor is built with OpenMPI's mpicc
 # where one is installed.
 $(call obj,tests/helpers/coll_rank.c bench/allreduce.c tests/test_coll.c tests/test_coll_nccl.c): CPPFLAGS += -Ikernels
 $(COLL_RANK): $(call obj,tests/helpers/coll_rank.c $(COLL_SRC)) $(GR_A)
@@ -378,7 +380,7 @@ test: deps
 # The harness writes its own seed corpus (FUZZ_FRAME_WRITE_SEEDS): valid frames of every
 # message type, plain and sealed, so that the fuzzer starts past the checks it must probe.
 FUZZ := $(BUILD)/fuzz/fuzz_frame
-FUZZ_SRC := tests/fuzz_frame.c lib/frame.c lib/proto.c lib/auth.c lib/errmsg.c
+FUZZ_SRC := tests/fuzz_frame.c lib/frame.c lib/proto.c lib/auth.c lib/fsutil.c lib/errmsg.c
 FUZZ_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 fuzz-build: $(FUZZ)

@@ -1,4 +1,4 @@
-/* The allreduce benchmark: coll_allreduce_sum_f32 of the tcp backend (kernels/coll.h), run as
+/* The allreduce benchmark: coll_allreduce_sum_f32 of the tcp backend (kernels/coll/coll.h), run as
  * every rank of a `gpurun --local` job, timed over the sizes and with the schedule of its
  * anchor bench/mpi_allreduce.c. Rank 0 prints one line per size:
  *
@@ -38,7 +38,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "coll.h"
+#include "coll/coll.h"
 #include "gr.h"
 #include "monotime.h"
 #include "banned.h"

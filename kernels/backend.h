@@ -11,7 +11,7 @@
  * close (after coll_close: the device outlives NCCL's communicator).
  *
  * Collective operations: every rank calls them in the same order, as the coll_* calls they
- * make (coll.h). The others are the rank's own.
+ * make (coll/coll.h). The others are the rank's own.
  *
  * Errors: every operation returns 0 or a negative errno; on failure the backend's err holds
  * one line saying what failed and why ("forward/backward failed: token inputs[3] (300)

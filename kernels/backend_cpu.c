@@ -10,7 +10,7 @@
 #endif
 
 #include "backend.h"
-#include "coll.h"
+#include "coll/coll.h"
 #include "banned.h"
 
 struct cpu {

@@ -11,7 +11,7 @@
 
 #include "backend.h"
 #include "traincfg.h"
-#include "coll.h"
+#include "coll/coll.h"
 #ifdef GPURUN_CUDA
 #include "cuda/cuda_ops.h"
 #include "cuda/gpt2_gpu.h"

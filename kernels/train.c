@@ -27,7 +27,7 @@
 
 #include "backend.h"
 #include "ckpt.h"
-#include "coll.h"
+#include "coll/coll.h"
 #include "data.h"
 #include "errmsg.h"
 #include "fsutil.h"
@@ -38,7 +38,7 @@
 #include "traincfg.h"
 #include "banned.h"
 
-/* The training backends by train.device (traincfg.h's enum), as coll.c's table holds the
+/* The training backends by train.device (traincfg.h's enum), as coll/coll.c's table holds the
  * collectives: a new backend is a row here and a value of the enum. */
 static const struct backend_ops *const backends[] = {
     [TRAINCFG_DEVICE_CPU] = &backend_cpu,

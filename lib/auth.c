@@ -3,6 +3,7 @@
  * not. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <openssl/sha.h>
 
 #include "auth.h"
+#include "fsutil.h"
 #include "banned.h"
 
 enum { HS_START, HS_SENT_HELLO, HS_SENT_CHAL, HS_DONE };
@@ -138,40 +140,43 @@ out:
     return ret;
 }
 
+/* The mode is checked on the file that is read (fstat of the open file, then fs_read_fd), not
+ * on whatever the path names at another moment. */
 int auth_key_read(const char *path, struct auth_key *key)
 {
-    char buf[AUTH_KEYFILE_LEN + 2];
+    char *text = NULL;
+    size_t len = 0, n;
     struct stat st;
-    ssize_t n;
-    int ret = -1, fd;
+    int ret, fd;
 
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    if (fstat(fd, &st) < 0) {
+    if (fstat(fd, &st) < 0)
         ret = -errno;
-        goto out;
-    }
-    if (st.st_mode & 077) {
+    else if (st.st_mode & 077)
         ret = -EPERM;
-        goto out;
-    }
-    n = read(fd, buf, sizeof(buf));
-    if (n < 0) {
-        ret = -errno;
-        goto out;
-    }
-    if (n == AUTH_KEYFILE_LEN + 1 && buf[AUTH_KEYFILE_LEN] == '\n')
+    else if (S_ISDIR(st.st_mode))
+        ret = -EISDIR;
+    else
+        ret = fs_read_fd(fd, AUTH_KEYFILE_LEN + 1, &text, &len);
+    close(fd);
+    /* A longer file is no key either. */
+    if (ret == -EFBIG)
+        ret = -EINVAL;
+    if (ret < 0)
+        return ret;
+    n = len;
+    if (n == AUTH_KEYFILE_LEN + 1 && text[AUTH_KEYFILE_LEN] == '\n')
         n--;
     if (n != AUTH_KEYFILE_LEN) {
         ret = -EINVAL;
-        goto out;
+    } else {
+        text[AUTH_KEYFILE_LEN] = '\0';
+        ret = auth_unhex(text, key->k, AUTH_KEY_LEN);
     }
-    buf[AUTH_KEYFILE_LEN] = '\0';
-    ret = auth_unhex(buf, key->k, AUTH_KEY_LEN);
-out:
-    OPENSSL_cleanse(buf, sizeof(buf));
-    close(fd);
+    OPENSSL_cleanse(text, len);
+    free(text);
     return ret;
 }
 

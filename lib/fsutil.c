@@ -114,20 +114,15 @@ int fs_mkdirs(const char *dir, mode_t mode)
     return 0;
 }
 
-int fs_read_all(const char *path, size_t max, char **out, size_t *len)
+int fs_read_fd(int fd, size_t max, char **out, size_t *len)
 {
     struct stat st;
     char *buf = NULL;
     size_t got = 0;
-    int ret = -1, fd;
+    int ret = -1;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (fstat(fd, &st) < 0)
         return -errno;
-    if (fstat(fd, &st) < 0) {
-        ret = -errno;
-        goto out;
-    }
     if ((size_t)st.st_size > max) {
         ret = -EFBIG;
         goto out;
@@ -156,6 +151,16 @@ int fs_read_all(const char *path, size_t max, char **out, size_t *len)
     ret = 0;
 out:
     free(buf);
+    return ret;
+}
+
+int fs_read_all(const char *path, size_t max, char **out, size_t *len)
+{
+    int ret, fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        return -errno;
+    ret = fs_read_fd(fd, max, out, len);
     close(fd);
     return ret;
 }

@@ -23,6 +23,10 @@ int fs_mkdirs(const char *dir, mode_t mode);
  * frees) and sets *len. Returns 0, -EFBIG over max, or a negative errno. */
 int fs_read_all(const char *path, size_t max, char **out, size_t *len);
 
+/* fs_read_all of the file open at fd (borrowed: left open), for a caller that checks the open
+ * file (fstat) before it reads it. */
+int fs_read_fd(int fd, size_t max, char **out, size_t *len);
+
 /* Removes dir and everything under it, never following a symbolic link (a link is removed,
  * not what it points to). Adds the bytes of the files removed to *bytes when bytes is not
  * NULL. Returns 0 or the first negative errno; what could be removed is gone either way. */

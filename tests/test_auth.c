@@ -405,6 +405,18 @@ TEST(auth_key_file_malformed)
     CHECK_EQ(read_key_text(buf, 64), -EINVAL);
 }
 
+TEST(auth_key_file_is_a_directory)
+{
+    char path[4200];
+    struct auth_key k;
+
+    snprintf(path, sizeof(path), "%s/key-dir", test_tmpdir());
+    CHECK_EQ(mkdir(path, 0700), 0);
+    CHECK_EQ(auth_key_read(path, &k), -EISDIR);
+    CHECK_EQ(chmod(path, 0755), 0);
+    CHECK_EQ(auth_key_read(path, &k), -EPERM);
+}
+
 TEST(auth_key_file_missing)
 {
     char path[4200];

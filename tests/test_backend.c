@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "coll.h"
+#include "coll/coll.h"
 #include "gpt2.h"
 #include "optim.h"
 #include "test.h"

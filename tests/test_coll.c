@@ -1,4 +1,4 @@
-/* Tests of the collectives (kernels/coll.h) in a world of one rank: every operation leaves the
+/* Tests of the collectives (kernels/coll/coll.h) in a world of one rank: every operation leaves the
  * data as it is and opens no socket, whichever backend; the errors of a bad backend or root;
  * the device-memory operations refused by the backends without them. The ring itself runs
  * with real ranks in tests/integ/coll_*.sh (tests/helpers/coll_rank.c); the nccl backend has
@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coll.h"
+#include "coll/coll.h"
 #include "test.h"
 #include "banned.h"
 

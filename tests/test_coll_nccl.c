@@ -1,4 +1,4 @@
-/* Tests of the collectives' nccl backend (kernels/coll_nccl.c) in a world of one rank: a real
+/* Tests of the collectives' nccl backend (kernels/coll/coll_nccl.c) in a world of one rank: a real
  * NCCL communicator of one rank whose every operation, on device and on host memory, leaves
  * the data as it is bit for bit (through the staging buffers, across their piece size); the
  * argument errors; and, on every machine, the clean failure without a CUDA device. The tests
@@ -14,7 +14,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "coll.h"
+#include "coll/coll.h"
 #include "test.h"
 #ifdef GPURUN_NCCL
 #include "cuda_test.h"

@@ -188,6 +188,25 @@ TEST(fs_read_all_limits)
     free(text);
 }
 
+TEST(fs_read_fd_leaves_the_file_open)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int fd;
+
+    CHECK_EQ(fs_write_atomic(tmp_path("f"), "0123456789", 10, 0600), 0);
+    fd = open(tmp_path("f"), O_RDONLY | O_CLOEXEC);
+    CHECK(fd >= 0);
+    CHECK_EQ(fs_read_fd(fd, 9, &text, &len), -EFBIG);
+    CHECK(text == NULL);
+    CHECK_EQ(fs_read_fd(fd, 10, &text, &len), 0);
+    CHECK_EQ(len, 10);
+    CHECK_STR(text, "0123456789");
+    free(text);
+    CHECK_EQ(fcntl(fd, F_GETFD), FD_CLOEXEC);
+    close(fd);
+}
+
 /* Writes n bytes of 'x' to path. */
 static void put_bytes(const char *path, size_t n)
 {

@@ -1,4 +1,4 @@
-/* cudasim's NCCL: the subset kernels/coll_nccl.c calls, for ranks that are processes of this
+/* cudasim's NCCL: the subset kernels/coll/coll_nccl.c calls, for ranks that are processes of this
  * machine, behind NVIDIA's own nccl.h. Every call runs to completion inside itself (the sim's
  * streams are synchronous and its device pointers are host pointers), except a collective on a
  * deferred stream (CUDASIM_ASYNC=1): its checks run in the call, the collective itself when the

@@ -1,4 +1,4 @@
-/* A rank program for the multi-process tests of the collectives (kernels/coll.h), run under
+/* A rank program for the multi-process tests of the collectives (kernels/coll/coll.h), run under
  * `gpurun --local`. Modes:
  *
  * Every rank first prints "rank R/W: " and the ring's description (coll_describe).
@@ -52,7 +52,7 @@
 #include <nccl.h>
 #endif
 
-#include "coll.h"
+#include "coll/coll.h"
 #include "gr.h"
 #include "banned.h"
 

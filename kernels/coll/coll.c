@@ -1,7 +1,7 @@
 /* Collectives between ranks (coll.h): the backend table, the world-of-one shortcut, and the
  * checks and state every backend shares (coll_backend.h). The backends live in files of their
- * own: tcp (kernels/coll_tcp.c, with its shared-memory links in kernels/coll_shm.c) and nccl
- * (kernels/coll_nccl.c). */
+ * own beside this one: tcp (coll_tcp.c, with its shared-memory links in coll_shm.c) and nccl
+ * (coll_nccl.c). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>

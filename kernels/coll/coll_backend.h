@@ -1,6 +1,6 @@
-/* What kernels/coll.c shares with the collectives' backends, each in a file of its own
- * (kernels/coll_tcp.c, kernels/coll_nccl.c): the backend's row in coll.c's table, and coll.c's
- * services to a backend. Internal to kernels/coll*.c; programs use coll.h. */
+/* What coll.c shares with the collectives' backends, each in a file of its own (coll_tcp.c,
+ * coll_nccl.c): the backend's row in coll.c's table, and coll.c's services to a backend.
+ * Internal to kernels/coll/; programs use coll.h. */
 #ifndef GPURUN_COLL_BACKEND_H
 #define GPURUN_COLL_BACKEND_H
 
@@ -38,10 +38,10 @@ struct coll_backend {
     int (*dev_broadcast)(struct coll *c, void *buf, size_t bytes, int root, void *stream);
 };
 
-/* The tcp backend (kernels/coll_tcp.c, its shared-memory links kernels/coll_shm.c). */
+/* The tcp backend (coll_tcp.c, its shared-memory links coll_shm.c). */
 extern const struct coll_backend coll_tcp_backend;
 
-/* The nccl backend (kernels/coll_nccl.c; in a build without NCCL, its open says so). */
+/* The nccl backend (coll_nccl.c; in a build without NCCL, its open says so). */
 extern const struct coll_backend coll_nccl_backend;
 
 /* The next "<seq>" of the store keys: the process-wide count of the backends' set-ups that

@@ -1,7 +1,7 @@
 /* What the tcp backend's two files share: the ring's state and a collective's transfer in
  * progress, which the ring engine (coll_tcp.c) moves over each link's TCP connection or, on a
  * link between two ranks of one machine, through a shared-memory ring (coll_shm.c). Internal
- * to kernels/coll_tcp.c and kernels/coll_shm.c. */
+ * to those two files. */
 #ifndef GPURUN_COLL_TCP_H
 #define GPURUN_COLL_TCP_H
 

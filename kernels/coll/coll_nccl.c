@@ -1,4 +1,4 @@
-/* The nccl backend of the collectives (kernels/coll.h): one NCCL communicator per coll, set up
+/* The nccl backend of the collectives (coll.h): one NCCL communicator per coll, set up
  * through the rank library's store; every NCCL call is made on a non-blocking communicator and
  * then watched (NCCL's asynchronous error, the stream, the timeout), so that a dead or stuck
  * peer ends in an error and an aborted communicator, never in a hang. Host-memory operations
