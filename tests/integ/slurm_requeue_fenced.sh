@@ -5,7 +5,7 @@
 # script requeues the job. gpurun --wait, following it, sets the pending job's ExcNodeList to
 # the fenced host, and segment 1 runs on the three other nodes (without gpurun --wait the
 # next segment's leader refuses the host at pre-flight: netns_preflight_link tests that).
-# timeout: 280
+# timeout: 300
 set -euo pipefail
 export GR_SLURM_NODES=4
 # shellcheck source=slurm_client_common.sh
@@ -33,14 +33,14 @@ job_field() {
 # until it runs: the hold may be set after the job reads PENDING).
 release() {
     local i
-    for ((i = 0; i < 300; i++)); do
+    for ((i = 0; i < 600; i++)); do
         case $(job_field "$1" JobState) in
         PENDING) ((i % 5 == 0)) && scontrol update "jobid=$1" StartTime=now ;;
         RUNNING | COMPLETED) return 0 ;;
         esac
         sleep 0.2
     done
-    grs_fail "job $1 did not start again within 60 s: $(scontrol show job -o "$1")"
+    grs_fail "job $1 did not start again within 120 s: $(scontrol show job -o "$1")"
 }
 
 # daemon_pid ID NODE: the pid of node NODE's rendezvousd of job ID (its SLURM_NODEID).
