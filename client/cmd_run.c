@@ -480,9 +480,28 @@ static void set_job_start(void)
     setenv("GPURUN_JOB_START_MS", ms, 1);
 }
 
+/* One line for every end of a local job, as torchrun's users expect one. */
+static void say_end(const struct gpurun_args *args, const struct run_plan *p, const char *job_id,
+                    const char *abs_dir, int ret, int fatal_signal, long long ms)
+{
+    char sn[SIGNAME_LEN];
+
+    if (fatal_signal) {
+        fprintf(stderr, "gpurun: job '%s' cancelled (%s); logs in '%s/logs'\n", job_id,
+                signame(fatal_signal, sn), abs_dir);
+    } else if (ret != 0) {
+        fprintf(stderr, "gpurun: job '%s' exited with status %d; logs in '%s/logs'\n", job_id, ret,
+                abs_dir);
+        python_hint(p, args, abs_dir);
+    } else {
+        fprintf(stderr, "gpurun: job '%s' completed in %.1f s; logs in '%s/logs'\n", job_id,
+                (double)ms / 1000, abs_dir);
+    }
+}
+
 static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_signal)
 {
-    char daemon[PATH_MAX], job_id[128], dir[PATH_MAX], abs_dir[PATH_MAX], sn[SIGNAME_LEN];
+    char daemon[PATH_MAX], job_id[128], dir[PATH_MAX], abs_dir[PATH_MAX];
     struct local_job job = {.out_fd = -1};
     long long t0;
     struct errmsg jerr;
@@ -531,18 +550,7 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     ret = local_run(&job, fatal_signal);
     free(args->ran_dir);
     args->ran_dir = strdup(abs_dir);
-    /* One line for every end, as torchrun's users expect one. */
-    if (*fatal_signal) {
-        fprintf(stderr, "gpurun: job '%s' cancelled (%s); logs in '%s/logs'\n", job_id,
-                signame(*fatal_signal, sn), abs_dir);
-    } else if (ret != 0) {
-        fprintf(stderr, "gpurun: job '%s' exited with status %d; logs in '%s/logs'\n", job_id, ret,
-                abs_dir);
-        python_hint(p, args, abs_dir);
-    } else {
-        fprintf(stderr, "gpurun: job '%s' completed in %.1f s; logs in '%s/logs'\n", job_id,
-                (double)(monotime_ms() - t0) / 1000, abs_dir);
-    }
+    say_end(args, p, job_id, abs_dir, ret, *fatal_signal, monotime_ms() - t0);
 out:
     if (job.out_fd >= 0)
         close(job.out_fd);

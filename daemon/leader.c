@@ -1022,6 +1022,35 @@ static void poll_preempt(struct leader *l, int64_t now)
     free(text);
 }
 
+/* An agent's abort: a failure of its own (a signal to its daemon: 128+S), a cancel, or the
+ * time limit's SIGTERM. */
+static void do_abort(struct leader *l, struct conn *c, struct msg *m)
+{
+    /* The agent's cause is its own text (bounded by the frame): keep it as it is. */
+    bool cancel =
+        m->status == 128 + SIGTERM || m->status == 128 + SIGINT || m->status == 128 + SIGHUP;
+    /* A cancel or the time limit ends the job, a restart waiting for its backoff
+     * included. */
+    if (cancel)
+        abandon_restart(l);
+    if (m->status == 128 + SIGTERM && at_time_limit(l)) {
+        fail(l, 124, "timeout", false,
+             leader_failure_new(timeout_cause(l), -1, c->node, l->nodes[c->node].hostname, 0, 0,
+                                ""));
+        return;
+    }
+    if (cancel)
+        fail(l, m->status, "cancelled", false,
+             leader_failure_new(m->value, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
+    else
+        fail(l, m->status ? m->status : 1, "failed",
+             m->status == 124 ? restart_on(l, FAILURE_HANG) : false,
+             leader_classed(
+                 leader_failure_new(m->value, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""),
+                 m->status == 124 ? FAILURE_HANG : FAILURE_NODE));
+    check_end(l);
+}
+
 static void on_message(struct peer *p, struct msg *m)
 {
     struct conn *c = (struct conn *)p;
@@ -1075,32 +1104,9 @@ static void on_message(struct peer *p, struct msg *m)
     case MSG_RANK_EXIT:
         do_rank_exit(l, c, m);
         break;
-    case MSG_ABORT: {
-        /* The agent's cause is its own text (bounded by the frame): keep it as it is. */
-        bool cancel =
-            m->status == 128 + SIGTERM || m->status == 128 + SIGINT || m->status == 128 + SIGHUP;
-        /* A cancel or the time limit ends the job, a restart waiting for its backoff
-         * included. */
-        if (cancel)
-            abandon_restart(l);
-        if (m->status == 128 + SIGTERM && at_time_limit(l)) {
-            fail(l, 124, "timeout", false,
-                 leader_failure_new(timeout_cause(l), -1, c->node, l->nodes[c->node].hostname, 0, 0,
-                                    ""));
-            break;
-        }
-        if (cancel)
-            fail(l, m->status, "cancelled", false,
-                 leader_failure_new(m->value, -1, c->node, l->nodes[c->node].hostname, 0, 0, ""));
-        else
-            fail(l, m->status ? m->status : 1, "failed",
-                 m->status == 124 ? restart_on(l, FAILURE_HANG) : false,
-                 leader_classed(leader_failure_new(m->value, -1, c->node,
-                                                   l->nodes[c->node].hostname, 0, 0, ""),
-                                m->status == 124 ? FAILURE_HANG : FAILURE_NODE));
-        check_end(l);
+    case MSG_ABORT:
+        do_abort(l, c, m);
         break;
-    }
     default:
         log_error("refused '%s' from %s: not a message for the leader", proto_type_name(m->type),
                   p->name);

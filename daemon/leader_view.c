@@ -239,11 +239,10 @@ static json_t *stragglers_view(const struct leader *l)
     return arr;
 }
 
-json_t *leader_job_view(struct leader *l, bool for_summary, bool detail)
+/* Each node's entry of the view into nodes: its state, heartbeat, slot and what its
+ * pre-flight found. */
+static void nodes_view(const struct leader *l, json_t *nodes, int64_t t)
 {
-    json_t *nodes = json_array(), *ranks = json_array(), *job;
-    int64_t t = now_ms(l);
-
     for (int i = 0; i < l->nphys; i++) {
         const struct node *n = &l->nodes[i];
         const char *st = n->fenced                    ? "fenced"
@@ -263,6 +262,14 @@ json_t *leader_job_view(struct leader *l, bool for_summary, bool detail)
             json_object_set_new(nv, "link_mbit", json_real(round(n->link_mbit * 10) / 10));
         json_array_append_new(nodes, nv);
     }
+}
+
+json_t *leader_job_view(struct leader *l, bool for_summary, bool detail)
+{
+    json_t *nodes = json_array(), *ranks = json_array(), *job;
+    int64_t t = now_ms(l);
+
+    nodes_view(l, nodes, t);
     for (int r = 0; r < l->world_size && !detail; r++)
         json_array_append_new(ranks, rank_view(l, r, detail));
     job = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o}", "job_id", l->spec->job_id, "state",
