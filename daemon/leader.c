@@ -226,16 +226,19 @@ static void ranks_release(struct leader *l)
     }
 }
 
-/* The node a failure of the node's own (FAILURE_NODE) names, if it serves the job and is not
- * node 0 (the leader's own, which no spare can replace); else -1. */
+/* The node a failure of the node's own (FAILURE_NODE) names, or the node of the rank a hang
+ * was traced to (FAILURE_HANG), if it serves the job and is not node 0 (the leader's own,
+ * which no spare can replace); else -1. */
 static int failed_node(const struct leader *l, const json_t *failure)
 {
     const char *cls = json_string_value(json_object_get(failure, "class"));
     json_t *jn = json_object_get(failure, "node");
     int n = json_is_integer(jn) ? (int)json_integer_value(jn) : -1;
 
-    if (!cls || strcmp(cls, failure_class_name(FAILURE_NODE)) || n <= 0 || n >= l->nphys ||
-        l->nodes[n].slot < 0)
+    if (!cls ||
+        (strcmp(cls, failure_class_name(FAILURE_NODE)) &&
+         strcmp(cls, failure_class_name(FAILURE_HANG))) ||
+        n <= 0 || n >= l->nphys || l->nodes[n].slot < 0)
         return -1;
     return n;
 }
@@ -278,7 +281,8 @@ static int hvd_layout(struct leader *l)
     return ret;
 }
 
-/* Before a restart: each node the job lost, and the node a FAILURE_NODE names, is fenced (its
+/* Before a restart: each node the job lost, and the node a FAILURE_NODE or a hang names, is
+ * fenced where a spare can take its place (its
  * daemon, if still there, told to end: it never serves this job again) and the next spare
  * takes its slot, its ranks and its rank numbers; each swap is logged and kept for status
  * and summary.json. */

@@ -2,7 +2,9 @@
 # Hot spares (--spare-nodes): a 2-node job with one spare whose node 1 daemon is SIGKILLed
 # mid-run completes, the spare serving node 1's ranks in the next generation (same world
 # size, same rank numbers, NODE_RANK 1), the swap in gpurun status and summary.json; a lost
-# spare leaves the job running; with no spare left a lost node still ends the job (125).
+# spare leaves the job running; a straggler's node (--straggler-action replace) and the node
+# of a rank a hang is traced to give their places at the restart; with no spare left a lost
+# node still ends the job (125).
 # timeout: 120
 set -euo pipefail
 # shellcheck source=local_common.sh
@@ -141,6 +143,38 @@ field "$job" "d['swaps'][0]['cause']" | grep -q "^a straggler: rank 1 [0-9]*% sl
 [ "$(cat "$work/outdir-replace/gen1.1" 2>/dev/null)" = 1 ] ||
     fail "rank 1 did not run as the job's node 1 in generation 1"
 echo "# --straggler-action=replace: the straggler's node gave its place at the restart"
+
+# --- a hang traced to node 1: its node gives its place at the restart ----------------------
+cat >"$work/hang.py" <<EOF
+import os, sys, time
+sys.path.insert(0, "$root/lib/rank/python")
+import gpurun
+gen = int(os.environ["GPURUN_RESTART_COUNT"])
+if gen == 1:
+    open(os.path.join(os.environ["OUT_DIR"], "gen1.%d" % gpurun.rank()), "w").write(
+        os.environ["NODE_RANK"])
+    sys.exit(0)
+for step in range(1, 1000):
+    gpurun.report(step)
+    # Rank 1 stops reporting after step 5: stuck, as a rank on a sick GPU is.
+    time.sleep(60 if gpurun.rank() == 1 and step == 5 else 0.05)
+EOF
+job=$work/hang
+mkdir -p "$work/outdir-hang"
+rc=0
+OUT_DIR=$work/outdir-hang timeout -k 5 90 "$gpurun" --local -N 2 --gpus-per-node 1 \
+    --spare-nodes 1 --max-restarts 1 --hang-timeout 2 --kill-grace 1 \
+    --job-dir "$job" -- "$py" "$work/hang.py" >"$work/out-hang" 2>"$work/err-hang" \
+    </dev/null || rc=$?
+[ "$rc" = 0 ] || fail "the job whose rank 1 hung exited $rc: $(tail -n 5 "$work/err-hang")"
+[ "$(field "$job" "[(s['node'], s['spare'], s['generation']) for s in d['swaps']]")" = "[(1, 2, 1)]" ] ||
+    fail "swaps: $(field "$job" "d.get('swaps')")"
+field "$job" "d['swaps'][0]['cause']" | grep -q "^rank 1 on node 1 .* hung" ||
+    fail "the swap's cause: $(field "$job" "d['swaps'][0]['cause']")"
+[ "$(field "$job" "d['earlier_failures'][0]['class']")" = hang ] ||
+    fail "the hang's class: $(field "$job" "d['earlier_failures'][0]")"
+[ "$(cat "$work/outdir-hang/gen1.1")" = 1 ] || fail "rank 1 of generation 1 did not run with NODE_RANK 1"
+echo "# a hang traced to node 1: the spare took its place"
 
 # --- no spare left: a lost node ends the job ------------------------------------------------
 cat >"$work/rank.sh" <<'EOF'
