@@ -739,6 +739,7 @@ static void batch_job_fill(struct sbatch_job *job, const struct gpurun_args *arg
 
     job->job_name = args->job_name;
     job->nodes = spec->nnodes + spec->spare_nodes; /* the spares are nodes of the allocation */
+    job->no_kill = spec->spare_nodes > 0;
     job->ranks_per_node = spec->nprocs;
     job->gpus_per_node = args->no_gpus ? 0 : spec->nprocs;
     job->cpus_per_task = cpus_per_rank(args) * spec->nprocs;

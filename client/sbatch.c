@@ -443,6 +443,10 @@ static int directives(FILE *f, const struct sbatch_job *j, struct errmsg *err)
     if (r == 0)
         fprintf(f, "#SBATCH --%s\n",
                 j->requeue ? "requeue\n#SBATCH --open-mode=append" : "no-requeue");
+    /* With hot spares a node's failure is the leader's to handle: Slurm keeps the job and
+     * its step running on the other nodes. */
+    if (r == 0 && j->no_kill)
+        fprintf(f, "#SBATCH --no-kill\n");
     r = r ? r : directive(f, "comment", sbatch_comment(j->comment, buf, sizeof(buf)), err);
     if (j->mail_type)
         r = r ? r : directive(f, "mail-type", j->mail_type_text, err);
@@ -526,7 +530,7 @@ static void body(FILE *f, const struct sbatch_job *j)
         "# leader on this host through the job dir, not through srun: srun would signal\n"
         "# every process of the step, and it must reach only the ranks that asked for it.\n"
         "srun --ntasks-per-node=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-%d}\" "
-        "--kill-on-bad-exit=0 \\\n"
+        "--kill-on-bad-exit=0%s \\\n"
         "    \"$rendezvousd\" --job-dir \"$dir\" --log-level %s &\n"
         "srun_pid=$!\n"
         "trap 'echo %d >\"$dir/preempt.new\" && mv -f \"$dir/preempt.new\" \"$dir/preempt\"' %s\n"
@@ -554,7 +558,7 @@ static void body(FILE *f, const struct sbatch_job *j)
         "elif [ \"$status\" != 0 ]; then\n"
         "    status=125\n"
         "fi\n",
-        j->cpus_per_task, j->log_level, psig, tname);
+        j->cpus_per_task, j->no_kill ? " --no-kill" : "", j->log_level, psig, tname);
     if (j->max_requeues > 0)
         fprintf(f,
                 "# --max-requeues: ranks that checkpointed on the pre-timeout signal and ended\n"
@@ -643,6 +647,7 @@ static const struct parse_row {
     {"chdir", PARSE_STRING, JOB_FIELD(work_dir), 0, NULL},
     {"signal", PARSE_SIGNAL, JOB_FIELD(signal_text), 0, NULL},
     {"requeue", PARSE_FLAG, JOB_FIELD(requeue), 0, NULL},
+    {"no-kill", PARSE_FLAG, JOB_FIELD(no_kill), 0, NULL},
     {"no-requeue", PARSE_FLAG, NO_FIELD, 0, NULL},
     {"open-mode", PARSE_FIXED, NO_FIELD, 0, "append"},
     {"comment", PARSE_COMMENT, JOB_FIELD(comment), 0, NULL},

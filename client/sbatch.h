@@ -75,6 +75,8 @@ struct sbatch_job {
     long long begin_time;            /* --begin as a time_t (the descriptor) */
     bool hold;                       /* --hold: submitted with priority 0 */
     bool requeue;                    /* --requeue: Slurm may requeue it (preemption) */
+    bool no_kill; /* --no-kill, and srun's: a node's failure ends neither the job nor its step
+                   * (the job has hot spares to take its place) */
     int max_requeues;                /* --max-requeues: the script requeues a job whose ranks
                                       * checkpointed on the pre-timeout signal, while
                                       * SLURM_RESTART_COUNT is below it */

@@ -436,6 +436,8 @@ void slurmlib_fill_desc(const struct sbatch_job *job, const char *script, char *
         d->warn_flags = KILL_JOB_BATCH; /* the "B:" of --signal: the batch shell only */
     }
     d->requeue = job->requeue ? 1 : 0;
+    if (job->no_kill)
+        d->kill_on_node_fail = 0;
     if (job->requeue)
         d->open_mode = OPEN_MODE_APPEND;
     d->comment = (char *)sbatch_comment(job->comment, comment, sizeof(comment));
