@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Stragglers from a real CPU quota: 3 ranks run the same CPU-bound Python loop (pure Python
 # arithmetic, ~30 ms of CPU a step, timed and reported as step_time), and rank 1 moves itself
-# into a cgroup this script makes with a quota of 10 ms of CPU every 100 ms (cgroup v1's cpu
-# hierarchy, else cgroup v2's cpu.max). Its steps then take 3 to 5 times the others', also
-# when other processes keep both CPUs of a 2-CPU machine busy. gpurun status, the log and
-# summary.json name rank 1 and no other rank; the cgroup was throttled. With 3 ranks the
-# median is the slower of the two free ones, so load that makes those two unequal cannot get
-# either named. Skips where no such cgroup can be made (not root, a read-only cgroup fs, no
-# cpu controller). The cgroup is removed at exit, failure too: pids left in it go back first
-# to the script's own cgroup of that hierarchy (else to its root).
+# into a cgroup this script makes (cpu_quota.sh) with a quota of 10 ms of CPU every 100 ms
+# (cgroup v1's cpu hierarchy, else cgroup v2's cpu.max). Its steps then take 3 to 5 times the
+# others', also when other processes keep both CPUs of a 2-CPU machine busy. gpurun status,
+# the log and summary.json name rank 1 and no other rank; the cgroup was throttled. With 3
+# ranks the median is the slower of the two free ones, so load that makes those two unequal
+# cannot get either named. Skips where no such cgroup can be made (not root, a read-only
+# cgroup fs, no cpu controller). The cgroup is removed at exit, failure too: pids left in it
+# go back first to the script's own cgroup of that hierarchy (else to its root).
 # timeout: 60
 set -euo pipefail
 # shellcheck source=local_common.sh
 . "$(dirname "$0")/local_common.sh"
+# shellcheck source=cpu_quota.sh
+. "$(dirname "$0")/cpu_quota.sh"
 
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -24,82 +26,9 @@ duration=12
 quota_us=10000 period_us=100000
 
 # --- the cgroup ----------------------------------------------------------------------------
-v1='' v2='' cg='' home=''
-while read -r _ mnt type opts _; do
-    case $type in
-    cgroup) [[ -z $v1 && ,$opts, == *,cpu,* ]] && v1=$mnt ;;
-    cgroup2) [ -n "$v2" ] || v2=$mnt ;;
-    esac
-done </proc/mounts
-
-# cg_remove: moves what is left in $cg back to $home, then removes it.
-cg_remove() {
-    local i p
-    [ -n "$cg" ] && [ -d "$cg" ] || return 0
-    for ((i = 0; i < 50; i++)); do
-        while read -r p; do
-            echo "$p" >"$home/cgroup.procs" 2>/dev/null || true
-        done <"$cg/cgroup.procs"
-        rmdir "$cg" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "# could not remove the cgroup '$cg'"
-}
-exit_hooks+=(cg_remove)
-
-# cg_make TOP CONTROLLERS: makes $cg under TOP (a hierarchy's mount point) and sets $home, the
-# cgroup this script is in there (CONTROLLERS: the hierarchy's field in /proc/self/cgroup),
-# else TOP itself: its root, where pids go back at exit. Fails when TOP is not writable.
-cg_make() {
-    local path
-    path=$(awk -F: -v c="$2" '$2 == c { print $3; exit }' /proc/self/cgroup)
-    home=$1${path%/}
-    [ -n "$path" ] && [ -f "$home/cgroup.procs" ] || home=$1
-    cg=$1/gpurun-test-quota-$$
-    mkdir "$cg" 2>/dev/null && return 0
-    cg=''
-    return 1
-}
-
-# quota_v1 / quota_v2: $cg with its quota, or why in $why.
-quota_v1() {
-    local ctl
-    ctl=$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ { print $2; exit }' /proc/self/cgroup)
-    [ -f "$v1/cpu.cfs_quota_us" ] || { why="no cpu.cfs_quota_us in '$v1'" && return 1; }
-    cg_make "$v1" "${ctl:--}" || { why="cannot make a cgroup under '$v1'" && return 1; }
-    {
-        echo "$period_us" >"$cg/cpu.cfs_period_us" && echo "$quota_us" >"$cg/cpu.cfs_quota_us"
-    } 2>/dev/null ||
-        { why="cannot set cpu.cfs_quota_us in '$cg'" && return 1; }
-}
-quota_v2() {
-    grep -qw cpu "$v2/cgroup.controllers" 2>/dev/null ||
-        { why="no cpu controller in cgroup v2 ('$v2')" && return 1; }
-    grep -qw cpu "$v2/cgroup.subtree_control" ||
-        { why="cpu is not in '$v2/cgroup.subtree_control'" && return 1; }
-    cg_make "$v2" "" || { why="cannot make a cgroup under '$v2'" && return 1; }
-    { echo "$quota_us $period_us" >"$cg/cpu.max"; } 2>/dev/null ||
-        { why="cannot write cpu.max in '$cg'" && return 1; }
-}
-
-why="no cgroup v1 cpu hierarchy nor cgroup v2 mounted"
-if [ -n "$v1" ] && quota_v1; then
-    why=''
-elif [ -n "$v2" ]; then
-    # A cgroup made but left without a quota goes before cgroup v2 is tried.
-    cg_remove
-    cg='' why1=${v1:+$why; }
-    if quota_v2; then
-        why=''
-    else
-        why=$why1$why
-    fi
-fi
-# A process must be able to enter it: a subshell tries, and leaves it empty as it exits.
-if [ -z "$why" ] && ! (echo "$BASHPID" >"$cg/cgroup.procs") 2>/dev/null; then
-    why="cannot move a process into '$cg'"
-fi
-[ -z "$why" ] || skip "$why"
+exit_hooks+=(quota_remove)
+quota_make "$quota_us" "$period_us" || skip "$QUOTA_WHY"
+cg=$QUOTA_CG
 echo "# cgroup with a quota of $quota_us us of CPU every $period_us us: $cg"
 
 # --- the job -------------------------------------------------------------------------------
@@ -147,9 +76,8 @@ for ((i = 0; i < 200; i++)); do
         note=$(cat "$work/entered")
         case $note in
         "entered "*)
-            grep -qx "${note#entered }" "$cg/cgroup.procs" ||
-                fail "rank $slow (pid ${note#entered }) is not in '$cg':" \
-                    "$(tr '\n' ' ' <"$cg/cgroup.procs")"
+            quota_has "${note#entered }" ||
+                fail "rank $slow (pid ${note#entered }) is not in '$cg': $(quota_pids)"
             inside=1
             ;;
         *) skip "rank $slow could not enter the cgroup: ${note#error }" ;;
@@ -176,9 +104,9 @@ grep -q "straggler: rank $slow on node 0 ('.*') [0-9]*% slower than the median" 
     fail "the log names more than rank $slow: $(grep 'straggler: rank' "$work/err")"
 got=$(field "$job" "[s['rank'] for s in d.get('stragglers') or []]")
 [ "$got" = "[$slow]" ] || fail "summary.json stragglers: $got, expected [$slow]"
-# The kernel throttled the cgroup (v1 and v2 both count nr_throttled in cpu.stat).
-throttled=$(sed -n 's/^nr_throttled //p' "$cg/cpu.stat")
-[ "${throttled:-0}" -gt 0 ] || fail "the cgroup was never throttled: $(cat "$cg/cpu.stat")"
+# The kernel throttled the cgroup.
+throttled=$(quota_throttled)
+[ "$throttled" -gt 0 ] || fail "the cgroup was never throttled: $(cat "$cg/cpu.stat")"
 echo "# log: $(grep -o 'straggler: rank.*' "$work/err"); throttled $throttled times"
 echo "# summary.json: $(field "$job" "'%.0f%% slower over %d steps' % \
     (d['stragglers'][0]['slower'] * 100, d['stragglers'][0]['steps'])")"
