@@ -75,23 +75,23 @@ struct sbatch_job {
     long long begin_time;            /* --begin as a time_t (the descriptor) */
     bool hold;                       /* --hold: submitted with priority 0 */
     bool requeue;                    /* --requeue: Slurm may requeue it (preemption) */
-    bool no_kill; /* --no-kill, and srun's: a node's failure ends neither the job nor its step
-                   * (the job has hot spares to take its place) */
-    int max_requeues;                /* --max-requeues: the script requeues a job whose ranks
-                                      * checkpointed on the pre-timeout signal, while
-                                      * SLURM_RESTART_COUNT is below it */
-    const char *comment;             /* --comment: follows SBATCH_COMMENT; or NULL */
-    unsigned mail_type;              /* SBATCH_MAIL_* bits; 0: none asked */
-    const char *mail_type_text;      /* --mail-type as given (the directive) */
-    const char *mail_user;           /* --mail-user; or NULL */
-    const char *output;      /* the batch output (sbatch --output pattern, %j...); absolute */
-    const char *work_dir;    /* absolute: the job's and the ranks' working directory */
-    const char *rendezvousd; /* absolute path, the default of $GPURUN_RENDEZVOUSD */
-    const char *jobs_root;   /* absolute: the default of $GPURUN_JOBS, the job dir's parent */
-    const char *job_dir;     /* absolute: a fixed job dir (--job-dir); NULL: jobs_root/JOBID */
-    const char *log_level;   /* the daemons' --log-level */
-    const char *spec_json;   /* job.json's text with "job_id": "" (filled in at run time) */
-    char *const *argv;       /* the ranks' command, NULL-terminated, for the header comment */
+    bool no_kill;     /* --no-kill, and srun's: a node's failure ends neither the job nor its step
+                       * (the job has hot spares to take its place) */
+    int max_requeues; /* --max-requeues: the script requeues a job whose ranks
+                       * checkpointed on the pre-timeout signal, while
+                       * SLURM_RESTART_COUNT is below it */
+    const char *comment;        /* --comment: follows SBATCH_COMMENT; or NULL */
+    unsigned mail_type;         /* SBATCH_MAIL_* bits; 0: none asked */
+    const char *mail_type_text; /* --mail-type as given (the directive) */
+    const char *mail_user;      /* --mail-user; or NULL */
+    const char *output;         /* the batch output (sbatch --output pattern, %j...); absolute */
+    const char *work_dir;       /* absolute: the job's and the ranks' working directory */
+    const char *rendezvousd;    /* absolute path, the default of $GPURUN_RENDEZVOUSD */
+    const char *jobs_root;      /* absolute: the default of $GPURUN_JOBS, the job dir's parent */
+    const char *job_dir;        /* absolute: a fixed job dir (--job-dir); NULL: jobs_root/JOBID */
+    const char *log_level;      /* the daemons' --log-level */
+    const char *spec_json;      /* job.json's text with "job_id": "" (filled in at run time) */
+    char *const *argv;          /* the ranks' command, NULL-terminated, for the header comment */
 };
 
 /* A failure below fills the caller's struct errmsg with one line: "--job-name: 'a"b' cannot be

@@ -1422,9 +1422,19 @@ static void check_stragglers(struct leader *l, int64_t now)
     v = malloc((size_t)l->world_size * sizeof(*v));
     if (!v)
         return;
-    for (int r = 0; r < l->world_size; r++)
-        if (l->ranks[r].phase == PHASE_RUNNING && l->ranks[r].st.steps >= STRAGGLER_MIN_STEPS)
-            v[n++] = l->ranks[r].st.avg;
+    /* The median is the job's only once every running rank that reports has its window: a
+     * slow rank still gathering its steps is the likeliest straggler, and the mean of the
+     * fast ones that got there first is no median. */
+    for (int r = 0; r < l->world_size; r++) {
+        const struct rank *k = &l->ranks[r];
+        if (k->phase != PHASE_RUNNING || !k->report_ms)
+            continue;
+        if (k->st.steps < STRAGGLER_MIN_STEPS) {
+            n = 0;
+            break;
+        }
+        v[n++] = k->st.avg;
+    }
     if (n < 2) {
         free(v);
         return;
