@@ -353,8 +353,12 @@ $(MPI_HELLO): tests/helpers/mpi_hello.c
 deps:
 	$(Q)scripts/deps.sh
 
+# `make run` and `make test` build with a job per CPU unless the make that runs them was given
+# -j (then its job server is shared).
+JOBS_FLAG = $(if $(filter -j%,$(MAKEFLAGS))$(findstring j,$(firstword $(filter-out -%,$(MAKEFLAGS)))),,-j$(shell nproc 2>/dev/null || echo 2))
+
 run: deps
-	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory $(JOBS_FLAG) all
 	$(Q)scripts/demo.sh
 
 FORMAT_SRC = $(shell git ls-files '*.c' '*.h' '*.cc' '*.cu' '*.cuh' 2>/dev/null || find lib daemon client kernels tests bench -name '*.[ch]' -o -name '*.cc')
@@ -373,7 +377,7 @@ asan:
 # Everything make test runs is reported by tests/run as TAP with one summary line; `tests/run
 # NAME` runs one test again.
 test: deps
-	$(Q)$(MAKE) --no-print-directory all asan fuzz-build $(if $(filter 1,$(CUDA)),sim)
+	$(Q)$(MAKE) --no-print-directory $(JOBS_FLAG) all asan fuzz-build $(if $(filter 1,$(CUDA)),sim)
 	$(Q)BUILD=$(BUILD) tests/run
 
 # --- fuzzing (libFuzzer, clang) --------------------------------------------------------------
