@@ -155,7 +155,7 @@ static void exclude_fenced(struct follow *f)
     fclose(m);
     if (added && *added) {
         list[strlen(list) - 1] = '\0';
-        if (slurmlib_exclude(f->id, list + 1, &err) == 0)
+        if (slurmlib_exclude(f->id, list + 1, f->job.begin_time, &err) == 0)
             fprintf(stderr,
                     "gpurun: job %u requeued: the nodes it fenced are excluded from it "
                     "(ExcNodeList %s): %s\n",

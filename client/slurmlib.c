@@ -163,9 +163,9 @@ int slurmlib_kill(uint32_t id, struct errmsg *err)
     return slurmlib_open(0, err);
 }
 
-int slurmlib_exclude(uint32_t id, const char *nodes, struct errmsg *err)
+int slurmlib_exclude(uint32_t id, const char *nodes, time_t begin, struct errmsg *err)
 {
-    (void)id, (void)nodes;
+    (void)id, (void)nodes, (void)begin;
     return slurmlib_open(0, err);
 }
 
@@ -629,6 +629,7 @@ static int copy_job(const slurm_job_info_t *j, struct slurmlib_job *out)
     out->ended = base >= JOB_COMPLETE && !out->completing;
     out->submit_time = j->submit_time;
     out->start_time = base == JOB_PENDING ? 0 : j->start_time;
+    out->begin_time = base == JOB_PENDING ? j->start_time : 0;
     out->end_time = base >= JOB_COMPLETE ? j->end_time : 0;
     if (out->start_time) {
         time_t until = out->end_time ? out->end_time : now;
@@ -830,7 +831,7 @@ int slurmlib_kill(uint32_t id, struct errmsg *err)
                       slurm_text(code, text, sizeof(text)));
 }
 
-int slurmlib_exclude(uint32_t id, const char *nodes, struct errmsg *err)
+int slurmlib_exclude(uint32_t id, const char *nodes, time_t begin, struct errmsg *err)
 {
     job_desc_msg_t d;
     char text[256];
@@ -839,6 +840,8 @@ int slurmlib_exclude(uint32_t id, const char *nodes, struct errmsg *err)
     slurm_init_job_desc_msg(&d);
     d.job_id = id;
     d.exc_nodes = (char *)nodes;
+    if (begin > time(NULL))
+        d.begin_time = begin;
     guard_enter(CALL_TIMEOUT_S, true);
     r = slurm_update_job(&d);
     code = r == SLURM_SUCCESS ? 0 : slurm_get_errno();

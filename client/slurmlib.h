@@ -59,6 +59,8 @@ struct slurmlib_job {
     bool ended;          /* a final state and nothing left on the nodes */
     time_t submit_time;  /* 0: unknown */
     time_t start_time;   /* 0: not started (while pending, maybe the expected start) */
+    time_t begin_time;   /* while pending: the earliest start Slurm allows (a requeued
+                          * job's hold); 0: none or not pending */
     time_t end_time;     /* 0: not ended */
     long elapsed_s;      /* run time so far, or in all once ended */
     long time_limit_min; /* 0: unlimited */
@@ -146,9 +148,11 @@ int slurmlib_cpus_per_rank(const char *partition, int ranks, bool gpus, int *cpu
 int slurmlib_kill(uint32_t id, struct errmsg *err);
 
 /* Sets pending job id's excluded nodes (ExcNodeList, sbatch's --exclude) to nodes, a
- * hostlist expression; slurmctld takes it only while the job is pending. Returns 0 or a
- * negative errno with err filled. */
-int slurmlib_exclude(uint32_t id, const char *nodes, struct errmsg *err);
+ * hostlist expression; slurmctld takes it only while the job is pending. begin (0: none)
+ * is given again as its earliest start, so that the update keeps a requeued job's hold (the
+ * old segment's credentials live that long on its nodes). Returns 0 or a negative errno with
+ * err filled. */
+int slurmlib_exclude(uint32_t id, const char *nodes, time_t begin, struct errmsg *err);
 
 /* Expands a hostlist expression ("node[1-3],gpu7") with libslurm's hostlist functions into
  * *names (new NULL-terminated array of new strings; free with slurmlib_names_free) and *n.

@@ -33,18 +33,21 @@ job_field() {
 # release ID: Slurm holds a requeued batch job back for 120 s (its credentials' lifetime);
 # the test lets it start at once. The hold is set as the old segment's processes finish,
 # maybe after the job reads PENDING, so the update is repeated until the job runs (120 s:
-# slurmctld's scheduler is slow to act on a loaded machine).
+# slurmctld's scheduler is slow to act on a loaded machine). It has run again only once it
+# was seen pending after the requeue: just after one, a loaded slurmctld may still show the
+# old segment RUNNING with the new restart count.
 release() {
-    local i
+    local i held=
     for ((i = 0; i < 600; i++)); do
         case $(job_field "$1" JobState) in
         PENDING)
-            if [ "$(job_field "$1" Restarts)" -gt 0 ] && ((i % 5 == 0)); then
-                scontrol update "jobid=$1" StartTime=now
+            if [ "$(job_field "$1" Restarts)" -gt 0 ]; then
+                held=1
+                ((i % 5 == 0)) && scontrol update "jobid=$1" StartTime=now
             fi
             ;;
         RUNNING | COMPLETED)
-            [ "$(job_field "$1" Restarts)" -gt 0 ] && return 0
+            [ -n "$held" ] && return 0
             ;;
         esac
         sleep 0.2

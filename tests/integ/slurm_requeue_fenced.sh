@@ -32,11 +32,16 @@ job_field() {
 # release ID: lets a requeued job start now rather than after Slurm's 120 s hold (repeated
 # until it runs: the hold may be set after the job reads PENDING).
 release() {
-    local i
+    local i held=
     for ((i = 0; i < 600; i++)); do
         case $(job_field "$1" JobState) in
-        PENDING) ((i % 5 == 0)) && scontrol update "jobid=$1" StartTime=now ;;
-        RUNNING | COMPLETED) return 0 ;;
+        PENDING)
+            if [ "$(job_field "$1" Restarts)" -gt 0 ]; then
+                held=1
+                ((i % 5 == 0)) && scontrol update "jobid=$1" StartTime=now
+            fi
+            ;;
+        RUNNING | COMPLETED) [ -n "$held" ] && return 0 ;;
         esac
         sleep 0.2
     done
