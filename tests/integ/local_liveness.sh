@@ -78,14 +78,17 @@ sys.path.insert(0, "$root/lib/rank/python")
 import gpurun
 print("up", flush=True)
 if gpurun.rank() == 0:
-    for i in range(20):
+    for i in range(40):
         time.sleep(0.2)
         print("step", i, flush=True)
 gpurun.barrier("done", timeout=60)
 EOF
-run --local --gpus-per-node 2 --hang-timeout 1.5 --hang-watch output --kill-grace 1 \
+# The timeout leaves a starved machine time for rank 1 to get from its "up" to its barrier
+# (until its request reaches the agent it is silent and not waiting): a loaded run once took
+# over 2.5 s there. Rank 0 prints for 8 s, well past it.
+run --local --gpus-per-node 2 --hang-timeout 3 --hang-watch output --kill-grace 1 \
     -- "$py" "$work/works.py"
-expect_rc 0 "a rank silent 4 s in a barrier for one that prints every 0.2 s (--hang-watch output)"
+expect_rc 0 "a rank silent 8 s in a barrier for one that prints every 0.2 s (--hang-watch output)"
 
 # --- one rank waits for one that works without printing: no deadlock ----------------------
 cat >"$work/quiet.py" <<EOF
