@@ -71,7 +71,7 @@ PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_SO) $(GR_EXAMPLE) $(RUNNER) $(LOADGE
               $(BENCH_AR) $(BENCH_MPI) $(BENCH_STEP) $(BENCH_HANDOFF)
 
 .PHONY: all run test test-gpu bench fuzz fuzz-build asan memcheck install uninstall clean deps format \
-        format-check sim
+        format-check sim cudasim-seeds
 
 all: $(PROGS)
 
@@ -308,8 +308,14 @@ $(SIM_LINKS): $(SIM)/%: $(BUILD)/%
 	@mkdir -p $(@D)
 	$(Q)ln -sfn ../$* $@
 sim: $(SIM_TRAIN) $(SIM_RUNNER) $(SIM_COLL_RANK) $(SIM_BENCH_GPU) $(SIM_LINKS)
+# The randomized CUDA tests under cudasim once per seed 1..SEEDS (make test uses one fixed
+# seed): their tolerances hold for other inputs too. run-gpu-checks.sh's seeds step does the
+# same on a GPU.
+SEEDS ?= 50
+cudasim-seeds: $(SIM_RUNNER)
+	$(Q)tests/seeds.sh $(SIM_RUNNER) $(SEEDS) cuda_ops cuda_model
 else
-sim:
+sim cudasim-seeds:
 	@echo "cudasim: not built (CUDA=0: no CUDA toolkit headers)"
 endif
 

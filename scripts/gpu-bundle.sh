@@ -94,7 +94,7 @@ done
 
 # What the checks run: tests/run and the integration scripts (it takes OUT/bin as BUILD),
 # the jobs, run-gpu-checks.sh, the PyTorch anchor of the benchmark, and a user's DDP job.
-cp "$root/tests/run" "$out/tests/"
+cp "$root/tests/run" "$root/tests/seeds.sh" "$out/tests/"
 cp "$root"/tests/integ/* "$out/tests/integ/"
 cp -r "$root/jobs" "$out/"
 cp "$root/scripts/run-gpu-checks.sh" "$out/"

@@ -27,6 +27,9 @@
 #              while it runs and in summary.json after (tests/ranks/torch_ddp.py)
 #   kernels    where a training step's time goes: Nsight Compute's duration of every kernel of
 #              bench/train_gpu's step at GPU_CHECKS_KERNELS_BATCH, summed by kernel (kernels.md)
+#   seeds      not run unless GPU_CHECKS_ONLY names it: the randomized CUDA tests (cuda_ops,
+#              cuda_model) once per seed 1..GPU_CHECKS_SEEDS (tests/seeds.sh), as many as its
+#              budget allows; the row says how many seeds ran and which failed
 # A step that fails, or runs out of its time, does not stop the others. Exit status: 0 when
 # no check failed or timed out.
 #
@@ -37,14 +40,16 @@
 # Environment (seconds for budgets):
 #   GPU_CHECKS_TOTAL        all steps together (default 620); a step gets what is left if less
 #   GPU_CHECKS_<STEP>_S     one step's budget: TESTS 75, BENCH 45, ANCHOR 90, ATTENTION 40,
-#                           TRAIN 110, COMPARE 55, MEMCHECK 45, RACECHECK 105, DDP 30, KERNELS 25
-#                           (a step that
-#                           finds less than 5 s of the total left counts as timed out)
-#   GPU_CHECKS_ONLY         the steps to run, space-separated (default all, in the order above)
+#                           TRAIN 110, COMPARE 55, MEMCHECK 45, RACECHECK 105, DDP 30, KERNELS 25,
+#                           SEEDS 300 (a step that finds less than 5 s of the total left counts
+#                           as timed out)
+#   GPU_CHECKS_ONLY         the steps to run, space-separated (default all but seeds, in the
+#                           order above)
 #   GPU_CHECKS_TESTS        tests/run's filters (default the four above)
 #   GPU_CHECKS_SAN_TESTS    the unit runner's filters for the sanitizers (default 'cuda_*')
 #   GPU_CHECKS_BATCHES      the benchmark's batches (default 16,32,64)
 #   GPU_CHECKS_KERNELS_BATCH  the batch of the kernels step (default 64)
+#   GPU_CHECKS_SEEDS        the seeds step's seeds (default 50; its budget, SEEDS_S, 300)
 #   GPU_CHECKS_STEPS        the training run's steps (default 300)
 #   GPU_CHECKS_CMP_STEPS    the comparisons' steps (default 20; even)
 #   GPU_CHECKS_MODEL        overrides of jobs/gpt2-124m.cfg for both (default none; under sim
@@ -93,11 +98,12 @@ fi
 export GPU_CHECKS_TOTAL GPU_CHECKS_TESTS GPU_CHECKS_SAN_TESTS GPU_CHECKS_BATCHES \
     GPU_CHECKS_KERNELS_BATCH GPU_CHECKS_STEPS GPU_CHECKS_CMP_STEPS GPU_CHECKS_TOKENIZER GPU_CHECKS_TEXT_MB \
     GPU_CHECKS_MODEL PYTHON
-STEPS=(tests bench anchor attention train compare memcheck racecheck ddp kernels)
+STEPS=(tests bench anchor attention train compare memcheck racecheck ddp kernels seeds)
+GPU_CHECKS_SEEDS=${GPU_CHECKS_SEEDS:-50}
 # Each step's cap, adding up to the default total (measured on an H200: 39, 11, about 70, 32,
 # 40, 34, about 95 and 18 s; ddp not yet: torch's import and NCCL's start, a few seconds).
 declare -A BUDGET=([tests]=75 [bench]=45 [anchor]=90 [attention]=40 [train]=110 [compare]=55
-    [memcheck]=45 [racecheck]=105 [ddp]=30 [kernels]=25)
+    [memcheck]=45 [racecheck]=105 [ddp]=30 [kernels]=25 [seeds]=300)
 
 # --- a step's child: rows of the report --------------------------------------------------------
 
@@ -365,6 +371,26 @@ step_attention() {
 # step_ddp: tests/ranks/torch_ddp.py with NCCL, one rank per GPU, under the bundle's gpurun:
 # gpurun status must show a rank's report while the job runs (the package reached the ranks
 # and their reports the leader), and summary.json its last step.
+step_seeds() {
+    local log=$work/seeds.out rc=0 last failing
+    if [ -n "$GPU_CHECKS_NO_DEVICE" ]; then
+        row skip seeds "$GPU_CHECKS_NO_DEVICE"
+        return 0
+    fi
+    # Stop starting seeds 10 s before the step's budget ends (one seed's run is a few s).
+    local budget=${GPU_CHECKS_STEP_BUDGET:-300}
+    SEEDS_DEADLINE_S=$((budget > 15 ? budget - 10 : 5)) SEEDS_TIMEOUT_FACTOR=20 \
+        "$root/tests/seeds.sh" "$bin/tests/runner" "$GPU_CHECKS_SEEDS" cuda_ops cuda_model |
+        tee "$log" || rc=$?
+    last=$(tail -n 1 "$log")
+    failing=$(grep -E '^[a-z0-9_]+: failed with seeds ' "$log" | paste -sd';' | sed 's/;/; /g' || true)
+    if [ "$rc" != 0 ]; then
+        row fail seeds "$last${failing:+; $failing}"
+    else
+        row pass seeds "$last"
+    fi
+}
+
 step_ddp() {
     local log=$work/ddp.out job=$work/ddp-job st=$work/ddp-status.json rc=0 pid seen="" i ngpu last
     if [ "$flavour" = sim ] || [ -n "$GPU_CHECKS_NO_DEVICE" ]; then
@@ -754,6 +780,7 @@ if [ "${1:-}" = --step ]; then
     racecheck) sanitize racecheck ;;
     ddp) step_ddp ;;
     kernels) step_kernels ;;
+    seeds) step_seeds ;;
     *) die "no step '$name'" ;;
     esac
     exit 0
@@ -914,7 +941,9 @@ on_signal() {
 }
 trap on_signal INT TERM
 
-only=${GPU_CHECKS_ONLY:-${STEPS[*]}}
+# Every step but the last, seeds, unless asked for.
+all_steps="${STEPS[*]}"
+only=${GPU_CHECKS_ONLY:-${all_steps% seeds}}
 t_start=$SECONDS
 failed=0
 for s in "${STEPS[@]}"; do
@@ -940,8 +969,8 @@ for s in "${STEPS[@]}"; do
     t0=$SECONDS
     rc=0
     # The step in a process group of its own under its budget: SIGTERM, then SIGKILL 10 s on.
-    TMPDIR=$out/work timeout -k 10 "$budget" "$self" --step "$s" "$out" >"$out/$s.log" 2>&1 \
-        </dev/null &
+    TMPDIR=$out/work GPU_CHECKS_STEP_BUDGET=$budget timeout -k 10 "$budget" "$self" --step "$s" \
+        "$out" >"$out/$s.log" 2>&1 </dev/null &
     step_pid=$!
     wait "$step_pid" || rc=$?
     step_pid=

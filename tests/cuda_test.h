@@ -10,14 +10,14 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "cuda/cuda_ops.h"
 
 /* The running test's context on device 0, from test_device_setup to test_device_finish. */
 static struct gpu_ctx *ctx;
-/* next_u64's state: the seed, from GPURUN_TEST_SEED or the clock, printed by the set-up. */
+/* next_u64's state: the seed, GPURUN_TEST_SEED or TEST_SEED_DEFAULT, printed by the set-up. */
 static uint64_t rng_state;
+#define TEST_SEED_DEFAULT 1u
 
 /* The buffers hmalloc and dmalloc hand out, freed by test_device_finish: room to spare for
  * the test that allocates the most (one past it fails that test at its CHECK_INT). */
@@ -53,13 +53,10 @@ static inline void test_device_setup(void)
     ctx = gpu_ctx_new(0, &err);
     if (!ctx)
         test_fail(__FILE__, __LINE__, "%s", err.text);
-    if (s && *s) {
-        rng_state = strtoull(s, NULL, 10);
-    } else {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        rng_state = (uint64_t)ts.tv_sec * 1000000007ull + (uint64_t)ts.tv_nsec;
-    }
+    /* A fixed seed by default: a run of the suite is the same run every time, and a
+     * tolerance is shown to hold over many seeds by a sweep (run-gpu-checks.sh's seeds step,
+     * make cudasim-seeds), not by the luck of one make test. */
+    rng_state = s && *s ? strtoull(s, NULL, 10) : TEST_SEED_DEFAULT;
     fprintf(stderr, "seed %llu (GPURUN_TEST_SEED repeats it)\n", (unsigned long long)rng_state);
 }
 

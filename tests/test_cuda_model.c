@@ -3,7 +3,7 @@
  * every gradient tensor of a training step (fp32 tight, bf16 loose), gradient accumulation,
  * the logits of a forward without targets, the AdamW update whole and as a ZeRO-1 shard,
  * state round trips, the gradients' sum of squares and bad input. Without a CUDA device every
- * test skips. The seed is printed; GPURUN_TEST_SEED=N repeats a run.
+ * test skips. The inputs come from a fixed seed (printed); GPURUN_TEST_SEED=N picks another.
  *
  * Tolerance: an element passes when |gpu - cpu| <= atol + rtol |cpu| with atol = arel max|cpu|
  * over the tensor (a gradient element near zero is a sum that cancelled: judged against the

@@ -2,7 +2,7 @@
  * and kernels/optim.c on fresh random inputs, in fp32 and in bf16 storage, outputs poisoned
  * with NaN beforehand so that an element left unwritten fails. Without a CUDA device the kernel
  * tests skip; the "no CUDA device available" check is tested on every machine (with no device
- * visible). The seed is printed; GPURUN_TEST_SEED=N repeats a run.
+ * visible). The inputs come from a fixed seed (printed); GPURUN_TEST_SEED=N picks another.
  *
  * Tolerance: an element passes when |gpu - ref| <= atol + rtol |ref| with atol = arel max|ref|
  * over the tensor (near-zero elements of a sum are judged against the tensor's scale).

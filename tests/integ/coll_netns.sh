@@ -7,6 +7,7 @@
 # links carry their data through shared memory; with GPURUN_COLL_SHM=0 every byte crosses the
 # bridge over TCP, once with the agent's GPURUN_NODE_ADDR and once without it.
 # timeout: 90
+# lane: side
 set -euo pipefail
 # shellcheck source=tests/netns.sh disable=SC1091
 . "$(dirname "$0")/../netns.sh"

@@ -6,8 +6,10 @@
 # the C++ runtime and libgcc_s aside; run-gpu-checks.sh runs every step with a shorter test
 # list and training run than on a GPU, exits 0, and its report.md says that each check passed
 # (the PyTorch anchor and the kernel profile, which need a GPU, skip with their reasons). A
-# step left no time of the total is a timeout, and fails the run.
+# step left no time of the total is a timeout, and fails the run. The seeds step, run only when
+# asked for, sweeps the randomized CUDA tests over two seeds.
 # timeout: 240
+# lane: side
 set -euo pipefail
 
 # shellcheck source=prologue.sh
@@ -30,7 +32,7 @@ grep -qx 'flavour=sim' "$copy/bundle.txt" || fail "bundle.txt: $(cat "$copy/bund
 for p in gpurun rendezvousd gpurun-train tests/runner tests/coll_rank bench/train_gpu; do
     [ -x "$copy/bin/$p" ] || fail "the bundle has no bin/$p"
 done
-for p in run-gpu-checks.sh tests/run tests/integ/train_cuda_common.sh jobs/gpt2-124m.cfg \
+for p in run-gpu-checks.sh tests/run tests/seeds.sh tests/integ/train_cuda_common.sh jobs/gpt2-124m.cfg \
     lib/gpurun/python/gpurun/__init__.py bin/tests/torch_ddp.py; do
     [ -f "$copy/$p" ] || fail "the bundle has no $p"
 done
@@ -98,6 +100,7 @@ grep -qE '^\| train \| pass \| .*: loss [0-9.]+ -> [0-9.]+ ' "$report" || fail "
 for f in env.txt tests.log bench.log train.log compare.log memcheck.log racecheck.log; do
     [ -s "$work/out/$f" ] || fail "OUTDIR has no $f"
 done
+! grep -q '^| seeds |' "$report" || fail "report.md: the seeds step ran without GPU_CHECKS_ONLY"
 sed -n 's/^| \([^|]*\) | pass | \([0-9]* s\) | .*/# ok: \1 (\2)/p' "$report"
 tail -n 1 "$report" | sed 's/^/# /'
 
@@ -108,3 +111,12 @@ rc=0
 [ "$rc" = 1 ] || fail "run-gpu-checks.sh with no time left exited $rc, not 1"
 grep -q '^| bench | timeout | 0 s | not run: no time left of GPU_CHECKS_TOTAL=0 s |$' \
     "$work/late/report.md" || fail "no timeout row for a step with no time left"
+
+# The seed sweep, asked for by name: the randomized CUDA tests once per seed.
+rc=0
+(cd "$work" && env -i PATH=/usr/bin:/bin HOME="$work" GPU_CHECKS_ONLY=seeds GPU_CHECKS_SEEDS=2 \
+    "$copy/run-gpu-checks.sh" seeds) >"$work/seeds.out" 2>&1 || rc=$?
+[ "$rc" = 0 ] || fail "run-gpu-checks.sh's seeds step exited $rc: $(tail -n 5 "$work/seeds.out")"
+grep -qE '^\| seeds \| pass \| [0-9]+ s \| seeds 1\.\.2: [0-9]+ tests x 2 seeds, 0 of [0-9]+ runs failed \|$' \
+    "$work/seeds/report.md" || fail "no seeds row: $(grep '^| seeds' "$work/seeds/report.md")"
+grep '^| seeds |' "$work/seeds/report.md" | sed 's/^/# /'

@@ -6,6 +6,7 @@
 # horovod's HTTP client across the bridge (tests/ranks/horovod_rendezvous.py). Horovod's code comes
 # from PyPI at test time; skips when PyPI cannot be reached or namespaces cannot be made.
 # timeout: 300
+# lane: side
 set -euo pipefail
 # shellcheck source=prologue.sh
 . "$(dirname "$0")/prologue.sh"

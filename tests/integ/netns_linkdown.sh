@@ -5,6 +5,7 @@
 # cause that says so and tear down the ranks of nodes 0 and 1, while node 2's daemon, cut
 # off from the leader, must fence itself: kill its own ranks and exit non-zero.
 # timeout: 60
+# lane: side
 set -euo pipefail
 # shellcheck source=tests/netns.sh disable=SC1091
 . "$(dirname "$0")/../netns.sh"

@@ -4,6 +4,7 @@
 # address with --rendezvous HOST:PORT instead of reading endpoint.json. The rank library's
 # example must pass across the nodes, and each node's rank logs land in its own job dir.
 # timeout: 60
+# lane: side
 set -euo pipefail
 # shellcheck source=tests/netns.sh disable=SC1091
 . "$(dirname "$0")/../netns.sh"

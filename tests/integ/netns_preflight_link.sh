@@ -7,6 +7,7 @@
 # ends with 125 before any rank starts, its first failure naming node 2's link. A third run
 # with --preflight off (job.json's "preflight": 0) times nothing and runs on node 2.
 # timeout: 90
+# lane: side
 set -euo pipefail
 # shellcheck source=tests/netns.sh disable=SC1091
 . "$(dirname "$0")/../netns.sh"

@@ -4,6 +4,7 @@
 # torch environment (RANK ... MASTER_ADDR = node 0's address), runs in its node's namespace,
 # and the rank library's example passes its store and barrier across the nodes.
 # timeout: 60
+# lane: side
 set -euo pipefail
 # shellcheck source=tests/netns.sh disable=SC1091
 . "$(dirname "$0")/../netns.sh"

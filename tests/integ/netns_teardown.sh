@@ -5,6 +5,7 @@
 # signal, and no process of any rank may remain on any node. Prints the time from the kill
 # to the last rank gone as "# teardown_ms=N".
 # timeout: 60
+# lane: side
 set -euo pipefail
 # shellcheck source=tests/netns.sh disable=SC1091
 . "$(dirname "$0")/../netns.sh"

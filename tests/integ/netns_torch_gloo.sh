@@ -6,6 +6,7 @@
 # names one: rendezvousd must name the interface holding its node's address, or gloo falls
 # back to loopback and the ranks cannot reach each other. Skips without Debian's python3-torch.
 # timeout: 120
+# lane: side
 set -euo pipefail
 # shellcheck source=tests/netns.sh disable=SC1091
 . "$(dirname "$0")/../netns.sh"

@@ -5,6 +5,7 @@
 # others sleep. Its exit must cross the link to the leader: every daemon exits 3 within a few
 # seconds and summary.json names rank 3 with its last lines as valid UTF-8.
 # timeout: 60
+# lane: side
 set -euo pipefail
 # shellcheck source=tests/netns.sh disable=SC1091
 . "$(dirname "$0")/../netns.sh"

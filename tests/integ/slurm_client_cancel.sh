@@ -6,6 +6,7 @@
 # rank that did not ask for it, and with an explicit --signal every rank on every node,
 # which end the job cleanly.
 # timeout: 120
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"

@@ -56,3 +56,53 @@ wait_running() {
     done
     grs_fail "job $1 did not get $2 running ranks within 30 s: $(tail -n 3 st.err)"
 }
+
+# daemon_pid ID NODE: the pid of node NODE's rendezvousd of job ID (its SLURM_NODEID).
+daemon_pid() {
+    local p
+    for p in $(pgrep -f "^[^ ]*rendezvousd --job-dir $GPURUN_JOBS/$1 "); do
+        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_NODEID=$2"; then
+            echo "$p"
+            return 0
+        fi
+    done
+}
+
+# job_field ID FIELD: FIELD of scontrol show job ID (JobState, Restarts, SubmitTime...).
+job_field() {
+    scontrol show job -o "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"
+}
+
+# release ID: Slurm holds a requeued batch job back for 120 s (its credentials' lifetime);
+# the test lets it start sooner, but not within 2 s of the requeue: the requeue revokes the
+# old segment's credential on its nodes at a time in whole seconds, and slurmd refuses a
+# launch credential no newer than that (the job then fails at once, exit 1, nothing run).
+# The requeue sets the job's SubmitTime. The hold is set as the old segment's processes
+# finish, maybe after the job reads PENDING, so the update is repeated until the job runs
+# (120 s: slurmctld's scheduler is slow to act on a loaded machine). It has run again only
+# once it was seen pending after the requeue: just after one, a loaded slurmctld may still
+# show the old segment RUNNING with the new restart count.
+release() {
+    local i held="" since
+    for ((i = 0; i < 600; i++)); do
+        case $(job_field "$1" JobState) in
+        PENDING)
+            if [ "$(job_field "$1" Restarts)" -gt 0 ]; then
+                held=1
+                since=$(date -d "$(job_field "$1" SubmitTime)" +%s 2>/dev/null || echo 0)
+                if ((i % 5 == 0 && $(date +%s) >= since + 2)); then
+                    scontrol update "jobid=$1" StartTime=now
+                fi
+            fi
+            ;;
+        RUNNING | COMPLETED)
+            [ -n "$held" ] && return 0
+            ;;
+        FAILED | CANCELLED | TIMEOUT | NODE_FAIL)
+            [ -n "$held" ] && grs_fail "job $1 ended after its requeue: $(scontrol show job -o "$1")"
+            ;;
+        esac
+        sleep 0.2
+    done
+    grs_fail "job $1 was not requeued and started again within 120 s: $(scontrol show job -o "$1")"
+}

@@ -4,6 +4,7 @@
 # --emit-sbatch prints and in what slurmctld records; --cpus-per-gpu and SBATCH_CPUS_PER_GPU
 # override it; with --no-gpus a rank's share is the node's CPUs over its ranks.
 # timeout: 120
+# lane: side
 set -euo pipefail
 export GR_SLURM_CPUS=16 GR_SLURM_GPUS=8
 # shellcheck source=slurm_client_common.sh

@@ -5,6 +5,7 @@
 # JSON, and Slurm's state is FAILED; no rank is left on any node. Then a rank's Python
 # exception with --max-restarts 2: not retried, its class user-error.
 # timeout: 120
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"

@@ -7,6 +7,7 @@
 # end; logs -f and status --watch of a job while it runs; a stale dir of an earlier cluster's
 # job of the same id is kept aside.
 # timeout: 120
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh" tests/gr_example

@@ -7,6 +7,7 @@
 # would be (scontrol show job) and honoured; sbatch's variables apply under the flags and over a
 # train.cfg's [job] keys, and not to --local jobs.
 # timeout: 180
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"

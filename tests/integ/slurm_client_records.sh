@@ -5,6 +5,7 @@
 # while the job runs; node 0's (the leader's) SIGKILLed; node 1's daemon dead before it
 # joins (a wrapper kills itself on node 1) under --join-timeout 8 and a 2-minute limit.
 # timeout: 240
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"

@@ -4,6 +4,7 @@
 # than the cluster has, a command that does not exist (127). Then without Slurm: a missing
 # slurm.conf, and slurmctld stopped, each said in one line within seconds.
 # timeout: 90
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"

@@ -8,6 +8,7 @@
 # completes. gpurun --wait follows both through their requeues; status shows each segment's
 # end, and every rank log marks where the requeued ranks begin.
 # timeout: 300
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"
@@ -25,35 +26,7 @@ wait_lines() {
 $(scontrol show job -o)"
 }
 
-# job_field ID FIELD: FIELD of scontrol show job ID (JobState, Restarts...).
-job_field() {
-    scontrol show job -o "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"
-}
 
-# release ID: Slurm holds a requeued batch job back for 120 s (its credentials' lifetime);
-# the test lets it start at once. The hold is set as the old segment's processes finish,
-# maybe after the job reads PENDING, so the update is repeated until the job runs (120 s:
-# slurmctld's scheduler is slow to act on a loaded machine). It has run again only once it
-# was seen pending after the requeue: just after one, a loaded slurmctld may still show the
-# old segment RUNNING with the new restart count.
-release() {
-    local i held=
-    for ((i = 0; i < 600; i++)); do
-        case $(job_field "$1" JobState) in
-        PENDING)
-            if [ "$(job_field "$1" Restarts)" -gt 0 ]; then
-                held=1
-                ((i % 5 == 0)) && scontrol update "jobid=$1" StartTime=now
-            fi
-            ;;
-        RUNNING | COMPLETED)
-            [ -n "$held" ] && return 0
-            ;;
-        esac
-        sleep 0.2
-    done
-    grs_fail "job $1 was not requeued and started again within 120 s: $(scontrol show job -o "$1")"
-}
 
 # --- the chain: checkpoint at the time limit, requeue, resume ----------------------------
 t0=$(grs_now_ms)

@@ -6,6 +6,7 @@
 # refused with the command line that runs it again. And a SCRIPT.py whose rank lacks a module
 # ends gpurun --wait with the line that names the Python it ran.
 # timeout: 120
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"

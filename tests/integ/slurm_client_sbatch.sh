@@ -4,6 +4,7 @@
 # makes a job dir of its own) it runs every rank on the nodes asked for, and gpurun status
 # and logs know the jobs as their own.
 # timeout: 120
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"

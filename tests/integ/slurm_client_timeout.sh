@@ -5,6 +5,7 @@
 # default action for SIGUSR1 is to exit), runs to the limit and is stopped there: TIMEOUT,
 # gpurun --wait exits 124, summary.json says timeout.
 # timeout: 240
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"

@@ -5,6 +5,7 @@
 # an inner srun on two nodes; a command runs inside a node; up.sh again while a job runs
 # starts clean; down.sh leaves nothing behind.
 # timeout: 120
+# lane: side
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -3,6 +3,7 @@
 # nodes, then three), and a batch script runs it with OpenMPI's own mpirun. Every rank must
 # print the right Allreduce sum, from the node Slurm put it on.
 # timeout: 180
+# lane: side
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -5,6 +5,7 @@
 # a user's own batch script runs gr_example through its inner srun. Every rank must print its
 # line with the place Slurm gave it.
 # timeout: 180
+# lane: side
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -9,6 +9,7 @@
 # its GPUs held by another process (--min-gpu-free 50), once with a GPU missing (2 asked, 1 in
 # NVML). summary.json and gpurun status name the swap and the check that failed.
 # timeout: 240
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh" tests/fakenvml/libnvidia-ml.so.1

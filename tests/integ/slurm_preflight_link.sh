@@ -6,6 +6,7 @@
 # the job completes and gpurun status says the swap. Then gpurun preflight on the same three
 # nodes: node2's line fails on its link, the others pass, exit 125.
 # timeout: 180
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"

@@ -6,6 +6,7 @@
 # the fenced host, and segment 1 runs on the three other nodes (without gpurun --wait the
 # next segment's leader refuses the host at pre-flight: netns_preflight_link tests that).
 # timeout: 300
+# lane: side
 set -euo pipefail
 export GR_SLURM_NODES=4
 # shellcheck source=slurm_client_common.sh
@@ -23,40 +24,6 @@ wait_lines() {
     done
     grs_fail "$1 has not $3 lines of '$2' after 60 s: $(tail -n 20 "$1")
 $(scontrol show job -o)"
-}
-
-job_field() {
-    scontrol show job -o "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"
-}
-
-# release ID: lets a requeued job start now rather than after Slurm's 120 s hold (repeated
-# until it runs: the hold may be set after the job reads PENDING).
-release() {
-    local i held=
-    for ((i = 0; i < 600; i++)); do
-        case $(job_field "$1" JobState) in
-        PENDING)
-            if [ "$(job_field "$1" Restarts)" -gt 0 ]; then
-                held=1
-                ((i % 5 == 0)) && scontrol update "jobid=$1" StartTime=now
-            fi
-            ;;
-        RUNNING | COMPLETED) [ -n "$held" ] && return 0 ;;
-        esac
-        sleep 0.2
-    done
-    grs_fail "job $1 did not start again within 120 s: $(scontrol show job -o "$1")"
-}
-
-# daemon_pid ID NODE: the pid of node NODE's rendezvousd of job ID (its SLURM_NODEID).
-daemon_pid() {
-    local p
-    for p in $(pgrep -f "^[^ ]*rendezvousd --job-dir $GPURUN_JOBS/$1 "); do
-        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_NODEID=$2"; then
-            echo "$p"
-            return 0
-        fi
-    done
 }
 
 timeout 240 "$gpurun" --wait -N 2 --gpus-per-node 1 --spare-nodes 1 --max-restarts 1 \

@@ -5,20 +5,10 @@
 # rank 1 ran on the spare's host in generation 1 with NODE_RANK 1, and no process is left.
 # The job's nodes pass pre-flight with the cluster's fake GPUs (CUDA_VISIBLE_DEVICES).
 # timeout: 240
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"
-
-# daemon_pid ID NODE: the pid of node NODE's rendezvousd of job ID (its SLURM_NODEID).
-daemon_pid() {
-    local p
-    for p in $(pgrep -f "^[^ ]*rendezvousd --job-dir $GPURUN_JOBS/$1 "); do
-        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_NODEID=$2"; then
-            echo "$p"
-            return 0
-        fi
-    done
-}
 
 # shellcheck disable=SC2016 # expanded by each rank
 timeout 150 "$gpurun" --wait -N 2 --gpus-per-node 1 --spare-nodes 1 --max-restarts 1 \

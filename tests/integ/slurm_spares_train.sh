@@ -6,6 +6,7 @@
 # completes: every step after the resume has the loss of an undisturbed run of the same
 # train.cfg, bit for bit, and the final checkpoint holds the same parameters and moments.
 # timeout: 240
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"
@@ -59,17 +60,6 @@ for line in open(sys.argv[1]):
         last[r["step"]] = r["loss"]
 for s in sorted(last):
     print(s, repr(last[s]))' "$1/metrics.jsonl"
-}
-
-# daemon_pid ID NODE: the pid of node NODE's rendezvousd of job ID (its SLURM_NODEID).
-daemon_pid() {
-    local p
-    for p in $(pgrep -f "^[^ ]*rendezvousd --job-dir $GPURUN_JOBS/$1 "); do
-        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_NODEID=$2"; then
-            echo "$p"
-            return 0
-        fi
-    done
 }
 
 # --- the undisturbed run ----------------------------------------------------------------------

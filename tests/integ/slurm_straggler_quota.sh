@@ -12,6 +12,7 @@
 # the cgroup was throttled. Skips where no such cgroup can be made; the cgroup is removed at
 # exit, failure too, before the cluster goes down.
 # timeout: 180
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"

@@ -5,6 +5,7 @@
 # node 1 alone (not the rank that waits for it), and gpurun status of the finished job shows
 # the straggler line.
 # timeout: 180
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"

@@ -8,6 +8,7 @@
 # once under each MPI plugin that sets rank variables: pmi2 (PMI_RANK, PMI_SIZE) and pmix
 # (PMIX_RANK).
 # timeout: 60
+# lane: side
 set -euo pipefail
 # shellcheck source=slurm_client_common.sh
 . "$(dirname "$0")/slurm_client_common.sh"

@@ -6,6 +6,7 @@
 # --signal=B:USR1 does, and every rank saves its checkpoint in the job dir and exits 0.
 # Uses Debian's python3-torch (/usr/bin/python3); skips without it.
 # timeout: 240
+# lane: side
 set -euo pipefail
 
 python=${TORCH_PYTHON:-/usr/bin/python3}

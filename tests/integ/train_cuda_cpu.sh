@@ -13,6 +13,7 @@
 # 3e-3 the largest difference is the spike's step, 2.9e-4 on an H200 and 2.6e-5 under cudasim;
 # at 1e-3 (no spike) it is 5.4e-8 under cudasim, as in the runs above, and passed on the H200.
 # timeout: 300
+# lane: side
 set -euo pipefail
 # shellcheck source=train_cuda_common.sh
 . "$(dirname "$0")/train_cuda_common.sh"

@@ -23,6 +23,9 @@
 #   GR_SLURM_HOSTS    1: add "ADDRESS nodeK" lines to /etc/hosts (tagged, removed by down.sh;
 #                     default 1 for ID 0, else 0: node names are the same in every instance)
 #   GR_SLURM_WAIT     seconds up.sh waits for every node to be idle (default 20)
+#   GR_SLURM_SLURMD_TIMEOUT  slurm.conf's SlurmdTimeout: seconds of silence after which
+#                     slurmctld marks a node DOWN (default 30; a test of a node's death
+#                     lowers it)
 #
 # Skips: grs_check prints "# SKIP <reason>" and returns 77 when this machine cannot host the
 # cluster (not root, a Slurm or munge program missing, no network namespaces).
@@ -52,6 +55,7 @@ fi
 GRS_NODES=${GR_SLURM_NODES:-3}
 GRS_CPUS=${GR_SLURM_CPUS:-8}
 GRS_GPUS=${GR_SLURM_GPUS:-8}
+GRS_SLURMD_TIMEOUT=${GR_SLURM_SLURMD_TIMEOUT:-30}
 GRS_SUBNET=${GR_SLURM_SUBNET:-10.214.$GRS_ID}
 GRS_HOSTS=${GR_SLURM_HOSTS:-$([ "$GRS_ID" = 0 ] && echo 1 || echo 0)}
 GRS_WAIT=${GR_SLURM_WAIT:-20}
@@ -95,6 +99,10 @@ grs_check() {
     fi
     if ! [[ $GRS_GPUS =~ ^[0-9]+$ ]] || [ "$GRS_GPUS" -gt 64 ]; then
         grs__err "GR_SLURM_GPUS '$GRS_GPUS' must be 0..64"
+        return 2
+    fi
+    if ! [[ $GRS_SLURMD_TIMEOUT =~ ^[0-9]+$ ]] || [ "$GRS_SLURMD_TIMEOUT" -lt 5 ]; then
+        grs__err "GR_SLURM_SLURMD_TIMEOUT '$GRS_SLURMD_TIMEOUT' must be 5 seconds or more"
         return 2
     fi
     if ! [[ $GRS_SUBNET =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]]; then

@@ -139,7 +139,7 @@ KillWait=2
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 MinJobAge=600
-SlurmdTimeout=30
+SlurmdTimeout=$GRS_SLURMD_TIMEOUT
 InactiveLimit=0
 MessageTimeout=5
 EOF
@@ -197,6 +197,7 @@ export GR_SLURM_DIR=$GRS_DIR
 export GR_SLURM_NODES=$GRS_NODES
 export GR_SLURM_CPUS=$GRS_CPUS
 export GR_SLURM_GPUS=$GRS_GPUS
+export GR_SLURM_SLURMD_TIMEOUT=$GRS_SLURMD_TIMEOUT
 export GR_SLURM_SUBNET=$GRS_SUBNET
 export GR_SLURM_NODE_NAMES="$names"
 export GR_SLURM_NODE_ADDRS="$addrs"
