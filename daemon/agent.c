@@ -1497,6 +1497,11 @@ void agent_signal(struct agent *a, int sig)
             arank_signal(&a->ranks[i], sig);
         return;
     }
+    /* The first terminating signal cancels the job; a burst of them (a user's repeated ^C,
+     * a scheduler's repeated signals) must not become a burst of aborts. */
+    if (a->cancelled)
+        return;
+    a->cancelled = true;
     snprintf(cause, sizeof(cause), "cancelled: node %d ('%.64s') received %s", a->node_rank,
              a->hostname, signame(sig, sn));
     if (!a->failed_here) {

@@ -190,6 +190,7 @@ struct agent {
     bool out_tty;           /* our stdout is a terminal: lines without their end are shown */
 
     bool failed_here; /* this node saw the first failure it knows of */
+    bool cancelled;   /* a terminating signal was acted on: later ones change nothing */
     int status;       /* exit status when the leader cannot tell us one */
     /* The leader's finish came: status is the job's, and the agent ends once every rank is
      * reported. Not a state: it comes in RUNNING (the ranks exited, their output may still

@@ -197,6 +197,13 @@ static void maybe_stop(struct daemon *d)
     for (size_t i = 0; i < sizeof(d->signals) / sizeof(d->signals[0]); i++)
         if (!uv_is_closing((uv_handle_t *)&d->signals[i]))
             uv_close((uv_handle_t *)&d->signals[i], on_signal_closed);
+    /* The job's outcome is decided and every rank is gone. Closing the last watcher of a
+     * signal gives it back its default action, so a signal from now on (a cancel racing the
+     * job's end) would kill us by it and hide the job's exit status: ignore them instead.
+     * Process-wide: a mask would cover only this thread, and the kernel may hand a signal to
+     * any thread that does not block it. */
+    for (size_t i = 0; i < sizeof(handled_signals) / sizeof(handled_signals[0]); i++)
+        signal(handled_signals[i], SIG_IGN);
 }
 
 static void on_agent_done(struct agent *a, int status, void *arg)

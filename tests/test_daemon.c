@@ -543,6 +543,52 @@ TEST(daemon_status_reply_describes_the_job)
     CHECK_EQ(daemon_stop(&d), STATUS_NODE_LOST);
 }
 
+/* A job that ends while SIGTERMs keep coming (a cancel racing the end): rendezvousd always
+ * exits with a status of its own, never by the signal's default action in the moment between
+ * closing its signal watchers and exiting (a run under load once saw "killed by signal 15"). */
+TEST(daemon_signals_at_its_end_never_kill_it)
+{
+    for (int round = 0; round < 5; round++) {
+        struct daemon d;
+        struct wire agent;
+        json_t *m;
+        pid_t flood;
+        int st = 0;
+
+        daemon_start(&d, false);
+        wait_node_joined(&d, 0);
+        client_open(&d, &agent);
+        send_join(&agent, 1, 1);
+        m = recv_msg(&agent);
+        CHECK_STR(type_of(m), "assign");
+        json_decref(m);
+        /* From half a second on, a SIGTERM every 200 us until the daemon is gone. */
+        flood = fork();
+        CHECK(flood >= 0);
+        if (flood == 0) {
+            /* The node's connection is the parent's to close. */
+            close(agent.fd);
+            sleep_ms(500 - 40 * round);
+            while (kill(d.pid, SIGTERM) == 0)
+                usleep(200);
+            _exit(0);
+        }
+        sleep_ms(480);
+        wire_close(&agent);
+        CHECK_EQ(waitpid(d.pid, &st, 0), d.pid);
+        kill(flood, SIGKILL);
+        waitpid(flood, NULL, 0);
+        if (!WIFEXITED(st))
+            test_fail(__FILE__, __LINE__, "round %d: rendezvousd was killed by signal %d:\n%s",
+                      round, WTERMSIG(st), slurp(d.err_path));
+        d.pid = -1;
+        /* The next round's job dir takes the same name. */
+        char old[PATH_MAX + 16];
+        snprintf(old, sizeof(old), "%s.%d", d.dir, round);
+        CHECK_EQ(rename(d.dir, old), 0);
+    }
+}
+
 /* --- authentication ------------------------------------------------------------------------ */
 
 TEST(daemon_wrong_key_refused)
