@@ -7,11 +7,13 @@
 #ifndef GPURUN_TESTS_CUDA_TEST_H
 #define GPURUN_TESTS_CUDA_TEST_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda/cuda_ops.h"
+#include "optim.h"
 
 /* The running test's context on device 0, from test_device_setup to test_device_finish. */
 static struct gpu_ctx *ctx;
@@ -114,6 +116,39 @@ static inline double urand(void)
 static inline int irand(int n)
 {
     return (int)(next_u64() % (uint64_t)n);
+}
+
+/* The largest |gpu - cpu| of one element's parameter change under AdamW, derived from the
+ * computation both sides do in fp32 (optim.c's adamw_span, optim.cu's adamw_kernel):
+ *   m' = b1 m + (1-b1) g s,  v' = b2 v + (1-b2) (g s)^2,  r = (m'/c1) / (sqrt(v'/c2) + eps),
+ *   p' = p - lr (r + wd p),  and the change read back as p' - p.
+ * Each operation rounds with a relative error of at most u = 2^-24. m' may cancel, so its
+ * error is bounded by the size of its terms, not its own: 3u (b1|m| + (1-b1)|g s|); v' is a
+ * sum of positive terms: 4u relative, 5u after the division, half that through the square
+ * root plus its own u. Through r = mhat / den: e_mhat / den + |r| e_den / den + u |r|; through
+ * the update: lr (e_r + u wd |p|) + 2u |lr inner|. Then p' is rounded at p's scale: half an
+ * ulp of p' (the term that failed 1 run in 30 for LayerNorm weights of 1.0, whose ulp is
+ * 1.2e-7 beside changes of 1e-3), and the change read back rounds once more. Both sides err
+ * independently (x2), and FMA contraction may fold two roundings into one or keep both in
+ * another order (x2). The same bound holds for p' itself (the read-back term aside). */
+static inline double adamw_update_bound(const struct adamw_config *cfg, float p0, float g, float m,
+                                        float v, float lr, float scale, float wd, float c1,
+                                        float c2)
+{
+    const double u = 0x1p-24, b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps;
+    double gs = fabs((double)g * scale);
+    double md = b1 * m + (1 - b1) * (double)g * scale, vd = b2 * v + (1 - b2) * gs * gs;
+    double e_m = 3 * u * (b1 * fabs(m) + (1 - b1) * gs);
+    double mhat = md / c1, vhat = vd / c2, sq = sqrt(vhat), den = sq + eps;
+    double e_mhat = e_m / c1 + u * fabs(mhat);
+    double e_den = (2.5 * u + u) * sq + u * den;
+    double r = mhat / den, e_r = e_mhat / den + fabs(r) * e_den / den + u * fabs(r);
+    double inner = r + wd * (double)p0, delta = lr * inner;
+    double e_delta = lr * (e_r + u * wd * fabs(p0) + u * fabs(inner)) + u * fabs(delta);
+    double pn = fabs((double)p0 - delta);
+    double ulp_pn = (double)nextafterf((float)pn, INFINITY) - (float)pn;
+    double side = e_delta + 0.5 * ulp_pn + u * fabs(delta);
+    return 2 * 2 * side;
 }
 
 #endif
