@@ -76,6 +76,7 @@ cat >"$work/works.py" <<EOF
 import sys, time
 sys.path.insert(0, "$root/lib/rank/python")
 import gpurun
+gpurun.set("warm %d" % gpurun.rank(), b"1")
 print("up", flush=True)
 if gpurun.rank() == 0:
     for i in range(40):
@@ -83,9 +84,10 @@ if gpurun.rank() == 0:
         print("step", i, flush=True)
 gpurun.barrier("done", timeout=60)
 EOF
-# The timeout leaves a starved machine time for rank 1 to get from its "up" to its barrier
-# (until its request reaches the agent it is silent and not waiting): a loaded run once took
-# over 2.5 s there. Rank 0 prints for 8 s, well past it.
+# Between its "up" and its barrier's request reaching the agent, rank 1 is silent and not yet
+# waiting: the store request before "up" opens its link to the agent first (a loaded run once
+# took over 3 s to connect there), and the timeout leaves a starved machine time for the rest.
+# Rank 0 prints for 8 s, well past it.
 run --local --gpus-per-node 2 --hang-timeout 3 --hang-watch output --kill-grace 1 \
     -- "$py" "$work/works.py"
 expect_rc 0 "a rank silent 8 s in a barrier for one that prints every 0.2 s (--hang-watch output)"
@@ -96,14 +98,16 @@ import sys, time
 sys.path.insert(0, "$root/lib/rank/python")
 import gpurun
 if gpurun.rank() == 1:
+    gpurun.set("warm", b"1")
     print("up", flush=True)
 else:
-    time.sleep(4)
+    time.sleep(6)
 gpurun.barrier("done", timeout=60)
 EOF
-run --local --gpus-per-node 2 --hang-timeout 1 --hang-watch output --kill-grace 1 \
+# As above: rank 1's link is open before its "up", and 2 s cover the rest on a starved machine.
+run --local --gpus-per-node 2 --hang-timeout 2 --hang-watch output --kill-grace 1 \
     -- "$py" "$work/quiet.py"
-expect_rc 0 "a rank waiting 4 s in a barrier for one that works and prints nothing (--hang-watch output)"
+expect_rc 0 "a rank waiting 6 s in a barrier for one that works and prints nothing (--hang-watch output)"
 
 # --- only rank 0 prints: the silent others are not watched ------------------------------------
 # shellcheck disable=SC2016 # expanded by the ranks' shell
