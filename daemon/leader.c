@@ -468,6 +468,7 @@ static void do_kv(struct leader *l, struct conn *c, struct msg *m)
 
     switch (m->type) {
     case MSG_KV_PUT:
+        l->t_all_wait = 0; /* a put may end a rank's wait for its key */
         ret = store_put(l->store, m->key, m->value);
         if (ret < 0)
             peer_send_error(&c->peer, m->id, "too_large",
@@ -503,6 +504,7 @@ static void do_barrier(struct leader *l, struct conn *c, struct msg *m)
     (void)c;
     if (arrived >= l->world_size) {
         json_object_del(l->barriers, m->key);
+        l->t_all_wait = 0; /* the waits it ends are over before the agents can say so */
         broadcast(l, proto_pack("{s:s, s:s}", "type", "barrier_done", "name", m->key));
     } else {
         json_object_set_new(l->barriers, m->key, json_integer(arrived));
@@ -527,6 +529,14 @@ static void set_waiting(struct leader *l, const struct node *n, json_t *waiting)
         }
         l->ranks[r].waiting = true;
     }
+    bool all = l->world_size > 0;
+    for (int r = 0; r < l->world_size; r++)
+        if (l->ranks[r].phase == PHASE_RUNNING && !l->ranks[r].waiting)
+            all = false;
+    if (!all)
+        l->t_all_wait = 0;
+    else if (!l->t_all_wait)
+        l->t_all_wait = now_ms(l);
 }
 
 /* The node's ranks whose output moved: their last line and when their last byte came. */
@@ -1361,7 +1371,15 @@ static int hang_culprit(const struct leader *l, int stalled, int64_t now, const 
             *why = "the others wait for it";
             return best;
         }
-        return free_runs ? -1 : stalled;
+        if (free_runs)
+            return -1;
+        /* Every one waits: a deadlock only once the waits outlast the timeout. Just after a
+         * barrier's last arrival every rank reads as waiting until the agents' next progress,
+         * and a rank that waited long for a working one has an old report. */
+        if (!l->t_all_wait || now - l->t_all_wait <= hang)
+            return -1;
+        *why = "every rank waits on the others";
+        return stalled;
     }
     if (nwaiting == 0 && silent >= 0 && nreported >= 2 && nreported > nrun - nreported &&
         now - l->t_generation > hang) {
@@ -1514,6 +1532,10 @@ static void check_hang_output(struct leader *l, int64_t now)
     /* A deadlock needs every running rank waiting: one that works in silence (not watched:
      * it printed nothing yet) may be what the others wait for. */
     if (blamed < 0 && (waiting_stale == 0 || waiting_stale < watched || nwaiting < nrun))
+        return;
+    /* ... and the waits outlasting the timeout (t_all_wait: a barrier just released reads as
+     * every rank waiting until the agents' next progress). */
+    if (blamed < 0 && (!l->t_all_wait || now - l->t_all_wait <= hang))
         return;
     if (blamed < 0) {
         /* Every watched rank waits, silent: the oldest is blamed. */

@@ -218,6 +218,11 @@ struct leader {
     int64_t t_limit0;     /* the time limit's origin on the loop's clock: the job's start as its
                            * launcher said (JOB_START_ENV), else t_start */
     int64_t t_generation; /* when the current generation's ranks were assigned */
+    /* Since when every running rank waits on the others, as the agents last said (0: not
+     * so). A barrier's release or a key's put ends waits before the agents' next progress
+     * says so; it resets this, and a deadlock is called only when the waits outlast the
+     * hang timeout from here. */
+    int64_t t_all_wait;
     int64_t t_straggler_check;
     bool stragglers_seen; /* a straggler was named: the leader's metrics file exists */
     bool metrics_warned;  /* "cannot write the leader's metrics" was said once */

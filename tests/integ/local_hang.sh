@@ -143,3 +143,27 @@ EOF
 run --local --gpus-per-node 2 --hang-timeout 1.5 --kill-grace 1 -- "$py" "$work/works.py"
 expect_rc 0 "a rank waiting 4 s in a barrier for one that reports every 0.2 s"
 echo "# a waiting rank's old report is no hang while the rank it waits for works"
+
+# --- every rank waits on the others: a deadlock -----------------------------------------------
+# Each rank reports once, then waits in a barrier of its own name (which needs both ranks):
+# neither is released. Called when the waits, not only the reports, outlast the timeout (the
+# moment a barrier's last rank arrives, every rank reads as waiting until the agents' next
+# progress: that alone is no deadlock), and the cause says every rank waits.
+cat >"$work/deadlock.py" <<EOF
+import sys
+sys.path.insert(0, "$root/lib/rank/python")
+import gpurun
+gpurun.report(1, loss=1.0)
+gpurun.barrier("mine-%d" % gpurun.rank(), timeout=60)
+EOF
+
+job=$work/deadlock
+t0=$(date +%s%N)
+run --local --gpus-per-node 2 --hang-timeout 1 --kill-grace 1 --job-dir "$job" \
+    -- "$py" "$work/deadlock.py"
+ms=$((($(date +%s%N) - t0) / 1000000))
+expect_rc 124 "a job whose ranks wait on each other"
+cause=$(json "$job/summary.json" 'v["first_failure"]["cause"]')
+[[ $cause == *"every rank waits on the others"* ]] || fail "deadlock: the cause does not say so: $cause"
+[ "$ms" -lt 30000 ] || fail "deadlock: called after $ms ms"
+echo "# deadlock: $cause (job over after $ms ms)"
