@@ -30,12 +30,12 @@ check() {
 
 t0=$(grs_now_ms)
 timeout 60 srun --mpi=pmix -N2 --ntasks-per-node=2 "$hello" >two.out 2>two.err ||
-    grs_fail "srun --mpi=pmix -N2 failed: $(tail -n 5 two.err)"
+    grs_fail "srun --mpi=pmix -N2 failed: $(tail -n 60 two.err; tail -n 20 two.out)"
 echo "# srun_2x2_ms=$(($(grs_now_ms) - t0))"
 check two.out 4 "node1 node1 node2 node2"
 
 timeout 60 srun --mpi=pmix -N3 -n6 --ntasks-per-node=2 "$hello" >three.out 2>three.err ||
-    grs_fail "srun --mpi=pmix -N3 failed: $(tail -n 5 three.err)"
+    grs_fail "srun --mpi=pmix -N3 failed: $(tail -n 60 three.err; tail -n 20 three.out)"
 check three.out 6 "node1 node1 node2 node2 node3 node3"
 
 # OpenMPI's own launcher inside an allocation (it starts its daemons through srun).
