@@ -505,6 +505,10 @@ static void do_barrier(struct leader *l, struct conn *c, struct msg *m)
     if (arrived >= l->world_size) {
         json_object_del(l->barriers, m->key);
         l->t_all_wait = 0; /* the waits it ends are over before the agents can say so */
+        /* Every rank arrived: each is alive, and a rank that waited long in it has an old
+         * report but is back at work. Its silence counts from here (rank_life_ms). */
+        for (int r = 0; r < l->world_size && l->ranks; r++)
+            l->ranks[r].released_ms = now_ms(l);
         broadcast(l, proto_pack("{s:s, s:s}", "type", "barrier_done", "name", m->key));
     } else {
         json_object_set_new(l->barriers, m->key, json_integer(arrived));
@@ -1343,6 +1347,15 @@ void leader_check_linger(struct leader *l)
  * deadlocked: the oldest is blamed. Without waits known, a rank that never reported is blamed
  * only where most running ranks did report (a job may report from rank 0 alone). Sets *why to
  * what makes it the culprit ("" when it is stalled itself). */
+/* When a rank that reported last showed life: its last report, or a later release from a
+ * barrier (which every rank reached); 0 for a rank that never reported. */
+static int64_t rank_life_ms(const struct rank *k)
+{
+    if (!k->report_ms)
+        return 0;
+    return k->released_ms > k->report_ms ? k->released_ms : k->report_ms;
+}
+
 static int hang_culprit(const struct leader *l, int stalled, int64_t now, const char **why)
 {
     int64_t hang = l->spec->hang_timeout_ms + HANG_MARGIN_MS;
@@ -1352,7 +1365,7 @@ static int hang_culprit(const struct leader *l, int stalled, int64_t now, const 
     *why = "";
     for (int r = 0; r < l->world_size; r++) {
         const struct rank *k = &l->ranks[r];
-        int64_t sign = k->report_ms ? k->report_ms : l->t_generation;
+        int64_t sign = k->report_ms ? rank_life_ms(k) : l->t_generation;
         if (k->phase != PHASE_RUNNING)
             continue;
         nrun++;
@@ -1363,7 +1376,7 @@ static int hang_culprit(const struct leader *l, int stalled, int64_t now, const 
         if (k->waiting)
             continue;
         free_runs = true;
-        if (now - sign > hang && (best < 0 || k->report_ms < l->ranks[best].report_ms))
+        if (now - sign > hang && (best < 0 || sign < rank_life_ms(&l->ranks[best])))
             best = r;
     }
     if (nwaiting > 0 && l->ranks[stalled].waiting) {
@@ -1593,8 +1606,8 @@ static void check_hang(struct leader *l, int64_t now)
             max_step = k->prog.step;
         if (k->phase != PHASE_RUNNING)
             continue;
-        if (stalled < 0 || k->report_ms < l->ranks[stalled].report_ms ||
-            (k->report_ms == l->ranks[stalled].report_ms &&
+        if (stalled < 0 || rank_life_ms(k) < rank_life_ms(&l->ranks[stalled]) ||
+            (rank_life_ms(k) == rank_life_ms(&l->ranks[stalled]) &&
              k->prog.step < l->ranks[stalled].prog.step))
             stalled = r;
     }
@@ -1608,7 +1621,7 @@ static void check_hang(struct leader *l, int64_t now)
         return;
     }
     /* A newer report may still sit in its agent's batch (PROGRESS_FLUSH_MS there). */
-    if (stalled < 0 || now - l->ranks[stalled].report_ms <= hang + HANG_MARGIN_MS)
+    if (stalled < 0 || now - rank_life_ms(&l->ranks[stalled]) <= hang + HANG_MARGIN_MS)
         return;
     blamed = hang_culprit(l, stalled, now, &why);
     if (blamed < 0)

@@ -155,6 +155,7 @@ struct rank {
     enum rank_phase phase;
     struct proto_progress prog;   /* its last report */
     int64_t report_ms;            /* when its last report reached its agent; 0: it never reported */
+    int64_t released_ms;          /* when a barrier it was in last released (every rank there) */
     int64_t first_ms, first_step; /* its first report, for the rate of steps */
     int code, signal;
     bool oom, killed;
