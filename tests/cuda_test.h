@@ -23,7 +23,7 @@ static uint64_t rng_state;
 
 /* The buffers hmalloc and dmalloc hand out, freed by test_device_finish: room to spare for
  * the test that allocates the most (one past it fails that test at its CHECK_INT). */
-#define TEST_MAX_BUFS 512
+#define TEST_MAX_BUFS 4096
 static void *test_host_bufs[TEST_MAX_BUFS], *test_dev_bufs[TEST_MAX_BUFS];
 static int test_n_host, test_n_dev;
 
@@ -149,6 +149,19 @@ static inline double adamw_update_bound(const struct adamw_config *cfg, float p0
     double ulp_pn = (double)nextafterf((float)pn, INFINITY) - (float)pn;
     double side = e_delta + 0.5 * ulp_pn + u * fabs(delta);
     return 2 * 2 * side;
+}
+
+/* The largest |gpu - cpu| of AdamW's new moments m' and v' (the same computation as above):
+ * m' = b1 m + (1-b1) g s rounds g s, two products and the sum, and may cancel, so its error
+ * is bounded by its terms: 3u (b1 |m| + (1-b1) |g s|) (1 - b1 is exact for b1 in [0.5, 1]);
+ * v' = b2 v + (1-b2) (g s)^2 adds positive terms: 4u |v'|. Both sides, and FMA (x2 each). */
+static inline void adamw_moment_bounds(const struct adamw_config *cfg, float g, float m, float v,
+                                       float scale, double *lim_m, double *lim_v)
+{
+    const double u = 0x1p-24, b1 = cfg->beta1, b2 = cfg->beta2;
+    double gs = fabs((double)g * scale);
+    *lim_m = 2 * 2 * 3 * u * (b1 * fabs(m) + (1 - b1) * gs);
+    *lim_v = 2 * 2 * 4 * u * (b2 * v + (1 - b2) * gs * gs);
 }
 
 #endif
