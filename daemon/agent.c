@@ -174,6 +174,18 @@ static void rank_wait(struct agent *a, struct arank *r, int delta)
         a->waits_dirty = true;
 }
 
+/* A sign of life of r through the store, for the leader's hang rule: a put, a delete, a get
+ * answered with a value, its arrival at a barrier. A rank that reports once and then works
+ * by the store alone (barriers, puts and gets between its steps) is alive while it does,
+ * however old its report. The waits are not: a barrier's arrival counts at its moment, the
+ * wait after it does not, and a get that ends empty-handed (a poll for a key nobody puts)
+ * counts not at all, so that ranks that wait on each other still read as a deadlock. */
+static void rank_active(struct agent *a, struct arank *r)
+{
+    r->active_ms = now_ms(a);
+    r->active_dirty = true;
+}
+
 /* The ranks of this node now waiting on the others, for the leader's hang rule. */
 static json_t *waiting_json(const struct agent *a)
 {
@@ -211,9 +223,28 @@ static json_t *output_json(struct agent *a, int64_t now, bool force)
     return out;
 }
 
+/* The ranks active in the store since the last flush: {rank, age_ms}, how long ago their
+ * last sign of life there came (proto.h, progress "active"); NULL when none. */
+static json_t *active_json(struct agent *a, int64_t now)
+{
+    json_t *act = NULL;
+
+    for (int i = 0; i < a->nranks; i++) {
+        struct arank *r = &a->ranks[i];
+        if (!r->active_dirty)
+            continue;
+        r->active_dirty = false;
+        if (!act && !(act = json_array()))
+            return NULL;
+        json_array_append_new(act, json_pack("{s:i, s:I}", "rank", r->rank, "age_ms",
+                                             (json_int_t)(now - r->active_ms)));
+    }
+    return act;
+}
+
 static void flush_progress(struct agent *a)
 {
-    json_t *arr = json_array(), *msg, *out;
+    json_t *arr = json_array(), *msg, *out, *act;
     int64_t t = now_ms(a);
 
     for (int i = 0; i < a->nranks; i++) {
@@ -232,7 +263,8 @@ static void flush_progress(struct agent *a)
     a->last_flush_ms = t;
     out = output_json(a, t, a->flush_output);
     a->flush_output = false;
-    if (json_array_size(arr) == 0 && !a->waits_dirty && !out) {
+    act = active_json(a, t);
+    if (json_array_size(arr) == 0 && !a->waits_dirty && !out && !act) {
         json_decref(arr);
         return;
     }
@@ -245,6 +277,10 @@ static void flush_progress(struct agent *a)
         json_object_set_new(msg, "output", out);
     else
         json_decref(out);
+    if (msg && act)
+        json_object_set_new(msg, "active", act);
+    else
+        json_decref(act);
     send_leader(a, msg);
 }
 
@@ -270,6 +306,9 @@ static void forward_kv(struct agent *a, struct rconn *rc, struct msg *m)
     struct pending *p = pending_add(a, rc, m->id);
     json_t *fwd;
 
+    /* A get shows life by its value, when it comes (on_leader_message). */
+    if (m->type != MSG_KV_GET)
+        rank_active(a, rc->rank);
     if (!p) {
         peer_send_error(&rc->peer, m->id, "too_large", "agent out of memory");
         return;
@@ -314,6 +353,9 @@ static void barrier_arrive(struct agent *a, struct rconn *rc, struct msg *m)
     w->next = a->bwaits;
     a->bwaits = w;
     rank_wait(a, rc->rank, 1);
+    /* Its arrival, not a call again after giving up: that one goes on with its wait. The
+     * release is life too: the leader counts it (released_ms there). */
+    rank_active(a, rc->rank);
     n = json_object_get(a->barrier_counts, m->key);
     count = (n ? json_integer_value(n) : 0) + 1;
     if (count < a->nranks) {
@@ -1066,6 +1108,9 @@ static void on_leader_message(struct peer *p, struct msg *m)
             if (a->pend[i].waiter)
                 rank_wait(a, a->pend[i].waiter, -1);
             a->pend[i] = a->pend[--a->npend];
+            /* A value ends the get, however long it waited: the rank is back at work. */
+            if (rc && rc->rank && m->type == MSG_KV_VAL)
+                rank_active(a, rc->rank);
             if (rc) {
                 json_t *back = json_deep_copy(proto_msg_json(m));
                 json_object_set_new(back, "id", json_integer(rank_id));

@@ -115,6 +115,10 @@ struct arank {
     struct steptime st;         /* seconds per step (steptime.h): gpurun_rank_step_seconds */
     bool dirty;
     int waits; /* its requests that wait on the other ranks: barriers, gets with a timeout */
+    /* Its last sign of life in the store, for the leader's hang rule (rank_active in agent.c;
+     * the loop's clock, 0: none yet); active_dirty: not yet sent. */
+    int64_t active_ms;
+    bool active_dirty;
     /* Liveness for any script: its last line of output (valid UTF-8, a redraw's too) and when
      * its last byte came (the loop's clock; 0: none yet); output_dirty: not yet sent. */
     char last_line[TAIL_LINE_MAX];

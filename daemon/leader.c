@@ -569,6 +569,27 @@ static void set_output(struct leader *l, const struct node *n, json_t *output)
     }
 }
 
+/* The node's ranks active in the store (proto.h, progress "active"): when each last showed
+ * life there, for the hang rule (rank_life_ms). */
+static void set_active(struct leader *l, const struct node *n, json_t *active)
+{
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(active, i, e)
+    {
+        json_int_t r, age;
+        if (json_unpack(e, "{s:I, s:I}", "rank", &r, "age_ms", &age) < 0 || r < n->rank_base ||
+            r >= n->rank_base + n->nprocs || r >= l->world_size || age < 0 || age > INT32_MAX) {
+            log_warn("ignoring a bad active entry from node %d", (int)(n - l->nodes));
+            continue;
+        }
+        int64_t t = now_ms(l) - age;
+        if (t > l->ranks[r].active_ms)
+            l->ranks[r].active_ms = t > 0 ? t : 1;
+    }
+}
+
 static void do_progress(struct leader *l, struct conn *c, struct msg *m)
 {
     size_t i;
@@ -578,6 +599,8 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
         set_waiting(l, &l->nodes[c->node], m->waiting);
     if (m->output)
         set_output(l, &l->nodes[c->node], m->output);
+    if (m->active)
+        set_active(l, &l->nodes[c->node], m->active);
     json_array_foreach(m->array, i, e)
     {
         int r;
@@ -1333,51 +1356,78 @@ void leader_check_linger(struct leader *l)
 }
 
 /* Hang detection (docs/design.md, section 4). A rank's clock starts at its first report: a rank
- * that never reports is never called hung. The job hangs when the oldest last report among
- * the running ranks is older than hang_timeout, and that rank is the one blamed: in a job
- * whose ranks meet in collectives, the stalled rank's report is the oldest (the others
- * reported the step it never finished, then wait for it). Equal report times go to the rank
- * with the lower step. Every rank's stack is captured before the teardown. */
-/* The rank to blame for a stall, given stalled, the running rank whose last report is the
- * oldest (past the timeout), or -1 when the job is not hung after all. A rank that waits on
- * the others (in a barrier, for a key: its agent says so) is not the one stuck while a
- * running rank is not waiting: the culprit is one of those that is stale too, one that never
- * reported first (it never reached the loop), else the oldest report; where every one that is
- * not waiting is fresh, they are working and the job is not hung. Where all wait, they
- * deadlocked: the oldest is blamed. Without waits known, a rank that never reported is blamed
- * only where most running ranks did report (a job may report from rank 0 alone). Sets *why to
- * what makes it the culprit ("" when it is stalled itself). */
-/* When a rank that reported last showed life: its last report, or a later release from a
- * barrier (which every rank reached); 0 for a rank that never reported. */
+ * that never reports is never called hung. The job hangs when the oldest last sign of life
+ * among the running ranks is older than hang_timeout, and that rank is the one blamed: in a
+ * job whose ranks meet in collectives, the stalled rank's is the oldest (the others reported
+ * the step it never finished, then wait for it). A sign of life is a report, and after it
+ * what the rank does through the store (active_ms: a put, a delete, a get's value, its
+ * arrival at a barrier, as its agent saw them) and a barrier's release: a rank that reports
+ * once and then works by barriers and store calls alone is not stale while it does. The
+ * waits are no sign: a rank blocked in a barrier shows life at its arrival and not after,
+ * and a get only when its value comes (a poll for a key nobody puts never does), so that
+ * ranks waiting on each other still age into a deadlock. Equal times go to the rank with the
+ * lower step. Every rank's stack is captured before the teardown. */
+
+static int64_t later_ms(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* When a rank that reported last showed life: its last report, or later its last sign in the
+ * store or a release from a barrier (which every rank reached); 0 for a rank that never
+ * reported. */
 static int64_t rank_life_ms(const struct rank *k)
 {
     if (!k->report_ms)
         return 0;
-    return k->released_ms > k->report_ms ? k->released_ms : k->report_ms;
+    return later_ms(k->report_ms, later_ms(k->released_ms, k->active_ms));
 }
 
+/* The same for any running rank, for the culprit: one that never reported counts from the
+ * generation's start, or from its later life in the store. */
+static int64_t rank_sign_ms(const struct leader *l, const struct rank *k)
+{
+    if (k->report_ms)
+        return rank_life_ms(k);
+    return later_ms(l->t_generation, later_ms(k->released_ms, k->active_ms));
+}
+
+/* The rank to blame for a stall, given stalled, the running rank whose last sign of life is
+ * the oldest (past the timeout), or -1 when the job is not hung after all. A rank that waits
+ * on the others (in a barrier, for a key: its agent says so) is not the one stuck while a
+ * running rank is not waiting: the culprit is one of those that is stale too, one that never
+ * reported first (it never reached the loop), else the oldest; where every one that is not
+ * waiting is fresh, they are working and the job is not hung. Where all wait, they
+ * deadlocked: the oldest is blamed. Without waits known, a stale rank that never reported is
+ * blamed only where most running ranks did report (a job may report from rank 0 alone). Sets
+ * *why to what makes it the culprit ("" when it is stalled itself). */
 static int hang_culprit(const struct leader *l, int stalled, int64_t now, const char **why)
 {
-    int64_t hang = l->spec->hang_timeout_ms + HANG_MARGIN_MS;
+    int64_t hang = l->spec->hang_timeout_ms + HANG_MARGIN_MS, best_sign = 0;
     int nrun = 0, nreported = 0, nwaiting = 0, best = -1, silent = -1;
     bool free_runs = false; /* a rank not waiting runs */
 
     *why = "";
     for (int r = 0; r < l->world_size; r++) {
         const struct rank *k = &l->ranks[r];
-        int64_t sign = k->report_ms ? rank_life_ms(k) : l->t_generation;
+        int64_t sign = rank_sign_ms(l, k);
         if (k->phase != PHASE_RUNNING)
             continue;
         nrun++;
         nreported += k->report_ms != 0;
         nwaiting += k->waiting;
-        if (!k->report_ms && silent < 0)
+        if (!k->report_ms && silent < 0 && now - sign > hang)
             silent = r;
         if (k->waiting)
             continue;
         free_runs = true;
-        if (now - sign > hang && (best < 0 || sign < rank_life_ms(&l->ranks[best])))
+        /* One that never reported goes first: it never reached the loop. */
+        if (now - sign > hang &&
+            (best < 0 || (!k->report_ms && l->ranks[best].report_ms) ||
+             (!k->report_ms == !l->ranks[best].report_ms && sign < best_sign))) {
             best = r;
+            best_sign = sign;
+        }
     }
     if (nwaiting > 0 && l->ranks[stalled].waiting) {
         if (best >= 0) {
@@ -1394,8 +1444,7 @@ static int hang_culprit(const struct leader *l, int stalled, int64_t now, const 
         *why = "every rank waits on the others";
         return stalled;
     }
-    if (nwaiting == 0 && silent >= 0 && nreported >= 2 && nreported > nrun - nreported &&
-        now - l->t_generation > hang) {
+    if (nwaiting == 0 && silent >= 0 && nreported >= 2 && nreported > nrun - nreported) {
         *why = "the others reported";
         return silent;
     }
@@ -1620,7 +1669,8 @@ static void check_hang(struct leader *l, int64_t now)
         }
         return;
     }
-    /* A newer report may still sit in its agent's batch (PROGRESS_FLUSH_MS there). */
+    /* A newer report or sign in the store may still sit in its agent's batch
+     * (PROGRESS_FLUSH_MS there). */
     if (stalled < 0 || now - rank_life_ms(&l->ranks[stalled]) <= hang + HANG_MARGIN_MS)
         return;
     blamed = hang_culprit(l, stalled, now, &why);
@@ -1634,12 +1684,19 @@ static void check_hang(struct leader *l, int64_t now)
                      "progress for %.1f s; the furthest rank's step %" PRId64 ")",
                      blamed, node, l->nodes[node].hostname, why,
                      (double)(now - l->ranks[stalled].report_ms) / 1000, max_step);
-    else
+    else {
+        /* Its report may be far older than the timeout where the store kept it alive since:
+         * say when it was last seen, so that the report's age does not read as a late call. */
+        char life[64] = "";
+        if (rank_life_ms(b) > b->report_ms)
+            snprintf(life, sizeof(life), ", no store call or barrier for %.1f s",
+                     (double)(now - rank_life_ms(b)) / 1000);
         n = snprintf(cause, sizeof(cause),
                      "rank %d on node %d ('%s') hung: no progress report for %.1f s (its last "
-                     "step %" PRId64 ", the furthest rank's %" PRId64 ")%s%s",
+                     "step %" PRId64 ", the furthest rank's %" PRId64 "%s)%s%s",
                      blamed, node, l->nodes[node].hostname, (double)(now - b->report_ms) / 1000,
-                     (int64_t)b->prog.step, max_step, *why ? "; " : "", why);
+                     (int64_t)b->prog.step, max_step, life, *why ? "; " : "", why);
+    }
     /* Ranks that never reported and are not blamed (a job may report from rank 0 alone) may
      * still be the ones stuck: name them, the stacks tell. */
     int silent = 0;

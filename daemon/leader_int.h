@@ -71,9 +71,10 @@
 #define FINISH_LINGER_MS       2000
 /* After "abort", agents get kill_grace plus this to report their ranks gone. */
 #define ABORT_SLACK_MS         3000
-/* How late a rank's newest report may reach the leader: agents batch reports every 250 ms
- * (agent.c's PROGRESS_FLUSH_MS), plus the link. A hang is declared this much after the
- * timeout, so that a rank reporting just inside the timeout is never blamed. */
+/* How late a rank's newest report (or sign of life in the store) may reach the leader:
+ * agents batch them every 250 ms (agent.c's PROGRESS_FLUSH_MS), plus the link. A hang is
+ * declared this much after the timeout, so that a rank reporting just inside the timeout is
+ * never blamed. */
 #define HANG_MARGIN_MS         300
 /* Stragglers (check_stragglers): how often the rule looks, the steps a rank's average needs
  * first, and the most a status shows. */
@@ -153,9 +154,12 @@ struct node {
 
 struct rank {
     enum rank_phase phase;
-    struct proto_progress prog;   /* its last report */
-    int64_t report_ms;            /* when its last report reached its agent; 0: it never reported */
-    int64_t released_ms;          /* when a barrier it was in last released (every rank there) */
+    struct proto_progress prog; /* its last report */
+    int64_t report_ms;          /* when its last report reached its agent; 0: it never reported */
+    int64_t released_ms;        /* when a barrier it was in last released (every rank there) */
+    /* Its last sign of life in the store as its agent saw it (a put, a delete, a get's value,
+     * a barrier arrival): progress "active". 0: none. */
+    int64_t active_ms;
     int64_t first_ms, first_step; /* its first report, for the rate of steps */
     int code, signal;
     bool oom, killed;

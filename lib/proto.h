@@ -55,7 +55,8 @@
  *                                 (the numbers only where the rank gave them; age_ms: how
  *                                 long before this frame the rank's last report reached
  *                                 the agent, so that the leader's report times are exact
- *                                 whatever the batching)
+ *                                 whatever the batching); waiting, output, active
+ *                                 (optional: struct msg below says what each holds)
  * preempt       rank->agent       id: this rank handles the pre-timeout signal (the signal
  *                                 in its GPURUN_PREEMPT_SIGNAL): send it there. A rank that
  *                                 never asks never gets it (docs/design.md, section 4)
@@ -190,6 +191,10 @@ struct msg {
      * {rank, line, age_ms}: the last line (valid UTF-8, at most PROTO_LINE_MAX bytes) and how
      * long ago any byte came; or NULL */
     json_t *output;
+    /* progress: the node's ranks active in the store since the last flush, an array of
+     * {rank, age_ms}: how long ago the rank's last put, delete, get answered with a value or
+     * arrival at a barrier came; or NULL */
+    json_t *active;
 };
 
 /* Where a decode failed and why, for one log line and one error frame: the text, and the id

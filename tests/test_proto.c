@@ -603,6 +603,13 @@ TEST(proto_pack_refuses_invalid_messages)
         proto_pack("{s:s, s:o, s:[i]}", "type", "progress", "ranks", json_array(), "waiting", 2);
     CHECK(ok != NULL);
     json_decref(ok);
+    /* The ranks active in the store: an array, or nothing. */
+    CHECK(!proto_pack("{s:s, s:o, s:o}", "type", "progress", "ranks", json_array(), "active",
+                      json_integer(2)));
+    ok = proto_pack("{s:s, s:o, s:[{s:i, s:i}]}", "type", "progress", "ranks", json_array(),
+                    "active", "rank", 2, "age_ms", 40);
+    CHECK(ok != NULL);
+    json_decref(ok);
 }
 
 /* Decodes text both ways: proto_decode (the fast path first) and proto_decode_tree (jansson
