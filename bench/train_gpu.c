@@ -6,8 +6,11 @@
  *
  * usage: train_gpu [--cfg jobs/gpt2-124m.cfg] [--batches 16,32,64] [--seq 1024]
  *                  [--warmup N] [--steps N] [--dtype bf16|fp32]
- *                  [--attention auto|cudnn|cudnn-fast|own] [--smoke]
+ *                  [--attention auto|cudnn|cudnn-fast|own] [--graphs on|off] [--smoke]
  * --attention: the bf16 attention (gpu_ctx_set_attention; default auto, cuDNN's where it loads).
+ * --graphs: the step's forward and backward as one CUDA graph launch (gpt2_gpu_opts.graphs,
+ *   as gpurun-train's train.cuda_graphs; default on): recorded in the second warm-up step, so
+ *   with --warmup 1 the first timed step records it.
  * --attention-only: instead of the step, the model's causal attention alone, forward and
  *   forward + backward at each batch, for each bf16 attention (own kernels, cuDNN, cuDNN with
  *   its non-deterministic backward): the median of --steps timed calls (device events) after
@@ -48,15 +51,15 @@ struct opts {
     int seq, warmup, steps;
     enum gpu_dtype dt;
     enum gpu_attention attention;
+    bool graphs;
     bool smoke, attention_only;
 };
 
 static int usage(void)
 {
-    fprintf(stderr,
-            "usage: " PROG " [--cfg FILE] [--batches B,B,...] [--seq T] [--warmup N] "
-            "[--steps N] [--dtype bf16|fp32] [--attention auto|cudnn|cudnn-fast|own] [--smoke] "
-            "[--attention-only]\n");
+    fprintf(stderr, "usage: " PROG " [--cfg FILE] [--batches B,B,...] [--seq T] [--warmup N] "
+                    "[--steps N] [--dtype bf16|fp32] [--attention auto|cudnn|cudnn-fast|own] "
+                    "[--graphs on|off] [--smoke] [--attention-only]\n");
     return 1;
 }
 
@@ -123,6 +126,8 @@ static int parse_args(struct opts *o, int argc, char **argv)
             o->attention = GPU_ATT_CUDNN_FAST;
         else if (!strcmp(a, "--attention") && !strcmp(v, "own"))
             o->attention = GPU_ATT_OWN;
+        else if (!strcmp(a, "--graphs") && (!strcmp(v, "on") || !strcmp(v, "off")))
+            o->graphs = !strcmp(v, "on");
         else
             return -EINVAL;
     }
@@ -194,6 +199,7 @@ static int bench_batch(struct gpu_ctx *ctx, const struct opts *o, const struct g
         .batch_cap = B,
         .seq_cap = o->seq,
         .adamw = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f},
+        .graphs = o->graphs,
     };
     size_t bt = (size_t)B * (size_t)o->seq;
     int *tok = malloc((bt + 1) * sizeof(int));
@@ -356,7 +362,8 @@ int main(int argc, char **argv)
                      .seq = 1024,
                      .warmup = 3,
                      .steps = 10,
-                     .dt = GPU_BF16};
+                     .dt = GPU_BF16,
+                     .graphs = true};
     struct gpt2_config mc;
     struct gpt2 init = {0};
     struct gpu_ctx *ctx = NULL;
@@ -395,10 +402,11 @@ int main(int argc, char **argv)
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
         snprintf(prop.name, sizeof(prop.name), "CUDA device 0");
     printf("GPT-2 training step on %s: %d layers, %d heads, %d channels, vocabulary %d "
-           "(padded %d), %.1fM parameters, %s; %d warm-up then %d timed steps per row\n",
+           "(padded %d), %.1fM parameters, %s; %d warm-up then %d timed steps per row; CUDA "
+           "graphs %s\n",
            prop.name, mc.n_layer, mc.n_head, mc.n_embd, mc.vocab_size, mc.padded_vocab_size,
            (double)init.n_params / 1e6, o.dt == GPU_BF16 ? "bf16 (fp32 master weights)" : "fp32",
-           o.warmup, o.steps);
+           o.warmup, o.steps, o.graphs ? "on" : "off");
     if (o.dt == GPU_BF16) {
         char att[320];
         gpu_ctx_attention_describe(ctx, att, sizeof(att));

@@ -39,6 +39,7 @@ struct backend_opts {
     bool fp32;         /* cuda: fp32 throughout, else bf16 with fp32 master weights; cpu: fp32 */
     bool zero;         /* cuda: ZeRO-1 (the optimizer state sharded over the ranks) */
     int attention;     /* cuda bf16: enum traincfg_attention */
+    bool graphs;       /* cuda: each micro-step's kernels as one CUDA graph */
     struct coll *coll; /* borrowed until close: the collectives the gradients are averaged over */
 };
 

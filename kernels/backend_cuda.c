@@ -52,9 +52,10 @@ struct cuda {
     bool zero;
     struct coll *coll; /* borrowed */
     int rank, world;
-    uint64_t opt_step;  /* AdamW's update count */
-    float *logits_row;  /* last_logits' row: padded_vocab_size floats */
-    struct errmsg gerr; /* the gpu model's last failure */
+    uint64_t opt_step;    /* AdamW's update count */
+    float *logits_row;    /* last_logits' row: padded_vocab_size floats */
+    struct errmsg gerr;   /* the gpu model's last failure */
+    bool graphs_off_said; /* the warning that a CUDA graph recording failed is out */
 };
 
 static struct cuda *cuda_of(struct backend *b)
@@ -101,6 +102,7 @@ static int cuda_init(struct backend *b, const struct backend_opts *o)
         .batch_cap = o->batch_size,
         .seq_cap = o->seq_len,
         .adamw = o->adamw,
+        .graphs = o->graphs,
     };
 
     c->mcfg = o->model;
@@ -155,7 +157,12 @@ static void cuda_describe(const struct backend *b, char *buf, size_t len)
     if (c->gb.dt == GPU_BF16 && n >= 0 && (size_t)n < len) {
         char att[300];
         gpu_ctx_attention_describe(c->gpu, att, sizeof(att));
-        snprintf(buf + n, len - (size_t)n, ", attention: %s", att);
+        n += snprintf(buf + n, len - (size_t)n, ", attention: %s", att);
+    }
+    if (n >= 0 && (size_t)n < len) {
+        char gr[240];
+        gpt2_gpu_graphs_describe(c->gm, gr, sizeof(gr));
+        snprintf(buf + n, len - (size_t)n, ", CUDA graphs: %s", gr);
     }
 }
 
@@ -282,7 +289,17 @@ static int cuda_forward_backward(struct backend *b, const int *inputs, const int
 {
     struct cuda *c = cuda_of(b);
     int ret = gpt2_gpu_forward_backward(c->gm, inputs, targets, B, T, grad_scale, loss);
+    char gr[240];
 
+    gpt2_gpu_graphs_describe(c->gm, gr, sizeof(gr));
+    if (!c->graphs_off_said && !strncmp(gr, "off (", 5)) {
+        /* A recording failed: the run goes on, launching the kernels one by one. */
+        fprintf(stderr,
+                "gpurun-train: warning: CUDA graphs %s; the kernels are launched one "
+                "by one\n",
+                gr);
+        c->graphs_off_said = true;
+    }
     return ret < 0 ? errmsg_set(&b->err, ret, "forward/backward failed: %s", c->gerr.text) : 0;
 }
 

@@ -237,6 +237,7 @@ static int setup_model(struct run *r)
             },
         .fp32 = r->cfg.dtype == TRAINCFG_DTYPE_FP32,
         .attention = r->cfg.attention,
+        .graphs = r->cfg.cuda_graphs,
         .zero = r->cfg.zero,
         .coll = r->coll,
     };

@@ -96,6 +96,8 @@ static const struct traincfg_key keys[] = {
      "cuda's parameters and activations: bf16 (fp32 master weights) or fp32"},
     {"train", "attention", TRAINCFG_ENUM, OFF(attention), "auto", 0, 0, attention_names,
      "cuda bf16 attention: auto (cuDNN's fused flash attention, else own kernels), cudnn, own"},
+    {"train", "cuda_graphs", TRAINCFG_BOOL, OFF(cuda_graphs), "true", 0, 0, NULL,
+     "cuda: launch each micro-step's kernels as one CUDA graph"},
     {"train", "zero", TRAINCFG_INT, OFF(zero), "0", 0, 1, NULL,
      "1: ZeRO-1, the optimizer state sharded over the ranks (cuda)"},
     {"train", "threads", TRAINCFG_INT, OFF(threads), "0", 0, 4096, NULL,

@@ -95,6 +95,7 @@ struct traincfg {
     int dtype;         /* enum traincfg_dtype: cuda only; a cpu run's reads fp32 (below) */
     int zero;          /* 1: ZeRO-1, the optimizer state sharded over the ranks (cuda only) */
     int attention;     /* enum traincfg_attention: cuda bf16 only */
+    bool cuda_graphs;  /* cuda: each micro-step's kernels launched as one CUDA graph */
     int threads;       /* OpenMP threads per rank; 0: OMP_NUM_THREADS or the runtime's */
     int sample_every;  /* steps between text samples; 0: only at the end */
     int sample_tokens; /* tokens of a sample; 0: no sample */

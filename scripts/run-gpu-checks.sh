@@ -7,7 +7,8 @@
 # pass, fail, skip (with the reason) or timeout, its time and its key figures.
 #
 #   tests      make test-gpu's tests: tests/run cuda_ops cuda_model coll_nccl 'train_cuda_*'
-#   bench      make bench-gpu's benchmark: bench/train_gpu at batch 16, 32 and 64
+#   bench      make bench-gpu's benchmark: bench/train_gpu at batch 16, 32 and 64, and the
+#              largest batch again without CUDA graphs
 #   anchor     the same model trained by PyTorch on the same GPU (bench/torch_gpt2.py: nanoGPT's
 #              model, bf16 autocast, fused AdamW, torch.compile) at the same batches, where
 #              python3 has torch with CUDA
@@ -305,12 +306,19 @@ step_bench() {
     else
         "$bin/bench/train_gpu" --cfg "$root/jobs/gpt2-124m.cfg" --batches "$GPU_CHECKS_BATCHES" |
             tee "$log" || rc=$?
+        # The largest batch again with the kernels launched one by one: what the graph saves.
+        "$bin/bench/train_gpu" --cfg "$root/jobs/gpt2-124m.cfg" \
+            --batches "${GPU_CHECKS_BATCHES##*,}" --graphs off | tee "$work/bench-nographs.out" ||
+            rc=$?
     fi
     # | batch | seq | ms/step | tokens/s | TFLOP/s | MFU | loss |
     figs=$(awk -F'|' '$2 ~ /^ *[0-9]+ *$/ { gsub(/[ *]/, "")
                if ($4 ~ /memory/) { printf "%sB=%s: out of device memory", sep, $2 }
                else { printf "%sB=%s: %s tok/s, MFU %s, %s ms/step", sep, $2, $5, $7, $4 }
                sep = "; " }' "$log")
+    [ -s "$work/bench-nographs.out" ] && figs="$figs; without CUDA graphs: $(awk -F'|' '
+        $2 ~ /^ *[0-9]+ *$/ { gsub(/[ *]/, ""); printf "B=%s: %s ms/step", $2, $4 }' \
+        "$work/bench-nographs.out")"
     [ "$flavour" = cuda ] || figs="--smoke under cudasim (its timings mean nothing): $figs"
     if grep -q '^SKIP ' "$log"; then
         row skip bench "$(grep -m1 '^SKIP ' "$log" | sed 's/^SKIP //')"
@@ -723,11 +731,12 @@ step_kernels() {
         return 0
     }
     mkdir -p "$log"
+    # Kernels launched one by one (--graphs off): the same kernels, each profiled on its own.
     "$bin/bench/train_gpu" --cfg "$root/jobs/gpt2-124m.cfg" --batches "$b" --warmup 1 --steps 1 \
-        >"$log/plain.out" 2>&1 || rc=$?
+        --graphs off >"$log/plain.out" 2>&1 || rc=$?
     "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
         --page raw --print-units base --print-kernel-base function --log-file "$log/ncu.csv" "$bin/bench/train_gpu" \
-        --cfg "$root/jobs/gpt2-124m.cfg" --batches "$b" --warmup 1 --steps 1 \
+        --cfg "$root/jobs/gpt2-124m.cfg" --batches "$b" --warmup 1 --steps 1 --graphs off \
         >"$log/ncu.out" 2>&1 || rc=$?
     if [ "$rc" != 0 ] || ! "$PYTHON" -c "$KERNELS_PY" "$log/ncu.csv" 2 \
         "$(awk -F'|' '$2 ~ /^ *[0-9]+ *$/ { gsub(/ /, "", $4); print $4 }' "$log/plain.out")" \

@@ -1,7 +1,8 @@
 /* Tests of the CUDA backend's GPT-2 model (kernels/cuda/gpt2_gpu.c) against the CPU model of
  * kernels/gpt2.c and AdamW of kernels/optim.c on the same parameters and tokens: the loss and
  * every gradient tensor of a training step (fp32, bf16), gradient accumulation,
- * the logits of a forward without targets, the AdamW update whole and as a ZeRO-1 shard,
+ * the step as a CUDA graph, the logits of a forward without targets, the AdamW update whole
+ * and as a ZeRO-1 shard,
  * state round trips, the gradients' sum of squares and bad input. Without a CUDA device every
  * test skips. The inputs come from a fixed seed (printed); GPURUN_TEST_SEED=N picks another.
  *
@@ -924,6 +925,77 @@ TEST_T(cuda_model_accumulation_f32, 120)
 
     gpt2_gpu_free(m);
     gpt2_release(&cpu);
+    test_device_finish();
+}
+
+/* CUDA graphs (opts.graphs): steps of one shape and grad_scale (the first as itself, the
+ * second recorded, the rest launched), then another grad_scale and another shape, each beside
+ * a model without graphs from the same parameters and tokens (new tokens every step: a graph
+ * reads them from the device at each launch): the same loss and gradients bit for bit, and the
+ * graph launched exactly where it should be. An evaluation between steps leaves it alone. */
+static void graphs(enum gpu_dtype dt)
+{
+    struct gpt2 cpu;
+    static const struct {
+        int B, T;
+        float scale;
+        uint64_t launches; /* gpt2_gpu_graph_launches after the step */
+    } steps[] = {{2, 16, 1.0f, 0}, {2, 16, 1.0f, 1}, {2, 16, 1.0f, 2},
+                 {2, 16, 0.5f, 2}, {2, 16, 0.5f, 3}, {2, 16, 0.5f, 4},
+                 {1, 9, 1.0f, 4},  {1, 9, 1.0f, 5},  {1, 9, 1.0f, 6}};
+    char what[96];
+
+    cpu_model(&cpu, dt);
+    struct gpt2_gpu_opts o = opts_of(dt), og = opts_of(dt);
+    og.graphs = true;
+    struct gpt2_gpu *plain = gpu_model(&o, &cpu), *gm = gpu_model(&og, &cpu);
+    size_t np = cpu.n_params;
+    float *g1 = hmalloc(np * sizeof(float)), *g2 = hmalloc(np * sizeof(float));
+
+    gpt2_gpu_graphs_describe(gm, what, sizeof(what));
+    CHECK_STR(what, "on");
+    gpt2_gpu_graphs_describe(plain, what, sizeof(what));
+    CHECK_STR(what, "off");
+    for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
+        int n = steps[k].B * steps[k].T;
+        int *in = random_tokens(n), *tg = random_tokens(n);
+        float l1 = 0.0f, l2 = 0.0f;
+
+        CHECK_GPU(gpt2_gpu_zero_grad(plain));
+        CHECK_GPU(gpt2_gpu_zero_grad(gm));
+        CHECK_GPU(
+            gpt2_gpu_forward_backward(plain, in, tg, steps[k].B, steps[k].T, steps[k].scale, &l1));
+        CHECK_GPU(
+            gpt2_gpu_forward_backward(gm, in, tg, steps[k].B, steps[k].T, steps[k].scale, &l2));
+        CHECK_GPU(gpt2_gpu_get_grads(plain, g1));
+        CHECK_GPU(gpt2_gpu_get_grads(gm, g2));
+        snprintf(what, sizeof(what), "step %zu's loss", k + 1);
+        same_bits(what, &l1, &l2, sizeof(float));
+        snprintf(what, sizeof(what), "step %zu's gradients", k + 1);
+        same_bits(what, g1, g2, np * sizeof(float));
+        CHECK_EQ(gpt2_gpu_graph_launches(gm), steps[k].launches);
+        if (k == 2)
+            CHECK_GPU(gpt2_gpu_forward(gm, in, NULL, steps[k].B, steps[k].T, NULL));
+    }
+    CHECK_EQ(gpt2_gpu_graph_launches(plain), 0);
+    gpt2_gpu_graphs_describe(gm, what, sizeof(what));
+    CHECK_STR(what, "on");
+    gpt2_gpu_free(plain);
+    gpt2_gpu_free(gm);
+    gpt2_release(&cpu);
+}
+
+TEST_T(cuda_model_graphs_f32, 120)
+{
+    test_device_setup();
+    graphs(GPU_F32);
+    test_device_finish();
+}
+
+TEST_T(cuda_model_graphs_bf16, 120)
+{
+    test_device_setup();
+    graphs(GPU_BF16);
     test_device_finish();
 }
 

@@ -207,6 +207,48 @@ TEST(cuda_shape_errors)
     test_device_finish();
 }
 
+/* A recording of ctx's stream: nothing runs until a launch, each launch runs it all again on
+ * what the buffers hold then; a call that waits for the device fails inside one, and so does
+ * its end, saying why. */
+TEST(cuda_graph_recording)
+{
+    struct gpu_graph *g = NULL;
+    float h[4] = {1.5f, -2.0f, 3.25f, 0.0f}, out[4];
+
+    test_device_setup();
+    float *src = dmalloc(sizeof(h)), *dst = dmalloc(sizeof(h));
+    uint16_t *mid = dmalloc(4 * sizeof(uint16_t));
+    CHECK_CTX(gpu_fill_bytes(ctx, dst, 0, sizeof(h)));
+    CHECK_CTX(gpu_graph_begin(ctx));
+    CHECK_CTX(gpu_convert(ctx, GPU_BF16, mid, GPU_F32, src, 4));
+    CHECK_CTX(gpu_convert(ctx, GPU_F32, dst, GPU_BF16, mid, 4));
+    CHECK_CTX(gpu_graph_end(ctx, &g));
+    CHECK_CTX(gpu_download(ctx, out, dst, sizeof(out)));
+    for (int i = 0; i < 4; i++)
+        CHECK(out[i] == 0.0f); /* recorded, not run */
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 4; i++)
+            h[i] += (float)k;
+        CHECK_CTX(gpu_upload(ctx, src, h, sizeof(h)));
+        CHECK_CTX(gpu_graph_launch(ctx, g));
+        CHECK_CTX(gpu_download(ctx, out, dst, sizeof(out)));
+        for (int i = 0; i < 4; i++)
+            CHECK(out[i] == h[i]); /* exact in bf16 */
+    }
+    gpu_graph_free(g);
+
+    CHECK_CTX(gpu_graph_begin(ctx));
+    CHECK_CTX(gpu_fill_bytes(ctx, dst, 0, sizeof(h)));
+    CHECK(gpu_download(ctx, out, dst, sizeof(out)) < 0);
+    CHECK_EQ(gpu_graph_end(ctx, &g), -ENOTSUP);
+    CHECK(g == NULL);
+    CHECK_CONTAINS(gpu_ctx_error(ctx), "the recording failed");
+    /* The stream works as before. */
+    CHECK_CTX(gpu_fill_bytes(ctx, dst, 0, sizeof(h)));
+    CHECK_CTX(gpu_ctx_sync(ctx));
+    test_device_finish();
+}
+
 /* fp32 -> bf16 rounds to nearest even, bf16 -> fp32 is exact; ties, NaN, infinities. */
 TEST(cuda_convert)
 {

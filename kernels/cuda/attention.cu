@@ -455,6 +455,16 @@ static struct cudnn_att *ctx_cudnn(struct gpu_ctx *ctx)
 #endif
 }
 
+uint64_t ctx_cudnn_generation(const struct gpu_ctx *ctx)
+{
+#ifdef HAVE_CUDNN
+    return ctx->cudnn ? cudnn_att_generation(ctx->cudnn) : 0;
+#else
+    (void)ctx;
+    return 0;
+#endif
+}
+
 void ctx_cudnn_free(struct gpu_ctx *ctx)
 {
 #ifdef HAVE_CUDNN

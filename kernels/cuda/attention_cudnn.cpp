@@ -56,6 +56,7 @@ struct cudnn_att {
     std::map<std::tuple<int, int, int, int, int>, att_graph> graphs;
     void *workspace = nullptr;
     size_t workspace_size = 0;
+    uint64_t generation = 0; /* workspace replacements */
 };
 
 /* "what: why" (or why alone, what "") in err; returns ret. */
@@ -107,6 +108,11 @@ extern "C" int cudnn_att_new(struct cudnn_att **out, cudaStream_t stream, char *
     } catch (const std::exception &e) {
         return fail(err, errlen, -ENOTSUP, "cuDNN", e.what());
     }
+}
+
+extern "C" uint64_t cudnn_att_generation(const struct cudnn_att *a)
+{
+    return a->generation;
 }
 
 extern "C" void cudnn_att_free(struct cudnn_att *a)
@@ -237,6 +243,7 @@ static int run(struct cudnn_att *a, att_graph *ag, std::unordered_map<int64_t, v
         cudaFree(a->workspace);
         a->workspace = nullptr;
         a->workspace_size = 0;
+        a->generation++;
         cudaError_t ce = cudaMalloc(&a->workspace, (size_t)ag->workspace);
         if (ce != cudaSuccess) {
             cudaGetLastError();

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cuda_runtime_api.h>
 
@@ -23,6 +24,9 @@ struct cudnn_att;
 /* A cuDNN handle on stream (the calls' launches go there) and an empty graph cache. */
 int cudnn_att_new(struct cudnn_att **out, cudaStream_t stream, char *err, size_t errlen);
 void cudnn_att_free(struct cudnn_att *a);
+/* How many times a's workspace was replaced (a CUDA graph recorded before then reads freed
+ * memory). */
+uint64_t cudnn_att_generation(const struct cudnn_att *a);
 /* The loaded cuDNN's version (e.g. 91900 for 9.19.0), 0 before one is loaded. */
 size_t cudnn_att_version(void);
 /* As gpu_attention_forward and gpu_attention_backward for GPU_BF16 (cuda_ops.h); the backward

@@ -21,6 +21,7 @@ struct gpu_ctx {
     void *workspace; /* cuBLASLt's, GPU_LT_WORKSPACE bytes */
     void *scratch;   /* per-launch temporaries (partial sums, bucket lists), grown on demand */
     size_t scratch_size;
+    uint64_t scratch_generation; /* scratch replacements (gpu_ctx_buffers_generation) */
     bool fusion;
     enum gpu_attention attention; /* gpu_ctx_set_attention */
     struct cudnn_att *cudnn;      /* attention_cudnn.h's state, set up on the first bf16 call */
@@ -36,6 +37,8 @@ struct gpu_ctx {
 
 /* Frees ctx's cuDNN state (attention.cu). */
 void ctx_cudnn_free(struct gpu_ctx *ctx);
+/* How many times cuDNN's workspace was replaced (attention.cu; 0 without cuDNN). */
+uint64_t ctx_cudnn_generation(const struct gpu_ctx *ctx);
 
 /* Records "op: message" as ctx's error and returns ret (a negative errno). */
 int ctx_fail(struct gpu_ctx *ctx, int ret, const char *op, const char *fmt, ...)

@@ -48,6 +48,7 @@ int ctx_scratch(struct gpu_ctx *ctx, size_t bytes, void **p, const char *op)
     cudaFree(ctx->scratch);
     ctx->scratch = NULL;
     ctx->scratch_size = 0;
+    ctx->scratch_generation++;
     if (cudaMalloc(&q, bytes) != cudaSuccess) {
         cudaGetLastError();
         return ctx_fail(ctx, -ENOMEM, op, "cannot allocate %zu bytes of scratch", bytes);
@@ -175,6 +176,69 @@ void gpu_ctx_set_attention(struct gpu_ctx *ctx, enum gpu_attention a)
 void gpu_ctx_set_fusion(struct gpu_ctx *ctx, bool on)
 {
     ctx->fusion = on;
+}
+
+uint64_t gpu_ctx_buffers_generation(const struct gpu_ctx *ctx)
+{
+    /* Each count only grows, so their sum changes whenever either does. */
+    return ctx->scratch_generation + ctx_cudnn_generation(ctx);
+}
+
+/* ---- graphs -------------------------------------------------------------------------------- */
+
+struct gpu_graph {
+    cudaGraphExec_t exec;
+};
+
+int gpu_graph_begin(struct gpu_ctx *ctx)
+{
+    /* ThreadLocal: this thread's calls that CUDA deems unsafe in a capture (an allocation, a
+     * device-wide synchronisation) fail and end the recording, other threads' do not. */
+    return ctx_cuda(ctx, cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal),
+                    "graph", "cudaStreamBeginCapture");
+}
+
+int gpu_graph_end(struct gpu_ctx *ctx, struct gpu_graph **out)
+{
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    cudaError_t e = cudaStreamEndCapture(ctx->stream, &g);
+
+    *out = NULL;
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return ctx_fail(ctx, -ENOTSUP, "graph",
+                        "the recording failed (%s): a call in it waits for the device or "
+                        "allocates",
+                        cudaGetErrorString(e));
+    }
+    e = cudaGraphInstantiate(&x, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return ctx_fail(ctx, -ENOTSUP, "graph", "cudaGraphInstantiate: %s", cudaGetErrorString(e));
+    }
+    struct gpu_graph *gg = (struct gpu_graph *)calloc(1, sizeof(*gg));
+    if (!gg) {
+        cudaGraphExecDestroy(x);
+        return ctx_fail(ctx, -ENOMEM, "graph", "out of memory");
+    }
+    gg->exec = x;
+    *out = gg;
+    return 0;
+}
+
+int gpu_graph_launch(struct gpu_ctx *ctx, struct gpu_graph *g)
+{
+    return ctx_cuda(ctx, cudaGraphLaunch(g->exec, ctx->stream), "graph", "cudaGraphLaunch");
+}
+
+void gpu_graph_free(struct gpu_graph *g)
+{
+    if (!g)
+        return;
+    cudaGraphExecDestroy(g->exec);
+    free(g);
 }
 
 int gpu_ctx_sync(struct gpu_ctx *ctx)

@@ -106,6 +106,25 @@ void gpu_ctx_attention_describe(struct gpu_ctx *ctx, char *buf, size_t len);
 /* Waits until the stream has run everything queued. Returns 0 or -EIO (an asynchronous fault
  * of a kernel, named by gpu_ctx_error). */
 int gpu_ctx_sync(struct gpu_ctx *ctx);
+/* A count that changes whenever ctx replaces a device buffer its launchers use on their own
+ * (the scratch, cuDNN's workspace): a graph recorded under another count would read freed
+ * memory. */
+uint64_t gpu_ctx_buffers_generation(const struct gpu_ctx *ctx);
+
+/* CUDA graphs of ctx's stream: between gpu_graph_begin and gpu_graph_end the launchers record
+ * their work instead of running it, and gpu_graph_end turns the recording into a graph that
+ * gpu_graph_launch queues, as often as asked, with the recording's arguments and pointers (one
+ * launch in place of each of its kernels' launches). A call that waits for the device (a
+ * download, a sync, a scratch that must grow, gpu_encoder_backward) or allocates fails during
+ * a recording, and gpu_graph_end then fails too (-ENOTSUP, saying so): recordings are of work
+ * whose buffers are already allocated. Each returns 0 or a negative errno with gpu_ctx_error
+ * set. */
+struct gpu_graph;
+int gpu_graph_begin(struct gpu_ctx *ctx);
+int gpu_graph_end(struct gpu_ctx *ctx, struct gpu_graph **g);
+int gpu_graph_launch(struct gpu_ctx *ctx, struct gpu_graph *g);
+/* Frees g (NULL: nothing); a launch still queued completes. */
+void gpu_graph_free(struct gpu_graph *g);
 
 /* Device allocation of `bytes` (256-byte aligned) into *p. Returns 0 or -ENOMEM. Free with
  * gpu_free. */

@@ -152,7 +152,10 @@ static int encoder_backward(struct gpu_ctx *ctx, void *dwte, void *dwpe, const v
     if (ret < 0)
         goto out;
     ints = (size_t)N + 2 * (size_t)bk.n_used + 1;
-    ret = ctx_scratch(ctx, ints * sizeof(int), &dev, op);
+    /* The scratch for the most tokens a batch of N can use, not this batch's: it then grows
+     * once per shape, not whenever a batch brings more distinct tokens (each growth changes
+     * gpu_ctx_buffers_generation, and a CUDA graph of the step is recorded again). */
+    ret = ctx_scratch(ctx, ((size_t)N + 2 * (size_t)(N < V ? N : V) + 1) * sizeof(int), &dev, op);
     if (ret < 0)
         goto out;
     d = (int *)dev;

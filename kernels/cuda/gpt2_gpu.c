@@ -86,6 +86,18 @@ struct gpt2_gpu {
     int B, T;         /* shape of the last forward; 0 before the first */
     bool have_logits; /* the last forward left its logits (no fused loss since) */
 
+    /* The training step's device work as a CUDA graph (opts.graphs; fb_device): recorded at
+     * the second call of a shape and grad_scale under the same buffers generation (the first
+     * runs as usual, so that every buffer and plan it needs exists), launched from then on. */
+    bool graphs;          /* opts.graphs, and no recording failed */
+    struct gpu_graph *fb; /* the recording, or NULL */
+    int fb_B, fb_T;       /* its key: shape, */
+    float fb_scale;       /* grad_scale, */
+    uint64_t fb_gen;      /* gpu_ctx_buffers_generation */
+    bool fb_seen;         /* the key ran once without a graph */
+    uint64_t fb_launches; /* micro-steps run as a graph launch */
+    char graph_note[200]; /* why graphs are off, "" otherwise */
+
     struct errmsg *err; /* borrowed (gpt2_gpu_new) */
 };
 
@@ -317,6 +329,7 @@ struct gpt2_gpu *gpt2_gpu_new(struct gpu_ctx *ctx, const struct gpt2_config *cfg
     m->opt_lo = opts->opt_lo;
     m->opt_hi = opts->opt_lo || opts->opt_hi ? opts->opt_hi : n_params;
     m->adamw = opts->adamw;
+    m->graphs = opts->graphs;
     m->batch_cap = opts->batch_cap;
     m->seq_cap = opts->seq_cap;
     m->err = err;
@@ -365,6 +378,7 @@ void gpt2_gpu_free(struct gpt2_gpu *m)
     gpu_free(m->ctx, m->acts);
     gpu_free(m->ctx, m->grad_acts);
     gpu_free(m->ctx, m->stage);
+    gpu_graph_free(m->fb);
     free(m->host_losses);
     free(m);
 }
@@ -499,17 +513,11 @@ static int check_tokens(struct gpt2_gpu *m, const char *name, const int *tok, si
     return 0;
 }
 
-/* The forward up to the logits (gpt2_forward's ops, the residual additions fused into the
- * LayerNorm that follows each), after checking the shape and the tokens and uploading them.
- * Leaves the last forward's shape in m->B, m->T. */
-static int forward(struct gpt2_gpu *m, const int *inputs, const int *targets, int B, int T)
+/* Checks the shape and the tokens and uploads them to the device buffers the forward reads.
+ * Leaves the shape in m->B, m->T. */
+static int stage_tokens(struct gpt2_gpu *m, const int *inputs, const int *targets, int B, int T)
 {
-    struct gpu_ctx *ctx = m->ctx;
-    enum gpu_dtype dt = m->dt;
-    int C = m->cfg.n_embd, L = m->cfg.n_layer, NH = m->cfg.n_head;
-    int Vp = m->cfg.padded_vocab_size;
-    size_t bt = (size_t)B * T, btc = bt * C;
-    void *p = m->params;
+    size_t bt = (size_t)B * T;
     struct acts a;
     int ret;
 
@@ -521,12 +529,28 @@ static int forward(struct gpt2_gpu *m, const int *inputs, const int *targets, in
         (targets && (ret = check_tokens(m, "targets", targets, bt)) < 0))
         return ret;
     acts_layout(m, m->acts, &a);
-    if (gpu_upload(ctx, a.inputs, inputs, bt * sizeof(int)) < 0 ||
-        (targets && gpu_upload(ctx, a.targets, targets, bt * sizeof(int)) < 0))
+    if (gpu_upload(m->ctx, a.inputs, inputs, bt * sizeof(int)) < 0 ||
+        (targets && gpu_upload(m->ctx, a.targets, targets, bt * sizeof(int)) < 0))
         return fail_ctx(m, -EIO);
     m->B = B;
     m->T = T;
+    return 0;
+}
 
+/* The forward up to the logits (gpt2_forward's ops, the residual additions fused into the
+ * LayerNorm that follows each), from the staged tokens: device work only. */
+static int forward(struct gpt2_gpu *m, int B, int T)
+{
+    struct gpu_ctx *ctx = m->ctx;
+    enum gpu_dtype dt = m->dt;
+    int C = m->cfg.n_embd, L = m->cfg.n_layer, NH = m->cfg.n_head;
+    int Vp = m->cfg.padded_vocab_size;
+    size_t bt = (size_t)B * T, btc = bt * C;
+    void *p = m->params;
+    struct acts a;
+    int ret;
+
+    acts_layout(m, m->acts, &a);
     if (gpu_encoder_forward(ctx, dt, a.encoded, a.inputs, tensor(m, p, GPT2_WTE, 0),
                             tensor(m, p, GPT2_WPE, 0), B, T, C) < 0)
         return fail_ctx(m, -EIO);
@@ -591,8 +615,11 @@ static int mean_loss(struct gpt2_gpu *m, const float *losses, size_t bt, float *
     return 0;
 }
 
-int gpt2_gpu_forward_backward(struct gpt2_gpu *m, const int *inputs, const int *targets, int B,
-                              int T, float grad_scale, float *loss)
+/* The training step's device work from the staged tokens: the forward, the fused loss and
+ * the backward down to the first layer's LayerNorm; all but the encoder's backward, which
+ * groups the tokens on the host. Launches only (no wait, no allocation past the first call
+ * of a shape): what a graph records. */
+static int fb_device(struct gpt2_gpu *m, int B, int T, float grad_scale)
 {
     struct gpu_ctx *ctx = m->ctx;
     enum gpu_dtype dt = m->dt;
@@ -604,9 +631,7 @@ int gpt2_gpu_forward_backward(struct gpt2_gpu *m, const int *inputs, const int *
     struct grad_acts d;
     int ret;
 
-    if (!targets)
-        return failf(m, -EINVAL, "forward_backward needs targets");
-    if ((ret = forward(m, inputs, targets, B, T)) < 0)
+    if ((ret = forward(m, B, T)) < 0)
         return ret;
     acts_layout(m, m->acts, &a);
     grad_acts_layout(m, m->grad_acts, &d);
@@ -615,8 +640,6 @@ int gpt2_gpu_forward_backward(struct gpt2_gpu *m, const int *inputs, const int *
     if (gpu_crossentropy_fused(ctx, dt, a.losses, a.ce_lse, a.logits, a.targets, (int)bt, V, Vp,
                                grad_scale / (float)bt) < 0)
         return fail_ctx(m, -EIO);
-    if (loss && (ret = mean_loss(m, a.losses, bt, loss)) < 0)
-        return ret;
 
     void *res3_last = at(m, a.residual3, (L - 1) * btc);
     if (gpu_matmul_backward(ctx, dt, d.dbuf, tensor(m, g, GPT2_WTE, 0), NULL, a.logits, a.lnf,
@@ -661,9 +684,100 @@ int gpt2_gpu_forward_backward(struct gpt2_gpu *m, const int *inputs, const int *
                                    a.ln1_rstd + l * bt, (int)bt, C) < 0)
             return fail_ctx(m, -EIO);
     }
-    if (gpu_encoder_backward(ctx, dt, tensor(m, g, GPT2_WTE, 0), tensor(m, g, GPT2_WPE, 0), d.dres,
-                             inputs, B, T, C, V) < 0)
+    return 0;
+}
+
+/* Turns graphs off for m, with why (the context's error) for gpt2_gpu_graphs_describe. */
+static void graphs_off(struct gpt2_gpu *m)
+{
+    snprintf(m->graph_note, sizeof(m->graph_note), "%s", gpu_ctx_error(m->ctx));
+    m->graphs = false;
+    gpu_graph_free(m->fb);
+    m->fb = NULL;
+}
+
+static int graph_launch(struct gpt2_gpu *m)
+{
+    if (gpu_graph_launch(m->ctx, m->fb) < 0)
         return fail_ctx(m, -EIO);
+    m->fb_launches++;
+    return 0;
+}
+
+/* fb_device, as a graph where one is recorded for this key (fb_B..fb_gen), or recorded now
+ * when the key ran once before; without graphs, or while the key is new, as itself. A
+ * recording that fails turns graphs off for good, and the work then runs as itself. */
+static int fb_run(struct gpt2_gpu *m, int B, int T, float grad_scale)
+{
+    uint64_t gen = gpu_ctx_buffers_generation(m->ctx);
+    struct gpu_graph *g = NULL;
+
+    if (!m->graphs)
+        return fb_device(m, B, T, grad_scale);
+    if (!(m->fb_B == B && m->fb_T == T && m->fb_scale == grad_scale && m->fb_gen == gen)) {
+        gpu_graph_free(m->fb);
+        m->fb = NULL;
+        m->fb_B = B, m->fb_T = T, m->fb_scale = grad_scale, m->fb_gen = gen;
+        m->fb_seen = false;
+    }
+    if (m->fb)
+        return graph_launch(m);
+    if (!m->fb_seen) {
+        m->fb_seen = true;
+        return fb_device(m, B, T, grad_scale);
+    }
+    if (gpu_graph_begin(m->ctx) < 0) {
+        graphs_off(m);
+        return fb_device(m, B, T, grad_scale);
+    }
+    int ret = fb_device(m, B, T, grad_scale);
+    if (gpu_graph_end(m->ctx, &g) < 0 || ret < 0) {
+        /* Nothing recorded ran: run it as itself. */
+        gpu_graph_free(g);
+        graphs_off(m);
+        return fb_device(m, B, T, grad_scale);
+    }
+    m->fb = g;
+    return graph_launch(m);
+}
+
+uint64_t gpt2_gpu_graph_launches(const struct gpt2_gpu *m)
+{
+    return m->fb_launches;
+}
+
+void gpt2_gpu_graphs_describe(const struct gpt2_gpu *m, char *buf, size_t len)
+{
+    if (m->graphs)
+        snprintf(buf, len, "on");
+    else if (m->graph_note[0])
+        snprintf(buf, len, "off (%s)", m->graph_note);
+    else
+        snprintf(buf, len, "off");
+}
+
+int gpt2_gpu_forward_backward(struct gpt2_gpu *m, const int *inputs, const int *targets, int B,
+                              int T, float grad_scale, float *loss)
+{
+    size_t bt = (size_t)B * T;
+    struct acts a;
+    struct grad_acts d;
+    int ret;
+
+    if (!targets)
+        return failf(m, -EINVAL, "forward_backward needs targets");
+    if ((ret = stage_tokens(m, inputs, targets, B, T)) < 0 ||
+        (ret = fb_run(m, B, T, grad_scale)) < 0)
+        return ret;
+    acts_layout(m, m->acts, &a);
+    grad_acts_layout(m, m->grad_acts, &d);
+    /* After the graph (it waits for the device: see fb_device), then the loss. */
+    if (gpu_encoder_backward(m->ctx, m->dt, tensor(m, m->grads, GPT2_WTE, 0),
+                             tensor(m, m->grads, GPT2_WPE, 0), d.dres, inputs, B, T, m->cfg.n_embd,
+                             m->cfg.vocab_size) < 0)
+        return fail_ctx(m, -EIO);
+    if (loss && (ret = mean_loss(m, a.losses, bt, loss)) < 0)
+        return ret;
     return 0;
 }
 
@@ -674,7 +788,7 @@ int gpt2_gpu_forward(struct gpt2_gpu *m, const int *inputs, const int *targets, 
     size_t bt = (size_t)B * T;
     int ret;
 
-    if ((ret = forward(m, inputs, targets, B, T)) < 0)
+    if ((ret = stage_tokens(m, inputs, targets, B, T)) < 0 || (ret = forward(m, B, T)) < 0)
         return ret;
     if (targets) {
         acts_layout(m, m->acts, &a);

@@ -39,6 +39,11 @@ struct gpt2_gpu_opts {
                             * else >= n_params */
     size_t opt_lo, opt_hi; /* the optimizer's shard of [0, n_pad); both 0 means [0, n_params) */
     struct adamw_config adamw;
+    /* Run the training step's kernels as a CUDA graph: one launch in place of some 500 (at
+     * GPT-2 small), recorded at the second step of a shape (gpt2_gpu_forward_backward). The
+     * results are the same bits. A recording the device refuses turns this off for the
+     * model, and gpt2_gpu_graphs_describe says why. */
+    bool graphs;
 };
 
 /* Device buffers of a model (borrowed: valid until gpt2_gpu_free). Collectives work on them
@@ -96,6 +101,11 @@ int gpt2_gpu_zero_grad(struct gpt2_gpu *m);
  * this call. Returns 0, -EINVAL, -EIO. */
 int gpt2_gpu_forward_backward(struct gpt2_gpu *m, const int *inputs, const int *targets, int B,
                               int T, float grad_scale, float *loss);
+/* Whether the step runs as a CUDA graph, in words for a start-up line: "on", "off", or
+ * "off (why)" after a recording failed. */
+void gpt2_gpu_graphs_describe(const struct gpt2_gpu *m, char *buf, size_t len);
+/* How many micro-steps ran as a launch of a recorded graph. */
+uint64_t gpt2_gpu_graph_launches(const struct gpt2_gpu *m);
 
 /* Forward only (evaluation and sampling): with targets, *loss gets the mean loss (may be
  * NULL); with or without them (targets NULL), the logits are kept for gpt2_gpu_logits_row

@@ -10,6 +10,7 @@
  * A launch on a deferred stream (CUDASIM_ASYNC=1) is checked at once and runs later, from a
  * copy of its arguments, when the runtime (runtime.cc) runs the stream's queue. */
 #include <errno.h>
+#include <memory>
 #include <mutex>
 #include <stdarg.h>
 #include <stdio.h>
@@ -762,15 +763,13 @@ void cudasim_run(const cudasim_site &site, const cudasim_config &cfg, const void
         cudasim_stream_submit(cfg.stream, [&] { execute(site, cfg, body, arg); });
         return;
     }
-    /* Deferred: the launch keeps copies of its site, configuration and arguments (by value,
-     * as CUDA captures them at the launch). */
-    void *copy = clone(arg);
+    /* Deferred (or captured into a graph, and then run as often as the graph is launched):
+     * the launch keeps copies of its site, configuration and arguments (by value, as CUDA
+     * captures them at the launch). */
+    std::shared_ptr<void> copy(clone(arg), drop);
     cudasim_site s = site;
     cudasim_config c = cfg;
-    cudasim_stream_submit(cfg.stream, [s, c, body, copy, drop] {
-        execute(s, c, body, copy);
-        drop(copy);
-    });
+    cudasim_stream_submit(cfg.stream, [s, c, body, copy] { execute(s, c, body, copy.get()); });
 }
 
 /* ---- the fault handler's questions --------------------------------------------------------- */

@@ -427,10 +427,14 @@ cudaError_t cudaDeviceGetLimit(size_t *value, enum cudaLimit limit)
     return need_device();
 }
 
+static cudaError_t capture_unsafe(const char *what);
+
 cudaError_t cudaDeviceSynchronize(void)
 {
     cudaError_t e = need_device();
     if (e)
+        return e;
+    if ((e = capture_unsafe("cudaDeviceSynchronize")) != cudaSuccess)
         return e;
     cudasim_drain_all();
     cudasim_check_canaries("cudaDeviceSynchronize");
@@ -617,6 +621,8 @@ cudaError_t cudaMalloc(void **p, size_t size)
     cudaError_t e = need_device();
     if (e)
         return e;
+    if ((e = capture_unsafe("cudaMalloc")) != cudaSuccess)
+        return e;
     return map_alloc(p, size, DEVICE);
 }
 
@@ -625,6 +631,8 @@ cudaError_t cudaFree(void *p)
 {
     cudaError_t e = need_device();
     if (e)
+        return e;
+    if ((e = capture_unsafe("cudaFree")) != cudaSuccess)
         return e;
     if (p)
         cudasim_drain_all();
@@ -707,6 +715,8 @@ static bool in_alloc(const void *p, size_t n)
 }
 
 static cudaError_t copy_deferred(void *dst, const void *src, size_t n, cudaStream_t stream);
+static cudaError_t capture_copy(const void *dst, const void *src, cudaStream_t stream);
+static bool capture_on(cudaStream_t stream);
 
 /* A copy's device side must be device-accessible memory (cudaMalloc or cudaMallocHost) and
  * stay inside its allocation (the real runtime refuses a copy past an allocation's end);
@@ -744,7 +754,10 @@ static cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKin
     }
     if ((dst_dev && !in_alloc(dst, n)) || (src_dev && !in_alloc(src, n)))
         return cudasim_record(cudaErrorInvalidValue);
-    if (!cudasim_stream_deferred(stream)) {
+    if ((e = capture_copy(dst, src, stream)) != cudaSuccess)
+        return e;
+    /* Synchronous, or recorded by a capture (device and pinned memory only, above). */
+    if (!cudasim_stream_deferred(stream) || capture_on(stream)) {
         cudasim_stream_submit(stream, [dst, src, n] { memmove(dst, src, n); });
         return cudaSuccess;
     }
@@ -841,6 +854,11 @@ struct sim_stream {
      * its peers until the communicator is aborted): its owner and what it was, or NULL. */
     const void *hung_owner;
     char hung_what[160];
+    /* A capture in progress (cudaStreamBeginCapture): the work recorded so far, or NULL; why
+     * it was invalidated ("" while valid). */
+    std::vector<std::function<void()>> *cap;
+    enum cudaStreamCaptureMode cap_mode;
+    char cap_bad[160];
 };
 
 struct sim_event {
@@ -889,10 +907,20 @@ static sim_stream *deferred_of(cudaStream_t s)
     return (sim_stream *)s;
 }
 
+/* The stream s when a capture is recording its work, else NULL. Caller holds obj_mu. */
+static sim_stream *capturing_of(cudaStream_t s)
+{
+    if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread || !streams.count(s))
+        return NULL;
+    sim_stream *st = (sim_stream *)s;
+    return st->cap ? st : NULL;
+}
+
+/* A capturing stream defers too: what is queued on it must keep its own copies. */
 bool cudasim_stream_deferred(cudaStream_t s)
 {
     std::lock_guard<std::recursive_mutex> lock(obj_mu);
-    return deferred_of(s) != NULL;
+    return deferred_of(s) != NULL || capturing_of(s) != NULL;
 }
 
 /* The stream whose queued operation is running (NULL: none). */
@@ -967,6 +995,208 @@ void cudasim_drain_all(void)
     drain_streams(false);
 }
 
+static sim_stream *stream_of(cudaStream_t s);
+
+/* ---- stream capture and graphs -------------------------------------------------------------
+ *
+ * cudaStreamBeginCapture on a created stream records the work then queued on it instead of
+ * running it, until cudaStreamEndCapture hands it over as a graph; cudaGraphLaunch queues the
+ * recorded work on a stream, as often as asked, with what the capture saw (kernels'
+ * arguments, pointers and sizes by value, as a CUDA graph keeps them: what they point at is
+ * read at the replay, and a pointer freed since faults there). What CUDA refuses during a
+ * capture fails the same way here and invalidates it (cudaStreamEndCapture then answers
+ * cudaErrorStreamCaptureInvalidated and says why on stderr): a synchronisation or query of
+ * the capturing stream, or of the legacy default stream, a copy to or from pageable host
+ * memory, and in the Global and ThreadLocal modes cudaMalloc, cudaFree and
+ * cudaDeviceSynchronize from the capturing thread. Events recorded or waited for in a capture
+ * are not simulated: they invalidate it too. */
+#define GRAPH_MAGIC 0x47525048u /* "GRPH" */
+#define EXEC_MAGIC  0x47455843u /* "GEXC" */
+
+struct sim_graph {
+    uint32_t magic;
+    std::shared_ptr<std::vector<std::function<void()>>> ops;
+};
+
+static std::set<const void *> graphs, graph_execs;
+
+/* The stream this thread captures in the Global or ThreadLocal mode, or NULL. */
+static thread_local sim_stream *tl_capture;
+
+/* Invalidates st's capture, why saying what was refused; records and returns the error.
+ * Caller holds obj_mu. */
+static cudaError_t capture_invalidate(sim_stream *st, const char *why)
+{
+    if (!st->cap_bad[0])
+        snprintf(st->cap_bad, sizeof(st->cap_bad), "%s", why);
+    return cudasim_record(cudaErrorStreamCaptureUnsupported);
+}
+
+/* what (a synchronisation or query) on s: refused while s captures, or on the legacy default
+ * stream while this thread captures. Caller holds obj_mu. */
+static cudaError_t capture_refuses(cudaStream_t s, const char *what)
+{
+    sim_stream *st = capturing_of(s);
+    if (!st && (s == 0 || s == cudaStreamLegacy) && tl_capture && streams.count(tl_capture))
+        st = tl_capture;
+    if (!st)
+        return cudaSuccess;
+    char why[160];
+    snprintf(why, sizeof(why), "%s during the capture", what);
+    return capture_invalidate(st, why);
+}
+
+static cudaError_t capture_unsafe(const char *what)
+{
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    if (!tl_capture || !streams.count(tl_capture))
+        return cudaSuccess;
+    char why[160];
+    snprintf(why, sizeof(why), "%s during the capture", what);
+    return capture_invalidate(tl_capture, why);
+}
+
+static cudaError_t capture_copy(const void *dst, const void *src, cudaStream_t stream)
+{
+    bool pageable;
+    {
+        std::lock_guard<std::recursive_mutex> lock(mem_mu);
+        pageable = !find_alloc(dst) || !find_alloc(src);
+    }
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    sim_stream *st = capturing_of(stream);
+    if (!st || !pageable)
+        return cudaSuccess;
+    return capture_invalidate(st, "a copy to or from pageable host memory in the capture");
+}
+
+/* Whether a capture records stream's work. */
+static bool capture_on(cudaStream_t stream)
+{
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    return capturing_of(stream) != NULL;
+}
+
+/* Ends st's capture, dropping what it recorded. Caller holds obj_mu. */
+static void capture_drop(sim_stream *st)
+{
+    delete st->cap;
+    st->cap = NULL;
+    st->cap_bad[0] = 0;
+    if (tl_capture == st)
+        tl_capture = NULL;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode)
+{
+    cudaError_t e = need_device();
+    if (e)
+        return e;
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    if (s == 0 || s == cudaStreamLegacy || s == cudaStreamPerThread)
+        return cudasim_record(cudaErrorStreamCaptureUnsupported);
+    sim_stream *st = stream_of(s);
+    if (!st)
+        return cudasim_record(cudaErrorInvalidResourceHandle);
+    if (st->cap || (mode != cudaStreamCaptureModeRelaxed && tl_capture))
+        return cudasim_record(cudaErrorIllegalState);
+    st->cap = new std::vector<std::function<void()>>;
+    st->cap_mode = mode;
+    st->cap_bad[0] = 0;
+    if (mode != cudaStreamCaptureModeRelaxed)
+        tl_capture = st;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph)
+{
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    sim_stream *st = stream_of(s);
+    if (!st)
+        return cudasim_record(cudaErrorInvalidResourceHandle);
+    if (!st->cap)
+        return cudasim_record(cudaErrorIllegalState);
+    *graph = NULL;
+    if (st->cap_bad[0]) {
+        fprintf(stderr, "cudasim: the capture was invalidated: %s\n", st->cap_bad);
+        capture_drop(st);
+        return cudasim_record(cudaErrorStreamCaptureInvalidated);
+    }
+    sim_graph *g = new sim_graph;
+    g->magic = GRAPH_MAGIC;
+    g->ops = std::make_shared<std::vector<std::function<void()>>>(std::move(*st->cap));
+    capture_drop(st);
+    graphs.insert(g);
+    *graph = (cudaGraph_t)g;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status)
+{
+    if (!cudasim_stream_valid(s))
+        return cudasim_record(cudaErrorInvalidResourceHandle);
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    sim_stream *st = capturing_of(s);
+    *status = !st              ? cudaStreamCaptureStatusNone
+              : st->cap_bad[0] ? cudaStreamCaptureStatusInvalidated
+                               : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+/* The executable graph shares the recorded work with its graph (which may be destroyed
+ * first). */
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
+{
+    (void)flags;
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    if (!graphs.count(graph))
+        return cudasim_record(cudaErrorInvalidValue);
+    sim_graph *x = new sim_graph;
+    x->magic = EXEC_MAGIC;
+    x->ops = ((sim_graph *)graph)->ops;
+    graph_execs.insert(x);
+    *exec = (cudaGraphExec_t)x;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
+{
+    std::shared_ptr<std::vector<std::function<void()>>> ops;
+    {
+        std::lock_guard<std::recursive_mutex> lock(obj_mu);
+        if (!graph_execs.count(exec))
+            return cudasim_record(cudaErrorInvalidValue);
+        if (!cudasim_stream_valid(s))
+            return cudasim_record(cudaErrorInvalidResourceHandle);
+        ops = ((sim_graph *)exec)->ops;
+    }
+    for (const auto &op : *ops)
+        cudasim_stream_submit(s, op);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    if (!graph_execs.erase(exec))
+        return cudasim_record(cudaErrorInvalidValue);
+    sim_graph *x = (sim_graph *)exec;
+    x->magic = 0;
+    delete x;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    if (!graphs.erase(graph))
+        return cudasim_record(cudaErrorInvalidValue);
+    sim_graph *g = (sim_graph *)graph;
+    g->magic = 0;
+    delete g;
+    return cudaSuccess;
+}
+
 /* What must run before an operation on s that is not deferred: on the legacy default stream,
  * the blocking streams' work. Caller holds obj_mu. */
 static void before_sync_op(cudaStream_t s)
@@ -984,6 +1214,15 @@ static uint64_t enqueue(sim_stream *st, std::function<void()> fn)
 
 void cudasim_stream_submit(cudaStream_t s, std::function<void()> fn)
 {
+    {
+        std::lock_guard<std::recursive_mutex> lock(obj_mu);
+        sim_stream *cs = capturing_of(s);
+        if (cs) {
+            if (!cs->cap_bad[0])
+                cs->cap->push_back(std::move(fn));
+            return;
+        }
+    }
     if (!async_mode()) {
         fn();
         return;
@@ -1014,6 +1253,8 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, in
     st->queued = st->done = 0;
     st->polls = 0;
     st->hung_owner = NULL;
+    st->cap = NULL;
+    st->cap_bad[0] = 0;
     streams.insert(st);
     streams_by_id[st->id] = st;
     *s = (cudaStream_t)st;
@@ -1044,6 +1285,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
     if (!st)
         return cudasim_record(cudaErrorInvalidResourceHandle);
     drain_to(st, UINT64_MAX);
+    capture_drop(st);
     streams.erase(st);
     streams_by_id.erase(st->id);
     st->magic = 0;
@@ -1060,6 +1302,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
         return cudasim_record(cudaErrorInvalidResourceHandle);
     {
         std::lock_guard<std::recursive_mutex> lock(obj_mu);
+        if ((e = capture_refuses(s, "cudaStreamSynchronize")) != cudaSuccess)
+            return e;
         sim_stream *st = deferred_of(s);
         if (st)
             drain_to(st, UINT64_MAX);
@@ -1078,6 +1322,9 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
     if (!cudasim_stream_valid(s))
         return cudasim_record(cudaErrorInvalidResourceHandle);
     std::lock_guard<std::recursive_mutex> lock(obj_mu);
+    cudaError_t e = capture_refuses(s, "cudaStreamQuery");
+    if (e != cudaSuccess)
+        return e;
     sim_stream *st = deferred_of(s);
     if (!st) {
         before_sync_op(s);
@@ -1175,6 +1422,9 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int
     sim_event *ev = event_of(e);
     if (!ev || !cudasim_stream_valid(s))
         return cudasim_record(cudaErrorInvalidResourceHandle);
+    if (capturing_of(s))
+        return capture_invalidate(capturing_of(s), "an event recorded in a capture (event nodes "
+                                                   "are not simulated)");
     sim_stream *st = deferred_of(s);
     if (!st) {
         before_sync_op(s);
@@ -1264,6 +1514,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
     sim_event *ev = event_of(e);
     if (!cudasim_stream_valid(s) || !ev)
         return cudasim_record(cudaErrorInvalidResourceHandle);
+    if (capturing_of(s))
+        return capture_invalidate(capturing_of(s), "a wait for an event in a capture (event "
+                                                   "nodes are not simulated)");
     if (!ev->pend_seq)
         return cudaSuccess;
     sim_stream *st = deferred_of(s);

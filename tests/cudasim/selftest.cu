@@ -253,6 +253,69 @@ int selftest_async(int *obs)
     return e;
 }
 
+__global__ void add_kernel(int *d, int k)
+{
+    if (threadIdx.x == 0)
+        *d += k;
+}
+
+int selftest_graph(int *obs)
+{
+    cudaStream_t s = NULL;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    int *d = NULL, *d2 = NULL, host = 0, k = 2;
+    void *p = NULL;
+
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) ||
+        cudaMalloc((void **)&d, sizeof(int)) || cudaMalloc((void **)&d2, sizeof(int)))
+        return (int)cudaGetLastError();
+    cudaMemset(d, 0, sizeof(int));
+    cudaMemset(d2, 0, sizeof(int));
+
+    /* Recorded, not run: add k (its value at the capture), then copy into d2. */
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    add_kernel<<<1, 32, 0, s>>>(d, k);
+    cudaMemcpyAsync(d2, d, sizeof(int), cudaMemcpyDeviceToDevice, s);
+    cudaStreamIsCapturing(s, &st);
+    obs[0] = (int)st;
+    obs[1] = (int)cudaStreamEndCapture(s, &g);
+    k = 100;
+    cudaMemcpy(&host, d, sizeof(int), cudaMemcpyDeviceToHost);
+    obs[2] = host;
+    cudaGraphInstantiate(&x, g, 0);
+    cudaGraphDestroy(g);
+    for (int i = 0; i < 3; i++)
+        cudaGraphLaunch(x, s);
+    cudaStreamSynchronize(s);
+    cudaMemcpy(&host, d2, sizeof(int), cudaMemcpyDeviceToHost);
+    obs[3] = host;
+
+    /* What a capture refuses, each invalidating it. */
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    obs[4] = (int)cudaStreamSynchronize(s);
+    cudaStreamIsCapturing(s, &st);
+    obs[5] = (int)st;
+    obs[6] = (int)cudaStreamEndCapture(s, &g);
+    obs[7] = g == NULL;
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    obs[8] = (int)cudaMemcpyAsync(d, &host, sizeof(int), cudaMemcpyHostToDevice, s);
+    obs[9] = (int)cudaStreamEndCapture(s, &g);
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    obs[10] = (int)cudaMalloc(&p, 64);
+    obs[11] = (int)cudaStreamEndCapture(s, &g);
+    /* The legacy default stream cannot capture. */
+    obs[12] = (int)cudaStreamBeginCapture(0, cudaStreamCaptureModeThreadLocal);
+
+    cudaGetLastError();
+    cudaGraphExecDestroy(x);
+    cudaFree(d);
+    cudaFree(d2);
+    cudaStreamDestroy(s);
+    return (int)cudaGetLastError();
+}
+
 __global__ void store_kernel(float *p, size_t index)
 {
     if (threadIdx.x == 0)

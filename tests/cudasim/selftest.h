@@ -48,6 +48,17 @@ int selftest_neighbour(int *out, int n, int with_barrier);
  * 5). Returns cudaGetLastError at the end. */
 int selftest_async(int *obs);
 
+/* Stream capture and graphs, into obs[0..12]: a capture of a kernel adding k (2) to a device
+ * int and a copy of it into another: cudaStreamIsCapturing's status inside (active, 1),
+ * cudaStreamEndCapture's answer (0), the int after the capture (0: not run), the copy after
+ * three launches of the graph, k changed to 100 meanwhile (6); then captures that the
+ * runtime must refuse: cudaStreamSynchronize's answer inside one (cudaErrorStreamCapture-
+ * Unsupported), the status after it (invalidated, 2), cudaStreamEndCapture's answer
+ * (cudaErrorStreamCaptureInvalidated) and whether the graph is NULL (1); a copy from pageable
+ * memory and the end's answer; a cudaMalloc and the end's answer; a capture of the legacy
+ * stream's answer (unsupported). Returns cudaGetLastError at the end (0). */
+int selftest_graph(int *obs);
+
 /* Deliberate kernel bugs, each to run in a child process that cudasim ends with a message:
  * a write to element index of an allocation of n floats; */
 void selftest_overrun(size_t n, size_t index);

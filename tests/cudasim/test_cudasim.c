@@ -244,6 +244,32 @@ TEST(cudasim_async_streams)
         CHECK_EQ(obs[i], want[i]);
 }
 
+/* Stream capture: the work is recorded, replayed by each launch with the arguments of the
+ * capture; what CUDA refuses in a capture invalidates it. */
+TEST(cudasim_graphs)
+{
+    int obs[13];
+    const int U = cudaErrorStreamCaptureUnsupported, I = cudaErrorStreamCaptureInvalidated;
+    const int want[13] = {cudaStreamCaptureStatusActive,
+                          0,
+                          0,
+                          6,
+                          U,
+                          cudaStreamCaptureStatusInvalidated,
+                          I,
+                          1,
+                          U,
+                          I,
+                          U,
+                          I,
+                          U};
+
+    memset(obs, 0xff, sizeof(obs));
+    CHECK_EQ(selftest_graph(obs), cudaSuccess);
+    for (int i = 0; i < 13; i++)
+        CHECK_EQ(obs[i], want[i]);
+}
+
 /* ---- the runtime ----------------------------------------------------------------------------- */
 
 /* CUDASIM_DEVICES=0: no device, as a machine without a GPU answers. */

@@ -2,7 +2,8 @@
 # The cuda backend trains like the cpu one: 20 steps of the tests' small model (with a
 # validation at steps 10 and 20) on one rank, cpu against cuda in fp32 (the same maths in
 # another order of additions: every loss and validation loss within 1e-4 relative) and cuda in
-# bf16 (bf16 parameters and activations: within 1e-2 relative, and learning). Gradient
+# bf16 (bf16 parameters and activations: within 1e-2 relative, and learning; the same bits
+# with train.cuda_graphs off as on). Gradient
 # accumulation (batch 1 x grad_accum 2) trains on the same batches as batch 2 (fp32, 1e-4).
 # The cuda run writes the same metrics.jsonl keys and prints the same lines, its run line
 # naming the device and NCCL, and samples text at the end. Then the model of jobs/tiny.cfg
@@ -27,8 +28,8 @@ expect_rc 0 "cpu, 20 steps"
 train_cuda "$cfg" "${twenty[@]}" train.dtype=fp32 train.sample_tokens=16 \
     train.out_dir="$work/fp32"
 expect_rc 0 "cuda fp32, 20 steps"
-grep -q "^run: 20 steps, cuda, one GPU per rank, fp32, nccl" "$work/out" ||
-    fail "the run line does not name the device, fp32 and nccl: $(grep '^run:' "$work/out")"
+grep -q "^run: 20 steps, cuda, one GPU per rank, fp32, CUDA graphs: on, nccl" "$work/out" ||
+    fail "the run line does not name the device, fp32, graphs and nccl: $(grep '^run:' "$work/out")"
 grep -q '^sample after step 20 (16 tokens, temperature 0\.8):$' "$work/out" ||
     fail "no sample at the end of the cuda run"
 grep -q '^step 20/20 | loss [0-9.]* | val [0-9.]* | lr ' "$work/out" ||
@@ -43,9 +44,16 @@ curves_close "$work/cpu/metrics.jsonl" "$work/fp32/metrics.jsonl" 1e-4 "cuda fp3
 
 train_cuda "$cfg" "${twenty[@]}" train.out_dir="$work/bf16"
 expect_rc 0 "cuda bf16, 20 steps"
-grep -q "^run: 20 steps, cuda, one GPU per rank, bf16 (fp32 master weights), attention: .*, nccl" "$work/out" ||
+grep -q "^run: 20 steps, cuda, one GPU per rank, bf16 (fp32 master weights), attention: .*, CUDA graphs: on, nccl" "$work/out" ||
     fail "the run line does not name bf16: $(grep '^run:' "$work/out")"
 curves_close "$work/cpu/metrics.jsonl" "$work/bf16/metrics.jsonl" 1e-2 "cuda bf16 against cpu"
+# Without CUDA graphs: the same run, bit for bit (steps 2 to 20 ran as graph launches above).
+train_cuda "$cfg" "${twenty[@]}" train.cuda_graphs=off train.out_dir="$work/bf16-nographs"
+expect_rc 0 "cuda bf16 without CUDA graphs, 20 steps"
+grep -q ", CUDA graphs: off, nccl" "$work/out" ||
+    fail "the run line does not say graphs are off: $(grep '^run:' "$work/out")"
+same_losses "$work/bf16/metrics.jsonl" "$work/bf16-nographs/metrics.jsonl" \
+    "cuda bf16 with and without CUDA graphs"
 first=$(loss_at "$work/bf16/metrics.jsonl" 1)
 last=$(loss_at "$work/bf16/metrics.jsonl" 20)
 cpu_last=$(loss_at "$work/cpu/metrics.jsonl" 20)
