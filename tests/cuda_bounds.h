@@ -72,7 +72,8 @@ static inline double *dzero(size_t n)
 
 /* R2 and R3 for n sums of at most K terms each, of magnitudes S, with nb bf16 roundings on
  * the way in bf16 (gemm: the GPU sums on tensor cores in bf16). */
-static inline double *sum_limits(enum gpu_dtype dt, const float *S, size_t n, double K, int nb, bool gemm)
+static inline double *sum_limits(enum gpu_dtype dt, const float *S, size_t n, double K, int nb,
+                                 bool gemm)
 {
     double *lim = hmalloc(n * sizeof(double));
     double c = 2.0 * gam(K) + (gemm && dt == GPU_BF16 ? gam(K) : 0.0) + nb * ub_of(dt);
@@ -140,9 +141,9 @@ static inline double gelu_grad_d(double x, double *mag)
  *   out = (x - mean) rstd w + b: with P = |x - mean| rstd |w|, the mean's error dm rstd |w|,
  *     rstd's er P, four roundings on each side 8u P + 2u |b| (6u |b| kept), and in bf16 one
  *     rounding of the output ub (P + |b|). */
-static inline void layernorm_limits(enum gpu_dtype dt, const float *x, const float *w, const float *b,
-                             const float *mean, const float *rstd, int N, int C, double *l_out,
-                             double *l_mean, double *l_rstd)
+static inline void layernorm_limits(enum gpu_dtype dt, const float *x, const float *w,
+                                    const float *b, const float *mean, const float *rstd, int N,
+                                    int C, double *l_out, double *l_mean, double *l_rstd)
 {
     for (int n = 0; n < N; n++) {
         const float *xr = x + (size_t)n * C;
@@ -178,9 +179,10 @@ static inline void layernorm_limits(enum gpu_dtype dt, const float *x, const flo
  *     S = |dweight0| + sum |dout| nn; dbias: 2 gamma(N + 1) (|dbias0| + sum |dout|). The
  *     chunks' partial sums stay fp32 and reach the gradient once: one bf16 rounding. */
 static inline void layernorm_backward_limits(enum gpu_dtype dt, const float *dout, const float *x,
-                                      const float *w, const float *mean, const float *rstd,
-                                      const float *dinp0, const float *dw0, const float *db0, int N,
-                                      int C, double *l_dinp, double *l_dw, double *l_db)
+                                             const float *w, const float *mean, const float *rstd,
+                                             const float *dinp0, const float *dw0, const float *db0,
+                                             int N, int C, double *l_dinp, double *l_dw,
+                                             double *l_db)
 {
     double *Sw = dzero((size_t)C), *Sb = dzero((size_t)C);
 
@@ -226,9 +228,9 @@ static inline void layernorm_backward_limits(enum gpu_dtype dt, const float *dou
  *     backward reads the CPU's lse: 0), the subtraction and product 4u |p_j - [j == t]|, and
  *     bf16's store; the padding (j >= V) is 0 on both sides. */
 static inline void crossentropy_limits(enum gpu_dtype dt, const float *logits, const int *targets,
-                                const float *lse, const float *losses, int N, int V, int Vp,
-                                float dloss, double *l_lse, double *l_loss, double *l_d,
-                                double *l_dfused)
+                                       const float *lse, const float *losses, int N, int V, int Vp,
+                                       float dloss, double *l_lse, double *l_loss, double *l_d,
+                                       double *l_dfused)
 {
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * Vp;
@@ -309,8 +311,9 @@ static inline void ref_lse(float *lse, const float *qkv, int B, int T, int C, in
  *     errors through the magnitudes, tc gamma(T + 2) on the sums of M |k| (M |q|, p |dout|),
  *     and the output's bf16 rounding. */
 static inline void attention_limits(enum gpu_dtype dt, const float *qkv, const float *att,
-                             const float *lse, const float *out, const float *dout, int B, int T,
-                             int C, int NH, double *l_out, double *l_lse, double *l_dqkv)
+                                    const float *lse, const float *out, const float *dout, int B,
+                                    int T, int C, int NH, double *l_out, double *l_lse,
+                                    double *l_dqkv)
 {
     int hs = C / NH;
     double tc = dt == GPU_BF16 ? 3.0 : 2.0, ub = ub_of(dt), rs = 1.0 / sqrt((double)hs);
