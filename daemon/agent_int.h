@@ -24,7 +24,7 @@
 /* Lines of a rank's output kept for the failure message, and their longest length. */
 #define TAIL_LINES    10
 #define TAIL_LINE_MAX 240
-/* A line longer than this is passed on in pieces. */
+/* A line longer than this is passed on in pieces (cut between characters). */
 #define LINE_MAX_LEN  4000
 /* Per-rank secret: 128 bits, shown to the rank in GPURUN_TOKEN. */
 #define TOKEN_BYTES   16
@@ -192,6 +192,7 @@ struct agent {
     struct outbuf *err_out; /* the ranks' stderr, our stderr; NULL where that is stdout's
                              * file (2>&1, one terminal, a batch output file) */
     bool out_tty;           /* our stdout is a terminal: lines without their end are shown */
+    bool err_tty;           /* our stderr is one (where err_out writes) */
 
     bool failed_here; /* this node saw the first failure it knows of */
     bool cancelled;   /* a terminating signal was acted on: later ones change nothing */

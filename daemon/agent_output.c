@@ -153,6 +153,7 @@ int agent_output_start(struct agent *a)
     int ret = outbuf_start(a->loop, &cfg, &a->out);
 
     a->out_tty = isatty(STDOUT_FILENO) == 1;
+    a->err_tty = isatty(STDERR_FILENO) == 1;
     if (ret < 0)
         return ret;
     if (!same_file(STDOUT_FILENO, STDERR_FILENO)) {
@@ -350,15 +351,20 @@ void arank_close_log(struct arank *r)
 /* One stream line "[R] text" and its end, queued whole: the writer writes whole lines of at
  * most PIPE_BUF bytes, so lines of ranks and of other daemons sharing the terminal or pipe
  * never interleave inside a line. end is '\n', or '\r' for a redraw of the terminal's line
- * (a progress bar, or a line not yet ended shown as it stands). */
+ * (a progress bar, or a line not yet ended shown as it stands). A file or a pipe gets a
+ * redraw as a line of its own: there a '\r' would leave every rank's redraws on one line,
+ * mixed, where a terminal draws each over the last. */
 _Static_assert(LINE_MAX_LEN + 32 <= OUTBUF_LINE_MAX, "a labelled line must fit one write");
 static void emit(struct arank *r, const char *s, size_t n, bool is_err, char end)
 {
     char buf[LINE_MAX_LEN + 32];
     int h = snprintf(buf, sizeof(buf), "[%d] ", r->rank);
-    struct outbuf *o = is_err && r->agent->err_out ? r->agent->err_out : r->agent->out;
+    bool to_err = is_err && r->agent->err_out;
+    struct outbuf *o = to_err ? r->agent->err_out : r->agent->out;
     size_t len;
 
+    if (end == '\r' && !(to_err ? r->agent->err_tty : r->agent->out_tty))
+        end = '\n';
     if (n > sizeof(buf) - (size_t)h - 1)
         n = sizeof(buf) - (size_t)h - 1;
     memcpy(buf + h, s, n);
@@ -457,11 +463,15 @@ static void stream_take(struct ostream *o, const char *data, size_t n)
             continue;
         }
         if (c == '\n' || o->len == sizeof(o->line)) {
+            /* A line past LINE_MAX_LEN goes on in pieces, each cut between characters: a
+             * character that c continues starts the next piece. */
+            size_t cut = c == '\n' ? o->len : utf8_cut_len(o->line, o->len, (unsigned char)c);
             /* After SIGABRT, what a Python rank writes on stderr is faulthandler's dump. */
             if (o->is_err && r->cap == CAP_PYTHON)
-                stack_add(r, o->line, o->len);
-            arank_emit_line(r, o->line, o->len, o->is_err);
-            o->len = 0;
+                stack_add(r, o->line, cut);
+            arank_emit_line(r, o->line, cut, o->is_err);
+            memmove(o->line, o->line + cut, o->len - cut);
+            o->len -= cut;
             o->shown = 0;
             if (c == '\n')
                 continue;

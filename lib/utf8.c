@@ -78,6 +78,21 @@ size_t utf8_sanitize(char *dst, size_t cap, const char *src, size_t n)
     return out;
 }
 
+size_t utf8_cut_len(const char *s, size_t n, unsigned char next)
+{
+    if ((next & 0xc0) != 0x80)
+        return n;
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        unsigned char c = (unsigned char)s[n - back];
+        if ((c & 0xc0) == 0x80)
+            continue;
+        /* A lead byte whose character would run past what s holds: cut before it. */
+        size_t need = c >= 0xf0 && c < 0xf8 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+        return need > back && c >= 0xc0 && c < 0xf8 ? n - back : n;
+    }
+    return n;
+}
+
 size_t utf8_prefix_len(const char *s, size_t max)
 {
     size_t n = strnlen(s, max + 1);

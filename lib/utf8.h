@@ -25,6 +25,11 @@ bool utf8_is_valid(const char *s, size_t n);
  * bytes written, the NUL not counted. */
 size_t utf8_sanitize(char *dst, size_t cap, const char *src, size_t n);
 
+/* Where to cut the n bytes at s, which the byte next goes on, so that no character is split:
+ * n, or, when next continues a character begun in s (a lead byte at most 3 bytes back), the
+ * start of that character. Bytes that are not UTF-8 are cut anywhere (n). */
+size_t utf8_cut_len(const char *s, size_t n, unsigned char next);
+
 /* The length of the longest prefix of the NUL-terminated s that is at most max bytes and
  * ends on a character boundary (where s is valid UTF-8; a stray continuation byte counts as
  * a character of its own). For cutting valid text to a limit. */

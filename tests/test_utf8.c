@@ -107,6 +107,25 @@ TEST(utf8_sanitize_random_bytes_make_json)
     }
 }
 
+/* A cut at a limit never splits a character: the one the next byte continues moves whole to
+ * the next piece; ASCII, a whole character and bytes that are not UTF-8 are cut where they
+ * stand. */
+TEST(utf8_cut_len_keeps_characters_whole)
+{
+    const char *euro = "ab\xe2\x82\xac"; /* "ab€" */
+    const char *smile = "\xf0\x9f\x98\x80";
+
+    CHECK_EQ(utf8_cut_len("abc", 3, 'd'), (size_t)3);
+    CHECK_EQ(utf8_cut_len(euro, 5, 'x'), (size_t)5);   /* € whole */
+    CHECK_EQ(utf8_cut_len(euro, 4, 0xac), (size_t)2);  /* € cut after 2 of 3 bytes */
+    CHECK_EQ(utf8_cut_len(euro, 3, 0x82), (size_t)2);  /* after its lead */
+    CHECK_EQ(utf8_cut_len(smile, 3, 0x80), (size_t)0); /* a 4-byte one, 3 in */
+    CHECK_EQ(utf8_cut_len(smile, 1, 0x9f), (size_t)0);
+    CHECK_EQ(utf8_cut_len("a\x80\x80\x80", 4, 0x80), (size_t)4); /* no lead: not UTF-8 */
+    CHECK_EQ(utf8_cut_len("a\xff", 2, 0x80), (size_t)2);         /* 0xff leads nothing */
+    CHECK_EQ(utf8_cut_len("", 0, 0x80), (size_t)0);
+}
+
 TEST(utf8_prefix_len_backs_off_to_a_lead_byte)
 {
     const char *s = "ab\xe2\x94\x80";

@@ -2,7 +2,9 @@
 # Output as torchrun's users expect it: a rank's stderr reaches gpurun's stderr and its stdout
 # gpurun's stdout (one file when they are one: 2>&1 keeps both); a progress bar redrawn with
 # '\r' is seen as it moves, not held until its newline (a printf loop, and tqdm itself where
-# PyPI gives it); a job that ends well says so in one line, and ^C says cancelled.
+# PyPI gives it), and in a file each redraw is a labelled line of its own; a line past 4000
+# bytes comes in pieces cut between characters; a job that ends well says so in one line, and
+# ^C says cancelled.
 # timeout: 180
 set -euo pipefail
 # shellcheck source=local_common.sh
@@ -84,6 +86,42 @@ for _ in tqdm(range(12), mininterval=0):
 else
     echo "# tqdm not checked: PyPI not reachable ($(tail -n 1 "$work/pip.log" 2>/dev/null))"
 fi
+
+# To a file, two ranks' bars stay apart: each redraw is a line of its own, labelled (a '\r'
+# would leave both ranks' redraws on one line of the file, mixed).
+# shellcheck disable=SC2016 # expanded by the ranks' shell
+run --local --gpus-per-node 2 -- sh -c 'for i in 0 25 50 75 100; do printf "\rprogress %d%%" $i
+    sleep 0.1; done; echo'
+expect_rc 0 "two ranks drawing bars"
+! grep -q $'\r' "$work/out" || fail "a file got a '\\r': $(od -c "$work/out" | head -n 5)"
+bad=$(grep -cv '^\[[01]\] ' "$work/out" || true)
+[ "$bad" = 0 ] || fail "$bad lines of the file are not one rank's: $(head -n 5 "$work/out")"
+for r in 0 1; do
+    grep -qxF "[$r] progress 100%" "$work/out" || fail "rank $r's last state is not a line: $(cat "$work/out")"
+done
+echo "# two ranks' bars to a file: each redraw a labelled line of its own"
+
+# --- a long line ------------------------------------------------------------------------------
+# Past 4000 bytes the stream carries a line in pieces, each cut between characters (valid
+# UTF-8, the pieces together the line); the rank's log keeps it whole.
+run --local -- "$py" -c 'import sys; sys.stdout.write("a" + "\u20ac" * 5000 + "\U0001F600" * 2000 + "\n")'
+expect_rc 0 "a 23 KB line of 3- and 4-byte characters"
+"$py" - "$work/out" <<'PYEOF' || fail "the long line's pieces: see above"
+import sys
+want = "a" + "\u20ac" * 5000 + "\U0001F600" * 2000
+pieces = open(sys.argv[1], "rb").read().split(b"\n")[:-1]
+assert len(pieces) >= 6, f"{len(pieces)} pieces"
+texts = []
+for p in pieces:
+    assert p.startswith(b"[0] "), p[:20]
+    assert len(p) <= 4004, len(p)
+    texts.append(p[4:].decode("utf-8"))  # raises on a split character
+assert "".join(texts) == want, "the pieces do not make the line"
+print(f"# a 23 KB line: {len(pieces)} pieces, each valid UTF-8, together the line")
+PYEOF
+logdir=$(sed -n "s/^gpurun: job '[^']*' completed in .* logs in '\(.*\)'$/\1/p" "$work/err")
+[ -n "$logdir" ] && [ "$(wc -c <"$logdir/rank-0.log")" = $((1 + 3 * 5000 + 4 * 2000 + 1)) ] ||
+    fail "rank-0.log does not hold the line whole: $(wc -c <"$logdir/rank-0.log" 2>&1)"
 
 # --- a line without its end ---------------------------------------------------------------------
 # To a terminal (a pty from script(1)) it is shown as it stands, before its end comes.
