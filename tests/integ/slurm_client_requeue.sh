@@ -81,7 +81,7 @@ pid=$!
 wait_lines b.out '^\[[01]\] rank [01] resume up$' 2
 id=$(job_id b.out)
 node=$(job_field "$id" NodeList)
-urgent=$(sbatch --parsable -p urgent -w "$node" --exclusive -t 1 --wrap 'sleep 2') ||
+urgent=$(sbatch --parsable -p urgent -w "$node" --exclusive -t 1 -o /dev/null --wrap 'sleep 2') ||
     grs_fail "sbatch of the urgent job failed"
 release "$id"
 wait "$pid" || rc=$?
