@@ -230,8 +230,9 @@ static const struct opt_row opts[] = {
     {0, "no-gpus", ARG_FLAG, FIELD(no_gpus), 0, 0, ON_RUN, NULL,
      "ask Slurm for no GPUs: the ranks run on CPUs"},
     {'t', "time", ARG_TIME, FIELD(time_limit_s), 0, 0, ON_RUN, "TIME",
-     "time limit as for sbatch (90, 1:30:00, 2-0...); exit 124 past it\n"
-     "(default: the partition's, which status shows)"},
+     "time limit as for sbatch (90, 1:30:00, 2-0...); exit 124 past it;\n"
+     "0 or UNLIMITED: none (default: the partition's, which status shows;\n"
+     "none with --local)"},
     {'p', "partition", ARG_STRING, FIELD(partition), 0, 0, ON_RUN, "NAME", "Slurm partition", NULL,
      OPT_SLURM},
     {'A', "account", ARG_STRING, FIELD(account), 0, 0, ON_RUN, "NAME", "Slurm account", NULL,
@@ -629,7 +630,8 @@ int args_parse_time(const char *s, long *seconds)
         total = f[0] * 60 + f[1];
     else /* hours:minutes:seconds */
         total = f[0] * 3600 + f[1] * 60 + f[2];
-    if (total <= 0 || total > TIME_LIMIT_MAX)
+    /* sbatch's 0 (any spelling of it) is no limit, as UNLIMITED is. */
+    if (total > TIME_LIMIT_MAX)
         return -ERANGE;
     *seconds = total;
     return 0;
@@ -855,7 +857,7 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
                 err, -EINVAL,
                 "--%s: '%s' is not a time (minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]])", name, val);
         if (r < 0)
-            return errmsg_set(err, -EINVAL, "--%s: must be 1 second..365 days", name);
+            return errmsg_set(err, -EINVAL, "--%s: must be at most 365 days (0: no limit)", name);
         *(long *)field = v;
         return 0;
     case ARG_STRING:
@@ -1611,6 +1613,36 @@ static void usage_aliases(FILE *out, enum gpurun_cmd cmd)
         fprintf(out, "\n");
 }
 
+/* " [DEFAULT]" of row o (def: the defaults) into buf (n bytes), or "". A default out of the
+ * range (0: not given) is no value the option could take; a help that says its default in
+ * words ("default 64", "the default") says it once. */
+static void default_text(char *buf, size_t n, const struct opt_row *o,
+                         const struct gpurun_args *def)
+{
+    const void *field = (const char *)def + o->offset;
+
+    buf[0] = '\0';
+    if (strstr(o->help, "default"))
+        return;
+    if ((o->kind == ARG_INT || o->kind == ARG_GPUS) && *(const int *)field >= o->min &&
+        *(const int *)field <= o->max) {
+        snprintf(buf, n, " [%d]", *(const int *)field);
+    } else if (o->kind == ARG_SECONDS && o->offset != FIELD(spec.hb_timeout_ms)) {
+        char s[32];
+        format_ms(s, sizeof(s), *(const int *)field);
+        snprintf(buf, n, " [%s]", s);
+    } else if (o->kind == ARG_LOGLEVEL) {
+        snprintf(buf, n, " [%s]", def->log_level_name);
+    } else if (o->kind == ARG_CHOICE) {
+        for (const struct choice *c = o->choices; c->word; c++) {
+            if (c->listed && c->value == *(const int *)field) {
+                snprintf(buf, n, " [%s]", c->word);
+                break;
+            }
+        }
+    }
+}
+
 void args_usage(FILE *out, enum gpurun_cmd cmd)
 {
     struct gpurun_args def;
@@ -1622,31 +1654,20 @@ void args_usage(FILE *out, enum gpurun_cmd cmd)
     fprintf(out, "\noptions:\n");
     for (size_t i = 0; i < N_OPTS; i++) {
         const struct opt_row *o = &opts[i];
-        char left[64], dflt[48] = "";
-        const void *field = (const char *)&def + o->offset;
+        char left[64], dflt[48];
 
         if (!(o->cmds & (1u << cmd)))
             continue;
         snprintf(left, sizeof(left), "%c%c%c --%s%s%s", o->short_name ? '-' : ' ',
                  o->short_name ? o->short_name : ' ', o->short_name ? ',' : ' ', o->long_name,
                  o->metavar && o->kind != ARG_OPT_CHOICE ? " " : "", o->metavar ? o->metavar : "");
-        /* A default out of the range (0: not given) is no value the option could take. */
-        if ((o->kind == ARG_INT || o->kind == ARG_GPUS) && *(const int *)field >= o->min &&
-            *(const int *)field <= o->max)
-            snprintf(dflt, sizeof(dflt), " [%d]", *(const int *)field);
-        else if (o->kind == ARG_SECONDS && o->offset != FIELD(spec.hb_timeout_ms)) {
-            char s[32];
-            format_ms(s, sizeof(s), *(const int *)field);
-            snprintf(dflt, sizeof(dflt), " [%s]", s);
-        } else if (o->kind == ARG_LOGLEVEL)
-            snprintf(dflt, sizeof(dflt), " [%s]", def.log_level_name);
-        else if (o->kind == ARG_CHOICE)
-            for (const struct choice *c = o->choices; c->word; c++)
-                if (c->listed && c->value == *(const int *)field) {
-                    snprintf(dflt, sizeof(dflt), " [%s]", c->word);
-                    break;
-                }
-        fprintf(out, "  %-28s ", left);
+        default_text(dflt, sizeof(dflt), o, &def);
+        /* An option too long for its column gets a line of its own: the help stays in
+         * the help column. */
+        if (strlen(left) > HELP_INDENT - 3)
+            fprintf(out, "  %s\n%*s", left, HELP_INDENT, "");
+        else
+            fprintf(out, "  %-*s ", HELP_INDENT - 3, left);
         put_help(out, o->help);
         fprintf(out, "%s\n", dflt);
     }

@@ -61,7 +61,8 @@ struct gpurun_args {
     struct jobspec spec;     /* nnodes, nprocs, timeouts, max_restarts, env, gpu_bind and,
                               * with --signal, preempt_signal and preempt_all; job_id,
                               * argv, name and time_limit_s unset */
-    long time_limit_s;       /* -t/--time; 0: none */
+    long time_limit_s;       /* -t/--time; 0: none (given as 0 or UNLIMITED: none asked of
+                              * Slurm either, see args_time_unlimited) */
     const char *partition;   /* -p */
     const char *account;     /* -A */
     const char *job_name;    /* -J; NULL: the run's default (see gpurun --help) */
@@ -158,7 +159,8 @@ int args_parse(struct gpurun_args *args, int argc, char **argv, struct errmsg *e
 
 /* Parses a Slurm time limit ("minutes", "minutes:seconds", "hours:minutes:seconds",
  * "days-hours", "days-hours:minutes", "days-hours:minutes:seconds", or "UNLIMITED") into
- * seconds (0 for UNLIMITED). Returns 0 or -EINVAL. */
+ * seconds: 0 for no limit (UNLIMITED, INFINITE, or a time of 0, as sbatch reads "0").
+ * Returns 0, -EINVAL for what is not a time, or -ERANGE for one over 365 days. */
 int args_parse_time(const char *s, long *seconds);
 
 /* Parses a --signal value, "[{R|B}:]SIG[@TIME]" as sbatch takes it: flags R, B, RB or BR

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,9 +60,40 @@ static int find_program(const char *name, char *out, size_t n)
     return realpath(found, out) ? 0 : -errno;
 }
 
+/* A script's "#!" interpreter (of found, the file cmd names), checked as the kernel will
+ * exec it: one that is missing makes exec fail with ENOENT, which would read as the script's
+ * own absence. Only an absolute path is checked (a relative one is the ranks' working
+ * directory's). Here it refuses; for Slurm, whose nodes may see other files, it warns. */
+static int check_interpreter(const char *cmd, const char *found, bool local)
+{
+    char interp[PATH_MAX], resolved[PATH_MAX];
+    int r;
+
+    if (local_script_interpreter(found, interp, sizeof(interp)) != 1 || interp[0] != '/')
+        return 0;
+    r = local_resolve(interp, NULL, resolved, sizeof(resolved));
+    if (r == 0)
+        return 0;
+    if (!local) {
+        fprintf(stderr,
+                "gpurun: warning: '%s': its interpreter '%s' (from its #! line) %s here (the "
+                "nodes may see other files)\n",
+                cmd, interp, r == -EACCES ? "is not an executable file" : "does not exist");
+        return 0;
+    }
+    if (r == -EACCES)
+        return error_out(EXIT_CANNOT_RUN,
+                         "cannot execute '%s': its interpreter '%s' (from its #! line) is not an "
+                         "executable file",
+                         cmd, interp);
+    return error_out(EXIT_NOT_FOUND,
+                     "cannot execute '%s': its interpreter '%s' (from its #! line) does not exist",
+                     cmd, interp);
+}
+
 /* Checks CMD the way the daemons will exec it, so that a typo fails here with 127 before a
- * job dir, a daemon or a Slurm job exists. */
-static int check_command(const char *cmd)
+ * job dir, a daemon or a Slurm job exists; local: the job runs here (check_interpreter). */
+static int check_command(const char *cmd, bool local)
 {
     char found[PATH_MAX];
     int r = local_resolve(cmd, getenv("PATH"), found, sizeof(found));
@@ -73,7 +105,7 @@ static int check_command(const char *cmd)
         return error_out(EXIT_CANNOT_RUN, "'%s': permission denied (not an executable file)", cmd);
     if (r < 0)
         return error_out(EXIT_NOT_FOUND, "'%s': %s", cmd, uv_strerror(r));
-    return 0;
+    return check_interpreter(cmd, found, local);
 }
 
 /* The interpreter of a SCRIPT.py run (python.h chooses it): torchrun runs a script with its own
@@ -82,7 +114,7 @@ static int check_command(const char *cmd)
  * else python3 from each node's PATH, as it finds any command. It is checked here, where it
  * is named, so that a wrong one fails before a job exists. Returns 0 or an exit status with
  * the error printed. */
-static int check_python(const struct python_choice *c, const char *venv)
+static int check_python(const struct python_choice *c, const char *venv, bool local)
 {
     char found[PATH_MAX];
     int r = local_resolve(c->path, getenv("PATH"), found, sizeof(found));
@@ -105,7 +137,7 @@ static int check_python(const struct python_choice *c, const char *venv)
                          "VIRTUAL_ENV '%s': '%s': %s (activate a venv that exists, or "
                          "deactivate it, or give --python PATH)",
                          venv, c->path, why);
-    return check_command(c->path);
+    return check_command(c->path, local);
 }
 
 /* What a run needs besides the options: the ranks' command and, for a train.cfg, the
@@ -281,9 +313,9 @@ static int plan_run(struct gpurun_args *args, struct run_plan *p)
         const char *venv = getenv("VIRTUAL_ENV");
         if (python_choose(&p->python, args->python, venv) < 0)
             return error_out(EXIT_FAILED, "the path of the Python is too long");
-        ret = check_python(&p->python, venv);
+        ret = check_python(&p->python, venv, args->local);
     } else {
-        ret = check_command(args->cmd_argv[0]);
+        ret = check_command(args->cmd_argv[0], args->local);
     }
     if (ret)
         return ret;
@@ -388,6 +420,7 @@ static int work_dir(const struct gpurun_args *args, char *buf, size_t n)
 static void link_job_dir(const char *job_id, const char *abs_dir)
 {
     char root[PATH_MAX], link[PATH_MAX], real[PATH_MAX];
+    struct errmsg err;
     int r = jobdir_root(root, sizeof(root));
 
     if (r == 0 && !path_join(link, sizeof(link), root, job_id))
@@ -395,8 +428,13 @@ static void link_job_dir(const char *job_id, const char *abs_dir)
     /* Already there: a --job-dir that names the default place. */
     if (r == 0 && realpath(link, real) && !strcmp(real, abs_dir))
         return;
-    if (r == 0)
-        r = fs_mkdirs(root, 0700);
+    if (r == 0 && jobdir_root_make(root, &err) < 0) {
+        fprintf(stderr,
+                "gpurun: cannot link the job's id to its dir in the jobs root: %s; give "
+                "gpurun status|logs|cancel --job-dir '%s'\n",
+                err.text, abs_dir);
+        return;
+    }
     if (r == 0 && symlink(abs_dir, link) < 0)
         r = -errno;
     if (r < 0)
@@ -411,6 +449,7 @@ static void link_job_dir(const char *job_id, const char *abs_dir)
 static int local_dir(const struct gpurun_args *args, const char *job_id, char *dir, size_t n)
 {
     char root[PATH_MAX];
+    struct errmsg err;
     int ret;
 
     if (args->job_dir) {
@@ -423,6 +462,9 @@ static int local_dir(const struct gpurun_args *args, const char *job_id, char *d
         return ret;
     if (snprintf(dir, n, "%s/%s", root, job_id) >= (int)n)
         return error_out(EXIT_FAILED, "job dir '%s/%s': path too long", root, job_id);
+    /* Here, so that a root that cannot be made is named by where it came from. */
+    if (jobdir_root_make(root, &err) < 0)
+        return error_out(EXIT_FAILED, "%s", err.text);
     return 0;
 }
 
@@ -444,6 +486,36 @@ static int local_spec(struct gpurun_args *args, const struct run_plan *p, const 
     if (!(spec->workdir = strdup(cwd)) || set_out_dir(p, spec) < 0)
         return error_out(EXIT_FAILED, "out of memory");
     return set_metrics_dir(args, spec);
+}
+
+/* --gpu-bind=single hands local rank n the n-th GPU CUDA_VISIBLE_DEVICES lists (--export's,
+ * else gpurun's own, which the local daemons inherit): with fewer listed than ranks per node,
+ * a rank would get none, so the job is refused before anything starts. Unset or empty, rank
+ * n gets device n, which this does not count. Returns 0 or an exit status with the error
+ * printed. */
+static int check_gpu_bind(const struct gpurun_args *args)
+{
+    const struct jobspec *spec = &args->spec;
+    const char *list = getenv("CUDA_VISIBLE_DEVICES"), *from = "";
+    static const char name[] = "CUDA_VISIBLE_DEVICES=";
+    int gpus;
+
+    if (spec->gpu_bind != GPU_BIND_SINGLE || args->no_gpus)
+        return 0;
+    for (char **e = spec->env; e && *e; e++) {
+        if (!strncmp(*e, name, sizeof(name) - 1)) {
+            list = *e + sizeof(name) - 1;
+            from = " (from --export)";
+        }
+    }
+    gpus = local_gpu_list_count(list);
+    if (gpus == 0 || gpus >= spec->nprocs)
+        return 0;
+    return error_out(EXIT_FAILED,
+                     "--gpu-bind single: %d ranks per node, but CUDA_VISIBLE_DEVICES%s lists %d "
+                     "GPU%s ('%s'): local rank %d would get none; give --gpus-per-node %d or "
+                     "list more GPUs",
+                     spec->nprocs, from, gpus, gpus == 1 ? "" : "s", list, gpus, gpus);
 }
 
 /* What local.c's launcher is given besides the output: the job dir and rendezvousd (both
@@ -480,6 +552,23 @@ static void set_job_start(void)
     setenv("GPURUN_JOB_START_MS", ms, 1);
 }
 
+/* Whether the record in job_dir says the job was cancelled: its leader stopped by a signal
+ * (gpurun cancel's SIGTERM, or a kill of it), which gpurun did not receive itself. */
+static bool record_cancelled(const char *job_dir)
+{
+    struct errmsg err;
+    json_t *summary = NULL;
+    const char *outcome;
+    bool cancelled;
+
+    if (status_load_summary(job_dir, &summary, &err) < 0)
+        return false;
+    outcome = json_string_value(json_object_get(summary, "outcome"));
+    cancelled = outcome && !strcmp(outcome, "cancelled");
+    json_decref(summary);
+    return cancelled;
+}
+
 /* One line for every end of a local job, as torchrun's users expect one. */
 static void say_end(const struct gpurun_args *args, const struct run_plan *p, const char *job_id,
                     const char *abs_dir, int ret, int fatal_signal, long long ms)
@@ -489,6 +578,14 @@ static void say_end(const struct gpurun_args *args, const struct run_plan *p, co
     if (fatal_signal) {
         fprintf(stderr, "gpurun: job '%s' cancelled (%s); logs in '%s/logs'\n", job_id,
                 signame(fatal_signal, sn), abs_dir);
+    } else if (ret != 0 && record_cancelled(abs_dir)) {
+        /* gpurun cancel: the leader's SIGTERM, passed on as 128 + its number. */
+        if (ret > 128 && ret < 128 + NSIG)
+            fprintf(stderr, "gpurun: job '%s' cancelled (%s), exit status %d; logs in '%s/logs'\n",
+                    job_id, signame(ret - 128, sn), ret, abs_dir);
+        else
+            fprintf(stderr, "gpurun: job '%s' cancelled, exit status %d; logs in '%s/logs'\n",
+                    job_id, ret, abs_dir);
     } else if (ret != 0) {
         fprintf(stderr, "gpurun: job '%s' exited with status %d; logs in '%s/logs'\n", job_id, ret,
                 abs_dir);
@@ -512,6 +609,9 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
     if (args_slurm_only_given(args))
         log_info("--%s and Slurm's other options are ignored with --local",
                  args_slurm_only_given(args));
+    ret = check_gpu_bind(args);
+    if (ret)
+        return ret;
     if (find_program("rendezvousd", daemon, sizeof(daemon)) < 0)
         return error_out(EXIT_FAILED, "cannot find 'rendezvousd' beside gpurun or on PATH");
     if (jobdir_local_id(job_id, sizeof(job_id), time(NULL), (long)getpid()) < 0)
@@ -743,7 +843,11 @@ static void batch_job_fill(struct sbatch_job *job, const struct gpurun_args *arg
     job->ranks_per_node = spec->nprocs;
     job->gpus_per_node = args->no_gpus ? 0 : spec->nprocs;
     job->cpus_per_task = cpus_per_rank(args) * spec->nprocs;
-    job->time_limit_min = sbatch_time_minutes(args->time_limit_s);
+    /* -t 0 (or UNLIMITED) asks Slurm for no limit, as sbatch's --time=0 does; no -t leaves
+     * the partition's. */
+    job->time_limit_min = args_given(args, "time") && args->time_limit_s == 0
+                              ? SBATCH_TIME_UNLIMITED
+                              : sbatch_time_minutes(args->time_limit_s);
     job->signal_before_s = sbatch_signal_before(job->time_limit_min);
     job->preempt_signal = spec->preempt_signal;
     if (args->signal.text) {
@@ -771,7 +875,6 @@ static int batch_script(const struct gpurun_args *args, const struct sbatch_job 
                         const char *root, char **script)
 {
     struct errmsg berr;
-    int r;
 
     if (job->cpus_per_task > 65535)
         return error_out(EXIT_FAILED, "--cpus-per-gpu: %d CPUs per node is more than Slurm takes",
@@ -779,8 +882,8 @@ static int batch_script(const struct gpurun_args *args, const struct sbatch_job 
     if (sbatch_render(job, script, &berr) < 0)
         return error_out(EXIT_FAILED, "%s", berr.text);
     /* Slurm opens the batch output before the script runs: its directory must exist. */
-    if (!args->output && (r = fs_mkdirs(root, 0700)) < 0)
-        return error_out(EXIT_FAILED, "cannot create '%s': %s", root, uv_strerror(r));
+    if (!args->output && jobdir_root_make(root, &berr) < 0)
+        return error_out(EXIT_FAILED, "%s", berr.text);
     return 0;
 }
 

@@ -56,6 +56,19 @@ int jobdir_root(char *buf, size_t n)
     return 0;
 }
 
+int jobdir_root_make(const char *root, struct errmsg *err)
+{
+    const char *env = getenv(JOBDIR_ENV);
+    int r = fs_mkdirs(root, 0700);
+
+    if (r == 0)
+        return 0;
+    /* The variable as the user wrote it: the path alone would not say where it came from. */
+    if (env && *env)
+        return errmsg_set(err, r, JOBDIR_ENV " '%s': cannot create it: %s", env, uv_strerror(r));
+    return errmsg_set(err, r, "cannot create the jobs root '%s': %s", root, uv_strerror(r));
+}
+
 int jobdir_default_path(char *buf, size_t n, const char *home, const char *job_id)
 {
     if (snprintf(buf, n, "%s/" JOBDIR_HOME_ROOT "/%s", home, job_id) >= (int)n)

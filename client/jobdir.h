@@ -30,6 +30,12 @@ int jobdir_local_id(char *buf, size_t n, time_t t, long pid);
  * root under it does not fit). */
 int jobdir_root(char *buf, size_t n);
 
+/* Creates the jobs root (jobdir_root's, in root; with its missing parents, 0700) if it is not
+ * there. Returns 0, or the error with err naming where root came from: "GPURUN_JOBS '/x':
+ * cannot create it: permission denied", or "cannot create the jobs root '/home/u/.gpurun/jobs':
+ * ...". */
+int jobdir_root_make(const char *root, struct errmsg *err);
+
 /* Writes the default job dir without GPURUN_JOBS, "HOME/.gpurun/jobs/JOB_ID", to buf of n
  * bytes (home and job_id borrowed). Returns 0, or -ENAMETOOLONG when it does not fit. */
 int jobdir_default_path(char *buf, size_t n, const char *home, const char *job_id);

@@ -3,6 +3,7 @@
  * and no timer to a job's launch or teardown; its only deadlines are the time limit and the
  * bounds on daemons that outlive the job. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
@@ -42,6 +43,10 @@ extern char **environ;
  * would wait for it until the join timeout) or is ending a job that failed with 125 (the
  * leader follows within milliseconds, having recorded why). This long tells them apart. */
 #define FOLLOWER_FAIL_GRACE_MS 1000
+
+/* The request for the pre-timeout signal in the job dir, holding its number: the leader's
+ * PREEMPT_FILE (daemon/leader_int.h), which the batch script writes on Slurm. */
+#define PREEMPT_FILE "preempt"
 
 /* 0 when path is an executable regular file, -EACCES when it exists but is not, else the
  * stat error. */
@@ -92,6 +97,43 @@ int local_resolve(const char *name, const char *path, char *out, size_t n)
         p = colon;
     }
     return found;
+}
+
+int local_script_interpreter(const char *path, char *out, size_t n)
+{
+    char head[256];
+    ssize_t got;
+    size_t start, len;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        return 0;
+    got = read(fd, head, sizeof(head) - 1);
+    close(fd);
+    if (got < 2 || head[0] != '#' || head[1] != '!')
+        return 0;
+    head[got] = '\0';
+    /* Linux: blanks after "#!", then the interpreter up to a blank or the end of the line. */
+    start = 2 + strspn(head + 2, " \t");
+    len = strcspn(head + start, " \t\n");
+    if (len == 0)
+        return 0;
+    if (len >= n)
+        return -ENAMETOOLONG;
+    memcpy(out, head + start, len);
+    out[len] = '\0';
+    return 1;
+}
+
+int local_gpu_list_count(const char *list)
+{
+    int count = 0;
+
+    for (const char *p = list; p && *p; count++) {
+        size_t len = strcspn(p, ",");
+        p += len + (p[len] == ',');
+    }
+    return count;
 }
 
 int local_find_daemon(const char *self, const char *path, char *out, size_t n)
@@ -249,12 +291,33 @@ static void on_signal(struct supervisor *s, const siginfo_t *info)
     send_all(s, sig); /* SIGUSR1, SIGUSR2: for the ranks, e.g. "checkpoint now" */
 }
 
+/* The pre-timeout signal, passed on as the batch script passes on Slurm's: a request in the
+ * job dir (PREEMPT_FILE), which the leader takes, records in summary.json (preempt_signal:
+ * when it came) and hands to every agent for the ranks that asked for it (gpurun.on_preempt).
+ * Only where the request cannot be written do the daemons get the signal itself (they pass it
+ * on all the same, but the job's record then does not say it came). */
+static void send_preempt(struct supervisor *s)
+{
+    char path[PATH_MAX], text[16];
+    int r = -ENAMETOOLONG, n = snprintf(text, sizeof(text), "%d\n", s->job->preempt_signal);
+
+    if (s->job->job_dir &&
+        snprintf(path, sizeof(path), "%s/" PREEMPT_FILE, s->job->job_dir) < (int)sizeof(path))
+        r = fs_write_atomic(path, text, (size_t)n, 0600);
+    if (r < 0) {
+        if (s->job->job_dir)
+            fprintf(stderr,
+                    "gpurun: cannot write '%s/" PREEMPT_FILE "': %s; signalling the daemons\n",
+                    s->job->job_dir, uv_strerror(r));
+        send_all(s, s->job->preempt_signal);
+    }
+}
+
 static void on_deadline(struct supervisor *s, long long now)
 {
     if (s->warn_at && now >= s->warn_at) {
         s->warn_at = 0;
-        /* The daemons pass it on to the ranks that asked for it (gpurun.on_preempt). */
-        send_all(s, s->job->preempt_signal);
+        send_preempt(s);
     }
     if (s->limit_at && now >= s->limit_at) {
         s->limit_at = 0;
@@ -534,6 +597,12 @@ int local_run(const struct local_job *job, int *fatal_signal)
             spawn_failed = true;
             break;
         }
+    }
+    /* A request the leader never took (the job ended first) would outlive the job. */
+    if (job->job_dir) {
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof(path), "%s/" PREEMPT_FILE, job->job_dir) < (int)sizeof(path))
+            unlink(path);
     }
     summary_fenced(job->job_dir, s.stopped, job->nnodes);
     ret = local_combine(s.status, s.stopped, job->nnodes);

@@ -12,6 +12,17 @@
  * match is not an executable regular file (execvp's 126 case); -ENAMETOOLONG. */
 int local_resolve(const char *name, const char *path, char *out, size_t n);
 
+/* The interpreter a script's "#!" line names, for a file found by local_resolve() (path,
+ * borrowed): its first word, as the kernel reads it, into out (n bytes). Returns 1 when path
+ * starts with "#!" and names one, 0 when it does not (a binary, a script without one, a file
+ * that cannot be read), or -ENAMETOOLONG. */
+int local_script_interpreter(const char *path, char *out, size_t n);
+
+/* The GPUs --gpu-bind=single hands out in order on each node: the entries of a
+ * CUDA_VISIBLE_DEVICES value (list, borrowed) as the daemon reads them (daemon/rankenv.c,
+ * set_gpus), or 0 for NULL or "" (then local rank n gets device n, which is not counted). */
+int local_gpu_list_count(const char *list);
+
 /* Finds rendezvousd: first beside self (the running gpurun's path, borrowed, e.g. from
  * /proc/self/exe; NULL skips this), then on path as local_resolve() does. Writes it to out.
  * Returns 0 or -ENOENT. */
@@ -27,8 +38,9 @@ struct local_job {
     int nnodes;            /* daemons to start, node ranks 0..nnodes-1 */
     int out_fd;            /* the daemons' stdout and stderr; -1: gpurun's own */
     long time_limit_s;     /* stop the job (exit 124) after this long; 0: never */
-    int preempt_signal;    /* sent to the daemons preempt_before_s before the limit, as Slurm
-                            * sends its pre-timeout signal; 0: none */
+    int preempt_signal;    /* sent preempt_before_s before the limit, as Slurm sends its
+                            * pre-timeout signal: through the job dir to the leader, which
+                            * records it (as the batch script does); 0: none */
     long preempt_before_s;
     int kill_grace_ms; /* the job's kill_grace: how long a stopped daemon may take */
 };

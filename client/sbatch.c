@@ -425,6 +425,8 @@ static int directives(FILE *f, const struct sbatch_job *j, struct errmsg *err)
     if (j->time_limit_min > 0) {
         sbatch_format_time(buf, sizeof(buf), j->time_limit_min);
         r = r ? r : directive(f, "time", buf, err);
+    } else if (j->time_limit_min == SBATCH_TIME_UNLIMITED) {
+        r = r ? r : directive(f, "time", "UNLIMITED", err);
     }
     if (j->partition)
         r = r ? r : directive(f, "partition", j->partition, err);
@@ -608,7 +610,7 @@ int sbatch_render(const struct sbatch_job *job, char **out, struct errmsg *err)
 enum parse_kind {
     PARSE_STRING,    /* the value, borrowed from the text, at offset */
     PARSE_INT,       /* a whole number >= 1 into the int at offset */
-    PARSE_TIME,      /* sbatch_format_time's text into time_limit_min */
+    PARSE_TIME,      /* sbatch_format_time's text, or UNLIMITED, into time_limit_min */
     PARSE_MEM,       /* a size into mem_mb; arg: its enum sbatch_mem_per */
     PARSE_EXCLUSIVE, /* --exclusive[=user|mcs] */
     PARSE_SIGNAL,    /* --signal=[{R|B}:]SIG[@TIME] */
@@ -712,7 +714,7 @@ static int parse_value(const struct parse_row *r, char *val, struct sbatch_job *
     case PARSE_TIME:
         if (args_parse_time(val, &secs) < 0)
             return errmsg_set(err, -EINVAL, "'%s' is not a time limit", val);
-        *(long *)field = sbatch_time_minutes(secs);
+        *(long *)field = secs == 0 ? SBATCH_TIME_UNLIMITED : sbatch_time_minutes(secs);
         return 0;
     case PARSE_MEM:
         if (sbatch_parse_mem(val, &job->mem_mb) < 0)

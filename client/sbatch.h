@@ -44,6 +44,9 @@ enum sbatch_exclusive {
 #define SBATCH_MAIL_ARRAY_TASKS    (1u << 9)
 #define SBATCH_MAIL_INVALID_DEPEND (1u << 10)
 
+/* sbatch_job.time_limit_min of a job that asks for no time limit. */
+#define SBATCH_TIME_UNLIMITED (-1L)
+
 /* What a job asks of Slurm and what its script runs. Strings are borrowed. */
 struct sbatch_job {
     const char *job_name;    /* never NULL */
@@ -51,7 +54,8 @@ struct sbatch_job {
     int ranks_per_node;      /* for the script's header comment */
     int gpus_per_node;       /* GRES gpu per node; 0: none asked */
     int cpus_per_task;       /* the node's one task: CPUs for all its ranks */
-    long time_limit_min;     /* minutes; 0: the partition's limit */
+    long time_limit_min;     /* minutes; 0: the partition's limit; SBATCH_TIME_UNLIMITED: none
+                              * (sbatch's --time=0 or UNLIMITED, Slurm's INFINITE) */
     int signal_before_s;     /* SIGUSR1 to the batch shell this long before the limit; 0: none */
     const char *signal_text; /* the user's --signal as given (replaces the one above); or NULL */
     int preempt_signal;      /* the signal the script passes on to the leader (SIGUSR1, or
@@ -161,7 +165,8 @@ int sbatch_check_gres(const char *s, struct errmsg *why);
  * (90 s -> 2); 0 stays 0 (no limit). */
 long sbatch_time_minutes(long seconds);
 
-/* How long before the time limit (minutes; 0: unknown) the pre-timeout signal goes out: 120 s,
+/* How long before the time limit (minutes; 0 or less: unknown or none) the pre-timeout signal
+ * goes out: 120 s,
  * or a quarter of a limit shorter than 8 minutes, so that a short job is not signalled at
  * its start. */
 int sbatch_signal_before(long time_limit_min);

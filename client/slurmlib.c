@@ -419,6 +419,8 @@ void slurmlib_fill_desc(const struct sbatch_job *job, const char *script, char *
     }
     if (job->time_limit_min > 0)
         d->time_limit = (uint32_t)job->time_limit_min;
+    else if (job->time_limit_min == SBATCH_TIME_UNLIMITED)
+        d->time_limit = INFINITE; /* sbatch's --time=0 or UNLIMITED */
     d->partition = (char *)job->partition;
     d->account = (char *)job->account;
     d->std_out = (char *)job->output;
@@ -509,6 +511,10 @@ int slurmlib_check(const struct sbatch_job *job, const char *script, struct errm
     case ESLURM_INVALID_ACCOUNT:
         return errmsg_set(err, -EINVAL, "invalid account '%s'", job->account ? job->account : "");
     case ESLURM_INVALID_TIME_LIMIT:
+        if (job->time_limit_min == SBATCH_TIME_UNLIMITED)
+            return errmsg_set(err, -EINVAL,
+                              "no time limit (-t 0) is over the partition's: give -t with a "
+                              "limit");
         return errmsg_set(err, -EINVAL, "time limit of %ld minutes is over the partition's",
                           job->time_limit_min);
     case ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE:

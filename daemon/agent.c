@@ -38,7 +38,8 @@
 #define TICK_MS             20
 /* Progress goes to the leader at most this often, batched for all local ranks. */
 #define PROGRESS_FLUSH_MS   250
-/* Ranks' last lines go to the leader at most this often (output_json). */
+/* Ranks' last lines go to the leader at least this often (output_json); under --hang-watch
+ * output a rank's line goes sooner where the leader's copy of it ages (output_watch_ms). */
 #define OUTPUT_FLUSH_MS     1000
 /* After a rank exits, how long its output pipes may stay open (held by a child of it)
  * before its exit is reported anyway. */
@@ -197,23 +198,44 @@ static json_t *waiting_json(const struct agent *a)
     return w;
 }
 
+/* Under --hang-watch output, how old the leader's copy of a rank's last output may grow
+ * while the rank has printed since: the rank's line then goes with the next progress flush,
+ * not the next OUTPUT_FLUSH_MS. Half the timeout at most, so that the leader never takes a
+ * rank for silent past the timeout for want of a line this agent still holds; the leader's
+ * view of a silence is then late only by a progress flush (HANG_MARGIN_MS covers it, as for
+ * reports). 0: no output watch. */
+static int64_t output_watch_ms(const struct agent *a)
+{
+    int64_t half = a->spec->hang_timeout_ms / 2;
+
+    if (a->spec->hang_watch != HANG_WATCH_OUTPUT || a->spec->hang_timeout_ms <= 0)
+        return 0;
+    return half < OUTPUT_FLUSH_MS ? (half > 0 ? half : 1) : OUTPUT_FLUSH_MS;
+}
+
 /* The ranks whose output moved since the last flush: their last line and its age (proto.h,
  * progress "output"); NULL when none moved. */
 static json_t *output_json(struct agent *a, int64_t now, bool force)
 {
     json_t *out = NULL;
+    int64_t watch = output_watch_ms(a);
+    bool due = force || now - a->last_output_flush_ms >= OUTPUT_FLUSH_MS;
 
-    /* Lines are for people and for --hang-watch (seconds): every OUTPUT_FLUSH_MS is enough,
-     * where every progress flush would send the leader a line per chatty rank 4 times a
-     * second. */
-    if (!force && now - a->last_output_flush_ms < OUTPUT_FLUSH_MS)
+    /* Lines are for people: every OUTPUT_FLUSH_MS is enough, where every progress flush
+     * would send the leader a line per chatty rank 4 times a second. --hang-watch output
+     * times silences: a rank whose line the leader has had for watch ms goes at once, so a
+     * chatty rank still sends about one line a second, and one that speaks after a silence
+     * is heard within a progress flush. */
+    if (due)
+        a->last_output_flush_ms = now;
+    else if (!watch)
         return NULL;
-    a->last_output_flush_ms = now;
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];
-        if (!r->output_dirty)
+        if (!r->output_dirty || (!due && now - r->output_sent_ms < watch))
             continue;
         r->output_dirty = false;
+        r->output_sent_ms = r->output_ms;
         if (!out && !(out = json_array()))
             return NULL;
         json_array_append_new(out,
@@ -1204,8 +1226,10 @@ static void on_leader_ready(struct peer *p)
     stop_watching(a);
     /* Before any rank starts, on every node, spares included: the leader decides. */
     preflight_run(a->spec, a->job_dir, a->node_rank, pre, sizeof(pre));
+    /* The leader says it, once, with what it decides (a spare takes the node's place, or
+     * the job ends): here it is only a detail of this node's log. */
     if (pre[0])
-        log_error("node %d failed pre-flight: %s", a->node_rank, pre);
+        log_info("node %d failed pre-flight: %s", a->node_rank, pre);
     /* A link to the leader's own host (node 0's, every node's with --local) is no link. */
     if (a->spec->preflight && !same_host(&p->h.tcp))
         send_probe(a);

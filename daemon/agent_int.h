@@ -120,9 +120,11 @@ struct arank {
     int64_t active_ms;
     bool active_dirty;
     /* Liveness for any script: its last line of output (valid UTF-8, a redraw's too) and when
-     * its last byte came (the loop's clock; 0: none yet); output_dirty: not yet sent. */
+     * its last byte came (the loop's clock; 0: none yet); output_dirty: not yet sent;
+     * output_sent_ms: the output_ms the leader last got (agent.c's output_json). */
     char last_line[TAIL_LINE_MAX];
     int64_t output_ms;
+    int64_t output_sent_ms;
     bool output_dirty;
     char tail[TAIL_LINES][TAIL_LINE_MAX];
     int tail_next, tail_count;

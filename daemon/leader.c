@@ -149,13 +149,20 @@ static void fail(struct leader *l, int status, const char *outcome, bool restart
     for (int c = 0; cls && c < FAILURE_CLASS_COUNT; c++)
         if (!strcmp(failure_class_name(c), cls))
             l->failure_class = c;
-    /* A cancel is what the user asked for: said as such, not as a failure. */
-    if (!strcmp(outcome, "cancelled"))
+    /* A cancel is what the user asked for: said as such, not as a failure. A failure that a
+     * restart will follow (check_end) ends a generation, not the job: a warning, and the
+     * job's failure only if the job ends on it after all (finish). */
+    l->failure_pending = false;
+    if (!strcmp(outcome, "cancelled")) {
         log_warn("job cancelled: %s", cause && !strncmp(cause, "cancelled: ", 11) ? cause + 11
                                       : cause                                     ? cause
                                                                                   : "?");
-    else
+    } else if (restartable && l->generation < l->spec->max_restarts) {
+        l->failure_pending = true;
+        log_warn("generation %d failed, a restart follows: %s", l->generation, cause ? cause : "?");
+    } else {
         log_error("job failed: %s", cause ? cause : "?");
+    }
     log_tail(json_string_value(json_object_get(failure, "tail")));
     l->state = JOB_ABORTING;
     l->t_abort = now_ms(l);
@@ -192,7 +199,13 @@ static void finish(struct leader *l)
     if (!l->first_failure) {
         l->outcome = "completed";
         l->status = 0;
+    } else if (l->failure_pending) {
+        /* No restart came after all (a node lost during the backoff, the agents' teardown
+         * overdue): the generation's failure is the job's. */
+        const char *cause = json_string_value(json_object_get(l->first_failure, "cause"));
+        log_error("job failed: %s", cause ? cause : "?");
     }
+    l->failure_pending = false;
     l->state = JOB_FINISHED;
     l->t_finish = now_ms(l);
     if (l->spec->metrics_dir && l->stragglers_seen)
@@ -350,6 +363,7 @@ static void restart(struct leader *l)
     }
     json_array_append_new(l->failures, l->first_failure);
     l->first_failure = NULL;
+    l->failure_pending = false;
     l->generation++;
     log_warn("restarting the job: generation %d (restart %d of %d)", l->generation, l->generation,
              l->spec->max_restarts);
@@ -401,6 +415,7 @@ static void abandon_restart(struct leader *l)
     l->restart_at = 0;
     json_array_append_new(l->failures, l->first_failure);
     l->first_failure = NULL;
+    l->failure_pending = false;
 }
 
 static void restart_later(struct leader *l)
@@ -789,7 +804,7 @@ static void link_check(struct leader *l)
         snprintf(n->preflight, sizeof(n->preflight),
                  "link to the leader %.0f Mbit/s, median of the nodes %.0f Mbit/s", n->link_mbit,
                  median);
-        log_warn("node %d ('%s') failed pre-flight: %s", i, n->hostname, n->preflight);
+        log_debug("node %d ('%s') failed pre-flight: %s", i, n->hostname, n->preflight);
     }
 }
 
@@ -832,6 +847,8 @@ static bool preflight_swaps(struct leader *l)
     for (int i = l->spec->nnodes; i < l->nphys; i++) {
         struct node *n = &l->nodes[i];
         if (n->preflight[0] && !n->fenced) {
+            log_warn("spare node %d ('%s') fenced: failed pre-flight: %s", i, n->hostname,
+                     n->preflight);
             n->fenced = true;
             if (n->conn)
                 peer_send(&n->conn->peer, proto_pack("{s:s, s:i}", "type", "finish", "status", 0));
@@ -847,6 +864,13 @@ static bool preflight_swaps(struct leader *l)
         snprintf(cause, sizeof(cause), "node %d ('%.64s') failed pre-flight: %s", bad, b->hostname,
                  b->preflight);
         if (bad == 0 || sp < 0) {
+            /* The job ends on the first; the others that failed are said here, once. */
+            for (int t = s + 1; t < l->spec->nnodes; t++) {
+                const struct node *o = &l->nodes[l->slot_node[t]];
+                if (o->preflight[0])
+                    log_warn("node %d ('%s') failed pre-flight: %s", l->slot_node[t], o->hostname,
+                             o->preflight);
+            }
             fail(l, 125, "failed", false,
                  leader_classed(leader_failure_new(cause, -1, bad, b->hostname, 0, 0, ""),
                                 FAILURE_NODE));
@@ -982,8 +1006,9 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
     if (n->link_mbit > 0)
         log_debug("node %d ('%s'): link %.0f Mbit/s (%.1f ms)", m->node_rank, n->hostname,
                   n->link_mbit, n->link_ms);
+    /* A failed pre-flight is said once, where the leader decides on it (preflight_swaps). */
     if (n->preflight[0])
-        log_warn("node %d ('%s') failed pre-flight: %s", m->node_rank, n->hostname, n->preflight);
+        log_debug("node %d ('%s') failed pre-flight: %s", m->node_rank, n->hostname, n->preflight);
     snprintf(c->peer.name, sizeof(c->peer.name), "node %d (%.64s)", c->node, n->hostname);
     log_debug("node %d ('%s', %s) joined with %d ranks", c->node, n->hostname, n->addr, n->nprocs);
     if (++l->joined == l->nphys)
@@ -1546,14 +1571,17 @@ static void check_stragglers(struct leader *l, int64_t now)
         write_straggler_metrics(l);
 }
 
-/* --hang-watch output: a running rank's sign of life is its last byte of output. One that
- * printed nothing yet is watched from the generation's start where most ranks printed (a job
- * may print from rank 0 alone). The job hangs when a rank not waiting on the others is silent
- * past hang_timeout (the culprit: the one silent longest), or when every running rank waits
- * and is silent (a deadlock). */
+/* --hang-watch output: a running rank's sign of life is its last byte of output, or later a
+ * release from a barrier (a rank that waited long in one is back at work, as for reports:
+ * rank_life_ms). One that printed nothing yet is watched from the generation's start where
+ * most ranks printed (a job may print from rank 0 alone). The job hangs when a rank not
+ * waiting on the others is silent past hang_timeout (the culprit: the one silent longest), or
+ * when every running rank waits and is silent (a deadlock). */
 static void check_hang_output(struct leader *l, int64_t now)
 {
-    int64_t hang = l->spec->hang_timeout_ms + OUTPUT_LAG_MS + HANG_MARGIN_MS, ms, oldest = 0;
+    /* The agents send a rank's line within a progress flush once the leader's copy is half
+     * the timeout old (agent.c's output_watch_ms): the margin of the reports is enough. */
+    int64_t hang = l->spec->hang_timeout_ms + HANG_MARGIN_MS, ms, oldest = 0;
     int nrun = 0, nprinted = 0, nwaiting = 0, blamed = -1, waiting_stale = 0, watched = 0, node;
     char cause[480];
 
@@ -1576,7 +1604,7 @@ static void check_hang_output(struct leader *l, int64_t now)
     }
     for (int r = 0; r < l->world_size; r++) {
         const struct rank *k = &l->ranks[r];
-        int64_t sign = k->output_ms ? k->output_ms : l->t_generation;
+        int64_t sign = later_ms(k->output_ms ? k->output_ms : l->t_generation, k->released_ms);
         if (k->phase != PHASE_RUNNING || (!k->output_ms && nprinted * 2 <= nrun))
             continue;
         watched++;
@@ -1603,7 +1631,7 @@ static void check_hang_output(struct leader *l, int64_t now)
         /* Every watched rank waits, silent: the oldest is blamed. */
         for (int r = 0; r < l->world_size; r++) {
             const struct rank *k = &l->ranks[r];
-            int64_t sign = k->output_ms ? k->output_ms : l->t_generation;
+            int64_t sign = later_ms(k->output_ms ? k->output_ms : l->t_generation, k->released_ms);
             if (k->phase == PHASE_RUNNING && k->waiting && (blamed < 0 || sign < oldest)) {
                 blamed = r;
                 oldest = sign;
@@ -1611,19 +1639,25 @@ static void check_hang_output(struct leader *l, int64_t now)
         }
     }
     const struct rank *b = &l->ranks[blamed];
-    ms = now - oldest;
+    char since[64] = "";
+    /* The silence said is the output's; where a barrier released the rank since, the time
+     * since then too (what the timeout counted). */
+    ms = now - (b->output_ms ? b->output_ms : l->t_generation);
+    if (oldest > now - ms)
+        snprintf(since, sizeof(since), ", %.1f s since a barrier released it",
+                 (double)(now - oldest) / 1000);
     node = node_of(l, blamed);
     if (b->last_line[0])
         snprintf(cause, sizeof(cause),
-                 "rank %d on node %d ('%.64s') hung: no output for %.1f s (--hang-watch output); "
-                 "its last line: '%.*s'",
-                 blamed, node, l->nodes[node].hostname, (double)ms / 1000,
+                 "rank %d on node %d ('%.64s') hung: no output for %.1f s%s (--hang-watch "
+                 "output); its last line: '%.*s'",
+                 blamed, node, l->nodes[node].hostname, (double)ms / 1000, since,
                  (int)utf8_prefix_len(b->last_line, 200), b->last_line);
     else
         snprintf(cause, sizeof(cause),
-                 "rank %d on node %d ('%.64s') hung: it printed nothing in %.1f s (--hang-watch "
+                 "rank %d on node %d ('%.64s') hung: it printed nothing in %.1f s%s (--hang-watch "
                  "output)",
-                 blamed, node, l->nodes[node].hostname, (double)ms / 1000);
+                 blamed, node, l->nodes[node].hostname, (double)ms / 1000, since);
     l->abort_stacks = true;
     fail(l, 124, "hung", restart_on(l, FAILURE_HANG),
          leader_classed(leader_failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""),

@@ -71,7 +71,8 @@
 #define FINISH_LINGER_MS       2000
 /* After "abort", agents get kill_grace plus this to report their ranks gone. */
 #define ABORT_SLACK_MS         3000
-/* How late a rank's newest report (or sign of life in the store) may reach the leader:
+/* How late a rank's newest report (or sign of life in the store, or under --hang-watch
+ * output its first byte after a silence: agent.c's output_watch_ms) may reach the leader:
  * agents batch them every 250 ms (agent.c's PROGRESS_FLUSH_MS), plus the link. A hang is
  * declared this much after the timeout, so that a rank reporting just inside the timeout is
  * never blamed. */
@@ -81,9 +82,6 @@
 #define STRAGGLER_CHECK_MS     1000
 #define STRAGGLER_MIN_STEPS    10
 #define STRAGGLERS_SHOWN       8
-/* Ranks' last lines reach the leader at most this often (agent.c's OUTPUT_FLUSH_MS): what
- * --hang-watch output sees is up to this much older than the rank's last byte. */
-#define OUTPUT_LAG_MS          1000
 /* A hang's teardown first captures every rank's stack: agents get this long for it. */
 #define STACK_CAPTURE_MS       5000
 /* How often the leader looks for the batch script's pre-timeout request (PREEMPT_FILE). */
@@ -213,7 +211,10 @@ struct leader {
     const char *outcome;
     json_t *first_failure;
     int status;
-    bool restartable;  /* the failure is one a new generation may get past */
+    bool restartable; /* the failure is one a new generation may get past */
+    /* The first failure was logged as a generation's, a restart to follow (fail()): if the
+     * job ends on it after all, finish() logs it as the job's. */
+    bool failure_pending;
     int failure_class; /* the first failure's class (FAILURE_*), -1: none given */
     bool abort_stacks; /* the abort asks agents to capture stacks first (a hang) */
     bool hang_warned;  /* the "--hang-timeout cannot apply" warning is out */

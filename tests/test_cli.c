@@ -433,7 +433,7 @@ TEST(cli_args_refused_with_messages)
          "--join-timeout: must be 0.01..86400 seconds"},
         {WORDS("-t", "abc"),
          "--time: 'abc' is not a time (minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]])"},
-        {WORDS("-t", "0"), "--time: must be 1 second..365 days"},
+        {WORDS("-t", "366-0"), "--time: must be at most 365 days (0: no limit)"},
         {WORDS("--export", "FOO"), "--export: 'FOO' is not NAME=VALUE"},
         {WORDS("--export", "=1"), "--export: '=1' is not NAME=VALUE"},
         {WORDS("--export", "A-B=1"), "--export: 'A-B=1' is not NAME=VALUE"},
@@ -1012,13 +1012,28 @@ TEST(cli_args_time_formats)
         const char *s;
         long secs;
     } good[] = {
-        {"1", 60},        {"90", 5400},    {"1:30", 90},     {"1:02:03", 3723},
-        {"2-0", 172800},  {"1-2", 93600},  {"1-2:3", 93780}, {"1-2:3:4", 93784},
-        {"UNLIMITED", 0}, {"INFINITE", 0}, {"0:1", 1},       {"525600", 31536000},
+        {"1", 60},
+        {"90", 5400},
+        {"1:30", 90},
+        {"1:02:03", 3723},
+        {"2-0", 172800},
+        {"1-2", 93600},
+        {"1-2:3", 93780},
+        {"1-2:3:4", 93784},
+        {"UNLIMITED", 0},
+        {"INFINITE", 0},
+        {"0:1", 1},
+        {"525600", 31536000},
+        /* sbatch's --time=0: no limit, as UNLIMITED. */
+        {"0", 0},
+        {"0:0", 0},
+        {"0-0", 0},
     };
-    static const char *const bad[] = {"",    "a",      "1:",         ":1",       "1:2:3:4", "1-",
-                                      "-1",  "1-2-3",  "1.5",        " 1",       "1 ",      "0",
-                                      "0:0", "525601", "1234567890", "unlimited"};
+    static const char *const bad[] = {"",       "a",          "1:",       "1:2:3:4", "1-",
+                                      "-1",     "1-2-3",      "1.5",      " 1",      "1 ",
+                                      "525601", "1234567890", "unlimited"};
+    struct gpurun_args a;
+    struct errmsg err;
     long v;
 
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
@@ -1030,6 +1045,77 @@ TEST(cli_args_time_formats)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         if (args_parse_time(bad[i], &v) == 0)
             test_fail(__FILE__, __LINE__, "'%s' accepted as %ld seconds", bad[i], v);
+    CHECK_EQ(args_parse_time("525601", &v), -ERANGE);
+    /* -t 0 is taken, and counts as given (Slurm is then asked for no limit). */
+    CHECK_EQ(parse(&a, &err, WORDS("-t", "0", "--", "true")), 0);
+    CHECK_EQ(a.time_limit_s, 0);
+    CHECK(args_given(&a, "time"));
+    args_release(&a);
+}
+
+/* Whether a help line is an option alone ("  -x, --name META", "      --name"), its help on
+ * the lines below. */
+static bool option_alone(const char *line)
+{
+    const char *p = line + strspn(line, " ");
+
+    if (p[0] == '-' && p[1] != '-' && p[2] == ',' && p[3] == ' ')
+        p += 4;
+    if (strncmp(p, "--", 2))
+        return false;
+    p += strcspn(p, " ");
+    if (*p == ' ')
+        p += 1 + strcspn(p + 1, " ");
+    return *p == '\0';
+}
+
+/* Every option of every subcommand's help: its help starts in the help column (on the
+ * option's line, or under it when the option is too long for its column), and a default
+ * the help says in words is not said again as " [N]". */
+TEST(cli_args_usage_columns_and_defaults)
+{
+    for (int cmd = 0; cmd < CMD_COUNT; cmd++) {
+        FILE *f;
+        char *buf = NULL, *line, *save = NULL, entry[1024] = "";
+        size_t len = 0;
+        bool in_options = false;
+
+        capture_begin(&f, &buf, &len);
+        args_usage(f, (enum gpurun_cmd)cmd);
+        fclose(f);
+        /* A '\n' ends every entry's text in entry; checked when the next entry starts. */
+        for (line = strtok_r(buf, "\n", &save);; line = strtok_r(NULL, "\n", &save)) {
+            bool option = line && (!strncmp(line, "  -", 3) || !strncmp(line, "      --", 8));
+            bool cont = line && !strncmp(line, "                               ", 31);
+            if (entry[0] && !cont) {
+                size_t n = strlen(entry);
+                if (strstr(entry, "default") && n > 0 && entry[n - 1] == ']')
+                    test_fail(__FILE__, __LINE__, "%s: a default said twice: '%s'",
+                              args_cmd_name((enum gpurun_cmd)cmd), entry);
+                entry[0] = '\0';
+            }
+            if (!line)
+                break;
+            if (!strcmp(line, "options:"))
+                in_options = true;
+            else if (line[0] != ' ')
+                in_options = false;
+            if (!in_options || (!option && !cont))
+                continue;
+            if (option) {
+                size_t n = strlen(line);
+                bool alone = option_alone(line);
+                if (!alone && !(n > 31 && line[30] == ' ' && line[31] != ' '))
+                    test_fail(__FILE__, __LINE__, "%s: help out of its column: '%s'",
+                              args_cmd_name((enum gpurun_cmd)cmd), line);
+                snprintf(entry, sizeof(entry), "%s", alone ? " " : line + 31);
+            } else {
+                size_t n = strlen(entry);
+                snprintf(entry + n, sizeof(entry) - n, " %s", line + 31);
+            }
+        }
+        free(buf);
+    }
 }
 
 TEST(cli_args_usage_lists_the_rows)
@@ -1110,6 +1196,8 @@ TEST(cli_args_usage_lists_the_rows)
     CHECK(!strstr(buf, "-w, --watch"));
     CHECK(!strstr(buf, "--rank"));
     CHECK(!strstr(buf, "--json"));
+    /* -t 0 is no limit, as for sbatch. */
+    CHECK_CONTAINS(buf, "\n                               0 or UNLIMITED: none");
     free(buf);
 
     buf = NULL;
@@ -1301,6 +1389,71 @@ TEST(cli_resolve_commands)
     /* No PATH: the system's default still finds sh. */
     CHECK_EQ(local_resolve("sh", NULL, out, sizeof(out)), 0);
     CHECK_EQ(local_resolve("sh", path, out, 4), -ENOENT);
+}
+
+/* The "#!" interpreter a script names, as the kernel reads its first line. */
+TEST(cli_script_interpreter)
+{
+    char out[PATH_MAX], small[8];
+    const char *t = test_tmpdir();
+
+    write_file(path_in(t, "py"), "#!/no/such/python\nprint(1)\n", 0755);
+    CHECK_EQ(local_script_interpreter(path_in(t, "py"), out, sizeof(out)), 1);
+    CHECK_STR(out, "/no/such/python");
+    write_file(path_in(t, "env"), "#! /usr/bin/env python3 -u\n", 0755);
+    CHECK_EQ(local_script_interpreter(path_in(t, "env"), out, sizeof(out)), 1);
+    CHECK_STR(out, "/usr/bin/env");
+    write_file(path_in(t, "tab"), "#!\t/bin/sh", 0755);
+    CHECK_EQ(local_script_interpreter(path_in(t, "tab"), out, sizeof(out)), 1);
+    CHECK_STR(out, "/bin/sh");
+    /* No "#!", or nothing after it: no interpreter. */
+    write_file(path_in(t, "plain"), "echo hi\n", 0755);
+    CHECK_EQ(local_script_interpreter(path_in(t, "plain"), out, sizeof(out)), 0);
+    write_file(path_in(t, "bare"), "#!\n", 0755);
+    CHECK_EQ(local_script_interpreter(path_in(t, "bare"), out, sizeof(out)), 0);
+    write_file(path_in(t, "one"), "#", 0755);
+    CHECK_EQ(local_script_interpreter(path_in(t, "one"), out, sizeof(out)), 0);
+    CHECK_EQ(local_script_interpreter(path_in(t, "missing"), out, sizeof(out)), 0);
+    CHECK_EQ(local_script_interpreter(path_in(t, "py"), small, sizeof(small)), -ENAMETOOLONG);
+}
+
+/* The GPUs --gpu-bind=single hands out: CUDA_VISIBLE_DEVICES's entries as the daemon reads
+ * them. */
+TEST(cli_gpu_list_count)
+{
+    CHECK_EQ(local_gpu_list_count(NULL), 0);
+    CHECK_EQ(local_gpu_list_count(""), 0);
+    CHECK_EQ(local_gpu_list_count("0"), 1);
+    CHECK_EQ(local_gpu_list_count("0,1"), 2);
+    CHECK_EQ(local_gpu_list_count("0,1,"), 2);
+    CHECK_EQ(local_gpu_list_count("GPU-1a2b,GPU-3c4d,MIG-5e6f"), 3);
+}
+
+/* A jobs root that cannot be made is named by where it came from: GPURUN_JOBS, or the home
+ * directory's default. */
+TEST(cli_jobs_root_make_names_its_source)
+{
+    char root[PATH_MAX], file[PATH_MAX];
+    struct errmsg err;
+
+    join(file, sizeof(file), test_tmpdir(), "a-file");
+    write_file(file, "x\n", 0644);
+    join(root, sizeof(root), file, "jobs");
+    setenv("GPURUN_JOBS", root, 1);
+    CHECK(jobdir_root_make(root, &err) < 0);
+    CHECK_CONTAINS(err.text, "GPURUN_JOBS '");
+    CHECK_CONTAINS(err.text, "/a-file/jobs': cannot create it: ");
+    unsetenv("GPURUN_JOBS");
+    CHECK(jobdir_root_make(root, &err) < 0);
+    CHECK_CONTAINS(err.text, "cannot create the jobs root '");
+    CHECK(!strstr(err.text, "GPURUN_JOBS"));
+    /* One that can is made (0700), and one that is there is taken. */
+    join(root, sizeof(root), test_tmpdir(), "r/jobs");
+    setenv("GPURUN_JOBS", root, 1);
+    CHECK_EQ(jobdir_root_make(root, &err), 0);
+    CHECK_EQ(mode_of(root), 0700);
+    CHECK_EQ(jobdir_root_make(root, &err), 0);
+    unsetenv("GPURUN_JOBS");
 }
 
 TEST(cli_find_daemon_beside_self_then_path)

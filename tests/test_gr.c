@@ -861,6 +861,14 @@ static void peer_report(struct conn *c, int i)
     CHECK(m.progress.loss == 2.5 && m.progress.lr == 3e-4 && m.progress.grad_norm == 0.75 &&
           m.progress.tokens_per_s == 0);
     proto_msg_release(&m);
+    /* A negative rate, norm or step time is left out, as Python's report() does; a negative
+     * loss or lr is a value. */
+    conn_expect(c, &m, MSG_REPORT);
+    CHECK_EQ(m.progress.step, 3);
+    CHECK(m.progress.loss == -1.5 && m.progress.lr == -1e-4);
+    CHECK(isnan(m.progress.tokens_per_s) && isnan(m.progress.grad_norm) &&
+          isnan(m.progress.step_time));
+    proto_msg_release(&m);
     /* No answers to reports: the next thing is the finalize. */
     conn_finalize(c);
 }
@@ -873,6 +881,13 @@ TEST(gr_report_fields)
 
     CHECK_EQ(gr_report(g, &p), 0);
     p = (struct gr_progress){2, 2.5, 3e-4, 0, 0.75};
+    CHECK_EQ(gr_report(g, &p), 0);
+    p = (struct gr_progress){.step = 3,
+                             .loss = -1.5,
+                             .lr = -1e-4,
+                             .tokens_per_s = -5,
+                             .grad_norm = -0.5,
+                             .step_time = -0.25};
     CHECK_EQ(gr_report(g, &p), 0);
     CHECK_EQ(gr_finalize(g), 0);
     peer_wait(pid);

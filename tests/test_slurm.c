@@ -498,6 +498,9 @@ TEST(slurm_script_read_back)
     check_read_back(&job);
     job.time_limit_min = 3 * 1440 + 61;
     check_read_back(&job);
+    /* -t 0: no limit, written as sbatch reads it. */
+    job.time_limit_min = SBATCH_TIME_UNLIMITED;
+    check_read_back(&job);
 }
 
 /* What gpurun would not have written is refused, with the line; directives after the first
@@ -720,6 +723,14 @@ TEST(slurm_desc_matches_the_directives)
         CHECK_STR(d.comment, "gpurun");
     }
     CHECK(d.partition == NULL);
+
+    /* -t 0 (or UNLIMITED): no limit, INFINITE as sbatch's --time=0 asks. */
+    job.time_limit_min = SBATCH_TIME_UNLIMITED;
+    text = render_ok(&job);
+    CHECK_STR(directive(text, "time", buf, sizeof(buf)), "UNLIMITED");
+    slurmlib_fill_desc(&job, text, env, 2, &d);
+    CHECK_EQ(d.time_limit, INFINITE);
+    free(text);
 }
 
 TEST(slurm_hostlists_through_libslurm)

@@ -727,8 +727,11 @@ int gr_report(struct gr *g, const struct gr_progress *p)
                      "total_steps", (json_int_t)p->total_steps);
     proto_set_number(req, "loss", p->loss);
     proto_set_number(req, "lr", p->lr);
-    proto_set_number(req, "tokens_per_s", p->tokens_per_s);
-    proto_set_number(req, "grad_norm", p->grad_norm);
+    /* A rate or a norm below 0 is no value status should show: left out, as in Python. */
+    if (!(p->tokens_per_s < 0))
+        proto_set_number(req, "tokens_per_s", p->tokens_per_s);
+    if (!(p->grad_norm < 0))
+        proto_set_number(req, "grad_norm", p->grad_norm);
     if (p->step_time > 0)
         proto_set_number(req, "step_time", p->step_time);
     if (!req)

@@ -99,7 +99,8 @@ int gr_barrier(struct gr *g, const char *name, int timeout_ms);
 
 /* Sends this rank's progress; the agent forwards it to the leader without blocking and does
  * not answer. A number that is not finite is left out, and status shows it as unknown: give
- * NAN for one the rank does not know (a rank without a loss). */
+ * NAN for one the rank does not know (a rank without a loss). So is a negative tokens_per_s,
+ * grad_norm or step_time (step_time 0 too), which cannot be; loss and lr may be negative. */
 int gr_report(struct gr *g, const struct gr_progress *p);
 
 /* Asks for the pre-timeout signal: Slurm's warning before the time limit (or gpurun's own,

@@ -79,8 +79,11 @@ grep -qx "\[1\] rank 1 node_rank 1" "$work/swap-n2.out" ||
 if grep -q "^\[" "$work/swap-n1.out"; then
     fail "a rank ran on the node that failed pre-flight: $(cat "$work/swap-n1.out")"
 fi
-grep -q "node 1 failed pre-flight: 1 of 2 GPUs visible" "$work/swap-n1.err" ||
-    fail "node 1 did not say why: $(cat "$work/swap-n1.err")"
+# Said once, by the leader, with what it did about it.
+grep -qF "warn: node 1 ('$(hostname)') fenced: failed pre-flight: 1 of 2 GPUs visible (CUDA_VISIBLE_DEVICES); spare node 2" \
+    "$work/swap-n0.err" || fail "the leader did not say why node 1 was fenced: $(cat "$work/swap-n0.err")"
+[ "$(cat "$work"/swap-n*.err | grep -c 'failed pre-flight')" = 1 ] ||
+    fail "node 1's failure not said once: $(cat "$work"/swap-n*.err | grep 'failed pre-flight')"
 echo "# a node short of GPUs: fenced, the spare ran its rank"
 
 # --- no spare: the job ends before any rank starts ------------------------------------------
@@ -140,8 +143,10 @@ field "d['first_failure']['cause']" |
     grep -qxF "node 0 ('$(hostname)') failed pre-flight: GPU 1 (NVML): 2048 of 81920 MiB free, below 90%" ||
     fail "cause: $(field "d['first_failure']['cause']")"
 no_rank gpubusy
-grep -qF "node 0 failed pre-flight: GPU 1 (NVML): 2048 of 81920 MiB free, below 90%" "$work/gpubusy-n0.err" ||
-    fail "node 0 did not say why: $(cat "$work/gpubusy-n0.err")"
+grep -qF "error: job failed: node 0 ('$(hostname)') failed pre-flight: GPU 1 (NVML): 2048 of 81920 MiB free, below 90%" \
+    "$work/gpubusy-n0.err" || fail "node 0 did not say why: $(cat "$work/gpubusy-n0.err")"
+[ "$(grep -c 'failed pre-flight' "$work/gpubusy-n0.err")" = 1 ] ||
+    fail "node 0's failure not said once: $(grep 'failed pre-flight' "$work/gpubusy-n0.err")"
 echo "# a GPU without the free memory asked: exit 125 before any rank, GPU and figures named"
 
 # The threshold is the job's: 2048 of 81920 MiB is 2.5%.

@@ -4,7 +4,9 @@
 # their refusals, "did you mean" for slips; the "gpurun: job ID, job dir DIR" line before the
 # ranks' output and status/logs/cancel by that ID (a --job-dir job too); the job's name, time
 # limit, --gpu-bind and --signal in job.json (local, and the Slurm spec --emit-sbatch shows);
-# the name in `gpurun status`; `gpurun help [SUBCOMMAND]` as --help.
+# the name in `gpurun status`; `gpurun help [SUBCOMMAND]` as --help; the end line of a
+# cancelled job; refusals before anything starts (--gpu-bind single with too few GPUs, a
+# script's missing #! interpreter, a GPURUN_JOBS that cannot be made); -t 0 as no limit.
 # timeout: 180
 set -euo pipefail
 # shellcheck source=local_common.sh
@@ -164,6 +166,10 @@ expect_rc 0 "gpurun cancel ID of a --job-dir job"
 rc=0
 wait "$pid" || rc=$?
 [ "$rc" != 0 ] || fail "the cancelled job's gpurun exited 0"
+# Its end line says it was cancelled, with the exit status it keeps (128 + SIGTERM).
+[ "$rc" = 143 ] || fail "the cancelled job's gpurun exited $rc, expected 143"
+grep -qE "^gpurun: job '$job_id' cancelled \(SIGTERM\), exit status 143; logs in " "$work/job.err" ||
+    fail "no 'cancelled (SIGTERM), exit status 143' end line: $(tail -n 2 "$work/job.err")"
 run status "$job_id"
 expect_out_line "outcome: cancelled"
 
@@ -189,6 +195,64 @@ run --local --signal=B:USR1@x -- true
 expect_rc 125 "a bad --signal"
 expect_err "gpurun: --signal: 'x' is not a TIME of 0..65535 seconds"
 [ "$(wc -l <"$work/err")" = 1 ] || fail "more than one line for a refused command line"
+
+# --- what cannot work is refused before anything starts, saying what is missing ------------
+
+jobs_now() {
+    find "$HOME/.gpurun/jobs" -mindepth 1 -maxdepth 1 | wc -l
+}
+before=$(jobs_now)
+CUDA_VISIBLE_DEVICES=0,1 run --local --gpus-per-node 3 --gpu-bind single -- true
+expect_rc 125 "--gpu-bind single, 3 ranks, 2 GPUs"
+expect_err "gpurun: --gpu-bind single: 3 ranks per node, but CUDA_VISIBLE_DEVICES lists 2 GPUs ('0,1'): local rank 2 would get none; give --gpus-per-node 2 or list more GPUs"
+CUDA_VISIBLE_DEVICES=0,1 run --local --gpus-per-node 2 --gpu-bind single \
+    --export CUDA_VISIBLE_DEVICES=7 -- true
+expect_rc 125 "--gpu-bind single, 2 ranks, --export of 1 GPU"
+expect_err "gpurun: --gpu-bind single: 2 ranks per node, but CUDA_VISIBLE_DEVICES (from --export) lists 1 GPU ('7'): local rank 1 would get none; give --gpus-per-node 1 or list more GPUs"
+[ "$(jobs_now)" = "$before" ] || fail "a refused --gpu-bind job left a job dir"
+# As many GPUs as ranks: each rank its own.
+# shellcheck disable=SC2016 # the rank's shell expands it
+CUDA_VISIBLE_DEVICES=4,5,6 run --local --gpus-per-node 3 --gpu-bind single -- \
+    sh -c 'echo "gpu $CUDA_VISIBLE_DEVICES"'
+expect_rc 0 "--gpu-bind single, 3 ranks, 3 GPUs"
+expect_out_line "[2] gpu 6"
+
+# A script whose #! interpreter does not exist: not "No such file" of the script.
+printf '#!/no/such/python\nprint(1)\n' >badshebang.sh
+chmod +x badshebang.sh
+before=$(jobs_now)
+run --local -- ./badshebang.sh
+expect_rc 127 "a script whose #! interpreter does not exist"
+expect_err "gpurun: cannot execute './badshebang.sh': its interpreter '/no/such/python' (from its #! line) does not exist"
+[ "$(jobs_now)" = "$before" ] || fail "the script with a missing interpreter left a job dir"
+# For Slurm, whose nodes may have it, a warning.
+run --emit-sbatch -- ./badshebang.sh
+expect_rc 0 "--emit-sbatch of a script whose #! interpreter is not here"
+expect_err "gpurun: warning: './badshebang.sh': its interpreter '/no/such/python' (from its #! line) does not exist here (the nodes may see other files)"
+
+# A GPURUN_JOBS that cannot be made is named.
+: >afile
+GPURUN_JOBS=$work/afile/jobs run --local -- true
+expect_rc 125 "a GPURUN_JOBS under a file"
+expect_err "gpurun: GPURUN_JOBS '$work/afile/jobs': cannot create it: not a directory"
+GPURUN_JOBS=$work/afile/jobs run --emit-sbatch -- true
+expect_rc 125 "--emit-sbatch with a GPURUN_JOBS under a file"
+expect_err "gpurun: GPURUN_JOBS '$work/afile/jobs': cannot create it: not a directory"
+
+# -t 0 is sbatch's "no limit": none here, UNLIMITED asked of Slurm (no -t: the partition's).
+run --local -t 0 -- true
+expect_rc 0 "-t 0"
+job_of "$work/err"
+expect_json time_limit_s 0
+for t in 0 UNLIMITED; do
+    run --emit-sbatch -t "$t" -- true
+    expect_rc 0 "--emit-sbatch -t $t"
+    grep -qx '#SBATCH --time=UNLIMITED' "$work/out" || fail "-t $t: no '#SBATCH --time=UNLIMITED'"
+done
+SBATCH_TIMELIMIT=0 run --emit-sbatch -- true
+grep -qx '#SBATCH --time=UNLIMITED' "$work/out" || fail "SBATCH_TIMELIMIT=0: no '#SBATCH --time=UNLIMITED'"
+run --emit-sbatch -- true
+! grep -q '^#SBATCH --time' "$work/out" || fail "no -t asked Slurm for a limit"
 
 run --help
 expect_rc 0 "--help"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Liveness for scripts that never call gpurun.report: each rank's last line of output and its
 # age in `gpurun status` (text and JSON) and the metrics file; --hang-watch output fails a job
-# whose rank falls silent, naming it with its last line, and leaves alone one whose ranks
-# keep printing.
+# whose rank falls silent, naming it with its last line, within a small margin of the
+# timeout, and leaves alone one whose ranks keep printing, however close to the timeout.
 # timeout: 120
 set -euo pipefail
 # shellcheck source=local_common.sh
@@ -57,7 +57,20 @@ rank=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["first_fai
 [ "$rank" = 1 ] || fail "blamed rank $rank, not the silent rank 1: $cause"
 [[ $cause == "rank 1 on node 0 "*"hung: no output for "*" s (--hang-watch output); its last line: 'loading shard 7'" ]] ||
     fail "the cause: $cause"
+# Found as soon as the timeout is past, as a report's silence is (the timeout and the
+# leader's margin for a line on its way: well under 0.8 s), not a flush of lines later.
+silence=${cause#*no output for }
+silence=${silence%% s *}
+awk -v s="$silence" 'BEGIN { exit !(s >= 2.0 && s < 2.8) }' ||
+    fail "rank 1 was blamed after $silence s of silence, not within 0.8 s of the 2 s timeout"
 echo "# silent rank: $cause"
+
+# --- a rank silent for most of the timeout, again and again, is no hang ---------------------
+# Each line after a 1.4 s silence must reach the leader before the 2 s timeout runs out.
+# shellcheck disable=SC2016 # expanded by the ranks' shell
+run --local --gpus-per-node 2 --hang-timeout 2 --hang-watch output --kill-grace 1 \
+    -- sh -c 'i=0; while [ $i -lt 6 ]; do echo "slow step $i"; i=$((i + 1)); sleep 1.4; done'
+expect_rc 0 "ranks printing every 1.4 s under --hang-watch output --hang-timeout 2"
 
 # --- ranks that keep printing run to the end --------------------------------------------------
 # shellcheck disable=SC2016 # expanded by the ranks' shell
@@ -108,6 +121,26 @@ EOF
 run --local --gpus-per-node 2 --hang-timeout 2 --hang-watch output --kill-grace 1 \
     -- "$py" "$work/quiet.py"
 expect_rc 0 "a rank waiting 6 s in a barrier for one that works and prints nothing (--hang-watch output)"
+
+# --- a rank back from a long barrier wait: its silence counts from the release ---------------
+# Rank 1 prints, waits 5 s in a barrier for rank 0 (which prints nothing), then works 1 s in
+# silence: it is no more than 1 s silent since it was released, whatever its last line's age.
+cat >"$work/back.py" <<EOF
+import sys, time
+sys.path.insert(0, "$root/lib/rank/python")
+import gpurun
+if gpurun.rank() == 1:
+    gpurun.set("warm", b"1")
+    print("up", flush=True)
+else:
+    time.sleep(5)
+gpurun.barrier("mid", timeout=60)
+time.sleep(1)
+print("done", flush=True)
+EOF
+run --local --gpus-per-node 2 --hang-timeout 2 --hang-watch output --kill-grace 1 \
+    -- "$py" "$work/back.py"
+expect_rc 0 "a rank silent 1 s after a 5 s barrier wait (--hang-watch output)"
 
 # --- only rank 0 prints: the silent others are not watched ------------------------------------
 # shellcheck disable=SC2016 # expanded by the ranks' shell

@@ -2,8 +2,10 @@
 # gpurun preflight: the pre-flight checks alone with --local. Three nodes and a spare pass:
 # a line per node, "pre-flight: 4 of 4 nodes passed", exit 0, and no rank ran (the rank logs
 # are empty). A job dir without the free space asked fails every node: FAILED lines naming
-# the check and its figure, exit 125, the summary's first failure the same. A command, and
-# --preflight off, are refused; gpurun help preflight prints its help.
+# the check and its figure, exit 125, the summary's first failure the same. A job (not
+# gpurun preflight) whose nodes fail pre-flight says each node's cause once, in the leader's
+# line that says what follows. A command, and --preflight off, are refused; gpurun help
+# preflight prints its help.
 # timeout: 60
 set -euo pipefail
 # shellcheck source=local_common.sh
@@ -32,6 +34,22 @@ done
 cause=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["first_failure"]["cause"])' "$work/bad/summary.json")
 [[ $cause == "pre-flight failed on 2 of 2 nodes; node 0 ("*"): job dir '"*"': "*" MiB free, below 1000000000" ]] ||
     fail "first failure: $cause"
+
+# --- a job whose pre-flight fails: each node's cause said once ----------------------------
+run --local --gpus-per-node 2 --min-free 1000000000 -- true
+expect_rc 125 "a job with too little free space"
+[ "$(grep -c 'failed pre-flight' "$work/err")" = 1 ] ||
+    fail "not one line for the one node that failed: $(grep 'pre-flight' "$work/err")"
+grep -qE "error: job failed: node 0 \([^)]+\) failed pre-flight: job dir '.*': [0-9]+ MiB free, below 1000000000$" \
+    "$work/err" || fail "no job failed line naming the check: $(cat "$work/err")"
+# Two nodes and a spare, all failing: the job ends on node 0, the others are named beside it.
+run --local -N 2 --spare-nodes 1 --gpus-per-node 1 --min-free 1000000000 -- true
+expect_rc 125 "a job on 2 nodes and a spare with too little free space"
+[ "$(grep -c 'failed pre-flight' "$work/err")" = 3 ] ||
+    fail "not one line a node: $(grep 'pre-flight' "$work/err")"
+for want in "error: job failed: node 0 (" "warn: node 1 (" "warn: spare node 2 ("; do
+    [ "$(grep -cF "$want" "$work/err")" = 1 ] || fail "not one '$want' line: $(grep 'pre-flight' "$work/err")"
+done
 
 # --- refusals ------------------------------------------------------------------------------
 run preflight --local -- true

@@ -2,7 +2,9 @@
 # Restarts by failure class: a Python exception (user-error) is not restarted by default and
 # says why; a rank killed by a signal is; a rank whose last words are NCCL's error is a node
 # failure, restarted; --restart-on user-error restarts the exception and --restart-on none
-# nothing. summary.json carries each failure's class, the first and the earlier ones.
+# nothing. summary.json carries each failure's class, the first and the earlier ones. A
+# failure that a restart follows is logged as a generation's (a warning), "job failed" only
+# when the job ends on it.
 # timeout: 120
 set -euo pipefail
 # shellcheck source=local_common.sh
@@ -36,6 +38,22 @@ run --local --gpus-per-node 2 --max-restarts 1 --kill-grace 1 --job-dir "$work/s
 expect_rc 0 "a SIGKILL in generation 0 under --max-restarts 1"
 [ "$(summary "$work/sig" '(d["outcome"], d["restarts"], d["earlier_failures"][0]["class"])')" = \
     "('completed', 1, 'signal')" ] || fail "the signal: $(summary "$work/sig" '(d["outcome"], d["restarts"])')"
+# The failure ended a generation, not the job: a warning, no "job failed".
+grep -q "warn: generation 0 failed, a restart follows: rank 1 on node 0 ('[^']*') was killed by signal 9" \
+    "$work/err" || fail "no warning that generation 0 failed and a restart follows: $(grep -v '^\[' "$work/err")"
+! grep -q 'job failed' "$work/err" || fail "a restarted failure is called the job's: $(grep 'job failed' "$work/err")"
+
+# The same failure in every generation: the last one, with no restart left, fails the job.
+# shellcheck disable=SC2016 # expanded by the ranks' shell
+run --local --gpus-per-node 2 --max-restarts 1 --kill-grace 1 --job-dir "$work/again" -- sh -c \
+    '[ "$RANK" = 1 ] && kill -KILL $$; sleep 30'
+expect_rc 137 "a SIGKILL in every generation under --max-restarts 1"
+[ "$(grep -c 'warn: generation 0 failed, a restart follows: rank 1 ' "$work/err")" = 1 ] ||
+    fail "generation 0's failure: $(grep -v '^\[' "$work/err")"
+if [ "$(grep -c 'job failed' "$work/err")" != 1 ] ||
+    ! grep -q "error: job failed: rank 1 on node 0 ('[^']*') was killed by signal 9" "$work/err"; then
+    fail "not one 'job failed' line for the last generation: $(grep -v '^\[' "$work/err")"
+fi
 
 # NCCL's error in the rank's last words: the node's, restarted.
 # shellcheck disable=SC2016 # expanded by the ranks' shell

@@ -120,8 +120,9 @@ assert "".join(texts) == want, "the pieces do not make the line"
 print(f"# a 23 KB line: {len(pieces)} pieces, each valid UTF-8, together the line")
 PYEOF
 logdir=$(sed -n "s/^gpurun: job '[^']*' completed in .* logs in '\(.*\)'$/\1/p" "$work/err")
-[ -n "$logdir" ] && [ "$(wc -c <"$logdir/rank-0.log")" = $((1 + 3 * 5000 + 4 * 2000 + 1)) ] ||
+if [ -z "$logdir" ] || [ "$(wc -c <"$logdir/rank-0.log")" != $((1 + 3 * 5000 + 4 * 2000 + 1)) ]; then
     fail "rank-0.log does not hold the line whole: $(wc -c <"$logdir/rank-0.log" 2>&1)"
+fi
 
 # --- a line without its end ---------------------------------------------------------------------
 # To a terminal (a pty from script(1)) it is shown as it stands, before its end comes.

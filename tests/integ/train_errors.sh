@@ -113,10 +113,13 @@ if unshare -m mount -t tmpfs tmpfs ro 2>/dev/null; then
         exec timeout -k 5 "$0" "$1" --local -N 2 --job-dir "$2" small.cfg train.out_dir=ro/new' \
         "$TRAIN_LIMIT" "$gpurun" "$work/pf" >"$work/out" 2>"$work/err" </dev/null || rc=$?
     expect_rc 125 "gpurun with an out_dir that cannot be made"
+    # Each node once, by the leader: the job ends on node 0, node 1 is named beside it.
     for k in 0 1; do
-        grep -qF "node $k failed pre-flight: out_dir '$work/ro/new' cannot be made: '$work/ro' is not writable: Read-only file system" "$work/err" ||
+        [ "$(grep -F "node $k ('" "$work/err" | grep -cF "') failed pre-flight: out_dir '$work/ro/new' cannot be made: '$work/ro' is not writable: Read-only file system")" = 1 ] ||
             fail "node $k's pre-flight does not name the out_dir: $(grep -i pre-flight "$work/err")"
     done
+    [ "$(grep -c 'failed pre-flight' "$work/err")" = 2 ] ||
+        fail "not one pre-flight line a node: $(grep -i pre-flight "$work/err")"
     [ "$(cat "$work"/pf/logs/*.log 2>/dev/null | wc -c)" = 0 ] || fail "a rank ran: $(cat "$work"/pf/logs/*)"
 elif [ "$(id -u)" != 0 ]; then
     # Without mount namespaces a mode that denies writing does, for anyone but root.

@@ -38,7 +38,7 @@ def reset_module():
     gpurun._conn = None
     gpurun._place = None
     gpurun._finalized = False
-    gpurun._warned = False
+    gpurun._warned = set()
     gpurun._preempted = False
     gpurun._preempt_callback = None
     gpurun._preempt_pid = None
@@ -426,19 +426,48 @@ class Report(Base):
         self.assertEqual(self.last_report()["loss"], 0.75)
         self.assertEqual(len(a.msgs("report")), 1)
 
-    def test_nan_is_left_out_and_warned_once(self):
+    def test_nan_and_inf_are_left_out_and_each_warned_once(self):
         a = self.start_agent()
         err = io.StringIO()
         with redirect_stderr(err):
             gpurun.report(1, loss=float("nan"), lr=0.1)
             line = sys._getframe().f_lineno - 1
             gpurun.report(2, loss=float("inf"), grad_norm=float("-inf"))
-        a.wait_for(lambda: len(a.msgs("report")) == 2, what="two reports")
-        r1, r2 = a.msgs("report")
+            # The same kinds again: no more lines (a diverged run reports them every step).
+            gpurun.report(3, loss=float("nan"))
+            gpurun.report(4, loss=float("inf"), grad_norm=float("-inf"))
+        a.wait_for(lambda: len(a.msgs("report")) == 4, what="four reports")
+        r1, r2, r3, r4 = a.msgs("report")
         self.assertEqual(r1, {"type": "report", "step": 1, "lr": 0.1})
         self.assertEqual(r2, {"type": "report", "step": 2})
-        want = "gpurun.report: test_gpurun.py:%d: loss is nan: not reported\n" % line
-        self.assertEqual(err.getvalue(), want, "stderr: expected one warning line")
+        self.assertEqual(r4, {"type": "report", "step": 4})
+        want = ("gpurun.report: test_gpurun.py:%d: loss is nan: not reported\n"
+                "gpurun.report: test_gpurun.py:%d: loss is inf: not reported\n"
+                "gpurun.report: test_gpurun.py:%d: grad_norm is -inf: not reported\n"
+                % (line, line + 2, line + 2))
+        self.assertEqual(err.getvalue(), want, "stderr: expected one line per kind")
+
+    def test_negative_rates_are_left_out_and_warned(self):
+        a = self.start_agent()
+        err = io.StringIO()
+        with redirect_stderr(err):
+            gpurun.report(1, loss=-0.5, lr=-1e-4, tokens_per_s=-5, grad_norm=1.0)
+            line = sys._getframe().f_lineno - 1
+            gpurun.report(2, tokens_per_s=-7, grad_norm=-1.0, step_time=-0.25)
+            gpurun.report(3, tokens_per_s=0, grad_norm=0, step_time=0.5)
+        a.wait_for(lambda: len(a.msgs("report")) == 3, what="three reports")
+        r1, r2, r3 = a.msgs("report")
+        # A loss (a log-likelihood's) and an lr may be negative: kept.
+        self.assertEqual(r1, {"type": "report", "step": 1, "loss": -0.5, "lr": -1e-4,
+                              "grad_norm": 1.0})
+        self.assertEqual(r2, {"type": "report", "step": 2})
+        self.assertEqual(r3, {"type": "report", "step": 3, "tokens_per_s": 0.0,
+                              "grad_norm": 0.0, "step_time": 0.5})
+        want = ("gpurun.report: test_gpurun.py:%d: tokens_per_s is -5 (negative): not reported\n"
+                "gpurun.report: test_gpurun.py:%d: grad_norm is -1 (negative): not reported\n"
+                "gpurun.report: test_gpurun.py:%d: step_time is -0.25 (negative): not reported\n"
+                % (line, line + 2, line + 2))
+        self.assertEqual(err.getvalue(), want, "stderr: one line per kind, the first time")
 
     def test_nan_quiet_outside_a_job(self):
         err = io.StringIO()

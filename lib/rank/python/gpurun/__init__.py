@@ -20,10 +20,11 @@ Progress: report(step, *, loss, lr, tokens_per_s, grad_norm, total_steps, step_t
 `gpurun status` shows. It never waits for the agent and never raises because of it (a
 report the agent cannot take now is dropped; the next one carries newer numbers). A step
 that is not an integer (a bool, a str, None, a float with a fraction) raises TypeError; a
-number that is None, or not finite (a NaN loss), is left out of the report, as the C
-library does, and status shows it as unknown; the first non-finite number prints one line
-to stderr per process, naming the caller ("gpurun.report: train.py:42: loss is nan: not
-reported").
+number that is None, not finite (a NaN or infinite loss), or negative where it cannot be
+(tokens_per_s, grad_norm, step_time) is left out of the report, as the C library does, and
+status shows it as unknown; each kind of number left out prints one line to stderr per
+process, the first time, naming the caller ("gpurun.report: train.py:42: loss is nan: not
+reported", "... loss is inf: ...", "... tokens_per_s is -5 (negative): not reported").
 
 Store: set(key, value), get(key, timeout=None), delete(key), barrier(name=None,
 timeout=None). Keys and barrier names are str of 1..256 bytes of UTF-8; values are bytes (or
@@ -96,7 +97,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _place = None  # _link.Place, read once per process in a job
 _conn = None  # _link.Link of this process, opened by its first request or report
 _finalized = False
-_warned = False  # the one non-finite warning of this process was printed
+_warned = set()  # the kinds of number left out ("loss is nan") this process warned of
 _preempted = False
 _preempt_callback = None
 _preempt_pid = None  # the process that installed the handler
@@ -205,7 +206,7 @@ def _after_fork_in_child():
         except OSError:
             pass
     _conn = None
-    _warned = False
+    _warned = set()
 
 
 if hasattr(os, "register_at_fork"):
@@ -285,9 +286,15 @@ def _int_arg(name, v):
     return v
 
 
+# The numbers that cannot be negative: a rate, a norm, a duration. A negative one is a bug
+# of the caller's arithmetic, not a value status should show.
+_NON_NEGATIVE = ("tokens_per_s", "grad_norm", "step_time")
+
+
 def _number(name, v, bad):
     """A float for the wire, or None to leave it out: None stays None (not known), and a
-    non-finite number is left out too (its name goes to bad)."""
+    non-finite number, or a negative one where it cannot be, is left out too: (its kind,
+    the warning's text) goes to bad."""
     if v is None:
         return None
     if isinstance(v, (bool, str, bytes)):
@@ -297,10 +304,13 @@ def _number(name, v, bad):
     except (TypeError, ValueError):
         raise TypeError("gpurun.report: %s must be a number, not %s"
                         % (name, type(v).__name__)) from None
-    if math.isfinite(f):
-        return f
-    bad.append("%s is %s" % (name, f))
-    return None
+    if not math.isfinite(f):
+        bad.append(("%s %s" % (name, f), "%s is %s" % (name, f)))
+        return None
+    if f < 0 and name in _NON_NEGATIVE:
+        bad.append(("%s negative" % name, "%s is %g (negative)" % (name, f)))
+        return None
+    return f
 
 
 def report(step, *, loss=None, lr=None, tokens_per_s=None, grad_norm=None, total_steps=None,
@@ -326,11 +336,15 @@ def report(step, *, loss=None, lr=None, tokens_per_s=None, grad_norm=None, total
         if total_steps < 0:
             raise ValueError("gpurun.report: total_steps %d is negative" % total_steps)
         msg["total_steps"] = total_steps
-    # Outside a job the call is a quiet no-op: the argument checks above still apply.
-    if bad and not _warned and in_job():
-        _warned = True
+    # Outside a job the call is a quiet no-op: the argument checks above still apply. Each
+    # kind once per process ("loss is nan", "loss is inf"...): a diverged run reports the
+    # same one every step.
+    new = [text for kind, text in bad if kind not in _warned]
+    if new and in_job():
+        _warned.update(kind for kind, _ in bad)
         try:
-            sys.stderr.write("gpurun.report: %s: %s: not reported\n" % (_caller(), bad[0]))
+            for text in new:
+                sys.stderr.write("gpurun.report: %s: %s: not reported\n" % (_caller(), text))
             sys.stderr.flush()
         except (OSError, ValueError, AttributeError):
             pass
