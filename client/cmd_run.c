@@ -69,7 +69,7 @@ static int check_interpreter(const char *cmd, const char *found, bool local)
     char interp[PATH_MAX], resolved[PATH_MAX];
     int r;
 
-    if (local_script_interpreter(found, interp, sizeof(interp)) != 1 || interp[0] != '/')
+    if (fs_script_interpreter(found, interp, sizeof(interp)) != 1 || interp[0] != '/')
         return 0;
     r = local_resolve(interp, NULL, resolved, sizeof(resolved));
     if (r == 0)

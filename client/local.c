@@ -99,32 +99,6 @@ int local_resolve(const char *name, const char *path, char *out, size_t n)
     return found;
 }
 
-int local_script_interpreter(const char *path, char *out, size_t n)
-{
-    char head[256];
-    ssize_t got;
-    size_t start, len;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-    if (fd < 0)
-        return 0;
-    got = read(fd, head, sizeof(head) - 1);
-    close(fd);
-    if (got < 2 || head[0] != '#' || head[1] != '!')
-        return 0;
-    head[got] = '\0';
-    /* Linux: blanks after "#!", then the interpreter up to a blank or the end of the line. */
-    start = 2 + strspn(head + 2, " \t");
-    len = strcspn(head + start, " \t\n");
-    if (len == 0)
-        return 0;
-    if (len >= n)
-        return -ENAMETOOLONG;
-    memcpy(out, head + start, len);
-    out[len] = '\0';
-    return 1;
-}
-
 int local_gpu_list_count(const char *list)
 {
     int count = 0;

@@ -12,12 +12,6 @@
  * match is not an executable regular file (execvp's 126 case); -ENAMETOOLONG. */
 int local_resolve(const char *name, const char *path, char *out, size_t n);
 
-/* The interpreter a script's "#!" line names, for a file found by local_resolve() (path,
- * borrowed): its first word, as the kernel reads it, into out (n bytes). Returns 1 when path
- * starts with "#!" and names one, 0 when it does not (a binary, a script without one, a file
- * that cannot be read), or -ENAMETOOLONG. */
-int local_script_interpreter(const char *path, char *out, size_t n);
-
 /* The GPUs --gpu-bind=single hands out in order on each node: the entries of a
  * CUDA_VISIBLE_DEVICES value (list, borrowed) as the daemon reads them (daemon/rankenv.c,
  * set_gpus), or 0 for NULL or "" (then local rank n gets device n, which is not counted). */

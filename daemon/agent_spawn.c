@@ -302,11 +302,8 @@ static void spawn_failed(struct agent *a, struct arank *r, int err)
 /* Rank r could not even be prepared (err: no random bytes for its token, out of memory): it
  * counts as exited with gpurun's own failure status, 125, so that the job ends rather than
  * waiting for a rank that never started. */
-static int spawn_refused(struct agent *a, struct arank *r, int err)
+static int spawn_refused_why(struct agent *a, struct arank *r, int err, const char *msg)
 {
-    char msg[160];
-
-    snprintf(msg, sizeof(msg), "cannot start the rank: %s", strerror(-err));
     log_error("rank %d: %s", r->rank, msg);
     arank_tail_add(r, msg, strlen(msg));
     r->exited = true;
@@ -314,6 +311,35 @@ static int spawn_refused(struct agent *a, struct arank *r, int err)
     r->exit_ms = (int64_t)uv_now(a->loop);
     a->exited++;
     return err;
+}
+
+static int spawn_refused(struct agent *a, struct arank *r, int err)
+{
+    char msg[160];
+
+    snprintf(msg, sizeof(msg), "cannot start the rank: %s", strerror(-err));
+    return spawn_refused_why(a, r, err, msg);
+}
+
+/* --gpu-bind single hands each local rank one entry of CUDA_VISIBLE_DEVICES (rankenv.c), and
+ * a rank past the list's end gets none (an empty value). That is a job set up wrong, not a
+ * rank to run on the CPU: refused, naming the counts. Returns 0 or -EINVAL with msg. */
+static int check_gpu_bind(const struct agent *a, const struct arank *r, char *const *env, char *msg,
+                          size_t cap)
+{
+    const char *have = getenv("CUDA_VISIBLE_DEVICES");
+
+    if (a->spec->gpu_bind != GPU_BIND_SINGLE)
+        return 0;
+    for (char *const *e = env; *e; e++)
+        if (!strcmp(*e, "CUDA_VISIBLE_DEVICES=")) {
+            snprintf(msg, cap,
+                     "--gpu-bind single: local rank %d of %d gets no GPU: CUDA_VISIBLE_DEVICES "
+                     "lists fewer ('%s')",
+                     r->local, a->nranks, have ? have : "");
+            return -EINVAL;
+        }
+    return 0;
 }
 
 int agent_spawn_rank(struct agent *a, struct arank *r)
@@ -332,6 +358,11 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
     env = build_env(a, r);
     if (!env)
         return spawn_refused(a, r, -ENOMEM);
+    char why[256];
+    if (check_gpu_bind(a, r, env, why, sizeof(why)) < 0) {
+        free_env(env);
+        return spawn_refused_why(a, r, -EINVAL, why);
+    }
     r->faulthandler = env_faulthandler(env);
     r->out = ostream_new(a, r);
     r->err = ostream_new(a, r);

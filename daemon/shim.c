@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "fsutil.h"
 #include "monotime.h"
 #include "shim.h"
 #include "stall.h"
@@ -93,6 +94,40 @@ usage:
     return -1;
 }
 
+/* The file execvp would run for cmd (as it searches PATH) into out, or -ENOENT. */
+static int find_command(const char *cmd, char *out, size_t n)
+{
+    const char *path = getenv("PATH");
+
+    if (strchr(cmd, '/'))
+        return snprintf(out, n, "%s", cmd) < (int)n && access(out, F_OK) == 0 ? 0 : -ENOENT;
+    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
+        size_t len = strcspn(p, ":");
+        if (snprintf(out, n, "%.*s%s%s", (int)len, p, len ? "/" : "", cmd) < (int)n &&
+            access(out, X_OK) == 0)
+            return 0;
+        p += len + (p[len] == ':');
+    }
+    return -ENOENT;
+}
+
+/* Why exec failed, on the rank's stderr. ENOENT for a command that exists is its "#!" line's
+ * interpreter missing: said so, not as the script's own absence. */
+static void say_exec_failure(const char *cmd, int err)
+{
+    char file[PATH_MAX], interp[PATH_MAX];
+
+    if (err == ENOENT && find_command(cmd, file, sizeof(file)) == 0 &&
+        fs_script_interpreter(file, interp, sizeof(interp)) == 1 && access(interp, F_OK) < 0) {
+        fprintf(stderr,
+                "gpurun: cannot execute '%s': its interpreter '%s' (from its #! line) does not "
+                "exist\n",
+                cmd, interp);
+        return;
+    }
+    fprintf(stderr, "gpurun: cannot execute '%s': %s\n", cmd, strerror(err));
+}
+
 static void exec_child(const struct shim_opts *o, const sigset_t *old, bool in_cgroup)
 {
     char pid[24];
@@ -115,8 +150,9 @@ static void exec_child(const struct shim_opts *o, const sigset_t *old, bool in_c
     prctl(PR_SET_PTRACER, (unsigned long)o->agent, 0, 0, 0);
     sigprocmask(SIG_SETMASK, old, NULL);
     execvp(o->cmd[0], o->cmd);
-    fprintf(stderr, "gpurun: cannot execute '%s': %s\n", o->cmd[0], strerror(errno));
-    _exit(errno == ENOENT ? 127 : 126);
+    int err = errno;
+    say_exec_failure(o->cmd[0], err);
+    _exit(err == ENOENT ? 127 : 126);
 }
 
 /* A stop signal pending in the shim: one sent to the group before the rank existed, or in

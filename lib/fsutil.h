@@ -36,4 +36,10 @@ int fs_remove_tree(const char *dir, uint64_t *bytes);
  * negative errno. */
 int fs_tree_size(const char *dir, uint64_t *bytes);
 
+/* The interpreter a script's "#!" line names (path, borrowed): its first word, as the kernel
+ * reads it, into out (n bytes). Returns 1 when path starts with "#!" and names one, 0 when it
+ * does not (a binary, a script without one, a file that cannot be read), or -ENAMETOOLONG.
+ * What exec's ENOENT means for a file that exists. */
+int fs_script_interpreter(const char *path, char *out, size_t n);
+
 #endif

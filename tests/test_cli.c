@@ -1398,23 +1398,23 @@ TEST(cli_script_interpreter)
     const char *t = test_tmpdir();
 
     write_file(path_in(t, "py"), "#!/no/such/python\nprint(1)\n", 0755);
-    CHECK_EQ(local_script_interpreter(path_in(t, "py"), out, sizeof(out)), 1);
+    CHECK_EQ(fs_script_interpreter(path_in(t, "py"), out, sizeof(out)), 1);
     CHECK_STR(out, "/no/such/python");
     write_file(path_in(t, "env"), "#! /usr/bin/env python3 -u\n", 0755);
-    CHECK_EQ(local_script_interpreter(path_in(t, "env"), out, sizeof(out)), 1);
+    CHECK_EQ(fs_script_interpreter(path_in(t, "env"), out, sizeof(out)), 1);
     CHECK_STR(out, "/usr/bin/env");
     write_file(path_in(t, "tab"), "#!\t/bin/sh", 0755);
-    CHECK_EQ(local_script_interpreter(path_in(t, "tab"), out, sizeof(out)), 1);
+    CHECK_EQ(fs_script_interpreter(path_in(t, "tab"), out, sizeof(out)), 1);
     CHECK_STR(out, "/bin/sh");
     /* No "#!", or nothing after it: no interpreter. */
     write_file(path_in(t, "plain"), "echo hi\n", 0755);
-    CHECK_EQ(local_script_interpreter(path_in(t, "plain"), out, sizeof(out)), 0);
+    CHECK_EQ(fs_script_interpreter(path_in(t, "plain"), out, sizeof(out)), 0);
     write_file(path_in(t, "bare"), "#!\n", 0755);
-    CHECK_EQ(local_script_interpreter(path_in(t, "bare"), out, sizeof(out)), 0);
+    CHECK_EQ(fs_script_interpreter(path_in(t, "bare"), out, sizeof(out)), 0);
     write_file(path_in(t, "one"), "#", 0755);
-    CHECK_EQ(local_script_interpreter(path_in(t, "one"), out, sizeof(out)), 0);
-    CHECK_EQ(local_script_interpreter(path_in(t, "missing"), out, sizeof(out)), 0);
-    CHECK_EQ(local_script_interpreter(path_in(t, "py"), small, sizeof(small)), -ENAMETOOLONG);
+    CHECK_EQ(fs_script_interpreter(path_in(t, "one"), out, sizeof(out)), 0);
+    CHECK_EQ(fs_script_interpreter(path_in(t, "missing"), out, sizeof(out)), 0);
+    CHECK_EQ(fs_script_interpreter(path_in(t, "py"), small, sizeof(small)), -ENAMETOOLONG);
 }
 
 /* The GPUs --gpu-bind=single hands out: CUDA_VISIBLE_DEVICES's entries as the daemon reads
