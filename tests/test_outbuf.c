@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <uv.h>
@@ -290,6 +291,14 @@ TEST(outbuf_close_gives_up_on_a_reader_that_never_reads)
     CHECK_EQ(outbuf_start(&f.loop, &cfg, &o), 0);
     for (int k = 0; k < 200; k++)
         CHECK_EQ(put(o, 0, k, 100), 0);
+    /* The writer thread's first batch in the pipe before the close: under load it may not
+     * have run yet, and then nothing would be written at all. */
+    for (int i = 0, queued = 0; queued < 4000; i++) {
+        CHECK_INT(i, <, 2000);
+        CHECK_EQ(ioctl(f.rfd, FIONREAD, &queued), 0);
+        if (queued < 4000)
+            usleep(1000);
+    }
     t0 = uv_hrtime();
     outbuf_close(o, 300, on_closed, &f);
     fixture_run_until_closed(&f, false, 5000);
