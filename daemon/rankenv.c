@@ -278,11 +278,30 @@ static void set_horovod(struct envv *e, const struct rankenv_rank *r)
         set_default(e, "HOROVOD_GLOO_IFACE", r->hvd_iface);
 }
 
+int rankenv_threads(const struct rankenv_rank *r, char *const *base)
+{
+    int cpus = r->cpus, ranks = r->local_world_size, slurm = -1;
+
+    /* Inside a Slurm allocation, the CPUs Slurm gave the job on this node, where the agent's
+     * affinity shows more (no task/affinity plugin, or a step launched with --cpu-bind=none). */
+    for (char *const *p = base; p && *p; p++)
+        if (!strncmp(*p, "SLURM_CPUS_ON_NODE=", 19))
+            slurm = parse_count(*p + 19);
+    if (slurm > 0 && slurm < cpus)
+        cpus = slurm;
+    /* On one machine (--local) every node of the job is emulated on this host: its CPUs are
+     * shared by all the job's ranks, not by one emulated node's. */
+    if (r->spec->loopback)
+        ranks = r->world_size;
+    if (ranks < 1)
+        ranks = 1;
+    return cpus / ranks > 0 ? cpus / ranks : 1;
+}
+
 char **rankenv_build(const struct rankenv_rank *r, char *const *base)
 {
     const struct jobspec *s = r->spec;
     struct envv e = {0};
-    int threads;
 
     for (char *const *p = base; p && *p; p++)
         put(&e, strdup(*p));
@@ -329,11 +348,10 @@ char **rankenv_build(const struct rankenv_rank *r, char *const *base)
     if (r->hvd_iface)
         set_default(&e, "GLOO_SOCKET_IFNAME", r->hvd_iface);
 
-    /* Threads per rank: the CPUs this node's agent has, shared out, so that ranks neither
-     * oversubscribe the cores nor starve their data loaders with one thread. */
-    threads = r->cpus / (r->local_world_size > 0 ? r->local_world_size : 1);
+    /* Threads per rank, so that ranks neither oversubscribe the cores nor starve their data
+     * loaders with one thread. */
     if (!envv_get(&e, "OMP_NUM_THREADS"))
-        envv_set(&e, "OMP_NUM_THREADS", "%d", threads > 0 ? threads : 1);
+        envv_set(&e, "OMP_NUM_THREADS", "%d", rankenv_threads(r, base));
     /* Output reaches the log as it is printed, and a fatal signal (or the SIGABRT of a hang's
      * stack capture) prints every thread's Python traceback. */
     set_default(&e, "PYTHONUNBUFFERED", "1");

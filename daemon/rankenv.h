@@ -54,6 +54,11 @@ void envv_unset(struct envv *e, const char *k);
 /* Frees every string and the vector; e may be used again. */
 void envv_release(struct envv *e);
 
+/* OMP_NUM_THREADS for rank r: the CPUs it may share (the agent's affinity, no more than
+ * SLURM_CPUS_ON_NODE of base where set) divided by the ranks that share them: the node's
+ * ranks, or every rank of the job on one machine (spec->loopback); at least 1. */
+int rankenv_threads(const struct rankenv_rank *r, char *const *base);
+
 /* The environment of rank r: base (the agent's own environment, borrowed, NULL-terminated)
  * with the job's --export entries, then every variable rankenv sets. Where base has
  * SLURM_JOB_ID and SLURM_STEP_ID, SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS and the other

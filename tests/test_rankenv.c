@@ -563,6 +563,49 @@ TEST(rankenv_user_values_kept)
     jobspec_release(&l.spec);
 }
 
+/* Threads are shared by the ranks that share the CPUs: on one machine every rank of the job,
+ * whichever emulated node it is on; in a Slurm step the node's ranks, on no more CPUs than
+ * Slurm gave the job on the node. */
+TEST(rankenv_threads_split_by_the_host)
+{
+    struct layout l;
+    struct base b = {0};
+    char **env;
+
+    /* --local -N 2 --gpus-per-node 1 on 2 CPUs: one thread each, not 2 each. */
+    base_add(&b, "PATH", "%s", "/usr/bin:/bin");
+    layout_init(&l, 2, 1, 1);
+    l.r.cpus = 2;
+    l.spec.loopback = true;
+    env = build(&l, &b);
+    CHECK_STR(get(env, "OMP_NUM_THREADS"), "1");
+    rankenv_free(env);
+    /* The same job on two hosts: each rank has its node's 2 CPUs. */
+    l.spec.loopback = false;
+    env = build(&l, &b);
+    CHECK_STR(get(env, "OMP_NUM_THREADS"), "2");
+    rankenv_free(env);
+    jobspec_release(&l.spec);
+
+    /* --local -N 2 --gpus-per-node 2 on 16 CPUs: 4 each. */
+    layout_init(&l, 2, 2, 3);
+    l.r.cpus = 16;
+    l.spec.loopback = true;
+    CHECK_INT(rankenv_threads(&l.r, b.v), ==, 4);
+    jobspec_release(&l.spec);
+
+    /* A Slurm node of 64 CPUs where the job has 8 of them and 2 ranks: 4 each, whatever
+     * the agent's affinity shows. */
+    base_slurm(&b, 2, 0, 8, false);
+    layout_init(&l, 2, 2, 0);
+    l.r.cpus = 64;
+    CHECK_INT(rankenv_threads(&l.r, b.v), ==, 4);
+    /* Fewer CPUs in the affinity than Slurm's count: the affinity. */
+    l.r.cpus = 4;
+    CHECK_INT(rankenv_threads(&l.r, b.v), ==, 2);
+    jobspec_release(&l.spec);
+}
+
 /* gloo's interface: the one holding this node's address, unless the user named one; NCCL's
  * is never set (NCCL picks its own). */
 TEST(rankenv_gloo_interface)

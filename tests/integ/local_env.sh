@@ -52,4 +52,13 @@ run --local -- sh -c 'pwd -P'
 cd "$root"
 expect_rc 0 "pwd"
 expect_out_line "[0] $(cd "$work/wd" && pwd -P)"
+# OpenMP threads: this machine's CPUs shared by every rank of the job, whichever emulated
+# node it is on (not by one node's ranks: -N 2 on 2 CPUs gave 2 threads to each of 2 ranks).
+cpus=$(nproc)
+per=$((cpus / 2 > 0 ? cpus / 2 : 1))
+# shellcheck disable=SC2016 # expanded by the ranks' shell
+run --local -N 2 --gpus-per-node 1 -- sh -c 'echo "threads $OMP_NUM_THREADS"'
+expect_rc 0 "OMP_NUM_THREADS"
+[ "$(grep -c "threads $per\$" "$work/out" || true)" = 2 ] ||
+    fail "expected OMP_NUM_THREADS=$per ($cpus CPUs, 2 ranks on 2 nodes) on every rank, got: $(cat "$work/out")"
 echo "# rank environment on 1, 2 and 3 nodes, --export and -o ok"
