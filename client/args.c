@@ -1085,6 +1085,18 @@ static bool is_script(const char *word)
     return n > 3 && !strcmp(word + n - 3, ".py") && !traincfg_is_override(word);
 }
 
+/* A positional word of run that names a command rather than a train.cfg: no file of that
+ * name here, or an executable one not named *.cfg ("fairseq-hydra-train", "python3"), so
+ * that the options after it are the command's own. */
+static bool looks_like_command(const char *word)
+{
+    size_t n = word ? strlen(word) : 0;
+
+    if (!word || (n > 4 && !strcmp(word + n - 4, ".cfg")))
+        return false;
+    return access(word, F_OK) != 0 || access(word, X_OK) == 0;
+}
+
 /* A first word that is neither a subcommand nor a file but is near a subcommand's name is a
  * slip ("stauts"), refused here rather than taken for a train.cfg that does not exist. */
 static int check_misspelt(const char *word, struct errmsg *err)
@@ -1402,14 +1414,26 @@ int args_parse(struct gpurun_args *args, int argc, char **argv, struct errmsg *e
             args->script = word;
             break;
         }
-        if (word[0] == '-' && word[1])
+        if (word[0] == '-' && word[1]) {
             r = parse_option(args, argc, argv, &i, &hb_seen, err);
-        else
+            if (r < 0 && args->cmd == CMD_RUN && looks_like_command(args->target))
+                return errmsg_set(err, r,
+                                  "'%s' after '%s' is not gpurun's option: to run a command with "
+                                  "its own options, put it after '--' (gpurun [options] -- %s %s "
+                                  "...)",
+                                  word, args->target, args->target, word);
+        } else {
             r = parse_positional(args, word, err);
+        }
         if (r < 0)
             return r;
     }
     if (args->script) {
+        if (args->target && looks_like_command(args->target))
+            return errmsg_set(err, -EINVAL,
+                              "'%s' is not a train.cfg: to run a command, put it after '--' "
+                              "(gpurun [options] -- %s %s ...)",
+                              args->target, args->target, args->script);
         if (args->target)
             return errmsg_set(err, -EINVAL, "give a train.cfg or a script, not both ('%s', '%s')",
                               args->target, args->script);

@@ -454,6 +454,18 @@ TEST(cli_args_refused_with_messages)
         {WORDS("a.cfg", "b.cfg"), "unexpected argument 'b.cfg' (to run a command, put it after "
                                   "'--': gpurun [options] -- CMD ARGS...)"},
         {WORDS("a.cfg", "--", "true"), "give a train.cfg or '-- CMD', not both"},
+        /* A command's own options without '--': the message says where the command goes. */
+        {WORDS("--local", "fairseq-hydra-train", "-m", "--config-dir", "C"),
+         "'-m' after 'fairseq-hydra-train' is not gpurun's option: to run a command with its own "
+         "options, put it after '--' (gpurun [options] -- fairseq-hydra-train -m ...)"},
+        {WORDS("torchrun-script", "--lr", "3"),
+         "'--lr' after 'torchrun-script' is not gpurun's option: to run a command with its own "
+         "options, put it after '--' (gpurun [options] -- torchrun-script --lr ...)"},
+        {WORDS("--local", "python3", "train.py", "--lr", "3"),
+         "'python3' is not a train.cfg: to run a command, put it after '--' (gpurun [options] -- "
+         "python3 train.py ...)"},
+        {WORDS("a.cfg", "--bogus"), "unknown option '--bogus' (see 'gpurun --help')"},
+
         {WORDS("--json"), "option '--json' does not apply to 'gpurun' (see 'gpurun --help')"},
         {WORDS("status", "--nodes", "2"),
          "option '--nodes' does not apply to 'status' (see 'gpurun status --help')"},
