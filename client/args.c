@@ -169,6 +169,14 @@ static const struct choice straggler_choices[] = {
 };
 
 /* sbatch's --exclusive[=user|mcs]; bare, the first. */
+/* --local-rank-arg's spellings: Apex-era scripts' argparse declares --local_rank, torch 2's
+ * torch.distributed.launch passes --local-rank. */
+static const struct choice local_rank_choices[] = {
+    {"local_rank", LOCAL_RANK_ARG_UNDERSCORE, true},
+    {"local-rank", LOCAL_RANK_ARG_DASH, true},
+    {NULL, 0, false},
+};
+
 static const struct choice exclusive_choices[] = {
     {"exclusive", SBATCH_EXCLUSIVE, true},
     {"user", SBATCH_EXCLUSIVE_USER, true},
@@ -309,6 +317,14 @@ static const struct opt_row opts[] = {
     {0, "python", ARG_STRING, FIELD(python), 0, 0, ON_RUN, "PATH",
      "the Python that runs SCRIPT.py (default: $VIRTUAL_ENV/bin/python in\n"
      "a venv, else python3 on each node's PATH)"},
+    {0, "local-rank-arg", ARG_OPT_CHOICE, FIELD(spec.local_rank_arg), 0, 0, ON_RUN,
+     "[=local_rank|local-rank]",
+     "pass each rank '--local_rank=N' after its script, as\n"
+     "torch.distributed.launch does (torch 2's spelling: =local-rank)",
+     local_rank_choices},
+    {0, "use-env", ARG_FLAG, FIELD(use_env), 0, 0, ON_RUN, NULL,
+     "torch.distributed.launch's: taken, and changes nothing (every rank\n"
+     "has LOCAL_RANK in its environment)"},
     {0, "job-dir", ARG_STRING, FIELD(job_dir), 0, 0, ON_JOB, "DIR",
      "the job directory (default $GPURUN_JOBS/<id>/, ~/.gpurun/jobs)"},
     {0, "metrics-dir", ARG_STRING, FIELD(metrics_dir), 0, 0, ON_RUN, "DIR",
@@ -459,6 +475,8 @@ static const struct alias_row aliases[] = {
     {"rdzv-backend", NULL, NULL, "gpurun runs the rendezvous itself; drop it"},
     {"rdzv-endpoint", NULL, NULL, "gpurun runs the rendezvous itself; drop it"},
     {"rdzv-id", NULL, NULL, "gpurun runs the rendezvous itself; drop it"},
+    /* torch.distributed.launch's spelling (--use_env) of a row of gpurun's own. */
+    {"use-env", "use-env", NULL, NULL},
 };
 #define N_ALIASES (sizeof(aliases) / sizeof(aliases[0]))
 

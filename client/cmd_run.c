@@ -284,6 +284,62 @@ static int plan_cfg(struct gpurun_args *args, struct run_plan *p)
     return 0;
 }
 
+/* The length of the name of a --local_rank or --local-rank word of a command ("--local_rank",
+ * "--local_rank=3"), else 0. */
+static size_t local_rank_word(const char *w)
+{
+    if (strncmp(w, "--local", 7) || (w[7] != '_' && w[7] != '-') || strncmp(w + 8, "rank", 4))
+        return 0;
+    return w[12] == '\0' || w[12] == '=' ? 12 : 0;
+}
+
+/* Where torch.distributed.launch puts '--local_rank=N': after the script, before its
+ * arguments (after "-m MODULE", or after the command itself for one that is not Python's). */
+static int local_rank_slot(char *const *argv, int argc)
+{
+    for (int i = 1; i < argc; i++) {
+        size_t n = strlen(argv[i]);
+        if (!strcmp(argv[i], "-m") && i + 1 < argc)
+            return i + 2;
+        if (n > 3 && !strcmp(argv[i] + n - 3, ".py"))
+            return i + 1;
+    }
+    return 1;
+}
+
+/* A command with a --local_rank of its own ("train.py --local_rank 0") would give every rank
+ * the same one: refused, unless --local-rank-arg replaces it with each rank's. With
+ * --local-rank-arg, the spec says where each rank's goes. Returns 0 or an exit status with the
+ * error printed. */
+static int plan_local_rank(struct gpurun_args *args, struct run_plan *p)
+{
+    struct jobspec *s = &args->spec;
+    int at = -1;
+
+    for (int i = 1; i < p->argc; i++) {
+        size_t n = local_rank_word(p->argv[i]);
+        int words = n && !p->argv[i][n] && i + 1 < p->argc ? 2 : 1;
+        if (!n)
+            continue;
+        if (!s->local_rank_arg && s->nprocs > 1)
+            return error_out(EXIT_FAILED,
+                             "the command gives every rank '%s%s%s': drop it and add "
+                             "--local-rank-arg, which passes each rank its own",
+                             p->argv[i], words == 2 ? " " : "", words == 2 ? p->argv[i + 1] : "");
+        if (!s->local_rank_arg)
+            return 0;
+        memmove(p->argv + i, p->argv + i + words,
+                (size_t)(p->argc - i - words + 1) * sizeof(*p->argv));
+        p->argc -= words;
+        if (at < 0)
+            at = i;
+        i--;
+    }
+    if (s->local_rank_arg)
+        s->local_rank_at = at >= 0 ? at : local_rank_slot(p->argv, p->argc);
+    return 0;
+}
+
 static int plan_run(struct gpurun_args *args, struct run_plan *p)
 {
     struct stat st;
@@ -294,6 +350,9 @@ static int plan_run(struct gpurun_args *args, struct run_plan *p)
                          "--python '%s': the job runs no SCRIPT.py (with '-- CMD', name the "
                          "interpreter as CMD)",
                          args->python);
+    if (args->target && args->spec.local_rank_arg)
+        return error_out(EXIT_FAILED, "--local-rank-arg is for a script or '-- CMD': "
+                                      "gpurun-train reads LOCAL_RANK itself");
     if (args->target)
         return plan_cfg(args, p);
     if (args->n_overrides > 0)
@@ -326,6 +385,8 @@ static int plan_run(struct gpurun_args *args, struct run_plan *p)
     if (args->script)
         p->argv[0] = p->python.path;
     memcpy(p->argv + lead, args->cmd_argv, (size_t)args->cmd_argc * sizeof(*p->argv));
+    if ((ret = plan_local_rank(args, p)) != 0)
+        return ret;
     if (!args->job_name) {
         job_default_name(p->job_name, sizeof(p->job_name), p->argv, p->argc);
         args->job_name = p->job_name;
@@ -342,8 +403,9 @@ static int plan_spec(struct gpurun_args *args)
     return 0;
 }
 
-/* After a failed SCRIPT.py job whose first failure is a module its Python lacks (job_dir's
- * summary.json says), one more line: which Python ran, and how to choose another. */
+/* After a failed job whose first failure is a module its SCRIPT.py's Python lacks (job_dir's
+ * summary.json says), one more line: which Python ran, and how to choose another; after one
+ * whose rank looked for torch.distributed.launch's --local_rank, the option that passes it. */
 static void python_hint(const struct run_plan *p, const struct gpurun_args *args,
                         const char *job_dir)
 {
@@ -352,9 +414,15 @@ static void python_hint(const struct run_plan *p, const struct gpurun_args *args
     json_t *summary = NULL;
     int rank;
 
-    if (!args->script || !job_dir || status_load_summary(job_dir, &summary, &err) < 0)
+    if (!job_dir || status_load_summary(job_dir, &summary, &err) < 0)
         return;
-    if (python_missing_module(summary, module, sizeof(module), &rank))
+    if (!args->spec.local_rank_arg && python_wants_local_rank(summary, &rank))
+        fprintf(stderr,
+                "gpurun: rank %d looked for --local_rank in its arguments "
+                "(torch.distributed.launch's way): add --local-rank-arg (=local-rank for "
+                "'--local-rank'), or read LOCAL_RANK from the environment\n",
+                rank);
+    else if (args->script && python_missing_module(summary, module, sizeof(module), &rank))
         python_print_missing(
             stderr, &p->python,
             local_resolve(p->python.path, getenv("PATH"), found, sizeof(found)) == 0 ? found : NULL,

@@ -69,6 +69,17 @@ bool python_missing_module(const json_t *summary, char *module, size_t n, int *r
     return last && module_name(last + strlen(line) - strlen(NO_MODULE), module, n);
 }
 
+bool python_wants_local_rank(const json_t *summary, int *rank)
+{
+    const json_t *ff = json_object_get(summary, "first_failure");
+    const char *tail = json_string_value(json_object_get(ff, "tail"));
+
+    if (!json_is_integer(json_object_get(ff, "rank")) || !tail)
+        return false;
+    *rank = (int)json_integer_value(json_object_get(ff, "rank"));
+    return strstr(tail, "local_rank") || strstr(tail, "local-rank");
+}
+
 void python_print_missing(FILE *out, const struct python_choice *c, const char *found,
                           const char *module, int rank)
 {

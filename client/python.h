@@ -41,6 +41,12 @@ int python_choose(struct python_choice *c, const char *given, const char *venv);
  * (n bytes) and the rank to *rank. Returns false when the failure is another. */
 bool python_missing_module(const json_t *summary, char *module, size_t n, int *rank);
 
+/* Whether the first failure of summary (borrowed) is a rank's that ended looking for
+ * torch.distributed.launch's --local_rank (or --local-rank) in its arguments: the last
+ * lines of its log name it (an argparse error, a traceback's assert on args.local_rank).
+ * Writes the rank to *rank. */
+bool python_wants_local_rank(const json_t *summary, int *rank);
+
 /* Writes the line that says which Python rank ran without module, and how to choose another
  * ("gpurun: rank 0 has no module 'torch' in Python '...' (...): ..."), to out. found is the
  * path PYTHON_DEFAULT resolves to here, for PYTHON_PATH (NULL: not known). */

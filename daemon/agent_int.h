@@ -179,6 +179,7 @@ struct agent {
     char python_dir[PATH_MAX]; /* the gpurun Python package's folder, or "" */
     char **spawn_argv;         /* self_exe --exec-rank PID ... -- argv... (agent_spawn_init) */
     int cgroup_slot;           /* spawn_argv's index of the rank's cgroup, or 0: none */
+    int local_rank_slot;       /* spawn_argv's index of "--local_rank=N", or 0: none */
     char cgroup[PATH_MAX];     /* the job's cgroup (cgroup.h), or "" */
     char sockdir[PATH_MAX];
     char sockpath[PATH_MAX];

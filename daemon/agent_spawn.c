@@ -91,7 +91,7 @@ int agent_spawn_init(struct agent *a, struct errmsg *why)
     while (a->spec->argv[n])
         n++;
     snprintf(alive_ms, sizeof(alive_ms), "%d", a->spec->hb_timeout_ms);
-    a->spawn_argv = calloc(n + 11, sizeof(char *));
+    a->spawn_argv = calloc(n + 12, sizeof(char *));
     if (!a->spawn_argv)
         return errmsg_set(why, -ENOMEM, "out of memory");
     a->spawn_argv[i++] = a->self_exe;
@@ -108,8 +108,18 @@ int agent_spawn_init(struct agent *a, struct errmsg *why)
         a->spawn_argv[i++] = a->cgroup; /* replaced per rank by agent_spawn_rank() */
     }
     a->spawn_argv[i++] = (char *)"--";
-    for (size_t k = 0; k < n; k++)
+    for (size_t k = 0; k < n; k++) {
+        /* torch.distributed.launch's "--local_rank=N", replaced per rank. */
+        if (a->spec->local_rank_arg && k == (size_t)a->spec->local_rank_at) {
+            a->local_rank_slot = (int)i;
+            a->spawn_argv[i++] = (char *)"";
+        }
         a->spawn_argv[i++] = a->spec->argv[k];
+    }
+    if (a->spec->local_rank_arg && !a->local_rank_slot) {
+        a->local_rank_slot = (int)i;
+        a->spawn_argv[i++] = (char *)"";
+    }
     return 0;
 }
 
@@ -347,7 +357,7 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
     uv_process_options_t opt = {0};
     uv_stdio_container_t stdio[4];
     uint8_t tok[TOKEN_BYTES];
-    char **env = NULL, cgdir[PATH_MAX + 16];
+    char **env = NULL, cgdir[PATH_MAX + 16], local_rank[32];
     int ret = -1, alive;
 
     if (RAND_bytes(tok, sizeof(tok)) != 1)
@@ -378,6 +388,11 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
     if (a->cgroup_slot) {
         rank_cgroup(a, r, cgdir, sizeof(cgdir));
         a->spawn_argv[a->cgroup_slot] = cgdir;
+    }
+    if (a->local_rank_slot) {
+        snprintf(local_rank, sizeof(local_rank), "%s=%d",
+                 local_rank_arg_name(a->spec->local_rank_arg), r->local);
+        a->spawn_argv[a->local_rank_slot] = local_rank;
     }
     opt.file = a->spawn_argv[0];
     opt.args = a->spawn_argv;

@@ -50,6 +50,9 @@ static const struct int_key int_keys[] = {
     {"preempt_signal", offsetof(struct jobspec, preempt_signal), 10, 1, 64},
     {"preempt_all", offsetof(struct jobspec, preempt_all), 0, 0, 1},
     {"time_limit_s", offsetof(struct jobspec, time_limit_s), 0, 0, 366 * 86400},
+    {"local_rank_arg", offsetof(struct jobspec, local_rank_arg), LOCAL_RANK_ARG_NONE,
+     LOCAL_RANK_ARG_NONE, LOCAL_RANK_ARG_DASH},
+    {"local_rank_at", offsetof(struct jobspec, local_rank_at), 1, 0, 1 << 20},
 };
 #define N_INT_KEYS (sizeof(int_keys) / sizeof(int_keys[0]))
 
@@ -87,6 +90,13 @@ const char *failure_class_name(int c)
         [FAILURE_SIGNAL] = "signal",
     };
     return c >= 0 && c < FAILURE_CLASS_COUNT ? names[c] : "?";
+}
+
+const char *local_rank_arg_name(int a)
+{
+    return a == LOCAL_RANK_ARG_UNDERSCORE ? "--local_rank"
+           : a == LOCAL_RANK_ARG_DASH     ? "--local-rank"
+                                          : NULL;
 }
 
 void jobspec_init(struct jobspec *spec)

@@ -49,6 +49,9 @@ struct jobspec {
     int preempt_all;      /* 1: the user asked for --signal, so every rank gets it; 0: only the
                            * ranks that asked for it (gpurun.on_preempt, gr_on_preempt) */
     int time_limit_s;     /* the job's time limit (0: none): a SIGTERM at it is a timeout */
+    int local_rank_arg;   /* LOCAL_RANK_ARG_*: each rank's command gets "--local_rank=N" (N its
+                           * local rank) as torch.distributed.launch passes it; NONE: not */
+    int local_rank_at;    /* where that word goes: before argv[local_rank_at] (at most argc) */
     bool loopback;        /* --local: the leader binds 127.0.0.1 only */
 };
 
@@ -81,6 +84,12 @@ const char *failure_class_name(int c);
  * (any byte on stdout or stderr), for scripts that do not report. */
 #define HANG_WATCH_REPORT 0
 #define HANG_WATCH_OUTPUT 1
+
+/* jobspec.local_rank_arg: the spelling of the argument (local_rank_arg_name()). */
+enum local_rank_arg { LOCAL_RANK_ARG_NONE, LOCAL_RANK_ARG_UNDERSCORE, LOCAL_RANK_ARG_DASH };
+
+/* "--local_rank" or "--local-rank" for a LOCAL_RANK_ARG_* other than NONE; NULL otherwise. */
+const char *local_rank_arg_name(int a);
 
 /* jobspec.gpu_bind: srun's --gpu-bind names. */
 #define GPU_BIND_NONE   0

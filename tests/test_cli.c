@@ -1841,6 +1841,65 @@ TEST(cli_python_missing_module)
     }
 }
 
+/* A rank that ended looking for torch.distributed.launch's --local_rank: its log's last lines
+ * name it; a node's failure, or a rank's other error, does not. */
+TEST(cli_python_wants_local_rank)
+{
+    static const struct {
+        const char *summary;
+        bool wants;
+        int rank;
+    } cases[] = {
+        {"{\"first_failure\": {\"rank\": 1, \"tail\": \"usage: t.py [-h] --local_rank "
+         "LOCAL_RANK\\nt.py: error: the following arguments are required: --local_rank\"}}",
+         true, 1},
+        {"{\"first_failure\": {\"rank\": 0, \"tail\": \"    assert args.local_rank is not "
+         "None\\nAssertionError\"}}",
+         true, 0},
+        {"{\"first_failure\": {\"rank\": 3, \"tail\": \"t.py: error: unrecognized arguments: "
+         "--local-rank=3\"}}",
+         true, 3},
+        {"{\"first_failure\": {\"rank\": 1, \"tail\": \"ValueError: bad batch\"}}", false, 0},
+        {"{\"first_failure\": {\"node\": 0, \"tail\": \"local_rank\"}}", false, 0},
+        {"{\"outcome\": \"completed\", \"first_failure\": null}", false, 0},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_error_t je;
+        json_t *sum = json_loads(cases[i].summary, 0, &je);
+        int rank = -1;
+        bool wants;
+        if (!sum)
+            test_fail(__FILE__, __LINE__, "case %zu: bad JSON: %s", i, je.text);
+        wants = python_wants_local_rank(sum, &rank);
+        if (wants != cases[i].wants || (wants && rank != cases[i].rank))
+            test_fail(__FILE__, __LINE__, "case %zu: %d, rank %d; expected %d, rank %d", i, wants,
+                      rank, cases[i].wants, cases[i].rank);
+        json_decref(sum);
+    }
+}
+
+/* torch.distributed.launch's options: --local-rank-arg's spellings into the spec, --use_env
+ * (either spelling) taken. */
+TEST(cli_args_launch_options)
+{
+    struct gpurun_args a;
+    struct errmsg err;
+
+    CHECK_EQ(parse(&a, &err, WORDS("--local-rank-arg", "--use_env", "t.py")), 0);
+    CHECK_EQ(a.spec.local_rank_arg, LOCAL_RANK_ARG_UNDERSCORE);
+    CHECK(a.use_env);
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("--local-rank-arg=local-rank", "--use-env", "t.py")), 0);
+    CHECK_EQ(a.spec.local_rank_arg, LOCAL_RANK_ARG_DASH);
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("t.py")), 0);
+    CHECK_EQ(a.spec.local_rank_arg, LOCAL_RANK_ARG_NONE);
+    args_release(&a);
+    CHECK(parse(&a, &err, WORDS("--local-rank-arg=rank", "t.py")) < 0);
+    args_release(&a);
+}
+
 /* The line names the Python that ran and the way to choose another, for each way it was
  * chosen. */
 TEST(cli_python_missing_module_line)
