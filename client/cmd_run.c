@@ -398,6 +398,7 @@ static int plan_run(struct gpurun_args *args, struct run_plan *p)
 static int plan_spec(struct gpurun_args *args)
 {
     args->spec.time_limit_s = (int)args->time_limit_s;
+    args->spec.mpi_env = args->mpi_env;
     if (args->job_name && !(args->spec.name = strdup(args->job_name)))
         return error_out(EXIT_FAILED, "out of memory");
     return 0;

@@ -298,6 +298,27 @@ int rankenv_threads(const struct rankenv_rank *r, char *const *base)
     return cpus / ranks > 0 ? cpus / ranks : 1;
 }
 
+/* What `mpirun python3 train.py` gives a rank, for scripts written for it that read their
+ * place from it (DeepSpeed's and Hugging Face's MPI discovery, HPC guides' scripts). Open MPI's
+ * OMPI_COMM_WORLD_* always: Open MPI reads none of them to start (a singleton MPI_Init is
+ * rank 0 of 1 with them set, and an mpirun in the rank sets its own). MPICH's and Intel MPI's
+ * PMI-1 client reads PMI_RANK and PMI_SIZE beside the PMI_FD of its process manager, so those
+ * only with --mpi-env (a Slurm step's own, pmi2's, set_slurm renumbers either way). */
+static void set_mpi(struct envv *e, const struct rankenv_rank *r)
+{
+    envv_set(e, "OMPI_COMM_WORLD_RANK", "%d", r->rank);
+    envv_set(e, "OMPI_COMM_WORLD_SIZE", "%d", r->world_size);
+    envv_set(e, "OMPI_COMM_WORLD_LOCAL_RANK", "%d", r->local_rank);
+    envv_set(e, "OMPI_COMM_WORLD_LOCAL_SIZE", "%d", r->local_world_size);
+    envv_set(e, "OMPI_COMM_WORLD_NODE_RANK", "%d", r->local_rank);
+    if (!r->spec->mpi_env)
+        return;
+    envv_set(e, "PMI_RANK", "%d", r->rank);
+    envv_set(e, "PMI_SIZE", "%d", r->world_size);
+    envv_set(e, "MPI_LOCALRANKID", "%d", r->local_rank);
+    envv_set(e, "MPI_LOCALNRANKS", "%d", r->local_world_size);
+}
+
 char **rankenv_build(const struct rankenv_rank *r, char *const *base)
 {
     const struct jobspec *s = r->spec;
@@ -337,6 +358,7 @@ char **rankenv_build(const struct rankenv_rank *r, char *const *base)
     /* Not torchrun's, but what Lightning and many sbatch scripts read for the node. */
     envv_set(&e, "NODE_RANK", "%d", r->node_rank);
     set_gpus(&e, r);
+    set_mpi(&e, r);
     set_slurm(&e, r);
     set_horovod(&e, r);
     /* torch's gloo binds the interface its host's name resolves to, and where that name does

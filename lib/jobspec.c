@@ -53,6 +53,7 @@ static const struct int_key int_keys[] = {
     {"local_rank_arg", offsetof(struct jobspec, local_rank_arg), LOCAL_RANK_ARG_NONE,
      LOCAL_RANK_ARG_NONE, LOCAL_RANK_ARG_DASH},
     {"local_rank_at", offsetof(struct jobspec, local_rank_at), 1, 0, 1 << 20},
+    {"mpi_env", offsetof(struct jobspec, mpi_env), 0, 0, 1},
 };
 #define N_INT_KEYS (sizeof(int_keys) / sizeof(int_keys[0]))
 

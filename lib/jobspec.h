@@ -52,6 +52,8 @@ struct jobspec {
     int local_rank_arg;   /* LOCAL_RANK_ARG_*: each rank's command gets "--local_rank=N" (N its
                            * local rank) as torch.distributed.launch passes it; NONE: not */
     int local_rank_at;    /* where that word goes: before argv[local_rank_at] (at most argc) */
+    int mpi_env;          /* 1: ranks get MPICH's and Intel MPI's PMI_RANK, PMI_SIZE,
+                           * MPI_LOCALRANKID and MPI_LOCALNRANKS too (--mpi-env) */
     bool loopback;        /* --local: the leader binds 127.0.0.1 only */
 };
 

@@ -606,6 +606,34 @@ TEST(rankenv_threads_split_by_the_host)
     jobspec_release(&l.spec);
 }
 
+/* mpirun's variables: Open MPI's always, MPICH's PMI-1 ones only with --mpi-env. */
+TEST(rankenv_mpirun_variables)
+{
+    struct layout l;
+    struct base b = {0};
+    char **env;
+
+    base_add(&b, "PATH", "%s", "/usr/bin:/bin");
+    layout_init(&l, 2, 4, 5);
+    env = build(&l, &b);
+    CHECK_STR(get(env, "OMPI_COMM_WORLD_RANK"), "5");
+    CHECK_STR(get(env, "OMPI_COMM_WORLD_SIZE"), "8");
+    CHECK_STR(get(env, "OMPI_COMM_WORLD_LOCAL_RANK"), "1");
+    CHECK_STR(get(env, "OMPI_COMM_WORLD_LOCAL_SIZE"), "4");
+    CHECK_STR(get(env, "OMPI_COMM_WORLD_NODE_RANK"), "1");
+    CHECK(get(env, "PMI_RANK") == NULL);
+    CHECK(get(env, "PMI_SIZE") == NULL);
+    rankenv_free(env);
+    l.spec.mpi_env = 1;
+    env = build(&l, &b);
+    CHECK_STR(get(env, "PMI_RANK"), "5");
+    CHECK_STR(get(env, "PMI_SIZE"), "8");
+    CHECK_STR(get(env, "MPI_LOCALRANKID"), "1");
+    CHECK_STR(get(env, "MPI_LOCALNRANKS"), "4");
+    rankenv_free(env);
+    jobspec_release(&l.spec);
+}
+
 /* gloo's interface: the one holding this node's address, unless the user named one; NCCL's
  * is never set (NCCL picks its own). */
 TEST(rankenv_gloo_interface)

@@ -61,4 +61,21 @@ run --local -N 2 --gpus-per-node 1 -- sh -c 'echo "threads $OMP_NUM_THREADS"'
 expect_rc 0 "OMP_NUM_THREADS"
 [ "$(grep -c "threads $per\$" "$work/out" || true)" = 2 ] ||
     fail "expected OMP_NUM_THREADS=$per ($cpus CPUs, 2 ranks on 2 nodes) on every rank, got: $(cat "$work/out")"
+# mpirun's variables, as a script written for `mpirun python3 train.py` reads them; MPICH's
+# PMI-1 ones only with --mpi-env.
+# shellcheck disable=SC2016 # expanded by the ranks' shell
+mpi_env='echo "mpi $OMPI_COMM_WORLD_RANK/$OMPI_COMM_WORLD_SIZE local $OMPI_COMM_WORLD_LOCAL_RANK/$OMPI_COMM_WORLD_LOCAL_SIZE pmi ${PMI_RANK:-}/${PMI_SIZE:-}"'
+run --local -N 2 --gpus-per-node 2 -- sh -c "$mpi_env"
+expect_rc 0 "mpirun's variables"
+expect_out_line "[3] mpi 3/4 local 1/2 pmi /"
+run --local -N 2 --gpus-per-node 2 --mpi-env -- sh -c "$mpi_env"
+expect_rc 0 "--mpi-env"
+expect_out_line "[2] mpi 2/4 local 0/2 pmi 2/4"
+# Open MPI itself is not misled by them: a rank's MPI_Init is a singleton, as without gpurun.
+if [ -x "$build/tests/mpi_hello" ]; then
+    run --local --gpus-per-node 2 -- "$build/tests/mpi_hello"
+    expect_rc 0 "Open MPI's MPI_Init in a rank"
+    [ "$(grep -c 'rank 0/1 on' "$work/out" || true)" = 2 ] ||
+        fail "MPI_Init in ranks with OMPI_COMM_WORLD_*: $(cat "$work/out" "$work/err")"
+fi
 echo "# rank environment on 1, 2 and 3 nodes, --export and -o ok"
