@@ -1,0 +1,38 @@
+/* Whether a job's ranks ever met. A job of several ranks whose ranks never connected to one
+ * another trained alone, each its own model (fairseq-hydra-train with its default world size
+ * of 1 does this under any launcher, and reports success). gpurun offers the ranks torch's
+ * env:// rendezvous (MASTER_ADDR:MASTER_PORT, served by rank 0's TCPStore), its own store
+ * and barriers, and Horovod's store; a job that used none of them is said to have trained
+ * alone. Pure: the callers read /proc and count store traffic, these judge. */
+#ifndef GPURUN_TOGETHER_H
+#define GPURUN_TOGETHER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Whether the text (len bytes) of /proc/net/tcp or /proc/net/tcp6 holds a socket whose local
+ * or remote port is port: rank 0's TCPStore listening on MASTER_PORT or serving a rank, a
+ * rank connected to it, or what such a link left (TIME_WAIT). The text is the kernel's: a
+ * header line, then one socket a line, "sl: HEXADDR:HEXPORT HEXADDR:HEXPORT ST ...". Lines
+ * that do not parse, and a last one without its newline (a read cut short), are skipped. */
+bool together_tcp_uses_port(const char *text, size_t len, int port);
+
+enum together_verdict {
+    TOGETHER_NOT_APPLICABLE, /* one rank: nobody to meet */
+    TOGETHER_MET,            /* the ranks used a rendezvous gpurun offered */
+    TOGETHER_ALONE,          /* several ranks, and none used any */
+};
+
+/* The verdict on a job of world_size ranks that has ended: master_port_seen when any node
+ * saw a socket on MASTER_PORT, store_used when any rank used gpurun's store or barriers or
+ * Horovod's store. */
+enum together_verdict together_judge(int world_size, bool master_port_seen, bool store_used);
+
+/* The way to make a command's ranks meet, for the line that says they did not: a fix for the
+ * frameworks known to train alone without one (fairseq's world size setting, for a command
+ * of which a word's file name starts with "fairseq": fairseq-hydra-train, python3
+ * fairseq_cli/train.py), else the general one. argv is NULL-terminated (NULL: none). Writes
+ * into out (n bytes). */
+void together_fix(char *const *argv, int world_size, char *out, size_t n);
+
+#endif

@@ -1,0 +1,89 @@
+/* Tests of daemon/together: /proc/net/tcp's text as the kernel writes it, and the verdict on a
+ * job whose ranks met or did not. */
+#include <stdbool.h>
+#include <string.h>
+
+#include "../daemon/together.h"
+#include "test.h"
+#include "banned.h"
+
+/* A real /proc/net/tcp: ssh listening on 22, rank 0's TCPStore on 29500 (0x733C) serving a
+ * rank's connection from 127.0.0.1:41000 (0xA028). */
+static const char tcp_store[] =
+    "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout "
+    "inode\n"
+    "   0: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 "
+    "1234 1 0000000000000000 100 0 0 10 0\n"
+    "   1: 0100007F:733C 0100007F:A028 01 00000000:00000000 00:00000000 00000000     0        0 "
+    "5678 1 0000000000000000 20 4 30 10 -1\n";
+
+/* The other side of the link, on another node: only the remote port is MASTER_PORT. */
+static const char tcp_client[] =
+    "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout "
+    "inode\n"
+    "   7: 0B0AD60A:A028 0A0AD60A:733C 06 00000000:00000000 03:00000F2B 00000000     0        0 "
+    "0 3 0000000000000000\n";
+
+/* /proc/net/tcp6: 32 hex digits an address. */
+static const char tcp6_listen[] =
+    "  sl  local_address                         remote_address                        st "
+    "tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    "   0: 00000000000000000000000000000000:733C 00000000000000000000000000000000:0000 0A "
+    "00000000:00000000 00:00000000 00000000     0        0 999 1 0000000000000000 100 0 0 10 0\n";
+
+TEST(together_sees_master_port_either_side)
+{
+    CHECK(together_tcp_uses_port(tcp_store, strlen(tcp_store), 29500));
+    CHECK(together_tcp_uses_port(tcp_store, strlen(tcp_store), 41000));
+    CHECK(together_tcp_uses_port(tcp_store, strlen(tcp_store), 22));
+    CHECK(!together_tcp_uses_port(tcp_store, strlen(tcp_store), 29501));
+    /* The sl column's number is no port. */
+    CHECK(!together_tcp_uses_port(tcp_store, strlen(tcp_store), 1));
+    CHECK(together_tcp_uses_port(tcp_client, strlen(tcp_client), 29500));
+    CHECK(together_tcp_uses_port(tcp6_listen, strlen(tcp6_listen), 29500));
+    CHECK(!together_tcp_uses_port(tcp6_listen, strlen(tcp6_listen), 0));
+}
+
+/* A header alone, a cut line, garbage: nothing seen, nothing read past the end. */
+TEST(together_odd_text_is_not_a_port)
+{
+    static const char header[] = "  sl  local_address rem_address   st\n";
+    static const char cut[] = "  sl  local_address rem_address\n   0: 0100007F:73";
+    static const char junk[] = "hello\n:::: zz:zz\n  3: 0100007F:GGGG 0:0 01\n";
+
+    CHECK(!together_tcp_uses_port(header, strlen(header), 29500));
+    CHECK(!together_tcp_uses_port(cut, strlen(cut), 0x73));
+    CHECK(!together_tcp_uses_port(cut, strlen(cut), 29500));
+    CHECK(!together_tcp_uses_port(junk, strlen(junk), 0));
+    CHECK(!together_tcp_uses_port("", 0, 29500));
+    /* Only len bytes count: the store's line cut off before its ports. */
+    CHECK(!together_tcp_uses_port(tcp_store, 200, 29500));
+}
+
+TEST(together_verdict)
+{
+    CHECK_EQ(together_judge(1, false, false), TOGETHER_NOT_APPLICABLE);
+    CHECK_EQ(together_judge(2, false, false), TOGETHER_ALONE);
+    CHECK_EQ(together_judge(2, true, false), TOGETHER_MET);
+    CHECK_EQ(together_judge(8, false, true), TOGETHER_MET);
+}
+
+TEST(together_fix_names_fairseq)
+{
+    char fix[256];
+
+    char *fairseq[] = {(char *)"/venv/bin/fairseq-hydra-train", (char *)"-m", NULL};
+    char *module[] = {(char *)"python3", (char *)"src/fairseq_cli/hydra_train.py", NULL};
+    char *other[] = {(char *)"python3", (char *)"train.py", NULL};
+
+    together_fix(fairseq, 4, fix, sizeof(fix));
+    CHECK_STR(fix, "fairseq trains alone while its distributed_world_size is 1: add "
+                   "distributed_training.distributed_world_size=4 to its command");
+    together_fix(module, 4, fix, sizeof(fix));
+    CHECK(strncmp(fix, "fairseq", 7) == 0);
+    together_fix(NULL, 4, fix, sizeof(fix));
+    CHECK(strstr(fix, "init_process_group") != NULL);
+    together_fix(other, 2, fix, sizeof(fix));
+    CHECK(strstr(fix, "init_process_group") != NULL);
+    CHECK(strstr(fix, "set to 2") != NULL);
+}
