@@ -322,6 +322,9 @@ static const struct opt_row opts[] = {
      "pass each rank '--local_rank=N' after its script, as\n"
      "torch.distributed.launch does (torch 2's spelling: =local-rank)",
      local_rank_choices},
+    {0, "require-rendezvous", ARG_FLAG, FIELD(require_rendezvous), 0, 0, ON_RUN, NULL,
+     "fail a job of several ranks that never met (none connected to\n"
+     "MASTER_ADDR:MASTER_PORT nor used the store): they trained alone"},
     {0, "mpi-env", ARG_FLAG, FIELD(mpi_env), 0, 0, ON_RUN, NULL,
      "give ranks MPICH's PMI_RANK, PMI_SIZE, MPI_LOCALRANKID and\n"
      "MPI_LOCALNRANKS too (Open MPI's OMPI_COMM_WORLD_* they always have)"},

@@ -103,8 +103,10 @@ struct gpurun_args {
     int gpus;            /* -G: GPUs in all, so ranks in all */
     int gpus_per_task;   /* --gpus-per-task: only 1, gpurun's model */
     const char *python;  /* --python: the interpreter of a SCRIPT.py; NULL: the default */
-    bool use_env;        /* --use-env (torch.distributed.launch's): taken, nothing to do */
-    bool mpi_env;        /* --mpi-env: spec.mpi_env */
+    /* --require-rendezvous: spec.require_rendezvous */
+    bool require_rendezvous;
+    bool use_env; /* --use-env (torch.distributed.launch's): taken, nothing to do */
+    bool mpi_env; /* --mpi-env: spec.mpi_env */
     bool local;
     bool emit_sbatch; /* print the batch script instead of submitting it */
     bool wait;        /* stay until the Slurm job ends, streaming its output */

@@ -399,6 +399,7 @@ static int plan_spec(struct gpurun_args *args)
 {
     args->spec.time_limit_s = (int)args->time_limit_s;
     args->spec.mpi_env = args->mpi_env;
+    args->spec.require_rendezvous = args->require_rendezvous;
     if (args->job_name && !(args->spec.name = strdup(args->job_name)))
         return error_out(EXIT_FAILED, "out of memory");
     return 0;
@@ -660,8 +661,10 @@ static void say_end(const struct gpurun_args *args, const struct run_plan *p, co
                 abs_dir);
         python_hint(p, args, abs_dir);
     } else {
-        fprintf(stderr, "gpurun: job '%s' completed in %.1f s; logs in '%s/logs'\n", job_id,
-                (double)ms / 1000, abs_dir);
+        char alone[1024];
+        fprintf(stderr, "gpurun: job '%s' completed in %.1f s%s%s; logs in '%s/logs'\n", job_id,
+                (double)ms / 1000, status_alone(abs_dir, alone, sizeof(alone)) ? ", but " : "",
+                alone, abs_dir);
     }
 }
 

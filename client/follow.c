@@ -17,6 +17,7 @@
 #include <uv.h>
 
 #include "slurmlib.h"
+#include "status.h"
 #include "follow.h"
 #include "monotime.h"
 #include "banned.h"
@@ -277,7 +278,10 @@ int follow_job(uint32_t id, const char *job_dir, int *fatal_signal)
     while (!follow_turn(&f, &set, &ret, fatal_signal))
         ;
     if (f.job.ended && ret == 0 && !*fatal_signal) {
+        char alone[1024];
         fprintf(stderr, "gpurun: job %u completed in %ld s", id, f.job.elapsed_s);
+        if (job_dir && status_alone(job_dir, alone, sizeof(alone)))
+            fprintf(stderr, ", but %s", alone);
         if (job_dir)
             fprintf(stderr, "; logs in '%s/logs'", job_dir);
         fprintf(stderr, "\n");

@@ -315,3 +315,19 @@ int status_load_summary(const char *job_dir, json_t **summary, struct errmsg *er
 {
     return load_json(job_dir, "summary.json", summary, err);
 }
+
+bool status_alone(const char *job_dir, char *out, size_t n)
+{
+    json_t *summary = NULL;
+    struct errmsg err;
+    const char *alone;
+
+    out[0] = '\0';
+    if (status_load_summary(job_dir, &summary, &err) < 0)
+        return false;
+    alone = json_string_value(json_object_get(summary, "alone"));
+    if (alone)
+        snprintf(out, n, "%s", alone);
+    json_decref(summary);
+    return out[0] != '\0';
+}

@@ -25,4 +25,8 @@ int status_query(const char *job_dir, int timeout_ms, json_t **job, struct errms
  * when the job has not ended, or a negative errno with err filled. */
 int status_load_summary(const char *job_dir, json_t **summary, struct errmsg *err);
 
+/* What job_dir's summary.json says of ranks that never met ("the 4 ranks never met: ...",
+ * its "alone"), into out (n bytes; "" when nothing). Returns whether there was any. */
+bool status_alone(const char *job_dir, char *out, size_t n);
+
 #endif

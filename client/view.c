@@ -795,6 +795,9 @@ void view_print(FILE *out, const json_t *v)
             fprintf(out, " (the pre-timeout signal %s came %.1f s after the start)",
                     signame((int)iget(pre, "signal", 0), sn), (double)iget(pre, "at_ms", 0) / 1000);
         fprintf(out, "\n");
+        /* A job whose ranks never met (the leader's together.h). */
+        if (sget(summary, "alone"))
+            fprintf(out, "warning: %s\n", sget(summary, "alone"));
     }
     print_restarts(out, json_is_object(summary) ? summary : live);
     print_spares(out, json_is_object(summary) ? summary : live);

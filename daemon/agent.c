@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -31,6 +32,7 @@
 #include "sockdir.h"
 #include "preflight.h"
 #include "stacks.h"
+#include "together.h"
 #include "utf8.h"
 #include "banned.h"
 
@@ -38,6 +40,11 @@
 #define TICK_MS             20
 /* Progress goes to the leader at most this often, batched for all local ranks. */
 #define PROGRESS_FLUSH_MS   250
+/* How often, while no socket on MASTER_PORT has shown, this node's TCP tables are read for
+ * one (check_met), besides at each rank's exit. */
+#define MET_CHECK_MS        1000
+/* The most of a TCP table read: a node with 100,000 sockets has 15 MB of it. */
+#define MET_TABLE_MAX       (32 << 20)
 /* Ranks' last lines go to the leader at least this often (output_json); under --hang-watch
  * output a rank's line goes sooner where the leader's copy of it ages (output_watch_ms). */
 #define OUTPUT_FLUSH_MS     1000
@@ -115,6 +122,7 @@ static int send_leader(struct agent *a, json_t *msg)
 }
 
 static void flush_progress(struct agent *a);
+static void check_met(struct agent *a, bool now);
 
 /* A rank_exit message with tail as its last lines; NULL when it cannot be packed. */
 static json_t *pack_exit(const struct arank *r, const char *tail)
@@ -136,8 +144,10 @@ static void report_exit(struct agent *a, struct arank *r)
         return;
     r->reported = true;
     /* The last progress and output first: the leader's view and summary.json end on the final
-     * step and line. */
-    if (r->dirty || r->output_dirty) {
+     * step and line; and whether the ranks met, read before the rank's sockets are gone from
+     * the tables (what they leave in TIME_WAIT is seen after). */
+    check_met(a, true);
+    if (r->dirty || r->output_dirty || a->met_dirty) {
         a->flush_output = true;
         flush_progress(a);
     }
@@ -264,6 +274,73 @@ static json_t *active_json(struct agent *a, int64_t now)
     return act;
 }
 
+/* The whole text of a /proc table (whose size stat() says is 0), at most max bytes, into a new
+ * buffer (*out, caller frees). Returns 0 or a negative errno. */
+static int read_proc_table(const char *path, size_t max, char **out, size_t *len)
+{
+    size_t cap = 64 * 1024, got = 0;
+    char *buf = malloc(cap), *nb;
+    int fd = open(path, O_RDONLY | O_CLOEXEC), ret = 0;
+
+    if (fd < 0 || !buf) {
+        ret = fd < 0 ? -errno : -ENOMEM;
+        goto out;
+    }
+    for (;;) {
+        ssize_t n = read(fd, buf + got, cap - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            ret = n < 0 ? -errno : 0;
+            break;
+        }
+        got += (size_t)n;
+        if (got == cap) {
+            if (cap >= max) {
+                ret = -EFBIG;
+                break;
+            }
+            cap *= 2;
+            if (!(nb = realloc(buf, cap))) {
+                ret = -ENOMEM;
+                break;
+            }
+            buf = nb;
+        }
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    if (ret < 0) {
+        free(buf);
+        return ret;
+    }
+    *out = buf;
+    *len = got;
+    return 0;
+}
+
+/* Whether this node's TCP tables (IPv4 and IPv6, this network namespace's: the ranks') show a
+ * socket on MASTER_PORT: rank 0's store or a rank's link to it, so that the ranks met
+ * (together.h). Read at most every MET_CHECK_MS unless now, never again once seen. */
+static void check_met(struct agent *a, bool now)
+{
+    static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    int64_t t = now_ms(a);
+
+    if (a->met || a->master_port <= 0 || (!now && t - a->met_check_ms < MET_CHECK_MS))
+        return;
+    a->met_check_ms = t;
+    for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]) && !a->met; i++) {
+        char *text = NULL;
+        size_t len = 0;
+        if (read_proc_table(tables[i], MET_TABLE_MAX, &text, &len) == 0 &&
+            together_tcp_uses_port(text, len, a->master_port))
+            a->met = a->met_dirty = true;
+        free(text);
+    }
+}
+
 static void flush_progress(struct agent *a)
 {
     json_t *arr = json_array(), *msg, *out, *act;
@@ -286,7 +363,8 @@ static void flush_progress(struct agent *a)
     out = output_json(a, t, a->flush_output);
     a->flush_output = false;
     act = active_json(a, t);
-    if (json_array_size(arr) == 0 && !a->waits_dirty && !out && !act) {
+    check_met(a, false);
+    if (json_array_size(arr) == 0 && !a->waits_dirty && !out && !act && !a->met_dirty) {
         json_decref(arr);
         return;
     }
@@ -303,6 +381,10 @@ static void flush_progress(struct agent *a)
         json_object_set_new(msg, "active", act);
     else
         json_decref(act);
+    if (msg && a->met_dirty) {
+        a->met_dirty = false;
+        json_object_set_new(msg, "met", json_true());
+    }
     send_leader(a, msg);
 }
 

@@ -159,6 +159,9 @@ struct agent {
     bool waits_dirty;         /* a rank started or stopped waiting (arank.waits): the next progress
                                * flush tells the leader, whose hang rule never blames a waiting rank */
     int64_t capture_until;    /* AG_CAPTURE's deadline */
+    int64_t met_check_ms;     /* when /proc/net/tcp was last read for MASTER_PORT (check_met) */
+    bool met;                 /* a socket on MASTER_PORT showed on this node (together.h) */
+    bool met_dirty;           /* ... and the leader has not been told */
     int64_t next_metrics_ms;  /* when the metrics file is next written */
     int64_t join_ms;          /* when the join was sent (AG_JOINING) */
     bool metrics_warned;      /* "cannot write metrics" was said once */

@@ -137,6 +137,7 @@ struct hvd_server {
     int nconns;
 
     struct htab entries, scopes;
+    size_t puts;  /* values stored since the start: horovod was used (hvd_server_puts) */
     size_t bytes; /* keys, values, scope names and finished keys held */
 
     char **hosts; /* the layout's horovod name of every node */
@@ -512,6 +513,7 @@ static void do_put(struct hconn *c)
         hval_unref(e->val);
         e->val = v;
         h->bytes += v->len;
+        h->puts++;
         respond(c, 200, NULL, NULL);
         return;
     }
@@ -535,6 +537,7 @@ static void do_put(struct hconn *c)
     s->entries = e;
     s->nentries++;
     h->bytes += c->path_len + v->len;
+    h->puts++;
     respond(c, 200, NULL, NULL);
     return;
 nomem_v:
@@ -1182,6 +1185,11 @@ size_t hvd_server_bytes(const struct hvd_server *h)
 size_t hvd_server_keys(const struct hvd_server *h)
 {
     return h->entries.n;
+}
+
+size_t hvd_server_puts(const struct hvd_server *h)
+{
+    return h ? h->puts : 0;
 }
 
 void hvd_server_close(struct hvd_server *h)

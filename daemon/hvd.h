@@ -88,6 +88,8 @@ void hvd_server_reset(struct hvd_server *h);
 /* Bytes of keys and values held and the number of keys: for tests and status. */
 size_t hvd_server_bytes(const struct hvd_server *h);
 size_t hvd_server_keys(const struct hvd_server *h);
+/* How many values were stored since the start (0 for h NULL): whether horovod used it. */
+size_t hvd_server_puts(const struct hvd_server *h);
 
 /* Stops listening and closes every connection; the server frees itself once its handles are
  * closed (the loop must run on). Idempotent; h may be NULL. */

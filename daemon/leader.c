@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -28,6 +29,7 @@
 #include "stall.h"
 #include "steptime.h"
 #include "store.h"
+#include "together.h"
 #include "utf8.h"
 #include "banned.h"
 
@@ -192,10 +194,73 @@ static int next_spare(const struct leader *l)
  * no "ranks": leader_write_summary() adds them one at a time, so that 100,000 ranks never stand as
  * one tree of JSON objects (160 MiB) beside their text. */
 
+/* Whether the ranks' command runs Python (together_runs_python): argv[0] as named, or the
+ * "#!" line of the file it names, here or on PATH. */
+static bool runs_python(char *const *argv)
+{
+    char path[PATH_MAX], head[256] = "";
+    const char *dirs = getenv("PATH");
+    int fd = -1;
+    ssize_t n;
+
+    if (!argv || !argv[0])
+        return false;
+    if (strchr(argv[0], '/')) {
+        fd = open(argv[0], O_RDONLY | O_CLOEXEC);
+    } else {
+        for (const char *d = dirs; d && fd < 0;) {
+            int len = (int)strcspn(d, ":");
+            /* An empty entry is the working directory. */
+            if (snprintf(path, sizeof(path), "%.*s/%s", len ? len : 1, len ? d : ".", argv[0]) <
+                (int)sizeof(path))
+                fd = open(path, O_RDONLY | O_CLOEXEC);
+            d = d[len] ? d + len + 1 : NULL;
+        }
+    }
+    if (fd >= 0) {
+        n = read(fd, head, sizeof(head) - 1);
+        head[n > 0 ? n : 0] = '\0';
+        close(fd);
+    }
+    return together_runs_python(argv[0], fd >= 0 ? head : NULL);
+}
+
+/* A job of several ranks that never met: said on the leader's log and in summary.json (the
+ * client's end line reads it there), and with --require-rendezvous the job's failure. */
+static void judge_together(struct leader *l)
+{
+    char fix[512], text[768];
+
+    bool judged = l->spec->require_rendezvous || runs_python(l->spec->argv);
+
+    if (together_judge(l->world_size, judged, l->met, hvd_server_puts(l->hvd) > 0) !=
+        TOGETHER_ALONE)
+        return;
+    together_fix(l->spec->argv, l->world_size, fix, sizeof(fix));
+    snprintf(text, sizeof(text),
+             "the %d ranks never met: none connected to MASTER_ADDR:MASTER_PORT nor used "
+             "gpurun's store, so each trained alone; %s",
+             l->world_size, fix);
+    free(l->alone);
+    l->alone = strdup(text);
+    if (l->first_failure || !l->spec->require_rendezvous) {
+        /* gpurun's end line and status say it, from summary.json. */
+        log_info("%s", text);
+        return;
+    }
+    l->first_failure = json_pack("{s:s, s:s, s:i, s:i}", "cause", text, "class",
+                                 failure_class_name(FAILURE_USER_ERROR), "rank", -1, "node", -1);
+    l->failure_class = FAILURE_USER_ERROR;
+    l->outcome = "failed";
+    l->status = 125; /* gpurun's own verdict, as its other failures */
+    log_error("job failed (--require-rendezvous): %s", text);
+}
+
 static void finish(struct leader *l)
 {
     if (l->state == JOB_FINISHED)
         return;
+    judge_together(l);
     if (!l->first_failure) {
         l->outcome = "completed";
         l->status = 0;
@@ -483,6 +548,7 @@ static void do_kv(struct leader *l, struct conn *c, struct msg *m)
 
     switch (m->type) {
     case MSG_KV_PUT:
+        l->met = true;
         l->t_all_wait = 0; /* a put may end a rank's wait for its key */
         ret = store_put(l->store, m->key, m->value);
         if (ret < 0)
@@ -492,6 +558,7 @@ static void do_kv(struct leader *l, struct conn *c, struct msg *m)
             peer_send(&c->peer, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
         break;
     case MSG_KV_GET:
+        l->met = true;
         v = store_get(l->store, m->key);
         if (v)
             peer_send(&c->peer,
@@ -517,6 +584,7 @@ static void do_barrier(struct leader *l, struct conn *c, struct msg *m)
     json_int_t arrived = (n ? json_integer_value(n) : 0) + m->count;
 
     (void)c;
+    l->met = true;
     if (arrived >= l->world_size) {
         json_object_del(l->barriers, m->key);
         l->t_all_wait = 0; /* the waits it ends are over before the agents can say so */
@@ -616,6 +684,8 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
         set_output(l, &l->nodes[c->node], m->output);
     if (m->active)
         set_active(l, &l->nodes[c->node], m->active);
+    if (m->met)
+        l->met = true;
     json_array_foreach(m->array, i, e)
     {
         int r;
@@ -1913,6 +1983,7 @@ void leader_maybe_free(struct leader *l)
     json_decref(l->segments);
     json_decref(l->first_failure);
     json_decref(l->swaps);
+    free(l->alone);
     free(l->nodes);
     free(l->slot_node);
     ranks_release(l);

@@ -233,6 +233,11 @@ struct leader {
     bool stragglers_seen; /* a straggler was named: the leader's metrics file exists */
     bool metrics_warned;  /* "cannot write the leader's metrics" was said once */
     int64_t restart_at;   /* when the next generation starts (a restart's backoff); 0: none */
+    /* The ranks met (together.h): a node saw a socket on MASTER_PORT, or a rank used the
+     * store or a barrier. A job of several ranks that ends without is said to have trained
+     * alone (alone: the line that says so and how to fix it; NULL: not said). */
+    bool met;
+    char *alone;
     /* Rank 0's last LOSS_HISTORY (step, loss) reports, oldest first from hist_next once full:
      * the loss's recent course for status (loss_history). */
     int64_t hist_step[LOSS_HISTORY];

@@ -305,6 +305,10 @@ json_t *leader_job_view(struct leader *l, bool for_summary, bool detail)
                       (json_int_t)(l->t_first_step ? l->t_first_step - l->t_start : -1), "total_ms",
                       (json_int_t)(t - l->t_start));
         json_object_set_new(job, "outcome", json_string(l->outcome));
+        if (l->world_size > 1)
+            json_object_set_new(job, "ranks_met", json_boolean(l->met));
+        if (l->alone)
+            json_object_set_new(job, "alone", json_string(l->alone));
         json_object_set_new(job, "exit_status", json_integer(l->status));
         json_object_set(job, "first_failure", l->first_failure ? l->first_failure : json_null());
         json_object_set_new(job, "timings", timings);

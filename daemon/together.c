@@ -61,9 +61,24 @@ bool together_tcp_uses_port(const char *text, size_t len, int port)
     return false;
 }
 
-enum together_verdict together_judge(int world_size, bool master_port_seen, bool store_used)
+bool together_runs_python(const char *argv0, const char *head)
 {
-    if (world_size <= 1)
+    const char *base = argv0 ? strrchr(argv0, '/') : NULL, *eol;
+
+    base = base ? base + 1 : argv0 ? argv0 : "";
+    if (!strncmp(base, "python", 6))
+        return true;
+    if (!head || strncmp(head, "#!", 2))
+        return false;
+    eol = strchr(head, '\n');
+    head = strstr(head, "python");
+    return head && (!eol || head < eol);
+}
+
+enum together_verdict together_judge(int world_size, bool judged, bool master_port_seen,
+                                     bool store_used)
+{
+    if (world_size <= 1 || !judged)
         return TOGETHER_NOT_APPLICABLE;
     return master_port_seen || store_used ? TOGETHER_MET : TOGETHER_ALONE;
 }

@@ -18,15 +18,23 @@
 bool together_tcp_uses_port(const char *text, size_t len, int port);
 
 enum together_verdict {
-    TOGETHER_NOT_APPLICABLE, /* one rank: nobody to meet */
+    TOGETHER_NOT_APPLICABLE, /* one rank, nobody to meet; or a command not judged */
     TOGETHER_MET,            /* the ranks used a rendezvous gpurun offered */
     TOGETHER_ALONE,          /* several ranks, and none used any */
 };
 
-/* The verdict on a job of world_size ranks that has ended: master_port_seen when any node
- * saw a socket on MASTER_PORT, store_used when any rank used gpurun's store or barriers or
- * Horovod's store. */
-enum together_verdict together_judge(int world_size, bool master_port_seen, bool store_used);
+/* Whether a command runs Python, whose training scripts are what can train alone without
+ * noticing (a shell's "echo" on every rank meets nobody, rightly): argv0's file name starts
+ * with "python", or head (the first bytes of the file argv0 resolves to, NULL: unknown) is a
+ * "#!" line that names a python (fairseq-hydra-train, torchrun, a venv's entry points). */
+bool together_runs_python(const char *argv0, const char *head);
+
+/* The verdict on a job of world_size ranks that has ended: judged only where judged is set
+ * (a Python command, or --require-rendezvous), master_port_seen when any node saw a socket on
+ * MASTER_PORT, store_used when any rank used gpurun's store or barriers or Horovod's
+ * store. */
+enum together_verdict together_judge(int world_size, bool judged, bool master_port_seen,
+                                     bool store_used);
 
 /* The way to make a command's ranks meet, for the line that says they did not: a fix for the
  * frameworks known to train alone without one (fairseq's world size setting, for a command

@@ -55,6 +55,9 @@ struct jobspec {
     int mpi_env;          /* 1: ranks get MPICH's and Intel MPI's PMI_RANK, PMI_SIZE,
                            * MPI_LOCALRANKID and MPI_LOCALNRANKS too (--mpi-env) */
     bool loopback;        /* --local: the leader binds 127.0.0.1 only */
+
+    /* 1: a job of several ranks that never met (daemon/together.h) fails */
+    int require_rendezvous;
 };
 
 enum straggler_action { STRAGGLER_REPORT, STRAGGLER_REPLACE };

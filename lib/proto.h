@@ -55,7 +55,7 @@
  *                                 (the numbers only where the rank gave them; age_ms: how
  *                                 long before this frame the rank's last report reached
  *                                 the agent, so that the leader's report times are exact
- *                                 whatever the batching); waiting, output, active
+ *                                 whatever the batching); waiting, output, active, met
  *                                 (optional: struct msg below says what each holds)
  * preempt       rank->agent       id: this rank handles the pre-timeout signal (the signal
  *                                 in its GPURUN_PREEMPT_SIGNAL): send it there. A rank that
@@ -180,6 +180,8 @@ struct msg {
     int hvd_port; /* assign: horovod's rendezvous port, or 0 */
     int count, code, signal, oom, killed, status, stacks;
     int spare; /* assign: the node is a hot spare of the generation, with no rank */
+    int met;   /* progress: a socket on MASTER_PORT showed on the node: the ranks met (sent
+                * once, true; absent: not yet) */
     json_int_t timeout_ms;
     struct proto_progress progress; /* report */
     json_t *array;                  /* progress: ranks; status_reply: job (an object) */

@@ -148,7 +148,7 @@ static void srv_layout(struct srv *s, int nnodes, int nprocs, const char *const 
 }
 
 struct counts {
-    size_t bytes, keys;
+    size_t bytes, keys, puts;
 };
 
 static void do_counts(struct srv *s, void *arg)
@@ -157,6 +157,7 @@ static void do_counts(struct srv *s, void *arg)
 
     c->bytes = hvd_server_bytes(s->h);
     c->keys = hvd_server_keys(s->h);
+    c->puts = hvd_server_puts(s->h);
 }
 
 static struct counts srv_counts(struct srv *s)
@@ -413,8 +414,10 @@ TEST(hvd_put_replaces_and_counts_bytes)
     struct counts c;
 
     srv_start(&s, NULL);
+    CHECK_EQ(srv_counts(&s).puts, 0);
     CHECK_EQ(put(s.port, "/sc/key", "12345"), 200);
     c = srv_counts(&s);
+    CHECK_EQ(c.puts, 1);
     /* "sc/key" (6) + the value (5) + the scope's name (2). */
     CHECK_EQ(c.bytes, 13);
     CHECK_EQ(c.keys, 1);
@@ -425,6 +428,8 @@ TEST(hvd_put_replaces_and_counts_bytes)
     CHECK_EQ(c.keys, 1);
     CHECK_EQ(put(s.port, "/sc/key", "1"), 200);
     CHECK_EQ(srv_counts(&s).bytes, 9);
+    /* Each stored value counts, a replacement too: the job's ranks used it. */
+    CHECK_EQ(srv_counts(&s).puts, 3);
     srv_stop(&s);
 }
 

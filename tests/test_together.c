@@ -62,10 +62,23 @@ TEST(together_odd_text_is_not_a_port)
 
 TEST(together_verdict)
 {
-    CHECK_EQ(together_judge(1, false, false), TOGETHER_NOT_APPLICABLE);
-    CHECK_EQ(together_judge(2, false, false), TOGETHER_ALONE);
-    CHECK_EQ(together_judge(2, true, false), TOGETHER_MET);
-    CHECK_EQ(together_judge(8, false, true), TOGETHER_MET);
+    CHECK_EQ(together_judge(1, true, false, false), TOGETHER_NOT_APPLICABLE);
+    CHECK_EQ(together_judge(2, true, false, false), TOGETHER_ALONE);
+    CHECK_EQ(together_judge(2, false, false, false), TOGETHER_NOT_APPLICABLE);
+    CHECK_EQ(together_judge(2, true, true, false), TOGETHER_MET);
+    CHECK_EQ(together_judge(8, true, false, true), TOGETHER_MET);
+}
+
+TEST(together_python_commands)
+{
+    CHECK(together_runs_python("python3", NULL));
+    CHECK(together_runs_python("/usr/bin/python3.11", NULL));
+    CHECK(together_runs_python("/venv/bin/fairseq-hydra-train", "#!/venv/bin/python3\n# -*- "));
+    CHECK(together_runs_python("torchrun", "#!/usr/bin/env python3\nimport re\n"));
+    CHECK(!together_runs_python("sh", "\x7f"
+                                      "ELF"));
+    CHECK(!together_runs_python("/bin/true", NULL));
+    CHECK(!together_runs_python("run.sh", "#!/bin/sh\nexec python3 x.py\n"));
 }
 
 TEST(together_fix_names_fairseq)
