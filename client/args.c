@@ -306,6 +306,9 @@ static const struct opt_row opts[] = {
     {0, "emit-sbatch", ARG_FLAG, FIELD(emit_sbatch), 0, 0, ON_RUN, NULL,
      "print the batch script instead of submitting it"},
     {0, "local", ARG_FLAG, FIELD(local), 0, 0, ON_RUN, NULL, "run on this machine, without Slurm"},
+    {0, "output-ranks", ARG_STRING, FIELD(output_ranks), 0, 0, ON_RUN, "LIST",
+     "show only these ranks' output live (0,2-3; torchrun's\n"
+     "--local-ranks-filter); every rank's log is still kept whole"},
     {0, "python", ARG_STRING, FIELD(python), 0, 0, ON_RUN, "PATH",
      "the Python that runs SCRIPT.py (default: $VIRTUAL_ENV/bin/python in\n"
      "a venv, else python3 on each node's PATH)"},

@@ -24,6 +24,7 @@
 #include "monotime.h"
 #include "path.h"
 #include "python.h"
+#include "ranklist.h"
 #include "sbatch.h"
 #include "signame.h"
 #include "slurmlib.h"
@@ -390,6 +391,20 @@ static int set_metrics_dir(const struct gpurun_args *args, struct jobspec *spec)
     return 0;
 }
 
+/* --output-ranks, checked against the job's ranks, into the spec. */
+static int set_output_ranks(const struct gpurun_args *args, struct jobspec *spec)
+{
+    struct errmsg err;
+
+    if (!args->output_ranks)
+        return 0;
+    if (ranklist_check(args->output_ranks, spec->nnodes * spec->nprocs - 1, &err) < 0)
+        return error_out(EXIT_FAILED, "--output-ranks: %s", err.text);
+    if (!(spec->output_ranks = strdup(args->output_ranks)))
+        return error_out(EXIT_FAILED, "out of memory");
+    return 0;
+}
+
 /* The job's and the ranks' working directory into buf (n bytes): --chdir's, absolute (as
  * sbatch makes it), else gpurun's own. */
 static int work_dir(const struct gpurun_args *args, char *buf, size_t n)
@@ -485,7 +500,8 @@ static int local_spec(struct gpurun_args *args, const struct run_plan *p, const 
         return ret;
     if (!(spec->workdir = strdup(cwd)) || set_out_dir(p, spec) < 0)
         return error_out(EXIT_FAILED, "out of memory");
-    return set_metrics_dir(args, spec);
+    ret = set_output_ranks(args, spec);
+    return ret ? ret : set_metrics_dir(args, spec);
 }
 
 /* --gpu-bind=single hands local rank n the n-th GPU CUDA_VISIBLE_DEVICES lists (--export's,
@@ -817,6 +833,7 @@ static int batch_spec(struct gpurun_args *args, const struct run_plan *p, const 
         set_out_dir(p, spec) < 0)
         return error_out(EXIT_FAILED, "out of memory");
     r = set_metrics_dir(args, spec);
+    r = r ? r : set_output_ranks(args, spec);
     if (r)
         return r;
     spec->loopback = false;

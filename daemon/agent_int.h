@@ -93,6 +93,7 @@ struct arank {
     int local, rank;
     bool spawned, exited, reported, killed, oom;
     bool wants_preempt; /* asked for the pre-timeout signal (a "preempt" request) */
+    bool muted;         /* not among --output-ranks: its output goes to its log only */
     pid_t preempt_pid;  /* the process that asked: the signal goes to it alone */
     int preempt_fd;     /* a pidfd of it (valid when wants_preempt; -1: none), so that a
                          * later signal can never reach another process that took its pid */
@@ -277,6 +278,11 @@ void arank_emit_line(struct arank *r, const char *s, size_t n, bool is_err);
 /* Called every tick: a rank's line that has waited without its end (LINEPART_TTY_MS on a
  * terminal, LINEPART_FILE_MS to a file or a pipe) goes to the stream as it stands. */
 void agent_output_tick(struct agent *a);
+
+/* The width of the terminal the ranks' output is shown on (our stdout's, else our stderr's
+ * where the ranks' stderr has a writer of its own), for their COLUMNS; 0 where neither is a
+ * terminal. Read at each spawn: a window resized between restarts is followed. */
+int agent_output_columns(const struct agent *a);
 
 /* Keeps s[0..n) as the newest of r's last TAIL_LINES lines: made valid UTF-8 (utf8_sanitize:
  * invalid bytes and NULs replaced), cut at a character to fit TAIL_LINE_MAX. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -373,6 +374,8 @@ static void stream_put(struct arank *r, const char *s, size_t n, bool is_err, ch
     struct outbuf *o = to_err ? r->agent->err_out : r->agent->out;
     size_t len;
 
+    if (r->muted)
+        return;
     if (end == '\r' && !(to_err ? r->agent->err_tty : r->agent->out_tty))
         end = '\n';
     if (n > sizeof(buf) - (size_t)h - 1)
@@ -445,6 +448,17 @@ static void partial_show(struct ostream *o, int64_t now)
     stream_put(o->rank, o->line + p.from, p.to - p.from, o->is_err, '\r');
     last_line_set(o->rank, o->line, p.to);
     o->shown = p.to;
+}
+
+int agent_output_columns(const struct agent *a)
+{
+    struct winsize ws;
+
+    if (a->out_tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col;
+    if (a->err_out && a->err_tty && ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col;
+    return 0;
 }
 
 void agent_output_tick(struct agent *a)

@@ -11,6 +11,7 @@
 #include "errmsg.h"
 #include "fsutil.h"
 #include "jobspec.h"
+#include "ranklist.h"
 #include "banned.h"
 
 /* job.json is small; anything larger is not ours. */
@@ -64,6 +65,7 @@ static const struct str_key {
     {"name", offsetof(struct jobspec, name)},
     {"metrics_dir", offsetof(struct jobspec, metrics_dir)},
     {"out_dir", offsetof(struct jobspec, out_dir)},
+    {"output_ranks", offsetof(struct jobspec, output_ranks)},
 };
 #define N_STR_KEYS (sizeof(str_keys) / sizeof(str_keys[0]))
 
@@ -182,6 +184,7 @@ int jobspec_load(struct jobspec *spec, const char *path, struct errmsg *err)
     json_t *root = NULL, *v;
     const char *name;
     char *text = NULL;
+    struct errmsg rerr;
     size_t len;
     int ret = -1;
 
@@ -268,6 +271,11 @@ int jobspec_load(struct jobspec *spec, const char *path, struct errmsg *err)
             ret = errmsg_set(err, -EINVAL, "%s: 'env' entry '%s' is not NAME=VALUE", path, *e);
             goto out;
         }
+    if (spec->output_ranks &&
+        ranklist_check(spec->output_ranks, spec->nnodes * spec->nprocs - 1, &rerr) < 0) {
+        ret = errmsg_set(err, -EINVAL, "%s: 'output_ranks': %s", path, rerr.text);
+        goto out;
+    }
     ret = 0;
 out:
     json_decref(root);

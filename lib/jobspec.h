@@ -21,6 +21,9 @@ struct jobspec {
                            * pre-flight; NULL: not a gpurun-train job */
     char *metrics_dir;    /* where every node's daemon keeps its Prometheus text file
                            * (gpurun --metrics-dir, metrics.h); NULL: none */
+    char *output_ranks;   /* the ranks whose output the merged stream shows live, as
+                           * --output-ranks gave them ("0,2-3", ranklist.h); NULL: every
+                           * rank's. Every rank's log is whole either way */
     char *name;           /* the job's name for people (gpurun -J, else its default: the
                            * train.cfg's job_name, the script's or the command's file name);
                            * NULL: none */
