@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -389,6 +390,15 @@ static int set_metrics_dir(const struct gpurun_args *args, struct jobspec *spec)
     if (!(spec->metrics_dir = strdup(dir)))
         return error_out(EXIT_FAILED, "out of memory");
     return 0;
+}
+
+/* The width of the terminal on gpurun's stdout, where --wait shows a Slurm job's output: its
+ * ranks' COLUMNS (docs/design.md, section 4). 0 where stdout is no terminal. */
+static int terminal_columns(void)
+{
+    struct winsize ws;
+
+    return isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 0;
 }
 
 /* --output-ranks, checked against the job's ranks, into the spec. */
@@ -840,6 +850,7 @@ static int batch_spec(struct gpurun_args *args, const struct run_plan *p, const 
     /* Pre-flight: each node shows the GPUs the job asks Slurm for (none with --no-gpus);
      * --local asks none of the machine. */
     spec->gpus_per_node = args->no_gpus ? 0 : spec->nprocs;
+    spec->term_cols = args->wait && !args->emit_sbatch ? terminal_columns() : 0;
     r = spec_text(spec, json);
     if (r < 0)
         return error_out(EXIT_FAILED, "cannot write the job spec: %s",

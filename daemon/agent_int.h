@@ -280,8 +280,9 @@ void arank_emit_line(struct arank *r, const char *s, size_t n, bool is_err);
 void agent_output_tick(struct agent *a);
 
 /* The width of the terminal the ranks' output is shown on (our stdout's, else our stderr's
- * where the ranks' stderr has a writer of its own), for their COLUMNS; 0 where neither is a
- * terminal. Read at each spawn: a window resized between restarts is followed. */
+ * where the ranks' stderr has a writer of its own, else the one of gpurun --wait that
+ * submitted the job: jobspec's term_cols), for their COLUMNS; 0 where there is none. Read at
+ * each spawn: a window resized between restarts is followed. */
 int agent_output_columns(const struct agent *a);
 
 /* Keeps s[0..n) as the newest of r's last TAIL_LINES lines: made valid UTF-8 (utf8_sanitize:

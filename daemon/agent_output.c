@@ -458,7 +458,9 @@ int agent_output_columns(const struct agent *a)
         return ws.ws_col;
     if (a->err_out && a->err_tty && ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
         return ws.ws_col;
-    return 0;
+    /* A Slurm job's output goes to the batch output file, which gpurun --wait may show on a
+     * terminal: its width, as gpurun read it at the submit. */
+    return a->spec->term_cols;
 }
 
 void agent_output_tick(struct agent *a)

@@ -51,6 +51,7 @@ static const struct int_key int_keys[] = {
     {"preempt_signal", offsetof(struct jobspec, preempt_signal), 10, 1, 64},
     {"preempt_all", offsetof(struct jobspec, preempt_all), 0, 0, 1},
     {"time_limit_s", offsetof(struct jobspec, time_limit_s), 0, 0, 366 * 86400},
+    {"term_cols", offsetof(struct jobspec, term_cols), 0, 0, 65535},
 };
 #define N_INT_KEYS (sizeof(int_keys) / sizeof(int_keys[0]))
 

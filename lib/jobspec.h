@@ -52,6 +52,9 @@ struct jobspec {
     int preempt_all;      /* 1: the user asked for --signal, so every rank gets it; 0: only the
                            * ranks that asked for it (gpurun.on_preempt, gr_on_preempt) */
     int time_limit_s;     /* the job's time limit (0: none): a SIGTERM at it is a timeout */
+    int term_cols;        /* the width of the terminal gpurun --wait shows a Slurm job's
+                           * output on (the ranks' COLUMNS where their daemon's own output is
+                           * no terminal); 0: none */
     bool loopback;        /* --local: the leader binds 127.0.0.1 only */
 };
 

@@ -1,8 +1,8 @@
 #!/bin/bash
 # The merged output on the Slurm test cluster: --output-ranks 1,3 shows only ranks 1 and 3 in
-# the batch output file (and so in --wait's stream), while every rank's log is whole; and a
-# '\r' bar whose state waits reaches the batch output file within a second, not at the next
-# state.
+# the batch output file (and so in --wait's stream), while every rank's log is whole; a '\r'
+# bar whose state waits reaches the batch output file within a second, not at the next state;
+# gpurun --wait on a terminal gives the ranks its width less their label as COLUMNS.
 # timeout: 120
 # lane: side
 set -euo pipefail
@@ -54,3 +54,36 @@ for r in 0 1 2 3; do
 done
 grep -qF '"output_ranks": "1,3"' "$GPURUN_JOBS/$id/job.json" || grs_fail "job.json lacks output_ranks"
 echo "# --output-ranks 1,3 on Slurm: those ranks' lines only, every log whole"
+
+# gpurun --wait on a terminal (a pseudo-terminal 100 columns wide): the ranks get its width less
+# their label as COLUMNS, though their daemons write to the batch output file.
+# shellcheck disable=SC2016 # expanded by each rank
+timeout 100 "$py" - "$gpurun" --wait -N 2 -- sh -c 'echo "cols ${COLUMNS-unset}"' >pty.out <<'PYEOF' ||
+import fcntl, os, pty, struct, sys, termios
+pid, fd = pty.fork()
+if pid == 0:
+    fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+    os.execvp(sys.argv[1], sys.argv[1:])
+out = b""
+while True:
+    try:
+        b = os.read(fd, 65536)
+    except OSError:
+        break
+    if not b:
+        break
+    out += b
+_, st = os.waitpid(pid, 0)
+sys.stdout.buffer.write(out.replace(b"\r\n", b"\n"))
+sys.exit(os.waitstatus_to_exitcode(st))
+PYEOF
+    grs_fail "gpurun --wait on a terminal failed: $(cat pty.out)"
+for r in 0 1; do
+    grep -qxF "[$r] cols 96" pty.out || grs_fail "rank $r under --wait on a 100-column terminal: $(cat pty.out)"
+done
+# Not on a terminal: none.
+# shellcheck disable=SC2016 # expanded by the rank
+run plain.out plain.err --wait -- sh -c 'echo "cols ${COLUMNS-unset}"'
+expect_rc "gpurun --wait to a file" 0
+grep -qxF '[0] cols unset' plain.out || grs_fail "--wait to a file: $(cat plain.out)"
+echo "# gpurun --wait on a 100-column terminal: COLUMNS 96 for the ranks; to a file none"
