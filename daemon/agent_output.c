@@ -364,7 +364,8 @@ static bool ostream_tty(const struct ostream *o)
  * never interleave inside a line. end is '\n', or '\r' for a redraw of the terminal's line
  * (a progress bar, or a line not yet ended shown as it stands). A file or a pipe gets a
  * redraw as a line of its own: there a '\r' would leave every rank's redraws on one line,
- * mixed, where a terminal draws each over the last. */
+ * mixed, where a terminal draws each over the last. A rank left out by --output-ranks (muted)
+ * has nothing on the stream; its log, last line and tail are kept as any rank's. */
 _Static_assert(LINE_MAX_LEN + 32 <= OUTBUF_LINE_MAX, "a labelled line must fit one write");
 static void stream_put(struct arank *r, const char *s, size_t n, bool is_err, char end)
 {
