@@ -2,8 +2,9 @@
 # Progress bars at full width: where gpurun's stdout is a terminal (a pseudo-terminal here),
 # each rank gets COLUMNS, the terminal's width less its label ("[0] ", "[10] "), and a COLUMNS
 # the user exported is left as it is; to a file, none. --output-ranks LIST shows only those
-# ranks' output, stdout and stderr, while every rank's log is whole and a failing rank left
-# out still has its last lines shown; a bad LIST is refused in one line.
+# ranks' output, stdout and stderr (torchrun's --local-ranks-filter too), while every rank's
+# log is whole and a failing rank left out still has its last lines shown; a bad LIST is
+# refused in one line.
 # timeout: 90
 set -euo pipefail
 # shellcheck source=local_common.sh
@@ -80,6 +81,11 @@ for r in 0 1 2 3; do
     done
 done
 echo "# --output-ranks 0,2-3: rank 1 left out of the stream, every log whole"
+# torchrun's spelling.
+# shellcheck disable=SC2016 # expanded by the ranks' shell
+run --local --gpus-per-node 3 --local_ranks_filter=1 -- sh -c 'echo "out $RANK"'
+expect_rc 0 "--local_ranks_filter=1"
+[ "$(cat "$work/out")" = "[1] out 1" ] || fail "--local_ranks_filter=1 showed: $(cat "$work/out")"
 # A rank left out that fails: its last lines are still said.
 # shellcheck disable=SC2016 # expanded by the ranks' shell
 run --local --gpus-per-node 2 --output-ranks 0 -- sh -c '[ "$RANK" = 1 ] || exit 0; echo "why 1"; exit 3'
