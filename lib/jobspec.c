@@ -36,6 +36,7 @@ static const struct int_key int_keys[] = {
     {"hang_timeout_ms", offsetof(struct jobspec, hang_timeout_ms), 0, 0, 86400000},
     {"hang_watch", offsetof(struct jobspec, hang_watch), HANG_WATCH_REPORT, HANG_WATCH_REPORT,
      HANG_WATCH_OUTPUT},
+    {"term_cols", offsetof(struct jobspec, term_cols), 0, 0, 65535},
     {"restart_on", offsetof(struct jobspec, restart_on), RESTART_ON_DEFAULT, 0, RESTART_ON_ALL},
     {"preflight", offsetof(struct jobspec, preflight), 1, 0, 1},
     {"preflight_only", offsetof(struct jobspec, preflight_only), 0, 0, 1},
@@ -51,7 +52,6 @@ static const struct int_key int_keys[] = {
     {"preempt_signal", offsetof(struct jobspec, preempt_signal), 10, 1, 64},
     {"preempt_all", offsetof(struct jobspec, preempt_all), 0, 0, 1},
     {"time_limit_s", offsetof(struct jobspec, time_limit_s), 0, 0, 366 * 86400},
-    {"term_cols", offsetof(struct jobspec, term_cols), 0, 0, 65535},
 };
 #define N_INT_KEYS (sizeof(int_keys) / sizeof(int_keys[0]))
 

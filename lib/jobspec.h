@@ -32,6 +32,9 @@ struct jobspec {
     int hb_timeout_ms;    /* silence after which a peer counts as lost */
     int hang_timeout_ms;  /* no progress report for this long fails the job; 0: off */
     int hang_watch;       /* what hang_timeout watches: HANG_WATCH_REPORT or _OUTPUT */
+    int term_cols;        /* the width of the terminal gpurun --wait shows a Slurm job's
+                           * output on (the ranks' COLUMNS where their daemon's own output is
+                           * no terminal); 0: none */
     int restart_on;       /* the failure classes max_restarts restarts: 1 << FAILURE_* bits */
     int preflight;        /* 1: each agent runs the pre-flight checks before it joins
                            * (preflight.h); 0: --preflight=off */
@@ -52,9 +55,6 @@ struct jobspec {
     int preempt_all;      /* 1: the user asked for --signal, so every rank gets it; 0: only the
                            * ranks that asked for it (gpurun.on_preempt, gr_on_preempt) */
     int time_limit_s;     /* the job's time limit (0: none): a SIGTERM at it is a timeout */
-    int term_cols;        /* the width of the terminal gpurun --wait shows a Slurm job's
-                           * output on (the ranks' COLUMNS where their daemon's own output is
-                           * no terminal); 0: none */
     bool loopback;        /* --local: the leader binds 127.0.0.1 only */
 };
 
