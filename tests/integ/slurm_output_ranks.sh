@@ -1,7 +1,7 @@
 #!/bin/bash
 # The merged output on the Slurm test cluster: --output-ranks 1,3 shows only ranks 1 and 3 in
 # the batch output file (and so in --wait's stream), while every rank's log is whole; a '\r'
-# bar whose state waits reaches the batch output file within a second, not at the next state;
+# bar whose state waits reaches the batch output file at once, not at the next state;
 # gpurun --wait on a terminal gives the ranks its width less their label as COLUMNS.
 # timeout: 120
 # lane: side
@@ -29,8 +29,9 @@ grep -qF step-1 "$GPURUN_JOBS/$id/logs/rank-1.log" || grs_fail "rank 1 drew noth
 t0=$(grs_now_ms)
 out=$GPURUN_JOBS/$id.out
 until grep -qxF '[1] step-1' "$out" 2>/dev/null; do
-    [ $(($(grs_now_ms) - t0)) -lt 1500 ] ||
-        grs_fail "the bar's state was not in the batch output within 1.5 s: $(cat "$out" 2>/dev/null)"
+    # Well before the next state (4 s), with room for a loaded machine: 0.3 s is usual.
+    [ $(($(grs_now_ms) - t0)) -lt 2500 ] ||
+        grs_fail "the bar's state was not in the batch output within 2.5 s: $(cat "$out" 2>/dev/null)"
     sleep 0.05
 done
 echo "# a waiting bar state: in the batch output file after $(($(grs_now_ms) - t0)) ms"
