@@ -314,6 +314,9 @@ static const struct opt_row opts[] = {
     {0, "emit-sbatch", ARG_FLAG, FIELD(emit_sbatch), 0, 0, ON_RUN, NULL,
      "print the batch script instead of submitting it"},
     {0, "local", ARG_FLAG, FIELD(local), 0, 0, ON_RUN, NULL, "run on this machine, without Slurm"},
+    {0, "output-ranks", ARG_STRING, FIELD(output_ranks), 0, 0, ON_RUN, "LIST",
+     "show only these ranks' output live (0,2-3; torchrun's\n"
+     "--local-ranks-filter); every rank's log is still kept whole"},
     {0, "python", ARG_STRING, FIELD(python), 0, 0, ON_RUN, "PATH",
      "the Python that runs SCRIPT.py (default: $VIRTUAL_ENV/bin/python in\n"
      "a venv, else python3 on each node's PATH)"},
@@ -470,9 +473,13 @@ struct alias_row {
     const char *note;      /* help (alias) or the reason of the refusal */
 };
 
+/* Where an alias's text starts when its name fills the column: the column's end. */
+#define ALIAS_INDENT "                              "
+
 static const struct alias_row aliases[] = {
     {"nproc-per-node", "gpus-per-node", check_nproc, "a number: not gpu, cpu or auto"},
     {"nnodes", "nodes", check_nnodes, "a number, or N:N: no elastic MIN:MAX range"},
+    {"local-ranks-filter", "output-ranks", NULL, "the ranks of the whole job: 0,2-3"},
     {"standalone", NULL, NULL,
      "gpurun sets up the rendezvous itself; drop it (--local runs the job on this machine)"},
     {"node-rank", NULL, NULL, "gpurun numbers the nodes itself; drop it"},
@@ -1643,7 +1650,9 @@ static void usage_aliases(FILE *out, enum gpurun_cmd cmd)
             continue;
         snprintf(left, sizeof(left), "    --%s%s%s", a->name, o->metavar ? " " : "",
                  o->metavar ? o->metavar : "");
-        fprintf(out, "  %-28s same as --%s (%s)\n", left, o->long_name, a->note);
+        /* One too long for its column goes on a line of its own, as an option's does. */
+        fprintf(out, "  %-28s%s same as --%s (%s)\n", left,
+                strlen(left) < 28 ? "" : "\n" ALIAS_INDENT, o->long_name, a->note);
     }
     for (size_t i = 0; i < N_ALIASES; i++) {
         const char *name = aliases[i].name;

@@ -58,18 +58,20 @@ struct args_signal {
  * spec's env (from --export) is owned by the spec. */
 struct gpurun_args {
     enum gpurun_cmd cmd;
-    struct jobspec spec;     /* nnodes, nprocs, timeouts, max_restarts, env, gpu_bind and,
-                              * with --signal, preempt_signal and preempt_all; job_id,
-                              * argv, name and time_limit_s unset */
-    long time_limit_s;       /* -t/--time; 0: none (given as 0 or UNLIMITED: none asked of
-                              * Slurm either, see args_time_unlimited) */
-    const char *partition;   /* -p */
-    const char *account;     /* -A */
-    const char *job_name;    /* -J; NULL: the run's default (see gpurun --help) */
-    const char *output;      /* -o: where the merged stream goes; NULL: the terminal (local)
-                              * or the job dir's neighbour JOBID.out (Slurm) */
-    const char *job_dir;     /* --job-dir; NULL: the default */
-    const char *metrics_dir; /* --metrics-dir; NULL: no metrics files */
+    struct jobspec spec;      /* nnodes, nprocs, timeouts, max_restarts, env, gpu_bind and,
+                               * with --signal, preempt_signal and preempt_all; job_id,
+                               * argv, name and time_limit_s unset */
+    long time_limit_s;        /* -t/--time; 0: none (given as 0 or UNLIMITED: none asked of
+                               * Slurm either, see args_time_unlimited) */
+    const char *partition;    /* -p */
+    const char *account;      /* -A */
+    const char *job_name;     /* -J; NULL: the run's default (see gpurun --help) */
+    const char *output;       /* -o: where the merged stream goes; NULL: the terminal (local)
+                               * or the job dir's neighbour JOBID.out (Slurm) */
+    const char *job_dir;      /* --job-dir; NULL: the default */
+    const char *metrics_dir;  /* --metrics-dir; NULL: no metrics files */
+    const char *output_ranks; /* --output-ranks as given (checked against the job's ranks by
+                               * the run: ranklist.h); NULL: every rank's output shown */
     /* sbatch's options with sbatch's meaning (struct sbatch_job says what each asks); NULL,
      * 0 or false: not given. */
     const char *qos;             /* -q */

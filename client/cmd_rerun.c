@@ -112,6 +112,10 @@ static int local_command(const struct jobspec *spec, char **line)
         fputs(" --metrics-dir ", f);
         sbatch_shell_word(f, spec->metrics_dir);
     }
+    if (spec->output_ranks) {
+        fputs(" --output-ranks ", f);
+        sbatch_shell_word(f, spec->output_ranks);
+    }
     while (spec->argv[argc])
         argc++;
     job_default_name(name, sizeof(name), spec->argv, argc);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 #include "monotime.h"
 #include "path.h"
 #include "python.h"
+#include "ranklist.h"
 #include "sbatch.h"
 #include "signame.h"
 #include "slurmlib.h"
@@ -460,6 +462,29 @@ static int set_metrics_dir(const struct gpurun_args *args, struct jobspec *spec)
     return 0;
 }
 
+/* The width of the terminal on gpurun's stdout, where --wait shows a Slurm job's output: its
+ * ranks' COLUMNS (docs/design.md, section 4). 0 where stdout is no terminal. */
+static int terminal_columns(void)
+{
+    struct winsize ws;
+
+    return isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 0;
+}
+
+/* --output-ranks, checked against the job's ranks, into the spec. */
+static int set_output_ranks(const struct gpurun_args *args, struct jobspec *spec)
+{
+    struct errmsg err;
+
+    if (!args->output_ranks)
+        return 0;
+    if (ranklist_check(args->output_ranks, spec->nnodes * spec->nprocs - 1, &err) < 0)
+        return error_out(EXIT_FAILED, "--output-ranks: %s", err.text);
+    if (!(spec->output_ranks = strdup(args->output_ranks)))
+        return error_out(EXIT_FAILED, "out of memory");
+    return 0;
+}
+
 /* The job's and the ranks' working directory into buf (n bytes): --chdir's, absolute (as
  * sbatch makes it), else gpurun's own. */
 static int work_dir(const struct gpurun_args *args, char *buf, size_t n)
@@ -555,7 +580,8 @@ static int local_spec(struct gpurun_args *args, const struct run_plan *p, const 
         return ret;
     if (!(spec->workdir = strdup(cwd)) || set_out_dir(p, spec) < 0)
         return error_out(EXIT_FAILED, "out of memory");
-    return set_metrics_dir(args, spec);
+    ret = set_output_ranks(args, spec);
+    return ret ? ret : set_metrics_dir(args, spec);
 }
 
 /* --gpu-bind=single hands local rank n the n-th GPU CUDA_VISIBLE_DEVICES lists (--export's,
@@ -889,12 +915,14 @@ static int batch_spec(struct gpurun_args *args, const struct run_plan *p, const 
         set_out_dir(p, spec) < 0)
         return error_out(EXIT_FAILED, "out of memory");
     r = set_metrics_dir(args, spec);
+    r = r ? r : set_output_ranks(args, spec);
     if (r)
         return r;
     spec->loopback = false;
     /* Pre-flight: each node shows the GPUs the job asks Slurm for (none with --no-gpus);
      * --local asks none of the machine. */
     spec->gpus_per_node = args->no_gpus ? 0 : spec->nprocs;
+    spec->term_cols = args->wait && !args->emit_sbatch ? terminal_columns() : 0;
     r = spec_text(spec, json);
     if (r < 0)
         return error_out(EXIT_FAILED, "cannot write the job spec: %s",

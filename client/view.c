@@ -552,6 +552,20 @@ static void print_progress(FILE *out, const json_t *p)
     }
 }
 
+/* s[0..n), what a rank printed or raised, with its control bytes escaped (utf8.h): the view
+ * is gpurun's, and an escape sequence in it would drive the reader's terminal. */
+static void put_escaped(FILE *out, const char *s, size_t n)
+{
+    /* An escape is at most 4 bytes per byte it stands for ("\x1b"). */
+    char *buf = malloc(4 * n + 1);
+
+    if (!buf)
+        return;
+    utf8_escape_controls(buf, 4 * n + 1, s, n);
+    fputs(buf, out);
+    free(buf);
+}
+
 /* text's lines indented by two, at most max of them (-1: all). */
 static void print_indented(FILE *out, const char *text, int max)
 {
@@ -563,7 +577,9 @@ static void print_indented(FILE *out, const char *text, int max)
             fprintf(out, "  ...\n");
             break;
         }
-        fprintf(out, "  %.*s\n", (int)n, p);
+        fputs("  ", out);
+        put_escaped(out, p, n);
+        fputc('\n', out);
         p += n + (p[n] == '\n');
     }
 }
@@ -579,10 +595,11 @@ static void print_failure(FILE *out, const json_t *ff)
         return;
     /* The cause names the rank, its node and host, and what happened: said once. Without
      * one (an older record), the same from the fields. */
-    if (cause && *cause && sget(ff, "class")) {
-        fprintf(out, "first failure (%s): %s\n", sget(ff, "class"), cause);
-    } else if (cause && *cause) {
-        fprintf(out, "first failure: %s\n", cause);
+    if (cause && *cause) {
+        fprintf(out, "first failure%s%s%s: ", sget(ff, "class") ? " (" : "",
+                sget(ff, "class") ? sget(ff, "class") : "", sget(ff, "class") ? ")" : "");
+        put_escaped(out, cause, strlen(cause));
+        fputc('\n', out);
     } else {
         /* A cancelled job's first "failure" is a node's, without a rank. */
         if (iget(ff, "rank", -1) >= 0)
@@ -601,11 +618,18 @@ static void print_failure(FILE *out, const json_t *ff)
     }
     err = json_object_get(ff, "error");
     if (json_is_object(err)) {
-        fprintf(out, "exception: %s%s%s", sget(err, "type") ? sget(err, "type") : "?",
-                sget(err, "message") && *sget(err, "message") ? ": " : "",
-                sget(err, "message") ? sget(err, "message") : "");
-        if (sget(err, "file"))
-            fprintf(out, " (%s:%ld)", sget(err, "file"), iget(err, "line", 0));
+        const char *type = sget(err, "type"), *msg = sget(err, "message");
+        fputs("exception: ", out);
+        put_escaped(out, type ? type : "?", strlen(type ? type : "?"));
+        if (msg && *msg) {
+            fputs(": ", out);
+            put_escaped(out, msg, strlen(msg));
+        }
+        if (sget(err, "file")) {
+            fputs(" (", out);
+            put_escaped(out, sget(err, "file"), strlen(sget(err, "file")));
+            fprintf(out, ":%ld)", iget(err, "line", 0));
+        }
         fprintf(out, "\n");
     }
     /* A hang's stack is the end of its log: shown once, as the stack. */

@@ -28,6 +28,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "peer.h"
+#include "ranklist.h"
 #include "signame.h"
 #include "sockdir.h"
 #include "preflight.h"
@@ -1132,6 +1133,7 @@ static void on_assign(struct agent *a, struct msg *m)
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];
         r->rank = a->rank_base + i;
+        r->muted = a->spec->output_ranks && !ranklist_has(a->spec->output_ranks, r->rank);
         if (a->state == AG_RUNNING) {
             agent_spawn_rank(a, r);
         } else {

@@ -78,7 +78,7 @@ struct ostream {
     struct arank *rank; /* NULL once detached from the rank (closing) */
     bool is_err;        /* the rank's stderr */
     bool cr;            /* the last byte read was a '\r' (stream_take) */
-    size_t shown;       /* line[0..shown) went to the stream as a redraw (agent_output_tick) */
+    size_t shown;       /* line[0..shown) went to the stream before its end (linepart.h) */
     int64_t last_ms;    /* when the last bytes came, monotonic */
     char line[LINE_MAX_LEN];
     size_t len;
@@ -93,6 +93,7 @@ struct arank {
     int local, rank;
     bool spawned, exited, reported, killed, oom;
     bool wants_preempt; /* asked for the pre-timeout signal (a "preempt" request) */
+    bool muted;         /* not among --output-ranks: its output goes to its log only */
     pid_t preempt_pid;  /* the process that asked: the signal goes to it alone */
     int preempt_fd;     /* a pidfd of it (valid when wants_preempt; -1: none), so that a
                          * later signal can never reach another process that took its pid */
@@ -197,7 +198,7 @@ struct agent {
     struct outbuf *out;     /* the merged stream, our stdout (agent_output.c) */
     struct outbuf *err_out; /* the ranks' stderr, our stderr; NULL where that is stdout's
                              * file (2>&1, one terminal, a batch output file) */
-    bool out_tty;           /* our stdout is a terminal: lines without their end are shown */
+    bool out_tty;           /* our stdout is a terminal: redraws stay redraws (linepart.h) */
     bool err_tty;           /* our stderr is one (where err_out writes) */
 
     bool failed_here; /* this node saw the first failure it knows of */
@@ -278,9 +279,15 @@ int arank_log_append(struct arank *r, const void *data, size_t n);
  * stderr's when is_err and that is another file), and into r's tail. */
 void arank_emit_line(struct arank *r, const char *s, size_t n, bool is_err);
 
-/* Called every tick: a rank's line that has waited PARTIAL_SHOW_MS without its end goes to the
- * stream as it stands, as a redraw. */
+/* Called every tick: a rank's line that has waited without its end (LINEPART_TTY_MS on a
+ * terminal, LINEPART_FILE_MS to a file or a pipe) goes to the stream as it stands. */
 void agent_output_tick(struct agent *a);
+
+/* The width of the terminal the ranks' output is shown on (our stdout's, else our stderr's
+ * where the ranks' stderr has a writer of its own, else the one of gpurun --wait that
+ * submitted the job: jobspec's term_cols), for their COLUMNS; 0 where there is none. Read at
+ * each spawn: a window resized between restarts is followed. */
+int agent_output_columns(const struct agent *a);
 
 /* Keeps s[0..n) as the newest of r's last TAIL_LINES lines: made valid UTF-8 (utf8_sanitize:
  * invalid bytes and NULs replaced), cut at a character to fit TAIL_LINE_MAX. */

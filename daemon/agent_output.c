@@ -8,11 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "agent_int.h"
+#include "linepart.h"
 #include "log.h"
 #include "logidx.h"
 #include "outbuf.h"
@@ -348,14 +350,24 @@ void arank_close_log(struct arank *r)
         close(r->idxfd);
 }
 
+/* Whether o's rank output goes to a terminal: our stdout, or our stderr where the ranks'
+ * stderr has a writer of its own. */
+static bool ostream_tty(const struct ostream *o)
+{
+    struct agent *a = o->agent;
+
+    return o->is_err && a->err_out ? a->err_tty : a->out_tty;
+}
+
 /* One stream line "[R] text" and its end, queued whole: the writer writes whole lines of at
  * most PIPE_BUF bytes, so lines of ranks and of other daemons sharing the terminal or pipe
  * never interleave inside a line. end is '\n', or '\r' for a redraw of the terminal's line
  * (a progress bar, or a line not yet ended shown as it stands). A file or a pipe gets a
  * redraw as a line of its own: there a '\r' would leave every rank's redraws on one line,
- * mixed, where a terminal draws each over the last. */
+ * mixed, where a terminal draws each over the last. A rank left out by --output-ranks (muted)
+ * has nothing on the stream; its log, last line and tail are kept as any rank's. */
 _Static_assert(LINE_MAX_LEN + 32 <= OUTBUF_LINE_MAX, "a labelled line must fit one write");
-static void emit(struct arank *r, const char *s, size_t n, bool is_err, char end)
+static void stream_put(struct arank *r, const char *s, size_t n, bool is_err, char end)
 {
     char buf[LINE_MAX_LEN + 32];
     int h = snprintf(buf, sizeof(buf), "[%d] ", r->rank);
@@ -363,6 +375,8 @@ static void emit(struct arank *r, const char *s, size_t n, bool is_err, char end
     struct outbuf *o = to_err ? r->agent->err_out : r->agent->out;
     size_t len;
 
+    if (r->muted)
+        return;
     if (end == '\r' && !(to_err ? r->agent->err_tty : r->agent->out_tty))
         end = '\n';
     if (n > sizeof(buf) - (size_t)h - 1)
@@ -374,9 +388,13 @@ static void emit(struct arank *r, const char *s, size_t n, bool is_err, char end
      * counted. */
     if (o)
         outbuf_line(o, r->local, buf, len);
-    /* The last line is the rank's own: a hang's capture (gpurun's note, the stack dumps)
-     * leaves it as it was. Control bytes (escape sequences) become '?', as the line is shown
-     * in a table and a cause. */
+}
+
+/* The last line is the rank's own: a hang's capture (gpurun's note, the stack dumps) leaves
+ * it as it was. Control bytes (escape sequences) become '?', as the line is shown in a table
+ * and a cause. */
+static void last_line_set(struct arank *r, const char *s, size_t n)
+{
     if (n && r->agent->state != AG_CAPTURE) {
         utf8_sanitize(r->last_line, sizeof(r->last_line), s, n);
         for (char *p = r->last_line; *p; p++)
@@ -388,14 +406,26 @@ static void emit(struct arank *r, const char *s, size_t n, bool is_err, char end
 
 void arank_emit_line(struct arank *r, const char *s, size_t n, bool is_err)
 {
-    emit(r, s, n, is_err, '\n');
+    stream_put(r, s, n, is_err, '\n');
+    last_line_set(r, s, n);
     arank_tail_add(r, s, n);
 }
 
-/* How long a line without its end waits before it is shown as it stands (a redraw, which
- * its end, or the next redraw, overwrites): a progress bar that draws itself with '\r' first
- * and its text after is then seen as it moves, not one step late. */
-#define PARTIAL_SHOW_MS 100
+/* The end of o's line line[0..n) (its newline, or the cut of a line too long): the stream gets
+ * what it has not shown of it (linepart.h), the last line and the tail all of it. */
+static void line_end(struct ostream *o, size_t n)
+{
+    struct arank *r = o->rank;
+    size_t from = linepart_rest(o->shown, ostream_tty(o));
+
+    if (from > n)
+        from = n;
+    /* An empty line is a line; one a file has whole already is not written again. */
+    if (n > from || !o->shown)
+        stream_put(r, o->line + from, n - from, o->is_err, '\n');
+    last_line_set(r, o->line, n);
+    arank_tail_add(r, o->line, n);
+}
 
 static int64_t mono_ms(void)
 {
@@ -405,22 +435,39 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* A line that waited without its end is shown as it stands (linepart.h): a redraw on a
+ * terminal, which its end or the next redraw overwrites; in a file, a labelled line that what
+ * the rank adds to it later follows as another, so that a reader of a batch output file under
+ * tail -f sees a progress bar's state while it is current, not one step late. */
 static void partial_show(struct ostream *o, int64_t now)
 {
-    if (o && o->rank && o->len > o->shown && now - o->last_ms >= PARTIAL_SHOW_MS) {
-        emit(o->rank, o->line, o->len, o->is_err, '\r');
-        o->shown = o->len;
-    }
+    struct linepart p;
+
+    if (!o || !o->rank ||
+        !linepart_due(o->line, o->len, o->shown, now - o->last_ms, ostream_tty(o), &p))
+        return;
+    stream_put(o->rank, o->line + p.from, p.to - p.from, o->is_err, '\r');
+    last_line_set(o->rank, o->line, p.to);
+    o->shown = p.to;
 }
 
-/* Only to a terminal: a file or a pipe would keep every fragment a rank's buffered writes
- * leave (half a line, then the line), where a terminal draws over them. */
+int agent_output_columns(const struct agent *a)
+{
+    struct winsize ws;
+
+    if (a->out_tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col;
+    if (a->err_out && a->err_tty && ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col;
+    /* A Slurm job's output goes to the batch output file, which gpurun --wait may show on a
+     * terminal: its width, as gpurun read it at the submit. */
+    return a->spec->term_cols;
+}
+
 void agent_output_tick(struct agent *a)
 {
     int64_t now = mono_ms();
 
-    if (!a->out_tty)
-        return;
     for (int i = 0; i < a->nranks; i++) {
         partial_show(a->ranks[i].out, now);
         partial_show(a->ranks[i].err, now);
@@ -452,8 +499,10 @@ static void stream_take(struct ostream *o, const char *data, size_t n)
                 continue;
             }
             if (c != '\n' && o->len) {
+                size_t from = linepart_rest(o->shown, ostream_tty(o));
                 if (o->len > o->shown) /* else the tick showed it as it stands */
-                    emit(r, o->line, o->len, o->is_err, '\r');
+                    stream_put(r, o->line + from, o->len - from, o->is_err, '\r');
+                last_line_set(r, o->line, o->len);
                 o->len = 0;
                 o->shown = 0;
             }
@@ -469,7 +518,7 @@ static void stream_take(struct ostream *o, const char *data, size_t n)
             /* After SIGABRT, what a Python rank writes on stderr is faulthandler's dump. */
             if (o->is_err && r->cap == CAP_PYTHON)
                 stack_add(r, o->line, cut);
-            arank_emit_line(r, o->line, cut, o->is_err);
+            line_end(o, cut);
             memmove(o->line, o->line + cut, o->len - cut);
             o->len -= cut;
             o->shown = 0;
@@ -509,7 +558,7 @@ void ostream_close(struct ostream **slot)
         return;
     *slot = NULL;
     if (o->len) {
-        arank_emit_line(o->rank, o->line, o->len, o->is_err);
+        line_end(o, o->len);
         o->len = 0;
     }
     o->rank = NULL;

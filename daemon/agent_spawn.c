@@ -203,6 +203,7 @@ static char **build_env(struct agent *a, struct arank *r)
         .hvd_port = a->hvd_port,
         .hvd_host = a->hvd_host[0] ? a->hvd_host : NULL,
         .hvd_iface = a->hvd_iface[0] ? a->hvd_iface : NULL,
+        .term_cols = agent_output_columns(a),
     };
 
     error_file_path(a, r, errfile, sizeof(errfile));

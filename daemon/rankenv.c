@@ -101,6 +101,14 @@ void envv_release(struct envv *e)
     memset(e, 0, sizeof(*e));
 }
 
+int rankenv_columns(int term_cols, int rank)
+{
+    char label[32];
+    int n = snprintf(label, sizeof(label), "[%d] ", rank);
+
+    return term_cols > n ? term_cols - n : 0;
+}
+
 /* Sets k to v only where neither the agent's environment nor --export set it. */
 static void set_default(struct envv *e, const char *k, const char *v)
 {
@@ -378,6 +386,11 @@ char **rankenv_build(const struct rankenv_rank *r, char *const *base)
      * stack capture) prints every thread's Python traceback. */
     set_default(&e, "PYTHONUNBUFFERED", "1");
     set_default(&e, "PYTHONFAULTHANDLER", "1");
+    /* A rank sees a pipe, so a progress bar would fall back to its narrow default (tqdm's 10
+     * characters) where under torchrun it fills the terminal: the terminal's width, less the
+     * label, unless the user set COLUMNS. */
+    if (rankenv_columns(r->term_cols, r->rank) > 0 && !envv_get(&e, "COLUMNS"))
+        envv_set(&e, "COLUMNS", "%d", rankenv_columns(r->term_cols, r->rank));
     if (r->python_dir)
         set_pythonpath(&e, r->python_dir);
 

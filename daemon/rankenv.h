@@ -32,7 +32,14 @@ struct rankenv_rank {
                                  hostname */
     const char *hvd_iface;    /* HOROVOD_GLOO_IFACE: the interface holding node_addr; NULL:
                                  unknown, not set */
+    int term_cols;            /* the width of the terminal the rank's lines are shown on
+                                 (the merged stream's); 0: not a terminal */
 };
+
+/* The width left to rank's text on a terminal term_cols wide, once its label ("[12] ") is
+ * drawn: what COLUMNS says to the rank, so that a progress bar (tqdm, rich) fills the line
+ * and never wraps it. 0 when term_cols is 0 or nothing is left. */
+int rankenv_columns(int term_cols, int rank);
 
 /* A growable NULL-terminated "K=V" vector. */
 struct envv {

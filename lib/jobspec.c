@@ -11,6 +11,7 @@
 #include "errmsg.h"
 #include "fsutil.h"
 #include "jobspec.h"
+#include "ranklist.h"
 #include "banned.h"
 
 /* job.json is small; anything larger is not ours. */
@@ -35,6 +36,7 @@ static const struct int_key int_keys[] = {
     {"hang_timeout_ms", offsetof(struct jobspec, hang_timeout_ms), 0, 0, 86400000},
     {"hang_watch", offsetof(struct jobspec, hang_watch), HANG_WATCH_REPORT, HANG_WATCH_REPORT,
      HANG_WATCH_OUTPUT},
+    {"term_cols", offsetof(struct jobspec, term_cols), 0, 0, 65535},
     {"restart_on", offsetof(struct jobspec, restart_on), RESTART_ON_DEFAULT, 0, RESTART_ON_ALL},
     {"preflight", offsetof(struct jobspec, preflight), 1, 0, 1},
     {"preflight_only", offsetof(struct jobspec, preflight_only), 0, 0, 1},
@@ -69,6 +71,7 @@ static const struct str_key {
     {"name", offsetof(struct jobspec, name)},
     {"metrics_dir", offsetof(struct jobspec, metrics_dir)},
     {"out_dir", offsetof(struct jobspec, out_dir)},
+    {"output_ranks", offsetof(struct jobspec, output_ranks)},
 };
 #define N_STR_KEYS (sizeof(str_keys) / sizeof(str_keys[0]))
 
@@ -194,6 +197,7 @@ int jobspec_load(struct jobspec *spec, const char *path, struct errmsg *err)
     json_t *root = NULL, *v;
     const char *name;
     char *text = NULL;
+    struct errmsg rerr;
     size_t len;
     int ret = -1;
 
@@ -280,6 +284,11 @@ int jobspec_load(struct jobspec *spec, const char *path, struct errmsg *err)
             ret = errmsg_set(err, -EINVAL, "%s: 'env' entry '%s' is not NAME=VALUE", path, *e);
             goto out;
         }
+    if (spec->output_ranks &&
+        ranklist_check(spec->output_ranks, spec->nnodes * spec->nprocs - 1, &rerr) < 0) {
+        ret = errmsg_set(err, -EINVAL, "%s: 'output_ranks': %s", path, rerr.text);
+        goto out;
+    }
     ret = 0;
 out:
     json_decref(root);

@@ -21,6 +21,9 @@ struct jobspec {
                            * pre-flight; NULL: not a gpurun-train job */
     char *metrics_dir;    /* where every node's daemon keeps its Prometheus text file
                            * (gpurun --metrics-dir, metrics.h); NULL: none */
+    char *output_ranks;   /* the ranks whose output the merged stream shows live, as
+                           * --output-ranks gave them ("0,2-3", ranklist.h); NULL: every
+                           * rank's. Every rank's log is whole either way */
     char *name;           /* the job's name for people (gpurun -J, else its default: the
                            * train.cfg's job_name, the script's or the command's file name);
                            * NULL: none */
@@ -29,6 +32,9 @@ struct jobspec {
     int hb_timeout_ms;    /* silence after which a peer counts as lost */
     int hang_timeout_ms;  /* no progress report for this long fails the job; 0: off */
     int hang_watch;       /* what hang_timeout watches: HANG_WATCH_REPORT or _OUTPUT */
+    int term_cols;        /* the width of the terminal gpurun --wait shows a Slurm job's
+                           * output on (the ranks' COLUMNS where their daemon's own output is
+                           * no terminal); 0: none */
     int restart_on;       /* the failure classes max_restarts restarts: 1 << FAILURE_* bits */
     int preflight;        /* 1: each agent runs the pre-flight checks before it joins
                            * (preflight.h); 0: --preflight=off */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "utf8.h"
 #include "banned.h"
 
 enum log_level log_threshold = LOG_WARN;
@@ -47,7 +48,7 @@ int log_level_parse(const char *s, enum log_level *out)
 
 void log_write(enum log_level level, const char *fmt, ...)
 {
-    char line[LOG_LINE_MAX];
+    char line[LOG_LINE_MAX], text[LOG_LINE_MAX];
     struct timeval tv;
     struct tm tm;
     size_t n;
@@ -61,11 +62,15 @@ void log_write(enum log_level level, const char *fmt, ...)
                           ".%03ldZ %s[%ld] %s: ", (long)(tv.tv_usec / 1000), log_program,
                           (long)getpid(), level_names[level]);
     if (n < sizeof(line) - 1) {
+        /* What a record quotes (a rank's last lines, its exception, a path, a hostname) may
+         * hold escape sequences and newlines: escaped, so that a record is one line and never
+         * drives the terminal that shows it. */
         va_start(ap, fmt);
-        int m = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
+        int m = vsnprintf(text, sizeof(text), fmt, ap);
         va_end(ap);
         if (m > 0)
-            n += (size_t)m;
+            n += utf8_escape_controls(line + n, sizeof(line) - n, text,
+                                      (size_t)m < sizeof(text) ? (size_t)m : sizeof(text) - 1);
     }
     if (n > sizeof(line) - 2)
         n = sizeof(line) - 2;

@@ -78,6 +78,45 @@ size_t utf8_sanitize(char *dst, size_t cap, const char *src, size_t n)
     return out;
 }
 
+size_t utf8_escape_controls(char *dst, size_t cap, const char *src, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)src;
+    size_t out = 0;
+
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq_len(p + i, n - i);
+        char esc[UTF8_ESCAPE_MAX];
+        const char *from = src + i;
+        size_t w = k;
+
+        if (k == 0 || (k == 1 && ((p[i] < 0x20 && p[i] != '\t') || p[i] == 0x7f))) {
+            /* A control byte, or one that begins no character. */
+            esc[0] = '\\';
+            esc[1] = 'x';
+            esc[2] = hex[p[i] >> 4];
+            esc[3] = hex[p[i] & 0xf];
+            from = esc;
+            w = 4;
+            k = 1;
+        } else if (k == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0) {
+            /* U+0080..U+009F: C2 80..C2 9F. */
+            memcpy(esc, "\\u00", 4);
+            esc[4] = hex[p[i + 1] >> 4];
+            esc[5] = hex[p[i + 1] & 0xf];
+            from = esc;
+            w = 6;
+        }
+        if (out + w > cap - 1)
+            break;
+        memcpy(dst + out, from, w);
+        out += w;
+        i += k;
+    }
+    dst[out] = '\0';
+    return out;
+}
+
 size_t utf8_cut_len(const char *s, size_t n, unsigned char next)
 {
     if ((next & 0xc0) != 0x80)

@@ -25,6 +25,19 @@ bool utf8_is_valid(const char *s, size_t n);
  * bytes written, the NUL not counted. */
 size_t utf8_sanitize(char *dst, size_t cap, const char *src, size_t n);
 
+/* The longest escape utf8_escape_controls() writes for one byte or character ("\u009b"). */
+#define UTF8_ESCAPE_MAX 6
+
+/* Copies the n bytes at src into dst (cap bytes, cap >= 1) as text that a terminal shows and
+ * never obeys: valid UTF-8 without control characters, for gpurun's own lines that quote what
+ * a rank printed (a failing rank's last lines, its exception). Each C0 control but tab (a
+ * newline too: a record is one line), DEL, and each byte that begins no valid sequence become
+ * "\xHH" (ESC is "\x1b"); each C1 control character (U+0080..U+009F, which some terminals
+ * obey as ESC [ and the like) becomes "\u00HH"; the rest is copied. The copy ends at the last
+ * whole escape or character that fits in cap - 1 bytes; dst is NUL-terminated. Returns the
+ * bytes written, the NUL not counted. */
+size_t utf8_escape_controls(char *dst, size_t cap, const char *src, size_t n);
+
 /* Where to cut the n bytes at s, which the byte next goes on, so that no character is split:
  * n, or, when next continues a character begun in s (a lead byte at most 3 bytes back), the
  * start of that character. Bytes that are not UTF-8 are cut anywhere (n). */

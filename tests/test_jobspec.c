@@ -183,6 +183,34 @@ TEST(jobspec_name_key)
     CHECK_CONTAINS(err.text, "'name' must be a string");
 }
 
+/* --output-ranks: kept as given, checked against the job's ranks where it is read. */
+TEST(jobspec_output_ranks_key)
+{
+    char *argv[] = {"x"};
+    const char *path = spec_path("job.json");
+    struct jobspec spec, back;
+    struct errmsg err = {{0}};
+
+    jobspec_init(&spec);
+    spec.job_id = strdup("j");
+    spec.nnodes = 2;
+    spec.nprocs = 2;
+    spec.output_ranks = strdup("0,2-3");
+    CHECK_EQ(jobspec_set_argv(&spec, 1, argv), 0);
+    CHECK_EQ(jobspec_save(&spec, path), 0);
+    jobspec_init(&back);
+    CHECK_EQ(jobspec_load(&back, path, &err), 0);
+    CHECK_STR(back.output_ranks, "0,2-3");
+    jobspec_release(&back);
+    jobspec_release(&spec);
+
+    CHECK_EQ(load_text("{\"job_id\":\"j\",\"argv\":[\"x\"],\"nprocs\":2,\"output_ranks\":\"1-2\"}",
+                       &err),
+             -EINVAL);
+    CHECK_CONTAINS(err.text, spec_path("job.json"));
+    CHECK_CONTAINS(err.text, "'output_ranks': '1-2' is not a rank 0..1");
+}
+
 TEST(jobspec_unknown_key)
 {
     struct errmsg err;

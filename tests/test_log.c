@@ -136,6 +136,23 @@ TEST(log_long_record_cut_to_one_line)
     close(fd);
 }
 
+/* What a record quotes (a rank's last lines) can drive no terminal and make no second line. */
+TEST(log_escapes_control_bytes)
+{
+    int fd = open_sink();
+    const char *text;
+
+    log_setup("p", fd, LOG_INFO);
+    log_error("  | %s", "\x1b[2J\x1b]0;title\x07red\nforged: line\x7f");
+    text = sink_text(fd);
+    check_matches(text, "^[^\n]* error:   \\| \\\\x1b\\[2J\\\\x1b\\]0;title\\\\x07red"
+                        "\\\\x0aforged: line\\\\x7f\n$");
+    for (const char *p = text; *p; p++)
+        if ((unsigned char)*p < 0x20 && *p != '\n')
+            test_fail(__FILE__, __LINE__, "control byte 0x%02x in \"%s\"", *p, text);
+    close(fd);
+}
+
 TEST(log_keeps_errno)
 {
     int fd = open_sink();

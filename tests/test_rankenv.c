@@ -669,3 +669,43 @@ TEST(rankenv_gloo_interface)
     rankenv_free(env);
     jobspec_release(&l.spec);
 }
+
+/* COLUMNS: the terminal's width less the rank's label, where the stream is a terminal and the
+ * user set none. */
+TEST(rankenv_columns_fill_the_terminal_less_the_label)
+{
+    struct layout l;
+    struct base b;
+    char **env;
+
+    CHECK_EQ(rankenv_columns(100, 0), 96);   /* "[0] " */
+    CHECK_EQ(rankenv_columns(100, 10), 95);  /* "[10] " */
+    CHECK_EQ(rankenv_columns(80, 1234), 73); /* "[1234] " */
+    CHECK_EQ(rankenv_columns(0, 0), 0);      /* not a terminal */
+    CHECK_EQ(rankenv_columns(4, 0), 0);      /* nothing left */
+    CHECK_EQ(rankenv_columns(5, 0), 1);
+
+    memset(&b, 0, sizeof(b));
+    base_add(&b, "PATH", "%s", "/usr/bin:/bin");
+    layout_init(&l, 1, 12, 10);
+    l.r.term_cols = 120;
+    env = rankenv_build(&l.r, b.v);
+    CHECK(env);
+    CHECK_STR(get(env, "COLUMNS"), "115");
+    rankenv_free(env);
+
+    /* Not a terminal: none. */
+    l.r.term_cols = 0;
+    env = rankenv_build(&l.r, b.v);
+    CHECK(env);
+    CHECK(get(env, "COLUMNS") == NULL);
+    rankenv_free(env);
+
+    /* The user's own, from the environment or --export, stays. */
+    l.r.term_cols = 120;
+    base_add(&b, "COLUMNS", "%d", 200);
+    env = rankenv_build(&l.r, b.v);
+    CHECK(env);
+    CHECK_STR(get(env, "COLUMNS"), "200");
+    rankenv_free(env);
+}

@@ -137,3 +137,40 @@ TEST(utf8_prefix_len_backs_off_to_a_lead_byte)
     CHECK_EQ(utf8_prefix_len(s, 2), (size_t)2);
     CHECK_EQ(utf8_prefix_len(s, 0), (size_t)0);
 }
+
+TEST(utf8_escape_controls_leaves_no_control_byte)
+{
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *out;
+    } cases[] = {
+        {"plain text\tand a tab", 20, "plain text\tand a tab"},
+        {"\x1b[31mred\x1b[0m", 12, "\\x1b[31mred\\x1b[0m"},
+        {"a\nb\rc", 5, "a\\x0ab\\x0dc"},
+        {"nul\0del\x7f", 8, "nul\\x00del\\x7f"},
+        {"\x01\x1f ", 3, "\\x01\\x1f "},
+        {"csi\xc2\x9b\x32J", 7, "csi\\u009b2J"}, /* U+009B, a C1 CSI; \x32 is '2' */
+        {"nbsp\xc2\xa0\xe2\x82\xac", 9, "nbsp\xc2\xa0\xe2\x82\xac"}, /* U+00A0, '€' stay */
+        {"bad\xff\x9b", 5, "bad\\xff\\x9b"}, /* bytes that begin no character */
+    };
+    char out[128];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t n = utf8_escape_controls(out, sizeof(out), cases[i].in, cases[i].n);
+        CHECK_STR(out, cases[i].out);
+        CHECK_EQ(n, strlen(cases[i].out));
+        CHECK(utf8_is_valid(out, n));
+    }
+}
+
+TEST(utf8_escape_controls_cuts_at_a_whole_escape)
+{
+    char out[8];
+
+    /* "ab" and the 4 bytes of "\x1b" fit in 7; the next escape does not, nor half of it. */
+    CHECK_EQ(utf8_escape_controls(out, sizeof(out), "ab\x1b\x1b", 4), 6);
+    CHECK_STR(out, "ab\\x1b");
+    CHECK_EQ(utf8_escape_controls(out, 1, "abc", 3), 0);
+    CHECK_STR(out, "");
+}

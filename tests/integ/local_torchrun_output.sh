@@ -2,9 +2,9 @@
 # Output as torchrun's users expect it: a rank's stderr reaches gpurun's stderr and its stdout
 # gpurun's stdout (one file when they are one: 2>&1 keeps both); a progress bar redrawn with
 # '\r' is seen as it moves, not held until its newline (a printf loop, and tqdm itself where
-# PyPI gives it), and in a file each redraw is a labelled line of its own; a line past 4000
-# bytes comes in pieces cut between characters; a job that ends well says so in one line, and
-# ^C says cancelled.
+# PyPI gives it), and in a file each redraw is a labelled line of its own; a line written in
+# two quick halves is one line in a file; a line past 4000 bytes comes in pieces cut between
+# characters; a job that ends well says so in one line, and ^C says cancelled.
 # timeout: 180
 set -euo pipefail
 # shellcheck source=local_common.sh
@@ -142,8 +142,9 @@ if command -v script >/dev/null; then
 else
     echo "# no script(1): the terminal case is not checked"
 fi
-# To a file, never as a fragment: the line once, whole.
-run --local -- sh -c 'printf "half "; sleep 0.5; echo line'
+# To a file, a line written in two halves within the quiet (300 ms) is one line, whole (one
+# that waits longer comes in labelled pieces: local_partial_line).
+run --local -- sh -c 'printf "half "; sleep 0.05; echo line'
 expect_rc 0 "a line written in two halves"
 if [ "$(cat "$work/out")" != "[0] half line" ] || grep -q $'\r' "$work/out"; then
     fail "a file got other than the whole line: $(od -c "$work/out" | head -n 3)"
