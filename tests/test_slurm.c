@@ -22,6 +22,7 @@
 #include <slurm/slurm.h>
 #endif
 
+#include "../client/follow.h"
 #include "../client/logs.h"
 #include "../client/sbatch.h"
 #include "../client/slurmlib.h"
@@ -157,9 +158,15 @@ TEST(slurm_script_directives_and_body)
     CHECK_CONTAINS(text, "jobs=${GPURUN_JOBS:-/home/u/.gpurun/jobs}\ndir=$jobs/$SLURM_JOB_ID\n");
     CHECK_CONTAINS(text, "<<'GPURUN_JOB_JSON'\n{\n  \"argv\"");
     CHECK_CONTAINS(text, "\"nnodes\": 2\n}\nGPURUN_JOB_JSON\n");
+    /* The daemons' stderr joins their stdout, so that srun's own messages go to srun.log
+     * alone; they reach the output only where they explain a failure the record does not. */
     CHECK_CONTAINS(text, "srun --ntasks-per-node=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-8}\" "
-                         "--kill-on-bad-exit=0 \\\n    \"$rendezvousd\" --job-dir \"$dir\" "
-                         "--log-level warn &\n");
+                         "--kill-on-bad-exit=0 \\\n    /bin/sh -c 'exec \"$0\" \"$@\" 2>&1' "
+                         "\"$rendezvousd\" --job-dir \"$dir\" --log-level warn \\\n"
+                         "    2>\"$dir/srun.log\" &\n");
+    CHECK_CONTAINS(text, "if [ \"$status\" != 0 ] && [ -s \"$dir/srun.log\" ] &&\n"
+                         "    { [ ! -e \"$dir/summary.json\" ] || [ \"$class\" = node ]; }; then\n"
+                         "    cat \"$dir/srun.log\" >&2\n");
     /* The pre-timeout signal goes to the leader through the job dir, never to srun (which
      * would signal every process of the step). */
     CHECK_CONTAINS(text, "trap 'echo 10 >\"$dir/preempt.new\" && mv -f \"$dir/preempt.new\" "
@@ -780,6 +787,37 @@ TEST(slurm_exit_status_of_each_end)
     }
     CHECK_STR(slurmlib_state_name(SLURMLIB_NODE_FAIL), "NODE_FAIL");
     CHECK_STR(slurmlib_state_name(SLURMLIB_STATE_COUNT), "UNKNOWN");
+}
+
+/* slurmstepd's word of a cancel leaves gpurun --wait's stream (its own last line says it);
+ * one that says why, and every other line, stays. */
+TEST(slurm_follow_leaves_out_the_cancel_line)
+{
+    static const struct {
+        const char *line;
+        bool noise;
+    } cases[] = {
+        {"slurmstepd-node1: error: *** JOB 6 ON node1 CANCELLED AT 2026-12-01T23:41:09 ***", true},
+        {"slurmstepd-node1: error: *** STEP 6.0 ON node1 CANCELLED AT 2026-12-01T23:41:09 ***",
+         true},
+        {"slurmstepd: error: *** JOB 12 ON gpu7 CANCELLED AT 2026-12-01T23:41:09 ***", true},
+        {"slurmstepd-node1: error: *** JOB 6 ON node1 CANCELLED AT 2026-12-01T23:41:09 DUE TO "
+         "TIME LIMIT ***",
+         false},
+        {"slurmstepd-node1: error: *** JOB 6 ON node1 CANCELLED AT 2026-12-01T23:41:09 ***x",
+         false},
+        {"[0] slurmstepd-node1: error: *** JOB 6 ON node1 CANCELLED AT 2026-12-01T23:41:09 ***",
+         false},
+        {"slurmstepd-node1: error: Detected 1 oom_kill event in StepId=6.0", false},
+        {"slurmstepd-node1: error: *** JOB 6 ON node1 CANCELLED AT  ***", false},
+        {"slurmstepd", false},
+        {"", false},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        if (follow_slurm_noise(cases[i].line, strlen(cases[i].line)) != cases[i].noise)
+            test_fail(__FILE__, __LINE__, "'%s': %s, not %s", cases[i].line,
+                      cases[i].noise ? "kept" : "left out", cases[i].noise ? "left out" : "kept");
 }
 
 TEST(slurm_job_ids)
