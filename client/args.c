@@ -58,12 +58,13 @@ static const struct cmd_row cmds[CMD_COUNT] = {
                   "gpurun logs [JOBID | --job-dir DIR] [--rank R] [-f]",
                   "Prints the job's rank logs: every rank's lines prefixed \"[R] \", in the\n"
                   "order they were written on any node, or one rank's log as it was written.\n"
-                  "-f keeps printing until the job ends.",
+                  "-f keeps printing until the job ends. Without a JOBID, the newest job's.",
                   "a job's rank logs, merged in time order or one rank's"},
     [CMD_CANCEL] = {"cancel", "gpurun cancel --help", "gpurun cancel JOBID",
                     "Cancels a job: a Slurm job through slurm_kill_job (every node's\n"
                     "rendezvousd tears its ranks down: SIGTERM, then SIGKILL), a local one by\n"
-                    "SIGTERM to its leader. Returns once the job's processes are gone.",
+                    "SIGTERM to its leader. Returns once the job's processes are gone, and\n"
+                    "says \"gpurun: job ID cancelled\".",
                     "ends a job and waits until its processes are gone"},
     [CMD_CLEAN] = {"clean", "gpurun clean --help", "gpurun clean [--older-than DAYS] [--dry-run]",
                    "Removes the job dirs of ended jobs from the jobs root ($GPURUN_JOBS, else\n"
@@ -81,9 +82,10 @@ static const struct cmd_row cmds[CMD_COUNT] = {
                    "dir keeps as job.sbatch, with the same #SBATCH directives, through\n"
                    "libslurm (the environment is this shell's, as with sbatch). The new job\n"
                    "has an id and a job dir of its own; --wait follows it. A job that is\n"
-                   "pending or running is refused (cancel it first), and so is a local job,\n"
-                   "which has no batch script: gpurun prints the command that runs it again.",
-                   "submits an ended Slurm job again from its job.sbatch"},
+                   "pending or running is refused (cancel it first). A local job, which has\n"
+                   "no batch script, runs again here, in its working directory, with the\n"
+                   "options its job.json keeps; gpurun says the command line.",
+                   "submits an ended Slurm job again from its job.sbatch; a local one runs again"},
     [CMD_PREFLIGHT] = {"preflight", "gpurun preflight --help", "gpurun preflight [options]",
                        "Runs the pre-flight checks alone, on the nodes a job with the same\n"
                        "options would get (spares included), and starts no rank: each node's\n"
