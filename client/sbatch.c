@@ -269,6 +269,75 @@ int sbatch_check_gres(const char *s, struct errmsg *why)
     }
 }
 
+/* A GPU item's "[TYPE][:N]" after "gpu:" (p, len bytes) into *gpus and type. */
+static int gres_gpu_item(const char *p, size_t len, int *gpus, char *type, size_t tn,
+                         struct errmsg *why)
+{
+    const char *colon = memchr(p, ':', len), *num = colon ? colon + 1 : p;
+    size_t tlen = colon ? (size_t)(colon - p) : 0, nlen = len - (size_t)(num - p);
+    long n = 0;
+
+    /* "gpu:a100": a TYPE, one GPU. */
+    if (!colon && len > 0 && strspn(p, "0123456789") < len) {
+        tlen = len;
+        nlen = 0;
+    }
+    if (tlen > SBATCH_GPU_TYPE_MAX || tlen >= tn)
+        return errmsg_set(why, -EINVAL, "the GPU type '%.*s' is longer than %d bytes", (int)tlen, p,
+                          SBATCH_GPU_TYPE_MAX);
+    for (size_t i = 0; i < tlen; i++)
+        if (!isalnum((unsigned char)p[i]) && !strchr("_-.", p[i]))
+            return errmsg_set(why, -EINVAL, "'%.*s' is not a GPU type", (int)tlen, p);
+    if (colon && tlen == 0)
+        return errmsg_set(why, -EINVAL, "an empty GPU type");
+    if (colon && nlen == 0)
+        return errmsg_set(why, -EINVAL, "'' is not a number of GPUs");
+    for (size_t i = 0; i < nlen; i++) {
+        if (!isdigit((unsigned char)num[i]) || n > 1024)
+            return errmsg_set(why, -EINVAL, "'%.*s' is not a number of GPUs", (int)nlen, num);
+        n = n * 10 + (num[i] - '0');
+    }
+    if (nlen == 0)
+        n = 1;
+    if (n < 1 || n > 1024)
+        return errmsg_set(why, -EINVAL, "%ld GPUs: must be 1..1024 per node", n);
+    memcpy(type, p, tlen);
+    type[tlen] = '\0';
+    *gpus = (int)n;
+    return 0;
+}
+
+int sbatch_split_gres(const char *s, int *gpus, char *type, size_t tn, char *rest, size_t rn,
+                      struct errmsg *why)
+{
+    size_t out = 0;
+
+    *gpus = 0;
+    type[0] = rest[0] = '\0';
+    if (strlen(s) > SBATCH_GRES_LEN_MAX || rn <= strlen(s))
+        return errmsg_set(why, -EINVAL, "longer than %d bytes", SBATCH_GRES_LEN_MAX);
+    for (const char *p = s;;) {
+        size_t len = strcspn(p, ","), skip = 0;
+        if (len >= 5 && (!strncmp(p, "gres:", 5) || !strncmp(p, "gres/", 5)))
+            skip = 5;
+        if (len - skip >= 3 && !strncmp(p + skip, "gpu", 3) &&
+            (len - skip == 3 || p[skip + 3] == ':')) {
+            int r;
+            if (*gpus)
+                return errmsg_set(why, -EINVAL, "more than one GPU item");
+            r = gres_gpu_item(p + skip + 3 + (len - skip > 3), len - skip - 3 - (len - skip > 3),
+                              gpus, type, tn, why);
+            if (r < 0)
+                return r;
+        } else {
+            out += (size_t)snprintf(rest + out, rn - out, "%s%.*s", out ? "," : "", (int)len, p);
+        }
+        if (!p[len])
+            return 0;
+        p += len + 1;
+    }
+}
+
 long sbatch_time_minutes(long seconds)
 {
     return seconds <= 0 ? 0 : (seconds + 59) / 60;
@@ -420,8 +489,12 @@ static int directives(FILE *f, const struct sbatch_job *j, struct errmsg *err)
     r = r ? r : directive_int(f, "nodes", j->nodes, err);
     r = r ? r : directive_int(f, "ntasks-per-node", 1, err);
     r = r ? r : directive_int(f, "cpus-per-task", j->cpus_per_task, err);
-    if (j->gpus_per_node > 0)
+    if (j->gpus_per_node > 0 && j->gpu_type) {
+        snprintf(buf, sizeof(buf), "%.*s:%d", SBATCH_GPU_TYPE_MAX, j->gpu_type, j->gpus_per_node);
+        r = r ? r : directive(f, "gpus-per-node", buf, err);
+    } else if (j->gpus_per_node > 0) {
         r = r ? r : directive_int(f, "gpus-per-node", j->gpus_per_node, err);
+    }
     if (j->time_limit_min > 0) {
         sbatch_format_time(buf, sizeof(buf), j->time_limit_min);
         r = r ? r : directive(f, "time", buf, err);
@@ -632,6 +705,7 @@ enum parse_kind {
     PARSE_COMMENT,   /* "gpurun" or "gpurun: TEXT" (sbatch_comment): TEXT into comment */
     PARSE_MAIL_TYPE, /* mail_type and its text */
     PARSE_FIXED,     /* the one value gpurun writes (arg_text), nothing to set */
+    PARSE_GPUS,      /* "[TYPE:]N" into gpus_per_node and gpu_type */
 };
 
 #define JOB_FIELD(f) offsetof(struct sbatch_job, f)
@@ -650,7 +724,7 @@ static const struct parse_row {
     {"nodes", PARSE_INT, JOB_FIELD(nodes), 0, NULL},
     {"ntasks-per-node", PARSE_FIXED, NO_FIELD, 0, "1"},
     {"cpus-per-task", PARSE_INT, JOB_FIELD(cpus_per_task), 0, NULL},
-    {"gpus-per-node", PARSE_INT, JOB_FIELD(gpus_per_node), 0, NULL},
+    {"gpus-per-node", PARSE_GPUS, JOB_FIELD(gpus_per_node), 0, NULL},
     {"time", PARSE_TIME, JOB_FIELD(time_limit_min), 0, NULL},
     {"partition", PARSE_STRING, JOB_FIELD(partition), 0, NULL},
     {"account", PARSE_STRING, JOB_FIELD(account), 0, NULL},
@@ -779,6 +853,16 @@ static int parse_value(const struct parse_row *r, char *val, struct sbatch_job *
         job->mail_type = (unsigned)v;
         job->mail_type_text = val;
         return 0;
+    case PARSE_GPUS: {
+        char *colon = strrchr(val, ':');
+        if (!positive_int(colon ? colon + 1 : val, &v) || colon == val)
+            return errmsg_set(err, -EINVAL, "'%s' is not [TYPE:]N", val);
+        if (colon)
+            *colon = '\0';
+        job->gpus_per_node = v;
+        job->gpu_type = colon ? val : NULL;
+        return 0;
+    }
     case PARSE_FIXED:
         if (strcmp(val, r->arg_text))
             return errmsg_set(err, -EINVAL, "'%s': gpurun writes only '%s'", val, r->arg_text);

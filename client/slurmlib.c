@@ -407,7 +407,9 @@ void slurmlib_fill_desc(const struct sbatch_job *job, const char *script, char *
         size_t len = 0;
         tres[0] = '\0';
         if (job->gpus_per_node > 0)
-            len = (size_t)snprintf(tres, sizeof(tres), "gres:gpu:%d", job->gpus_per_node);
+            len = (size_t)snprintf(tres, sizeof(tres), "gres:gpu:%s%s%d",
+                                   job->gpu_type ? job->gpu_type : "", job->gpu_type ? ":" : "",
+                                   job->gpus_per_node);
         for (const char *p = job->gres; p && *p && len < sizeof(tres);) {
             size_t n = strcspn(p, ",");
             bool prefixed = n >= 5 && !strncmp(p, "gres:", 5);

@@ -303,6 +303,46 @@ TEST(slurm_mail_types_dependencies_gres_comments)
     CHECK_STR(why.text, "an item without a name ('')");
     CHECK_EQ(sbatch_check_gres(":1", &why), -EINVAL);
 
+    /* sbatch's --gres gpu[:TYPE][:N]: the GPU item out, the rest kept in order. */
+    {
+        static const struct {
+            const char *in;
+            int gpus;
+            const char *type, *rest, *why;
+        } cases[] = {
+            {"gpu:2", 2, "", "", NULL},
+            {"gpu:a100:4", 4, "a100", "", NULL},
+            {"gpu", 1, "", "", NULL},
+            {"gpu:h100_80gb", 1, "h100_80gb", "", NULL},
+            {"nvme:1,gres/gpu:a100:2,tmp:ssd:3", 2, "a100", "nvme:1,tmp:ssd:3", NULL},
+            {"gres:gpu:8,nvme", 8, "", "nvme", NULL},
+            {"gpus:2", 0, "", "gpus:2", NULL},
+            {"nvme:1", 0, "", "nvme:1", NULL},
+            {"gpu:1,gpu:2", 0, "", "", "more than one GPU item"},
+            {"gpu:a100:", 0, "", "", "'' is not a number of GPUs"},
+            {"gpu::2", 0, "", "", "an empty GPU type"},
+            {"gpu:2000", 0, "", "", "2000 GPUs: must be 1..1024 per node"},
+            {"gpu:a/b:1", 0, "", "", "'a/b' is not a GPU type"},
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            char type[SBATCH_GPU_TYPE_MAX + 1], rest[SBATCH_GRES_LEN_MAX + 1];
+            int gpus = -1;
+            why.text[0] = '\0';
+            r = sbatch_split_gres(cases[i].in, &gpus, type, sizeof(type), rest, sizeof(rest), &why);
+            if (cases[i].why) {
+                if (r != -EINVAL || strcmp(why.text, cases[i].why))
+                    test_fail(__FILE__, __LINE__, "'%s': %d '%s', not -EINVAL '%s'", cases[i].in, r,
+                              why.text, cases[i].why);
+                continue;
+            }
+            if (r != 0 || gpus != cases[i].gpus || strcmp(type, cases[i].type) ||
+                strcmp(rest, cases[i].rest))
+                test_fail(__FILE__, __LINE__, "'%s': %d, %d '%s' '%s', not %d '%s' '%s' (%s)",
+                          cases[i].in, r, gpus, type, rest, cases[i].gpus, cases[i].type,
+                          cases[i].rest, why.text);
+        }
+    }
+
     CHECK_STR(sbatch_comment(NULL, comment, sizeof(comment)), "gpurun");
     CHECK_STR(sbatch_comment("my run", comment, sizeof(comment)), "gpurun: my run");
     CHECK(sbatch_is_gpurun_comment("gpurun") && sbatch_is_gpurun_comment("gpurun: my run"));
@@ -416,6 +456,7 @@ static void check_read_back(const struct sbatch_job *job)
     CHECK_EQ(back.nodes, job->nodes);
     CHECK_EQ(back.cpus_per_task, job->cpus_per_task);
     CHECK_EQ(back.gpus_per_node, job->gpus_per_node);
+    CHECK_OPT_STR(back.gpu_type, job->gpu_type);
     CHECK_EQ(back.time_limit_min, job->time_limit_min);
     CHECK_OPT_STR(back.partition, job->partition);
     CHECK_OPT_STR(back.account, job->account);
@@ -477,6 +518,10 @@ TEST(slurm_script_read_back)
     check_read_back(&job);
     job = sched_job();
     check_read_back(&job);
+    /* --gres gpu:TYPE:N's type, written as sbatch's --gpus-per-node=TYPE:N. */
+    job.gpu_type = "a100";
+    check_read_back(&job);
+    job.gpu_type = NULL;
     /* The other forms: no GPUs, limit, partition or comment; --requeue, another memory
      * option and --exclusive form, the user's --signal, a fixed job dir to unquote. */
     job.gpus_per_node = 0;
@@ -699,6 +744,14 @@ TEST(slurm_desc_matches_the_directives)
     CHECK_EQ(d.pn_min_memory, mb | MEM_PER_CPU);
     CHECK_EQ(d.shared, JOB_SHARED_MCS);
     free(text);
+    /* A GPU type: in the directive and the descriptor, as sbatch sends it. */
+    job.gpu_type = "h100";
+    text = render_ok(&job);
+    slurmlib_fill_desc(&job, text, env, 2, &d);
+    CHECK_STR(directive(text, "gpus-per-node", buf, sizeof(buf)), "h100:4");
+    CHECK_STR(d.tres_per_node, "gres:gpu:h100:4");
+    free(text);
+    job.gpu_type = NULL;
     /* --gres without GPUs. */
     job.gpus_per_node = 0;
     job.gres = "gres:nvme:2";
