@@ -165,7 +165,8 @@ TEST(slurm_script_directives_and_body)
                          "\"$rendezvousd\" --job-dir \"$dir\" --log-level warn \\\n"
                          "    2>\"$dir/srun.log\" &\n");
     CHECK_CONTAINS(text, "if [ \"$status\" != 0 ] && [ -s \"$dir/srun.log\" ] &&\n"
-                         "    { [ ! -e \"$dir/summary.json\" ] || [ \"$class\" = node ]; }; then\n"
+                         "    { [ -z \"$summary\" ] || [ \"${tasks:-0}\" -gt \"${exits:-0}\" ]; "
+                         "}; then\n"
                          "    cat \"$dir/srun.log\" >&2\n");
     /* The pre-timeout signal goes to the leader through the job dir, never to srun (which
      * would signal every process of the step). */

@@ -1,10 +1,11 @@
 #!/bin/bash
 # What a Slurm job's output says at its end, on the Slurm test cluster. A job that completed
-# after a spare took the place of a SIGKILLed node, and one whose rank failed, show none of
-# srun's own messages ("task 1: Killed", "Force Terminated") and no word of srun's tasks:
-# the job's record explains them. A job whose leader was SIGKILLed (no record) shows srun's
-# lines, and what its "task K" is. ^C on gpurun --wait ends with gpurun's own line, "job N
-# cancelled (SIGINT)", with neither srun's nor slurmstepd's word of the cancel before it.
+# after a spare took the place of a SIGKILLed node, one whose rank failed and one whose nodes
+# failed pre-flight show none of srun's own messages ("task 1: Killed", "Force Terminated",
+# "task 0: Exited with exit code 3") and no word of srun's tasks: the job's record explains
+# them. A job whose leader was SIGKILLed (no record), and one whose node 1 was (no spare),
+# show srun's lines, and what its "task K" is. ^C on gpurun --wait ends with gpurun's own
+# line, "job N cancelled (SIGINT)", with neither srun's nor slurmstepd's word of the cancel.
 # timeout: 200
 # lane: side
 set -euo pipefail
@@ -64,6 +65,32 @@ grep -qF "job failed: rank 1 on node 1 ('node2') exited with status 3" fail.out 
 no_noise "a failing rank" fail.out fail.err
 echo "# a rank failed: the daemon's line names it, no srun lines"
 
+# Every node fails pre-flight: the leader's line says why; srun's exit lines would not.
+run pre.out pre.err --wait -N 2 --gpus-per-node 1 --min-free 1000000000 -- true
+expect_rc "gpurun --wait of a job whose nodes fail pre-flight" 125
+grep -qF "failed pre-flight: job dir" pre.out || grs_fail "no pre-flight line: $(cat pre.out)"
+no_noise "a failed pre-flight" pre.out pre.err
+echo "# pre-flight failed: the leader's line, no srun lines"
+
+# Node 1's daemon SIGKILLed without a spare: srun's "task 1: Killed" says what the record's
+# lost node met.
+# shellcheck disable=SC2016 # expanded by each rank
+timeout 150 "$gpurun" --wait -N 2 --gpus-per-node 1 --kill-grace 1 -- sh -c \
+    'echo "up $RANK"; exec sleep 3025' >node.out 2>node.err </dev/null &
+gpid=$!
+wait_lines node.out '^\[[01]\] up' 2
+id=$(job_id node.out)
+victim=$(daemon_pid "$id" 1)
+[ -n "$victim" ] || grs_fail "no rendezvousd of node 1"
+kill -KILL "$victim"
+rc=0
+wait "$gpid" || rc=$?
+[ "$rc" != 0 ] || grs_fail "a job that lost node 1 exited 0"
+grep -qE "^srun: error: node2: task 1: Killed" node.out ||
+    grs_fail "srun's line of the killed daemon is not in the output: $(cat node.out)"
+grep -qF "gpurun: $hint, not rank K" node.out || grs_fail "no hint of what srun's task is: $(cat node.out)"
+echo "# node 1 killed: srun's line of it and what its task K is"
+
 # The leader SIGKILLed: no record, so srun's lines are the explanation, with the hint.
 # shellcheck disable=SC2016 # expanded by each rank
 timeout 150 "$gpurun" --wait -N 2 --gpus-per-node 1 --kill-grace 1 -- sh -c \
@@ -97,5 +124,5 @@ last=$(tail -n 1 int.err)
 [ "$last" = "gpurun: job $id cancelled (SIGINT); logs in '$GPURUN_JOBS/$id/logs'" ] ||
     grs_fail "the last line after ^C: '$last'"
 no_noise "^C on --wait" int.out int.err
-! pgrep -f '^sleep 302[1-4]$' >/dev/null || grs_fail "ranks left: $(pgrep -af 'sleep 302[1-4]')"
+! pgrep -f '^sleep 302[1-5]$' >/dev/null || grs_fail "ranks left: $(pgrep -af 'sleep 302[1-5]')"
 echo "# ^C: gpurun's own last line, no srun lines"
