@@ -497,8 +497,8 @@ static const struct count_row {
     enum count_unit unit;
     bool asks_gpus; /* counts GPUs as sbatch asks for them, so meaningless with --no-gpus
                      * (--gpus-per-node still counts a CPU job's ranks per node) */
-    size_t value;   /* the int of struct gpurun_args it counts with; 0: none (a --gres
-                     * without GPUs) */
+    size_t value;   /* where in struct gpurun_args its int is; 0 there: nothing counted
+                     * (a --gres without GPUs) */
 } counts[] = {
     {"gpus-per-node", COUNT_PER_NODE, false, FIELD(spec.nprocs)},
     {"ntasks-per-node", COUNT_PER_NODE, false, FIELD(ntasks_per_node)},

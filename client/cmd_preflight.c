@@ -34,19 +34,19 @@ static void print_nodes(const char *job_dir, const char *skip)
     {
         const char *host = json_string_value(json_object_get(n, "hostname"));
         const char *why = json_string_value(json_object_get(n, "preflight"));
-        const char *not = json_string_value(json_object_get(n, "preflight_skipped"));
+        const char *unmade = json_string_value(json_object_get(n, "preflight_skipped"));
         json_t *link = json_object_get(n, "link_mbit");
 
-        if (!not || !*not )
-            not = skip;
+        if (!unmade || !*unmade)
+            unmade = skip;
         total++;
         failed += why && *why;
         printf("node %d (%s): ", (int)json_integer_value(json_object_get(n, "node")),
                host && *host ? host : "never joined");
         if (why && *why) {
             printf("FAILED: %s", why);
-        } else if (not &&*not ) {
-            printf("skipped: %s; the other checks passed", not );
+        } else if (unmade && *unmade) {
+            printf("skipped: %s; the other checks passed", unmade);
             skipped++;
         } else {
             printf("passed");

@@ -955,6 +955,17 @@ TEST(slurm_view_bar_and_durations)
     CHECK_STR(buf, "-");
 }
 
+/* A job's elapsed time from its job dir: start to end, or to now while it runs. */
+TEST(slurm_view_elapsed_of_a_job_slurm_does_not_know)
+{
+    CHECK_EQ(view_elapsed_s(1000.0, 1061.6, false, 5000.0), 62);
+    CHECK_EQ(view_elapsed_s(1000.0, 0, true, 1075.9), 75);
+    CHECK_EQ(view_elapsed_s(1000.0, 0, true, 999.0), 0); /* a clock set back */
+    CHECK_EQ(view_elapsed_s(1000.0, 0, false, 5000.0), -1);
+    CHECK_EQ(view_elapsed_s(0, 1061.0, false, 5000.0), -1);
+    CHECK_EQ(view_elapsed_s(1000.0, 900.0, false, 5000.0), -1);
+}
+
 TEST(slurm_view_total_steps_of_gpurun_train)
 {
     const char *t = test_tmpdir();
