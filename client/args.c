@@ -58,12 +58,13 @@ static const struct cmd_row cmds[CMD_COUNT] = {
                   "gpurun logs [JOBID | --job-dir DIR] [--rank R] [-f]",
                   "Prints the job's rank logs: every rank's lines prefixed \"[R] \", in the\n"
                   "order they were written on any node, or one rank's log as it was written.\n"
-                  "-f keeps printing until the job ends.",
+                  "-f keeps printing until the job ends. Without a JOBID, the newest job's.",
                   "a job's rank logs, merged in time order or one rank's"},
     [CMD_CANCEL] = {"cancel", "gpurun cancel --help", "gpurun cancel JOBID",
                     "Cancels a job: a Slurm job through slurm_kill_job (every node's\n"
                     "rendezvousd tears its ranks down: SIGTERM, then SIGKILL), a local one by\n"
-                    "SIGTERM to its leader. Returns once the job's processes are gone.",
+                    "SIGTERM to its leader. Returns once the job's processes are gone, and\n"
+                    "says \"gpurun: job ID cancelled\".",
                     "ends a job and waits until its processes are gone"},
     [CMD_CLEAN] = {"clean", "gpurun clean --help", "gpurun clean [--older-than DAYS] [--dry-run]",
                    "Removes the job dirs of ended jobs from the jobs root ($GPURUN_JOBS, else\n"
@@ -81,9 +82,10 @@ static const struct cmd_row cmds[CMD_COUNT] = {
                    "dir keeps as job.sbatch, with the same #SBATCH directives, through\n"
                    "libslurm (the environment is this shell's, as with sbatch). The new job\n"
                    "has an id and a job dir of its own; --wait follows it. A job that is\n"
-                   "pending or running is refused (cancel it first), and so is a local job,\n"
-                   "which has no batch script: gpurun prints the command that runs it again.",
-                   "submits an ended Slurm job again from its job.sbatch"},
+                   "pending or running is refused (cancel it first). A local job, which has\n"
+                   "no batch script, runs again here, in its working directory, with the\n"
+                   "options its job.json keeps; gpurun says the command line.",
+                   "submits an ended Slurm job again from its job.sbatch; a local one runs again"},
     [CMD_PREFLIGHT] = {"preflight", "gpurun preflight --help", "gpurun preflight [options]",
                        "Runs the pre-flight checks alone, on the nodes a job with the same\n"
                        "options would get (spares included), and starts no rank: each node's\n"
@@ -224,7 +226,7 @@ static const struct opt_row opts[] = {
     /* sbatch's counts, each read in gpurun's model of one rank per GPU: see counts[]. */
     {'n', "ntasks", ARG_INT, FIELD(ntasks), 1, RANK_MAX, ON_RUN, "N",
      "sbatch's: N ranks in all, as many on each node: N / -N per node\n"
-     "(or N / --gpus-per-node nodes)"},
+     "(or N / --gpus-per-node nodes; with --local alone, one node)"},
     {0, "ntasks-per-node", ARG_INT, FIELD(ntasks_per_node), 1, 1024, ON_RUN, "N",
      "sbatch's: ranks per node, so the same as --gpus-per-node"},
     {'G', "gpus", ARG_GPUS, FIELD(gpus), 1, RANK_MAX, ON_RUN, "N",
@@ -269,7 +271,9 @@ static const struct opt_row opts[] = {
     {0, "reservation", ARG_STRING, FIELD(reservation), 0, 0, ON_RUN, "NAME",
      "run in this Slurm reservation", NULL, OPT_SLURM},
     {0, "gres", ARG_GRES, FIELD(gres), 0, 0, ON_RUN, "LIST",
-     "generic resources per node besides the GPUs (name[:type]:N,...)", NULL, OPT_SLURM},
+     "generic resources per node (name[:type]:N,...); gpu:[TYPE:]N is\n"
+     "--gpus-per-node N, with --local too",
+     NULL, OPT_SLURM},
     {'d', "dependency", ARG_DEPENDENCY, FIELD(dependency), 0, 0, ON_RUN, "LIST",
      "start after other jobs: TYPE:ID[:ID][,TYPE:ID...] (TYPE afterok,\n"
      "afterany, afternotok, after...; or singleton)",
@@ -514,6 +518,9 @@ enum count_unit {
  * - -G/--gpus T: GPUs in all; one rank per GPU makes them ranks in all, as -n T.
  * - --gpus-per-task: 1 is gpurun's model, so taken; any other number would give a rank
  *   several GPUs, which one rank per GPU cannot.
+ * - --gres gpu:N (gpu:TYPE:N): N GPUs per node, so --gpus-per-node N (the TYPE goes to Slurm).
+ * With --local there is one node unless -N or a count per node says otherwise: -n and -G
+ * count its ranks.
  * torchrun's --nproc-per-node and --nnodes are aliases of --gpus-per-node and --nodes (the
  * table above): torchrun means the same by them. */
 static const struct count_row {
@@ -521,10 +528,15 @@ static const struct count_row {
     enum count_unit unit;
     bool asks_gpus; /* counts GPUs as sbatch asks for them, so meaningless with --no-gpus
                      * (--gpus-per-node still counts a CPU job's ranks per node) */
+    size_t value;   /* where in struct gpurun_args its int is; 0 there: nothing counted
+                     * (a --gres without GPUs) */
 } counts[] = {
-    {"gpus-per-node", COUNT_PER_NODE, false}, {"ntasks-per-node", COUNT_PER_NODE, false},
-    {"ntasks", COUNT_IN_ALL, false},          {"gpus", COUNT_IN_ALL, true},
-    {"gpus-per-task", COUNT_PER_RANK, true},
+    {"gpus-per-node", COUNT_PER_NODE, false, FIELD(spec.nprocs)},
+    {"ntasks-per-node", COUNT_PER_NODE, false, FIELD(ntasks_per_node)},
+    {"gres", COUNT_PER_NODE, true, FIELD(gres_gpus)},
+    {"ntasks", COUNT_IN_ALL, false, FIELD(ntasks)},
+    {"gpus", COUNT_IN_ALL, true, FIELD(gpus)},
+    {"gpus-per-task", COUNT_PER_RANK, true, FIELD(gpus_per_task)},
 };
 #define N_COUNTS (sizeof(counts) / sizeof(counts[0]))
 
@@ -929,13 +941,25 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
             return 0;
         }
         return set_choice(o, name, val, field, err);
-    case ARG_DEPENDENCY:
-    case ARG_GRES: {
+    case ARG_DEPENDENCY: {
         struct errmsg why;
-        r = o->kind == ARG_GRES ? sbatch_check_gres(val, &why) : sbatch_check_dependency(val, &why);
+        r = sbatch_check_dependency(val, &why);
         if (r < 0)
             return errmsg_set(err, -EINVAL, "--%s: '%s': %s", name, val, why.text);
         *(const char **)field = val;
+        return 0;
+    }
+    case ARG_GRES: {
+        /* sbatch's most common habit, --gres gpu:N (or gpu:TYPE:N): N is a count per node,
+         * read with the others (counts[]); the rest is asked of Slurm as it is. */
+        struct errmsg why;
+        r = sbatch_split_gres(val, &args->gres_gpus, args->gpu_type, sizeof(args->gpu_type),
+                              args->gres_rest, sizeof(args->gres_rest), &why);
+        if (r == 0 && args->gres_rest[0])
+            r = sbatch_check_gres(args->gres_rest, &why);
+        if (r < 0)
+            return errmsg_set(err, -EINVAL, "--%s: '%s': %s", name, val, why.text);
+        *(const char **)field = args->gres_rest[0] ? args->gres_rest : NULL;
         return 0;
     }
     case ARG_MAIL_TYPE: {
@@ -1278,9 +1302,18 @@ static int mem_given(const struct gpurun_args *args)
 /* The int a count row's option holds (spec.nprocs for --gpus-per-node). */
 static int count_value(const struct gpurun_args *args, const struct count_row *c)
 {
-    const struct opt_row *o = find_long(c->option, strlen(c->option));
+    return *(const int *)((const char *)args + c->value);
+}
 
-    return *(const int *)((const char *)args + o->offset);
+/* A count as the command line gave it, for messages: "--gres gpu:a100:2", "--ntasks 8". */
+static const char *count_spelling(const struct gpurun_args *args, const struct count_row *c, int v,
+                                  char *buf, size_t n)
+{
+    if (c->value == FIELD(gres_gpus))
+        snprintf(buf, n, "--gres gpu:%s%s%d", args->gpu_type, args->gpu_type[0] ? ":" : "", v);
+    else
+        snprintf(buf, n, "--%s %d", c->option, v);
+    return buf;
 }
 
 /* Sets row name's given bit: a size that came from sbatch's counts beats a train.cfg's and
@@ -1291,15 +1324,19 @@ static void set_given(struct gpurun_args *args, const char *name)
 }
 
 /* Ranks in all (in_all, total) into nodes and ranks per node: over -N when given, else over
- * the count per node (per_node, g; NULL when none was given). */
+ * the count per node (per_node, g; NULL when none was given), else with --local over its one
+ * node. */
 static int split_total(struct gpurun_args *args, const struct count_row *in_all, int total,
                        const struct count_row *per_node, int g, struct errmsg *err)
 {
     struct jobspec *s = &args->spec;
     const char *t = in_all->option;
+    char g_text[128];
     int n = s->nnodes;
 
-    if (args_given(args, "nodes")) {
+    if (!args_given(args, "nodes") && !per_node && args->local)
+        n = s->nnodes = 1;
+    if (args_given(args, "nodes") || (!per_node && args->local)) {
         if (total % n) {
             int below = total / n * n;
             if (below > 0)
@@ -1329,14 +1366,15 @@ static int split_total(struct gpurun_args *args, const struct count_row *in_all,
                           "--%s %d needs -N (%d / N ranks on each node) or --gpus-per-node G "
                           "(%d / G nodes): gpurun runs as many ranks on every node",
                           t, total, total, total);
+    count_spelling(args, per_node, g, g_text, sizeof(g_text));
     if (total % g)
         return errmsg_set(err, -EINVAL,
-                          "--%s %d is not a multiple of --%s %d: gpurun runs as many ranks on "
+                          "--%s %d is not a multiple of %s: gpurun runs as many ranks on "
                           "every node; give -N too, or a multiple of %d",
-                          t, total, per_node->option, g, g);
+                          t, total, g_text, g);
     if (total / g > 65536)
-        return errmsg_set(err, -EINVAL, "--%s %d over --%s %d is %d nodes, more than 65536", t,
-                          total, per_node->option, g, total / g);
+        return errmsg_set(err, -EINVAL, "--%s %d over %s is %d nodes, more than 65536", t, total,
+                          g_text, total / g);
     s->nnodes = total / g;
     s->nprocs = g;
     return 0;
@@ -1353,15 +1391,15 @@ static int finish_counts(struct gpurun_args *args, struct errmsg *err)
 
     for (size_t i = 0; i < N_COUNTS; i++) {
         const struct count_row *c = &counts[i];
+        char a[128], b[128];
         int v;
-        if (!args_given(args, c->option))
+        if (!args_given(args, c->option) || (v = count_value(args, c)) == 0)
             continue;
-        v = count_value(args, c);
         if (c->asks_gpus && args->no_gpus)
             return errmsg_set(err, -EINVAL,
-                              "--%s %d: the job asks for no GPUs (--no-gpus): count its ranks "
+                              "%s: the job asks for no GPUs (--no-gpus): count its ranks "
                               "with -n or --gpus-per-node",
-                              c->option, v);
+                              count_spelling(args, c, v, a, sizeof(a)));
         if (c->unit == COUNT_PER_RANK) {
             if (v != 1)
                 return errmsg_set(err, -EINVAL,
@@ -1372,13 +1410,14 @@ static int finish_counts(struct gpurun_args *args, struct errmsg *err)
             continue;
         }
         if (seen[c->unit] && value[c->unit] != v)
-            return errmsg_set(err, -EINVAL,
-                              "--%s %d and --%s %d differ: gpurun runs one rank per GPU, so "
-                              "both count the ranks %s; give one of them",
-                              seen[c->unit]->option, value[c->unit], c->option, v,
-                              c->unit == COUNT_PER_NODE ? "per node (it starts a node's ranks "
-                                                          "itself)"
-                                                        : "in all");
+            return errmsg_set(
+                err, -EINVAL,
+                "%s and %s differ: gpurun runs one rank per GPU, so both count the ranks %s; "
+                "give one of them",
+                count_spelling(args, seen[c->unit], value[c->unit], a, sizeof(a)),
+                count_spelling(args, c, v, b, sizeof(b)),
+                c->unit == COUNT_PER_NODE ? "per node (it starts a node's ranks itself)"
+                                          : "in all");
         seen[c->unit] = c;
         value[c->unit] = v;
     }
@@ -1548,7 +1587,7 @@ static const char *env_value(char *const *envp, const char *name)
 
 int args_apply_env(struct gpurun_args *args, char *const *envp, struct errmsg *err)
 {
-    bool mem_flag = mem_given(args) > 0;
+    bool mem_flag = mem_given(args) > 0, gres_flag = args_given(args, "gres");
     const char *mem_vars[3];
     int n_mem = 0;
 
@@ -1583,6 +1622,12 @@ int args_apply_env(struct gpurun_args *args, char *const *envp, struct errmsg *e
         }
         given_set(args, row);
     }
+    /* SBATCH_GRES's GPUs count the ranks per node as --gres's would, where no option or
+     * SBATCH_GPUS_PER_NODE counted them. */
+    if (!gres_flag && args->gres_gpus && !args_given(args, "gpus-per-node")) {
+        args->spec.nprocs = args->gres_gpus;
+        set_given(args, "gpus-per-node");
+    }
     return 0;
 }
 
@@ -1595,7 +1640,9 @@ void args_env_usage(FILE *out)
 const char *args_slurm_only_given(const struct gpurun_args *args)
 {
     for (size_t i = 0; i < N_OPTS; i++)
-        if ((opts[i].flags & OPT_SLURM) && given_has(args, i))
+        /* A --gres of GPUs alone is a count --local takes (counts[]). */
+        if ((opts[i].flags & OPT_SLURM) && given_has(args, i) &&
+            !(opts[i].kind == ARG_GRES && !args->gres))
             return opts[i].long_name;
     return NULL;
 }

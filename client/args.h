@@ -83,18 +83,23 @@ struct gpurun_args {
     const char *nodelist;        /* -w */
     const char *exclude;         /* -x */
     const char *reservation;     /* --reservation */
-    const char *gres;            /* --gres, checked: no GPUs in it */
-    const char *begin;           /* --begin as given: slurmlib_parse_begin reads it */
-    bool hold;                   /* -H */
-    bool requeue;                /* --requeue */
-    bool no_requeue;             /* --no-requeue */
-    int max_requeues;            /* --max-requeues */
-    const char *chdir;           /* -D as given (relative to gpurun's working directory) */
-    const char *comment;         /* --comment */
-    unsigned mail_type;          /* --mail-type's SBATCH_MAIL_* bits */
-    const char *mail_type_text;  /* --mail-type as given */
-    const char *mail_user;       /* --mail-user */
-    const char *log_level_name;  /* --log-level as given (validated); "warn" by default */
+    const char *gres;            /* --gres without its GPU item (gres_rest), checked; NULL:
+                                  * none, or only GPUs */
+    int gres_gpus;               /* --gres gpu[:TYPE]:N's N, a count per node as
+                                  * --gpus-per-node; 0: none */
+    char gpu_type[SBATCH_GPU_TYPE_MAX + 1];  /* its TYPE; "": any */
+    char gres_rest[SBATCH_GRES_LEN_MAX + 1]; /* the other items of --gres */
+    const char *begin;                       /* --begin as given: slurmlib_parse_begin reads it */
+    bool hold;                               /* -H */
+    bool requeue;                            /* --requeue */
+    bool no_requeue;                         /* --no-requeue */
+    int max_requeues;                        /* --max-requeues */
+    const char *chdir;          /* -D as given (relative to gpurun's working directory) */
+    const char *comment;        /* --comment */
+    unsigned mail_type;         /* --mail-type's SBATCH_MAIL_* bits */
+    const char *mail_type_text; /* --mail-type as given */
+    const char *mail_user;      /* --mail-user */
+    const char *log_level_name; /* --log-level as given (validated); "warn" by default */
     enum log_level log_level;
     int cpus_per_gpu; /* CPUs Slurm gives each rank */
     bool no_gpus;     /* ask Slurm for no GPUs (CPU ranks) */

@@ -1,11 +1,13 @@
 /* What gpurun's subcommands share: the one way they print an error, the jobs root, and which
  * job a status, logs or cancel command means. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <jansson.h>
@@ -135,6 +137,46 @@ int resolve_target(const struct gpurun_args *args, struct target *t)
         return error_out(EXIT_FAILED, "no job '%s' (no '%s', and it is not a Slurm job id)", t->id,
                          t->dir);
     return 0;
+}
+
+int resolve_newest(const struct gpurun_args *args, struct target *t)
+{
+    char root[PATH_MAX], path[PATH_MAX + 300], best[256] = "";
+    struct timespec newest = {0, 0};
+    struct gpurun_args named;
+    struct dirent *e;
+    DIR *d;
+    int ret;
+
+    if (args->target || args->job_dir)
+        return resolve_target(args, t);
+    ret = jobs_root(root, sizeof(root));
+    if (ret)
+        return ret;
+    /* As gpurun status lists them: the job dir whose job.json is newest. */
+    d = opendir(root);
+    while (d && (e = readdir(d))) {
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s/job.json", root, e->d_name);
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof(best) || stat(path, &st) < 0)
+            continue;
+        if (st.st_mtim.tv_sec > newest.tv_sec ||
+            (st.st_mtim.tv_sec == newest.tv_sec && st.st_mtim.tv_nsec > newest.tv_nsec)) {
+            newest = st.st_mtim;
+            snprintf(best, sizeof(best), "%s", e->d_name);
+        }
+    }
+    if (d)
+        closedir(d);
+    if (!best[0])
+        return error_out(EXIT_FAILED, "%s: no job in '%s' to show; name a JOBID or --job-dir DIR",
+                         args_cmd_name(args->cmd), root);
+    named = *args; /* a shallow copy, only read */
+    named.target = best;
+    ret = resolve_target(&named, t);
+    if (ret == 0)
+        fprintf(stderr, "gpurun: job %s, the newest (gpurun status lists the others)\n", t->id);
+    return ret;
 }
 
 int open_slurm(void)

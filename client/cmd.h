@@ -61,6 +61,11 @@ struct target {
  * dir is given with its links resolved. Returns 0, or EXIT_FAILED with the error printed. */
 int resolve_target(const struct gpurun_args *args, struct target *t);
 
+/* As resolve_target, but with neither a JOBID nor --job-dir, the newest job: the job dir of
+ * the jobs root whose job.json is the newest (gpurun status's list, a pending Slurm job
+ * aside), which a line on stderr names. Returns 0, or EXIT_FAILED with the error printed. */
+int resolve_newest(const struct gpurun_args *args, struct target *t);
+
 /* t->dir with its links resolved: a local job run with --job-dir is linked from the jobs
  * root by its id, and its real place is what a person wants to see. Left as it is when it
  * cannot be resolved. */

@@ -47,6 +47,11 @@ static int cancel_local(const struct target *t)
                                           uv_strerror(-errno));
     for (until = monotime_ms() + CANCEL_WAIT_MS; monotime_ms() < until && kill(pid, 0) == 0;)
         sleep_ms(50);
+    if (kill(pid, 0) == 0)
+        fprintf(stderr, "gpurun: job %s is still ending after %d s (its leader, pid %d, has it)\n",
+                t->id, CANCEL_WAIT_MS / 1000, (int)pid);
+    else
+        fprintf(stderr, "gpurun: job %s cancelled\n", t->id);
     return 0;
 }
 
@@ -83,8 +88,10 @@ int cmd_cancel(struct gpurun_args *args, int *fatal_signal)
         r = slurmlib_load(t.slurm, &job, &err);
         bool ended = r < 0 || job.ended;
         slurmlib_job_release(&job);
-        if (ended)
+        if (ended) {
+            fprintf(stderr, "gpurun: job %s cancelled\n", t.id);
             break;
+        }
         if (monotime_ms() >= until) {
             fprintf(stderr, "gpurun: job %s is still completing after %d s\n", t.id,
                     CANCEL_WAIT_MS / 1000);

@@ -57,7 +57,7 @@ int cmd_logs(struct gpurun_args *args, int *fatal_signal)
     int ret;
 
     (void)fatal_signal;
-    ret = resolve_target(args, &t);
+    ret = resolve_newest(args, &t);
     if (ret)
         return ret;
     end.t = &t;

@@ -1,13 +1,15 @@
 /* gpurun rerun: submits an ended Slurm job again from the batch script its job dir keeps
  * (job.sbatch, the copy the script makes of itself as it starts), read back into the job
  * descriptor it was submitted with (sbatch_parse); or, for a local job, which has no batch
- * script, says the command line that runs it again, from its job.json. */
+ * script, runs it again in gpurun's foreground with the command line its job.json gives. */
 #include <errno.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <uv.h>
 
@@ -20,6 +22,7 @@
 #include "sbatch.h"
 #include "signame.h"
 #include "slurmlib.h"
+#include "view.h"
 #include "banned.h"
 
 /* The largest batch script read back: gpurun's are a few KiB (the job spec is the bulk). */
@@ -49,68 +52,109 @@ static const struct {
 #define HB_BEATS       10
 #define HB_TIMEOUT_MAX 3600000
 
-/* Milliseconds as the seconds an option takes: "5", "0.25". */
-static void put_seconds(FILE *f, int ms)
+/* The words of a command line being made: a NULL-terminated array of new strings. */
+struct words {
+    char **v;
+    size_t n, cap;
+    bool failed; /* out of memory: the words are incomplete */
+};
+
+static void words_add(struct words *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void words_add(struct words *w, const char *fmt, ...)
+{
+    va_list ap;
+    char *s;
+
+    if (w->failed)
+        return;
+    if (w->n + 2 > w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 16;
+        char **v = realloc(w->v, cap * sizeof(*v));
+        if (!v) {
+            w->failed = true;
+            return;
+        }
+        w->v = v;
+        w->cap = cap;
+    }
+    va_start(ap, fmt);
+    if (vasprintf(&s, fmt, ap) < 0) {
+        w->failed = true;
+        s = NULL;
+    }
+    va_end(ap);
+    w->v[w->n] = s;
+    w->n += s != NULL;
+    w->v[w->n] = NULL;
+}
+
+static void words_release(struct words *w)
+{
+    for (size_t i = 0; i < w->n; i++)
+        free(w->v[i]);
+    free(w->v);
+    memset(w, 0, sizeof(*w));
+}
+
+/* Milliseconds as the seconds an option takes: "5", "0.25", into buf (n bytes). */
+static const char *seconds_text(char *buf, size_t n, int ms)
 {
     int frac = ms % 1000, digits = 3;
 
-    fprintf(f, "%d", ms / 1000);
-    if (!frac)
-        return;
+    if (!frac) {
+        snprintf(buf, n, "%d", ms / 1000);
+        return buf;
+    }
     for (; frac % 10 == 0; frac /= 10)
         digits--;
-    fprintf(f, ".%0*d", digits, frac);
+    snprintf(buf, n, "%d.%0*d", ms / 1000, digits, frac);
+    return buf;
 }
 
-/* The command line of the local job spec into *line (new: free it): "cd DIR && gpurun --local
- * OPTIONS -- ARGV...", with the options whose values differ from a plain run's. */
-static int local_command(const struct jobspec *spec, char **line)
+/* The command line of the local job spec into w: "gpurun --local OPTIONS -- ARGV...", with
+ * the options whose values differ from a plain run's. */
+static void local_words(const struct jobspec *spec, struct words *w)
 {
     struct jobspec def;
-    char name[256], sn[SIGNAME_LEN];
-    size_t len = 0;
-    FILE *f = open_memstream(line, &len);
+    char name[256], sn[SIGNAME_LEN], sec[32];
     int argc = 0;
 
-    if (!f)
-        return -ENOMEM;
     jobspec_init(&def);
     def.hb_timeout_ms = spec->hb_interval_ms * HB_BEATS > HB_TIMEOUT_MAX
                             ? HB_TIMEOUT_MAX
                             : spec->hb_interval_ms * HB_BEATS;
-    if (spec->workdir) {
-        fputs("cd ", f);
-        sbatch_shell_word(f, spec->workdir);
-        fputs(" && ", f);
-    }
-    fputs("gpurun --local", f);
+    words_add(w, "gpurun");
+    words_add(w, "--local");
     for (size_t i = 0; i < sizeof(spec_options) / sizeof(spec_options[0]); i++) {
         int v = *(const int *)((const char *)spec + spec_options[i].offset);
         if (v == *(const int *)((const char *)&def + spec_options[i].offset))
             continue;
-        fprintf(f, " %s ", spec_options[i].option);
+        words_add(w, "%s", spec_options[i].option);
         if (spec_options[i].ms)
-            put_seconds(f, v);
+            words_add(w, "%s", seconds_text(sec, sizeof(sec), v));
         else
-            fprintf(f, "%d", v);
+            words_add(w, "%d", v);
     }
-    if (spec->time_limit_s > 0)
-        fprintf(f, " -t %d:%02d:%02d", spec->time_limit_s / 3600, spec->time_limit_s / 60 % 60,
-                spec->time_limit_s % 60);
+    if (spec->time_limit_s > 0) {
+        words_add(w, "-t");
+        words_add(w, "%d:%02d:%02d", spec->time_limit_s / 3600, spec->time_limit_s / 60 % 60,
+                  spec->time_limit_s % 60);
+    }
     if (spec->gpu_bind == GPU_BIND_SINGLE)
-        fputs(" --gpu-bind=single", f);
+        words_add(w, "--gpu-bind=single");
     /* --signal's TIME is not in job.json: the signal comes at the default lead. */
     if (spec->preempt_all) {
         const char *s = signame(spec->preempt_signal, sn);
-        fprintf(f, " --signal=%s", strncmp(s, "SIG", 3) ? s : s + 3);
+        words_add(w, "--signal=%s", strncmp(s, "SIG", 3) ? s : s + 3);
     }
     for (char **e = spec->env; e && *e; e++) {
-        fputs(" --export ", f);
-        sbatch_shell_word(f, *e);
+        words_add(w, "--export");
+        words_add(w, "%s", *e);
     }
     if (spec->metrics_dir) {
-        fputs(" --metrics-dir ", f);
-        sbatch_shell_word(f, spec->metrics_dir);
+        words_add(w, "--metrics-dir");
+        words_add(w, "%s", spec->metrics_dir);
     }
     if (spec->output_ranks) {
         fputs(" --output-ranks ", f);
@@ -120,23 +164,45 @@ static int local_command(const struct jobspec *spec, char **line)
         argc++;
     job_default_name(name, sizeof(name), spec->argv, argc);
     if (spec->name && strcmp(spec->name, name)) {
-        fputs(" -J ", f);
-        sbatch_shell_word(f, spec->name);
+        words_add(w, "-J");
+        words_add(w, "%s", spec->name);
     }
-    fputs(" --", f);
-    for (char **a = spec->argv; *a; a++) {
-        fputc(' ', f);
-        sbatch_shell_word(f, *a);
-    }
+    words_add(w, "--");
+    for (char **a = spec->argv; *a; a++)
+        words_add(w, "%s", *a);
     jobspec_release(&def);
+}
+
+/* The words as a shell would need them, after "cd DIR && " where dir is not NULL, into
+ * *line (new: free it). */
+static int words_line(const struct words *w, const char *dir, char **line)
+{
+    size_t len = 0;
+    FILE *f = open_memstream(line, &len);
+
+    if (!f)
+        return -ENOMEM;
+    if (dir) {
+        fputs("cd ", f);
+        sbatch_shell_word(f, dir);
+        fputs(" && ", f);
+    }
+    for (size_t i = 0; i < w->n; i++) {
+        if (i)
+            fputc(' ', f);
+        /* The options and "gpurun" need no quotes; the values may. */
+        sbatch_shell_word(f, w->v[i]);
+    }
     return fclose(f) == 0 ? 0 : -ENOMEM;
 }
 
-/* A local job ran in gpurun's foreground, not from a script: refused, with the command line
- * that runs it again where its job.json holds one. */
+/* A local job ran in gpurun's foreground, not from a script: it runs again the same way,
+ * this gpurun exec'd with the command line job.json gives, in the job's working directory;
+ * the line says which. Returns only on failure. */
 static int rerun_local(const struct target *t)
 {
     char path[PATH_MAX + 16], *line = NULL;
+    struct words w = {0};
     struct jobspec spec;
     struct errmsg err;
     int ret;
@@ -145,21 +211,35 @@ static int rerun_local(const struct target *t)
     jobspec_init(&spec);
     if (jobspec_load(&spec, path, &err) < 0 || !spec.argv || !spec.argv[0]) {
         ret = error_out(EXIT_FAILED,
-                        "job '%s' ran with --local, so it has no batch script to submit again, "
-                        "and its command cannot be known: '%s' %s",
-                        t->id, path, spec.argv ? err.text : "holds none");
+                        "job '%s' ran with --local and its command cannot be known: '%s' %s", t->id,
+                        path, spec.argv ? err.text : "holds none");
         goto out;
     }
-    if (local_command(&spec, &line) < 0) {
+    if (view_local_leader_alive(t->dir)) {
+        ret = error_out(EXIT_FAILED,
+                        "job '%s' is running: only a job that has ended runs again (gpurun cancel "
+                        "%s first, or wait for its end)",
+                        t->id, t->id);
+        goto out;
+    }
+    local_words(&spec, &w);
+    if (w.failed || words_line(&w, spec.workdir, &line) < 0) {
         ret = error_out(EXIT_FAILED, "out of memory");
         goto out;
     }
-    ret = error_out(EXIT_FAILED,
-                    "job '%s' ran with --local, so it has no batch script to submit again; run "
-                    "it again with: %s",
-                    t->id, line);
+    if (spec.workdir && chdir(spec.workdir) < 0) {
+        ret = error_out(EXIT_FAILED, "job '%s' cannot run again: its working directory '%s': %s",
+                        t->id, spec.workdir, uv_strerror(-errno));
+        goto out;
+    }
+    fprintf(stderr, "gpurun: running local job '%s' again: %s\n", t->id, line);
+    fflush(stderr);
+    execv("/proc/self/exe", w.v);
+    ret = error_out(EXIT_FAILED, "cannot run gpurun again ('/proc/self/exe'): %s; run: %s",
+                    uv_strerror(-errno), line);
 out:
     free(line);
+    words_release(&w);
     jobspec_release(&spec);
     return ret;
 }

@@ -942,6 +942,7 @@ static void batch_job_fill(struct sbatch_job *job, const struct gpurun_args *arg
     job->no_kill = spec->spare_nodes > 0;
     job->ranks_per_node = spec->nprocs;
     job->gpus_per_node = args->no_gpus ? 0 : spec->nprocs;
+    job->gpu_type = job->gpus_per_node && args->gpu_type[0] ? args->gpu_type : NULL;
     job->cpus_per_task = cpus_per_rank(args) * spec->nprocs;
     /* -t 0 (or UNLIMITED) asks Slurm for no limit, as sbatch's --time=0 does; no -t leaves
      * the partition's. */

@@ -20,6 +20,7 @@
 #include "status.h"
 #include "follow.h"
 #include "monotime.h"
+#include "signame.h"
 #include "banned.h"
 
 static int write_all(int fd, const char *p, size_t n)
@@ -36,9 +37,90 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-/* Copies what fd gained since the last call to stdout. Returns the bytes copied, or a
- * negative errno. */
-static long copy_new(int fd)
+bool follow_slurm_noise(const char *line, size_t n)
+{
+    static const char who[] = "slurmstepd", at[] = " CANCELLED AT ", end[] = " ***";
+    const char *p, *stamp;
+
+    if (n < sizeof(who) - 1 || memcmp(line, who, sizeof(who) - 1) ||
+        !(p = memmem(line, n, ": error: *** ", 13)))
+        return false;
+    p += 13;
+    if (!((size_t)(line + n - p) > 4 && !memcmp(p, "JOB ", 4)) &&
+        !((size_t)(line + n - p) > 5 && !memcmp(p, "STEP ", 5)))
+        return false;
+    stamp = memmem(p, (size_t)(line + n - p), at, sizeof(at) - 1);
+    if (!stamp || n < sizeof(end) - 1 || memcmp(line + n - (sizeof(end) - 1), end, sizeof(end) - 1))
+        return false;
+    /* "... CANCELLED AT 2026-12-01T23:41:09 ***": a time alone, no "DUE TO TIME LIMIT". */
+    stamp += sizeof(at) - 1;
+    return stamp < line + n - (sizeof(end) - 1) &&
+           !memchr(stamp, ' ', (size_t)(line + n - (sizeof(end) - 1) - stamp));
+}
+
+/* The batch output's lines on their way to stdout: a line that begins as slurmstepd's would
+ * is held until its end (at most FOLLOW_HELD_MAX bytes), and dropped if it is its word of a
+ * cancel; any other is written as it comes, a part of a line as it stands. */
+#define FOLLOW_HELD_MAX 512 /* slurmstepd's cancel line is under 100 bytes */
+struct line_filter {
+    char held[FOLLOW_HELD_MAX];
+    size_t n;
+    bool passing; /* inside a line written in part: the rest goes straight out */
+};
+
+static int filter_flush(struct line_filter *lf)
+{
+    int r = write_all(STDOUT_FILENO, lf->held, lf->n);
+
+    lf->n = 0;
+    return r;
+}
+
+/* Whether held's n bytes may still grow into slurmstepd's line. */
+static bool may_be_slurm(const char *held, size_t n)
+{
+    static const char who[] = "slurmstepd";
+
+    return !memcmp(held, who, n < sizeof(who) - 1 ? n : sizeof(who) - 1);
+}
+
+/* p's n bytes through lf to stdout. Returns 0, or a negative errno. */
+static int filter_write(struct line_filter *lf, const char *p, size_t n)
+{
+    while (n > 0) {
+        const char *nl = memchr(p, '\n', n);
+        size_t k = nl ? (size_t)(nl - p) + 1 : n;
+        int r;
+
+        if (lf->passing || k > sizeof(lf->held) - lf->n) {
+            r = filter_flush(lf);
+            r = r ? r : write_all(STDOUT_FILENO, p, k);
+            lf->passing = !nl;
+        } else {
+            memcpy(lf->held + lf->n, p, k);
+            lf->n += k;
+            r = 0;
+            if (!may_be_slurm(lf->held, lf->n)) {
+                r = filter_flush(lf);
+                lf->passing = !nl;
+            } else if (nl) {
+                if (follow_slurm_noise(lf->held, lf->n - 1))
+                    lf->n = 0;
+                else
+                    r = filter_flush(lf);
+            }
+        }
+        if (r < 0)
+            return r;
+        p += k;
+        n -= k;
+    }
+    return 0;
+}
+
+/* Copies what fd gained since the last call to stdout, through lf. Returns the bytes
+ * copied, or a negative errno. */
+static long copy_new(int fd, struct line_filter *lf)
 {
     char buf[65536];
     long total = 0;
@@ -51,7 +133,7 @@ static long copy_new(int fd)
             return -errno;
         if (n == 0)
             return total;
-        if (write_all(STDOUT_FILENO, buf, (size_t)n) < 0)
+        if (filter_write(lf, buf, (size_t)n) < 0)
             return -EPIPE;
         total += n;
     }
@@ -85,6 +167,7 @@ struct follow {
     long long next_poll, give_up_at; /* monotonic ms; give_up_at 0: not cancelled */
     int excluded_at;                 /* the requeue whose fenced nodes were excluded */
     bool known;                      /* Slurm has answered once */
+    struct line_filter lines;        /* the output's lines on their way to stdout */
 };
 
 /* Whether name is one of list's ",a,b," names. */
@@ -183,7 +266,7 @@ static bool poll_job(struct follow *f, long long now, int *ret)
         /* Purged (MinJobAge) between two polls: the summary has the outcome. */
         int st = summary_status(f->job_dir);
         if (f->fd >= 0)
-            copy_new(f->fd);
+            copy_new(f->fd, &f->lines);
         if (st < 0)
             fprintf(stderr, "gpurun: Slurm forgot job %u before its end was seen\n", f->id);
         *ret = st < 0 ? 125 : st;
@@ -247,7 +330,7 @@ static bool follow_turn(struct follow *f, const sigset_t *set, int *ret, int *fa
     /* The file exists once the batch script starts (slurmstepd creates it). */
     if (f->fd < 0 && f->path && f->job.state != SLURMLIB_PENDING)
         f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (f->fd >= 0 && copy_new(f->fd) == -EPIPE)
+    if (f->fd >= 0 && copy_new(f->fd, &f->lines) == -EPIPE)
         return true;
     if (f->job.ended) {
         *ret = slurmlib_exit_status(&f->job);
@@ -277,7 +360,16 @@ int follow_job(uint32_t id, const char *job_dir, int *fatal_signal)
     sigprocmask(SIG_BLOCK, &set, &old);
     while (!follow_turn(&f, &set, &ret, fatal_signal))
         ;
-    if (f.job.ended && ret == 0 && !*fatal_signal) {
+    filter_flush(&f.lines);
+    if (f.job.ended && *fatal_signal && f.signals == 1) {
+        /* Cancelled on the signal and followed to its end: gpurun's own last line, as
+         * --local's. */
+        char sn[SIGNAME_LEN];
+        fprintf(stderr, "gpurun: job %u cancelled (%s)", id, signame(*fatal_signal, sn));
+        if (job_dir)
+            fprintf(stderr, "; logs in '%s/logs'", job_dir);
+        fprintf(stderr, "\n");
+    } else if (f.job.ended && ret == 0 && !*fatal_signal) {
         char alone[1024];
         fprintf(stderr, "gpurun: job %u completed in %ld s", id, f.job.elapsed_s);
         if (job_dir && status_alone(job_dir, alone, sizeof(alone)))

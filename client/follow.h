@@ -4,6 +4,8 @@
 #ifndef GPURUN_CLIENT_FOLLOW_H
 #define GPURUN_CLIENT_FOLLOW_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* How often slurmctld is asked about the job: first after FOLLOW_POLL_MIN_MS, doubling up
@@ -26,5 +28,12 @@
  * should die of. Prints its own failures as "gpurun: ..." lines on stderr. Thread context:
  * the process's only thread; the three signals are blocked while it runs. */
 int follow_job(uint32_t id, const char *job_dir, int *fatal_signal);
+
+/* Whether line (n bytes, without its newline; borrowed) is slurmstepd's word of a cancel,
+ * which it writes into the batch output itself: "slurmstepd-node1: error: *** JOB 6 ON node1
+ * CANCELLED AT 2026-12-01T23:41:09 ***" (or STEP 6.0). follow_job leaves it out: gpurun's own
+ * closing line says the job was cancelled. One that says why ("... DUE TO TIME LIMIT ***")
+ * is kept. */
+bool follow_slurm_noise(const char *line, size_t n);
 
 #endif

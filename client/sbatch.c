@@ -269,6 +269,75 @@ int sbatch_check_gres(const char *s, struct errmsg *why)
     }
 }
 
+/* A GPU item's "[TYPE][:N]" after "gpu:" (p, len bytes) into *gpus and type. */
+static int gres_gpu_item(const char *p, size_t len, int *gpus, char *type, size_t tn,
+                         struct errmsg *why)
+{
+    const char *colon = memchr(p, ':', len), *num = colon ? colon + 1 : p;
+    size_t tlen = colon ? (size_t)(colon - p) : 0, nlen = len - (size_t)(num - p);
+    long n = 0;
+
+    /* "gpu:a100": a TYPE, one GPU. */
+    if (!colon && len > 0 && strspn(p, "0123456789") < len) {
+        tlen = len;
+        nlen = 0;
+    }
+    if (tlen > SBATCH_GPU_TYPE_MAX || tlen >= tn)
+        return errmsg_set(why, -EINVAL, "the GPU type '%.*s' is longer than %d bytes", (int)tlen, p,
+                          SBATCH_GPU_TYPE_MAX);
+    for (size_t i = 0; i < tlen; i++)
+        if (!isalnum((unsigned char)p[i]) && !strchr("_-.", p[i]))
+            return errmsg_set(why, -EINVAL, "'%.*s' is not a GPU type", (int)tlen, p);
+    if (colon && tlen == 0)
+        return errmsg_set(why, -EINVAL, "an empty GPU type");
+    if (colon && nlen == 0)
+        return errmsg_set(why, -EINVAL, "'' is not a number of GPUs");
+    for (size_t i = 0; i < nlen; i++) {
+        if (!isdigit((unsigned char)num[i]) || n > 1024)
+            return errmsg_set(why, -EINVAL, "'%.*s' is not a number of GPUs", (int)nlen, num);
+        n = n * 10 + (num[i] - '0');
+    }
+    if (nlen == 0)
+        n = 1;
+    if (n < 1 || n > 1024)
+        return errmsg_set(why, -EINVAL, "%ld GPUs: must be 1..1024 per node", n);
+    memcpy(type, p, tlen);
+    type[tlen] = '\0';
+    *gpus = (int)n;
+    return 0;
+}
+
+int sbatch_split_gres(const char *s, int *gpus, char *type, size_t tn, char *rest, size_t rn,
+                      struct errmsg *why)
+{
+    size_t out = 0;
+
+    *gpus = 0;
+    type[0] = rest[0] = '\0';
+    if (strlen(s) > SBATCH_GRES_LEN_MAX || rn <= strlen(s))
+        return errmsg_set(why, -EINVAL, "longer than %d bytes", SBATCH_GRES_LEN_MAX);
+    for (const char *p = s;;) {
+        size_t len = strcspn(p, ","), skip = 0;
+        if (len >= 5 && (!strncmp(p, "gres:", 5) || !strncmp(p, "gres/", 5)))
+            skip = 5;
+        if (len - skip >= 3 && !strncmp(p + skip, "gpu", 3) &&
+            (len - skip == 3 || p[skip + 3] == ':')) {
+            int r;
+            if (*gpus)
+                return errmsg_set(why, -EINVAL, "more than one GPU item");
+            r = gres_gpu_item(p + skip + 3 + (len - skip > 3), len - skip - 3 - (len - skip > 3),
+                              gpus, type, tn, why);
+            if (r < 0)
+                return r;
+        } else {
+            out += (size_t)snprintf(rest + out, rn - out, "%s%.*s", out ? "," : "", (int)len, p);
+        }
+        if (!p[len])
+            return 0;
+        p += len + 1;
+    }
+}
+
 long sbatch_time_minutes(long seconds)
 {
     return seconds <= 0 ? 0 : (seconds + 59) / 60;
@@ -420,8 +489,12 @@ static int directives(FILE *f, const struct sbatch_job *j, struct errmsg *err)
     r = r ? r : directive_int(f, "nodes", j->nodes, err);
     r = r ? r : directive_int(f, "ntasks-per-node", 1, err);
     r = r ? r : directive_int(f, "cpus-per-task", j->cpus_per_task, err);
-    if (j->gpus_per_node > 0)
+    if (j->gpus_per_node > 0 && j->gpu_type) {
+        snprintf(buf, sizeof(buf), "%.*s:%d", SBATCH_GPU_TYPE_MAX, j->gpu_type, j->gpus_per_node);
+        r = r ? r : directive(f, "gpus-per-node", buf, err);
+    } else if (j->gpus_per_node > 0) {
         r = r ? r : directive_int(f, "gpus-per-node", j->gpus_per_node, err);
+    }
     if (j->time_limit_min > 0) {
         sbatch_format_time(buf, sizeof(buf), j->time_limit_min);
         r = r ? r : directive(f, "time", buf, err);
@@ -531,9 +604,15 @@ static void body(FILE *f, const struct sbatch_job *j)
         "# and srun passes it on. The pre-timeout signal (--signal=B:...) goes to the\n"
         "# leader on this host through the job dir, not through srun: srun would signal\n"
         "# every process of the step, and it must reach only the ranks that asked for it.\n"
+        "# Each daemon's stderr joins its stdout (whole lines, docs/design.md, section 4), so\n"
+        "# that srun's stderr holds srun's own messages alone: they go to srun.log, and to\n"
+        "# the job's output only where they explain its end (below).\n"
+        "# shellcheck disable=SC2016 # the inner shell's $0 and $@\n"
         "srun --ntasks-per-node=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-%d}\" "
         "--kill-on-bad-exit=0%s \\\n"
-        "    \"$rendezvousd\" --job-dir \"$dir\" --log-level %s &\n"
+        "    /bin/sh -c 'exec \"$0\" \"$@\" 2>&1' \"$rendezvousd\" --job-dir \"$dir\" "
+        "--log-level %s \\\n"
+        "    2>\"$dir/srun.log\" &\n"
         "srun_pid=$!\n"
         "trap 'echo %d >\"$dir/preempt.new\" && mv -f \"$dir/preempt.new\" \"$dir/preempt\"' %s\n"
         "trap 'kill -TERM \"$srun_pid\" 2>/dev/null || true' TERM INT HUP\n"
@@ -544,12 +623,6 @@ static void body(FILE *f, const struct sbatch_job *j)
         "    status=0\n"
         "    wait \"$srun_pid\" || status=$?\n"
         "done\n"
-        "# srun reports a daemon's non-zero exit as \"nodeN: task K: Exited with exit code\n"
-        "# C\": its tasks are the daemons, one a node, so K is a node, not a rank.\n"
-        "if [ \"$status\" != 0 ]; then\n"
-        "    echo \"gpurun: srun's 'task K' is node K's rendezvousd, not rank K (gpurun "
-        "status $SLURM_JOB_ID names the rank that failed)\" >&2\n"
-        "fi\n"
         "# The job's own record decides the exit status, so that Slurm's agrees with\n"
         "# summary.json; without one (the leader was lost) srun's 128+N of a killed daemon\n"
         "# would read as a rank's signal: it is gpurun's failure, 125.\n"
@@ -559,6 +632,22 @@ static void body(FILE *f, const struct sbatch_job *j)
         "    status=$summary\n"
         "elif [ \"$status\" != 0 ]; then\n"
         "    status=125\n"
+        "fi\n"
+        "# srun's messages (\"Force Terminated\", \"task 1: Killed\" of a node a spare replaced,\n"
+        "# a cancel's, a daemon's exit status) are noise beside the job's record, except\n"
+        "# where they explain a failed job's end it does not: no record (the leader was\n"
+        "# lost), or a daemon that did not exit (\"task 1: Killed\": its node lost). Its\n"
+        "# \"nodeN: task K: ...\" names a daemon, one a node, so K is a node, not a rank.\n"
+        "tasks=$(grep -c ': task [0-9][0-9]*: ' \"$dir/srun.log\" 2>/dev/null || true)\n"
+        "exits=$(grep -c ': task [0-9][0-9]*: Exited with exit code ' \"$dir/srun.log\" "
+        "2>/dev/null || true)\n"
+        "if [ \"$status\" != 0 ] && [ -s \"$dir/srun.log\" ] &&\n"
+        "    { [ -z \"$summary\" ] || [ \"${tasks:-0}\" -gt \"${exits:-0}\" ]; }; then\n"
+        "    cat \"$dir/srun.log\" >&2\n"
+        "    if [ \"${tasks:-0}\" -gt 0 ]; then\n"
+        "        echo \"gpurun: srun's 'task K' is node K's rendezvousd, not rank K (gpurun "
+        "status $SLURM_JOB_ID names the node and rank that failed)\" >&2\n"
+        "    fi\n"
         "fi\n",
         j->cpus_per_task, j->no_kill ? " --no-kill" : "", j->log_level, psig, tname);
     if (j->max_requeues > 0)
@@ -618,6 +707,7 @@ enum parse_kind {
     PARSE_COMMENT,   /* "gpurun" or "gpurun: TEXT" (sbatch_comment): TEXT into comment */
     PARSE_MAIL_TYPE, /* mail_type and its text */
     PARSE_FIXED,     /* the one value gpurun writes (arg_text), nothing to set */
+    PARSE_GPUS,      /* "[TYPE:]N" into gpus_per_node and gpu_type */
 };
 
 #define JOB_FIELD(f) offsetof(struct sbatch_job, f)
@@ -636,7 +726,7 @@ static const struct parse_row {
     {"nodes", PARSE_INT, JOB_FIELD(nodes), 0, NULL},
     {"ntasks-per-node", PARSE_FIXED, NO_FIELD, 0, "1"},
     {"cpus-per-task", PARSE_INT, JOB_FIELD(cpus_per_task), 0, NULL},
-    {"gpus-per-node", PARSE_INT, JOB_FIELD(gpus_per_node), 0, NULL},
+    {"gpus-per-node", PARSE_GPUS, JOB_FIELD(gpus_per_node), 0, NULL},
     {"time", PARSE_TIME, JOB_FIELD(time_limit_min), 0, NULL},
     {"partition", PARSE_STRING, JOB_FIELD(partition), 0, NULL},
     {"account", PARSE_STRING, JOB_FIELD(account), 0, NULL},
@@ -765,6 +855,16 @@ static int parse_value(const struct parse_row *r, char *val, struct sbatch_job *
         job->mail_type = (unsigned)v;
         job->mail_type_text = val;
         return 0;
+    case PARSE_GPUS: {
+        char *colon = strrchr(val, ':');
+        if (!positive_int(colon ? colon + 1 : val, &v) || colon == val)
+            return errmsg_set(err, -EINVAL, "'%s' is not [TYPE:]N", val);
+        if (colon)
+            *colon = '\0';
+        job->gpus_per_node = v;
+        job->gpu_type = colon ? val : NULL;
+        return 0;
+    }
     case PARSE_FIXED:
         if (strcmp(val, r->arg_text))
             return errmsg_set(err, -EINVAL, "'%s': gpurun writes only '%s'", val, r->arg_text);

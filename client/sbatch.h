@@ -53,6 +53,7 @@ struct sbatch_job {
     int nodes;               /* one rendezvousd each */
     int ranks_per_node;      /* for the script's header comment */
     int gpus_per_node;       /* GRES gpu per node; 0: none asked */
+    const char *gpu_type;    /* their type (--gres gpu:TYPE:N); NULL: any */
     int cpus_per_task;       /* the node's one task: CPUs for all its ranks */
     long time_limit_min;     /* minutes; 0: the partition's limit; SBATCH_TIME_UNLIMITED: none
                               * (sbatch's --time=0 or UNLIMITED, Slurm's INFINITE) */
@@ -160,6 +161,18 @@ int sbatch_check_dependency(const char *s, struct errmsg *why);
  * GPUs are --gpus-per-node's), SBATCH_GRES_LEN_MAX bytes at most. Returns 0 or -EINVAL with
  * why (the caller's) filled. */
 int sbatch_check_gres(const char *s, struct errmsg *why);
+
+/* The longest GPU type taken from --gres gpu:TYPE:N ("a100", "h100_80gb"...). */
+#define SBATCH_GPU_TYPE_MAX 63
+
+/* sbatch's habit of asking for GPUs by --gres: s's "gpu[:TYPE][:N]" item ("gres:" or "gres/"
+ * before it too; N 1 when left out) taken out of the list, its N into *gpus (0: s has no GPU
+ * item) and its TYPE into type (tn bytes; "" for none), the other items into rest (rn bytes,
+ * at least SBATCH_GRES_LEN_MAX + 1; "" for none), unchecked (sbatch_check_gres). Returns 0 or
+ * -EINVAL with why filled: two GPU items, an N that is not a whole number from 1 to 1024, a
+ * TYPE longer than SBATCH_GPU_TYPE_MAX or with other than letters, digits, '_', '-', '.'. */
+int sbatch_split_gres(const char *s, int *gpus, char *type, size_t tn, char *rest, size_t rn,
+                      struct errmsg *why);
 
 /* Slurm's time limit in whole minutes for a limit of seconds, rounded up as sbatch does
  * (90 s -> 2); 0 stays 0 (no limit). */

@@ -407,7 +407,9 @@ void slurmlib_fill_desc(const struct sbatch_job *job, const char *script, char *
         size_t len = 0;
         tres[0] = '\0';
         if (job->gpus_per_node > 0)
-            len = (size_t)snprintf(tres, sizeof(tres), "gres:gpu:%d", job->gpus_per_node);
+            len = (size_t)snprintf(tres, sizeof(tres), "gres:gpu:%s%s%d",
+                                   job->gpu_type ? job->gpu_type : "", job->gpu_type ? ":" : "",
+                                   job->gpus_per_node);
         for (const char *p = job->gres; p && *p && len < sizeof(tres);) {
             size_t n = strcspn(p, ",");
             bool prefixed = n >= 5 && !strncmp(p, "gres:", 5);
@@ -521,7 +523,15 @@ int slurmlib_check(const struct sbatch_job *job, const char *script, struct errm
     case ESLURM_INVALID_NODE_COUNT:
     case ESLURM_NODES_BUSY:
         if (code != ESLURM_NODES_BUSY) {
-            char mem[64] = "";
+            char mem[64] = "", cpus[64];
+            int ranks = job->ranks_per_node;
+            /* The CPUs are the ranks' (one task per node asks for all of them): say which
+             * option sets them. */
+            if (ranks > 0 && job->cpus_per_task % ranks == 0)
+                snprintf(cpus, sizeof(cpus), " (--cpus-per-gpu %d x %d rank%s)",
+                         job->cpus_per_task / ranks, ranks, ranks == 1 ? "" : "s");
+            else
+                snprintf(cpus, sizeof(cpus), " (--cpus-per-gpu sets them)");
             if (job->mem_per != SBATCH_MEM_NONE) {
                 char size[32];
                 sbatch_format_mem(size, sizeof(size), job->mem_mb);
@@ -529,10 +539,10 @@ int slurmlib_check(const struct sbatch_job *job, const char *script, struct errm
             }
             return errmsg_set(
                 err, -EINVAL,
-                "Slurm cannot give %d node%s with %d GPU%s and %d CPU%s each%s%s%s%s (%s)",
+                "Slurm cannot give %d node%s with %d GPU%s and %d CPU%s each%s%s%s%s%s (%s)",
                 job->nodes, job->nodes == 1 ? "" : "s", job->gpus_per_node,
                 job->gpus_per_node == 1 ? "" : "s", job->cpus_per_task,
-                job->cpus_per_task == 1 ? "" : "s", mem, job->partition ? " in '" : "",
+                job->cpus_per_task == 1 ? "" : "s", cpus, mem, job->partition ? " in '" : "",
                 job->partition ? job->partition : "", job->partition ? "'" : "",
                 slurm_text(code, text, sizeof(text)));
         }

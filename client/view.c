@@ -261,8 +261,7 @@ static json_t *name_json(const struct view_input *in)
     return name ? name : json_null();
 }
 
-/* Whether the leader of a job on this machine (endpoint.json on loopback) still runs. */
-static bool local_leader_alive(const char *dir)
+bool view_local_leader_alive(const char *dir)
 {
     json_t *ep = load_file(dir, "endpoint.json");
     const char *host = json_string_value(json_object_get(ep, "host"));
@@ -286,6 +285,8 @@ static bool local_leader_dead(const char *dir)
     json_decref(ep);
     return dead;
 }
+
+static json_t *elapsed_json(const struct view_input *in, const json_t *timings, const char *state);
 
 json_t *view_build(const struct view_input *in)
 {
@@ -341,7 +342,7 @@ json_t *view_build(const struct view_input *in)
     } else if (dead) {
         ended = true;
     } else if (in->job_dir && in->no_live) {
-        state = local_leader_alive(in->job_dir) ? "RUNNING" : "UNKNOWN";
+        state = view_local_leader_alive(in->job_dir) ? "RUNNING" : "UNKNOWN";
     } else if (in->job_dir && !json_object_get(v, "live_error")) {
         state = "STARTING";
     }
@@ -359,7 +360,36 @@ json_t *view_build(const struct view_input *in)
     json_object_set_new(v, "progress",
                         progress_json(ranks, in->job_dir ? view_total_steps(in->job_dir) : 0));
     json_object_set_new(v, "timings", timings_json(in, summary));
+    json_object_set_new(v, "elapsed_s", elapsed_json(in, json_object_get(v, "timings"), state));
     return v;
+}
+
+long view_elapsed_s(double started, double ended, bool running, double now)
+{
+    if (started <= 0)
+        return -1;
+    if (ended > 0)
+        return ended >= started ? (long)(ended - started + 0.5) : -1;
+    if (!running)
+        return -1;
+    return now >= started ? (long)(now - started) : 0;
+}
+
+/* How long the job has run: Slurm's count while Slurm knows it; else from the job dir's
+ * timings (the key, gpurun's first write, to the end), or to now while it runs. */
+static json_t *elapsed_json(const struct view_input *in, const json_t *timings, const char *state)
+{
+    struct timespec now;
+    long s;
+
+    if (in->slurm)
+        return json_integer(in->slurm->elapsed_s);
+    clock_gettime(CLOCK_REALTIME, &now);
+    s = view_elapsed_s(json_real_value(json_object_get(timings, "script_started")),
+                       json_real_value(json_object_get(timings, "ended")),
+                       !strcmp(state, "RUNNING") || !strcmp(state, "STARTING"),
+                       (double)now.tv_sec + now.tv_nsec / 1e9);
+    return s >= 0 ? json_integer(s) : json_null();
 }
 
 bool view_ended(const json_t *view)
@@ -842,8 +872,13 @@ void view_print(FILE *out, const json_t *v)
         fprintf(out, "elapsed: %s, time limit %s\n", a, b);
         if (sget(sl, "partition"))
             fprintf(out, "partition: %s\n", sget(sl, "partition"));
-    } else if (sget(v, "slurm_error")) {
-        fprintf(out, "slurm: %s\n", sget(v, "slurm_error"));
+    } else {
+        if (sget(v, "slurm_error"))
+            fprintf(out, "slurm: %s\n", sget(v, "slurm_error"));
+        if (json_is_integer(json_object_get(v, "elapsed_s"))) {
+            view_duration(a, sizeof(a), iget(v, "elapsed_s", 0));
+            fprintf(out, "elapsed: %s\n", a);
+        }
     }
     if (sget(v, "job_dir"))
         fprintf(out, "job dir: %s\n", sget(v, "job_dir"));
@@ -884,7 +919,7 @@ void view_print_list(FILE *out, const json_t *views)
                 snprintf(cells[i][5], 128, "%s", sget(sl, "nodelist") ? sget(sl, "nodelist") : "-");
         } else {
             snprintf(cells[i][3], 128, "-");
-            snprintf(cells[i][4], 128, "-");
+            view_duration(cells[i][4], 128, iget(v, "elapsed_s", -1));
             snprintf(cells[i][5], 128, "%s", sget(v, "job_dir") ? sget(v, "job_dir") : "-");
         }
         for (int c = 0; c < 6; c++)

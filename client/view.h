@@ -31,10 +31,15 @@ struct view_input {
 /* Builds the view of one job: {"version", "job_id", "name": Slurm's job name, else job.json's
  * | null, "job_dir", "slurm": {...} | null,
  * "state", "ended", "exit_status", "live": leader's job | null, "live_error", "summary":
- * summary.json | null, "progress": {...} | null, "timings": {...}, "first_failure"}. Never
+ * summary.json | null, "progress": {...} | null, "timings": {...}, "first_failure",
+ * "elapsed_s": Slurm's, else from the timings | null}. Never
  * fails but for memory (NULL). The job is asked over the network only when it has a job dir
  * with an endpoint and no summary. Returns a new reference. */
 json_t *view_build(const struct view_input *in);
+
+/* Whether the leader of a job on this machine (dir's endpoint.json on loopback, borrowed)
+ * still runs. */
+bool view_local_leader_alive(const char *dir);
 
 /* Whether the view is of a job that will not change any more. */
 bool view_ended(const json_t *view);
@@ -54,6 +59,11 @@ void view_bar(char *buf, size_t n, long step, long total);
  * train.cfg when the ranks run gpurun-train, with the command's overrides. Returns the
  * count, or 0 when unknown. */
 long view_total_steps(const char *job_dir);
+
+/* Seconds a job has run, from when it started (seconds since the epoch; 0: unknown) to its
+ * end (0: not seen), or to now while it runs. Returns them, or -1 when unknown (no start,
+ * or neither an end nor running). */
+long view_elapsed_s(double started, double ended, bool running, double now);
 
 /* "1:02:03" or "2-01:02:03" for seconds into buf; "-" for a negative value. */
 void view_duration(char *buf, size_t n, long seconds);

@@ -1297,7 +1297,7 @@ static void on_leader_ready(struct peer *p)
     struct agent *a = p->owner;
     struct sockaddr_storage ss;
     int len = sizeof(ss);
-    char pre[256];
+    char pre[256], skipped[256];
 
     if (!a->advertise[0] && uv_tcp_getsockname(&p->h.tcp, (struct sockaddr *)&ss, &len) == 0) {
         if (ss.ss_family == AF_INET)
@@ -1309,17 +1309,20 @@ static void on_leader_ready(struct peer *p)
     a->join_ms = now_ms(a);
     stop_watching(a);
     /* Before any rank starts, on every node, spares included: the leader decides. */
-    preflight_run(a->spec, a->job_dir, a->node_rank, pre, sizeof(pre));
+    preflight_run(a->spec, a->job_dir, a->node_rank, pre, sizeof(pre), skipped, sizeof(skipped));
     /* The leader says it, once, with what it decides (a spare takes the node's place, or
      * the job ends): here it is only a detail of this node's log. */
     if (pre[0])
         log_info("node %d failed pre-flight: %s", a->node_rank, pre);
+    if (skipped[0])
+        log_info("node %d pre-flight: skipped %s", a->node_rank, skipped);
     /* A link to the leader's own host (node 0's, every node's with --local) is no link. */
     if (a->spec->preflight && !same_host(&p->h.tcp))
         send_probe(a);
-    send_leader(a, proto_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:s}", "type", "join", "node_rank",
-                              a->node_rank, "hostname", a->hostname, "addr", a->advertise, "nprocs",
-                              a->nranks, "gpus", "", "preflight", pre));
+    send_leader(a,
+                proto_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:s, s:s}", "type", "join", "node_rank",
+                           a->node_rank, "hostname", a->hostname, "addr", a->advertise, "nprocs",
+                           a->nranks, "gpus", "", "preflight", pre, "preflight_skipped", skipped));
 }
 
 static void on_leader_closed(struct peer *p, const char *why)

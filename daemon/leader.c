@@ -1069,6 +1069,8 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
     snprintf(n->hostname, sizeof(n->hostname), "%s", m->hostname);
     snprintf(n->addr, sizeof(n->addr), "%s", m->addr);
     snprintf(n->preflight, sizeof(n->preflight), "%s", m->preflight ? m->preflight : "");
+    snprintf(n->preflight_skipped, sizeof(n->preflight_skipped), "%s",
+             m->preflight_skipped ? m->preflight_skipped : "");
     n->link_mbit = c->probe_mbit;
     n->link_ms = c->probe_ms;
     if (!n->preflight[0])

@@ -144,10 +144,11 @@ struct node {
     int exited; /* ranks of this node reported gone */
     int slot;   /* the job's node it serves (its ranks: slot * nprocs on), -1: a spare */
     bool joined, lost, done;
-    bool fenced;         /* taken out of the job for its fault: never used again */
-    char preflight[256]; /* the pre-flight check it failed (preflight.h), "" */
-    double link_mbit;    /* its link to the leader as timed before its join; 0: not timed */
-    double link_ms;      /* how long the timed part of the probe took */
+    bool fenced;                 /* taken out of the job for its fault: never used again */
+    char preflight[256];         /* the pre-flight check it failed (preflight.h), "" */
+    char preflight_skipped[256]; /* a pre-flight check not made and why, "" */
+    double link_mbit;            /* its link to the leader as timed before its join; 0: not timed */
+    double link_ms;              /* how long the timed part of the probe took */
 };
 
 struct rank {

@@ -258,6 +258,8 @@ static void nodes_view(const struct leader *l, json_t *nodes, int64_t t)
         /* The pre-flight checks' findings: the one it failed, its link as timed. */
         if (nv && n->preflight[0])
             json_object_set_new(nv, "preflight", json_string(n->preflight));
+        if (nv && n->preflight_skipped[0])
+            json_object_set_new(nv, "preflight_skipped", json_string(n->preflight_skipped));
         if (nv && n->link_mbit > 0)
             json_object_set_new(nv, "link_mbit", json_real(round(n->link_mbit * 10) / 10));
         json_array_append_new(nodes, nv);

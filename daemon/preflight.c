@@ -31,6 +31,7 @@ struct nvml {
     int (*memory)(void *, struct nvml_memory *);
     int (*uuid)(void *, char *, unsigned);
     const char *(*error)(int);
+    char why[160]; /* why lib is NULL: the loader's or NVML's word */
 };
 
 /* Loads the driver's NVML and initialises it; m->lib stays NULL where it does not load or
@@ -38,11 +39,15 @@ struct nvml {
 static void nvml_open(struct nvml *m)
 {
     int (*init)(void);
+    int r;
 
     memset(m, 0, sizeof(*m));
     m->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!m->lib)
+    if (!m->lib) {
+        const char *e = dlerror();
+        snprintf(m->why, sizeof(m->why), "%s", e ? e : "libnvidia-ml.so.1 not loaded");
         return;
+    }
     *(void **)&init = dlsym(m->lib, "nvmlInit_v2");
     *(void **)&m->shutdown = dlsym(m->lib, "nvmlShutdown");
     *(void **)&m->count = dlsym(m->lib, "nvmlDeviceGetCount_v2");
@@ -50,7 +55,15 @@ static void nvml_open(struct nvml *m)
     *(void **)&m->memory = dlsym(m->lib, "nvmlDeviceGetMemoryInfo");
     *(void **)&m->uuid = dlsym(m->lib, "nvmlDeviceGetUUID");
     *(void **)&m->error = dlsym(m->lib, "nvmlErrorString");
-    if (!init || !m->shutdown || !m->count || init() != 0) {
+    if (!init || !m->shutdown || !m->count) {
+        snprintf(m->why, sizeof(m->why),
+                 "libnvidia-ml.so.1 lacks nvmlInit_v2, nvmlShutdown or "
+                 "nvmlDeviceGetCount_v2");
+    } else if ((r = init()) != 0) {
+        const char *e = m->error ? m->error(r) : NULL;
+        snprintf(m->why, sizeof(m->why), "nvmlInit_v2: %s", e ? e : "failed");
+    }
+    if (m->why[0]) {
         dlclose(m->lib);
         m->lib = NULL;
     }
@@ -190,6 +203,21 @@ static bool gpu_short(struct nvml *m, int i, int pct, char *why, size_t n)
     return true;
 }
 
+void preflight_memory_skip(int pct, const char *nvml_why, bool memory_calls, char *skipped,
+                           size_t n)
+{
+    skipped[0] = '\0';
+    if (pct <= 0)
+        return;
+    if (nvml_why && nvml_why[0])
+        snprintf(skipped, n, "GPU memory (--min-gpu-free %d): no NVML (%s)", pct, nvml_why);
+    else if (!memory_calls)
+        snprintf(skipped, n,
+                 "GPU memory (--min-gpu-free %d): NVML lacks nvmlDeviceGetHandleByIndex_v2 or "
+                 "nvmlDeviceGetMemoryInfo",
+                 pct);
+}
+
 /* Each device the step may use (NVML's, narrowed by CUDA_VISIBLE_DEVICES) has pct% of its
  * memory free; skipped without NVML's memory calls. */
 static void check_gpu_memory(struct nvml *m, int pct, char *why, size_t n)
@@ -291,9 +319,11 @@ static void check_out_dir(const struct jobspec *spec, int node, char *why, size_
         snprintf(why, n, "out_dir '%s': %lld MiB free, below %d", dir, mb, spec->min_free_mb);
 }
 
-void preflight_run(const struct jobspec *spec, const char *job_dir, int node, char *why, size_t n)
+void preflight_run(const struct jobspec *spec, const char *job_dir, int node, char *why, size_t n,
+                   char *skipped, size_t sn)
 {
     why[0] = '\0';
+    skipped[0] = '\0';
     if (!spec->preflight)
         return;
     if (spec->gpus_per_node > 0) {
@@ -303,10 +333,13 @@ void preflight_run(const struct jobspec *spec, const char *job_dir, int node, ch
 
         nvml_open(&m);
         have = gpus_visible(&m, &how);
-        if (have < spec->gpus_per_node)
+        if (have < spec->gpus_per_node) {
             snprintf(why, n, "%d of %d GPUs visible (%s)", have, spec->gpus_per_node, how);
-        else
+        } else {
             check_gpu_memory(&m, spec->min_gpu_free_pct, why, n);
+            preflight_memory_skip(spec->min_gpu_free_pct, m.lib ? NULL : m.why,
+                                  m.handle && m.memory, skipped, sn);
+        }
         nvml_close(&m);
         if (why[0])
             return;

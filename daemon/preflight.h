@@ -20,6 +20,7 @@
 #ifndef GPURUN_PREFLIGHT_H
 #define GPURUN_PREFLIGHT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "jobspec.h"
@@ -27,8 +28,18 @@
 /* Runs the checks for node `node` of spec with its job dir. why gets "" when every check
  * passed, else one line naming the first that failed and its figure ("1 of 2 GPUs visible
  * (CUDA_VISIBLE_DEVICES)"; "GPU 1 (NVML): 2048 of 81920 MiB free, below 90%"; "job dir '/x': 12
- * MiB free, below 64"). */
-void preflight_run(const struct jobspec *spec, const char *job_dir, int node, char *why, size_t n);
+ * MiB free, below 64"). skipped (sn bytes) gets "" or the check asked for but not made, and
+ * why (preflight_memory_skip). */
+void preflight_run(const struct jobspec *spec, const char *job_dir, int node, char *why, size_t n,
+                   char *skipped, size_t sn);
+
+/* The GPU memory check of a job that asks for GPUs, asked (pct > 0) but not possible, into
+ * skipped (n bytes; "" where it is made or not asked): without NVML (nvml_why: why it did not
+ * load or start; NULL or "": it did), "GPU memory (--min-gpu-free 50): no NVML
+ * (libnvidia-ml.so.1: cannot open shared object file...)"; or without its memory calls
+ * (memory_calls false). */
+void preflight_memory_skip(int pct, const char *nvml_why, bool memory_calls, char *skipped,
+                           size_t n);
 
 /* The GPUs this node shows, by the rules above, and in *how where the count came from
  * ("NVML", "CUDA_VISIBLE_DEVICES", "/dev"). */

@@ -27,7 +27,8 @@
  * hello         rank->agent       rank, token (hex of the per-rank token)
  * join          agent->leader     node_rank, hostname, addr, nprocs, gpus, preflight (optional:
  *                                 the pre-flight check the node failed and its figure; absent
- *                                 or "": it passed)
+ *                                 or "": it passed), preflight_skipped (optional: a check
+ *                                 asked for but not made, and why)
  * assign        leader->agent     generation, world_size, rank_base, nnodes, master_addr,
  *                                 master_port (no node list: sent to every agent it would
  *                                 cost O(nodes^2) bytes; the status view has the nodes),
@@ -174,8 +175,9 @@ struct msg {
                           rank_exit: tail */
     const char *stack; /* rank_exit: the captured stack, or NULL */
     const char *hostname, *addr, *gpus, *master_addr;
-    const char *hvd_host;  /* assign: HOROVOD_HOSTNAME of the node, or NULL */
-    const char *preflight; /* join: the failed pre-flight check, or NULL */
+    const char *hvd_host;          /* assign: HOROVOD_HOSTNAME of the node, or NULL */
+    const char *preflight;         /* join: the failed pre-flight check, or NULL */
+    const char *preflight_skipped; /* join: a pre-flight check not made and why, or NULL */
     int node_rank, nprocs, rank, generation, world_size, rank_base, nnodes, master_port;
     int hvd_port; /* assign: horovod's rendezvous port, or 0 */
     int count, code, signal, oom, killed, status, stacks;

@@ -8,10 +8,13 @@
 # deletes checkpoints; in the job file's out_dir the second run would only find the first one
 # finished and resume it with nothing left to do).
 #
+# The temp dir goes when the demo ends, with the link to its job dir from the jobs root
+# (DEMO_KEEP=1 keeps both).
+#
 # Parameters (environment): BUILD (build dir, default build), GPUS_PER_NODE (ranks, default
 # 2), DEMO_JOB_DIR (default: job in a fresh temp dir), DEMO_OUT_DIR (the run's checkpoints and
-# metrics.jsonl; default: out in that temp dir), DEMO_CFG (default jobs/tiny.cfg), and any
-# `section.key=value` overrides as arguments (e.g. scripts/demo.sh train.steps=100).
+# metrics.jsonl; default: out in that temp dir), DEMO_CFG (default jobs/tiny.cfg), DEMO_KEEP,
+# and any `section.key=value` overrides as arguments (e.g. scripts/demo.sh train.steps=100).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -22,6 +25,21 @@ tmp=
 if [ -z "${DEMO_JOB_DIR:-}" ] || [ -z "${DEMO_OUT_DIR:-}" ]; then
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-demo.XXXXXX")
 fi
+keep=${DEMO_KEEP:-}
+
+# The temp dir, and the jobs root's link (named by the job's id) to the job dir in it.
+# shellcheck disable=SC2317 # run by the trap below
+remove_tmp() {
+    local id link
+    [ -n "$tmp" ] && [ -z "$keep" ] || return 0
+    id=$(sed -n 's/^  "job_id": "\(.*\)",$/\1/p' "$tmp/job/job.json" 2>/dev/null || true)
+    link=${GPURUN_JOBS:-$HOME/.gpurun/jobs}/$id
+    if [ -n "$id" ] && [ -L "$link" ] && [ "$(readlink -f "$link")" = "$(readlink -f "$tmp/job")" ]; then
+        rm -f "$link"
+    fi
+    rm -rf "$tmp"
+}
+trap remove_tmp EXIT
 job_dir=${DEMO_JOB_DIR:-$tmp/job}
 out_dir=${DEMO_OUT_DIR:-$tmp/out}
 # A train.out_dir among the overrides is the one the run uses (the later override wins).
@@ -65,6 +83,11 @@ echo "gpurun exited with status $rc. What the leader wrote at the end (gpurun st
 echo
 "$build/gpurun" status --job-dir "$job_dir" | sed 's/^./  &/'
 echo
-echo "Checkpoints and metrics.jsonl: $out_dir (the same gpurun command with that"
-echo "train.out_dir and a larger train.steps goes on from the last checkpoint)."
+if [ -n "$tmp" ] && [ -z "$keep" ]; then
+    echo "The demo's temp dir $tmp is removed: DEMO_KEEP=1 keeps it (the job dir and"
+    echo "the checkpoints, from which a larger train.steps goes on)."
+else
+    echo "Checkpoints and metrics.jsonl: $out_dir (the same gpurun command with that"
+    echo "train.out_dir and a larger train.steps goes on from the last checkpoint)."
+fi
 exit "$rc"

@@ -354,6 +354,21 @@ TEST(cli_args_sbatch_variables)
     CHECK(!args_given(&a, "nodes"));
     args_release(&a);
 
+    /* SBATCH_GRES's GPUs count the ranks per node where nothing else did; its type goes to
+     * Slurm, its other items as --gres. */
+    CHECK_EQ(parse(&a, &err, WORDS("--", "true")), 0);
+    CHECK_EQ(args_apply_env(&a, ENV("SBATCH_GRES=gpu:a100:2,nvme:1"), &err), 0);
+    CHECK_EQ(a.spec.nprocs, 2);
+    CHECK(args_given(&a, "gpus-per-node"));
+    CHECK_STR(a.gpu_type, "a100");
+    CHECK_STR(a.gres, "nvme:1");
+    args_release(&a);
+    CHECK_EQ(parse(&a, &err, WORDS("--gpus-per-node", "4", "--", "true")), 0);
+    CHECK_EQ(args_apply_env(&a, ENV("SBATCH_GRES=gpu:2"), &err), 0);
+    CHECK_EQ(a.spec.nprocs, 4);
+    CHECK(a.gres == NULL);
+    args_release(&a);
+
     /* A memory flag beats every memory variable; two memory variables exclude each other. */
     CHECK_EQ(parse(&a, &err, WORDS("--mem", "4G", "--", "true")), 0);
     CHECK_EQ(args_apply_env(&a, ENV("SBATCH_MEM_PER_GPU=1G", "SBATCH_MEM_PER_CPU=1G"), &err), 0);
@@ -377,8 +392,8 @@ TEST(cli_args_sbatch_variables)
                                       "HH:MM:SS or D-HH[:MM[:SS]])"},
             {"SBATCH_PARTITION=", "SBATCH_PARTITION: empty value"},
             {"SBATCH_EXCLUSIVE=1", "SBATCH_EXCLUSIVE: '1' is not exclusive, user or mcs"},
-            {"SBATCH_GRES=gpu:2", "SBATCH_GRES: 'gpu:2': the GPUs are --gpus-per-node's (or "
-                                  "--no-gpus)"},
+            {"SBATCH_GRES=gpu:a100:two",
+             "SBATCH_GRES: 'gpu:a100:two': 'two' is not a number of GPUs"},
             {"SBATCH_GPUS_PER_NODE=a100:2", "SBATCH_GPUS_PER_NODE: 'a100:2' is not a number"},
             {"SBATCH_SIGNAL=FOO", "SBATCH_SIGNAL: 'FOO' is not a signal (a number 1..64, or a "
                                   "name such as USR1 or SIGUSR1)"},
@@ -552,8 +567,22 @@ TEST(cli_args_refused_with_messages)
          "--dependency: 'foo': 'foo' is not after, afterany, afterburstbuffer, aftercorr, "
          "afternotok, afterok or singleton"},
         {WORDS("-d", "afterok:x"), "--dependency: 'afterok:x': 'x' is not a job id"},
-        {WORDS("--gres", "gpu:2"),
-         "--gres: 'gpu:2': the GPUs are --gpus-per-node's (or --no-gpus)"},
+        {WORDS("--gres", "gpu:2", "--gpus-per-node", "3", "--", "true"),
+         "--gpus-per-node 3 and --gres gpu:2 differ: gpurun runs one rank per GPU, so both count "
+         "the ranks per node (it starts a node's ranks itself); give one of them"},
+        {WORDS("--gres", "gpu:a100:2", "--ntasks-per-node", "4", "--", "true"),
+         "--ntasks-per-node 4 and --gres gpu:a100:2 differ: gpurun runs one rank per GPU, so "
+         "both count the ranks per node (it starts a node's ranks itself); give one of them"},
+        {WORDS("--gres", "gpu:2", "--no-gpus", "--", "true"),
+         "--gres gpu:2: the job asks for no GPUs (--no-gpus): count its ranks with -n or "
+         "--gpus-per-node"},
+        {WORDS("--gres", "gpu:2,gpu:a100:1"), "--gres: 'gpu:2,gpu:a100:1': more than one GPU item"},
+        {WORDS("--gres", "gpu:a100:x"), "--gres: 'gpu:a100:x': 'x' is not a number of GPUs"},
+        {WORDS("--gres", "gpu:0"), "--gres: 'gpu:0': 0 GPUs: must be 1..1024 per node"},
+        {WORDS("--gres", "gpu:a 1:2"), "--gres: 'gpu:a 1:2': 'a 1' is not a GPU type"},
+        {WORDS("-n", "5", "-N", "2", "--local", "--", "true"),
+         "--ntasks 5 cannot be split evenly over --nodes 2: gpurun runs as many ranks on every "
+         "node; give a multiple of 2 (4 or 6)"},
         {WORDS("--mail-type", "END,sometimes"),
          "--mail-type: 'sometimes' is not a mail type (BEGIN, END, FAIL, REQUEUE, ALL, "
          "TIME_LIMIT[_90|_80|_50], INVALID_DEPEND, STAGE_OUT, ARRAY_TASKS or NONE)"},
@@ -784,6 +813,19 @@ TEST(cli_args_sbatch_counts)
         /* --gpus-per-task 1 alone says nothing of the size. */
         {WORDS("--gpus-per-task=1"), 1, 1, false, false},
         {WORDS("-n", "3", "-N", "3", "--no-gpus"), 3, 1, true, true},
+        /* sbatch's --gres gpu:N is --gpus-per-node N, with a type or none. */
+        {WORDS("--gres", "gpu:2"), 1, 2, false, true},
+        {WORDS("--gres=gpu:a100:4", "-N", "2"), 2, 4, true, true},
+        {WORDS("--gres", "nvme:1,gres:gpu:h100:2"), 1, 2, false, true},
+        {WORDS("--gres", "gpu"), 1, 1, false, true},
+        {WORDS("-n", "8", "--gres", "gpu:4"), 2, 4, true, true},
+        {WORDS("--gres", "gpu:2", "--gpus-per-node", "2"), 1, 2, false, true},
+        {WORDS("--gres", "nvme:1"), 1, 1, false, false},
+        /* With --local one node is the only meaning of -n and -G alone. */
+        {WORDS("--local", "-n", "4"), 1, 4, true, true},
+        {WORDS("-G", "2", "--local"), 1, 2, true, true},
+        {WORDS("--local", "-N", "2", "-n", "4"), 2, 2, true, true},
+        {WORDS("--local", "-n", "4", "--gpus-per-node", "2"), 2, 2, true, true},
     };
 
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {

@@ -22,6 +22,7 @@
 #include <slurm/slurm.h>
 #endif
 
+#include "../client/follow.h"
 #include "../client/logs.h"
 #include "../client/sbatch.h"
 #include "../client/slurmlib.h"
@@ -157,9 +158,16 @@ TEST(slurm_script_directives_and_body)
     CHECK_CONTAINS(text, "jobs=${GPURUN_JOBS:-/home/u/.gpurun/jobs}\ndir=$jobs/$SLURM_JOB_ID\n");
     CHECK_CONTAINS(text, "<<'GPURUN_JOB_JSON'\n{\n  \"argv\"");
     CHECK_CONTAINS(text, "\"nnodes\": 2\n}\nGPURUN_JOB_JSON\n");
+    /* The daemons' stderr joins their stdout, so that srun's own messages go to srun.log
+     * alone; they reach the output only where they explain a failure the record does not. */
     CHECK_CONTAINS(text, "srun --ntasks-per-node=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-8}\" "
-                         "--kill-on-bad-exit=0 \\\n    \"$rendezvousd\" --job-dir \"$dir\" "
-                         "--log-level warn &\n");
+                         "--kill-on-bad-exit=0 \\\n    /bin/sh -c 'exec \"$0\" \"$@\" 2>&1' "
+                         "\"$rendezvousd\" --job-dir \"$dir\" --log-level warn \\\n"
+                         "    2>\"$dir/srun.log\" &\n");
+    CHECK_CONTAINS(text, "if [ \"$status\" != 0 ] && [ -s \"$dir/srun.log\" ] &&\n"
+                         "    { [ -z \"$summary\" ] || [ \"${tasks:-0}\" -gt \"${exits:-0}\" ]; "
+                         "}; then\n"
+                         "    cat \"$dir/srun.log\" >&2\n");
     /* The pre-timeout signal goes to the leader through the job dir, never to srun (which
      * would signal every process of the step). */
     CHECK_CONTAINS(text, "trap 'echo 10 >\"$dir/preempt.new\" && mv -f \"$dir/preempt.new\" "
@@ -296,6 +304,46 @@ TEST(slurm_mail_types_dependencies_gres_comments)
     CHECK_STR(why.text, "an item without a name ('')");
     CHECK_EQ(sbatch_check_gres(":1", &why), -EINVAL);
 
+    /* sbatch's --gres gpu[:TYPE][:N]: the GPU item out, the rest kept in order. */
+    {
+        static const struct {
+            const char *in;
+            int gpus;
+            const char *type, *rest, *why;
+        } cases[] = {
+            {"gpu:2", 2, "", "", NULL},
+            {"gpu:a100:4", 4, "a100", "", NULL},
+            {"gpu", 1, "", "", NULL},
+            {"gpu:h100_80gb", 1, "h100_80gb", "", NULL},
+            {"nvme:1,gres/gpu:a100:2,tmp:ssd:3", 2, "a100", "nvme:1,tmp:ssd:3", NULL},
+            {"gres:gpu:8,nvme", 8, "", "nvme", NULL},
+            {"gpus:2", 0, "", "gpus:2", NULL},
+            {"nvme:1", 0, "", "nvme:1", NULL},
+            {"gpu:1,gpu:2", 0, "", "", "more than one GPU item"},
+            {"gpu:a100:", 0, "", "", "'' is not a number of GPUs"},
+            {"gpu::2", 0, "", "", "an empty GPU type"},
+            {"gpu:2000", 0, "", "", "2000 GPUs: must be 1..1024 per node"},
+            {"gpu:a/b:1", 0, "", "", "'a/b' is not a GPU type"},
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            char type[SBATCH_GPU_TYPE_MAX + 1], rest[SBATCH_GRES_LEN_MAX + 1];
+            int gpus = -1;
+            why.text[0] = '\0';
+            r = sbatch_split_gres(cases[i].in, &gpus, type, sizeof(type), rest, sizeof(rest), &why);
+            if (cases[i].why) {
+                if (r != -EINVAL || strcmp(why.text, cases[i].why))
+                    test_fail(__FILE__, __LINE__, "'%s': %d '%s', not -EINVAL '%s'", cases[i].in, r,
+                              why.text, cases[i].why);
+                continue;
+            }
+            if (r != 0 || gpus != cases[i].gpus || strcmp(type, cases[i].type) ||
+                strcmp(rest, cases[i].rest))
+                test_fail(__FILE__, __LINE__, "'%s': %d, %d '%s' '%s', not %d '%s' '%s' (%s)",
+                          cases[i].in, r, gpus, type, rest, cases[i].gpus, cases[i].type,
+                          cases[i].rest, why.text);
+        }
+    }
+
     CHECK_STR(sbatch_comment(NULL, comment, sizeof(comment)), "gpurun");
     CHECK_STR(sbatch_comment("my run", comment, sizeof(comment)), "gpurun: my run");
     CHECK(sbatch_is_gpurun_comment("gpurun") && sbatch_is_gpurun_comment("gpurun: my run"));
@@ -409,6 +457,7 @@ static void check_read_back(const struct sbatch_job *job)
     CHECK_EQ(back.nodes, job->nodes);
     CHECK_EQ(back.cpus_per_task, job->cpus_per_task);
     CHECK_EQ(back.gpus_per_node, job->gpus_per_node);
+    CHECK_OPT_STR(back.gpu_type, job->gpu_type);
     CHECK_EQ(back.time_limit_min, job->time_limit_min);
     CHECK_OPT_STR(back.partition, job->partition);
     CHECK_OPT_STR(back.account, job->account);
@@ -470,6 +519,10 @@ TEST(slurm_script_read_back)
     check_read_back(&job);
     job = sched_job();
     check_read_back(&job);
+    /* --gres gpu:TYPE:N's type, written as sbatch's --gpus-per-node=TYPE:N. */
+    job.gpu_type = "a100";
+    check_read_back(&job);
+    job.gpu_type = NULL;
     /* The other forms: no GPUs, limit, partition or comment; --requeue, another memory
      * option and --exclusive form, the user's --signal, a fixed job dir to unquote. */
     job.gpus_per_node = 0;
@@ -692,6 +745,14 @@ TEST(slurm_desc_matches_the_directives)
     CHECK_EQ(d.pn_min_memory, mb | MEM_PER_CPU);
     CHECK_EQ(d.shared, JOB_SHARED_MCS);
     free(text);
+    /* A GPU type: in the directive and the descriptor, as sbatch sends it. */
+    job.gpu_type = "h100";
+    text = render_ok(&job);
+    slurmlib_fill_desc(&job, text, env, 2, &d);
+    CHECK_STR(directive(text, "gpus-per-node", buf, sizeof(buf)), "h100:4");
+    CHECK_STR(d.tres_per_node, "gres:gpu:h100:4");
+    free(text);
+    job.gpu_type = NULL;
     /* --gres without GPUs. */
     job.gpus_per_node = 0;
     job.gres = "gres:nvme:2";
@@ -782,6 +843,37 @@ TEST(slurm_exit_status_of_each_end)
     CHECK_STR(slurmlib_state_name(SLURMLIB_STATE_COUNT), "UNKNOWN");
 }
 
+/* slurmstepd's word of a cancel leaves gpurun --wait's stream (its own last line says it);
+ * one that says why, and every other line, stays. */
+TEST(slurm_follow_leaves_out_the_cancel_line)
+{
+    static const struct {
+        const char *line;
+        bool noise;
+    } cases[] = {
+        {"slurmstepd-node1: error: *** JOB 6 ON node1 CANCELLED AT 2026-12-01T23:41:09 ***", true},
+        {"slurmstepd-node1: error: *** STEP 6.0 ON node1 CANCELLED AT 2026-12-01T23:41:09 ***",
+         true},
+        {"slurmstepd: error: *** JOB 12 ON gpu7 CANCELLED AT 2026-12-01T23:41:09 ***", true},
+        {"slurmstepd-node1: error: *** JOB 6 ON node1 CANCELLED AT 2026-12-01T23:41:09 DUE TO "
+         "TIME LIMIT ***",
+         false},
+        {"slurmstepd-node1: error: *** JOB 6 ON node1 CANCELLED AT 2026-12-01T23:41:09 ***x",
+         false},
+        {"[0] slurmstepd-node1: error: *** JOB 6 ON node1 CANCELLED AT 2026-12-01T23:41:09 ***",
+         false},
+        {"slurmstepd-node1: error: Detected 1 oom_kill event in StepId=6.0", false},
+        {"slurmstepd-node1: error: *** JOB 6 ON node1 CANCELLED AT  ***", false},
+        {"slurmstepd", false},
+        {"", false},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        if (follow_slurm_noise(cases[i].line, strlen(cases[i].line)) != cases[i].noise)
+            test_fail(__FILE__, __LINE__, "'%s': %s, not %s", cases[i].line,
+                      cases[i].noise ? "kept" : "left out", cases[i].noise ? "left out" : "kept");
+}
+
 TEST(slurm_job_ids)
 {
     static const char *const bad[] = {"",    "0",   "-1",         "12a",         "1_2",
@@ -861,6 +953,17 @@ TEST(slurm_view_bar_and_durations)
     CHECK_STR(buf, "2-00:00:05");
     view_duration(buf, sizeof(buf), -1);
     CHECK_STR(buf, "-");
+}
+
+/* A job's elapsed time from its job dir: start to end, or to now while it runs. */
+TEST(slurm_view_elapsed_of_a_job_slurm_does_not_know)
+{
+    CHECK_EQ(view_elapsed_s(1000.0, 1061.6, false, 5000.0), 62);
+    CHECK_EQ(view_elapsed_s(1000.0, 0, true, 1075.9), 75);
+    CHECK_EQ(view_elapsed_s(1000.0, 0, true, 999.0), 0); /* a clock set back */
+    CHECK_EQ(view_elapsed_s(1000.0, 0, false, 5000.0), -1);
+    CHECK_EQ(view_elapsed_s(0, 1061.0, false, 5000.0), -1);
+    CHECK_EQ(view_elapsed_s(1000.0, 900.0, false, 5000.0), -1);
 }
 
 TEST(slurm_view_total_steps_of_gpurun_train)

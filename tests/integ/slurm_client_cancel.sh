@@ -21,6 +21,7 @@ t0=$(grs_now_ms)
 run cancel.out cancel.err cancel "$id"
 echo "# cancel_ms=$(($(grs_now_ms) - t0))"
 expect_rc "gpurun cancel" 0
+grep -qxF "gpurun: job $id cancelled" cancel.err || grs_fail "gpurun cancel says: $(cat cancel.err)"
 if pgrep -f '^sleep 3005$' >/dev/null || pgrep -f "rendezvousd --job-dir $GPURUN_JOBS/$id " >/dev/null; then
     grs_fail "processes of job $id left after cancel: $(pgrep -af "sleep 3005|$GPURUN_JOBS/$id ")"
 fi

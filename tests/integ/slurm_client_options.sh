@@ -64,7 +64,7 @@ refused "--gres: 'fpga:1': invalid generic resource (gres) specification; nothin
     --gres fpga:1 -- true
 refused "--reservation: 'nope': requested reservation is invalid; nothing submitted" \
     --reservation nope -- true
-refused "Slurm cannot give 1 node with 1 GPU and 1 CPU each, --mem=99G (requested node configuration is not available); nothing submitted" \
+refused "Slurm cannot give 1 node with 1 GPU and 1 CPU each (--cpus-per-gpu 1 x 1 rank), --mem=99G (requested node configuration is not available); nothing submitted" \
     --mem 99G -- true
 refused "--nodelist: 'node[1-2]' names 2 nodes, more than the job's 1" -N 1 -w 'node[1-2]' -- true
 refused "--nodelist: 'node[1-3]' names 3 nodes, more than the job's 2 (with its spares)" \

@@ -26,9 +26,9 @@ refused 125 "--time: '1:2:3:4' is not a time (minutes, MM:SS, HH:MM:SS or D-HH[:
     -t 1:2:3:4 -- true
 refused 125 "--time: 'soon' is not a time (minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]])" \
     --time soon -- true
-refused 125 "Slurm cannot give $((GR_SLURM_NODES + 1)) nodes with 1 GPU and 1 CPU each (requested node configuration is not available); nothing submitted" \
+refused 125 "Slurm cannot give $((GR_SLURM_NODES + 1)) nodes with 1 GPU and 1 CPU each (--cpus-per-gpu 1 x 1 rank) (requested node configuration is not available); nothing submitted" \
     -N $((GR_SLURM_NODES + 1)) -- true
-refused 125 "Slurm cannot give 1 node with $((GR_SLURM_GPUS + 1)) GPUs and $((GR_SLURM_GPUS + 1)) CPUs each (requested node configuration is not available); nothing submitted" \
+refused 125 "Slurm cannot give 1 node with $((GR_SLURM_GPUS + 1)) GPUs and $((GR_SLURM_GPUS + 1)) CPUs each (--cpus-per-gpu 1 x $((GR_SLURM_GPUS + 1)) ranks) (requested node configuration is not available); nothing submitted" \
     --gpus-per-node $((GR_SLURM_GPUS + 1)) -- true
 refused 127 "'no-such-program-here': command not found" -N 2 -- no-such-program-here
 out=$(scontrol -o show jobs 2>&1)

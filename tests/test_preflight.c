@@ -1,0 +1,37 @@
+/* Tests of daemon/preflight's rule of a skipped check: the GPU memory check asked for but
+ * not possible is named with why, never passed in silence; one not asked is no skip. */
+#include <stdbool.h>
+#include <string.h>
+
+#include "../daemon/preflight.h"
+#include "test.h"
+#include "banned.h"
+
+TEST(preflight_memory_check_without_nvml_is_skipped)
+{
+    char s[256];
+
+    preflight_memory_skip(50, "libnvidia-ml.so.1: cannot open shared object file", false, s,
+                          sizeof(s));
+    CHECK_STR(s, "GPU memory (--min-gpu-free 50): no NVML (libnvidia-ml.so.1: cannot open "
+                 "shared object file)");
+    preflight_memory_skip(90, "nvmlInit_v2: Driver Not Loaded", false, s, sizeof(s));
+    CHECK_STR(s, "GPU memory (--min-gpu-free 90): no NVML (nvmlInit_v2: Driver Not Loaded)");
+    preflight_memory_skip(90, NULL, false, s, sizeof(s));
+    CHECK_STR(s, "GPU memory (--min-gpu-free 90): NVML lacks nvmlDeviceGetHandleByIndex_v2 or "
+                 "nvmlDeviceGetMemoryInfo");
+}
+
+TEST(preflight_memory_check_made_or_off_is_no_skip)
+{
+    char s[256] = "x";
+
+    preflight_memory_skip(90, NULL, true, s, sizeof(s));
+    CHECK_STR(s, "");
+    preflight_memory_skip(90, "", true, s, sizeof(s));
+    CHECK_STR(s, "");
+    s[0] = 'x';
+    preflight_memory_skip(0, "libnvidia-ml.so.1: cannot open shared object file", false, s,
+                          sizeof(s));
+    CHECK_STR(s, "");
+}
