@@ -2111,7 +2111,10 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
         ret = -EADDRNOTAVAIL;
         goto fail_close;
     }
-    ret = hvd_server_start(loop, &(struct hvd_config){.bind_addr = cfg->bind_addr}, &l->hvd);
+    /* A job that does not use horovod opens no port for it (README.md says how a job does). */
+    ret = cfg->spec->horovod
+              ? hvd_server_start(loop, &(struct hvd_config){.bind_addr = cfg->bind_addr}, &l->hvd)
+              : 0;
     if (ret < 0)
         goto fail_close;
     ret = write_endpoint(l);
