@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "horovod.h"
 #include "traincfg.h"
 #include "banned.h"
 
@@ -167,6 +168,14 @@ static const struct choice preflight_choices[] = {
 static const struct choice straggler_choices[] = {
     {"report", STRAGGLER_REPORT, true},
     {"replace", STRAGGLER_REPLACE, true},
+    {NULL, 0, false},
+};
+
+/* --horovod[=on|off|auto]; bare, the first (horovod.h). */
+static const struct choice horovod_choices[] = {
+    {"on", HOROVOD_ON, true},
+    {"off", HOROVOD_OFF, true},
+    {"auto", HOROVOD_AUTO, true},
     {NULL, 0, false},
 };
 
@@ -338,6 +347,10 @@ static const struct opt_row opts[] = {
     {0, "use-env", ARG_FLAG, FIELD(use_env), 0, 0, ON_RUN, NULL,
      "torch.distributed.launch's: taken, and changes nothing (every rank\n"
      "has LOCAL_RANK in its environment)"},
+    {0, "horovod", ARG_OPT_CHOICE, FIELD(horovod), 0, 0, ON_RUN, "[=on|off|auto]",
+     "serve horovod's rendezvous to the job's hosts (on), or not (off); by\n"
+     "default (auto) when the command or its script mentions horovod",
+     horovod_choices},
     {0, "job-dir", ARG_STRING, FIELD(job_dir), 0, 0, ON_JOB, "DIR",
      "the job directory (default $GPURUN_JOBS/<id>/, ~/.gpurun/jobs)"},
     {0, "metrics-dir", ARG_STRING, FIELD(metrics_dir), 0, 0, ON_RUN, "DIR",

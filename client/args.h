@@ -114,6 +114,7 @@ struct gpurun_args {
     bool require_rendezvous;
     bool use_env; /* --use-env (torch.distributed.launch's): taken, nothing to do */
     bool mpi_env; /* --mpi-env: spec.mpi_env */
+    int horovod;  /* --horovod[=on|off|auto]: an enum horovod_choice (horovod.h) */
     bool local;
     bool emit_sbatch; /* print the batch script instead of submitting it */
     bool wait;        /* stay until the Slurm job ends, streaming its output */

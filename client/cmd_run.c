@@ -20,6 +20,7 @@
 #include "cmd.h"
 #include "follow.h"
 #include "fsutil.h"
+#include "horovod.h"
 #include "jobdir.h"
 #include "local.h"
 #include "monotime.h"
@@ -396,12 +397,14 @@ static int plan_run(struct gpurun_args *args, struct run_plan *p)
     return 0;
 }
 
-/* What the daemons know of the job besides its command: its name and its time limit. */
-static int plan_spec(struct gpurun_args *args)
+/* What the daemons know of the job besides its command: its name, its time limit and whether
+ * it uses horovod. */
+static int plan_spec(struct gpurun_args *args, const struct run_plan *p)
 {
     args->spec.time_limit_s = (int)args->time_limit_s;
     args->spec.mpi_env = args->mpi_env;
     args->spec.require_rendezvous = args->require_rendezvous;
+    args->spec.horovod = horovod_decide(args->horovod, p->argv, p->argc);
     if (args->job_name && !(args->spec.name = strdup(args->job_name)))
         return error_out(EXIT_FAILED, "out of memory");
     return 0;
@@ -1073,7 +1076,7 @@ int cmd_run(struct gpurun_args *args, int *fatal_signal)
     memset(&plan, 0, sizeof(plan));
     ret = plan_run(args, &plan);
     if (ret == 0)
-        ret = plan_spec(args);
+        ret = plan_spec(args, &plan);
     if (ret == 0)
         ret = args->local ? run_local(args, &plan, fatal_signal)
                           : run_slurm(args, &plan, fatal_signal);

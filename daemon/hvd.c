@@ -17,18 +17,22 @@
 
 #include "hvd.h"
 #include "log.h"
+#include "refusals.h"
 #include "banned.h"
 
 /* Resolution of the request deadlines: a tenth of HVD_TIMEOUT_MS. */
-#define TICK_MS      100
+#define TICK_MS           100
 /* The most one read asks for: a 1 MiB value arrives in 16 reads, an 8 KiB header in one. */
-#define READ_CHUNK   (64 * 1024)
+#define READ_CHUNK        (64 * 1024)
 /* Buckets a hash table starts with; it doubles whenever it holds more entries than buckets. */
-#define HTAB_MIN     64
+#define HTAB_MIN          64
 /* A node's horovod name: short, since it names a scope inside a URL path. */
-#define NAME_MAX_HVD 63
+#define NAME_MAX_HVD      63
 /* An error response's body: the one line that says what was wrong. */
-#define WHY_MAX      200
+#define WHY_MAX           200
+/* A source's refusals are summarised at most once in this window: the leader's port's own
+ * window (leader_int.h's REFUSAL_WINDOW_MS), so both read alike. */
+#define REFUSAL_WINDOW_MS 5000
 
 /* --- the store ----------------------------------------------------------------------------- */
 
@@ -100,7 +104,8 @@ struct hconn {
     bool closing;
     bool drain; /* refused: drain what the client still sends after the response */
     int64_t deadline_ms;
-    char peer[64];
+    char peer[64]; /* "ADDR:PORT", for log lines */
+    char addr[48]; /* ADDR alone: what refusals are counted by */
     char *buf;
     size_t len, cap;
     size_t limit;   /* bytes this request may have in all: the header's, then head + body */
@@ -131,7 +136,13 @@ struct hvd_server {
     bool accept_pending; /* a connection waits in libuv for a free slot */
     int port;
     size_t header_max, body_max, bytes_max, keys_max;
+    size_t cfg_body_max, cfg_bytes_max,
+        cfg_keys_max; /* the config's, before a layout bounds them */
     int conns_max, timeout_ms;
+
+    struct sockaddr_storage *allow; /* the job's hosts (hvd_server_allow) */
+    int nallow;
+    struct refusals refusals;
 
     struct hconn *conns;
     int nconns;
@@ -457,7 +468,8 @@ static void respond(struct hconn *c, int code, struct hval *val, const char *why
     }
 }
 
-/* A request that cannot be served: one log line naming the peer and why, then the answer. */
+/* A request that cannot be served: a log line naming the peer and why (the first of its
+ * burst: refusals.h counts the rest), then the answer. */
 static void refuse(struct hconn *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -469,7 +481,8 @@ static void refuse(struct hconn *c, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    log_warn("horovod rendezvous: refused a request from '%s': %s", c->peer, why);
+    if (refusals_note(&c->h->refusals, now_ms(c->h), c->addr, why))
+        log_warn("horovod rendezvous: refused a request from '%s': %s", c->peer, why);
     c->drain = true;
     respond(c, code, NULL, why);
 }
@@ -883,7 +896,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (nread < 0) {
-        if (c->len)
+        if (c->len && refusals_note(&c->h->refusals, now_ms(c->h), c->addr,
+                                    "went away in the middle of a request"))
             log_warn("horovod rendezvous: '%s' went away in the middle of a request (%zu bytes): "
                      "%s",
                      c->peer, c->len, nread == UV_EOF ? "end of stream" : uv_strerror((int)nread));
@@ -920,7 +934,7 @@ static void on_conn_closed(uv_handle_t *handle)
 static void accept_one(struct hvd_server *h)
 {
     struct hconn *c = calloc(1, sizeof(*c));
-    struct sockaddr_storage ss;
+    struct sockaddr_storage ss, local;
     int len = sizeof(ss), ret;
 
     if (!c) {
@@ -932,6 +946,7 @@ static void accept_one(struct hvd_server *h)
     c->h = h;
     c->limit = h->header_max;
     snprintf(c->peer, sizeof(c->peer), "?");
+    snprintf(c->addr, sizeof(c->addr), "?");
     uv_tcp_init(h->loop, &c->tcp);
     c->tcp.data = c;
     c->next = h->conns;
@@ -941,16 +956,29 @@ static void accept_one(struct hvd_server *h)
     h->nconns++;
     c->deadline_ms = now_ms(h) + h->timeout_ms;
     ret = uv_accept((uv_stream_t *)&h->listener, (uv_stream_t *)&c->tcp);
-    if (ret == 0 && uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
-        char ip[48];
+    if (ret == 0)
+        ret = uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len);
+    if (ret == 0) {
         int port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
         if (ss.ss_family == AF_INET6) {
-            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-            snprintf(c->peer, sizeof(c->peer), "[%s]:%d", ip, port);
+            uv_ip6_name((struct sockaddr_in6 *)&ss, c->addr, sizeof(c->addr));
+            snprintf(c->peer, sizeof(c->peer), "[%s]:%d", c->addr, port);
         } else {
-            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-            snprintf(c->peer, sizeof(c->peer), "%s:%d", ip, port);
+            uv_ip4_name((struct sockaddr_in *)&ss, c->addr, sizeof(c->addr));
+            snprintf(c->peer, sizeof(c->peer), "%s:%d", c->addr, port);
         }
+        len = sizeof(local);
+        ret = uv_tcp_getsockname(&c->tcp, (struct sockaddr *)&local, &len);
+    }
+    /* A stranger is closed unread: not a byte of its request is kept or answered. */
+    if (ret == 0 &&
+        !hvd_peer_allowed((struct sockaddr *)&ss, (struct sockaddr *)&local, h->allow, h->nallow)) {
+        if (refusals_note(&h->refusals, now_ms(h), c->addr, "not one of the job's hosts"))
+            log_warn("horovod rendezvous: refused a connection from '%s': not one of the job's "
+                     "hosts",
+                     c->peer);
+        conn_close(c);
+        return;
     }
     if (ret == 0)
         ret = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
@@ -977,6 +1005,15 @@ static void on_connection(uv_stream_t *server, int status)
     accept_one(h);
 }
 
+/* Logs the refusal summaries due at now (every one when flush). */
+static void log_refusals(struct hvd_server *h, int64_t now, bool flush)
+{
+    char line[256];
+
+    while (refusals_next(&h->refusals, now, flush, line, sizeof(line)))
+        log_warn("horovod rendezvous: %s", line);
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct hvd_server *h = t->data;
@@ -991,11 +1028,13 @@ static void on_tick(uv_timer_t *t)
         else if (c->state == CONN_DRAINING)
             conn_close(c);
         else {
-            log_warn("horovod rendezvous: '%s' did not take its response within %d ms", c->peer,
-                     h->timeout_ms);
+            if (refusals_note(&h->refusals, now, c->addr, "did not take its response"))
+                log_warn("horovod rendezvous: '%s' did not take its response within %d ms", c->peer,
+                         h->timeout_ms);
             conn_close(c);
         }
     }
+    log_refusals(h, now, false);
 }
 
 /* --- lifecycle ----------------------------------------------------------------------------- */
@@ -1016,6 +1055,7 @@ static void maybe_free(struct hvd_server *h)
     free(h->entries.b);
     free(h->scopes.b);
     free_hosts(h);
+    free(h->allow);
     free(h);
 }
 
@@ -1037,9 +1077,11 @@ int hvd_server_start(uv_loop_t *loop, const struct hvd_config *cfg, struct hvd_s
         return -ENOMEM;
     h->loop = loop;
     h->header_max = cfg->header_max ? cfg->header_max : HVD_HEADER_MAX;
-    h->body_max = cfg->body_max ? cfg->body_max : HVD_BODY_MAX;
-    h->bytes_max = cfg->store_bytes_max ? cfg->store_bytes_max : HVD_STORE_BYTES_MAX;
-    h->keys_max = cfg->store_keys_max ? cfg->store_keys_max : HVD_STORE_KEYS_MAX;
+    h->body_max = h->cfg_body_max = cfg->body_max ? cfg->body_max : HVD_BODY_MAX;
+    h->bytes_max = h->cfg_bytes_max =
+        cfg->store_bytes_max ? cfg->store_bytes_max : HVD_STORE_BYTES_MAX;
+    h->keys_max = h->cfg_keys_max = cfg->store_keys_max ? cfg->store_keys_max : HVD_STORE_KEYS_MAX;
+    refusals_init(&h->refusals, REFUSAL_WINDOW_MS);
     h->conns_max = cfg->conns_max > 0 ? cfg->conns_max : HVD_CONNS_MAX;
     h->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : HVD_TIMEOUT_MS;
     if (uv_ip4_addr(cfg->bind_addr, 0, (struct sockaddr_in *)&ss) < 0 &&
@@ -1075,7 +1117,74 @@ int hvd_server_start(uv_loop_t *loop, const struct hvd_config *cfg, struct hvd_s
 
 int hvd_server_port(const struct hvd_server *h)
 {
-    return h->port;
+    return h ? h->port : 0;
+}
+
+/* sa's IP as 16 bytes, an IPv4 one IPv4-mapped (::ffff:a.b.c.d); false for another family. */
+static bool ip_bytes(const struct sockaddr *sa, unsigned char out[16])
+{
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+    if (sa->sa_family == AF_INET) {
+        memcpy(out, mapped, sizeof(mapped));
+        memcpy(out + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        return true;
+    }
+    if (sa->sa_family == AF_INET6) {
+        memcpy(out, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+        return true;
+    }
+    return false;
+}
+
+bool hvd_peer_allowed(const struct sockaddr *peer, const struct sockaddr *local,
+                      const struct sockaddr_storage *allow, int n)
+{
+    unsigned char p[16], x[16];
+
+    if (!ip_bytes(peer, p))
+        return false;
+    if (local && ip_bytes(local, x) && !memcmp(p, x, sizeof(p)))
+        return true;
+    for (int i = 0; i < n; i++)
+        if (ip_bytes((const struct sockaddr *)&allow[i], x) && !memcmp(p, x, sizeof(p)))
+            return true;
+    return false;
+}
+
+int hvd_server_allow(struct hvd_server *h, int n, const char *const *addrs)
+{
+    struct sockaddr_storage *a = calloc(n > 0 ? (size_t)n : 1, sizeof(*a));
+    int kept = 0;
+
+    if (!a)
+        return -ENOMEM;
+    for (int i = 0; i < n; i++)
+        if (uv_ip4_addr(addrs[i], 0, (struct sockaddr_in *)&a[kept]) == 0 ||
+            uv_ip6_addr(addrs[i], 0, (struct sockaddr_in6 *)&a[kept]) == 0)
+            kept++;
+    free(h->allow);
+    h->allow = a;
+    h->nallow = kept;
+    return kept;
+}
+
+void hvd_store_need(int nnodes, int nprocs, size_t *bytes, size_t *keys, size_t *body)
+{
+    size_t world = (size_t)nnodes * (size_t)nprocs;
+    /* A rank's peers in its three scopes, itself counted in each: a bound. */
+    size_t peers = world + (size_t)nprocs + (size_t)nnodes;
+    size_t b = world * (HVD_GLOO_ADDR_BYTES * peers + HVD_RANK_SLACK);
+    size_t k = world * HVD_RANK_KEYS;
+
+    *bytes = b > HVD_STORE_MIN ? b : HVD_STORE_MIN;
+    *keys = k > HVD_STORE_KEYS_MIN ? k : HVD_STORE_KEYS_MIN;
+    *body = HVD_GLOO_ADDR_BYTES * world + HVD_RANK_SLACK;
+}
+
+size_t hvd_server_bytes_max(const struct hvd_server *h)
+{
+    return h->bytes_max;
 }
 
 static bool host_name_ok(const char *s)
@@ -1128,6 +1237,7 @@ int hvd_server_layout(struct hvd_server *h, int nnodes, int nprocs, const char *
 {
     bool usable = hosts_usable(nnodes, hosts);
     char **names = calloc((size_t)nnodes, sizeof(*names));
+    size_t need_bytes, need_keys, need_body;
     int ret = -ENOMEM;
 
     if (!names)
@@ -1150,6 +1260,10 @@ int hvd_server_layout(struct hvd_server *h, int nnodes, int nprocs, const char *
     h->nnodes = nnodes;
     h->nprocs = nprocs;
     names = NULL;
+    hvd_store_need(nnodes, nprocs, &need_bytes, &need_keys, &need_body);
+    h->bytes_max = need_bytes < h->cfg_bytes_max ? need_bytes : h->cfg_bytes_max;
+    h->keys_max = need_keys < h->cfg_keys_max ? need_keys : h->cfg_keys_max;
+    h->body_max = need_body < h->cfg_body_max ? need_body : h->cfg_body_max;
     /* RendezvousHTTPServer._extract_scope_size: "global" holds every rank, "local_" + host
      * that host's ranks, "cross_" + local rank the ranks of that local rank on every host. */
     ret = add_layout_scope(h, "global", "", nnodes * nprocs);
@@ -1169,12 +1283,13 @@ out:
 
 const char *hvd_server_host(const struct hvd_server *h, int node)
 {
-    return h->hosts && node >= 0 && node < h->nnodes ? h->hosts[node] : NULL;
+    return h && h->hosts && node >= 0 && node < h->nnodes ? h->hosts[node] : NULL;
 }
 
 void hvd_server_reset(struct hvd_server *h)
 {
-    store_clear(h, false);
+    if (h)
+        store_clear(h, false);
 }
 
 size_t hvd_server_bytes(const struct hvd_server *h)
@@ -1197,6 +1312,7 @@ void hvd_server_close(struct hvd_server *h)
     if (!h || h->closing)
         return;
     h->closing = true;
+    log_refusals(h, now_ms(h), true);
     for (struct hconn *c = h->conns; c; c = c->next)
         conn_close(c);
     uv_close((uv_handle_t *)&h->listener, on_handle_closed);

@@ -4,10 +4,14 @@
  * HOROVOD_GLOO_RENDEZVOUS_ADDR and _PORT (daemon/rankenv.c); horovod's C++ side
  * (horovod/common/gloo/http_store.cc) and its Python client (http_client.py) speak to it.
  *
- * Like horovodrun's, this endpoint is NOT authenticated: anyone who can reach the leader's
- * address can read and write the horovod store of the job (only that store: the job's own
- * store, its key and its control link stay behind the authenticated leader port). It binds
- * the leader's own address, so that a --local job serves loopback only.
+ * Horovod's clients cannot authenticate (they send plain HTTP with no secret), so the server
+ * decides by the peer's address instead: it serves the job's own hosts (hvd_server_allow: the
+ * addresses the job's nodes reached the leader from) and this host (a peer whose address is
+ * the connection's own local address: a --local job's 127.0.0.1), and closes any other
+ * connection unread. The leader starts the server only for a job that uses horovod (job.json's
+ * "horovod"). It binds the leader's own address, so that a --local job serves loopback only.
+ * Refusals are counted per address and reason and summarised (refusals.h), not logged one by
+ * one: a flood writes a few lines a window.
  *
  * HTTP: one request per connection (both horovod clients open a connection per request and
  * read to Content-Length), HTTP/1.0 or 1.1, a Content-Length body and nothing else: chunked
@@ -18,8 +22,9 @@
  *                      "local_" + host, "cross_" + local rank), KEY (a rank) has finished;
  *                      once every member of the scope has, the scope's keys are removed. In
  *                      any other scope KEY is removed (and the scope with its last key). 200.
- * Malformed requests get 400 (and 405, 411, 413, 431, 408 for the cases those name) and one
- * log_warn line naming the peer; the server keeps serving everyone else.
+ * Malformed requests get 400 (and 405, 411, 413, 431, 408 for the cases those name) and a
+ * log_warn line naming the peer (the first of a burst; the rest summarised); the server keeps
+ * serving everyone else.
  *
  * Not served: horovod's elastic mode (HOROVOD_ELASTIC, whose driver fills a "rank_and_size"
  * scope; gpurun never sets HOROVOD_ELASTIC, and there an elastic script's GET gets 404), and
@@ -27,6 +32,7 @@
 #ifndef GPURUN_HVD_H
 #define GPURUN_HVD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <uv.h>
@@ -47,6 +53,18 @@
  * free up), which horovod's clients survive, where a refusal would count against the three
  * tries http_store.cc allows a request. Each rank has at most one request in flight. */
 #define HVD_CONNS_MAX       512
+/* Once the layout is known the store holds what the job's ranks can need, no more: gloo's
+ * full-mesh rendezvous (connectFullMesh in gloo/rendezvous/context.cc) has each rank store
+ * one value of HVD_GLOO_ADDR_BYTES (its tcp Address: a sockaddr_storage and a sequence
+ * number) for every other rank of the scope, in each of horovod's three scopes (global,
+ * local, cross; gloo_context.cc), plus HVD_RANK_SLACK bytes and HVD_RANK_KEYS keys a rank for
+ * keys, scope names and a script's own use of the store. HVD_STORE_MIN is the floor: a few
+ * ranks get 64 KiB. The per-request body limit is one rank's largest value and its slack. */
+#define HVD_GLOO_ADDR_BYTES 136
+#define HVD_RANK_SLACK      4096
+#define HVD_RANK_KEYS       16
+#define HVD_STORE_MIN       (64 * 1024)
+#define HVD_STORE_KEYS_MIN  256
 /* A request must arrive whole, and a response be taken, within this: what horovod's own
  * server allows a request (SINGLE_REQUEST_TIMEOUT, 3 s). A slow or stalled client gets 408. */
 #define HVD_TIMEOUT_MS      3000
@@ -65,25 +83,46 @@ struct hvd_config {
  * loop's thread, like every function below. */
 int hvd_server_start(uv_loop_t *loop, const struct hvd_config *cfg, struct hvd_server **out);
 
-/* The port the server listens on. */
+/* The port the server listens on; 0 when h is NULL (no server: a job without horovod). */
 int hvd_server_port(const struct hvd_server *h);
 
 /* The job's layout, as horovodrun's RendezvousServer.init(host_alloc_plan) takes it: nnodes
  * nodes of nprocs ranks each, hosts[i] (borrowed for the call) the name node i reported.
- * Names every node for horovod (hvd_server_host), sizes the three kinds of scope and empties
- * the store. Returns 0, or -ENOMEM (the store is then empty and the layout may lack scopes,
- * which then behave as ad-hoc ones). */
+ * Names every node for horovod (hvd_server_host), sizes the three kinds of scope, bounds the
+ * store to the job's need (hvd_store_need) and empties it. Returns 0, or -ENOMEM (the store is then
+ * empty and the layout may lack scopes, which then behave as ad-hoc ones). */
 int hvd_server_layout(struct hvd_server *h, int nnodes, int nprocs, const char *const *hosts);
 
 /* Node node's HOROVOD_HOSTNAME: the name it reported when every node's name is distinct and
  * made of [A-Za-z0-9._-] (it names the "local_" scope inside a URL path), else "node<N>" for
  * every node (several --local nodes share one machine's name). Borrowed until the next
- * hvd_server_layout or the close; NULL before a layout or for a node out of range. */
+ * hvd_server_layout or the close; NULL before a layout, for a node out of range or when h is
+ * NULL. */
 const char *hvd_server_host(const struct hvd_server *h, int node);
 
 /* Empties the store and every scope's finished ranks, keeping the layout: a new generation
- * must not read the addresses of the last one's ranks. */
+ * must not read the addresses of the last one's ranks. h may be NULL. */
 void hvd_server_reset(struct hvd_server *h);
+
+/* The job's hosts: n addresses (borrowed for the call; numeric IPv4 or IPv6) the server
+ * serves besides this host; one that is not numeric is skipped (a node that advertises a name
+ * is still served at the address it joined from, also on the list). Replaces the last list.
+ * Returns the number of addresses kept, or -ENOMEM (the list is then unchanged). */
+int hvd_server_allow(struct hvd_server *h, int n, const char *const *addrs);
+
+/* Whether a connection from peer to local (the accepted socket's own address) is served:
+ * peer's address is local's (this host), or one of allow's n addresses. Ports are ignored, and
+ * an IPv4-mapped IPv6 address is its IPv4 one. Pure; for tests. */
+bool hvd_peer_allowed(const struct sockaddr *peer, const struct sockaddr *local,
+                      const struct sockaddr_storage *allow, int n);
+
+/* The store limits a job of nnodes nodes of nprocs ranks needs (see HVD_GLOO_ADDR_BYTES):
+ * bytes, keys and the largest body, written to the three pointers. Pure; for tests. */
+void hvd_store_need(int nnodes, int nprocs, size_t *bytes, size_t *keys, size_t *body);
+
+/* The limits in force (the config's until a layout, then the smaller of the config's and the
+ * job's need): for tests and status. */
+size_t hvd_server_bytes_max(const struct hvd_server *h);
 
 /* Bytes of keys and values held and the number of keys: for tests and status. */
 size_t hvd_server_bytes(const struct hvd_server *h);

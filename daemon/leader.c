@@ -344,18 +344,36 @@ static bool spares_cover(const struct leader *l, const json_t *failure)
     return need > 0 && need <= have;
 }
 
-/* horovod's rendezvous learns the nodes of the job's slots (its host list). */
+/* horovod's rendezvous (a job that uses horovod only) learns the nodes of the job's slots
+ * (its host list), and serves the addresses the job's nodes joined from and advertise: those
+ * of every node that joined, spares included (one may take a slot). */
 static int hvd_layout(struct leader *l)
 {
     const char **hosts = calloc((size_t)l->spec->nnodes, sizeof(*hosts));
-    int ret = -ENOMEM;
+    const char **addrs = calloc(2 * (size_t)l->nphys, sizeof(*addrs));
+    int ret = -ENOMEM, n = 0;
 
-    if (hosts) {
-        for (int s = 0; s < l->spec->nnodes; s++)
-            hosts[s] = l->nodes[l->slot_node[s]].hostname;
-        ret = hvd_server_layout(l->hvd, l->spec->nnodes, l->spec->nprocs, hosts);
+    if (!l->hvd) {
+        ret = 0;
+        goto out;
     }
+    if (!hosts || !addrs)
+        goto out;
+    for (int s = 0; s < l->spec->nnodes; s++)
+        hosts[s] = l->nodes[l->slot_node[s]].hostname;
+    for (int i = 0; i < l->nphys; i++) {
+        const struct node *nd = &l->nodes[i];
+        if (nd->conn && nd->conn->peer.addr[0])
+            addrs[n++] = nd->conn->peer.addr;
+        if (nd->joined && nd->addr[0])
+            addrs[n++] = nd->addr;
+    }
+    ret = hvd_server_layout(l->hvd, l->spec->nnodes, l->spec->nprocs, hosts);
+    if (ret == 0 && hvd_server_allow(l->hvd, n, addrs) < 0)
+        ret = -ENOMEM;
+out:
     free(hosts);
+    free(addrs);
     return ret;
 }
 
@@ -1012,8 +1030,8 @@ static void send_assign(struct leader *l)
                              n->slot >= 0 ? n->rank_base : 0, "nnodes", l->spec->nnodes,
                              "master_addr", l->advertise, "master_port", l->master_port, "hvd_port",
                              hvd_server_port(l->hvd), "hvd_host",
-                             n->slot >= 0 ? hvd_server_host(l->hvd, n->slot) : "", "spare",
-                             n->slot < 0));
+                             n->slot >= 0 && l->hvd ? hvd_server_host(l->hvd, n->slot) : "",
+                             "spare", n->slot < 0));
     }
 }
 
@@ -2095,7 +2113,10 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
         ret = -EADDRNOTAVAIL;
         goto fail_close;
     }
-    ret = hvd_server_start(loop, &(struct hvd_config){.bind_addr = cfg->bind_addr}, &l->hvd);
+    /* A job that does not use horovod opens no port for it (README.md says how a job does). */
+    ret = cfg->spec->horovod
+              ? hvd_server_start(loop, &(struct hvd_config){.bind_addr = cfg->bind_addr}, &l->hvd)
+              : 0;
     if (ret < 0)
         goto fail_close;
     ret = write_endpoint(l);

@@ -57,6 +57,7 @@ static const struct int_key int_keys[] = {
     {"local_rank_at", offsetof(struct jobspec, local_rank_at), 1, 0, 1 << 20},
     {"mpi_env", offsetof(struct jobspec, mpi_env), 0, 0, 1},
     {"require_rendezvous", offsetof(struct jobspec, require_rendezvous), 0, 0, 1},
+    {"horovod", offsetof(struct jobspec, horovod), 0, 0, 1},
 };
 #define N_INT_KEYS (sizeof(int_keys) / sizeof(int_keys[0]))
 

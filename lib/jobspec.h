@@ -60,6 +60,8 @@ struct jobspec {
     int local_rank_at;    /* where that word goes: before argv[local_rank_at] (at most argc) */
     int mpi_env;          /* 1: ranks get MPICH's and Intel MPI's PMI_RANK, PMI_SIZE,
                            * MPI_LOCALRANKID and MPI_LOCALNRANKS too (--mpi-env) */
+    int horovod;          /* 1: the job uses horovod, and the leader serves its HTTP
+                           * rendezvous (daemon/hvd.h) to the job's hosts; 0: no such port */
     bool loopback;        /* --local: the leader binds 127.0.0.1 only */
 
     /* 1: a job of several ranks that never met (daemon/together.h) fails */

@@ -22,6 +22,7 @@
 
 #include "../daemon/hvd.h"
 #include "../daemon/rankenv.h"
+#include "../daemon/refusals.h"
 #include "log.h"
 #include "test.h"
 #include "banned.h"
@@ -655,12 +656,15 @@ TEST(hvd_malformed_requests_are_refused)
             !memmem(r.body, r.body_len, bad[i].why, strlen(bad[i].why)))
             test_fail(__FILE__, __LINE__, "request %zu \"%s\": status %d \"%.*s\", not %d \"%s\"",
                       i, bad[i].req, r.status, (int)r.body_len, r.body, bad[i].status, bad[i].why);
-        /* One line each, naming the peer and what was wrong. */
-        if (log_lines(&s, "refused a request from '127.0.0.1:", bad[i].why) < 1)
+        /* A line naming the peer and what was wrong, for the first of each reason while
+         * refusals.h counts that many apart (four requests share "malformed request line"). */
+        if (i < REFUSALS_SOURCES + 3 &&
+            log_lines(&s, "refused a request from '127.0.0.1:", bad[i].why) < 1)
             test_fail(__FILE__, __LINE__, "no log line for request %zu with \"%s\":\n%s", i,
                       bad[i].why, log_text(&s));
     }
-    CHECK_LOG(&s, "warn: horovod rendezvous: refused a request from '127.0.0.1:", NULL, (int)nbad);
+    CHECK_LOG(&s, "warn: horovod rendezvous: refused a request from '127.0.0.1:", NULL,
+              REFUSALS_SOURCES);
     /* Nothing a bad request said reached the store, and the server serves on. */
     CHECK_GET(s.port, "/a/b", "kept");
     CHECK_EQ(srv_counts(&s).keys, 1);
@@ -868,8 +872,10 @@ TEST(hvd_many_connections)
         close(idle[i]);
     }
     close(waiting);
-    CHECK_LOG(&s, "refused", "no whole request", CONNS_MAX);
+    /* One line for the first; the rest are summarised. */
+    CHECK_LOG(&s, "refused", "no whole request", 1);
     srv_stop(&s);
+    CHECK_LOG(&s, "refused 8 connections from '127.0.0.1' in", "no whole request", 1);
 }
 
 TEST(hvd_close_with_requests_in_flight)
@@ -891,6 +897,199 @@ TEST(hvd_close_with_requests_in_flight)
     srv_stop(&s);
     for (int i = 0; i < 4; i++)
         close(fds[i]);
+}
+
+/* --- strangers, floods and the job's bounds ------------------------------------------------ */
+
+/* ip (numeric) with port as a sockaddr; four at a time stay valid. */
+static const struct sockaddr *sa_of(const char *ip, int port)
+{
+    static struct sockaddr_storage ss[4];
+    static int next;
+    struct sockaddr_storage *p = &ss[next++ % 4];
+
+    memset(p, 0, sizeof(*p));
+    if (uv_ip4_addr(ip, port, (struct sockaddr_in *)p) < 0)
+        CHECK_EQ(uv_ip6_addr(ip, port, (struct sockaddr_in6 *)p), 0);
+    return (const struct sockaddr *)p;
+}
+
+TEST(hvd_peer_allowed_is_this_host_or_the_jobs)
+{
+    struct sockaddr_storage allow[2];
+
+    memcpy(&allow[0], sa_of("10.0.0.2", 0), sizeof(allow[0]));
+    memcpy(&allow[1], sa_of("fd00::3", 0), sizeof(allow[1]));
+    /* This host: the peer's address is the connection's own, whatever the list. */
+    CHECK(hvd_peer_allowed(sa_of("127.0.0.1", 40000), sa_of("127.0.0.1", 41000), NULL, 0));
+    CHECK(hvd_peer_allowed(sa_of("10.0.0.1", 40000), sa_of("10.0.0.1", 41000), allow, 2));
+    /* Another loopback address is not this connection's own: a stranger. */
+    CHECK(!hvd_peer_allowed(sa_of("127.0.0.2", 40000), sa_of("127.0.0.1", 41000), NULL, 0));
+    /* The job's hosts, any port; IPv4-mapped IPv6 is IPv4. */
+    CHECK(hvd_peer_allowed(sa_of("10.0.0.2", 5), sa_of("10.0.0.1", 41000), allow, 2));
+    CHECK(hvd_peer_allowed(sa_of("::ffff:10.0.0.2", 5), sa_of("::", 41000), allow, 2));
+    CHECK(hvd_peer_allowed(sa_of("fd00::3", 5), sa_of("fd00::1", 41000), allow, 2));
+    CHECK(!hvd_peer_allowed(sa_of("10.0.0.3", 5), sa_of("10.0.0.1", 41000), allow, 2));
+    CHECK(!hvd_peer_allowed(sa_of("fd00::4", 5), sa_of("fd00::1", 41000), allow, 2));
+    CHECK(!hvd_peer_allowed(sa_of("10.0.0.2", 5), sa_of("10.0.0.1", 41000), allow, 0));
+}
+
+#define CHECK_NEED(nnodes, nprocs, want_bytes, want_keys, want_body)                               \
+    do {                                                                                           \
+        size_t b_, k_, y_;                                                                         \
+        hvd_store_need((nnodes), (nprocs), &b_, &k_, &y_);                                         \
+        if (b_ != (want_bytes) || k_ != (want_keys) || y_ != (want_body))                          \
+            test_fail(__FILE__, __LINE__,                                                          \
+                      "need of %d x %d: %zu bytes, %zu keys, body %zu; not "                       \
+                      "%zu, %zu, %zu",                                                             \
+                      (nnodes), (nprocs), b_, k_, y_, (size_t)(want_bytes), (size_t)(want_keys),   \
+                      (size_t)(want_body));                                                        \
+    } while (0)
+
+TEST(hvd_store_need_is_what_the_ranks_can_use)
+{
+    /* A few ranks: the floor, 64 KiB; one rank's largest value is its global one (136 bytes a
+     * peer) and its slack. */
+    CHECK_NEED(1, 1, 64 * 1024, 256, 136 + 4096);
+    CHECK_NEED(2, 2, 64 * 1024, 256, 4 * 136 + 4096);
+    /* 64 ranks: 136 bytes for each of 64 + 8 + 8 peers and 4 KiB each, about 15 KiB a rank. */
+    CHECK_NEED(8, 8, 64 * (136 * 80 + 4096), 64 * 16, 64 * 136 + 4096);
+    /* 1024 ranks: quadratic (gloo's full mesh), 158 MiB, still under HVD_STORE_BYTES_MAX. */
+    CHECK_NEED(128, 8, 1024 * (136 * 1160 + 4096), 1024 * 16, 1024 * 136 + 4096);
+    CHECK(1024 * (136 * 1160 + 4096) < HVD_STORE_BYTES_MAX);
+}
+
+/* One connection from 127.0.0.2 (a stranger: the server listens on 127.0.0.1, and the job's
+ * hosts are not given) sending req: the bytes that came back before the server closed it. */
+static size_t stranger(int port, const char *req)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    struct sockaddr_in me = {.sin_family = AF_INET};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    size_t got = 0;
+    char buf[4096];
+
+    CHECK(fd >= 0);
+    me.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(bind(fd, (struct sockaddr *)&me, sizeof(me)), 0);
+    CHECK_EQ(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    /* The server may have closed already: a failed send is the point, not an error. */
+    (void)!send(fd, req, strlen(req), MSG_NOSIGNAL);
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        ssize_t n;
+        if (poll(&pfd, 1, PROMPT_MS) <= 0)
+            test_fail(__FILE__, __LINE__, "the server kept a stranger's connection %d ms",
+                      PROMPT_MS);
+        n = recv(fd, buf, sizeof(buf), 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    return got;
+}
+
+struct allow_args {
+    int n;
+    const char *const *addrs;
+    int ret;
+};
+
+static void do_allow(struct srv *s, void *arg)
+{
+    struct allow_args *a = arg;
+
+    a->ret = hvd_server_allow(s->h, a->n, a->addrs);
+}
+
+TEST(hvd_a_stranger_is_closed_unanswered)
+{
+    enum { TRIES = 200 };
+    static const char *const none[] = {"a-host-name"};
+    static const char *const job[] = {"a-host-name", "127.0.0.2"};
+    struct allow_args a = {2, job, -1}, b = {1, none, -1};
+    struct srv s;
+
+    srv_start(&s, NULL);
+    CHECK_EQ(put(s.port, "/a/b", "the job's"), 200);
+    for (int i = 0; i < TRIES; i++) {
+        size_t got = stranger(s.port, i % 2 ? "GET /a/b HTTP/1.1\r\nHost: x\r\n\r\n"
+                                            : "PUT /a/c HTTP/1.1\r\nHost: x\r\n"
+                                              "Content-Length: 5\r\n\r\nfill!");
+        if (got)
+            test_fail(__FILE__, __LINE__, "stranger %d got %zu bytes of an answer", i, got);
+    }
+    /* Nothing stored; one line, the rest counted; the job's own host still served. */
+    CHECK_EQ(srv_counts(&s).keys, 1);
+    CHECK_GET(s.port, "/a/c", NULL);
+    CHECK_LOG(&s, "horovod rendezvous", NULL, 1);
+    CHECK_LOG(&s, "refused a connection from '127.0.0.2:", "not one of the job's hosts", 1);
+    /* Once one of the job's hosts, served; a name on the list is skipped, not resolved. */
+    srv_call(&s, do_allow, &b);
+    CHECK_EQ(b.ret, 0);
+    CHECK_EQ(stranger(s.port, "GET /a/b HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
+    srv_call(&s, do_allow, &a);
+    CHECK_EQ(a.ret, 1);
+    CHECK(stranger(s.port, "GET /a/b HTTP/1.1\r\nHost: x\r\n\r\n") > 0);
+    srv_stop(&s);
+    CHECK_LOG(&s, "refused 201 connections from '127.0.0.2' in", "not one of the job's hosts", 1);
+}
+
+TEST(hvd_a_flood_of_bad_requests_is_summarised)
+{
+    enum { FLOOD = 300 };
+    struct srv s;
+    struct resp r;
+
+    srv_start(&s, NULL);
+    for (int i = 0; i < FLOOD; i++) {
+        http_raw(s.port, "GARBAGE\r\n\r\n", 11, &r);
+        CHECK_EQ(r.status, 400);
+    }
+    /* The first in full, the rest in one summary line when the window ends (the close). */
+    CHECK_LOG(&s, "horovod rendezvous", NULL, 1);
+    srv_stop(&s);
+    CHECK_LOG(&s, "horovod rendezvous", NULL, 2);
+    CHECK_LOG(&s, "refused 300 connections from '127.0.0.1' in", "malformed request line", 1);
+}
+
+static void do_bytes_max(struct srv *s, void *arg)
+{
+    *(size_t *)arg = hvd_server_bytes_max(s->h);
+}
+
+TEST(hvd_layout_bounds_the_store_to_the_job)
+{
+    static const char *const hosts[] = {"a"};
+    char value[4096 + 137];
+    size_t max = 0, stored = 0;
+    struct srv s;
+    struct resp r;
+    int status = 200;
+
+    srv_start(&s, NULL);
+    srv_call(&s, do_bytes_max, &max);
+    CHECK_EQ(max, HVD_STORE_BYTES_MAX);
+    srv_layout(&s, 1, 1, hosts);
+    srv_call(&s, do_bytes_max, &max);
+    CHECK_EQ(max, 64 * 1024);
+    /* One rank's largest value, and a byte more. */
+    memset(value, 'v', sizeof(value));
+    CHECK_EQ(http(s.port, "PUT", "/global/0", value, 4096 + 136, &r), 200);
+    CHECK_EQ(http(s.port, "PUT", "/global/0", value, 4096 + 137, &r), 413);
+    /* Filling: refused at the bound, long before the config's 256 MiB. */
+    for (int i = 0; i < 100 && status == 200; i++) {
+        char path[32];
+        snprintf(path, sizeof(path), "/fill/%d", i);
+        status = http(s.port, "PUT", path, value, 4096, &r);
+        stored += status == 200 ? 4096 : 0;
+    }
+    CHECK_EQ(status, 507);
+    CHECK(srv_counts(&s).bytes <= 64 * 1024);
+    CHECK(stored >= 56 * 1024);
+    srv_stop(&s);
 }
 
 TEST(hvd_bind_address_must_be_numeric)

@@ -3,7 +3,8 @@
 # rendezvousd each, named node0 and node1, two ranks per node). Every rank checks its HOROVOD_*
 # variables against gloo_run's for -H node0:2,node1:2 with the rendezvous at node 0's address
 # and HOROVOD_GLOO_IFACE the namespace's own interface (eth0, its end of the veth), and uses
-# horovod's HTTP client across the bridge (tests/ranks/horovod_rendezvous.py). Horovod's code comes
+# horovod's HTTP client across the bridge (tests/ranks/horovod_rendezvous.py): job.json says
+# "horovod": 1, and node 1's ranks are served as one of the job's hosts. Horovod's code comes
 # from PyPI at test time; skips when PyPI cannot be reached or namespaces cannot be made.
 # timeout: 300
 # lane: side
@@ -28,7 +29,7 @@ export PYTHONPATH=$HVD_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}
 unset HOROVOD_CONTROLLER HOROVOD_CPU_OPERATIONS HOROVOD_GLOO_IFACE
 
 addr0=$(netns_addr 0)
-netns_job_write "$job" "$NODES" "$NPROCS" '"join_timeout_ms": 20000, "kill_grace_ms": 1000' \
+netns_job_write "$job" "$NODES" "$NPROCS" '"join_timeout_ms": 20000, "kill_grace_ms": 1000, "horovod": 1' \
     "$python" "$root/tests/ranks/horovod_rendezvous.py" --hosts "node0:$NPROCS,node1:$NPROCS" \
     --addr "$addr0" --iface eth0 --gloo-run "$HVD_GLOO_RUN"
 t0=$(netns_now_ms)
