@@ -40,6 +40,7 @@ static const struct {
     {"--nodes", offsetof(struct jobspec, nnodes), false},
     {"--gpus-per-node", offsetof(struct jobspec, nprocs), false},
     {"--max-restarts", offsetof(struct jobspec, max_restarts), false},
+    {"--spare-nodes", offsetof(struct jobspec, spare_nodes), false},
     {"--hang-timeout", offsetof(struct jobspec, hang_timeout_ms), true},
     {"--kill-grace", offsetof(struct jobspec, kill_grace_ms), true},
     {"--join-timeout", offsetof(struct jobspec, join_timeout_ms), true},
@@ -157,9 +158,17 @@ static void local_words(const struct jobspec *spec, struct words *w)
         words_add(w, "%s", spec->metrics_dir);
     }
     if (spec->output_ranks) {
-        fputs(" --output-ranks ", f);
-        sbatch_shell_word(f, spec->output_ranks);
+        words_add(w, "--output-ranks");
+        words_add(w, "%s", spec->output_ranks);
     }
+    if (spec->local_rank_arg)
+        words_add(w, "--local-rank-arg=%s", local_rank_arg_name(spec->local_rank_arg) + 2);
+    if (spec->mpi_env)
+        words_add(w, "--mpi-env");
+    if (spec->require_rendezvous)
+        words_add(w, "--require-rendezvous");
+    if (spec->horovod)
+        words_add(w, "--horovod");
     while (spec->argv[argc])
         argc++;
     job_default_name(name, sizeof(name), spec->argv, argc);
