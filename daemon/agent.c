@@ -894,6 +894,26 @@ static void kill_orphans(struct agent *a)
     closedir(d);
 }
 
+/* Kills what still carries this daemon's job mark (jobmark.h): a process that left its
+ * rank's process group and cgroup and is nobody's child of ours (setsid, then a root
+ * cgroup.procs). The shims sweep their own rank's at its end; this is for a shim killed
+ * before it could. */
+static void sweep_marks(struct agent *a)
+{
+    struct jobmark_sweep_stats st;
+    int ret;
+
+    if (!a->mark.daemon)
+        return;
+    ret = jobmark_sweep(&a->mark, JOBMARK_DAEMON, 0, &st);
+    if (ret < 0)
+        log_warn("cannot look for processes carrying the job mark: %s", strerror(-ret));
+    else if (st.killed > 0)
+        log_info("ended %d processes carrying node %d's job mark, outside its ranks' process "
+                 "groups and cgroups",
+                 st.killed, a->node_rank);
+}
+
 static void teardown(struct agent *a, const char *cause)
 {
     if (a->state == AG_TEARDOWN || a->state == AG_DONE)
@@ -980,6 +1000,7 @@ static void finish(struct agent *a, int status)
         return;
     a->state = AG_DONE;
     kill_orphans(a);
+    sweep_marks(a);
     if (a->cgroup[0] && cgroup_remove(a->cgroup, JOB_CGROUP_WAIT_MS) < 0)
         log_warn("cannot remove cgroup '%s': processes still in it", a->cgroup);
     agent_end(a, status);

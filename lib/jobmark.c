@@ -16,7 +16,7 @@
 #include "banned.h"
 
 /* The label of the job's value: HMAC(key, label) (auth_key_derive). */
-#define JOB_LABEL     "gpurun job mark"
+#define JOB_LABEL      "gpurun job mark"
 /* Scans of one sweep at most: each ends what the last one missed (a child forked between its
  * parent's read and its kill). A marked process forks a few children at most before its
  * SIGKILL lands, so a sweep ends in two or three scans; the bound only stops a fork bomb from
@@ -25,9 +25,9 @@
 /* A process's environment read at most: the kernel's own bound for an exec'd environment
  * is a quarter of the stack limit (2 MiB at the usual 8 MiB); past this the rest is not
  * looked at. */
-#define ENVIRON_MAX   (16u << 20)
+#define ENVIRON_MAX    (16u << 20)
 /* The first read of an environment: most are a few KiB, so one read takes them whole. */
-#define ENVIRON_FIRST 16384u
+#define ENVIRON_FIRST  16384u
 
 uint64_t jobmark_job(const struct auth_key *key)
 {
@@ -77,8 +77,8 @@ int jobmark_parse(const char *s, size_t len, struct jobmark *m)
         job = job << 4 | (uint64_t)d;
     }
     if (i >= len || s[i++] != '/' || parse_dec(s, len, &i, LONG_MAX, &pid) < 0 || pid == 0 ||
-        i >= len || s[i++] != '/' || parse_dec(s, len, &i, ULLONG_MAX, &start) < 0 ||
-        i >= len || s[i++] != '/' || parse_dec(s, len, &i, INT_MAX, &rank) < 0 || i != len)
+        i >= len || s[i++] != '/' || parse_dec(s, len, &i, ULLONG_MAX, &start) < 0 || i >= len ||
+        s[i++] != '/' || parse_dec(s, len, &i, INT_MAX, &rank) < 0 || i != len)
         return -EINVAL;
     *m = (struct jobmark){.job = job, .daemon = (long)pid, .start = start, .rank = (int)rank};
     return 0;
@@ -150,6 +150,10 @@ int jobmark_proc_start(long pid, unsigned long long *start)
     /* The command name (field 2) may hold spaces and parentheses: fields count from the last
      * ')'. Field 3 follows it, so field 22 is 19 spaces on. */
     p = strrchr(buf, ')');
+    /* A zombie has ended: it only waits for its parent (a killed daemon's, killed too, leaves
+     * it to a subreaper that may take its time). */
+    if (p && (p[1] != ' ' || p[2] == 'Z' || p[2] == 'X'))
+        return -ENOENT;
     for (field = 2; p && field < 22; field++)
         p = strchr(p + 1, ' ');
     if (!p || sscanf(p + 1, "%llu", start) != 1)

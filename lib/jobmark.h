@@ -72,7 +72,8 @@ bool jobmark_matches(const struct jobmark *have, const struct jobmark *want,
 bool jobmark_owner_gone(const struct jobmark *m, unsigned long long start_now);
 
 /* The start time of process pid (field 22 of /proc/PID/stat) into *start. Returns 0, -ENOENT
- * when no such process runs, or another negative errno. */
+ * when no such process runs (none has that pid, or a zombie has), or another negative
+ * errno. */
 int jobmark_proc_start(long pid, unsigned long long *start);
 
 /* What a sweep did. */

@@ -37,8 +37,7 @@ static size_t find(const char *text, struct jobmark *out, size_t max)
 
 static bool same(const struct jobmark *a, const struct jobmark *b)
 {
-    return a->job == b->job && a->daemon == b->daemon && a->start == b->start &&
-           a->rank == b->rank;
+    return a->job == b->job && a->daemon == b->daemon && a->start == b->start && a->rank == b->rank;
 }
 
 TEST(jobmark_format_and_parse)
@@ -111,8 +110,7 @@ TEST(jobmark_find_in_environ_bytes)
     CHECK_EQ(find("FOO=GPURUN_JOB_MARK=0123456789abcdef/4242/987654/3|", m, 2), 0);
     CHECK_EQ(find("FOO=x|GPURUN_JOB_MARK=0123456789abcdef/4242/987654/3 |", m, 2), 0);
     /* A value that does not parse hides no later mark. */
-    CHECK_EQ(find("GPURUN_JOB_MARK=junk|GPURUN_JOB_MARK=0123456789abcdef/4242/987654/3|", m, 2),
-             1);
+    CHECK_EQ(find("GPURUN_JOB_MARK=junk|GPURUN_JOB_MARK=0123456789abcdef/4242/987654/3|", m, 2), 1);
     CHECK(same(&m[0], &mark));
     /* Two marks (an environment built by hand): both, in order; the count goes past max. */
     CHECK_EQ(find("GPURUN_JOB_MARK=0123456789abcdef/4242/987654/3|"
@@ -262,37 +260,59 @@ TEST(jobmark_sweep_ends_the_marked)
     waitpid(p4, NULL, 0);
 }
 
-/* A stale sweep ends a process whose mark names a daemon that is gone, or whose pid is another
- * process's now, and spares one whose daemon runs. */
+/* A stale sweep ends a process whose mark names a daemon that is gone (no process, or a
+ * zombie: a killed daemon whose parent was killed too waits for a subreaper), or whose pid is
+ * another process's now, and spares one whose daemon runs. */
 TEST(jobmark_sweep_stale)
 {
-    struct jobmark gone = mark, reused = mark, alive = mark;
-    char e1[128], e2[128], e3[128];
+    struct jobmark gone = mark, reused = mark, alive = mark, zombie = mark;
+    char e1[128], e2[128], e3[128], e4[128], c;
     struct jobmark_sweep_stats st;
-    pid_t dead = fork(), p1, p2, p3;
+    pid_t dead = fork(), undead, p1, p2, p3, p4;
+    int fds[2];
+    siginfo_t si;
 
     CHECK(dead >= 0);
     if (dead == 0)
         _exit(0);
     CHECK_EQ(waitpid(dead, NULL, 0), dead);
-    gone.job = reused.job = alive.job = ((uint64_t)getpid() << 32) | 0x57a1e;
+    CHECK_EQ(pipe(fds), 0);
+    undead = fork();
+    CHECK(undead >= 0);
+    if (undead == 0) {
+        close(fds[1]);
+        _exit(read(fds[0], &c, 1) < 0);
+    }
+    close(fds[0]);
+    gone.job = reused.job = alive.job = zombie.job = ((uint64_t)getpid() << 32) | 0x57a1e;
     gone.daemon = dead;
+    zombie.daemon = undead;
+    CHECK_EQ(jobmark_proc_start(undead, &zombie.start), 0);
     alive.daemon = reused.daemon = getpid();
     CHECK_EQ(jobmark_proc_start(getpid(), &alive.start), 0);
     CHECK(alive.start > 0);
     reused.start = alive.start + 1;
     CHECK_EQ(jobmark_proc_start(dead, &gone.start), -ENOENT);
+    /* The child exits and is left unreaped: a zombie. */
+    close(fds[1]);
+    CHECK_EQ(waitid(P_PID, (id_t)undead, &si, WEXITED | WNOWAIT), 0);
+    unsigned long long start;
+    CHECK_EQ(jobmark_proc_start(undead, &start), -ENOENT);
     env_entry(&gone, e1, sizeof(e1));
     env_entry(&reused, e2, sizeof(e2));
     env_entry(&alive, e3, sizeof(e3));
+    env_entry(&zombie, e4, sizeof(e4));
     p1 = start_marked(e1);
     p2 = start_marked(e2);
     p3 = start_marked(e3);
+    p4 = start_marked(e4);
     CHECK_EQ(jobmark_sweep(NULL, JOBMARK_STALE, 0, &st), 0);
-    CHECK_INT(st.killed, >=, 2); /* the machine may hold stale marks of its own */
+    CHECK_INT(st.killed, >=, 3); /* the machine may hold stale marks of its own */
     CHECK_EQ(ended_by(p1), SIGKILL);
     CHECK_EQ(ended_by(p2), SIGKILL);
+    CHECK_EQ(ended_by(p4), SIGKILL);
     CHECK(still_runs(p3));
     kill(p3, SIGKILL);
     waitpid(p3, NULL, 0);
+    waitpid(undead, NULL, 0);
 }
