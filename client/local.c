@@ -518,8 +518,8 @@ static void sweep_job(const struct local_job *job)
         return;
     want.job = jobmark_job(&key);
     if (jobmark_sweep(&want, JOBMARK_JOB, 0, &st) == 0 && st.killed > 0)
-        fprintf(stderr, "gpurun: ended %d processes of job '%s' still running after its daemons\n",
-                st.killed, job->job_id);
+        fprintf(stderr, "gpurun: ended %d process%s of job '%s' still running after its daemons\n",
+                st.killed, st.killed == 1 ? "" : "es", job->job_id);
 }
 
 int local_run(const struct local_job *job, int *fatal_signal)

@@ -909,9 +909,9 @@ static void sweep_marks(struct agent *a)
     if (ret < 0)
         log_warn("cannot look for processes carrying the job mark: %s", strerror(-ret));
     else if (st.killed > 0)
-        log_info("ended %d processes carrying node %d's job mark, outside its ranks' process "
+        log_info("ended %d process%s carrying node %d's job mark, outside its ranks' process "
                  "groups and cgroups",
-                 st.killed, a->node_rank);
+                 st.killed, st.killed == 1 ? "" : "es", a->node_rank);
 }
 
 static void teardown(struct agent *a, const char *cause)

@@ -258,7 +258,8 @@ static void sweep_stale(void)
     if (ret < 0)
         log_warn("cannot look for processes left by daemons that are gone: %s", strerror(-ret));
     else if (st.killed > 0)
-        log_info("ended %d processes carrying the job mark of daemons that are gone", st.killed);
+        log_info("ended %d process%s carrying the job mark of daemons that are gone", st.killed,
+                 st.killed == 1 ? "" : "es");
 }
 
 int main(int argc, char **argv)

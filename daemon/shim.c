@@ -240,8 +240,8 @@ static int agent_lost(const struct shim_opts *o, pid_t child, bool in_cgroup, bo
     swept = sweep_mark(o);
     if (swept > 0 && !dead)
         fprintf(stderr,
-                "gpurun: ended %d processes of the rank outside its process group and cgroup\n",
-                swept);
+                "gpurun: ended %d process%s of the rank outside its process group and cgroup\n",
+                swept, swept == 1 ? "" : "es");
     if (in_cgroup) {
         cgroup_remove(o->cgroup, CGROUP_WAIT_MS);
         /* A dead agent cannot remove the job's cgroup: the last rank does. */

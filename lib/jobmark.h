@@ -5,10 +5,12 @@
  * environment does too (docs/design.md, section 4).
  *
  * The value is "JOB/PID/START/RANK": JOB is 16 hex digits of HMAC(the job's key, "gpurun job
- * mark"), the same on every node and unknown to anyone without the key; PID and START are the
- * pid of the daemon that spawned the rank and its start time (clock ticks after boot, field 22
- * of /proc/PID/stat; 0 when unknown), which together tell whether that daemon still runs;
- * RANK is the rank's number. What is read is a process's environment as it was exec'd
+ * mark"), which every node and gpurun compute alike without being told it (it is no secret:
+ * the shim's command line shows it, and a process that copies it into its own environment
+ * only gets itself ended); PID and START are the pid of the daemon that spawned the rank and
+ * its start time (clock ticks after boot, field 22 of /proc/PID/stat; 0 when unknown), which
+ * together tell whether that daemon still runs; RANK is the rank's number. What is read is a
+ * process's environment as it was exec'd
  * (/proc/PID/environ): setenv and unsetenv do not change it, an exec with another environment
  * (env -i) does.
  *

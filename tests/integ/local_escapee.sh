@@ -4,10 +4,12 @@
 # cgroup.procs of every cgroup hierarchy is in neither its rank's process group nor its
 # cgroup, yet it carries the job mark (GPURUN_JOB_MARK) of its rank, and:
 #   - SIGKILL of its daemon: the rank's shim sweeps the mark, the escapee is gone at once;
+#   - SIGSTOP of its daemon: the shim does so after the heartbeat timeout, and says so;
 #   - SIGKILL of its daemon and its shims together: gpurun --local sweeps the job's mark once
 #     the daemons are gone, and says how many it ended;
 #   - SIGKILL of every daemon and every shim while gpurun is stopped: the next daemon's start
-#     sweeps the marks of daemons that are gone.
+#     sweeps the marks of daemons that are gone;
+#   - a restart: the agent sweeps before generation 1 starts.
 # Needs root (a root cgroup.procs is root's to write).
 # timeout: 120
 set -euo pipefail
@@ -58,6 +60,7 @@ start() {
     local name=$1 r
     shift
     job=$work/$name
+    : >"$work/out"
     "$gpurun" --local -N 2 --gpus-per-node 2 --kill-grace 1 --log-level info --job-dir "$job" \
         "$@" -- sh -c "$escaper" >"$work/out" 2>"$work/err" </dev/null &
     pid=$!
@@ -116,6 +119,20 @@ wait "$pid" || rc=$?
 gone_within 2000 "after the job's end, every escapee" "${esc[@]}"
 echo "# the job's end: node 0's escapees gone too"
 
+# --- SIGSTOP of node 1's daemon: its shims judge it frozen after the heartbeat timeout, end
+# their ranks and sweep, and say how many they ended in the rank's log.
+start stop --heartbeat 0.1 --heartbeat-timeout 1
+kill -STOP "$agent1"
+gone_within 3000 "after SIGSTOP of node 1's daemon (heartbeat timeout 1 s), its ranks' escapees" \
+    "${esc[2]}" "${esc[3]}"
+echo "# SIGSTOP of the daemon: its ranks' escapees gone after $took ms (heartbeat timeout 1000 ms)"
+kill -CONT "$agent1"
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" != 0 ] || fail "a job whose daemon was frozen exited 0"
+grep -q '^gpurun: ended 1 process of the rank outside its process group and cgroup$' \
+    "$job/logs/rank-2.log" || fail "rank 2's log does not count its escapee: $(cat "$job/logs/rank-2.log")"
+
 # --- SIGKILL of node 1's daemon and its shims at once: nobody on node 1 is left to sweep, and
 # gpurun does once the daemons are gone.
 start shims
@@ -127,7 +144,7 @@ wait "$pid" || rc=$?
 [ "$rc" != 0 ] || fail "a job whose daemon and shims were killed exited 0"
 gone_within 1000 "after gpurun's end, node 1's ranks and escapees" \
     "$(cat "$job/pid.2")" "$(cat "$job/pid.3")" "${esc[2]}" "${esc[3]}"
-grep -q '^gpurun: ended [0-9]* processes of job .* still running after its daemons' "$work/err" ||
+grep -q '^gpurun: ended [0-9]* process\(es\)\{0,1\} of job .* still running after its daemons' "$work/err" ||
     fail "gpurun does not say it ended what its daemons left: $(cat "$work/err")"
 echo "# $(grep '^gpurun: ended' "$work/err")"
 
@@ -155,7 +172,7 @@ expect_rc 0 "the next job"
 gone_within 1000 "after the next job's start, the ranks and escapees of the killed one" \
     "${marked[@]}"
 alive "$spared" || fail "a process whose mark names a running daemon was ended"
-grep -q 'ended [0-9]* processes carrying the job mark of daemons that are gone' "$work/err" ||
+grep -q 'ended [0-9]* process\(es\)\{0,1\} carrying the job mark of daemons that are gone' "$work/err" ||
     echo "# (another daemon's start swept them first)"
 echo "# the next daemon's start: $(grep -m1 'carrying the job mark of daemons' "$work/err" || true)"
 kill -CONT "$pid"
