@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -208,6 +209,14 @@ static bool still_runs(pid_t pid)
     return waitpid(pid, NULL, WNOHANG) == 0;
 }
 
+/* Whether pid runs: it exists and is no zombie. */
+static bool running(pid_t pid)
+{
+    unsigned long long start;
+
+    return jobmark_proc_start(pid, &start) == 0;
+}
+
 static void env_entry(const struct jobmark *m, char *out, size_t n)
 {
     char v[JOBMARK_LEN];
@@ -315,4 +324,61 @@ TEST(jobmark_sweep_stale)
     kill(p3, SIGKILL);
     waitpid(p3, NULL, 0);
     waitpid(undead, NULL, 0);
+}
+
+/* A stale sweep leaves alone a process of another pid namespace (a container's): the pid in
+ * its mark is a pid of that namespace, which means nothing in ours. Needs CAP_SYS_ADMIN. */
+TEST(jobmark_sweep_stale_other_pid_ns)
+{
+    struct jobmark gone = mark;
+    char entry[128], c;
+    struct jobmark_sweep_stats st;
+    int ready[2], info[2];
+    pid_t child, inner = 0;
+
+    gone.job = ((uint64_t)getpid() << 32) | 0x9a5;
+    gone.daemon = 999999; /* above the default pid_max: no process of ours has it */
+    env_entry(&gone, entry, sizeof(entry));
+    CHECK_EQ(pipe2(ready, O_CLOEXEC), 0);
+    CHECK_EQ(pipe(info), 0);
+    child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        char *const argv[] = {(char *)"sleep", (char *)"30", NULL};
+        char *const envp[] = {entry, NULL};
+        if (unshare(CLONE_NEWPID) < 0)
+            _exit(77);
+        pid_t g = fork();
+        if (g == 0) {
+            execve("/bin/sleep", argv, envp);
+            _exit(127);
+        }
+        if (write(info[1], &g, sizeof(g)) != sizeof(g))
+            _exit(1);
+        close(ready[1]);
+        waitpid(g, NULL, 0);
+        _exit(0);
+    }
+    close(info[1]);
+    close(ready[1]);
+    if (read(info[0], &inner, sizeof(inner)) != sizeof(inner)) {
+        int status;
+        waitpid(child, &status, 0);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
+            test_skip("cannot make a pid namespace here");
+        test_fail(__FILE__, __LINE__, "no pid from the namespace's child: status 0x%x", status);
+    }
+    close(info[0]);
+    /* The exec closed the grandchild's copy of the pipe; the child closed its own. */
+    CHECK_EQ(read(ready[0], &c, 1), 0);
+    close(ready[0]);
+    CHECK_EQ(jobmark_sweep(NULL, JOBMARK_STALE, 0, &st), 0);
+    /* A SIGKILL sent takes a moment to end its target: watched for 200 ms. */
+    for (int i = 0; i < 20; i++) {
+        if (!running(inner))
+            test_fail(__FILE__, __LINE__, "the other namespace's process %d was ended", (int)inner);
+        usleep(10000);
+    }
+    kill(inner, SIGKILL);
+    CHECK_EQ(waitpid(child, NULL, 0), child);
 }
