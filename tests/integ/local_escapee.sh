@@ -45,10 +45,21 @@ ppid() {
 
 # Every process left is killed at exit, whatever the outcome: escapees are nobody's children.
 leftovers=()
-kill_leftovers() {
+# keep PID...: PID is killed at exit if it still runs then, as the same process (its start
+# time): a pid freed meanwhile may be another's on a shared machine.
+keep() {
     local p
-    for p in "${leftovers[@]}"; do
-        kill -KILL "$p" 2>/dev/null || true
+    for p in "$@"; do
+        leftovers+=("$p:$(awk '{ print $22 }' "/proc/$p/stat" 2>/dev/null || true)")
+    done
+}
+kill_leftovers() {
+    local e now
+    for e in "${leftovers[@]}"; do
+        now=$(awk '{ print $22 }' "/proc/${e%%:*}/stat" 2>/dev/null || true)
+        if [ -n "${e#*:}" ] && [ "$now" = "${e#*:}" ]; then
+            kill -KILL "${e%%:*}" 2>/dev/null || true
+        fi
     done
 }
 exit_hooks+=(kill_leftovers)
@@ -69,7 +80,7 @@ start() {
     esc=()
     for r in 0 1 2 3; do
         esc+=("$(cat "$job/esc.$r")")
-        leftovers+=("$(cat "$job/pid.$r")" "${esc[$r]}")
+        keep "$(cat "$job/pid.$r")" "${esc[$r]}"
     done
     shims=("$(ppid "$(cat "$job/pid.2")")" "$(ppid "$(cat "$job/pid.3")")")
     agent1=$(ppid "${shims[0]}")
@@ -166,7 +177,7 @@ done
 # A process whose mark names a daemon that still runs (this script, started now) is spared.
 GPURUN_JOB_MARK="0000000000000000/$$/$(awk '{ print $22 }' /proc/$$/stat)/0" sleep 60 &
 spared=$!
-leftovers+=("$spared")
+keep "$spared"
 run --local --log-level info --job-dir "$work/next" -- true
 expect_rc 0 "the next job"
 gone_within 1000 "after the next job's start, the ranks and escapees of the killed one" \
@@ -197,7 +208,7 @@ for f in "$GPURUN_JOB_DIR"/gen0.*; do
 done
 echo "generation 1 ran"'
 for f in "$work/restart"/gen0.*; do
-    leftovers+=("$(cat "$f")")
+    keep "$(cat "$f")"
 done
 expect_rc 0 "a job restarted after a SIGKILL in generation 0"
 expect_out_line "[0] generation 1 ran"

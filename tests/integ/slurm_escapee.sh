@@ -19,10 +19,21 @@ set -euo pipefail
 
 # Every escapee and rank is killed at exit whatever happened: nobody else would.
 leftovers=()
-kill_leftovers() {
+# keep PID...: PID is killed at exit if it still runs then, as the same process (its start
+# time): a pid freed meanwhile may be another's on a shared machine.
+keep() {
     local p
-    for p in "${leftovers[@]}"; do
-        kill -KILL "$p" 2>/dev/null || true
+    for p in "$@"; do
+        leftovers+=("$p:$(awk '{ print $22 }' "/proc/$p/stat" 2>/dev/null || true)")
+    done
+}
+kill_leftovers() {
+    local e now
+    for e in "${leftovers[@]}"; do
+        now=$(awk '{ print $22 }' "/proc/${e%%:*}/stat" 2>/dev/null || true)
+        if [ -n "${e#*:}" ] && [ "$now" = "${e#*:}" ]; then
+            kill -KILL "${e%%:*}" 2>/dev/null || true
+        fi
     done
 }
 end_test() {
@@ -91,7 +102,7 @@ start() {
     for r in 0 1 2 3; do
         pids+=("$(cat "$dir/pid.$r")")
         esc+=("$(cat "$dir/esc.$r")")
-        leftovers+=("${pids[$r]}" "${esc[$r]}")
+        keep "${pids[$r]}" "${esc[$r]}"
         grep -qx '0::/' "/proc/${esc[$r]}/cgroup" || ! grep -q '^0::' "/proc/${esc[$r]}/cgroup" ||
             grs_fail "escapee of rank $r is not in the root cgroup: $(cat "/proc/${esc[$r]}/cgroup")"
     done
