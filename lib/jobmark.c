@@ -221,6 +221,8 @@ static bool judge(const char *env, size_t len, long pid, const struct jobmark *w
         n = sizeof(marks) / sizeof(marks[0]);
     for (size_t i = 0; i < n; i++) {
         unsigned long long start = 0;
+        int ret;
+
         if (scope != JOBMARK_STALE) {
             if (jobmark_matches(&marks[i], want, scope))
                 return true;
@@ -228,8 +230,12 @@ static bool judge(const char *env, size_t len, long pid, const struct jobmark *w
         }
         if (!same_pid_ns(pid, ns))
             return false;
-        if (jobmark_proc_start(marks[i].daemon, &start) < 0)
+        /* Only a daemon known to be gone counts: a /proc that cannot be read says nothing. */
+        ret = jobmark_proc_start(marks[i].daemon, &start);
+        if (ret == -ENOENT)
             start = 0;
+        else if (ret < 0)
+            continue;
         if (jobmark_owner_gone(&marks[i], start))
             return true;
     }
