@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "fsutil.h"
+#include "jobmark.h"
 #include "local.h"
 #include "monotime.h"
 #include "signame.h"
@@ -501,6 +502,26 @@ static int launcher_record(struct supervisor *s, int ret)
     return ret;
 }
 
+/* Ends what still carries the job's mark (jobmark.h) once its daemons are gone: a rank whose
+ * daemon and shim were both killed, or a process that left its rank's process group and
+ * cgroup. Says how many, when any. */
+static void sweep_job(const struct local_job *job)
+{
+    struct jobmark_sweep_stats st;
+    struct jobmark want = {0};
+    struct auth_key key;
+    char path[PATH_MAX];
+
+    if (!job->job_dir ||
+        snprintf(path, sizeof(path), "%s/key", job->job_dir) >= (int)sizeof(path) ||
+        auth_key_read(path, &key) < 0)
+        return;
+    want.job = jobmark_job(&key);
+    if (jobmark_sweep(&want, JOBMARK_JOB, 0, &st) == 0 && st.killed > 0)
+        fprintf(stderr, "gpurun: ended %d process%s of job '%s' still running after its daemons\n",
+                st.killed, st.killed == 1 ? "" : "es", job->job_id);
+}
+
 int local_run(const struct local_job *job, int *fatal_signal)
 {
     struct supervisor s = {.job = job};
@@ -578,6 +599,7 @@ int local_run(const struct local_job *job, int *fatal_signal)
         if (snprintf(path, sizeof(path), "%s/" PREEMPT_FILE, job->job_dir) < (int)sizeof(path))
             unlink(path);
     }
+    sweep_job(job);
     summary_fenced(job->job_dir, s.stopped, job->nnodes);
     ret = local_combine(s.status, s.stopped, job->nnodes);
     if (spawn_failed)

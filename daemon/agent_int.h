@@ -17,6 +17,7 @@
 
 #include "agent.h"
 #include "auth.h"
+#include "jobmark.h"
 #include "proto.h"
 #include "steptime.h"
 #include "stall.h"
@@ -185,6 +186,8 @@ struct agent {
     int cgroup_slot;           /* spawn_argv's index of the rank's cgroup, or 0: none */
     int local_rank_slot;       /* spawn_argv's index of "--local_rank=N", or 0: none */
     char cgroup[PATH_MAX];     /* the job's cgroup (cgroup.h), or "" */
+    struct jobmark mark;       /* this daemon's job mark; its rank is set per rank */
+    int mark_slot;             /* spawn_argv's index of the rank's mark */
     char sockdir[PATH_MAX];
     char sockpath[PATH_MAX];
 

@@ -17,6 +17,7 @@
 #include "agent_int.h"
 #include "cgroup.h"
 #include "fsutil.h"
+#include "jobmark.h"
 #include "log.h"
 #include "rankenv.h"
 #include "shim.h"
@@ -74,6 +75,15 @@ static void setup_cgroup(struct agent *a)
     said = true;
 }
 
+/* The job mark every rank carries (jobmark.h): the job's value from its key, this daemon's
+ * pid and start time. */
+static void setup_mark(struct agent *a)
+{
+    a->mark = (struct jobmark){.job = jobmark_job(&a->key), .daemon = (long)getpid()};
+    if (jobmark_proc_start(a->mark.daemon, &a->mark.start) < 0)
+        a->mark.start = 0;
+}
+
 /* Every rank runs under the shim (shim.h): this program again, with the rank's command. */
 int agent_spawn_init(struct agent *a, struct errmsg *why)
 {
@@ -91,7 +101,7 @@ int agent_spawn_init(struct agent *a, struct errmsg *why)
     while (a->spec->argv[n])
         n++;
     snprintf(alive_ms, sizeof(alive_ms), "%d", a->spec->hb_timeout_ms);
-    a->spawn_argv = calloc(n + 12, sizeof(char *));
+    a->spawn_argv = calloc(n + 14, sizeof(char *));
     if (!a->spawn_argv)
         return errmsg_set(why, -ENOMEM, "out of memory");
     a->spawn_argv[i++] = a->self_exe;
@@ -107,6 +117,9 @@ int agent_spawn_init(struct agent *a, struct errmsg *why)
         a->cgroup_slot = (int)i;
         a->spawn_argv[i++] = a->cgroup; /* replaced per rank by agent_spawn_rank() */
     }
+    setup_mark(a);
+    a->spawn_argv[i++] = (char *)"--mark";
+    a->mark_slot = (int)i++; /* set per rank by agent_spawn_rank() */
     a->spawn_argv[i++] = (char *)"--";
     for (size_t k = 0; k < n; k++) {
         /* torch.distributed.launch's "--local_rank=N", replaced per rank. */
@@ -358,7 +371,7 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
     uv_process_options_t opt = {0};
     uv_stdio_container_t stdio[4];
     uint8_t tok[TOKEN_BYTES];
-    char **env = NULL, cgdir[PATH_MAX + 16], local_rank[32];
+    char **env = NULL, cgdir[PATH_MAX + 16], local_rank[32], mark[JOBMARK_LEN];
     int ret = -1, alive;
 
     if (RAND_bytes(tok, sizeof(tok)) != 1)
@@ -395,6 +408,9 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
                  local_rank_arg_name(a->spec->local_rank_arg), r->local);
         a->spawn_argv[a->local_rank_slot] = local_rank;
     }
+    a->mark.rank = r->rank;
+    jobmark_format(&a->mark, mark, sizeof(mark));
+    a->spawn_argv[a->mark_slot] = mark;
     opt.file = a->spawn_argv[0];
     opt.args = a->spawn_argv;
     opt.env = env;

@@ -16,6 +16,7 @@
 #include "auth.h"
 #include "frame.h"
 #include "fsutil.h"
+#include "jobmark.h"
 #include "jobspec.h"
 #include "leader.h"
 #include "log.h"
@@ -245,6 +246,22 @@ static void on_signal(uv_signal_t *h, int sig)
         leader_cancel(d->leader, "cancelled: the leader received a signal");
 }
 
+/* Ends the processes that carry the job mark (jobmark.h) of a daemon that is gone: ranks and
+ * what they started, left running when their daemon and its shims were killed together (and
+ * gpurun too, or a Slurm job's batch script). Every daemon's start does it, on any job's
+ * behalf: such a process has no daemon left to end it. */
+static void sweep_stale(void)
+{
+    struct jobmark_sweep_stats st;
+    int ret = jobmark_sweep(NULL, JOBMARK_STALE, 0, &st);
+
+    if (ret < 0)
+        log_warn("cannot look for processes left by daemons that are gone: %s", strerror(-ret));
+    else if (st.killed > 0)
+        log_info("ended %d process%s carrying the job mark of daemons that are gone", st.killed,
+                 st.killed == 1 ? "" : "es");
+}
+
 int main(int argc, char **argv)
 {
     struct options o = {0};
@@ -273,6 +290,7 @@ int main(int argc, char **argv)
         return EXIT_DAEMON_FAILED;
     }
     log_setup("rendezvousd", STDERR_FILENO, level);
+    sweep_stale();
     jobspec_init(&d.spec);
     snprintf(path, sizeof(path), "%s/job.json", o.job_dir);
     if (jobspec_load(&d.spec, path, &jerr) < 0) {

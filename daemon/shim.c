@@ -19,6 +19,7 @@
 
 #include "cgroup.h"
 #include "fsutil.h"
+#include "jobmark.h"
 #include "monotime.h"
 #include "shim.h"
 #include "stall.h"
@@ -48,6 +49,8 @@ struct shim_opts {
     int alive_fd;       /* read end of the agent's heartbeat pipe, or -1 */
     long alive_ms;      /* silence on it that means a frozen agent, or 0 */
     const char *cgroup; /* the rank's cgroup, or NULL */
+    const char *mark;   /* the rank's job mark (jobmark.h), or NULL */
+    struct jobmark m;   /* mark, parsed */
     char **cmd;
 };
 
@@ -70,6 +73,15 @@ static int parse_opts(int argc, char **argv, struct shim_opts *o)
             o->cgroup = argv[i + 1];
             continue;
         }
+        if (!strcmp(argv[i], "--mark")) {
+            o->mark = argv[i + 1];
+            if (jobmark_parse(o->mark, strlen(o->mark), &o->m) < 0) {
+                fprintf(stderr, "rendezvousd: %s: --mark: '%s' is not a job mark\n", SHIM_FLAG,
+                        o->mark);
+                return -1;
+            }
+            continue;
+        }
         if (*end || v < 0 || v > INT_MAX) {
             fprintf(stderr, "rendezvousd: %s: %s: '%s' is not a number\n", SHIM_FLAG, argv[i],
                     argv[i + 1]);
@@ -88,8 +100,8 @@ static int parse_opts(int argc, char **argv, struct shim_opts *o)
     return 0;
 usage:
     fprintf(stderr,
-            "rendezvousd: usage: %s AGENT_PID [--alive-fd FD --alive-ms MS] [--cgroup DIR] -- "
-            "CMD [ARGS...]\n",
+            "rendezvousd: usage: %s AGENT_PID [--alive-fd FD --alive-ms MS] [--cgroup DIR] "
+            "[--mark MARK] -- CMD [ARGS...]\n",
             SHIM_FLAG);
     return -1;
 }
@@ -138,6 +150,10 @@ static void exec_child(const struct shim_opts *o, const sigset_t *old, bool in_c
     if (in_cgroup && (ret = cgroup_enter(o->cgroup, (int)getpid())) < 0)
         fprintf(stderr, "gpurun: cannot enter cgroup '%s': %s; the rank runs without one\n",
                 o->cgroup, strerror(-ret));
+    /* The mark goes with the rank's environment to everything it starts, and not in the
+     * shim's own: a sweep never ends the shim that is cleaning up. */
+    if (o->mark && setenv(JOBMARK_ENV, o->mark, 1) < 0)
+        fprintf(stderr, "gpurun: cannot set %s: %s\n", JOBMARK_ENV, strerror(errno));
 
     /* Under Slurm a task's SLURM_TASK_PID is its own pid, which only the child knows; the
      * rest of Slurm's per-task variables come from rankenv.c. */
@@ -202,11 +218,30 @@ static void end_rank(const struct shim_opts *o, pid_t child, bool in_cgroup)
         ;
 }
 
+/* Ends what carries the rank's mark: what left its process group and its cgroup. Returns
+ * how many processes that was. */
+static int sweep_mark(const struct shim_opts *o)
+{
+    struct jobmark_sweep_stats st = {0};
+
+    if (o->mark)
+        jobmark_sweep(&o->m, JOBMARK_RANK, 0, &st);
+    return st.killed;
+}
+
 /* The agent is gone or frozen: nobody will tear this rank down, so do it now, cgroup and
- * group and all (the shim included). */
+ * group and all (the shim included). Nothing is said after the agent's death: its end of the
+ * rank's stderr is gone, and a write there would end the shim with SIGPIPE. */
 static int agent_lost(const struct shim_opts *o, pid_t child, bool in_cgroup, bool dead)
 {
+    int swept;
+
     end_rank(o, child, in_cgroup);
+    swept = sweep_mark(o);
+    if (swept > 0 && !dead)
+        fprintf(stderr,
+                "gpurun: ended %d process%s of the rank outside its process group and cgroup\n",
+                swept, swept == 1 ? "" : "es");
     if (in_cgroup) {
         cgroup_remove(o->cgroup, CGROUP_WAIT_MS);
         /* A dead agent cannot remove the job's cgroup: the last rank does. */
@@ -325,7 +360,9 @@ int shim_main(int argc, char **argv)
             return agent_lost(&o, child, in_cgroup, false);
         }
     }
-    /* What the rank started ends with it. */
+    /* What the rank started ends with it. What left its cgroup carrying its mark is the
+     * agent's to end, once per restart and at its end (a sweep of /proc here would delay
+     * every rank's exit by a scan: about 20 us a process). */
     if (in_cgroup)
         cgroup_remove(o.cgroup, CGROUP_WAIT_MS);
     return pass_status(status);

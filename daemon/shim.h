@@ -1,8 +1,11 @@
 /* The rank shim: how the agent starts a rank.
- *   rendezvousd --exec-rank AGENT_PID [--alive-fd FD --alive-ms MS] [--cgroup DIR] -- CMD...
+ *   rendezvousd --exec-rank AGENT_PID [--alive-fd FD --alive-ms MS] [--cgroup DIR]
+ *               [--mark MARK] -- CMD...
  * runs in the rank's new session, asks the kernel for a signal when the agent dies, starts
- * CMD as its child (in the cgroup DIR, made if need be, when given) and passes CMD's exit
- * status on as its own. The rank ends as a whole (its cgroup, else its process group) when:
+ * CMD as its child (in the cgroup DIR, made if need be, when given; with GPURUN_JOB_MARK=MARK,
+ * jobmark.h, in its environment when given) and passes CMD's exit status on as its own. The
+ * rank ends as a whole (its cgroup, else its process group; and, when its agent is lost,
+ * every process carrying MARK) when:
  * - it exits: what it started (setsid or not) ends with it;
  * - the agent dies outright (SIGKILL, OOM): the parent-death signal, or end of file on FD;
  * - the agent stops answering (SIGSTOP, a stalled loop): no byte on FD for MS milliseconds

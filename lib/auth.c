@@ -108,6 +108,11 @@ static void session_keys(struct auth_handshake *hs, struct auth_session *sess, i
     hs->state = HS_DONE;
 }
 
+void auth_key_derive(const struct auth_key *key, const char *label, uint8_t out[AUTH_TAG_LEN])
+{
+    hmac(key->k, (const uint8_t *)label, strlen(label), out);
+}
+
 int auth_key_generate(struct auth_key *key)
 {
     return RAND_bytes(key->k, AUTH_KEY_LEN) == 1 ? 0 : -EIO;

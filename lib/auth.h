@@ -65,6 +65,10 @@ struct auth_handshake {
     int state; /* internal: which frame comes next */
 };
 
+/* HMAC(key, label) into out: a value of the job that only holders of its key can compute
+ * (the job mark's, jobmark.h). label is borrowed. */
+void auth_key_derive(const struct auth_key *key, const char *label, uint8_t out[AUTH_TAG_LEN]);
+
 /* Fills key with 32 fresh random bytes. Returns 0, or -EIO when the RNG fails. */
 int auth_key_generate(struct auth_key *key);
 

@@ -397,9 +397,11 @@ TEST(rankenv_slurm_outside_a_step)
     jobspec_release(&l.spec);
 }
 
-/* Runs `rendezvousd --exec-rank OUR_PID -- sh -c SCRIPT` with env (the shim must be our
- * child: it checks its parent) and puts what the rank printed in out. */
-static void run_shim(char *const *env, const char *script, char *out, size_t size)
+/* Runs `rendezvousd --exec-rank OUR_PID [--mark MARK] -- sh -c SCRIPT` with env (the shim must
+ * be our child: it checks its parent), puts what the rank printed in out and returns the
+ * shim's wait status. */
+static int run_shim_status(char *const *env, const char *mark, const char *script, char *out,
+                           size_t size)
 {
     char pid[24];
     int fds[2], status;
@@ -411,11 +413,15 @@ static void run_shim(char *const *env, const char *script, char *out, size_t siz
     char *argv[] = {(char *)test_build_path("rendezvousd"),
                     "--exec-rank",
                     pid,
+                    mark ? "--mark" : "--",
+                    (char *)mark,
                     "--",
                     "sh",
                     "-c",
                     (char *)script,
                     NULL};
+    if (!mark)
+        memmove(argv + 4, argv + 6, 4 * sizeof(argv[0]));
     CHECK_EQ(pipe(fds), 0);
     child = fork();
     CHECK(child >= 0);
@@ -432,8 +438,43 @@ static void run_shim(char *const *env, const char *script, char *out, size_t siz
     close(fds[0]);
     out[len] = '\0';
     CHECK_EQ(waitpid(child, &status, 0), child);
+    return status;
+}
+
+static void run_shim(char *const *env, const char *script, char *out, size_t size)
+{
+    int status = run_shim_status(env, NULL, script, out, size);
+
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         test_fail(__FILE__, __LINE__, "the shim ended with status 0x%x, printed '%s'", status, out);
+}
+
+/* The shim's --mark is the rank's GPURUN_JOB_MARK, in the rank's environment as exec'd (what
+ * a sweep reads) and not in the shim's own, so that a sweep never ends the shim; an existing
+ * one is replaced. A value that is no mark is refused (125). */
+TEST(rankenv_shim_job_mark)
+{
+    char *plain[] = {"PATH=/usr/bin:/bin", NULL};
+    char *env[] = {"PATH=/usr/bin:/bin", "GPURUN_JOB_MARK=0000000000000000/1/2/3", NULL};
+    const char *mark = "0123456789abcdef/4242/987654/3";
+    const char *script = "tr '\\0' '\\n' </proc/$$/environ | grep '^GPURUN_JOB_MARK='; "
+                         "echo shim: $(tr '\\0' '\\n' </proc/$PPID/environ | "
+                         "grep -c '^GPURUN_JOB_MARK=')";
+    char out[256];
+    int status;
+
+    status = run_shim_status(plain, mark, script, out, sizeof(out));
+    CHECK_EQ(status, 0);
+    CHECK_STR(out, "GPURUN_JOB_MARK=0123456789abcdef/4242/987654/3\nshim: 0\n");
+    /* A shim that started with one (its daemon runs in a rank of another job) keeps it; the
+     * rank gets its own. */
+    status = run_shim_status(env, mark, script, out, sizeof(out));
+    CHECK_EQ(status, 0);
+    CHECK_STR(out, "GPURUN_JOB_MARK=0123456789abcdef/4242/987654/3\nshim: 1\n");
+    status = run_shim_status(plain, "12/3", "echo ran", out, sizeof(out));
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 125);
+    CHECK_STR(out, "");
 }
 
 /* Under Slurm the rank's SLURM_TASK_PID is its own pid, not the agent's (nor the shim's). */
