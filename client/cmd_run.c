@@ -333,9 +333,17 @@ static int plan_run(struct gpurun_args *args, struct run_plan *p)
     return 0;
 }
 
-/* What the daemons know of the job besides its command: its name and its time limit. */
-static int plan_spec(struct gpurun_args *args)
+/* What the daemons know of the job besides its command: its name, its time limit, and the
+ * restarts its spares imply (said here, at submit time, as the job's spares will serve). */
+static int plan_spec(struct gpurun_args *args, const struct run_plan *p)
 {
+    char note[256];
+
+    jobspec_spare_restarts(
+        &args->spec, args_given(args, "max-restarts") || (p->have_cfg && p->cfg.max_restarts > 0),
+        args_given(args, "restart-on"), note, sizeof(note));
+    if (note[0] && !args->emit_sbatch)
+        fprintf(stderr, "gpurun: %s\n", note);
     args->spec.time_limit_s = (int)args->time_limit_s;
     if (args->job_name && !(args->spec.name = strdup(args->job_name)))
         return error_out(EXIT_FAILED, "out of memory");
@@ -972,7 +980,7 @@ int cmd_run(struct gpurun_args *args, int *fatal_signal)
     memset(&plan, 0, sizeof(plan));
     ret = plan_run(args, &plan);
     if (ret == 0)
-        ret = plan_spec(args);
+        ret = plan_spec(args, &plan);
     if (ret == 0)
         ret = args->local ? run_local(args, &plan, fatal_signal)
                           : run_slurm(args, &plan, fatal_signal);

@@ -25,6 +25,7 @@
 #include "proto.h"
 #include "refusals.h"
 #include "signame.h"
+#include "spares.h"
 #include "stall.h"
 #include "steptime.h"
 #include "store.h"
@@ -188,6 +189,36 @@ static int next_spare(const struct leader *l)
     return -1;
 }
 
+static int failed_node(const struct leader *l, const json_t *failure);
+
+/* At the end, why the spares still fit to serve took no place (spares.h), into
+ * l->idle_why ("" where none stayed idle or nothing failed). */
+static void note_spares_why(struct leader *l)
+{
+    json_t *jn = json_object_get(l->first_failure, "node");
+    int named = failed_node(l, l->first_failure);
+    struct spares_end e = {
+        .outcome = l->outcome,
+        .cls = l->failure_class,
+        .node = json_is_integer(jn) ? (int)json_integer_value(jn) : -1,
+        .started = l->t_joined != 0,
+        .max_restarts = l->spec->max_restarts,
+        .restarts = l->generation,
+        .restart_on = l->spec->restart_on,
+    };
+
+    l->idle_why[0] = '\0';
+    for (int i = l->spec->nnodes; i < l->nphys; i++) {
+        const struct node *n = &l->nodes[i];
+        e.idle += n->slot < 0 && n->joined && n->conn && !n->lost && !n->fenced;
+    }
+    for (int s = 0; s < l->spec->nnodes; s++)
+        e.lost += l->nodes[l->slot_node[s]].lost || l->slot_node[s] == named;
+    if (!l->first_failure)
+        e.cls = -1;
+    spares_idle_why(&e, l->idle_why, sizeof(l->idle_why));
+}
+
 /* detail: every rank's stack and exception (summary.json; too large for a status reply), and
  * no "ranks": leader_write_summary() adds them one at a time, so that 100,000 ranks never stand as
  * one tree of JSON objects (160 MiB) beside their text. */
@@ -208,10 +239,15 @@ static void finish(struct leader *l)
     l->failure_pending = false;
     l->state = JOB_FINISHED;
     l->t_finish = now_ms(l);
+    note_spares_why(l);
     if (l->spec->metrics_dir && l->stragglers_seen)
         metrics_remove_leader(l->spec->metrics_dir, l->spec->job_id);
     leader_write_summary(l);
-    log_info("job %s: %s, exit status %d", l->spec->job_id, l->outcome, l->status);
+    if (l->idle_why[0])
+        log_warn("job %s: %s, exit status %d; spare%s stayed idle: %s", l->spec->job_id, l->outcome,
+                 l->status, l->spec->spare_nodes > 1 ? "s" : "", l->idle_why);
+    else
+        log_info("job %s: %s, exit status %d", l->spec->job_id, l->outcome, l->status);
     broadcast(l, proto_pack("{s:s, s:i}", "type", "finish", "status", l->status));
 }
 
