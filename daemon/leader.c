@@ -1225,6 +1225,36 @@ static void on_bad_message(struct peer *p, const struct proto_error *err)
 
 /* --- connections -------------------------------------------------------------------------- */
 
+/* Node k lost (why) while the first failure's teardown runs: its record names k too (the
+ * cause says "node K ('HOST') lost too: WHY", "also_lost" lists the nodes), and a restart the
+ * failure allowed (was_restartable) still comes only where spares can take every place. */
+static void lost_too(struct leader *l, int k, const char *why, bool was_restartable)
+{
+    json_t *f = l->first_failure, *also = json_object_get(f, "also_lost");
+    const char *cause = json_string_value(json_object_get(f, "cause"));
+    char *text = NULL;
+
+    if (asprintf(&text, "%s; node %d ('%s') lost too: %s", cause ? cause : "?", k,
+                 l->nodes[k].hostname, why) >= 0)
+        json_object_set_new(f, "cause", json_string(text));
+    free(text);
+    if (!also) {
+        also = json_array();
+        json_object_set_new(f, "also_lost", also);
+    }
+    json_array_append_new(also, json_integer(k));
+    l->restartable = was_restartable && restart_on(l, FAILURE_NODE) && spares_cover(l, f);
+    if (was_restartable && l->restartable)
+        log_warn("node %d ('%s') lost too: %s; a spare takes its place as well at the restart", k,
+                 l->nodes[k].hostname, why);
+    else if (was_restartable)
+        log_warn("node %d ('%s') lost too: %s; no restart: %s", k, l->nodes[k].hostname, why,
+                 restart_on(l, FAILURE_NODE) ? "too few spares for every node lost"
+                                             : "--restart-on does not name node failures");
+    else
+        log_info("after the first failure: node %d ('%s') lost: %s", k, l->nodes[k].hostname, why);
+}
+
 static void on_closed(struct peer *p, const char *why)
 {
     struct conn *c = (struct conn *)p;
@@ -1265,6 +1295,7 @@ static void on_closed(struct peer *p, const char *why)
              * off: the new generation would wait for it for ever, unless a spare takes its
              * place. */
             char cause[320];
+            bool was_restartable = l->restartable;
             abandon_restart(l);
             n->lost = true;
             snprintf(cause, sizeof(cause), "node %d ('%s') lost: %s (seen by the leader, node 0)",
@@ -1276,6 +1307,14 @@ static void on_closed(struct peer *p, const char *why)
             for (int r = n->rank_base; l->t_joined && r < n->rank_base + n->nprocs; r++)
                 if (r < l->world_size && l->ranks[r].phase == PHASE_RUNNING)
                     l->ranks[r].phase = PHASE_LOST;
+            /* A loss during the teardown of the first failure is part of its story: one
+             * record names every node lost, and the restart still comes only where the
+             * spares cover them all. */
+            if (l->first_failure) {
+                lost_too(l, c->node, why, was_restartable);
+                check_end(l);
+                goto out;
+            }
             /* Without a spare to take its place, not restartable whatever --restart-on says:
              * the node's daemon is gone, and a new generation would wait for it for ever. */
             json_t *f = leader_classed(
@@ -1285,6 +1324,7 @@ static void on_closed(struct peer *p, const char *why)
             check_end(l);
         }
     }
+out:
     peer_release(p);
     free(c);
     if (!l->closing)

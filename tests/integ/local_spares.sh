@@ -125,6 +125,49 @@ grep -qxF "spares: 1 (1 idle: --max-restarts 0: a spare serves only at a restart
     fail "status: $(grep spares "$work/st-idle")"
 echo "# --max-restarts 0: the spare stayed idle, said at the start, at the end and by status"
 
+# --- two nodes lost at once with one spare: one story naming both, and why the spare idled --
+job=$work/two-lost
+start_job "$job" -N 3 --spare-nodes 1
+wait_rank_lines "$work/out-two-lost" 3
+p1=$(daemon_pid "$job" 1)
+p2=$(daemon_pid "$job" 2)
+if [ -z "$p1" ] || [ -z "$p2" ]; then fail "no rendezvousd of node 1 or 2 of $job"; fi
+kill -KILL "$p1" "$p2"
+rc=0
+wait "$gp" || rc=$?
+[ "$rc" = 125 ] || fail "two nodes lost with one spare: exit $rc, want 125"
+cause=$(field "$job" "d['first_failure']['cause']")
+[[ $cause == *"node 1 ('"* && $cause == *"node 2 ('"* && $cause == *" lost too: "* ]] ||
+    fail "the record does not name both lost nodes: '$cause'"
+[ "$(field "$job" "len(d['first_failure']['also_lost'])")" = 1 ] ||
+    fail "also_lost: $(field "$job" "d['first_failure'].get('also_lost')")"
+grep -q "warn: node [12] ('.*') lost too: .*; no restart: too few spares for every node lost$" \
+    "$work/err-two-lost" || fail "no line that the second loss calls the restart off: $(grep -v '^\[' "$work/err-two-lost")"
+grep -q "error: job failed: node [12] .* lost: .*; node [12] .* lost too: " "$work/err-two-lost" ||
+    fail "'job failed' does not name both nodes: $(grep 'job failed' "$work/err-two-lost")"
+[ "$(field "$job" "d['spares_idle_why']")" = "2 nodes lost and 1 spare: too few to take every place" ] ||
+    fail "spares_idle_why: $(field "$job" "d.get('spares_idle_why')")"
+echo "# two nodes lost, one spare: one record naming both, the spare's idleness explained"
+
+# --- two nodes lost at once with two spares: both replaced ----------------------------------
+cat >"$work/rank.sh" <<'EOF'
+echo "gen $GPURUN_RESTART_COUNT rank $RANK"
+if [ "$GPURUN_RESTART_COUNT" = 0 ]; then exec sleep 60; fi
+EOF
+job=$work/two-spares
+start_job "$job" -N 3 --spare-nodes 2
+wait_rank_lines "$work/out-two-spares" 3
+p1=$(daemon_pid "$job" 1)
+p2=$(daemon_pid "$job" 2)
+if [ -z "$p1" ] || [ -z "$p2" ]; then fail "no rendezvousd of node 1 or 2 of $job"; fi
+kill -KILL "$p1" "$p2"
+rc=0
+wait "$gp" || rc=$?
+[ "$rc" = 0 ] || fail "two nodes lost with two spares: exit $rc: $(grep -v '^\[' "$work/err-two-spares")"
+[ "$(field "$job" "sorted(s['node'] for s in d['swaps'])")" = "[1, 2]" ] ||
+    fail "swaps: $(field "$job" "d['swaps']")"
+echo "# two nodes lost, two spares: both took a place"
+
 # --- a spare lost: the job runs on ---------------------------------------------------------
 cat >"$work/rank.sh" <<'EOF'
 echo "up $RANK"
