@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "fsutil.h"
+#include "jobspec.h"
 #include "local.h"
 #include "monotime.h"
 #include "signame.h"
@@ -415,14 +416,18 @@ static void summary_fenced(const char *job_dir, bool *out, int n)
     json_decref(sum);
 }
 
-/* The record's first failure, as the leader writes it (leader.c's failure_pack). */
-static json_t *failure_json(const char *cause, int node, int sig)
+/* The record's first failure, as the leader writes it (leader.c's failure_pack), with its
+ * class (FAILURE_*; -1: none, as for a time limit, which is no failure of a class). */
+static json_t *failure_json(const char *cause, int node, int sig, int cls)
 {
     char sn[SIGNAME_LEN];
+    json_t *f = json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:s, s:s}", "cause", cause, "rank", -1,
+                          "node", node, "hostname", "", "code", 0, "signal", sig, "signal_name",
+                          sig ? signame(sig, sn) : "", "tail", "");
 
-    return json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:s, s:s}", "cause", cause, "rank", -1, "node",
-                     node, "hostname", "", "code", 0, "signal", sig, "signal_name",
-                     sig ? signame(sig, sn) : "", "tail", "");
+    if (f && cls >= 0)
+        json_object_set_new(f, "class", json_string(failure_class_name(cls)));
+    return f;
 }
 
 /* What gpurun saw end the job, when the leader left no record: a daemon killed by a signal
@@ -470,12 +475,15 @@ static int launcher_record(struct supervisor *s, int ret)
         return oc && st >= 0 && st < 256 ? (int)st : ret;
     }
     if (s->stop_cause[0]) {
-        ff = failure_json(s->stop_cause, s->stop_node, 0);
+        /* gpurun's own causes: a daemon that could not start or failed (its node's), or the
+         * time limit (no node named, no class). */
+        ff = failure_json(s->stop_cause, s->stop_node, 0, s->stop_node >= 0 ? FAILURE_NODE : -1);
         outcome = s->stop_outcome;
         ret = s->stop_status;
     } else {
         node = seen_cause(s, cause, sizeof(cause), &sig);
-        ff = failure_json(cause, node, sig);
+        /* A daemon killed, or the leader gone without a record: the node's. */
+        ff = failure_json(cause, node, sig, FAILURE_NODE);
         outcome = s->fatal_signal ? "cancelled" : "failed";
         fprintf(stderr, "gpurun: %s; the job's record is gpurun's\n", cause);
     }
@@ -538,10 +546,15 @@ int local_run(const struct local_job *job, int *fatal_signal)
     for (int k = 0; k < job->nnodes; k++) {
         int r = spawn_daemon(job, k, &child_mask, &s.pid[k]);
         if (r < 0) {
-            char cause[160];
-            fprintf(stderr, "gpurun: cannot start '%s': %s\n", job->daemon, uv_strerror(r));
-            snprintf(cause, sizeof(cause), "gpurun cannot start node %d's rendezvousd: %s", k,
-                     uv_strerror(r));
+            char cause[200];
+            /* posix_spawn's EAGAIN (or ENOMEM) is its fork refused: the machine's limit on
+             * processes, not the program. */
+            bool fork = r == -EAGAIN || r == -ENOMEM;
+            const char *limit = fork ? " (this machine's limit on processes)" : "";
+            fprintf(stderr, "gpurun: cannot %s node %d's rendezvousd '%s': %s%s\n",
+                    fork ? "fork" : "start", k, job->daemon, uv_strerror(r), limit);
+            snprintf(cause, sizeof(cause), "gpurun cannot %s node %d's rendezvousd: %s%s",
+                     fork ? "fork" : "start", k, uv_strerror(r), limit);
             s.pid[k] = 0;
             spawn_failed = true;
             stop_for(&s, k, 125, "failed", cause);

@@ -24,6 +24,7 @@
 #include "peer.h"
 #include "proto.h"
 #include "refusals.h"
+#include "shim.h"
 #include "signame.h"
 #include "spares.h"
 #include "stall.h"
@@ -94,7 +95,7 @@ static bool names_node_fault(const char *text)
     static const char *const words[] = {
         "NCCL error",    "ncclSystemError",  "ncclUnhandledCudaError", "ncclInternalError",
         "CUDA error",    "cudaError",        "uncorrectable ECC",      "Xid",
-        "NCCL watchdog", "DistBackendError",
+        "NCCL watchdog", "DistBackendError", SPAWN_FORK_FAILED,
     };
 
     for (size_t i = 0; text && i < sizeof(words) / sizeof(words[0]); i++)
@@ -744,6 +745,7 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
         fail(l, 124, "timeout", false,
              leader_failure_new(timeout_cause(l), -1, c->node, n->hostname, 0, 0, ""));
     } else if ((m->code || m->signal) && !m->killed) {
+        const char *fork;
         json_t *f;
         char what[420] = "";
         if (m->error)
@@ -753,6 +755,9 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
                      "rank %d on node %d ('%s') was killed by signal %d (%s)%s%s", m->rank, c->node,
                      n->hostname, m->signal, signame(m->signal, sn),
                      m->oom ? ": out of memory" : "", what);
+        else if (m->value && (fork = strstr(m->value, SPAWN_FORK_FAILED)))
+            snprintf(cause, sizeof(cause), "rank %d on node %d ('%s') could not start: %.*s",
+                     m->rank, c->node, n->hostname, (int)strcspn(fork, "\n"), fork);
         else
             snprintf(cause, sizeof(cause), "rank %d on node %d ('%s') exited with status %d%s",
                      m->rank, c->node, n->hostname, m->code, what);
@@ -1012,13 +1017,20 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
      * also keeps the world size from overflowing whatever a join claims. */
     if (m->node_rank >= l->nphys || m->nprocs != l->spec->nprocs || l->state != JOB_JOINING ||
         l->nodes[m->node_rank].joined) {
+        /* A job that ended before any rank started (a node that could not start, a
+         * cancel) has not started: its late joins are the failure's consequence, not news. */
         snprintf(why, sizeof(why),
-                 l->state != JOB_JOINING        ? "join after the job started"
+                 l->state != JOB_JOINING && l->t_joined ? "node %d joined after the job started"
+                 : l->state != JOB_JOINING      ? "node %d joined after the job ended, before any "
+                                                  "rank started"
                  : m->node_rank >= l->nphys     ? "node rank %d out of range"
                  : m->nprocs != l->spec->nprocs ? "node %d does not run job.json's nprocs ranks"
                                                 : "node %d joined twice",
                  m->node_rank);
-        log_error("refused join from '%s': %s", c->peer.name, why);
+        if (l->state != JOB_JOINING && !l->t_joined && l->first_failure)
+            log_info("refused join from '%s': %s", c->peer.name, why);
+        else
+            log_error("refused join from '%s': %s", c->peer.name, why);
         peer_send_error(&c->peer, 0, "denied", why);
         c->logged = true;
         peer_close(&c->peer, why);
