@@ -431,7 +431,8 @@ static void restart(struct leader *l)
     l->hist_n = l->hist_next = 0;
     if (!l->store) {
         fail(l, 125, "failed", false,
-             leader_failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
+             leader_classed(leader_failure_new("leader out of memory", -1, 0, "", 0, 0, ""),
+                            FAILURE_NODE));
         return;
     }
     send_assign(l);
@@ -952,7 +953,8 @@ static void assign_all(struct leader *l)
     hvd = hvd_layout(l);
     if (!l->ranks || hvd < 0) {
         fail(l, 125, "failed", false,
-             leader_failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
+             leader_classed(leader_failure_new("leader out of memory", -1, 0, "", 0, 0, ""),
+                            FAILURE_NODE));
         return;
     }
     for (int r = 0; r < base; r++) {
@@ -1944,10 +1946,16 @@ static void on_tick(uv_timer_t *t)
     if (l->state == JOB_JOINING && now - l->t_start > l->spec->join_timeout_ms) {
         int n = snprintf(cause, sizeof(cause),
                          "join timed out after %d ms; missing nodes:", l->spec->join_timeout_ms);
-        for (int i = 0; i < l->nphys && n < (int)sizeof(cause) - 16; i++)
-            if (!l->nodes[i].joined)
+        int first = -1;
+        for (int i = 0; i < l->nphys && n < (int)sizeof(cause) - 16; i++) {
+            if (!l->nodes[i].joined) {
                 n += snprintf(cause + n, sizeof(cause) - (size_t)n, " %d", i);
-        fail(l, 124, "failed", false, leader_failure_new(cause, -1, -1, "", 0, 0, ""));
+                first = first < 0 ? i : first;
+            }
+        }
+        /* The nodes that never joined failed the job: the first is the record's node. */
+        fail(l, 124, "failed", false,
+             leader_classed(leader_failure_new(cause, -1, first, "", 0, 0, ""), FAILURE_NODE));
         finish(l);
     }
     /* The time limit is the leader's to keep too: gpurun --local's deadline dies with
