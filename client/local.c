@@ -201,6 +201,54 @@ static void stop_for(struct supervisor *s, int node, int status, const char *out
     stop_all(s);
 }
 
+int local_judged_nodes(const json_t *summary, bool *out, int n)
+{
+    const json_t *node;
+    size_t i;
+    int count = 0;
+
+    json_array_foreach(json_object_get(summary, "nodes"), i, node)
+    {
+        json_int_t k = json_integer_value(json_object_get(node, "node"));
+        const char *st = json_string_value(json_object_get(node, "state"));
+        if (k > 0 && k < n && st && (!strcmp(st, "lost") || !strcmp(st, "fenced")) && !out[k]) {
+            out[k] = true;
+            count++;
+        }
+    }
+    return count;
+}
+
+/* Node 0 has ended the job: the daemons its record judged lost or fenced are killed now
+ * (SIGTERM cannot reach a stopped one), their shims ending their ranks as their parent dies;
+ * the others get a grace to exit on their own. */
+static void end_judged(struct supervisor *s)
+{
+    char path[PATH_MAX];
+    json_t *sum;
+    bool *judged;
+
+    if (!s->job->job_dir ||
+        snprintf(path, sizeof(path), "%s/summary.json", s->job->job_dir) >= (int)sizeof(path))
+        return;
+    judged = calloc((size_t)s->job->nnodes, sizeof(*judged));
+    sum = json_load_file(path, 0, NULL);
+    if (judged && sum && local_judged_nodes(sum, judged, s->job->nnodes) > 0) {
+        for (int k = 1; k < s->job->nnodes; k++) {
+            if (!judged[k] || s->pid[k] <= 0)
+                continue;
+            fprintf(stderr,
+                    "gpurun: node %d's rendezvousd still runs, given up by the leader: killing "
+                    "it and its ranks\n",
+                    k);
+            s->stopped[k] = true;
+            kill(s->pid[k], SIGKILL);
+        }
+    }
+    json_decref(sum);
+    free(judged);
+}
+
 static void on_daemon_exit(struct supervisor *s, int k, int wstatus)
 {
     s->pid[k] = 0;
@@ -216,6 +264,7 @@ static void on_daemon_exit(struct supervisor *s, int k, int wstatus)
          * short (their status then counts for nothing), so they get a grace first. */
         if (!s->straggle_at)
             s->straggle_at = monotime_ms() + FOLLOWER_GRACE_MS;
+        end_judged(s);
     } else if (WIFEXITED(wstatus) && s->status[k] == 125 && !s->stopped[k] &&
                !s->follower_fail_at) {
         /* A follower that cannot start never joins, and the leader would wait for it until
