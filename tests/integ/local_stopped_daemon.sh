@@ -23,13 +23,13 @@ for ((i = 0; i < 200; i++)); do
     sleep 0.05
 done
 [ -s "$work/alive.1" ] || fail "rank 1 did not start: $(tail -n 5 "$work/err")"
-pid=$(pgrep -f -- "rendezvousd --job-dir $job --node-rank 1( |$)" || true)
-[ -n "$pid" ] || fail "no rendezvousd of node 1"
+victim=$(pgrep -f -- "rendezvousd --job-dir $job --node-rank 1( |$)" || true)
+[ -n "$victim" ] || fail "no rendezvousd of node 1"
 cont() {
-    kill -CONT "$pid" 2>/dev/null || true
+    kill -CONT "${victim:-}" 2>/dev/null || true
 }
 exit_hooks+=(cont)
-kill -STOP "$pid"
+kill -STOP "$victim"
 rc=0
 wait "$gp" || rc=$?
 end=$(date +%s%3N)
@@ -44,7 +44,7 @@ sleep 0.5
 last=$(cat "$work/alive.1")
 [ "$last" -le "$end" ] || fail "node 1's rank wrote at $last, after gpurun returned at $end"
 ! pgrep -f -- "$mark" >/dev/null || fail "processes of the job left: $(pgrep -af -- "$mark")"
-! kill -0 "$pid" 2>/dev/null || fail "node 1's stopped rendezvousd is still there"
+! kill -0 "$victim" 2>/dev/null || fail "node 1's stopped rendezvousd is still there"
 got=$(/usr/bin/python3 -c 'import json,sys; f=json.load(open(sys.argv[1]))["first_failure"]; print(f["node"], f.get("class"))' "$job/summary.json")
 [ "$got" = "1 node" ] || fail "the record's node and class: $got"
 echo "# node 1's daemon stopped: gpurun returned $((end - verdict)) ms after the verdict, nothing left"
