@@ -307,7 +307,8 @@ static const struct opt_row opts[] = {
      "restart the ranks up to N times after a failure of a class --restart-on names"},
     {0, "spare-nodes", ARG_INT, FIELD(spec.spare_nodes), 0, 65536, ON_RUN, "K",
      "K more nodes that join as hot spares: one takes the place of a node\n"
-     "that fails (lost, or a GPU or NCCL error), at a restart (--max-restarts)"},
+     "that fails (lost, or a GPU or NCCL error), at a restart (--max-restarts;\n"
+     "without it, up to K restarts of node and hang failures)"},
     {0, "restart-on", ARG_CHOICES, FIELD(spec.restart_on), 0, 0, ON_RUN, "CLASSES",
      "the failures --max-restarts restarts, comma-separated: user-error,\n"
      "node, hang, oom, signal, all or none (default all but user-error)",

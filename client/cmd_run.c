@@ -397,10 +397,18 @@ static int plan_run(struct gpurun_args *args, struct run_plan *p)
     return 0;
 }
 
-/* What the daemons know of the job besides its command: its name, its time limit and whether
- * it uses horovod. */
+/* What the daemons know of the job besides its command: its name, its time limit, whether it
+ * uses horovod, and the restarts its spares imply (said here, at submit time, as the job's
+ * spares will serve). */
 static int plan_spec(struct gpurun_args *args, const struct run_plan *p)
 {
+    char note[256];
+
+    jobspec_spare_restarts(
+        &args->spec, args_given(args, "max-restarts") || (p->have_cfg && p->cfg.max_restarts > 0),
+        args_given(args, "restart-on"), note, sizeof(note));
+    if (note[0] && !args->emit_sbatch)
+        fprintf(stderr, "gpurun: %s\n", note);
     args->spec.time_limit_s = (int)args->time_limit_s;
     args->spec.mpi_env = args->mpi_env;
     args->spec.require_rendezvous = args->require_rendezvous;

@@ -20,6 +20,7 @@
 
 #include "fsutil.h"
 #include "jobmark.h"
+#include "jobspec.h"
 #include "local.h"
 #include "monotime.h"
 #include "signame.h"
@@ -201,6 +202,54 @@ static void stop_for(struct supervisor *s, int node, int status, const char *out
     stop_all(s);
 }
 
+int local_judged_nodes(const json_t *summary, bool *out, int n)
+{
+    const json_t *node;
+    size_t i;
+    int count = 0;
+
+    json_array_foreach(json_object_get(summary, "nodes"), i, node)
+    {
+        json_int_t k = json_integer_value(json_object_get(node, "node"));
+        const char *st = json_string_value(json_object_get(node, "state"));
+        if (k > 0 && k < n && st && (!strcmp(st, "lost") || !strcmp(st, "fenced")) && !out[k]) {
+            out[k] = true;
+            count++;
+        }
+    }
+    return count;
+}
+
+/* Node 0 has ended the job: the daemons its record judged lost or fenced are killed now
+ * (SIGTERM cannot reach a stopped one), their shims ending their ranks as their parent dies;
+ * the others get a grace to exit on their own. */
+static void end_judged(struct supervisor *s)
+{
+    char path[PATH_MAX];
+    json_t *sum;
+    bool *judged;
+
+    if (!s->job->job_dir ||
+        snprintf(path, sizeof(path), "%s/summary.json", s->job->job_dir) >= (int)sizeof(path))
+        return;
+    judged = calloc((size_t)s->job->nnodes, sizeof(*judged));
+    sum = json_load_file(path, 0, NULL);
+    if (judged && sum && local_judged_nodes(sum, judged, s->job->nnodes) > 0) {
+        for (int k = 1; k < s->job->nnodes; k++) {
+            if (!judged[k] || s->pid[k] <= 0)
+                continue;
+            fprintf(stderr,
+                    "gpurun: node %d's rendezvousd still runs, given up by the leader: killing "
+                    "it and its ranks\n",
+                    k);
+            s->stopped[k] = true;
+            kill(s->pid[k], SIGKILL);
+        }
+    }
+    json_decref(sum);
+    free(judged);
+}
+
 static void on_daemon_exit(struct supervisor *s, int k, int wstatus)
 {
     s->pid[k] = 0;
@@ -216,6 +265,7 @@ static void on_daemon_exit(struct supervisor *s, int k, int wstatus)
          * short (their status then counts for nothing), so they get a grace first. */
         if (!s->straggle_at)
             s->straggle_at = monotime_ms() + FOLLOWER_GRACE_MS;
+        end_judged(s);
     } else if (WIFEXITED(wstatus) && s->status[k] == 125 && !s->stopped[k] &&
                !s->follower_fail_at) {
         /* A follower that cannot start never joins, and the leader would wait for it until
@@ -416,14 +466,18 @@ static void summary_fenced(const char *job_dir, bool *out, int n)
     json_decref(sum);
 }
 
-/* The record's first failure, as the leader writes it (leader.c's failure_pack). */
-static json_t *failure_json(const char *cause, int node, int sig)
+/* The record's first failure, as the leader writes it (leader.c's failure_pack), with its
+ * class (FAILURE_*; -1: none, as for a time limit, which is no failure of a class). */
+static json_t *failure_json(const char *cause, int node, int sig, int cls)
 {
     char sn[SIGNAME_LEN];
+    json_t *f = json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:s, s:s}", "cause", cause, "rank", -1,
+                          "node", node, "hostname", "", "code", 0, "signal", sig, "signal_name",
+                          sig ? signame(sig, sn) : "", "tail", "");
 
-    return json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:s, s:s}", "cause", cause, "rank", -1, "node",
-                     node, "hostname", "", "code", 0, "signal", sig, "signal_name",
-                     sig ? signame(sig, sn) : "", "tail", "");
+    if (f && cls >= 0)
+        json_object_set_new(f, "class", json_string(failure_class_name(cls)));
+    return f;
 }
 
 /* What gpurun saw end the job, when the leader left no record: a daemon killed by a signal
@@ -471,12 +525,15 @@ static int launcher_record(struct supervisor *s, int ret)
         return oc && st >= 0 && st < 256 ? (int)st : ret;
     }
     if (s->stop_cause[0]) {
-        ff = failure_json(s->stop_cause, s->stop_node, 0);
+        /* gpurun's own causes: a daemon that could not start or failed (its node's), or the
+         * time limit (no node named, no class). */
+        ff = failure_json(s->stop_cause, s->stop_node, 0, s->stop_node >= 0 ? FAILURE_NODE : -1);
         outcome = s->stop_outcome;
         ret = s->stop_status;
     } else {
         node = seen_cause(s, cause, sizeof(cause), &sig);
-        ff = failure_json(cause, node, sig);
+        /* A daemon killed, or the leader gone without a record: the node's. */
+        ff = failure_json(cause, node, sig, FAILURE_NODE);
         outcome = s->fatal_signal ? "cancelled" : "failed";
         fprintf(stderr, "gpurun: %s; the job's record is gpurun's\n", cause);
     }
@@ -559,10 +616,15 @@ int local_run(const struct local_job *job, int *fatal_signal)
     for (int k = 0; k < job->nnodes; k++) {
         int r = spawn_daemon(job, k, &child_mask, &s.pid[k]);
         if (r < 0) {
-            char cause[160];
-            fprintf(stderr, "gpurun: cannot start '%s': %s\n", job->daemon, uv_strerror(r));
-            snprintf(cause, sizeof(cause), "gpurun cannot start node %d's rendezvousd: %s", k,
-                     uv_strerror(r));
+            char cause[200];
+            /* posix_spawn's EAGAIN (or ENOMEM) is its fork refused: the machine's limit on
+             * processes, not the program. */
+            bool fork = r == -EAGAIN || r == -ENOMEM;
+            const char *limit = fork ? " (this machine's limit on processes)" : "";
+            fprintf(stderr, "gpurun: cannot %s node %d's rendezvousd '%s': %s%s\n",
+                    fork ? "fork" : "start", k, job->daemon, uv_strerror(r), limit);
+            snprintf(cause, sizeof(cause), "gpurun cannot %s node %d's rendezvousd: %s%s",
+                     fork ? "fork" : "start", k, uv_strerror(r), limit);
             s.pid[k] = 0;
             spawn_failed = true;
             stop_for(&s, k, 125, "failed", cause);

@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 /* Finds the file execvp() would run for name: a name with a '/' is a path, any other is
  * looked up in path (a PATH value, borrowed; NULL or "" means the system default). Writes
  * what it found to out (n bytes). Returns 0; -ENOENT when nothing matches; -EACCES when a
@@ -21,6 +23,12 @@ int local_gpu_list_count(const char *list);
  * /proc/self/exe; NULL skips this), then on path as local_resolve() does. Writes it to out.
  * Returns 0 or -ENOENT. */
 int local_find_daemon(const char *self, const char *path, char *out, size_t n);
+
+/* The nodes (1..n-1) whose daemons the leader's record (summary, a parsed summary.json,
+ * borrowed) judged lost or fenced: their ends tell nothing more of the job, and one stopped or
+ * frozen (SIGSTOP) would never end by itself, its ranks running on, so gpurun kills them as
+ * soon as the leader has ended. Marks them in out (n nodes); returns how many. */
+int local_judged_nodes(const json_t *summary, bool *out, int n);
 
 /* A local job whose dir is ready (job.json and key written). All strings borrowed. */
 struct local_job {

@@ -748,7 +748,7 @@ static void print_restarts(FILE *out, const json_t *job)
     }
 }
 
-/* "spares: K (J left)", then each swap: "node 2 (node2) fenced: CAUSE; spare node 3 (node3)
+/* "spares: K (J idle[: WHY])", then each swap: "node 2 (node2) fenced: CAUSE; spare node 3 (node3)
  * took its place (generation G)". Nothing for a job without spares. */
 static void print_spares(FILE *out, const json_t *job)
 {
@@ -763,7 +763,9 @@ static void print_spares(FILE *out, const json_t *job)
         const char *st = sget(s, "state");
         left += st && !strcmp(st, "spare");
     }
-    fprintf(out, "spares: %ld (%ld idle)\n", k, left);
+    /* The leader's reason where a spare stayed idle as the job failed. */
+    const char *why = sget(job, "spares_idle_why");
+    fprintf(out, "spares: %ld (%ld idle%s%s)\n", k, left, why ? ": " : "", why ? why : "");
     json_array_foreach(swaps, i, s)
     {
         const char *h = sget(s, "hostname"), *sh = sget(s, "spare_hostname"), *c = sget(s, "cause");

@@ -1016,8 +1016,9 @@ void agent_check_done(struct agent *a)
 
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];
-        /* Torn down before its assign (an abort or finish while joining): no rank to wait for. */
-        if (!r->spawned && a->state == AG_TEARDOWN)
+        /* Torn down before its assign (an abort or finish while joining): no rank to wait for.
+         * One whose spawn failed has exited, and its exit is reported. */
+        if (!r->spawned && !r->exited && a->state == AG_TEARDOWN)
             continue;
         if (!r->exited) {
             all = 0;
@@ -1172,14 +1173,19 @@ static void on_assign(struct agent *a, struct msg *m)
     /* The ranks' metrics at once: a job shorter than a tick is seen too. */
     if (a->spec->metrics_dir)
         write_metrics(a);
-    /* Failed spawns are exits too: report them, and fail the job on the first. */
+    /* Failed spawns are exits too: report every one (the leader counts a node done only when
+     * all its ranks are), and fail the job on the first. */
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];
-        if (r->exited && r->code && a->state == AG_RUNNING) {
-            a->failed_here = true;
-            a->status = r->code;
+        if (r->exited && r->code && !r->killed) {
+            bool first = a->state == AG_RUNNING;
+            if (first) {
+                a->failed_here = true;
+                a->status = r->code;
+            }
             report_exit(a, r);
-            teardown(a, "a rank could not be started");
+            if (first)
+                teardown(a, "a rank could not be started");
         }
     }
     agent_check_done(a);
@@ -1654,7 +1660,7 @@ out:
         free(a);
     }
     if (ret < 0)
-        log_error("cannot start the agent: %s", why.text);
+        log_error("node %d: cannot start the agent: %s", cfg->node_rank, why.text);
     return ret;
 }
 

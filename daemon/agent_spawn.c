@@ -305,21 +305,30 @@ static int rank_stdio(struct arank *r, uv_stdio_container_t stdio[4])
 }
 
 /* Rank r could not be spawned (err): it counts as exited, with the status a shell gives (127:
- * no such command, else 126) and a tail line that says why. */
+ * no such command, else 126) and a tail line that says why. A fork the node refused (its
+ * process limit: EAGAIN, or no memory) is the node's failure, not the command's: gpurun's
+ * own status, 125, and the words the leader classes as the node's (SPAWN_FORK_FAILED). */
 static void spawn_failed(struct agent *a, struct arank *r, int err)
 {
     char msg[PATH_MAX + 64];
+    bool fork_failed = err == UV_EAGAIN || err == UV_ENOMEM;
 
     /* The handle is initialised even on failure and must be closed. */
     a->handles_open++;
     uv_close((uv_handle_t *)&r->proc, on_proc_closed);
     ostream_close(&r->out);
     ostream_close(&r->err);
-    snprintf(msg, sizeof(msg), "cannot execute '%s': %s", a->spec->argv[0], uv_strerror(err));
-    log_error("rank %d: %s", r->rank, msg);
+    if (fork_failed)
+        snprintf(msg, sizeof(msg),
+                 SPAWN_FORK_FAILED " the rank's process: %s (the node's limit "
+                                   "on processes)",
+                 uv_strerror(err));
+    else
+        snprintf(msg, sizeof(msg), "cannot execute '%s': %s", a->spec->argv[0], uv_strerror(err));
+    log_error("rank %d on node %d: %s", r->rank, a->node_rank, msg);
     arank_tail_add(r, msg, strlen(msg));
     r->exited = true;
-    r->code = err == UV_ENOENT ? 127 : 126;
+    r->code = fork_failed ? 125 : err == UV_ENOENT ? 127 : 126;
     a->exited++;
 }
 

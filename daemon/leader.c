@@ -25,7 +25,9 @@
 #include "peer.h"
 #include "proto.h"
 #include "refusals.h"
+#include "shim.h"
 #include "signame.h"
+#include "spares.h"
 #include "stall.h"
 #include "steptime.h"
 #include "store.h"
@@ -95,7 +97,7 @@ static bool names_node_fault(const char *text)
     static const char *const words[] = {
         "NCCL error",    "ncclSystemError",  "ncclUnhandledCudaError", "ncclInternalError",
         "CUDA error",    "cudaError",        "uncorrectable ECC",      "Xid",
-        "NCCL watchdog", "DistBackendError",
+        "NCCL watchdog", "DistBackendError", SPAWN_FORK_FAILED,
     };
 
     for (size_t i = 0; text && i < sizeof(words) / sizeof(words[0]); i++)
@@ -190,6 +192,36 @@ static int next_spare(const struct leader *l)
     return -1;
 }
 
+static int failed_node(const struct leader *l, const json_t *failure);
+
+/* At the end, why the spares still fit to serve took no place (spares.h), into
+ * l->idle_why ("" where none stayed idle or nothing failed). */
+static void note_spares_why(struct leader *l)
+{
+    json_t *jn = json_object_get(l->first_failure, "node");
+    int named = failed_node(l, l->first_failure);
+    struct spares_end e = {
+        .outcome = l->outcome,
+        .cls = l->failure_class,
+        .node = json_is_integer(jn) ? (int)json_integer_value(jn) : -1,
+        .started = l->t_joined != 0,
+        .max_restarts = l->spec->max_restarts,
+        .restarts = l->generation,
+        .restart_on = l->spec->restart_on,
+    };
+
+    l->idle_why[0] = '\0';
+    for (int i = l->spec->nnodes; i < l->nphys; i++) {
+        const struct node *n = &l->nodes[i];
+        e.idle += n->slot < 0 && n->joined && n->conn && !n->lost && !n->fenced;
+    }
+    for (int s = 0; s < l->spec->nnodes; s++)
+        e.lost += l->nodes[l->slot_node[s]].lost || l->slot_node[s] == named;
+    if (!l->first_failure)
+        e.cls = -1;
+    spares_idle_why(&e, l->idle_why, sizeof(l->idle_why));
+}
+
 /* detail: every rank's stack and exception (summary.json; too large for a status reply), and
  * no "ranks": leader_write_summary() adds them one at a time, so that 100,000 ranks never stand as
  * one tree of JSON objects (160 MiB) beside their text. */
@@ -273,10 +305,15 @@ static void finish(struct leader *l)
     l->failure_pending = false;
     l->state = JOB_FINISHED;
     l->t_finish = now_ms(l);
+    note_spares_why(l);
     if (l->spec->metrics_dir && l->stragglers_seen)
         metrics_remove_leader(l->spec->metrics_dir, l->spec->job_id);
     leader_write_summary(l);
-    log_info("job %s: %s, exit status %d", l->spec->job_id, l->outcome, l->status);
+    if (l->idle_why[0])
+        log_warn("job %s: %s, exit status %d; spare%s stayed idle: %s", l->spec->job_id, l->outcome,
+                 l->status, l->spec->spare_nodes > 1 ? "s" : "", l->idle_why);
+    else
+        log_info("job %s: %s, exit status %d", l->spec->job_id, l->outcome, l->status);
     broadcast(l, proto_pack("{s:s, s:i}", "type", "finish", "status", l->status));
 }
 
@@ -477,7 +514,8 @@ static void restart(struct leader *l)
     l->hist_n = l->hist_next = 0;
     if (!l->store) {
         fail(l, 125, "failed", false,
-             leader_failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
+             leader_classed(leader_failure_new("leader out of memory", -1, 0, "", 0, 0, ""),
+                            FAILURE_NODE));
         return;
     }
     send_assign(l);
@@ -796,6 +834,7 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
         fail(l, 124, "timeout", false,
              leader_failure_new(timeout_cause(l), -1, c->node, n->hostname, 0, 0, ""));
     } else if ((m->code || m->signal) && !m->killed) {
+        const char *fork;
         json_t *f;
         char what[420] = "";
         if (m->error)
@@ -805,6 +844,9 @@ static void do_rank_exit(struct leader *l, struct conn *c, struct msg *m)
                      "rank %d on node %d ('%s') was killed by signal %d (%s)%s%s", m->rank, c->node,
                      n->hostname, m->signal, signame(m->signal, sn),
                      m->oom ? ": out of memory" : "", what);
+        else if (m->value && (fork = strstr(m->value, SPAWN_FORK_FAILED)))
+            snprintf(cause, sizeof(cause), "rank %d on node %d ('%s') could not start: %.*s",
+                     m->rank, c->node, n->hostname, (int)strcspn(fork, "\n"), fork);
         else
             snprintf(cause, sizeof(cause), "rank %d on node %d ('%s') exited with status %d%s",
                      m->rank, c->node, n->hostname, m->code, what);
@@ -999,7 +1041,8 @@ static void assign_all(struct leader *l)
     hvd = hvd_layout(l);
     if (!l->ranks || hvd < 0) {
         fail(l, 125, "failed", false,
-             leader_failure_new("leader out of memory", -1, -1, "", 0, 0, ""));
+             leader_classed(leader_failure_new("leader out of memory", -1, 0, "", 0, 0, ""),
+                            FAILURE_NODE));
         return;
     }
     for (int r = 0; r < base; r++) {
@@ -1064,13 +1107,20 @@ static void do_join(struct leader *l, struct conn *c, struct msg *m)
      * also keeps the world size from overflowing whatever a join claims. */
     if (m->node_rank >= l->nphys || m->nprocs != l->spec->nprocs || l->state != JOB_JOINING ||
         l->nodes[m->node_rank].joined) {
+        /* A job that ended before any rank started (a node that could not start, a
+         * cancel) has not started: its late joins are the failure's consequence, not news. */
         snprintf(why, sizeof(why),
-                 l->state != JOB_JOINING        ? "join after the job started"
+                 l->state != JOB_JOINING && l->t_joined ? "node %d joined after the job started"
+                 : l->state != JOB_JOINING      ? "node %d joined after the job ended, before any "
+                                                  "rank started"
                  : m->node_rank >= l->nphys     ? "node rank %d out of range"
                  : m->nprocs != l->spec->nprocs ? "node %d does not run job.json's nprocs ranks"
                                                 : "node %d joined twice",
                  m->node_rank);
-        log_error("refused join from '%s': %s", c->peer.name, why);
+        if (l->state != JOB_JOINING && !l->t_joined && l->first_failure)
+            log_info("refused join from '%s': %s", c->peer.name, why);
+        else
+            log_error("refused join from '%s': %s", c->peer.name, why);
         peer_send_error(&c->peer, 0, "denied", why);
         c->logged = true;
         peer_close(&c->peer, why);
@@ -1279,6 +1329,36 @@ static void on_bad_message(struct peer *p, const struct proto_error *err)
 
 /* --- connections -------------------------------------------------------------------------- */
 
+/* Node k lost (why) while the first failure's teardown runs: its record names k too (the
+ * cause says "node K ('HOST') lost too: WHY", "also_lost" lists the nodes), and a restart the
+ * failure allowed (was_restartable) still comes only where spares can take every place. */
+static void lost_too(struct leader *l, int k, const char *why, bool was_restartable)
+{
+    json_t *f = l->first_failure, *also = json_object_get(f, "also_lost");
+    const char *cause = json_string_value(json_object_get(f, "cause"));
+    char *text = NULL;
+
+    if (asprintf(&text, "%s; node %d ('%s') lost too: %s", cause ? cause : "?", k,
+                 l->nodes[k].hostname, why) >= 0)
+        json_object_set_new(f, "cause", json_string(text));
+    free(text);
+    if (!also) {
+        also = json_array();
+        json_object_set_new(f, "also_lost", also);
+    }
+    json_array_append_new(also, json_integer(k));
+    l->restartable = was_restartable && restart_on(l, FAILURE_NODE) && spares_cover(l, f);
+    if (was_restartable && l->restartable)
+        log_warn("node %d ('%s') lost too: %s; a spare takes its place as well at the restart", k,
+                 l->nodes[k].hostname, why);
+    else if (was_restartable)
+        log_warn("node %d ('%s') lost too: %s; no restart: %s", k, l->nodes[k].hostname, why,
+                 restart_on(l, FAILURE_NODE) ? "too few spares for every node lost"
+                                             : "--restart-on does not name node failures");
+    else
+        log_info("after the first failure: node %d ('%s') lost: %s", k, l->nodes[k].hostname, why);
+}
+
 static void on_closed(struct peer *p, const char *why)
 {
     struct conn *c = (struct conn *)p;
@@ -1319,6 +1399,7 @@ static void on_closed(struct peer *p, const char *why)
              * off: the new generation would wait for it for ever, unless a spare takes its
              * place. */
             char cause[320];
+            bool was_restartable = l->restartable;
             abandon_restart(l);
             n->lost = true;
             snprintf(cause, sizeof(cause), "node %d ('%s') lost: %s (seen by the leader, node 0)",
@@ -1330,6 +1411,14 @@ static void on_closed(struct peer *p, const char *why)
             for (int r = n->rank_base; l->t_joined && r < n->rank_base + n->nprocs; r++)
                 if (r < l->world_size && l->ranks[r].phase == PHASE_RUNNING)
                     l->ranks[r].phase = PHASE_LOST;
+            /* A loss during the teardown of the first failure is part of its story: one
+             * record names every node lost, and the restart still comes only where the
+             * spares cover them all. */
+            if (l->first_failure) {
+                lost_too(l, c->node, why, was_restartable);
+                check_end(l);
+                goto out;
+            }
             /* Without a spare to take its place, not restartable whatever --restart-on says:
              * the node's daemon is gone, and a new generation would wait for it for ever. */
             json_t *f = leader_classed(
@@ -1339,6 +1428,7 @@ static void on_closed(struct peer *p, const char *why)
             check_end(l);
         }
     }
+out:
     peer_release(p);
     free(c);
     if (!l->closing)
@@ -1946,10 +2036,16 @@ static void on_tick(uv_timer_t *t)
     if (l->state == JOB_JOINING && now - l->t_start > l->spec->join_timeout_ms) {
         int n = snprintf(cause, sizeof(cause),
                          "join timed out after %d ms; missing nodes:", l->spec->join_timeout_ms);
-        for (int i = 0; i < l->nphys && n < (int)sizeof(cause) - 16; i++)
-            if (!l->nodes[i].joined)
+        int first = -1;
+        for (int i = 0; i < l->nphys && n < (int)sizeof(cause) - 16; i++) {
+            if (!l->nodes[i].joined) {
                 n += snprintf(cause + n, sizeof(cause) - (size_t)n, " %d", i);
-        fail(l, 124, "failed", false, leader_failure_new(cause, -1, -1, "", 0, 0, ""));
+                first = first < 0 ? i : first;
+            }
+        }
+        /* The nodes that never joined failed the job: the first is the record's node. */
+        fail(l, 124, "failed", false,
+             leader_classed(leader_failure_new(cause, -1, first, "", 0, 0, ""), FAILURE_NODE));
         finish(l);
     }
     /* The time limit is the leader's to keep too: gpurun --local's deadline dies with

@@ -201,6 +201,7 @@ struct leader {
     int nphys;                /* nnodes + spare_nodes */
     int *slot_node;           /* the node serving each of the job's nnodes slots */
     json_t *swaps;            /* each spare that took a failed node's place */
+    char idle_why[160];       /* at the end: why spares stayed idle (spares.h); "": none */
     int joined;
     struct rank *ranks;
     int world_size, exited;

@@ -283,6 +283,8 @@ json_t *leader_job_view(struct leader *l, bool for_summary, bool detail)
     if (l->spec->spare_nodes > 0) {
         json_object_set_new(job, "spare_nodes", json_integer(l->spec->spare_nodes));
         json_object_set(job, "swaps", l->swaps);
+        if (l->idle_why[0])
+            json_object_set_new(job, "spares_idle_why", json_string(l->idle_why));
     }
     if (l->spec->straggler_pct > 0)
         json_object_set_new(job, "stragglers", stragglers_view(l));

@@ -313,8 +313,9 @@ int shim_main(int argc, char **argv)
         return die_of(sig);
     child = fork();
     if (child < 0) {
-        fprintf(stderr, "gpurun: cannot fork: %s\n", strerror(errno));
-        return 126;
+        fprintf(stderr, SPAWN_FORK_FAILED " the rank: %s (the node's limit on processes)\n",
+                strerror(errno));
+        return 125;
     }
     if (child == 0)
         exec_child(&o, &old, in_cgroup);

@@ -17,9 +17,14 @@
 
 #define SHIM_FLAG "--exec-rank"
 
+/* What begins a rank's line when gpurun could not fork its process (the agent's fork of the
+ * shim, or the shim's of the rank): the node refused a process (its limit on processes, its
+ * memory), so the leader classes the failure as the node's and says the fork failed. */
+#define SPAWN_FORK_FAILED "gpurun: cannot fork"
+
 /* The shim's main: argv[1] is SHIM_FLAG. Returns (or exits with) CMD's status: its exit
  * code, the same signal re-raised, 127 when CMD is not found, 126 when it cannot run, 125
- * on a usage error. */
+ * on a usage error or a fork the node refused (SPAWN_FORK_FAILED). */
 int shim_main(int argc, char **argv);
 
 #endif

@@ -105,6 +105,42 @@ const char *local_rank_arg_name(int a)
                                           : NULL;
 }
 
+bool jobspec_spare_restarts(struct jobspec *spec, bool restarts_given, bool restart_on_given,
+                            char *note, size_t n)
+{
+    int k = spec->spare_nodes;
+    const char *s = k > 1 ? "s" : "";
+
+    if (n)
+        note[0] = '\0';
+    if (k <= 0)
+        return false;
+    if (restarts_given && spec->max_restarts == 0) {
+        snprintf(note, n,
+                 "--spare-nodes %d with --max-restarts 0: the spare%s will stay idle (a spare "
+                 "takes a failed node's place at a restart)",
+                 k, s);
+        return false;
+    }
+    if (!(spec->restart_on & RESTART_ON_SPARES)) {
+        snprintf(note, n,
+                 "--spare-nodes %d: --restart-on names neither node nor hang, the failures a "
+                 "spare takes the place of: the spare%s will stay idle",
+                 k, s);
+        return false;
+    }
+    if (restarts_given)
+        return false;
+    spec->max_restarts = k;
+    if (!restart_on_given)
+        spec->restart_on = RESTART_ON_SPARES;
+    snprintf(note, n,
+             "--spare-nodes %d: up to %d restart%s after %s, for a spare to take the failed "
+             "node's place (--max-restarts sets another number)",
+             k, k, s, restart_on_given ? "a failure --restart-on names" : "a node or hang failure");
+    return true;
+}
+
 void jobspec_init(struct jobspec *spec)
 {
     memset(spec, 0, sizeof(*spec));

@@ -88,7 +88,9 @@ enum failure_class {
  * allocation. */
 #define RESTART_ON_DEFAULT                                                                         \
     ((1 << FAILURE_NODE) | (1 << FAILURE_HANG) | (1 << FAILURE_OOM) | (1 << FAILURE_SIGNAL))
-#define RESTART_ON_ALL ((1 << FAILURE_CLASS_COUNT) - 1)
+#define RESTART_ON_ALL    ((1 << FAILURE_CLASS_COUNT) - 1)
+/* The failures a spare can fix: those that take a node out of the job. */
+#define RESTART_ON_SPARES ((1 << FAILURE_NODE) | (1 << FAILURE_HANG))
 
 /* A class's name ("user-error"), or "?" out of range. */
 const char *failure_class_name(int c);
@@ -107,6 +109,15 @@ const char *local_rank_arg_name(int a);
 /* jobspec.gpu_bind: srun's --gpu-bind names. */
 #define GPU_BIND_NONE   0
 #define GPU_BIND_SINGLE 1
+
+/* A spare serves only at a restart (docs/design.md, section 4), so K spares imply up to K
+ * restarts of the failures a spare can fix (RESTART_ON_SPARES) where the user set neither
+ * max_restarts (restarts_given: --max-restarts or a train.cfg's) nor restart_on
+ * (restart_on_given: --restart-on; with it, its classes are kept). Fills note (n bytes) with
+ * one line for the user: what was implied, or why the spares will never serve as asked;
+ * "" when there is nothing to say (no spares). Returns true when it changed spec. */
+bool jobspec_spare_restarts(struct jobspec *spec, bool restarts_given, bool restart_on_given,
+                            char *note, size_t n);
 
 /* Fills spec with the defaults of every key; argv and env empty. */
 void jobspec_init(struct jobspec *spec);

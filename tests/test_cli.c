@@ -1483,6 +1483,28 @@ TEST(cli_gpu_list_count)
     CHECK_EQ(local_gpu_list_count("GPU-1a2b,GPU-3c4d,MIG-5e6f"), 3);
 }
 
+/* The daemons gpurun kills once the leader has ended: those its record judged lost or fenced,
+ * never node 0's, nor one out of range. */
+TEST(cli_local_judged_nodes)
+{
+    json_t *sum = json_loads("{\"nodes\": [{\"node\": 0, \"state\": \"lost\"},"
+                             " {\"node\": 1, \"state\": \"lost\"},"
+                             " {\"node\": 2, \"state\": \"done\"},"
+                             " {\"node\": 3, \"state\": \"fenced\"},"
+                             " {\"node\": 4, \"state\": \"spare\"},"
+                             " {\"node\": 9, \"state\": \"lost\"}]}",
+                             0, NULL);
+    bool judged[5] = {false};
+
+    CHECK(sum != NULL);
+    CHECK_EQ(local_judged_nodes(sum, judged, 5), 2);
+    CHECK(!judged[0] && judged[1] && !judged[2] && judged[3] && !judged[4]);
+    /* Marked already: not counted twice. */
+    CHECK_EQ(local_judged_nodes(sum, judged, 5), 0);
+    CHECK_EQ(local_judged_nodes(NULL, judged, 5), 0);
+    json_decref(sum);
+}
+
 /* A jobs root that cannot be made is named by where it came from: GPURUN_JOBS, or the home
  * directory's default. */
 TEST(cli_jobs_root_make_names_its_source)

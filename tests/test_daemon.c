@@ -1095,10 +1095,10 @@ TEST(daemon_bad_join_refused)
     client_open(&d, &w);
     snprintf(name, sizeof(name), "%s", peer_name(&w));
     send_join(&w, 1, 1);
-    expect_error(&w, 0, "denied", "join after the job started");
+    expect_error(&w, 0, "denied", "node 1 joined after the job started");
     expect_closed_silently(&w);
     wire_close(&w);
-    expect_one_line(&d, name, "join after the job started");
+    expect_one_line(&d, name, "node 1 joined after the job started");
     /* A second join on the agent's own link is no message an agent sends. */
     send_join(&agent, 1, 1);
     expect_error(&agent, 0, "bad_request", "not a message for the leader");

@@ -358,3 +358,53 @@ TEST(jobspec_save_refuses_what_json_cannot_hold)
     CHECK_EQ(access(path, F_OK), -1);
     jobspec_release(&spec);
 }
+
+/* --spare-nodes alone implies a restart per spare for the failures a spare fixes; the user's
+ * --max-restarts and --restart-on stand, and a choice that leaves the spares idle is said. */
+TEST(jobspec_spares_imply_restarts)
+{
+    struct jobspec spec;
+    char note[256];
+
+    jobspec_init(&spec);
+    CHECK(!jobspec_spare_restarts(&spec, false, false, note, sizeof(note)));
+    CHECK_STR(note, "");
+    CHECK_EQ(spec.max_restarts, 0);
+
+    spec.spare_nodes = 2;
+    CHECK(jobspec_spare_restarts(&spec, false, false, note, sizeof(note)));
+    CHECK_EQ(spec.max_restarts, 2);
+    CHECK_EQ(spec.restart_on, RESTART_ON_SPARES);
+    CHECK_STR(note, "--spare-nodes 2: up to 2 restarts after a node or hang failure, for a spare "
+                    "to take the failed node's place (--max-restarts sets another number)");
+
+    /* --restart-on given: its classes are kept. */
+    spec.max_restarts = 0;
+    spec.restart_on = RESTART_ON_ALL;
+    CHECK(jobspec_spare_restarts(&spec, false, true, note, sizeof(note)));
+    CHECK_EQ(spec.max_restarts, 2);
+    CHECK_EQ(spec.restart_on, RESTART_ON_ALL);
+    CHECK_CONTAINS(note, "after a failure --restart-on names");
+
+    /* --max-restarts given: the user's number, even below the spares. */
+    spec.max_restarts = 1;
+    spec.restart_on = RESTART_ON_DEFAULT;
+    CHECK(!jobspec_spare_restarts(&spec, true, false, note, sizeof(note)));
+    CHECK_EQ(spec.max_restarts, 1);
+    CHECK_EQ(spec.restart_on, RESTART_ON_DEFAULT);
+    CHECK_STR(note, "");
+
+    /* --max-restarts 0, or --restart-on without node and hang: the spares will stay idle. */
+    spec.max_restarts = 0;
+    CHECK(!jobspec_spare_restarts(&spec, true, false, note, sizeof(note)));
+    CHECK_EQ(spec.max_restarts, 0);
+    CHECK_STR(note, "--spare-nodes 2 with --max-restarts 0: the spares will stay idle (a spare "
+                    "takes a failed node's place at a restart)");
+    spec.spare_nodes = 1;
+    spec.restart_on = 1 << FAILURE_SIGNAL;
+    CHECK(!jobspec_spare_restarts(&spec, false, true, note, sizeof(note)));
+    CHECK_EQ(spec.max_restarts, 0);
+    CHECK_CONTAINS(note, "--restart-on names neither node nor hang");
+    CHECK_CONTAINS(note, "the spare will stay idle");
+    jobspec_release(&spec);
+}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One truth: for each way a local job can end badly, gpurun's exit status, summary.json and
 # 'gpurun status --job-dir' agree, and there is always a summary.json (gpurun writes it when
-# the leader was killed). Each row: a name, what is done to the running job, the
-# exit status, and the state status shows (summary.json's outcome follows from the state).
+# the leader was killed), its failure with a class. Each row: a name, what is done to the
+# running job, the exit status, and the state status shows (summary.json's outcome follows
+# from the state).
 # timeout: 120
 set -euo pipefail
 # shellcheck source=local_common.sh
@@ -79,6 +80,11 @@ print(j["outcome"], j["exit_status"], sum(r["phase"] == "running" for r in j.get
     [ "$want_rc" = - ] || [ "$status" = "$want_rc" ] ||
         fail "$name: summary exit_status $status, expected $want_rc (gpurun's)"
     [ "$running" = 0 ] || fail "$name: $running ranks still 'running' in the summary"
+    # Every failure has a class, gpurun's records (a killed leader) included.
+    if [ "$want_outcome" = failed ]; then
+        cls=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["first_failure"].get("class"))' "$dir/summary.json")
+        [ "$cls" = node ] || fail "$name: the first failure's class is '$cls', expected node"
+    fi
     grep -q "exit status $status" "$work/status" || fail "$name: status lacks 'exit status $status'"
     # The leader killed: gpurun, which saw it die, writes the record and says so.
     if [ "$name" = kill-node0 ]; then

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Hot spares (--spare-nodes): a 2-node job with one spare whose node 1 daemon is SIGKILLed
+# Hot spares (--spare-nodes): a 2-node job with one spare (and no --max-restarts: a spare
+# implies a restart, which gpurun says) whose node 1 daemon is SIGKILLed
 # mid-run completes, the spare serving node 1's ranks in the next generation (same world
 # size, same rank numbers, NODE_RANK 1), the swap in gpurun status and summary.json; a lost
 # spare leaves the job running; a straggler's node (--straggler-action replace) and the node
 # of a rank a hang is traced to give their places at the restart; with no spare left a lost
-# node still ends the job (125).
+# node still ends the job (125). Under --max-restarts 0 the spare stays idle and gpurun says
+# why at the start, in the leader's end line, summary.json and status.
 # timeout: 120
 set -euo pipefail
 # shellcheck source=local_common.sh
@@ -59,9 +61,10 @@ field() {
         "$1/summary.json" "$2"
 }
 
-# --- node 1 lost: the spare takes its place ------------------------------------------------
+# --- node 1 lost: the spare takes its place, with no restart option given -----------------
+# A spare serves at a restart: --spare-nodes 1 alone implies one, and gpurun says so.
 job=$work/swap
-start_job "$job" -N 2 --spare-nodes 1 --max-restarts 1
+start_job "$job" -N 2 --spare-nodes 1
 wait_rank_lines "$work/out-swap" 2
 pid=$(daemon_pid "$job" 1)
 [ -n "$pid" ] || fail "no rendezvousd of node 1 of $job"
@@ -91,7 +94,79 @@ grep -qE "^  node 1 \(.*\) fenced: node 1 .* lost: .*; spare node 2 \(.*\) took 
     "$work/st1" || fail "status lacks the swap: $(cat "$work/st1")"
 grep -q "node 1 ('.*') fenced: .*; spare node 2 ('.*') took its place" "$work/err-swap" ||
     fail "no log line of the swap: $(grep -i spare "$work/err-swap")"
-echo "# node 1 lost: spare node 2 took its place, the job completed"
+grep -qxF "gpurun: --spare-nodes 1: up to 1 restart after a node or hang failure, for a spare to take the failed node's place (--max-restarts sets another number)" \
+    "$work/err-swap" || fail "gpurun did not say what the spare implies: $(grep -v '^\[' "$work/err-swap" | head -n 3)"
+[ "$(field "$job" "(d['restarts'], d['first_failure'] is None)")" = "(1, True)" ] ||
+    fail "restarts, first failure: $(field "$job" "(d['restarts'], d['first_failure'])")"
+echo "# node 1 lost: spare node 2 took its place, the job completed (no --max-restarts given)"
+
+# --- --max-restarts 0: the spare stays idle, and gpurun says so at the start and the end ----
+cat >"$work/rank.sh" <<'EOF'
+echo "up $RANK"
+exec sleep 60
+EOF
+job=$work/idle
+start_job "$job" -N 2 --spare-nodes 1 --max-restarts 0
+wait_rank_lines "$work/out-idle" 2
+pid=$(daemon_pid "$job" 1)
+[ -n "$pid" ] || fail "no rendezvousd of node 1 of $job"
+kill -KILL "$pid"
+rc=0
+wait "$gp" || rc=$?
+[ "$rc" = 125 ] || fail "a lost node under --max-restarts 0: exit $rc, want 125"
+grep -qxF "gpurun: --spare-nodes 1 with --max-restarts 0: the spare will stay idle (a spare takes a failed node's place at a restart)" \
+    "$work/err-idle" || fail "no word at the start that the spare will stay idle: $(grep -v '^\[' "$work/err-idle" | head -n 3)"
+grep -q "warn: job .*: failed, exit status 125; spare stayed idle: --max-restarts 0: a spare serves only at a restart$" \
+    "$work/err-idle" || fail "the end line does not say why the spare stayed idle: $(grep -v '^\[' "$work/err-idle")"
+[ "$(field "$job" "d['spares_idle_why']")" = "--max-restarts 0: a spare serves only at a restart" ] ||
+    fail "summary.json's spares_idle_why: $(field "$job" "d.get('spares_idle_why')")"
+"$gpurun" status --job-dir "$job" >"$work/st-idle" 2>&1 || true
+grep -qxF "spares: 1 (1 idle: --max-restarts 0: a spare serves only at a restart)" "$work/st-idle" ||
+    fail "status: $(grep spares "$work/st-idle")"
+echo "# --max-restarts 0: the spare stayed idle, said at the start, at the end and by status"
+
+# --- two nodes lost at once with one spare: one story naming both, and why the spare idled --
+job=$work/two-lost
+start_job "$job" -N 3 --spare-nodes 1
+wait_rank_lines "$work/out-two-lost" 3
+p1=$(daemon_pid "$job" 1)
+p2=$(daemon_pid "$job" 2)
+if [ -z "$p1" ] || [ -z "$p2" ]; then fail "no rendezvousd of node 1 or 2 of $job"; fi
+kill -KILL "$p1" "$p2"
+rc=0
+wait "$gp" || rc=$?
+[ "$rc" = 125 ] || fail "two nodes lost with one spare: exit $rc, want 125"
+cause=$(field "$job" "d['first_failure']['cause']")
+[[ $cause == *"node 1 ('"* && $cause == *"node 2 ('"* && $cause == *" lost too: "* ]] ||
+    fail "the record does not name both lost nodes: '$cause'"
+[ "$(field "$job" "len(d['first_failure']['also_lost'])")" = 1 ] ||
+    fail "also_lost: $(field "$job" "d['first_failure'].get('also_lost')")"
+grep -q "warn: node [12] ('.*') lost too: .*; no restart: too few spares for every node lost$" \
+    "$work/err-two-lost" || fail "no line that the second loss calls the restart off: $(grep -v '^\[' "$work/err-two-lost")"
+grep -q "error: job failed: node [12] .* lost: .*; node [12] .* lost too: " "$work/err-two-lost" ||
+    fail "'job failed' does not name both nodes: $(grep 'job failed' "$work/err-two-lost")"
+[ "$(field "$job" "d['spares_idle_why']")" = "2 nodes lost and 1 spare: too few to take every place" ] ||
+    fail "spares_idle_why: $(field "$job" "d.get('spares_idle_why')")"
+echo "# two nodes lost, one spare: one record naming both, the spare's idleness explained"
+
+# --- two nodes lost at once with two spares: both replaced ----------------------------------
+cat >"$work/rank.sh" <<'EOF'
+echo "gen $GPURUN_RESTART_COUNT rank $RANK"
+if [ "$GPURUN_RESTART_COUNT" = 0 ]; then exec sleep 60; fi
+EOF
+job=$work/two-spares
+start_job "$job" -N 3 --spare-nodes 2
+wait_rank_lines "$work/out-two-spares" 3
+p1=$(daemon_pid "$job" 1)
+p2=$(daemon_pid "$job" 2)
+if [ -z "$p1" ] || [ -z "$p2" ]; then fail "no rendezvousd of node 1 or 2 of $job"; fi
+kill -KILL "$p1" "$p2"
+rc=0
+wait "$gp" || rc=$?
+[ "$rc" = 0 ] || fail "two nodes lost with two spares: exit $rc: $(grep -v '^\[' "$work/err-two-spares")"
+[ "$(field "$job" "sorted(s['node'] for s in d['swaps'])")" = "[1, 2]" ] ||
+    fail "swaps: $(field "$job" "d['swaps']")"
+echo "# two nodes lost, two spares: both took a place"
 
 # --- a spare lost: the job runs on ---------------------------------------------------------
 cat >"$work/rank.sh" <<'EOF'

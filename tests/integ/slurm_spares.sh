@@ -1,5 +1,6 @@
 #!/bin/bash
-# Hot spares on the Slurm test cluster: a 2-node job with --spare-nodes 1 is a 3-node
+# Hot spares on the Slurm test cluster: a 2-node job with --spare-nodes 1 (and no
+# --max-restarts: the spare implies one restart, which gpurun says at submit time) is a 3-node
 # allocation; node 1's rendezvousd SIGKILLed mid-run, the spare (node 2) takes its place at
 # the restart and the job completes: gpurun --wait exits 0, summary.json records the swap,
 # rank 1 ran on the spare's host in generation 1 with NODE_RANK 1, and no process is left.
@@ -11,7 +12,7 @@ set -euo pipefail
 . "$(dirname "$0")/slurm_client_common.sh"
 
 # shellcheck disable=SC2016 # expanded by each rank
-timeout 150 "$gpurun" --wait -N 2 --gpus-per-node 1 --spare-nodes 1 --max-restarts 1 \
+timeout 150 "$gpurun" --wait -N 2 --gpus-per-node 1 --spare-nodes 1 \
     --kill-grace 1 -- sh -c 'echo "gen $GPURUN_RESTART_COUNT rank $RANK node_rank $NODE_RANK on $(hostname)"
 if [ "$GPURUN_RESTART_COUNT" = 0 ]; then exec sleep 3011; fi' >spare.out 2>spare.err </dev/null &
 gpid=$!
@@ -32,6 +33,8 @@ victim=$(daemon_pid "$id" 1)
 kill -KILL "$victim"
 rc=0
 wait "$gpid" || rc=$?
+grep -qxF "gpurun: --spare-nodes 1: up to 1 restart after a node or hang failure, for a spare to take the failed node's place (--max-restarts sets another number)" spare.err ||
+    grs_fail "gpurun did not say at submit time what the spare implies: $(head -n 3 spare.err)"
 [ "$rc" = 0 ] || grs_fail "--wait exited $rc: $(tail -n 5 spare.err); summary: $(head -n 40 "$GPURUN_JOBS/$id/summary.json" 2>&1)"
 summary=$GPURUN_JOBS/$id/summary.json
 [ "$(json "$summary" '[(s["node"], s["spare"], s["generation"]) for s in v["swaps"]]')" = "[(1, 2, 1)]" ] ||
