@@ -1355,12 +1355,14 @@ static void on_leader_ready(struct peer *p)
                            a->nranks, "gpus", "", "preflight", pre, "preflight_skipped", skipped));
 }
 
-static void on_leader_closed(struct peer *p, const char *why)
+static void on_leader_closed(struct peer *p, const char *reason)
 {
     struct agent *a = p->owner;
-    char cause[320];
-    bool refused = strstr(why, "connection refused") != NULL;
+    char cause[320], why[256];
+    bool refused = strstr(reason, "connection refused") != NULL;
 
+    /* reason may be the peer's own text, freed with it. */
+    snprintf(why, sizeof(why), "%s", reason);
     a->leader = NULL;
     peer_release(p);
     free(p);
