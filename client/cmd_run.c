@@ -153,6 +153,7 @@ struct run_plan {
     int argc;
     char train[PATH_MAX], cfg_path[PATH_MAX];
     char job_name[256];
+    char spare_note[256]; /* what --spare-nodes implies, said once the job is under way */
 };
 
 static void plan_release(struct run_plan *p)
@@ -400,15 +401,11 @@ static int plan_run(struct gpurun_args *args, struct run_plan *p)
 /* What the daemons know of the job besides its command: its name, its time limit, whether it
  * uses horovod, and the restarts its spares imply (said here, at submit time, as the job's
  * spares will serve). */
-static int plan_spec(struct gpurun_args *args, const struct run_plan *p)
+static int plan_spec(struct gpurun_args *args, struct run_plan *p)
 {
-    char note[256];
-
     jobspec_spare_restarts(
         &args->spec, args_given(args, "max-restarts") || (p->have_cfg && p->cfg.max_restarts > 0),
-        args_given(args, "restart-on"), note, sizeof(note));
-    if (note[0] && !args->emit_sbatch)
-        fprintf(stderr, "gpurun: %s\n", note);
+        args_given(args, "restart-on"), p->spare_note, sizeof(p->spare_note));
     args->spec.time_limit_s = (int)args->time_limit_s;
     args->spec.mpi_env = args->mpi_env;
     args->spec.require_rendezvous = args->require_rendezvous;
@@ -752,6 +749,8 @@ static int run_local(struct gpurun_args *args, struct run_plan *p, int *fatal_si
         link_job_dir(job_id, abs_dir);
     /* Before any rank speaks, so that another shell can follow the job at once. */
     fprintf(stderr, "gpurun: job %s, job dir %s\n", job_id, abs_dir);
+    if (p->spare_note[0])
+        fprintf(stderr, "gpurun: %s\n", p->spare_note);
     local_job_fill(&job, args, abs_dir, daemon);
     job.job_id = job_id;
     set_job_start();
@@ -1060,6 +1059,8 @@ static int run_slurm(struct gpurun_args *args, struct run_plan *p, int *fatal_si
         goto out;
     }
     printf("Submitted job %u\n", id);
+    if (p->spare_note[0])
+        fprintf(stderr, "gpurun: %s\n", p->spare_note);
     fflush(stdout);
     if (args->wait)
         ret = batch_wait(args, p, id, &at, fatal_signal);
