@@ -46,6 +46,10 @@ extern char **environ;
  * leader follows within milliseconds, having recorded why). This long tells them apart. */
 #define FOLLOWER_FAIL_GRACE_MS 1000
 
+/* How long a daemon the leader gave up has, continued and told to end, to write what it holds
+ * (its ranks' last words, their shims' counts) before it is killed. */
+#define GIVEN_UP_GRACE_MS 500
+
 /* The request for the pre-timeout signal in the job dir, holding its number: the leader's
  * PREEMPT_FILE (daemon/leader_int.h), which the batch script writes on Slurm. */
 #define PREEMPT_FILE "preempt"
@@ -157,6 +161,8 @@ struct supervisor {
     long long warn_at;          /* when the pre-timeout signal goes out; 0: none (or sent) */
     long long straggle_at;      /* when followers still alive after node 0 are stopped; 0: none */
     long long kill_at;          /* when stopped daemons still alive get SIGKILL; 0: none */
+    long long given_up_at;      /* when daemons the leader gave up still alive get SIGKILL */
+    bool *given_up;             /* node k's daemon was given up by the leader (end_judged) */
     long long follower_fail_at; /* when a follower's 125 stops the job; 0: none */
     int follower_fail;          /* that follower */
     int *termsig;               /* the signal that killed node k's daemon; 0: none */
@@ -220,9 +226,10 @@ int local_judged_nodes(const json_t *summary, bool *out, int n)
     return count;
 }
 
-/* Node 0 has ended the job: the daemons its record judged lost or fenced are killed now
- * (SIGTERM cannot reach a stopped one), their shims ending their ranks as their parent dies;
- * the others get a grace to exit on their own. */
+/* Node 0 has ended the job: the daemons its record judged lost or fenced are continued (a
+ * stopped one would never handle a SIGTERM) and told to end, and killed GIVEN_UP_GRACE_MS
+ * later if still there, their shims ending their ranks as their parent dies; the others get a
+ * grace to exit on their own. */
 static void end_judged(struct supervisor *s)
 {
     char path[PATH_MAX];
@@ -239,11 +246,14 @@ static void end_judged(struct supervisor *s)
             if (!judged[k] || s->pid[k] <= 0)
                 continue;
             fprintf(stderr,
-                    "gpurun: node %d's rendezvousd still runs, given up by the leader: killing "
+                    "gpurun: node %d's rendezvousd still runs, given up by the leader: ending "
                     "it and its ranks\n",
                     k);
             s->stopped[k] = true;
-            kill(s->pid[k], SIGKILL);
+            s->given_up[k] = true;
+            kill(s->pid[k], SIGCONT);
+            kill(s->pid[k], SIGTERM);
+            s->given_up_at = monotime_ms() + GIVEN_UP_GRACE_MS;
         }
     }
     json_decref(sum);
@@ -369,6 +379,12 @@ static void on_deadline(struct supervisor *s, long long now)
                 s->running);
         stop_all(s);
     }
+    if (s->given_up_at && now >= s->given_up_at) {
+        s->given_up_at = 0;
+        for (int k = 1; k < s->job->nnodes; k++)
+            if (s->given_up[k] && s->pid[k] > 0)
+                kill(s->pid[k], SIGKILL);
+    }
     if (s->kill_at && now >= s->kill_at) {
         s->kill_at = 0;
         fprintf(stderr, "gpurun: %d rendezvousd did not stop in time; killing them\n", s->running);
@@ -380,8 +396,8 @@ static void on_deadline(struct supervisor *s, long long now)
 static struct timespec *next_timeout(const struct supervisor *s, struct timespec *ts)
 {
     long long at = 0, now;
-    const long long cand[] = {s->limit_at, s->warn_at, s->straggle_at, s->kill_at,
-                              s->follower_fail_at};
+    const long long cand[] = {s->limit_at, s->warn_at,          s->straggle_at,
+                              s->kill_at,  s->follower_fail_at, s->given_up_at};
 
     for (size_t i = 0; i < sizeof(cand) / sizeof(cand[0]); i++)
         if (cand[i] && (!at || cand[i] < at))
@@ -592,7 +608,8 @@ int local_run(const struct local_job *job, int *fatal_signal)
     s.status = calloc((size_t)job->nnodes, sizeof(*s.status));
     s.stopped = calloc((size_t)job->nnodes, sizeof(*s.stopped));
     s.termsig = calloc((size_t)job->nnodes, sizeof(*s.termsig));
-    if (!s.pid || !s.status || !s.stopped || !s.termsig) {
+    s.given_up = calloc((size_t)job->nnodes, sizeof(*s.given_up));
+    if (!s.pid || !s.status || !s.stopped || !s.termsig || !s.given_up) {
         fprintf(stderr, "gpurun: out of memory\n");
         ret = 125;
         goto out;
@@ -682,5 +699,6 @@ out:
     free(s.status);
     free(s.stopped);
     free(s.termsig);
+    free(s.given_up);
     return ret;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A stopped daemon (SIGSTOP) of node 1: the leader loses it after the heartbeat timeout and
 # fails the job; gpurun --local then returns within a second of that verdict (a stopped
-# daemon never handles the SIGTERM of its grace: gpurun kills it, its shims ending its
+# daemon never handles the SIGTERM of its grace: gpurun continues it and tells it to end,
+# killing it half a second later if it has not, its shims ending its
 # ranks), exits 125 with the record naming node 1 (class node), and node 1's ranks do not
 # run on: none writes after gpurun has returned, and no process of the job is left.
 # timeout: 60
