@@ -92,6 +92,17 @@ static int own_dir(char *dir, size_t len, struct errmsg *why)
 
 int cgroup_make(const char *dir)
 {
+    char parent[PATH_MAX];
+    const char *slash = strrchr(dir, '/');
+
+    if (mkdir(dir, 0755) == 0 || errno == EEXIST)
+        return 0;
+    /* The job's cgroup, removed by the last shim of a frozen agent (shim.c), is made again. */
+    if (errno != ENOENT || !slash || (size_t)(slash - dir) >= sizeof(parent))
+        return -errno;
+    snprintf(parent, sizeof(parent), "%.*s", (int)(slash - dir), dir);
+    if (mkdir(parent, 0755) < 0 && errno != EEXIST)
+        return -errno;
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
         return -errno;
     return 0;

@@ -16,7 +16,8 @@
  * (caller-owned) filled with a lowercase reason, e.g. "no cgroup v2 mount". */
 int cgroup_job_create(char *dir, size_t len, struct errmsg *why);
 
-/* Creates dir (a rank's cgroup: a child of the job cgroup; an existing one is reused).
+/* Creates dir (a rank's cgroup: a child of the job cgroup, which is made too where it is
+ * gone; an existing one is reused).
  * Returns 0 or a negative errno. */
 int cgroup_make(const char *dir);
 

@@ -243,15 +243,16 @@ static int agent_lost(const struct shim_opts *o, pid_t child, bool in_cgroup, bo
                 "gpurun: ended %d process%s of the rank outside its process group and cgroup\n",
                 swept, swept == 1 ? "" : "es");
     if (in_cgroup) {
+        char job[PATH_MAX];
+        const char *slash = strrchr(o->cgroup, '/');
         cgroup_remove(o->cgroup, CGROUP_WAIT_MS);
-        /* A dead agent cannot remove the job's cgroup: the last rank does. */
-        if (dead) {
-            char job[PATH_MAX];
-            const char *slash = strrchr(o->cgroup, '/');
-            if (slash && (size_t)(slash - o->cgroup) < sizeof(job)) {
-                snprintf(job, sizeof(job), "%.*s", (int)(slash - o->cgroup), o->cgroup);
-                rmdir(job);
-            }
+        /* A dead agent cannot remove the job's cgroup, nor can a frozen one that gpurun then
+         * kills (it gives up a node whose daemon the leader gave up): the last rank's shim
+         * does (an rmdir while other ranks' cgroups remain fails, harmlessly). An agent that
+         * runs again has its next rank's shim make it anew (cgroup_make). */
+        if (slash && (size_t)(slash - o->cgroup) < sizeof(job)) {
+            snprintf(job, sizeof(job), "%.*s", (int)(slash - o->cgroup), o->cgroup);
+            rmdir(job);
         }
     }
     kill(0, SIGKILL);
