@@ -54,11 +54,13 @@ grep -qE '^step: [0-9]+.* of 60, loss [0-9.]+' "$work/st.txt" || fail "no step l
 # needs two of rank 0's reports at the leader (the agent passes them on every 250 ms), which
 # the ETA above does not (another rank's two give the rate): wait for them while the job runs.
 spark='^loss: (▁|▂|▃|▄|▅|▆|▇|█){2,} [0-9.]+ -> [0-9.]+ \(rank 0, steps [0-9]+-[0-9]+\)$'
+# The JSON is read after the text, so that it holds at least the reports the text shows (st.txt
+# above was read after st.json).
 for ((i = 0; i < 50; i++)); do
-    grep -qE "$spark" "$work/st.txt" && break
-    sleep 0.1
     "$gpurun" status --job-dir "$job" >"$work/st.txt" 2>&1 || true
     "$gpurun" status --job-dir "$job" --json >"$work/st.json" 2>/dev/null || true
+    grep -qE "$spark" "$work/st.txt" && break
+    sleep 0.1
 done
 grep -qE "$spark" "$work/st.txt" ||
     fail "no loss sparkline: $(grep '^loss' "$work/st.txt" || head -n 8 "$work/st.txt")"
