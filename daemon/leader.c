@@ -574,8 +574,10 @@ static void check_end(struct leader *l)
         /* Said once, where a restart was there to take: why this failure ends the job. */
         if (l->generation < l->spec->max_restarts && l->failure_class >= 0 &&
             !restart_on(l, l->failure_class))
-            log_warn("not restarting: a %s failure, which --restart-on does not name",
-                     failure_class_name(l->failure_class));
+            log_warn("not restarting: a %s failure, which %s", failure_class_name(l->failure_class),
+                     l->spec->spare_nodes > 0 && l->spec->restart_on == RESTART_ON_SPARES
+                         ? "the spares' restarts (node and hang failures) do not cover"
+                         : "--restart-on does not name");
         finish(l); /* before the assign there are no ranks to wait for */
     }
 }

@@ -267,3 +267,18 @@ wait "$gp" || rc=$?
 [ "$rc" = 125 ] || fail "a lost node without spares: exit $rc, want 125"
 [ "$(field "$job" "d['restarts']")" = 0 ] || fail "restarted without a spare"
 echo "# without a spare, a lost node ends the job"
+
+# --- a rank's own error with spares alone: not a failure a spare fixes, and said so --------
+cat >"$work/rank.sh" <<'EOF2'
+[ "$RANK" = 1 ] && exit 3
+exec sleep 60
+EOF2
+job=$work/user-error
+start_job "$job" -N 2 --spare-nodes 1 --log-level info
+rc=0
+wait "$gp" || rc=$?
+[ "$rc" = 3 ] || fail "a rank's exit 3 with a spare: exit $rc, want 3"
+[ "$(field "$job" "d['restarts']")" = 0 ] || fail "a user error was restarted for a spare"
+grep -q "warn: not restarting: a user-error failure, which the spares' restarts (node and hang failures) do not cover" \
+    "$work/err-user-error" || fail "no word why the user error is not restarted: $(grep -v '^\[' "$work/err-user-error")"
+echo "# a user error with a spare: not restarted, and said why"
