@@ -415,6 +415,13 @@ out_close:
     uv_walk(d.loop, count_open, &left);
     if (left > 0)
         log_warn("%d handles left open at exit", left);
+    /* From here on nothing may run libuv's signal handler: its watchers live in d, on this
+     * frame, which is gone once main returns, and a signal during the exit's own work (the
+     * sanitizers' leak check takes tens of ms) would have it walk them there: a SIGTERM flood
+     * at the job's end once killed the ASan build by SIGSEGV. The outcome is decided: they
+     * are ignored. */
+    for (size_t i = 0; i < sizeof(handled_signals) / sizeof(handled_signals[0]); i++)
+        signal(handled_signals[i], SIG_IGN);
 out:
     jobspec_release(&d.spec);
     return status;
