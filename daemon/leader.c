@@ -264,10 +264,14 @@ static void judge_together(struct leader *l)
     char fix[512], text[768];
 
     bool judged = l->spec->require_rendezvous || runs_python(l->spec->argv);
+    bool hvd_used = hvd_server_puts(l->hvd) > 0;
 
-    if (together_judge(l->world_size, judged, l->met, hvd_server_puts(l->hvd) > 0) !=
-        TOGETHER_ALONE)
+    if (together_judge(l->world_size, judged, l->met, hvd_used) != TOGETHER_ALONE) {
+        /* Horovod's ranks meet through its store and gloo's own links, never MASTER_PORT:
+         * summary.json's ranks_met says they met all the same. */
+        l->met = l->met || hvd_used;
         return;
+    }
     together_fix(l->spec->argv, l->world_size, fix, sizeof(fix));
     snprintf(text, sizeof(text),
              "the %d ranks never met: none connected to MASTER_ADDR:MASTER_PORT nor used "
