@@ -42,3 +42,46 @@ hvd_fetch() {
     # shellcheck disable=SC2034 # read by the sourcing script
     HVD_GLOO_RUN=$dir/py/horovod/runner/gloo_run.py
 }
+
+# hvd_build PYTHON: horovod $HVD_VERSION for PyTorch with its gloo controller, built from
+# PyPI's source release against PYTHON's torch into HVD_TARGET (GPURUN_HOROVOD_DIR, by default
+# the build dir's python-deps/horovod) once, about 2 minutes on two cores, and kept there.
+# Skips, saying why, with GPURUN_TEST_HOROVOD=0, without the build's tools or headers
+# (cmake, g++, libtorch-dev, pybind11-dev: scripts/deps.sh) or where PyPI cannot be reached.
+# shellcheck disable=SC2154 # work and build: the prologue's
+hvd_build() {
+    local python=$1 inc tool t0 rc=0
+    HVD_TARGET=${GPURUN_HOROVOD_DIR:-$build/python-deps/horovod}
+    (cd "$work" && PYTHONPATH=$HVD_TARGET "$python" -c 'import horovod.torch' >/dev/null 2>&1) &&
+        return 0
+    [ "${GPURUN_TEST_HOROVOD:-1}" = 1 ] ||
+        skip "GPURUN_TEST_HOROVOD=${GPURUN_TEST_HOROVOD}: horovod not built"
+    for tool in cmake g++; do
+        command -v "$tool" >/dev/null || skip "no $tool to build horovod"
+    done
+    inc=$("$python" -c 'import torch.utils.cpp_extension as c; print(c.include_paths()[0])' 2>/dev/null) ||
+        skip "'$python' has no torch.utils.cpp_extension"
+    [ -f "$inc/torch/extension.h" ] || skip "no torch C++ headers ('$inc/torch/extension.h'): apt-get install libtorch-dev"
+    [ -f /usr/include/pybind11/pybind11.h ] || "$python" -c 'import pybind11' 2>/dev/null ||
+        skip "no pybind11 headers: apt-get install pybind11-dev"
+    mkdir -p "$HVD_TARGET"
+    echo "# building horovod $HVD_VERSION into $HVD_TARGET (log: $work/build.log)"
+    t0=$(date +%s)
+    # The build's own limit: horovod's C++ and its copy of gloo.
+    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
+        HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=-j$(nproc) timeout 1500 \
+        "$python" -m pip install --disable-pip-version-check --no-build-isolation --upgrade \
+        --target "$HVD_TARGET" "horovod==$HVD_VERSION" >"$work/build.log" 2>&1 || rc=$?
+    echo "# horovod_build_s=$(($(date +%s) - t0))"
+    if [ "$rc" != 0 ]; then
+        # A half-made install must not pass for one next time.
+        rm -rf "$HVD_TARGET"
+        if grep -qE 'Failed to establish a new connection|Could not find a version|Temporary failure in name resolution' "$work/build.log"; then
+            skip "cannot fetch horovod $HVD_VERSION from PyPI: $(grep -m1 -E 'ERROR|Error' "$work/build.log")"
+        fi
+        grep -E 'error:|Error [0-9]|fatal' "$work/build.log" | head -n 10 | sed 's/^/# /'
+        fail "building horovod $HVD_VERSION failed (status $rc); see $work/build.log"
+    fi
+    (cd "$work" && PYTHONPATH=$HVD_TARGET "$python" -c 'import horovod.torch' >/dev/null 2>&1) ||
+        fail "horovod $HVD_VERSION built but 'import horovod.torch' fails"
+}

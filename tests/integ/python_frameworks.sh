@@ -7,59 +7,23 @@
 # same step with a checkpoint, and the job completes 0.
 #
 # The frameworks are not Debian packages: the smallest sets that import against Debian's
-# torch 1.13 are installed once with pip (--no-deps, wheels only) into
+# torch 1.13 are installed once with pip (fw_common.sh's fw_install) into
 # $GPURUN_PYDEPS/<framework> (default $BUILD/python-deps) and kept there. A framework whose
 # install fails or takes over PIP_LIMIT seconds is skipped, with the reason.
 # timeout: 600
 set -euo pipefail
-# shellcheck source=local_common.sh
-. "$(dirname "$0")/local_common.sh"
+# shellcheck source=fw_common.sh
+. "$(dirname "$0")/fw_common.sh"
 
-python=${GPURUN_PYTHON:-/usr/bin/python3}
-deps=${GPURUN_PYDEPS:-$build/python-deps}
-PIP_LIMIT=${PIP_LIMIT:-180}
-[ -x "$python" ] || skip "no '$python'"
-"$python" -c 'import importlib.util as u; assert u.find_spec("torch")' >/dev/null 2>&1 ||
-    skip "'$python' has no torch (Debian's python3-torch)"
-"$python" -m pip --version >/dev/null 2>&1 || skip "'$python -m pip' does not run (python3-pip)"
+fw_need_python
 
-# The sets, pinned: pytorch-lightning 1.9.5 is the last 1.x (torch >= 1.10); transformers
-# 4.29.2 with the tokenizers it takes (a binary wheel, abi3) and accelerate, which its Trainer
-# needs. The rest is what their imports reach that Debian lacks.
-lightning_pkgs=(pytorch-lightning==1.9.5 lightning-utilities==0.8.0 torchmetrics==0.11.4
-    fsspec==2023.1.0 tqdm==4.65.0 packaging==23.1)
-hf_pkgs=(transformers==4.29.2 tokenizers==0.13.3 huggingface-hub==0.14.1 accelerate==0.20.3
-    filelock==3.12.0 regex==2023.5.5 fsspec==2023.1.0 tqdm==4.65.0 packaging==23.1)
-
-export PYTHONDONTWRITEBYTECODE=1 GLOO_SOCKET_IFNAME=lo
 skipped=()
 
-# install NAME PKG...: $deps/NAME holds PKG... (installed now unless its stamp lists the
-# same set); returns 1, with the reason in skipped, when pip cannot make it so in time.
+# install NAME PKG...: fw_install, its reason for failing kept in skipped.
 install() {
-    local name=$1 dir=$deps/$1 t0 rc=0
-    shift
-    if [ -f "$dir/.stamp" ] && [ "$(cat "$dir/.stamp")" = "$*" ]; then
-        echo "# $name: installed already in $dir"
-        return 0
-    fi
-    rm -rf "$dir" "$dir.tmp"
-    mkdir -p "$deps"
-    t0=$(date +%s%N)
-    timeout -k 5 "$PIP_LIMIT" "$python" -m pip install --quiet --no-deps --only-binary :all: \
-        --no-warn-script-location --target "$dir.tmp" "$@" >"$work/pip.out" 2>&1 || rc=$?
-    echo "# $name: pip install of $# packages took $((($(date +%s%N) - t0) / 1000000)) ms"
-    if [ "$rc" != 0 ]; then
-        rm -rf "$dir.tmp"
-        if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-            skipped+=("$name: pip install took over $PIP_LIMIT s")
-        else
-            skipped+=("$name: pip install failed: $(grep -m1 -E 'ERROR|error' "$work/pip.out" || tail -n1 "$work/pip.out")")
-        fi
-        return 1
-    fi
-    echo "$*" >"$dir.tmp/.stamp"
-    mv "$dir.tmp" "$dir"
+    fw_install "$@" && return 0
+    skipped+=("$fw_why")
+    return 1
 }
 
 # train NAME: the job of frameworks.py NAME, its reports checked while it trains, then
@@ -120,11 +84,11 @@ print("ok" if ok else " | ".join("rank %d step %d loss %s lr %s total_steps %d" 
         "job done in $((($(date +%s%N) - t0) / 1000000)) ms"
 }
 
-if install lightning "${lightning_pkgs[@]}"; then
+if install lightning "${FW_LIGHTNING[@]}"; then
     train lightning
     [ -s "$work/lightning.ckpt/preempted.ckpt" ] || fail "lightning: no preempted.ckpt"
 fi
-if install hf "${hf_pkgs[@]}"; then
+if install hf "${FW_HF[@]}"; then
     train hf
     ls -d "$work/hf.ckpt"/checkpoint-* >/dev/null 2>&1 || fail "hf: no checkpoint-N"
 fi
