@@ -11,10 +11,6 @@
 /* --horovod's values (gpurun_args.horovod); 0, the default, is auto. */
 enum horovod_choice { HOROVOD_AUTO, HOROVOD_ON, HOROVOD_OFF };
 
-/* The most of a script horovod_script_text reads: an import sits near the top, and a script
- * of more is data, not a training script. */
-#define HOROVOD_SCRIPT_MAX (256 * 1024)
-
 /* The rule: whether the command argv (argc words, borrowed) uses horovod, given the text of
  * the script it runs (text, n bytes, borrowed; NULL: none read). True when a word of argv
  * contains "horovod" (horovod_train.py, a horovodrun-style wrapper, python -m horovod...), or
@@ -22,14 +18,9 @@ enum horovod_choice { HOROVOD_AUTO, HOROVOD_ON, HOROVOD_OFF };
  * Pure. */
 bool horovod_seen(char *const *argv, int argc, const char *text, size_t n);
 
-/* The script the command argv (argc words, borrowed) runs, read into buf (cap bytes, at most
- * HOROVOD_SCRIPT_MAX of it): the first word ending in ".py" that names a regular file, else
- * argv[0] when it names a regular file that starts with "#!". Returns the bytes read, or 0
- * when there is no such file or it cannot be read. */
-size_t horovod_script_text(char *const *argv, int argc, char *buf, size_t cap);
-
 /* What job.json's "horovod" is for choice (an enum horovod_choice) and the command argv
- * (argc words, borrowed): 1 or 0. Reads the script (horovod_script_text) for HOROVOD_AUTO. */
+ * (argc words, borrowed): 1 or 0. Reads the script (script_head, lib/scripthead.h) for
+ * HOROVOD_AUTO. */
 int horovod_decide(int choice, char *const *argv, int argc);
 
 #endif

@@ -25,6 +25,7 @@
 #include "peer.h"
 #include "proto.h"
 #include "refusals.h"
+#include "scripthead.h"
 #include "shim.h"
 #include "signame.h"
 #include "spares.h"
@@ -272,7 +273,13 @@ static void judge_together(struct leader *l)
         l->met = l->met || hvd_used;
         return;
     }
-    together_fix(l->spec->argv, l->world_size, fix, sizeof(fix));
+    int argc = 0;
+    while (l->spec->argv && l->spec->argv[argc])
+        argc++;
+    char *head = malloc(SCRIPT_HEAD_MAX);
+    size_t n = head ? script_head(l->spec->workdir, l->spec->argv, argc, head, SCRIPT_HEAD_MAX) : 0;
+    together_fix(l->spec->argv, head, n, l->world_size, fix, sizeof(fix));
+    free(head);
     snprintf(text, sizeof(text),
              "the %d ranks never met: none connected to MASTER_ADDR:MASTER_PORT nor used "
              "gpurun's store, so each trained alone; %s",

@@ -83,9 +83,21 @@ enum together_verdict together_judge(int world_size, bool judged, bool master_po
     return master_port_seen || store_used ? TOGETHER_MET : TOGETHER_ALONE;
 }
 
-void together_fix(char *const *argv, int world_size, char *out, size_t n)
+/* Whether the n bytes at p hold word. */
+static bool holds(const char *p, size_t n, const char *word)
 {
-    bool fairseq = false;
+    size_t w = strlen(word);
+
+    for (size_t i = 0; p && n >= w && i <= n - w; i++)
+        if (!memcmp(p + i, word, w))
+            return true;
+    return false;
+}
+
+void together_fix(char *const *argv, const char *text, size_t n, int world_size, char *out,
+                  size_t outn)
+{
+    bool fairseq = false, mpi = holds(text, n, "mpi4py");
 
     for (char *const *a = argv; a && *a && !fairseq; a++) {
         const char *base = strrchr(*a, '/');
@@ -93,14 +105,21 @@ void together_fix(char *const *argv, int world_size, char *out, size_t n)
         fairseq = !strncmp(base, "fairseq", 7);
         /* python3 fairseq_cli/hydra_train.py: the folder names it. */
         fairseq = fairseq || strstr(*a, "fairseq_cli/") != NULL;
+        mpi = mpi || strstr(*a, "mpi4py") != NULL;
     }
     if (fairseq)
-        snprintf(out, n,
+        snprintf(out, outn,
                  "fairseq trains alone while its distributed_world_size is 1: add "
                  "distributed_training.distributed_world_size=%d to its command",
                  world_size);
+    else if (mpi)
+        snprintf(out, outn,
+                 "an MPI program's ranks started by gpurun are MPI singletons, each a world of "
+                 "1 (MPI_Init finds no process manager): start it with mpirun or srun "
+                 "--mpi=pmix, or join its %d ranks with torch.distributed (env://)",
+                 world_size);
     else
-        snprintf(out, n,
+        snprintf(out, outn,
                  "if they were meant to train together, the script must join them "
                  "(torch.distributed.init_process_group with env://, or its framework's world "
                  "size set to %d)",

@@ -39,8 +39,11 @@ enum together_verdict together_judge(int world_size, bool judged, bool master_po
 /* The way to make a command's ranks meet, for the line that says they did not: a fix for the
  * frameworks known to train alone without one (fairseq's world size setting, for a command
  * of which a word's file name starts with "fairseq": fairseq-hydra-train, python3
- * fairseq_cli/train.py), else the general one. argv is NULL-terminated (NULL: none). Writes
- * into out (n bytes). */
-void together_fix(char *const *argv, int world_size, char *out, size_t n);
+ * fairseq_cli/train.py), for an MPI program (a word of the command or its script's text,
+ * text: n bytes, NULL: none read, names mpi4py: MPI_Init in a rank gpurun started finds no
+ * process manager, and each rank is a world of 1), else the general one. argv is
+ * NULL-terminated (NULL: none). Writes into out (outn bytes). */
+void together_fix(char *const *argv, const char *text, size_t n, int world_size, char *out,
+                  size_t outn);
 
 #endif

@@ -20,7 +20,7 @@ pkgs=(
     slurmctld slurmd slurm-client munge
     iproute2 util-linux procps psmisc elfutils gdb patchelf
     clang libclang-rt-14-dev clang-format shellcheck groff-base
-    python3-torch libtorch-dev pybind11-dev python3-pip cmake prometheus
+    python3-torch libtorch-dev pybind11-dev python3-pip python3-mpi4py cmake prometheus
 )
 
 missing=()

@@ -1,5 +1,6 @@
 /* Tests of client/horovod: whether a job uses horovod (so that its leader opens horovod's
- * rendezvous port), from --horovod, the command's words and its script's text. */
+ * rendezvous port), from --horovod, the command's words and its script's text, as
+ * lib/scripthead reads it. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 
 #include "../client/args.h"
 #include "../client/horovod.h"
+#include "../lib/scripthead.h"
 #include "test.h"
 #include "banned.h"
 
@@ -54,7 +56,7 @@ static const char *write_file(const char *name, const char *text, mode_t mode)
     return path;
 }
 
-TEST(horovod_script_text_reads_the_script_the_command_runs)
+TEST(script_head_reads_the_script_the_command_runs)
 {
     char buf[256], py[4200], sh[4200], elf[4200], dir[4200];
     int argc;
@@ -65,16 +67,16 @@ TEST(horovod_script_text_reads_the_script_the_command_runs)
     snprintf(dir, sizeof(dir), "%s", test_tmpdir());
     /* The first word ending in ".py" that is a file. */
     argc = 3;
-    CHECK_EQ(horovod_script_text(ARGV("python3", "missing.py", py), argc, buf, sizeof(buf)), 21);
+    CHECK_EQ(script_head(NULL, ARGV("python3", "missing.py", py), argc, buf, sizeof(buf)), 21);
     CHECK(!memcmp(buf, "import horovod.torch\n", 21));
     /* A script run as the command: read when it starts with "#!". */
-    CHECK_EQ(horovod_script_text(ARGV(sh, "x"), 2, buf, sizeof(buf)), 29);
+    CHECK_EQ(script_head(NULL, ARGV(sh, "x"), 2, buf, sizeof(buf)), 29);
     /* A binary is not read; nor a directory, nor nothing. */
-    CHECK_EQ(horovod_script_text(ARGV(elf), 1, buf, sizeof(buf)), 0);
-    CHECK_EQ(horovod_script_text(ARGV(dir), 1, buf, sizeof(buf)), 0);
-    CHECK_EQ(horovod_script_text(ARGV("python3", "-c", "pass"), 3, buf, sizeof(buf)), 0);
+    CHECK_EQ(script_head(NULL, ARGV(elf), 1, buf, sizeof(buf)), 0);
+    CHECK_EQ(script_head(NULL, ARGV(dir), 1, buf, sizeof(buf)), 0);
+    CHECK_EQ(script_head(NULL, ARGV("python3", "-c", "pass"), 3, buf, sizeof(buf)), 0);
     /* At most cap bytes. */
-    CHECK_EQ(horovod_script_text(ARGV("python3", py), 2, buf, 6), 6);
+    CHECK_EQ(script_head(NULL, ARGV("python3", py), 2, buf, 6), 6);
 }
 
 TEST(horovod_decide_choice_beats_the_rule)

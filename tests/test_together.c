@@ -89,14 +89,40 @@ TEST(together_fix_names_fairseq)
     char *module[] = {(char *)"python3", (char *)"src/fairseq_cli/hydra_train.py", NULL};
     char *other[] = {(char *)"python3", (char *)"train.py", NULL};
 
-    together_fix(fairseq, 4, fix, sizeof(fix));
+    together_fix(fairseq, NULL, 0, 4, fix, sizeof(fix));
     CHECK_STR(fix, "fairseq trains alone while its distributed_world_size is 1: add "
                    "distributed_training.distributed_world_size=4 to its command");
-    together_fix(module, 4, fix, sizeof(fix));
+    together_fix(module, NULL, 0, 4, fix, sizeof(fix));
     CHECK(strncmp(fix, "fairseq", 7) == 0);
-    together_fix(NULL, 4, fix, sizeof(fix));
+    together_fix(NULL, NULL, 0, 4, fix, sizeof(fix));
     CHECK(strstr(fix, "init_process_group") != NULL);
-    together_fix(other, 2, fix, sizeof(fix));
+    together_fix(other, NULL, 0, 2, fix, sizeof(fix));
     CHECK(strstr(fix, "init_process_group") != NULL);
     CHECK(strstr(fix, "set to 2") != NULL);
+}
+
+TEST(together_fix_names_mpi_for_an_mpi4py_script)
+{
+    char fix[320];
+    static const char script[] = "import torch\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\n";
+
+    char *py[] = {(char *)"python3", (char *)"hvd_like.py", NULL};
+    char *module[] = {(char *)"python3", (char *)"-m", (char *)"mpi4py", (char *)"run.py", NULL};
+
+    together_fix(py, script, sizeof(script) - 1, 8, fix, sizeof(fix));
+    CHECK_STR(fix, "an MPI program's ranks started by gpurun are MPI singletons, each a world of "
+                   "1 (MPI_Init finds no process manager): start it with mpirun or srun "
+                   "--mpi=pmix, or join its 8 ranks with torch.distributed (env://)");
+    /* python3 -m mpi4py: the command names it. */
+    together_fix(module, NULL, 0, 2, fix, sizeof(fix));
+    CHECK(strncmp(fix, "an MPI program", 14) == 0);
+    /* The word cut by the end of what was read is not the word; nor another import. */
+    together_fix(py, script, 20, 2, fix, sizeof(fix));
+    CHECK(strstr(fix, "init_process_group") != NULL);
+    together_fix(py, "import mpi4\n", 12, 2, fix, sizeof(fix));
+    CHECK(strstr(fix, "init_process_group") != NULL);
+    /* fairseq's own fix comes first: its ranks do meet once its world size is set. */
+    char *fairseq[] = {(char *)"fairseq-train", NULL};
+    together_fix(fairseq, script, sizeof(script) - 1, 2, fix, sizeof(fix));
+    CHECK(strncmp(fix, "fairseq", 7) == 0);
 }

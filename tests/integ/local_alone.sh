@@ -2,7 +2,8 @@
 # A job whose ranks never met is said, not "completed" in silence: several Python ranks that
 # neither connect to MASTER_ADDR:MASTER_PORT nor use gpurun's store end with the end line,
 # summary.json ("ranks_met": false, "alone") and `gpurun status` saying so, with the fix
-# (fairseq's distributed_world_size for a fairseq command); --require-rendezvous makes it a
+# (fairseq's distributed_world_size for a fairseq command, MPI's launchers for an mpi4py
+# script, a singleton under gpurun); --require-rendezvous makes it a
 # failure. Ranks that met through torch's env:// rendezvous (real torch, gloo) or gpurun's
 # store are not named; nor is a shell command, nor one rank.
 # timeout: 180
@@ -55,6 +56,29 @@ PATH=$work/bin:$PATH run --local --gpus-per-node 2 -- fairseq-hydra-train -m --c
 expect_rc 0 "fairseq"
 end_line | grep -q "add distributed_training.distributed_world_size=2 to its command; logs in" ||
     fail "no fairseq fix on the end line: $(end_line)"
+
+# An mpi4py script (Debian's python3-mpi4py, Open MPI): MPI_Init in a rank gpurun started is
+# a singleton, a world of 1, whatever mpirun's variables say; the fix names MPI's launchers.
+# The script is named relative to the job's working directory.
+if "$py" -c 'import mpi4py' >/dev/null 2>&1; then
+    cat >"$work/mpi_world.py" <<'PY'
+import os
+from mpi4py import MPI
+print("mpi4py world %d, OMPI_COMM_WORLD_RANK %s of %s" % (MPI.COMM_WORLD.Get_size(),
+      os.environ.get("OMPI_COMM_WORLD_RANK"), os.environ.get("OMPI_COMM_WORLD_SIZE")), flush=True)
+PY
+    cd "$work"
+    run --local --gpus-per-node 2 -- "$py" mpi_world.py
+    cd "$root"
+    expect_rc 0 "mpi4py ranks"
+    for r in 0 1; do
+        expect_out_line "[$r] mpi4py world 1, OMPI_COMM_WORLD_RANK $r of 2"
+    done
+    end_line | grep -q "never met: .*; an MPI program's ranks started by gpurun are MPI singletons, each a world of 1 (MPI_Init finds no process manager): start it with mpirun or srun --mpi=pmix, or join its 2 ranks with torch.distributed (env://); logs in" ||
+        fail "no MPI fix on the end line: $(end_line)"
+else
+    echo "# mpi4py not importable (python3-mpi4py): its case not run"
+fi
 
 # gpurun's store: they met.
 run --local --gpus-per-node 2 -- "$py" -c 'import gpurun; gpurun.set("k%d" % gpurun.rank(), "v")'
