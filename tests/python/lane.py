@@ -145,7 +145,71 @@ def horovod(out):
     hvd.shutdown()
 
 
-LANES = {"lightning": lightning, "accelerate": accelerate, "horovod": horovod}
+def deepspeed(out):
+    """DeepSpeed ZeRO stage 2 through the Hugging Face Trainer on CPUs (DS_ACCELERATOR=cpu),
+    written as an HPC guide writes its ds_gpt2.py for `mpirun -np N python3 ds_gpt2.py`: the
+    rank takes its place from Open MPI's variables, which gpurun sets as mpirun would."""
+    import torch
+    import deepspeed as ds
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments, set_seed
+
+    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    local = int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"])
+    local_world = int(os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"])
+    vocab, seq, samples = 64, 16, 64
+
+    class Counting(torch.utils.data.Dataset):
+        """Token runs counting up from a random start, the same on every rank: the
+        Trainer's sampler gives each rank its share."""
+
+        def __init__(self):
+            g = torch.Generator().manual_seed(0)
+            self.ids = (torch.randint(0, vocab, (samples, 1), generator=g)
+                        + torch.arange(seq)) % vocab
+
+        def __len__(self):
+            return samples
+
+        def __getitem__(self, i):
+            return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+    set_seed(0)
+    # No "optimizer" section: DeepSpeed's own Adams are compiled ops; the Trainer's AdamW
+    # runs under ZeRO as it is.
+    config = {"train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
+              "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+              "zero_optimization": {"stage": 2, "allgather_partitions": True,
+                                    "reduce_scatter": True, "overlap_comm": False,
+                                    "contiguous_gradients": True},
+              "steps_per_print": 1000}
+    args = TrainingArguments(output_dir=out, no_cuda=True, deepspeed=config, local_rank=local,
+                             per_device_train_batch_size=BATCH, max_steps=STEPS,
+                             learning_rate=1e-3, optim="adamw_torch",
+                             # dividing max_steps: the run's mean loss is then every rank's
+                             logging_steps=STEPS // 2, save_strategy="no", report_to=[],
+                             seed=0, dataloader_num_workers=0, disable_tqdm=True)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=seq, n_embd=32,
+                                       n_layer=2, n_head=2))
+    trainer = Trainer(model=model, args=args, train_dataset=Counting())
+    result = trainer.train()
+    engine = trainer.model_wrapped
+    if type(engine).__name__ != "DeepSpeedEngine" or engine.zero_optimization_stage() != 2:
+        sys.exit("deepspeed %s: the Trainer ran %s, not DeepSpeed's ZeRO-2 engine"
+                 % (ds.__version__, type(engine).__name__))
+    if (args.process_index, args.world_size) != (rank, world):
+        sys.exit("deepspeed: the Trainer's rank %d of %d, Open MPI's %d of %d"
+                 % (args.process_index, args.world_size, rank, world))
+    report("deepspeed", args.process_index, args.world_size, local, local_world,
+           result.training_loss, engine.module.parameters(), trainer.state.global_step)
+    # The group's end, together: torch 1.13's gloo aborts a process ("terminate called
+    # without an active exception") whose peer left while its group still stood.
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+LANES = {"lightning": lightning, "accelerate": accelerate, "horovod": horovod,
+         "deepspeed": deepspeed}
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in LANES:
