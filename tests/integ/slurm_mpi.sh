@@ -1,7 +1,8 @@
 #!/bin/bash
 # OpenMPI on the Slurm test cluster: srun --mpi=pmix starts tests/mpi_hello directly (two
-# nodes, then three), and a batch script runs it with OpenMPI's own mpirun. Every rank must
-# print the right Allreduce sum, from the node Slurm put it on.
+# nodes, then three), and a batch script runs it with OpenMPI's own mpirun; then mpi4py under
+# srun --mpi=pmix. Every rank must print the right Allreduce sum, from the node Slurm put it
+# on.
 # timeout: 180
 # lane: side
 set -euo pipefail
@@ -45,3 +46,20 @@ state=$(grs_job_wait "$job" 90) || grs_fail "batch job $job did not end within 9
 [ "$state" = COMPLETED ] || grs_fail "batch job $job ended $state: $(tail -n 5 "batch-$job.out")"
 check "batch-$job.out" 4 "node1 node1 node2 node2"
 echo "# mpi_hello under srun --mpi=pmix on 2 and 3 nodes and under mpirun in a batch job: ok"
+
+# mpi4py (Debian's python3-mpi4py) under srun --mpi=pmix: the world PMIx gives it, the
+# launch README's frameworks table names for MPI programs (under gpurun each rank would be a
+# singleton: tests/integ/local_alone.sh).
+if /usr/bin/python3 -c 'import mpi4py' >/dev/null 2>&1; then
+    timeout 60 srun --mpi=pmix -N2 --ntasks-per-node=2 /usr/bin/python3 -c '
+import socket
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+print("mpi_hello: rank %d/%d on %s sum=%d" % (c.Get_rank(), c.Get_size(),
+      MPI.Get_processor_name(), c.allreduce(c.Get_rank())), flush=True)' >py.out 2>py.err ||
+        grs_fail "srun --mpi=pmix python3 (mpi4py) failed: $(tail -n 30 py.err; tail -n 10 py.out)"
+    check py.out 4 "node1 node1 node2 node2"
+    echo "# mpi4py under srun --mpi=pmix on 2 nodes: ok"
+else
+    echo "# mpi4py not importable (python3-mpi4py): its case not run"
+fi
