@@ -331,6 +331,18 @@ static const struct opt_row opts[] = {
     {0, "output-ranks", ARG_STRING, FIELD(output_ranks), 0, 0, ON_RUN, "LIST",
      "show only these ranks' output live (0,2-3; torchrun's\n"
      "--local-ranks-filter); every rank's log is still kept whole"},
+    {0, "container-image", ARG_STRING, FIELD(container_image), 0, 0, ON_RUN, "IMAGE",
+     "run every rank inside IMAGE (podman's, docker's, an Apptainer .sif,\n"
+     "an enroot .sqsh or pyxis's name); rendezvousd stays on the host"},
+    {0, "container-mounts", ARG_STRING, FIELD(container_mounts), 0, 0, ON_RUN, "SRC:DST[:ro],...",
+     "host paths mounted in the container (the job dir is)"},
+    {0, "container-workdir", ARG_STRING, FIELD(container_workdir), 0, 0, ON_RUN, "DIR",
+     "the ranks' working directory inside (default: the image's)"},
+    {0, "container-env", ARG_STRING, FIELD(container_env), 0, 0, ON_RUN, "NAME,...",
+     "more variables of this environment passed in (gpurun's own always are)"},
+    {0, "container-runtime", ARG_STRING, FIELD(container_runtime), 0, 0, ON_RUN, "NAME",
+     "podman, docker, apptainer, enroot or pyxis (default: pyxis in\n"
+     "a Slurm job that has it, else the first of them installed)"},
     {0, "python", ARG_STRING, FIELD(python), 0, 0, ON_RUN, "PATH",
      "the Python that runs SCRIPT.py (default: $VIRTUAL_ENV/bin/python in\n"
      "a venv, else python3 on each node's PATH)"},

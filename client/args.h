@@ -110,6 +110,10 @@ struct gpurun_args {
     int gpus;            /* -G: GPUs in all, so ranks in all */
     int gpus_per_task;   /* --gpus-per-task: only 1, gpurun's model */
     const char *python;  /* --python: the interpreter of a SCRIPT.py; NULL: the default */
+    /* --container-image, -mounts, -workdir, -env, -runtime as given (checked by cmd_run,
+     * container.h); NULL: not given */
+    const char *container_image, *container_mounts, *container_workdir, *container_env,
+        *container_runtime;
     /* --require-rendezvous: spec.require_rendezvous */
     bool require_rendezvous;
     bool use_env; /* --use-env (torch.distributed.launch's): taken, nothing to do */

@@ -169,6 +169,23 @@ static void local_words(const struct jobspec *spec, struct words *w)
         words_add(w, "--require-rendezvous");
     if (spec->horovod)
         words_add(w, "--horovod");
+    static const struct {
+        const char *option;
+        size_t offset;
+    } containers[] = {
+        {"--container-image", offsetof(struct jobspec, container_image)},
+        {"--container-mounts", offsetof(struct jobspec, container_mounts)},
+        {"--container-workdir", offsetof(struct jobspec, container_workdir)},
+        {"--container-env", offsetof(struct jobspec, container_env)},
+        {"--container-runtime", offsetof(struct jobspec, container_runtime)},
+    };
+    for (size_t i = 0; i < sizeof(containers) / sizeof(containers[0]); i++) {
+        const char *v = *(char *const *)((const char *)spec + containers[i].offset);
+        if (v) {
+            words_add(w, "%s", containers[i].option);
+            words_add(w, "%s", v);
+        }
+    }
     while (spec->argv[argc])
         argc++;
     job_default_name(name, sizeof(name), spec->argv, argc);

@@ -18,6 +18,7 @@
 #include <uv.h>
 
 #include "cmd.h"
+#include "container.h"
 #include "follow.h"
 #include "fsutil.h"
 #include "horovod.h"
@@ -398,6 +399,44 @@ static int plan_run(struct gpurun_args *args, struct run_plan *p)
     return 0;
 }
 
+/* --container-*: checked, into the spec. Where each node finds its runtime, the image and
+ * the mounts' sources is the nodes' pre-flight's to check. */
+static int plan_container(struct gpurun_args *args)
+{
+    struct jobspec *spec = &args->spec;
+    struct errmsg err = {{0}};
+    const struct {
+        const char *value, *option;
+        char **field;
+    } opts[] = {
+        {args->container_image, "--container-image", &spec->container_image},
+        {args->container_mounts, "--container-mounts", &spec->container_mounts},
+        {args->container_workdir, "--container-workdir", &spec->container_workdir},
+        {args->container_env, "--container-env", &spec->container_env},
+        {args->container_runtime, "--container-runtime", &spec->container_runtime},
+    };
+
+    for (size_t i = 1; i < sizeof(opts) / sizeof(opts[0]); i++)
+        if (opts[i].value && !args->container_image)
+            return error_out(EXIT_FAILED, "%s needs --container-image", opts[i].option);
+    if (args->container_mounts && container_mounts_check(args->container_mounts, &err) < 0)
+        return error_out(EXIT_FAILED, "--container-mounts: %s", err.text);
+    if (args->container_env && container_env_check(args->container_env, &err) < 0)
+        return error_out(EXIT_FAILED, "--container-env: %s", err.text);
+    if (args->container_workdir && args->container_workdir[0] != '/')
+        return error_out(EXIT_FAILED, "--container-workdir '%s': an absolute path inside",
+                         args->container_workdir);
+    if (args->container_runtime && container_runtime_parse(args->container_runtime) < 0)
+        return error_out(EXIT_FAILED,
+                         "--container-runtime '%s': podman, docker, apptainer (singularity), "
+                         "enroot, pyxis or auto",
+                         args->container_runtime);
+    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
+        if (opts[i].value && !(*opts[i].field = strdup(opts[i].value)))
+            return error_out(EXIT_FAILED, "out of memory");
+    return 0;
+}
+
 /* What the daemons know of the job besides its command: its name, its time limit, whether it
  * uses horovod, and the restarts its spares imply (said here, at submit time, as the job's
  * spares will serve). */
@@ -412,7 +451,7 @@ static int plan_spec(struct gpurun_args *args, struct run_plan *p)
     args->spec.horovod = horovod_decide(args->horovod, p->argv, p->argc);
     if (args->job_name && !(args->spec.name = strdup(args->job_name)))
         return error_out(EXIT_FAILED, "out of memory");
-    return 0;
+    return plan_container(args);
 }
 
 /* After a failed job whose first failure is a module its SCRIPT.py's Python lacks (job_dir's

@@ -886,6 +886,8 @@ static void kill_orphans(struct agent *a)
             ours |= a->ranks[i].spawned && !a->ranks[i].exited && a->ranks[i].proc.pid == pid;
         for (struct stack_tool *t = a->tools; t; t = t->next)
             ours |= t->running && t->proc.pid == pid;
+        for (struct container_rm *c = a->container_rms; c; c = c->next)
+            ours |= c->proc.pid == pid;
         if (!ours) {
             log_info("killing process %ld left behind by a rank", pid);
             kill((pid_t)pid, SIGKILL);
@@ -1340,6 +1342,8 @@ static void on_leader_ready(struct peer *p)
     stop_watching(a);
     /* Before any rank starts, on every node, spares included: the leader decides. */
     preflight_run(a->spec, a->job_dir, a->node_rank, pre, sizeof(pre), skipped, sizeof(skipped));
+    if (!pre[0] && a->spec->preflight)
+        agent_container_preflight(a, pre, sizeof(pre));
     /* The leader says it, once, with what it decides (a spare takes the node's place, or
      * the job ends): here it is only a detail of this node's log. */
     if (pre[0])

@@ -190,6 +190,9 @@ struct agent {
     int mark_slot;             /* spawn_argv's index of the rank's mark */
     char sockdir[PATH_MAX];
     char sockpath[PATH_MAX];
+    int container_rt; /* the runtime the ranks run in (container.h), CONTAINER_AUTO: none
+                       * found, or the job has no image (agent_container_init) */
+    struct container_rm *container_rms; /* removals under way (agent_container_remove) */
 
     struct rconn *rconns;
     struct pending *pend;
@@ -264,6 +267,28 @@ void agent_output_close(struct agent *a);
 /* Opens rank r's log and its index in the job dir unless they are open (a restart keeps
  * them); a log that cannot be opened is said in a warning and not written. */
 void agent_open_log(struct agent *a, struct arank *r);
+
+/* Ranks in containers (agent_container.c, container.h), for a job with an image. */
+/* A removal under way: its process is the agent's child, not a rank's orphan. */
+struct container_rm {
+    uv_process_t proc;
+    struct agent *agent;
+    struct container_rm *next;
+};
+/* Picks the node's runtime into a->container_rt. */
+void agent_container_init(struct agent *a);
+/* The words that run rank r's command in its container, given its environment (env, what
+ * the runtime's client gets) and cgroup (cgdir, NULL: none): malloc'd, container_argv_free;
+ * NULL when out of memory. */
+char **agent_container_words(struct agent *a, const struct arank *r, char *const *env,
+                             const char *cgdir);
+/* Removes what the runtime keeps of rank r's container (a stopped one whose client or conmon
+ * was killed), in the background. */
+void agent_container_remove(struct agent *a, const struct arank *r);
+/* The node's checks before it joins: the runtime is installed, the mounts' sources exist,
+ * the image is on the node and has the job's Python. why (n bytes): "" or the first that
+ * failed, one line. */
+void agent_container_preflight(struct agent *a, char *why, size_t n);
 
 /* Writes a line into every rank log where the ranks of generation start. */
 void agent_mark_restart(struct agent *a, int generation);

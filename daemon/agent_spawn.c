@@ -16,6 +16,7 @@
 
 #include "agent_int.h"
 #include "cgroup.h"
+#include "container.h"
 #include "fsutil.h"
 #include "jobmark.h"
 #include "log.h"
@@ -97,6 +98,7 @@ int agent_spawn_init(struct agent *a, struct errmsg *why)
     }
     a->self_exe[len] = '\0';
     find_python_dir(a);
+    agent_container_init(a);
     snprintf(pid, sizeof(pid), "%ld", (long)getpid());
     while (a->spec->argv[n])
         n++;
@@ -268,6 +270,7 @@ static void on_rank_exit(uv_process_t *p, int64_t status, int sig)
         rank_cgroup(a, r, dir, sizeof(dir));
         cgroup_remove(dir, RANK_CGROUP_WAIT_MS);
     }
+    agent_container_remove(a, r);
     agent_rank_exited(a, r);
 }
 
@@ -381,6 +384,7 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
     uv_stdio_container_t stdio[4];
     uint8_t tok[TOKEN_BYTES];
     char **env = NULL, cgdir[PATH_MAX + 16], local_rank[32], mark[JOBMARK_LEN];
+    char **words = NULL, **full = NULL;
     int ret = -1, alive;
 
     if (RAND_bytes(tok, sizeof(tok)) != 1)
@@ -422,6 +426,33 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
     a->spawn_argv[a->mark_slot] = mark;
     opt.file = a->spawn_argv[0];
     opt.args = a->spawn_argv;
+    if (a->spec->container_image) {
+        /* The runtime's words between the shim's "--" and the command. */
+        words = agent_container_words(a, r, env, a->cgroup_slot ? cgdir : NULL);
+        size_t nw = 0, total = 0;
+        while (words && words[nw])
+            nw++;
+        while (a->spawn_argv[total])
+            total++;
+        full = words ? calloc(total + nw + 1, sizeof(*full)) : NULL;
+        if (!full) {
+            container_argv_free(words);
+            ostream_close(&r->out);
+            ostream_close(&r->err);
+            free_env(env);
+            if (alive >= 0)
+                close(alive);
+            return spawn_refused(a, r, -ENOMEM);
+        }
+        size_t k = 0, dash = (size_t)a->mark_slot + 1;
+        for (size_t i = 0; i <= dash; i++)
+            full[k++] = a->spawn_argv[i];
+        for (size_t i = 0; i < nw; i++)
+            full[k++] = words[i];
+        for (size_t i = dash + 1; i < total; i++)
+            full[k++] = a->spawn_argv[i];
+        opt.args = full;
+    }
     opt.env = env;
     opt.cwd = a->spec->workdir;
     /* A process group of its own (setsid): a signal reaches everything the rank started.
@@ -433,6 +464,8 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
     opt.exit_cb = on_rank_exit;
     r->proc.data = r;
     ret = uv_spawn(a->loop, &r->proc, &opt);
+    free(full);
+    container_argv_free(words);
     free_env(env);
     if (alive >= 0)
         close(alive);

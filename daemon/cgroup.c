@@ -47,14 +47,14 @@ static int write_file(const char *dir, const char *file, const char *text)
     return ret;
 }
 
-/* Our cgroup v2 directory: the cgroup2 mount point (from mountinfo) joined with our path in
- * the unified hierarchy (the "0::" line of /proc/self/cgroup). */
-static int own_dir(char *dir, size_t len, struct errmsg *why)
+/* The cgroup2 mount point and the root of the hierarchy it shows (from mountinfo), each
+ * PATH_MAX bytes. */
+static int v2_mount(char *mnt, char *root, struct errmsg *why)
 {
-    char line[2 * PATH_MAX], mnt[PATH_MAX] = "", root[PATH_MAX] = "", path[PATH_MAX] = "";
-    const char *rel;
+    char line[2 * PATH_MAX];
     FILE *f;
 
+    mnt[0] = '\0';
     f = fopen("/proc/self/mountinfo", "re");
     if (!f)
         return errmsg_set(why, -errno, "cannot read '/proc/self/mountinfo': %s", strerror(errno));
@@ -67,6 +67,38 @@ static int own_dir(char *dir, size_t len, struct errmsg *why)
     fclose(f);
     if (!mnt[0])
         return errmsg_set(why, -ENOENT, "no cgroup v2 mount");
+    return 0;
+}
+
+int cgroup_hierarchy_path(const char *dir, char *out, size_t len)
+{
+    char mnt[PATH_MAX], root[PATH_MAX];
+    struct errmsg why;
+    size_t n;
+    int ret = v2_mount(mnt, root, &why);
+
+    if (ret < 0)
+        return ret;
+    n = strlen(mnt);
+    if (strncmp(dir, mnt, n) || (dir[n] && dir[n] != '/'))
+        return -EINVAL;
+    if (snprintf(out, len, "%s%s", strcmp(root, "/") ? root : "", dir[n] ? dir + n : "/") >=
+        (int)len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+/* Our cgroup v2 directory: the cgroup2 mount point (from mountinfo) joined with our path in
+ * the unified hierarchy (the "0::" line of /proc/self/cgroup). */
+static int own_dir(char *dir, size_t len, struct errmsg *why)
+{
+    char line[2 * PATH_MAX], mnt[PATH_MAX] = "", root[PATH_MAX] = "", path[PATH_MAX] = "";
+    const char *rel;
+    FILE *f;
+    int ret = v2_mount(mnt, root, why);
+
+    if (ret < 0)
+        return ret;
     f = fopen("/proc/self/cgroup", "re");
     if (!f)
         return errmsg_set(why, -errno, "cannot read '/proc/self/cgroup': %s", strerror(errno));

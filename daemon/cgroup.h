@@ -16,6 +16,11 @@
  * (caller-owned) filled with a lowercase reason, e.g. "no cgroup v2 mount". */
 int cgroup_job_create(char *dir, size_t len, struct errmsg *why);
 
+/* dir (a directory of the cgroup v2 mount) as a path of the hierarchy ("/gpurun-42/rank-3"),
+ * what a container runtime's --cgroup-parent takes, into out (len bytes). Returns 0, or a
+ * negative errno (-EINVAL: dir is not under the mount). */
+int cgroup_hierarchy_path(const char *dir, char *out, size_t len);
+
 /* Creates dir (a rank's cgroup: a child of the job cgroup, which is made too where it is
  * gone; an existing one is reused).
  * Returns 0 or a negative errno. */

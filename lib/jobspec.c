@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "container.h"
 #include "errmsg.h"
 #include "fsutil.h"
 #include "jobspec.h"
@@ -73,6 +74,11 @@ static const struct str_key {
     {"metrics_dir", offsetof(struct jobspec, metrics_dir)},
     {"out_dir", offsetof(struct jobspec, out_dir)},
     {"output_ranks", offsetof(struct jobspec, output_ranks)},
+    {"container_image", offsetof(struct jobspec, container_image)},
+    {"container_mounts", offsetof(struct jobspec, container_mounts)},
+    {"container_workdir", offsetof(struct jobspec, container_workdir)},
+    {"container_env", offsetof(struct jobspec, container_env)},
+    {"container_runtime", offsetof(struct jobspec, container_runtime)},
 };
 #define N_STR_KEYS (sizeof(str_keys) / sizeof(str_keys[0]))
 
@@ -324,6 +330,24 @@ int jobspec_load(struct jobspec *spec, const char *path, struct errmsg *err)
     if (spec->output_ranks &&
         ranklist_check(spec->output_ranks, spec->nnodes * spec->nprocs - 1, &rerr) < 0) {
         ret = errmsg_set(err, -EINVAL, "%s: 'output_ranks': %s", path, rerr.text);
+        goto out;
+    }
+    if (spec->container_runtime && container_runtime_parse(spec->container_runtime) < 0) {
+        ret = errmsg_set(err, -EINVAL, "%s: 'container_runtime': no runtime '%s'", path,
+                         spec->container_runtime);
+        goto out;
+    }
+    if (spec->container_mounts && container_mounts_check(spec->container_mounts, &rerr) < 0) {
+        ret = errmsg_set(err, -EINVAL, "%s: 'container_mounts': %s", path, rerr.text);
+        goto out;
+    }
+    if (spec->container_env && container_env_check(spec->container_env, &rerr) < 0) {
+        ret = errmsg_set(err, -EINVAL, "%s: 'container_env': %s", path, rerr.text);
+        goto out;
+    }
+    if (!spec->container_image && (spec->container_mounts || spec->container_workdir ||
+                                   spec->container_env || spec->container_runtime)) {
+        ret = errmsg_set(err, -EINVAL, "%s: container options without 'container_image'", path);
         goto out;
     }
     ret = 0;

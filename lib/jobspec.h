@@ -8,61 +8,67 @@
 #include "errmsg.h"
 
 struct jobspec {
-    char *job_id;         /* "local-<time>-<pid>" or Slurm's job id */
-    int nnodes;           /* nodes whose agents run the ranks */
-    int spare_nodes;      /* more agents that join as hot spares (--spare-nodes): node ranks
-                           * nnodes.. of nnodes + spare_nodes; a spare takes the place of a
-                           * node that fails for the node's sake (FAILURE_NODE) */
-    int nprocs;           /* ranks per node */
-    char **argv;          /* NULL-terminated command of every rank */
-    char **env;           /* NULL-terminated "K=V" added to every rank's environment */
-    char *workdir;        /* ranks' working directory; NULL: the daemon's */
-    char *out_dir;        /* a train.cfg's train.out_dir (relative: to workdir), checked by
-                           * pre-flight; NULL: not a gpurun-train job */
-    char *metrics_dir;    /* where every node's daemon keeps its Prometheus text file
-                           * (gpurun --metrics-dir, metrics.h); NULL: none */
-    char *output_ranks;   /* the ranks whose output the merged stream shows live, as
-                           * --output-ranks gave them ("0,2-3", ranklist.h); NULL: every
-                           * rank's. Every rank's log is whole either way */
-    char *name;           /* the job's name for people (gpurun -J, else its default: the
-                           * train.cfg's job_name, the script's or the command's file name);
-                           * NULL: none */
-    int join_timeout_ms;  /* how long the leader waits for all agents */
-    int hb_interval_ms;   /* heartbeat period, both ways */
-    int hb_timeout_ms;    /* silence after which a peer counts as lost */
-    int hang_timeout_ms;  /* no progress report for this long fails the job; 0: off */
-    int hang_watch;       /* what hang_timeout watches: HANG_WATCH_REPORT or _OUTPUT */
-    int term_cols;        /* the width of the terminal gpurun --wait shows a Slurm job's
-                           * output on (the ranks' COLUMNS where their daemon's own output is
-                           * no terminal); 0: none */
-    int restart_on;       /* the failure classes max_restarts restarts: 1 << FAILURE_* bits */
-    int preflight;        /* 1: each agent runs the pre-flight checks before it joins
-                           * (preflight.h); 0: --preflight=off */
-    int preflight_only;   /* 1: gpurun preflight: the checks alone, no rank started */
-    int gpus_per_node;    /* GPUs each node must show (pre-flight); 0: none asked (--local) */
-    int min_free_mb;      /* MiB the job dir's file system must have free (pre-flight) */
-    int min_gpu_free_pct; /* percent of each GPU's memory that must be free (pre-flight,
-                           * through NVML); 0: not checked */
-    int straggler_pct;    /* a rank this many percent slower per step than the job's median is
-                           * a straggler (leader.c); 0: not watched */
-    int straggler_action; /* STRAGGLER_REPORT, or STRAGGLER_REPLACE: a straggler's node gives
-                           * its place to a spare at the next restart */
-    int kill_grace_ms;    /* SIGTERM to SIGKILL */
-    int max_restarts;     /* generations the leader may start after a failure */
-    int gpu_bind;         /* GPU_BIND_NONE: every rank sees the node's GPUs (torchrun's way);
-                           * GPU_BIND_SINGLE: rank n sees the n-th of them only */
-    int preempt_signal;   /* the pre-timeout signal (SIGUSR1 unless --signal says otherwise) */
-    int preempt_all;      /* 1: the user asked for --signal, so every rank gets it; 0: only the
-                           * ranks that asked for it (gpurun.on_preempt, gr_on_preempt) */
-    int time_limit_s;     /* the job's time limit (0: none): a SIGTERM at it is a timeout */
-    int local_rank_arg;   /* LOCAL_RANK_ARG_*: each rank's command gets "--local_rank=N" (N its
-                           * local rank) as torch.distributed.launch passes it; NONE: not */
-    int local_rank_at;    /* where that word goes: before argv[local_rank_at] (at most argc) */
-    int mpi_env;          /* 1: ranks get MPICH's and Intel MPI's PMI_RANK, PMI_SIZE,
-                           * MPI_LOCALRANKID and MPI_LOCALNRANKS too (--mpi-env) */
-    int horovod;          /* 1: the job uses horovod, and the leader serves its HTTP
-                           * rendezvous (daemon/hvd.h) to the job's hosts; 0: no such port */
-    bool loopback;        /* --local: the leader binds 127.0.0.1 only */
+    char *job_id;            /* "local-<time>-<pid>" or Slurm's job id */
+    int nnodes;              /* nodes whose agents run the ranks */
+    int spare_nodes;         /* more agents that join as hot spares (--spare-nodes): node ranks
+                              * nnodes.. of nnodes + spare_nodes; a spare takes the place of a
+                              * node that fails for the node's sake (FAILURE_NODE) */
+    int nprocs;              /* ranks per node */
+    char **argv;             /* NULL-terminated command of every rank */
+    char **env;              /* NULL-terminated "K=V" added to every rank's environment */
+    char *workdir;           /* ranks' working directory; NULL: the daemon's */
+    char *out_dir;           /* a train.cfg's train.out_dir (relative: to workdir), checked by
+                              * pre-flight; NULL: not a gpurun-train job */
+    char *metrics_dir;       /* where every node's daemon keeps its Prometheus text file
+                              * (gpurun --metrics-dir, metrics.h); NULL: none */
+    char *output_ranks;      /* the ranks whose output the merged stream shows live, as
+                              * --output-ranks gave them ("0,2-3", ranklist.h); NULL: every
+                              * rank's. Every rank's log is whole either way */
+    char *container_image;   /* the image every rank runs in (--container-image,
+                              * container.h); NULL: none, ranks run on the host */
+    char *container_mounts;  /* --container-mounts "SRC:DST[:ro|:rw],..."; NULL: none */
+    char *container_workdir; /* the ranks' working directory inside; NULL: the image's */
+    char *container_env;     /* --container-env: more variables passed in, "A,B"; NULL */
+    char *container_runtime; /* --container-runtime's name; NULL: found on each node */
+    char *name;              /* the job's name for people (gpurun -J, else its default: the
+                              * train.cfg's job_name, the script's or the command's file name);
+                              * NULL: none */
+    int join_timeout_ms;     /* how long the leader waits for all agents */
+    int hb_interval_ms;      /* heartbeat period, both ways */
+    int hb_timeout_ms;       /* silence after which a peer counts as lost */
+    int hang_timeout_ms;     /* no progress report for this long fails the job; 0: off */
+    int hang_watch;          /* what hang_timeout watches: HANG_WATCH_REPORT or _OUTPUT */
+    int term_cols;           /* the width of the terminal gpurun --wait shows a Slurm job's
+                              * output on (the ranks' COLUMNS where their daemon's own output is
+                              * no terminal); 0: none */
+    int restart_on;          /* the failure classes max_restarts restarts: 1 << FAILURE_* bits */
+    int preflight;           /* 1: each agent runs the pre-flight checks before it joins
+                              * (preflight.h); 0: --preflight=off */
+    int preflight_only;      /* 1: gpurun preflight: the checks alone, no rank started */
+    int gpus_per_node;       /* GPUs each node must show (pre-flight); 0: none asked (--local) */
+    int min_free_mb;         /* MiB the job dir's file system must have free (pre-flight) */
+    int min_gpu_free_pct;    /* percent of each GPU's memory that must be free (pre-flight,
+                              * through NVML); 0: not checked */
+    int straggler_pct;       /* a rank this many percent slower per step than the job's median is
+                              * a straggler (leader.c); 0: not watched */
+    int straggler_action;    /* STRAGGLER_REPORT, or STRAGGLER_REPLACE: a straggler's node gives
+                              * its place to a spare at the next restart */
+    int kill_grace_ms;       /* SIGTERM to SIGKILL */
+    int max_restarts;        /* generations the leader may start after a failure */
+    int gpu_bind;            /* GPU_BIND_NONE: every rank sees the node's GPUs (torchrun's way);
+                              * GPU_BIND_SINGLE: rank n sees the n-th of them only */
+    int preempt_signal;      /* the pre-timeout signal (SIGUSR1 unless --signal says otherwise) */
+    int preempt_all;         /* 1: the user asked for --signal, so every rank gets it; 0: only the
+                              * ranks that asked for it (gpurun.on_preempt, gr_on_preempt) */
+    int time_limit_s;        /* the job's time limit (0: none): a SIGTERM at it is a timeout */
+    int local_rank_arg;      /* LOCAL_RANK_ARG_*: each rank's command gets "--local_rank=N" (N its
+                              * local rank) as torch.distributed.launch passes it; NONE: not */
+    int local_rank_at;       /* where that word goes: before argv[local_rank_at] (at most argc) */
+    int mpi_env;             /* 1: ranks get MPICH's and Intel MPI's PMI_RANK, PMI_SIZE,
+                              * MPI_LOCALRANKID and MPI_LOCALNRANKS too (--mpi-env) */
+    int horovod;             /* 1: the job uses horovod, and the leader serves its HTTP
+                              * rendezvous (daemon/hvd.h) to the job's hosts; 0: no such port */
+    bool loopback;           /* --local: the leader binds 127.0.0.1 only */
 
     /* 1: a job of several ranks that never met (daemon/together.h) fails */
     int require_rendezvous;
