@@ -339,7 +339,8 @@ static const struct opt_row opts[] = {
     {0, "container-workdir", ARG_STRING, FIELD(container_workdir), 0, 0, ON_RUN, "DIR",
      "the ranks' working directory inside (default: the image's)"},
     {0, "container-env", ARG_STRING, FIELD(container_env), 0, 0, ON_RUN, "NAME,...",
-     "more variables of this environment passed in (gpurun's own always are)"},
+     "variables of the host's layout passed in all the same (PATH, HOME,\n"
+     "LD_LIBRARY_PATH...: kept out by default; every other one passes)"},
     {0, "container-runtime", ARG_STRING, FIELD(container_runtime), 0, 0, ON_RUN, "NAME",
      "podman, docker, apptainer, enroot or pyxis (default: pyxis in\n"
      "a Slurm job that has it, else the first of them installed)"},

@@ -990,6 +990,8 @@ static void batch_job_fill(struct sbatch_job *job, const struct gpurun_args *arg
     job->nodes = spec->nnodes + spec->spare_nodes; /* the spares are nodes of the allocation */
     job->no_kill = spec->spare_nodes > 0;
     job->ranks_per_node = spec->nprocs;
+    job->container_image = spec->container_image;
+    job->container_runtime = spec->container_runtime;
     job->gpus_per_node = args->no_gpus ? 0 : spec->nprocs;
     job->gpu_type = job->gpus_per_node && args->gpu_type[0] ? args->gpu_type : NULL;
     job->cpus_per_task = cpus_per_rank(args) * spec->nprocs;

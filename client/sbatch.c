@@ -547,6 +547,12 @@ static void body(FILE *f, const struct sbatch_job *j)
             "# each starting %d rank%s of:\n",
             GPURUN_VERSION, j->ranks_per_node, j->ranks_per_node == 1 ? "" : "s");
     comment_command(f, j->argv);
+    if (j->container_image)
+        fprintf(f,
+                "# in the image %s (job.json's container_*),\n"
+                "# through %s; rendezvousd stays on the host.\n",
+                j->container_image,
+                j->container_runtime ? j->container_runtime : "the runtime each node has");
     fprintf(f,
             "# The job dir, %s, is made below with a fresh key. Submit this\n"
             "# file with sbatch, edited or not; the environment may override the paths.\n"

@@ -49,14 +49,16 @@ enum sbatch_exclusive {
 
 /* What a job asks of Slurm and what its script runs. Strings are borrowed. */
 struct sbatch_job {
-    const char *job_name;    /* never NULL */
-    int nodes;               /* one rendezvousd each */
-    int ranks_per_node;      /* for the script's header comment */
-    int gpus_per_node;       /* GRES gpu per node; 0: none asked */
-    const char *gpu_type;    /* their type (--gres gpu:TYPE:N); NULL: any */
-    int cpus_per_task;       /* the node's one task: CPUs for all its ranks */
-    long time_limit_min;     /* minutes; 0: the partition's limit; SBATCH_TIME_UNLIMITED: none
-                              * (sbatch's --time=0 or UNLIMITED, Slurm's INFINITE) */
+    const char *job_name;          /* never NULL */
+    int nodes;                     /* one rendezvousd each */
+    int ranks_per_node;            /* for the script's header comment */
+    const char *container_image;   /* the header comment's too: the ranks' image; NULL: none */
+    const char *container_runtime; /* and its runtime as named; NULL: each node's own */
+    int gpus_per_node;             /* GRES gpu per node; 0: none asked */
+    const char *gpu_type;          /* their type (--gres gpu:TYPE:N); NULL: any */
+    int cpus_per_task;             /* the node's one task: CPUs for all its ranks */
+    long time_limit_min;           /* minutes; 0: the partition's limit; SBATCH_TIME_UNLIMITED: none
+                                    * (sbatch's --time=0 or UNLIMITED, Slurm's INFINITE) */
     int signal_before_s;     /* SIGUSR1 to the batch shell this long before the limit; 0: none */
     const char *signal_text; /* the user's --signal as given (replaces the one above); or NULL */
     int preempt_signal;      /* the signal the script passes on to the leader (SIGUSR1, or

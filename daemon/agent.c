@@ -814,6 +814,14 @@ static void capture_stacks(struct agent *a, const char *cause)
         r->cap = CAP_DONE;
         if (!r->spawned || r->exited || stacks_find_target(r->proc.pid, &t) < 0)
             continue;
+        if (a->spec->container_image && !t.python) {
+            /* In a container the rank's Python is no descendant of its shim: found by the
+             * mark it carries. */
+            struct jobmark want = a->mark;
+            want.rank = r->rank;
+            if (stacks_find_marked(&want, &t) < 0)
+                stacks_find_target(r->proc.pid, &t);
+        }
         if (t.python && r->faulthandler) {
             /* No core file: a large process would take minutes to dump one. */
             struct rlimit none = {0, 0};
@@ -1342,8 +1350,8 @@ static void on_leader_ready(struct peer *p)
     stop_watching(a);
     /* Before any rank starts, on every node, spares included: the leader decides. */
     preflight_run(a->spec, a->job_dir, a->node_rank, pre, sizeof(pre), skipped, sizeof(skipped));
-    if (!pre[0] && a->spec->preflight)
-        agent_container_preflight(a, pre, sizeof(pre));
+    if (!pre[0] && a->spec->preflight && a->spec->container_image)
+        snprintf(pre, sizeof(pre), "%s", a->container_why);
     /* The leader says it, once, with what it decides (a spare takes the node's place, or
      * the job ends): here it is only a detail of this node's log. */
     if (pre[0])
@@ -1453,6 +1461,10 @@ static int read_endpoint(struct agent *a, char *out, size_t cap)
 
 static void try_connect(struct agent *a)
 {
+    /* Not while the container pre-flight's probe runs (begin): the leader admits a
+     * connection only for a prompt join. */
+    if (a->container_probe == CONTAINER_PROBE_RUNNING)
+        return;
     struct sockaddr_storage ss;
     char hp[160];
     int ret;
@@ -1604,6 +1616,12 @@ static void begin(struct agent *a)
         if (uv_fs_event_start(&a->watch, on_job_dir_change, a->job_dir, 0) < 0)
             stop_watching(a);
     }
+    /* A job with an image: its checks first, in the background (a first podman run on a node
+     * takes seconds); the leader is looked for once they are done, within the join timeout.
+     * Their verdict goes with the join (on_leader_ready). */
+    if (a->spec->preflight && a->spec->container_image &&
+        !agent_container_preflight(a, try_connect))
+        return;
     try_connect(a);
 }
 

@@ -192,7 +192,11 @@ struct agent {
     char sockpath[PATH_MAX];
     int container_rt; /* the runtime the ranks run in (container.h), CONTAINER_AUTO: none
                        * found, or the job has no image (agent_container_init) */
-    struct container_rm *container_rms; /* removals under way (agent_container_remove) */
+    struct container_rm *container_rms; /* its runtime's commands under way: removals, the
+                                         * pre-flight's probe */
+    int container_probe;                /* CONTAINER_PROBE_*: the pre-flight's */
+    char container_why[256];            /* what the pre-flight found wrong, or "" */
+    bool container_probe_runs;          /* the probe runs the job's Python (not an inspect) */
 
     struct rconn *rconns;
     struct pending *pend;
@@ -269,12 +273,16 @@ void agent_output_close(struct agent *a);
 void agent_open_log(struct agent *a, struct arank *r);
 
 /* Ranks in containers (agent_container.c, container.h), for a job with an image. */
-/* A removal under way: its process is the agent's child, not a rank's orphan. */
+/* A runtime command under way (a removal, the pre-flight's probe): its process is the
+ * agent's child, not a rank's orphan. */
 struct container_rm {
     uv_process_t proc;
     struct agent *agent;
     struct container_rm *next;
+    int out_fd;                    /* the probe's output (a file unlinked), or -1 */
+    void (*then)(struct agent *a); /* the probe's: called once its verdict is in */
 };
+enum { CONTAINER_PROBE_NONE, CONTAINER_PROBE_RUNNING, CONTAINER_PROBE_DONE };
 /* Picks the node's runtime into a->container_rt. */
 void agent_container_init(struct agent *a);
 /* The words that run rank r's command in its container, given its environment (env, what
@@ -285,10 +293,13 @@ char **agent_container_words(struct agent *a, const struct arank *r, char *const
 /* Removes what the runtime keeps of rank r's container (a stopped one whose client or conmon
  * was killed), in the background. */
 void agent_container_remove(struct agent *a, const struct arank *r);
-/* The node's checks before it joins: the runtime is installed, the mounts' sources exist,
- * the image is on the node and has the job's Python. why (n bytes): "" or the first that
- * failed, one line. */
-void agent_container_preflight(struct agent *a, char *why, size_t n);
+/* The node's checks before it joins, for a job with an image: the runtime is installed and
+ * each mount's source exists (at once), then, in the background (a first podman run on a
+ * node takes seconds, and the loop must go on), the image is on the node and runs the job's
+ * Python (`python3 -c pass`, with the job's mounts and no pull). Returns true when the
+ * verdict is in (a->container_why: "" or one line), false when then(a) will be called once
+ * it is. */
+bool agent_container_preflight(struct agent *a, void (*then)(struct agent *a));
 
 /* Writes a line into every rank log where the ranks of generation start. */
 void agent_mark_restart(struct agent *a, int generation);

@@ -110,6 +110,46 @@ out:
     return ret;
 }
 
+int stacks_find_marked(const struct jobmark *want, struct stack_target *t)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    static char env[64 * 1024];
+
+    memset(t, 0, sizeof(*t));
+    if (!d)
+        return -errno;
+    while ((e = readdir(d))) {
+        char path[64], *end;
+        struct jobmark have[4];
+        long pid = strtol(e->d_name, &end, 10);
+        ssize_t len;
+        size_t found;
+        int fd;
+
+        if (*end || pid <= 0 || !is_python((pid_t)pid))
+            continue;
+        snprintf(path, sizeof(path), "/proc/%ld/environ", pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        len = read(fd, env, sizeof(env));
+        close(fd);
+        if (len <= 0)
+            continue;
+        found = jobmark_find(env, (size_t)len, have, 4);
+        for (size_t i = 0; i < found && i < 4; i++)
+            if (jobmark_matches(&have[i], want, JOBMARK_RANK)) {
+                t->pid = (pid_t)pid;
+                t->python = true;
+                closedir(d);
+                return 0;
+            }
+    }
+    closedir(d);
+    return -ESRCH;
+}
+
 /* The absolute path of name on PATH into out, or false. */
 static bool on_path(const char *name, char *out, size_t cap)
 {

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "jobmark.h"
+
 struct stack_target {
     pid_t pid;   /* the process whose stack stands for the rank */
     bool python; /* it runs a Python interpreter */
@@ -20,6 +22,11 @@ struct stack_target {
  * first Python process, else root's first child (the rank's command itself). Reads /proc.
  * Returns 0, or -ESRCH when root has no child. */
 int stacks_find_target(pid_t root, struct stack_target *t);
+
+/* Finds a Python process whose environment carries a mark of want's rank (jobmark.h): a
+ * rank in a container, whose processes are no descendants of its shim (podman's conmon
+ * starts them). Reads /proc. Returns 0, or -ESRCH when there is none. */
+int stacks_find_marked(const struct jobmark *want, struct stack_target *t);
 
 /* The command line that prints every thread's backtrace of pid: eu-stack if it is on PATH,
  * else gdb in batch mode. argv (at least 12 slots) points into buf (cap bytes); *tool is

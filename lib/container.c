@@ -10,9 +10,9 @@
 #include "banned.h"
 
 static const char *const names[] = {
-    [CONTAINER_AUTO] = "auto",           [CONTAINER_PODMAN] = "podman",
-    [CONTAINER_DOCKER] = "docker",       [CONTAINER_APPTAINER] = "apptainer",
-    [CONTAINER_ENROOT] = "enroot",       [CONTAINER_PYXIS] = "pyxis",
+    [CONTAINER_AUTO] = "auto",     [CONTAINER_PODMAN] = "podman",
+    [CONTAINER_DOCKER] = "docker", [CONTAINER_APPTAINER] = "apptainer",
+    [CONTAINER_ENROOT] = "enroot", [CONTAINER_PYXIS] = "pyxis",
 };
 #define N_RUNTIMES ((int)(sizeof(names) / sizeof(names[0])))
 
@@ -229,6 +229,8 @@ char **container_argv(const struct container_run *c)
         }
         add(&w, "run");
         add(&w, "--rm");
+        /* Never a pull at a rank's start: the pre-flight has found the image on the node. */
+        add(&w, "--pull=never");
         add(&w, "--name");
         add(&w, "%s", c->name);
         add(&w, "--label");

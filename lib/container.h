@@ -70,10 +70,11 @@ struct container_run {
 
 /* The words that start the rank's command (its argv follows them), NULL-terminated and
  * malloc'd with their strings (container_argv_free), or NULL when out of memory:
- *   podman --cgroup-manager=cgroupfs run --rm --name N --label gpurun.job=J --network=host
+ *   podman --cgroup-manager=cgroupfs run --rm --pull=never --name N --label gpurun.job=J
+ * --network=host
  *     --ipc=host --pid=host --user U:G [--cgroup-parent=P] [--device nvidia.com/gpu=all]
  *     [-e NAME]... [-v SRC:DST[:ro]]... [--workdir D] IMAGE
- *   docker run --rm --name N --label gpurun.job=J --network=host --ipc=host --pid=host
+ *   docker run --rm --pull=never --name N --label gpurun.job=J --network=host --ipc=host --pid=host
  *     --user U:G [--gpus all] [-e NAME]... [-v SRC:DST[:ro]]... [--workdir D] IMAGE
  *   apptainer exec [--nv] [--bind SRC:DST[:ro]]... [--pwd D] IMAGE   (the environment passes)
  *   enroot start [--env NVIDIA_VISIBLE_DEVICES=all] [--env NAME]... [--mount SRC:DST]...

@@ -28,7 +28,8 @@ struct jobspec {
                               * container.h); NULL: none, ranks run on the host */
     char *container_mounts;  /* --container-mounts "SRC:DST[:ro|:rw],..."; NULL: none */
     char *container_workdir; /* the ranks' working directory inside; NULL: the image's */
-    char *container_env;     /* --container-env: more variables passed in, "A,B"; NULL */
+    char *container_env;     /* --container-env: host-layout variables (PATH, HOME...)
+                              * passed in all the same, "A,B"; NULL: none */
     char *container_runtime; /* --container-runtime's name; NULL: found on each node */
     char *name;              /* the job's name for people (gpurun -J, else its default: the
                               * train.cfg's job_name, the script's or the command's file name);

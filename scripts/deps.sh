@@ -18,7 +18,7 @@ pkgs=(
     libuv1-dev libjansson-dev libssl-dev libinih-dev
     libslurm-dev libmunge-dev libpmix-dev libopenmpi-dev openmpi-bin
     slurmctld slurmd slurm-client munge
-    iproute2 util-linux procps psmisc elfutils gdb patchelf
+    iproute2 util-linux procps psmisc elfutils gdb patchelf podman runc
     clang libclang-rt-14-dev clang-format shellcheck groff-base
     python3-torch libtorch-dev pybind11-dev python3-pip python3-mpi4py cmake prometheus
 )

@@ -1,7 +1,8 @@
 /* Tests of lib/container: the runtime's choice, the checks of --container-mounts and
  * --container-env, and each runtime's command line for a rank, word for word, held to the
  * runtimes' own documentation:
- *   podman run (docs.podman.io, podman-run(1)): --rm, --name, --label, --network=host,
+ *   podman run (docs.podman.io, podman-run(1)): --rm, --pull=never, --name, --label,
+ * --network=host,
  *     --ipc=host, --pid=host, --user, --cgroup-parent, --device (CDI: nvidia.com/gpu=all),
  *     -e NAME (the value from the client's environment), -v SRC:DST[:ro], --workdir; the global
  *     --cgroup-manager=cgroupfs; podman rm --force --ignore;
@@ -98,15 +99,24 @@ TEST(container_argv_podman_and_docker)
 {
     char buf[2048];
     struct container_run c = {
-        .runtime = CONTAINER_PODMAN, .image = "localhost/train:1", .mounts = "/data:/data:ro",
-        .workdir = "/work", .name = "gpurun-j1-r3", .job_id = "j1",
-        .cgroup_parent = "/gpurun-42/rank-3", .env_names = env, .binds = binds, .gpus = true,
-        .uid = 1000, .gid = 100,
+        .runtime = CONTAINER_PODMAN,
+        .image = "localhost/train:1",
+        .mounts = "/data:/data:ro",
+        .workdir = "/work",
+        .name = "gpurun-j1-r3",
+        .job_id = "j1",
+        .cgroup_parent = "/gpurun-42/rank-3",
+        .env_names = env,
+        .binds = binds,
+        .gpus = true,
+        .uid = 1000,
+        .gid = 100,
     };
     char **argv = container_argv(&c);
 
     CHECK_STR(joined(argv, buf, sizeof(buf)),
-              "podman --cgroup-manager=cgroupfs run --rm --name gpurun-j1-r3 --label gpurun.job=j1 "
+              "podman --cgroup-manager=cgroupfs run --rm --pull=never --name gpurun-j1-r3 --label "
+              "gpurun.job=j1 "
               "--network=host --ipc=host --pid=host --user 1000:100 "
               "--cgroup-parent=/gpurun-42/rank-3 --device nvidia.com/gpu=all -e RANK -e "
               "MASTER_ADDR -v /jobs/j1:/jobs/j1 -v /run/gpurun:/run/gpurun -v /data:/data:ro "
@@ -115,20 +125,22 @@ TEST(container_argv_podman_and_docker)
 
     c.runtime = CONTAINER_DOCKER;
     argv = container_argv(&c);
-    CHECK_STR(joined(argv, buf, sizeof(buf)),
-              "docker run --rm --name gpurun-j1-r3 --label gpurun.job=j1 --network=host "
-              "--ipc=host --pid=host --user 1000:100 --gpus all -e RANK -e MASTER_ADDR -v "
-              "/jobs/j1:/jobs/j1 -v /run/gpurun:/run/gpurun -v /data:/data:ro --workdir /work "
-              "localhost/train:1");
+    CHECK_STR(
+        joined(argv, buf, sizeof(buf)),
+        "docker run --rm --pull=never --name gpurun-j1-r3 --label gpurun.job=j1 --network=host "
+        "--ipc=host --pid=host --user 1000:100 --gpus all -e RANK -e MASTER_ADDR -v "
+        "/jobs/j1:/jobs/j1 -v /run/gpurun:/run/gpurun -v /data:/data:ro --workdir /work "
+        "localhost/train:1");
     container_argv_free(argv);
 
     /* Neither GPUs, mounts, cgroup nor workdir asked: none of their words. */
-    c = (struct container_run){.runtime = CONTAINER_PODMAN, .image = "img", .name = "n",
-                               .job_id = "j"};
+    c = (struct container_run){
+        .runtime = CONTAINER_PODMAN, .image = "img", .name = "n", .job_id = "j"};
     argv = container_argv(&c);
-    CHECK_STR(joined(argv, buf, sizeof(buf)),
-              "podman --cgroup-manager=cgroupfs run --rm --name n --label gpurun.job=j "
-              "--network=host --ipc=host --pid=host --user 0:0 img");
+    CHECK_STR(
+        joined(argv, buf, sizeof(buf)),
+        "podman --cgroup-manager=cgroupfs run --rm --pull=never --name n --label gpurun.job=j "
+        "--network=host --ipc=host --pid=host --user 0:0 img");
     container_argv_free(argv);
 
     argv = container_rm_argv(CONTAINER_PODMAN, "gpurun-j1-r3");
@@ -146,9 +158,14 @@ TEST(container_argv_apptainer_enroot_pyxis)
 {
     char buf[2048];
     struct container_run c = {
-        .runtime = CONTAINER_APPTAINER, .image = "/images/train.sif",
-        .mounts = "/data:/data:ro,/scratch:/scratch:rw", .workdir = "/work", .name = "n",
-        .env_names = env, .binds = binds, .gpus = true,
+        .runtime = CONTAINER_APPTAINER,
+        .image = "/images/train.sif",
+        .mounts = "/data:/data:ro,/scratch:/scratch:rw",
+        .workdir = "/work",
+        .name = "n",
+        .env_names = env,
+        .binds = binds,
+        .gpus = true,
     };
     char **argv = container_argv(&c);
 

@@ -211,6 +211,49 @@ TEST(jobspec_output_ranks_key)
     CHECK_CONTAINS(err.text, "'output_ranks': '1-2' is not a rank 0..1");
 }
 
+/* The container keys: kept as given, checked where they are read. */
+TEST(jobspec_container_keys)
+{
+    char *argv[] = {"python3"};
+    const char *path = spec_path("job.json");
+    struct jobspec spec, back;
+    struct errmsg err = {{0}};
+
+    jobspec_init(&spec);
+    spec.job_id = strdup("j");
+    spec.container_image = strdup("localhost/train:1");
+    spec.container_mounts = strdup("/data:/data:ro");
+    spec.container_workdir = strdup("/work");
+    spec.container_env = strdup("PATH");
+    spec.container_runtime = strdup("podman");
+    CHECK_EQ(jobspec_set_argv(&spec, 1, argv), 0);
+    CHECK_EQ(jobspec_save(&spec, path), 0);
+    jobspec_init(&back);
+    CHECK_EQ(jobspec_load(&back, path, &err), 0);
+    CHECK_STR(back.container_image, "localhost/train:1");
+    CHECK_STR(back.container_mounts, "/data:/data:ro");
+    CHECK_STR(back.container_workdir, "/work");
+    CHECK_STR(back.container_env, "PATH");
+    CHECK_STR(back.container_runtime, "podman");
+    jobspec_release(&back);
+    jobspec_release(&spec);
+
+    CHECK_EQ(load_text("{\"job_id\":\"j\",\"argv\":[\"x\"],\"container_image\":\"i\","
+                       "\"container_mounts\":\"data:/data\"}",
+                       &err),
+             -EINVAL);
+    CHECK_CONTAINS(err.text,
+                   "'container_mounts': 'data:/data': the source must be an absolute path");
+    CHECK_EQ(load_text("{\"job_id\":\"j\",\"argv\":[\"x\"],\"container_image\":\"i\","
+                       "\"container_runtime\":\"lxc\"}",
+                       &err),
+             -EINVAL);
+    CHECK_CONTAINS(err.text, "'container_runtime': no runtime 'lxc'");
+    CHECK_EQ(load_text("{\"job_id\":\"j\",\"argv\":[\"x\"],\"container_env\":\"A\"}", &err),
+             -EINVAL);
+    CHECK_CONTAINS(err.text, "container options without 'container_image'");
+}
+
 TEST(jobspec_unknown_key)
 {
     struct errmsg err;

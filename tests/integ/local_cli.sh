@@ -272,4 +272,20 @@ cmp -s "$work/out" "$work/help.want" || fail "'gpurun help logs' differs from 'g
 run help lgos
 expect_rc 125 "gpurun help lgos"
 expect_err "gpurun: 'lgos': no such subcommand (gpurun's are status, logs, cancel, clean, help, rerun, preflight)"
+# The container options: checked before any job, each refusal naming what is wrong.
+run --local --container-mounts /a:/b -- true
+expect_rc 125 "--container-mounts alone"
+expect_err "gpurun: --container-mounts needs --container-image"
+run --local --container-image img --container-mounts a:/b -- true
+expect_rc 125 "a relative mount source"
+expect_err "gpurun: --container-mounts: 'a:/b': the source must be an absolute path"
+run --local --container-image img --container-workdir work -- true
+expect_rc 125 "a relative --container-workdir"
+expect_err "gpurun: --container-workdir 'work': an absolute path inside"
+run --local --container-image img --container-env 'A,2B' -- true
+expect_rc 125 "a bad --container-env"
+expect_err "gpurun: --container-env: '2B' is not a variable's name"
+run --local --container-image img --container-runtime lxc -- true
+expect_rc 125 "an unknown --container-runtime"
+expect_err "gpurun: --container-runtime 'lxc': podman, docker, apptainer (singularity), enroot, pyxis or auto"
 echo "# SCRIPT.py ARGS, torchrun's spellings, the job line and ID, name/time/bind/signal ok"
