@@ -196,7 +196,9 @@ char **agent_container_words(struct agent *a, const struct arank *r, char *const
             cgdir && cgroup_hierarchy_path(cgdir, parent, sizeof(parent)) == 0 ? parent : NULL,
         .env_names = names,
         .binds = binds,
-        .gpus = a->spec->gpus_per_node > 0,
+        /* The node's NVIDIA GPUs, where it has them (a test cluster's are only names in
+         * CUDA_VISIBLE_DEVICES, and Podman refuses a CDI device it cannot resolve). */
+        .gpus = a->spec->gpus_per_node > 0 && access("/dev/nvidiactl", F_OK) == 0,
         .uid = (unsigned)getuid(),
         .gid = (unsigned)getgid(),
     };

@@ -14,61 +14,20 @@
 #   - what cannot run is one line before any rank starts: an image that is not there, a
 #     runtime not installed, a mount source that does not exist, an image without the job's
 #     Python.
-# The machine's adjustments, in the test's containers.conf: runc (crun refuses a hybrid
-# cgroup layout), ulimits within the hard limits, cgroupfs, a file events log.
+# The runtime's set-up and the image: container_common.sh.
 # timeout: 300
 set -euo pipefail
 # shellcheck source=local_common.sh
 . "$(dirname "$0")/local_common.sh"
 
 py=/usr/bin/python3
-command -v podman >/dev/null || skip "no podman (scripts/deps.sh installs podman and runc)"
-command -v runc >/dev/null || skip "no runc (scripts/deps.sh installs it)"
 "$py" -c 'import torch.distributed as d; assert d.is_gloo_available()' >/dev/null 2>&1 ||
     skip "'$py' has no torch with gloo (python3-torch)"
-[ "$(id -u)" = 0 ] || skip "rootful podman: the test runs as root"
-
-export CONTAINERS_CONF=$work/containers.conf CONTAINERS_STORAGE_CONF=$work/storage.conf
-cat >"$CONTAINERS_CONF" <<'EOF'
-[containers]
-default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-EOF
-# vfs: a storage that works on any file system the scratch dir is on (overlay on overlay
-# does not); the image is 400 KiB. The run root holds conmon's attach socket, whose path must
-# fit a socket address (108 bytes): past that every podman run waits 20 s for it. So it is
-# short, beside the scratch dir rather than in it.
-runroot=$(mktemp -d /tmp/gpr.XXXXXX)
-cat >"$CONTAINERS_STORAGE_CONF" <<EOF
-[storage]
-driver = "vfs"
-graphroot = "$work/storage"
-runroot = "$runroot"
-EOF
-exit_hooks+=(podman_clean)
-podman_clean() {
-    podman rm --force --all >/dev/null 2>&1 || true
-    podman system reset --force >/dev/null 2>&1 || true
-    rm -rf "$runroot"
-}
-
-# The image: Debian's merged-/usr links, root's passwd and group, the dynamic linker's
-# cache and the alternatives its libraries go through (libblas.so.3).
-fs=$work/rootfs
-mkdir -p "$fs"/{etc,tmp,proc,sys,dev,usr,root,run,var/tmp}
-for d in bin lib lib64 sbin; do ln -s "usr/$d" "$fs/$d"; done
-printf 'root:x:0:0:root:/root:/bin/sh\n' >"$fs/etc/passwd"
-printf 'root:x:0:\n' >"$fs/etc/group"
-cp -a /etc/alternatives /etc/ld.so.cache /etc/ld.so.conf /etc/ld.so.conf.d "$fs/etc/"
-tar -C "$fs" -cf "$work/rootfs.tar" .
-t0=$(date +%s%N)
-podman import -q "$work/rootfs.tar" localhost/gpurun-test:1 >"$work/import.out" 2>&1 ||
-    fail "podman import: $(cat "$work/import.out")"
-echo "# image imported in $((($(date +%s%N) - t0) / 1000000)) ms"
-image=(--container-image localhost/gpurun-test:1 --container-mounts /usr:/usr:ro)
+# shellcheck source=container_common.sh
+. "$(dirname "$0")/container_common.sh"
+exit_hooks+=(container_clean)
+container_setup "$work"
+image=("${CONTAINER_ARGS[@]}")
 
 # A training loop: gloo through env://, an all_reduce a step, a report a step; STALL_RANK
 # sleeps at step 5, STEPS bounds it.
@@ -87,8 +46,9 @@ for step in range(1, steps + 1):
     if os.environ.get("STALL_RANK") == str(rank) and step == 5:
         time.sleep(3600)
     time.sleep(0.05)
-print("rank %d/%d in %s: %d steps, all_reduce %d" % (rank, world, os.uname().nodename, steps,
-                                                      t.item()), flush=True)
+print("rank %d/%d in %s: %d steps, all_reduce %d, %s" % (
+    rank, world, os.uname().nodename, steps, t.item(),
+    open("/etc/gpurun-test-image").read().strip()), flush=True)
 EOF
 cd "$work"
 
@@ -115,7 +75,7 @@ GPURUN_LIMIT=120 run --local --nodes 2 --gpus-per-node 2 "${image[@]}" --require
     --job-dir "$work/j1" -- "$py" train.py
 expect_rc 0 "torch gloo in containers"
 for r in 0 1 2 3; do
-    grep -q "^\[$r\] rank $r/4 in .*: 20 steps, all_reduce 4$" "$work/out" ||
+    grep -q "^\[$r\] rank $r/4 in .*: 20 steps, all_reduce 4, gpurun test image$" "$work/out" ||
         fail "rank $r's line is missing: $(cat "$work/out")"
 done
 "$py" - "$work/j1/summary.json" <<'EOF' || fail "summary.json: the ranks' reports did not reach the leader"
@@ -131,7 +91,7 @@ GPURUN_LIMIT=120 run rerun "$(job_of)"
 expect_rc 0 "gpurun rerun of the container job"
 grep -qF -- "--container-image localhost/gpurun-test:1 --container-mounts /usr:/usr:ro" "$work/err" ||
     fail "rerun's command line lacks the container options: $(head -n 3 "$work/err")"
-[ "$(grep -c "^\[[0-3]\] rank [0-3]/4 in .*: 20 steps, all_reduce 4$" "$work/out")" = 4 ] ||
+[ "$(grep -c "^\[[0-3]\] rank [0-3]/4 in .*: 20 steps, all_reduce 4, gpurun test image$" "$work/out")" = 4 ] ||
     fail "the rerun's ranks did not all train: $(cat "$work/out")"
 
 # 2. A rank's process killed inside its container.
