@@ -84,10 +84,19 @@ s = json.load(open(sys.argv[1]))
 assert s["ranks_met"] is True, s
 assert all(r["reported"] and r["step"] == 20 for r in s["ranks"]), s["ranks"]
 EOF
-[ -z "$(left "$(job_of)")" ] || fail "the job left: $(left "$(job_of)")"
+j1=$(job_of)
+[ -z "$(left "$j1")" ] || fail "the job left: $(left "$j1")"
+run status --job-dir "$work/j1" --json
+"$py" -c '
+import json, sys
+st = json.load(open(sys.argv[1]))
+p, ranks = st["progress"], st["summary"]["ranks"]
+assert p["ranks"] == 4 and p["step_min"] == 20 and p["step_max"] == 20, p
+assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3] and all(r["step"] == 20 for r in ranks), ranks
+' "$work/out" || fail "gpurun status does not show the 4 ranks' 20 steps: $(head -c 600 "$work/out")"
 echo "# 2x2 torch gloo ranks in podman containers met, reported 20 steps each; nothing left"
 # gpurun rerun: the same job, container options and all, again.
-GPURUN_LIMIT=120 run rerun "$(job_of)"
+GPURUN_LIMIT=120 run rerun "$j1"
 expect_rc 0 "gpurun rerun of the container job"
 grep -qF -- "--container-image localhost/gpurun-test:1 --container-mounts /usr:/usr:ro" "$work/err" ||
     fail "rerun's command line lacks the container options: $(head -n 3 "$work/err")"
