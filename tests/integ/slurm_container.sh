@@ -4,7 +4,8 @@
 # image (Podman, container_common.sh's set-up and image, the job's environment carrying the
 # test's containers.conf and storage to the nodes), on the node Slurm gave it, with its
 # Slurm task variables and gpurun's store and barriers working from inside; no container is
-# left on any node.
+# left on any node. runc needs the nodes' cgroup hierarchies, which this cluster hides: the
+# test mounts them in each node's namespace first.
 # timeout: 180
 # lane: side
 set -euo pipefail
@@ -26,14 +27,26 @@ container_exit() {
     grs_test_end
 }
 trap container_exit EXIT
-# runc makes every container's cgroups: nodes must see a cgroup hierarchy. This cluster's
-# slurmd each run under an empty /sys/fs/cgroup of their own (tests/slurm/README.md, a Slurm
-# step without cgroups), where no OCI container can start.
+# runc makes every container's cgroups: nodes must see the cgroup hierarchies. This cluster's
+# slurmd each run under an empty /sys/fs/cgroup of their own (tests/slurm/README.md: slurmd's
+# cgroup plugin), so the test mounts the host's hierarchies in each node's mount namespace,
+# as a node of a real cluster shows them, once the nodes are up.
+for pid in $(pgrep -x slurmd); do
+    nsenter -t "$pid" -m sh -c '
+        for h in cpu cpuacct cpuset memory devices freezer blkio pids; do
+            mkdir -p "/sys/fs/cgroup/$h"
+            mount -t cgroup -o "$h" cgroup "/sys/fs/cgroup/$h" 2>/dev/null || true
+        done
+        mkdir -p /sys/fs/cgroup/systemd
+        mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd 2>/dev/null || true
+        mkdir -p /sys/fs/cgroup/unified
+        mount -t cgroup2 none /sys/fs/cgroup/unified 2>/dev/null || true' || true
+done
 # shellcheck disable=SC2016 # the node's shell tests it
 if ! timeout 30 srun -N1 sh -c 'test -e /sys/fs/cgroup/cgroup.controllers ||
         test -e /sys/fs/cgroup/cpuset/cpuset.cpus' >/dev/null 2>&1; then
-    skip "the test cluster's nodes have no cgroup hierarchy (an empty /sys/fs/cgroup):" \
-        "runc cannot make a container's cgroups there"
+    skip "the test cluster's nodes show no cgroup hierarchy (an empty /sys/fs/cgroup," \
+        "not mountable here): runc cannot make a container's cgroups there"
 fi
 mkdir -p "$GRS_WORK/ctr"
 container_setup "$GRS_WORK/ctr"
@@ -43,7 +56,7 @@ import os, socket
 import gpurun
 gpurun.set("host%d" % gpurun.rank(), socket.gethostname())
 gpurun.barrier("hosts")
-hosts = [gpurun.get("host%d" % r) for r in range(gpurun.world_size())]
+hosts = [gpurun.get("host%d" % r).decode() for r in range(gpurun.world_size())]
 print("rank %s/%s local %s slurm %s node %s: %s; hosts %s" % (
     os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"],
     os.environ.get("SLURM_PROCID"), socket.gethostname(),
