@@ -32,6 +32,7 @@ trap container_exit EXIT
 # cgroup plugin), so the test mounts the host's hierarchies in each node's mount namespace,
 # as a node of a real cluster shows them, once the nodes are up.
 for pid in $(pgrep -x slurmd); do
+    # shellcheck disable=SC2016 # the node's shell expands its own
     nsenter -t "$pid" -m sh -c '
         for h in cpu cpuacct cpuset memory devices freezer blkio pids; do
             mkdir -p "/sys/fs/cgroup/$h"
