@@ -429,7 +429,9 @@ bool agent_container_preflight(struct agent *a, void (*then)(struct agent *a))
     while (words && words[nw])
         nw++;
     argv = words ? calloc(nw + 8, sizeof(*argv)) : NULL;
-    char path[] = "/tmp/gpurun-probe-XXXXXX";
+    char path[PATH_MAX];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof(path), "%s/gpurun-probe-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     fd = argv ? mkstemp(path) : -1;
     if (fd < 0) {
         free(argv);
