@@ -445,6 +445,8 @@ void outbuf_close(struct outbuf *o, uint64_t linger_ms, outbuf_closed_fn cb, voi
     o->closing = true;
     o->seen_written = o->written;
     uv_mutex_unlock(&o->mu);
+    /* The linger counts from now, not from the loop's last wake-up (its cached time). */
+    uv_update_time(o->linger.loop);
     uv_timer_start(&o->linger, on_outbuf_linger, linger_ms, linger_ms);
     check_closed(o);
 }
