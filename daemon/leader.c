@@ -658,7 +658,7 @@ static void do_barrier(struct leader *l, struct conn *c, struct msg *m)
         json_object_del(l->barriers, m->key);
         l->t_all_wait = 0; /* the waits it ends are over before the agents can say so */
         /* Every rank arrived: each is alive, and a rank that waited long in it has an old
-         * report but is back at work. Its silence counts from here (rank_life_ms). */
+         * report but is back at work. Its silence counts from here (hang.h). */
         for (int r = 0; r < l->world_size && l->ranks; r++)
             l->ranks[r].released_ms = now_ms(l);
         broadcast(l, proto_pack("{s:s, s:s}", "type", "barrier_done", "name", m->key));
@@ -722,7 +722,7 @@ static void set_output(struct leader *l, const struct node *n, json_t *output)
 }
 
 /* The node's ranks active in the store (proto.h, progress "active"): when each last showed
- * life there, for the hang rule (rank_life_ms). */
+ * life there, for the hang rule (hang.h). */
 static void set_active(struct leader *l, const struct node *n, json_t *active)
 {
     size_t i;
@@ -1051,8 +1051,9 @@ static void assign_all(struct leader *l)
     }
     l->world_size = base;
     l->ranks = calloc((size_t)base, sizeof(*l->ranks));
+    l->hang_signs = calloc((size_t)base, sizeof(*l->hang_signs));
     hvd = hvd_layout(l);
-    if (!l->ranks || hvd < 0) {
+    if (!l->ranks || !l->hang_signs || hvd < 0) {
         fail(l, 125, "failed", false,
              leader_classed(leader_failure_new("leader out of memory", -1, 0, "", 0, 0, ""),
                             FAILURE_NODE));
@@ -1573,102 +1574,6 @@ void leader_check_linger(struct leader *l)
     }
 }
 
-/* Hang detection (docs/design.md, section 4). A rank's clock starts at its first report: a rank
- * that never reports is never called hung. The job hangs when the oldest last sign of life
- * among the running ranks is older than hang_timeout, and that rank is the one blamed: in a
- * job whose ranks meet in collectives, the stalled rank's is the oldest (the others reported
- * the step it never finished, then wait for it). A sign of life is a report, and after it
- * what the rank does through the store (active_ms: a put, a delete, a get's value, its
- * arrival at a barrier, as its agent saw them) and a barrier's release: a rank that reports
- * once and then works by barriers and store calls alone is not stale while it does. The
- * waits are no sign: a rank blocked in a barrier shows life at its arrival and not after,
- * and a get only when its value comes (a poll for a key nobody puts never does), so that
- * ranks waiting on each other still age into a deadlock. Equal times go to the rank with the
- * lower step. Every rank's stack is captured before the teardown. */
-
-static int64_t later_ms(int64_t a, int64_t b)
-{
-    return a > b ? a : b;
-}
-
-/* When a rank that reported last showed life: its last report, or later its last sign in the
- * store or a release from a barrier (which every rank reached); 0 for a rank that never
- * reported. */
-static int64_t rank_life_ms(const struct rank *k)
-{
-    if (!k->report_ms)
-        return 0;
-    return later_ms(k->report_ms, later_ms(k->released_ms, k->active_ms));
-}
-
-/* The same for any running rank, for the culprit: one that never reported counts from the
- * generation's start, or from its later life in the store. */
-static int64_t rank_sign_ms(const struct leader *l, const struct rank *k)
-{
-    if (k->report_ms)
-        return rank_life_ms(k);
-    return later_ms(l->t_generation, later_ms(k->released_ms, k->active_ms));
-}
-
-/* The rank to blame for a stall, given stalled, the running rank whose last sign of life is
- * the oldest (past the timeout), or -1 when the job is not hung after all. A rank that waits
- * on the others (in a barrier, for a key: its agent says so) is not the one stuck while a
- * running rank is not waiting: the culprit is one of those that is stale too, one that never
- * reported first (it never reached the loop), else the oldest; where every one that is not
- * waiting is fresh, they are working and the job is not hung. Where all wait, they
- * deadlocked: the oldest is blamed. Without waits known, a stale rank that never reported is
- * blamed only where most running ranks did report (a job may report from rank 0 alone). Sets
- * *why to what makes it the culprit ("" when it is stalled itself). */
-static int hang_culprit(const struct leader *l, int stalled, int64_t now, const char **why)
-{
-    int64_t hang = l->spec->hang_timeout_ms + HANG_MARGIN_MS, best_sign = 0;
-    int nrun = 0, nreported = 0, nwaiting = 0, best = -1, silent = -1;
-    bool free_runs = false; /* a rank not waiting runs */
-
-    *why = "";
-    for (int r = 0; r < l->world_size; r++) {
-        const struct rank *k = &l->ranks[r];
-        int64_t sign = rank_sign_ms(l, k);
-        if (k->phase != PHASE_RUNNING)
-            continue;
-        nrun++;
-        nreported += k->report_ms != 0;
-        nwaiting += k->waiting;
-        if (!k->report_ms && silent < 0 && now - sign > hang)
-            silent = r;
-        if (k->waiting)
-            continue;
-        free_runs = true;
-        /* One that never reported goes first: it never reached the loop. */
-        if (now - sign > hang &&
-            (best < 0 || (!k->report_ms && l->ranks[best].report_ms) ||
-             (!k->report_ms == !l->ranks[best].report_ms && sign < best_sign))) {
-            best = r;
-            best_sign = sign;
-        }
-    }
-    if (nwaiting > 0 && l->ranks[stalled].waiting) {
-        if (best >= 0) {
-            *why = "the others wait for it";
-            return best;
-        }
-        if (free_runs)
-            return -1;
-        /* Every one waits: a deadlock only once the waits outlast the timeout. Just after a
-         * barrier's last arrival every rank reads as waiting until the agents' next progress,
-         * and a rank that waited long for a working one has an old report. */
-        if (!l->t_all_wait || now - l->t_all_wait <= hang)
-            return -1;
-        *why = "every rank waits on the others";
-        return stalled;
-    }
-    if (nwaiting == 0 && silent >= 0 && nreported >= 2 && nreported > nrun - nreported) {
-        *why = "the others reported";
-        return silent;
-    }
-    return stalled;
-}
-
 /* The leader's metrics file (metrics.h): which of the job's nodes have a straggler, and how
  * much slower each straggler is. Written from the first straggler on, every check. */
 static void write_straggler_metrics(struct leader *l)
@@ -1764,183 +1669,124 @@ static void check_stragglers(struct leader *l, int64_t now)
         write_straggler_metrics(l);
 }
 
-/* --hang-watch output: a running rank's sign of life is its last byte of output, or later a
- * release from a barrier (a rank that waited long in one is back at work, as for reports:
- * rank_life_ms). One that printed nothing yet is watched from the generation's start where
- * most ranks printed (a job may print from rank 0 alone). The job hangs when a rank not
- * waiting on the others is silent past hang_timeout (the culprit: the one silent longest), or
- * when every running rank waits and is silent (a deadlock). */
-static void check_hang_output(struct leader *l, int64_t now)
+/* Hang detection: the rule and its cases are hang.h's; here the ranks' signs are gathered,
+ * the verdict worded, and the job failed (every rank's stack captured first). */
+static void hang_signs(const struct leader *l, struct hang_rank *hr)
 {
-    /* The agents send a rank's line within a progress flush once the leader's copy is half
-     * the timeout old (agent.c's output_watch_ms): the margin of the reports is enough. */
-    int64_t hang = l->spec->hang_timeout_ms + HANG_MARGIN_MS, ms, oldest = 0;
-    int nrun = 0, nprinted = 0, nwaiting = 0, blamed = -1, waiting_stale = 0, watched = 0, node;
-    char cause[480];
-
     for (int r = 0; r < l->world_size; r++) {
         const struct rank *k = &l->ranks[r];
-        if (k->phase == PHASE_RUNNING) {
-            nrun++;
-            nprinted += k->output_ms != 0;
-            nwaiting += k->waiting;
-        }
+        hr[r] = (struct hang_rank){.running = k->phase == PHASE_RUNNING,
+                                   .waiting = k->waiting,
+                                   .step = k->prog.step,
+                                   .report_ms = k->report_ms,
+                                   .released_ms = k->released_ms,
+                                   .active_ms = k->active_ms,
+                                   .output_ms = k->output_ms};
     }
-    if (nprinted == 0) {
-        if (!l->hang_warned && now - l->t_generation > l->spec->hang_timeout_ms) {
-            l->hang_warned = true;
-            log_warn("--hang-timeout %.1f s (--hang-watch output) cannot apply yet: no rank has "
-                     "printed anything",
-                     (double)l->spec->hang_timeout_ms / 1000);
-        }
-        return;
-    }
-    for (int r = 0; r < l->world_size; r++) {
-        const struct rank *k = &l->ranks[r];
-        int64_t sign = later_ms(k->output_ms ? k->output_ms : l->t_generation, k->released_ms);
-        if (k->phase != PHASE_RUNNING || (!k->output_ms && nprinted * 2 <= nrun))
-            continue;
-        watched++;
-        if (now - sign <= hang)
-            continue;
-        if (k->waiting) {
-            waiting_stale++;
-            continue;
-        }
-        if (blamed < 0 || sign < oldest) {
-            blamed = r;
-            oldest = sign;
-        }
-    }
-    /* A deadlock needs every running rank waiting: one that works in silence (not watched:
-     * it printed nothing yet) may be what the others wait for. */
-    if (blamed < 0 && (waiting_stale == 0 || waiting_stale < watched || nwaiting < nrun))
-        return;
-    /* ... and the waits outlasting the timeout (t_all_wait: a barrier just released reads as
-     * every rank waiting until the agents' next progress). */
-    if (blamed < 0 && (!l->t_all_wait || now - l->t_all_wait <= hang))
-        return;
-    if (blamed < 0) {
-        /* Every watched rank waits, silent: the oldest is blamed. */
-        for (int r = 0; r < l->world_size; r++) {
-            const struct rank *k = &l->ranks[r];
-            int64_t sign = later_ms(k->output_ms ? k->output_ms : l->t_generation, k->released_ms);
-            if (k->phase == PHASE_RUNNING && k->waiting && (blamed < 0 || sign < oldest)) {
-                blamed = r;
-                oldest = sign;
-            }
-        }
-    }
-    const struct rank *b = &l->ranks[blamed];
-    char since[64] = "";
-    /* The silence said is the output's; where a barrier released the rank since, the time
-     * since then too (what the timeout counted). */
-    ms = now - (b->output_ms ? b->output_ms : l->t_generation);
-    if (oldest > now - ms)
-        snprintf(since, sizeof(since), ", %.1f s since a barrier released it",
-                 (double)(now - oldest) / 1000);
-    node = node_of(l, blamed);
-    if (b->last_line[0])
-        snprintf(cause, sizeof(cause),
-                 "rank %d on node %d ('%.64s') hung: no output for %.1f s%s (--hang-watch "
-                 "output); its last line: '%.*s'",
-                 blamed, node, l->nodes[node].hostname, (double)ms / 1000, since,
-                 (int)utf8_prefix_len(b->last_line, 200), b->last_line);
-    else
-        snprintf(cause, sizeof(cause),
-                 "rank %d on node %d ('%.64s') hung: it printed nothing in %.1f s%s (--hang-watch "
-                 "output)",
-                 blamed, node, l->nodes[node].hostname, (double)ms / 1000, since);
-    l->abort_stacks = true;
-    fail(l, 124, "hung", restart_on(l, FAILURE_HANG),
-         leader_classed(leader_failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""),
-                        FAILURE_HANG));
 }
 
-static void check_hang(struct leader *l, int64_t now)
+/* --hang-watch output's cause: the silence said is the output's; where a barrier released
+ * the rank since, the time since then too (what the timeout counted). */
+static void hang_output_cause(const struct leader *l, const struct hang_verdict *v, int64_t now,
+                              char *cause, size_t size)
 {
-    int64_t hang = l->spec->hang_timeout_ms;
-    int stalled = -1, blamed;
-    int64_t max_step = 0;
-    char cause[400];
-    const char *why;
-    bool any = false;
-    int n;
+    const struct rank *b = &l->ranks[v->rank];
+    int64_t ms = now - (b->output_ms ? b->output_ms : l->t_generation);
+    int node = node_of(l, v->rank);
+    char since[64] = "";
 
-    if (hang <= 0 || l->state != JOB_RUNNING)
-        return;
-    if (l->spec->hang_watch == HANG_WATCH_OUTPUT) {
-        check_hang_output(l, now);
-        return;
-    }
-    for (int r = 0; r < l->world_size; r++) {
-        const struct rank *k = &l->ranks[r];
-        if (!k->report_ms)
-            continue;
-        any = true;
-        if (k->prog.step > max_step)
-            max_step = k->prog.step;
-        if (k->phase != PHASE_RUNNING)
-            continue;
-        if (stalled < 0 || rank_life_ms(k) < rank_life_ms(&l->ranks[stalled]) ||
-            (rank_life_ms(k) == rank_life_ms(&l->ranks[stalled]) &&
-             k->prog.step < l->ranks[stalled].prog.step))
-            stalled = r;
-    }
-    if (!any) {
-        if (!l->hang_warned && now - l->t_generation > hang) {
-            l->hang_warned = true;
-            log_warn("--hang-timeout %.1f s cannot apply: no rank has reported progress (report "
-                     "with gpurun.report() in Python or gr_report() in C)",
-                     (double)hang / 1000);
-        }
-        return;
-    }
-    /* A newer report or sign in the store may still sit in its agent's batch
-     * (PROGRESS_FLUSH_MS there). */
-    if (stalled < 0 || now - rank_life_ms(&l->ranks[stalled]) <= hang + HANG_MARGIN_MS)
-        return;
-    blamed = hang_culprit(l, stalled, now, &why);
-    if (blamed < 0)
-        return;
-    int node = node_of(l, blamed);
-    const struct rank *b = &l->ranks[blamed];
+    if (v->sign_ms > now - ms)
+        snprintf(since, sizeof(since), ", %.1f s since a barrier released it",
+                 (double)(now - v->sign_ms) / 1000);
+    if (b->last_line[0])
+        snprintf(cause, size,
+                 "rank %d on node %d ('%.64s') hung: no output for %.1f s%s (--hang-watch "
+                 "output); its last line: '%.*s'",
+                 v->rank, node, l->nodes[node].hostname, (double)ms / 1000, since,
+                 (int)utf8_prefix_len(b->last_line, 200), b->last_line);
+    else
+        snprintf(cause, size,
+                 "rank %d on node %d ('%.64s') hung: it printed nothing in %.1f s%s (--hang-watch "
+                 "output)",
+                 v->rank, node, l->nodes[node].hostname, (double)ms / 1000, since);
+}
+
+/* The reports' cause, with the ranks that never reported and may be the ones stuck. */
+static void hang_reports_cause(const struct leader *l, const struct hang_job *job,
+                               const struct hang_verdict *v, int64_t now, char *cause, size_t size)
+{
+    const struct rank *b = &l->ranks[v->rank];
+    int node = node_of(l, v->rank), n, silent = 0;
+
     if (!b->report_ms)
-        n = snprintf(cause, sizeof(cause),
+        n = snprintf(cause, size,
                      "rank %d on node %d ('%s') hung: it never reported progress while %s (no "
                      "progress for %.1f s; the furthest rank's step %" PRId64 ")",
-                     blamed, node, l->nodes[node].hostname, why,
-                     (double)(now - l->ranks[stalled].report_ms) / 1000, max_step);
+                     v->rank, node, l->nodes[node].hostname, v->why,
+                     (double)(now - l->ranks[v->stalled].report_ms) / 1000, v->max_step);
     else {
         /* Its report may be far older than the timeout where the store kept it alive since:
          * say when it was last seen, so that the report's age does not read as a late call. */
         char life[64] = "";
-        if (rank_life_ms(b) > b->report_ms)
+        if (v->sign_ms > b->report_ms)
             snprintf(life, sizeof(life), ", no store call or barrier for %.1f s",
-                     (double)(now - rank_life_ms(b)) / 1000);
-        n = snprintf(cause, sizeof(cause),
+                     (double)(now - v->sign_ms) / 1000);
+        n = snprintf(cause, size,
                      "rank %d on node %d ('%s') hung: no progress report for %.1f s (its last "
                      "step %" PRId64 ", the furthest rank's %" PRId64 "%s)%s%s",
-                     blamed, node, l->nodes[node].hostname, (double)(now - b->report_ms) / 1000,
-                     (int64_t)b->prog.step, max_step, life, *why ? "; " : "", why);
+                     v->rank, node, l->nodes[node].hostname, (double)(now - b->report_ms) / 1000,
+                     (int64_t)b->prog.step, v->max_step, life, *v->why ? "; " : "", v->why);
     }
-    /* Ranks that never reported and are not blamed (a job may report from rank 0 alone) may
-     * still be the ones stuck: name them, the stacks tell. */
-    int silent = 0;
-    for (int r = 0; r < l->world_size && n > 0 && (size_t)n < sizeof(cause) - 48; r++) {
-        if (r == blamed || l->ranks[r].report_ms || l->ranks[r].waiting ||
-            l->ranks[r].phase != PHASE_RUNNING)
+    for (int r = 0; r < l->world_size && n > 0 && (size_t)n < size - 48; r++) {
+        if (!hang_suspect(job, v, r))
             continue;
         if (silent++ == 8) {
-            n += snprintf(cause + n, sizeof(cause) - (size_t)n, " ...");
+            n += snprintf(cause + n, size - (size_t)n, " ...");
             break;
         }
-        n += snprintf(cause + n, sizeof(cause) - (size_t)n, "%s%d",
+        n += snprintf(cause + n, size - (size_t)n, "%s%d",
                       silent == 1 ? "; never reported, and may be the one stuck: rank " : ", ", r);
     }
+}
+
+static void check_hang(struct leader *l, int64_t now)
+{
+    struct hang_config cfg = {.timeout_ms = l->spec->hang_timeout_ms,
+                              .margin_ms = HANG_MARGIN_MS,
+                              .output = l->spec->hang_watch == HANG_WATCH_OUTPUT};
+    struct hang_job job = {.ranks = l->hang_signs,
+                           .nranks = l->world_size,
+                           .t_generation = l->t_generation,
+                           .t_all_wait = l->t_all_wait};
+    struct hang_verdict v;
+    char cause[480];
+    int node;
+
+    if (cfg.timeout_ms <= 0 || l->state != JOB_RUNNING || !l->hang_signs)
+        return;
+    hang_signs(l, l->hang_signs);
+    hang_judge(&cfg, &job, now, &v);
+    if (v.kind == HANG_CANNOT_APPLY && !l->hang_warned) {
+        l->hang_warned = true;
+        if (cfg.output)
+            log_warn("--hang-timeout %.1f s (--hang-watch output) cannot apply yet: no rank has "
+                     "printed anything",
+                     (double)cfg.timeout_ms / 1000);
+        else
+            log_warn("--hang-timeout %.1f s cannot apply: no rank has reported progress (report "
+                     "with gpurun.report() in Python or gr_report() in C)",
+                     (double)cfg.timeout_ms / 1000);
+    }
+    if (v.kind != HANG_HUNG && v.kind != HANG_DEADLOCK)
+        return;
+    if (cfg.output)
+        hang_output_cause(l, &v, now, cause, sizeof(cause));
+    else
+        hang_reports_cause(l, &job, &v, now, cause, sizeof(cause));
+    node = node_of(l, v.rank);
     l->abort_stacks = true;
     fail(l, 124, "hung", restart_on(l, FAILURE_HANG),
-         leader_classed(leader_failure_new(cause, blamed, node, l->nodes[node].hostname, 0, 0, ""),
+         leader_classed(leader_failure_new(cause, v.rank, node, l->nodes[node].hostname, 0, 0, ""),
                         FAILURE_HANG));
 }
 
@@ -2117,6 +1963,7 @@ void leader_maybe_free(struct leader *l)
     free(l->slot_node);
     ranks_release(l);
     free(l->ranks);
+    free(l->hang_signs);
     free(l);
 }
 

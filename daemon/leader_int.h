@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "auth.h"
+#include "hang.h"
 #include "hvd.h"
 #include "jobspec.h"
 #include "leader.h"
@@ -204,6 +205,7 @@ struct leader {
     char idle_why[160];       /* at the end: why spares stayed idle (spares.h); "": none */
     int joined;
     struct rank *ranks;
+    struct hang_rank *hang_signs; /* the hang rule's view of the ranks, refilled each check */
     int world_size, exited;
     struct store *store;
     json_t *barriers;       /* name -> ranks arrived */
