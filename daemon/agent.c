@@ -358,6 +358,11 @@ static void flush_progress(struct agent *a)
             json_decref(e);
             e = NULL;
         }
+        /* Its time per step, for the leader's stragglers rule: made here alone, from every
+         * report (a batch carries only the last). */
+        if (e && r->st.steps > 0)
+            json_object_update_new(e, json_pack("{s:f, s:I}", "step_avg", r->st.avg,
+                                                "step_avg_steps", (json_int_t)r->st.steps));
         json_array_append_new(arr, e);
     }
     a->last_flush_ms = t;

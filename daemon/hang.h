@@ -62,11 +62,11 @@ enum hang_kind {
 
 struct hang_verdict {
     enum hang_kind kind;
-    int rank;        /* the rank blamed; -1 */
-    const char *why; /* what makes it the culprit ("the others wait for it"); "" when it is
-                      * stale itself (a static string) */
-    int stalled;     /* reports: the running rank whose last sign is oldest; -1 */
-    int64_t sign_ms; /* the blamed rank's last sign of life, what the timeout counted */
+    int rank;         /* the rank blamed; -1 */
+    const char *why;  /* what makes it the culprit ("the others wait for it"); "" when it is
+                       * stale itself (a static string) */
+    int stalled;      /* reports: the running rank whose last sign is oldest; -1 */
+    int64_t sign_ms;  /* the blamed rank's last sign of life, what the timeout counted */
     int64_t max_step; /* reports: the furthest step any rank reported */
 };
 

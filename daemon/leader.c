@@ -30,7 +30,7 @@
 #include "signame.h"
 #include "spares.h"
 #include "stall.h"
-#include "steptime.h"
+#include "stragglers.h"
 #include "store.h"
 #include "together.h"
 #include "utf8.h"
@@ -760,10 +760,14 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
         int r;
         struct proto_progress p;
         struct errmsg why;
-        json_int_t age = 0;
-        /* The record through proto.c's one reader; rank and age_ms are the agent's. */
-        if (json_unpack(e, "{s:i, s?I}", "rank", &r, "age_ms", &age) < 0 || age < 0 ||
-            age > INT32_MAX || r < l->nodes[c->node].rank_base ||
+        json_int_t age = 0, avg_steps = 0;
+        double avg = 0;
+        /* The record through proto.c's one reader; rank, age_ms and the time per step
+         * (steptime.h) are the agent's. */
+        if (json_unpack(e, "{s:i, s?I, s?F, s?I}", "rank", &r, "age_ms", &age, "step_avg", &avg,
+                        "step_avg_steps", &avg_steps) < 0 ||
+            age < 0 || age > INT32_MAX || avg_steps < 0 || !isfinite(avg) || avg < 0 ||
+            r < l->nodes[c->node].rank_base ||
             r >= l->nodes[c->node].rank_base + l->nodes[c->node].nprocs) {
             log_warn("ignoring a bad progress entry from node %d", c->node);
             continue;
@@ -783,7 +787,10 @@ static void do_progress(struct leader *l, struct conn *c, struct msg *m)
         dst->report_ms = now_ms(l) - age;
         if (dst->report_ms <= 0)
             dst->report_ms = 1;
-        steptime_add(&dst->st, dst->report_ms, p.step, p.step_time);
+        if (avg_steps > 0) {
+            dst->step_avg = avg;
+            dst->step_avg_steps = avg_steps;
+        }
         if (!l->t_first_step)
             l->t_first_step = dst->report_ms;
         if (r == 0)
@@ -1607,66 +1614,53 @@ static void write_straggler_metrics(struct leader *l)
     free(ranks);
 }
 
-/* Stragglers: a running rank whose time per step (steptime.h, over at least
- * STRAGGLER_MIN_STEPS steps) is straggler_pct percent above the median of the ranks' is named
- * (rank_view's "slower", job_view's "stragglers", one log line). Rank-level, so that a node
- * shows through its ranks; under data parallelism only reports that say their own step time
- * (gpurun-train does, gpurun.report(step_time=...)) tell the slow rank from the ones that
- * wait for it. */
+/* Stragglers: the rule is stragglers.h's; here each rank's average is gathered, a rank
+ * newly named is logged once (rank_view's "slower", job_view's "stragglers" show them), and
+ * the leader's metrics file is written. */
 static void check_stragglers(struct leader *l, int64_t now)
 {
-    double *v, median;
-    int n = 0;
+    struct straggler_rank *k;
+    double *slower, median;
+    int ret;
 
     if (l->spec->straggler_pct <= 0 || l->state != JOB_RUNNING || !l->ranks ||
         now - l->t_straggler_check < STRAGGLER_CHECK_MS)
         return;
     l->t_straggler_check = now;
-    v = malloc((size_t)l->world_size * sizeof(*v));
-    if (!v)
-        return;
-    /* The median is the job's only once every running rank that reports has its window: a
-     * slow rank still gathering its steps is the likeliest straggler, and the mean of the
-     * fast ones that got there first is no median. */
+    k = malloc((size_t)l->world_size * sizeof(*k));
+    slower = malloc((size_t)l->world_size * sizeof(*slower));
+    if (!k || !slower)
+        goto out;
     for (int r = 0; r < l->world_size; r++) {
-        const struct rank *k = &l->ranks[r];
-        if (k->phase != PHASE_RUNNING || !k->report_ms)
-            continue;
-        if (k->st.steps < STRAGGLER_MIN_STEPS) {
-            n = 0;
-            break;
-        }
-        v[n++] = k->st.avg;
+        const struct rank *rk = &l->ranks[r];
+        k[r] = (struct straggler_rank){.running = rk->phase == PHASE_RUNNING,
+                                       .reported = rk->report_ms != 0,
+                                       .steps = rk->step_avg_steps,
+                                       .avg = rk->step_avg};
+        slower[r] = rk->slower;
     }
-    if (n < 2) {
-        free(v);
-        return;
-    }
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-    free(v);
-    for (int r = 0; r < l->world_size && median > 0; r++) {
-        struct rank *k = &l->ranks[r];
-        double slower = k->st.avg / median - 1;
+    ret = stragglers_judge(k, l->world_size, l->spec->straggler_pct, STRAGGLER_MIN_STEPS, slower,
+                           &median);
+    if (ret <= 0)
+        goto out;
+    for (int r = 0; r < l->world_size; r++) {
+        struct rank *rk = &l->ranks[r];
         int node = node_of(l, r);
-        /* A rank that ended keeps what it was last called, for summary.json. */
-        if (k->phase != PHASE_RUNNING)
+        rk->slower = slower[r];
+        if (rk->slower <= 0 || rk->straggler_said)
             continue;
-        k->slower = 0;
-        if (k->st.steps < STRAGGLER_MIN_STEPS || slower * 100 < l->spec->straggler_pct)
-            continue;
-        k->slower = slower;
-        if (!k->straggler_said) {
-            l->stragglers_seen = true;
-            k->straggler_said = true;
-            log_warn("straggler: rank %d on node %d ('%s') %.0f%% slower than the median "
-                     "(%.3f s a step against %.3f) over %" PRId64 " steps",
-                     r, node, l->nodes[node].hostname, slower * 100, k->st.avg, median,
-                     k->st.steps);
-        }
+        l->stragglers_seen = true;
+        rk->straggler_said = true;
+        log_warn("straggler: rank %d on node %d ('%s') %.0f%% slower than the median (%.3f s a "
+                 "step against %.3f) over %" PRId64 " steps",
+                 r, node, l->nodes[node].hostname, rk->slower * 100, rk->step_avg, median,
+                 rk->step_avg_steps);
     }
     if (l->spec->metrics_dir && l->stragglers_seen)
         write_straggler_metrics(l);
+out:
+    free(k);
+    free(slower);
 }
 
 /* Hang detection: the rule and its cases are hang.h's; here the ranks' signs are gathered,

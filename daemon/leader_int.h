@@ -20,7 +20,6 @@
 #include "proto.h"
 #include "refusals.h"
 #include "stall.h"
-#include "steptime.h"
 #include "store.h"
 
 /* A new connection gets this long to finish its handshake and send its first message. */
@@ -166,7 +165,10 @@ struct rank {
     bool waiting;      /* in a barrier or a get with a timeout: waits on the others (its agent) */
     int64_t output_ms; /* when its last byte of output came; 0: none yet */
     char last_line[PROTO_LINE_MAX + 1]; /* its last line of output, valid UTF-8 */
-    struct steptime st;  /* its time per step (steptime.h), for the stragglers rule */
+    /* Its time per step as its agent made it (steptime.h): seconds, over how many steps
+     * (0: not known yet). */
+    double step_avg;
+    int64_t step_avg_steps;
     double slower;       /* > 0: a straggler, this much slower than the median (0.38: 38%) */
     bool straggler_said; /* its straggler line is logged */
     json_t *stack;       /* a string: its stack as captured before a hang's teardown, or NULL */

@@ -192,8 +192,8 @@ static json_t *rank_view(const struct leader *l, int r, bool detail)
                                                : utf8_prefix_len(k->last_line, STATUS_LINE_MAX)));
     }
     /* Its time per step, and how much slower than the median where it straggles. */
-    if (v && k->st.steps > 0)
-        json_object_set_new(v, "step_seconds", json_real(k->st.avg));
+    if (v && k->step_avg_steps > 0)
+        json_object_set_new(v, "step_seconds", json_real(k->step_avg));
     if (v && k->slower > 0)
         json_object_set_new(v, "slower", json_real(k->slower));
     /* Steps per second since its first report: the ETA's rate. */
@@ -230,10 +230,11 @@ static json_t *stragglers_view(const struct leader *l)
             break;
         taken[best] = true;
         int node = node_of(l, best);
-        json_array_append_new(
-            arr, json_pack("{s:i, s:i, s:s, s:f, s:f, s:I}", "rank", best, "node", node, "hostname",
-                           l->nodes[node].hostname, "slower", l->ranks[best].slower, "step_seconds",
-                           l->ranks[best].st.avg, "steps", (json_int_t)l->ranks[best].st.steps));
+        json_array_append_new(arr, json_pack("{s:i, s:i, s:s, s:f, s:f, s:I}", "rank", best, "node",
+                                             node, "hostname", l->nodes[node].hostname, "slower",
+                                             l->ranks[best].slower, "step_seconds",
+                                             l->ranks[best].step_avg, "steps",
+                                             (json_int_t)l->ranks[best].step_avg_steps));
     }
     free(taken);
     return arr;

@@ -1,5 +1,6 @@
-/* A rank's time per training step, from its progress reports, for the stragglers rule
- * (leader.c) and the gpurun_rank_step_seconds metric (agent.c). A report may say how long its
+/* A rank's time per training step, from its progress reports, made by its agent (agent.c)
+ * from every report: for the gpurun_rank_step_seconds metric, and sent with the progress
+ * batch to the leader for the stragglers rule (stragglers.h). A report may say how long its
  * step's own work took (step_time: without the time spent waiting on the other ranks, which
  * under data parallelism makes every rank as slow as the slowest); otherwise the time between
  * two reports over the steps between them is the sample. Samples go into a moving average
