@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "admit.h"
 #include "auth.h"
 #include "hang.h"
 #include "hvd.h"
@@ -19,23 +20,12 @@
 #include "peer.h"
 #include "proto.h"
 #include "refusals.h"
+#include "spares.h"
 #include "stall.h"
 #include "store.h"
 
 /* A new connection gets this long to finish its handshake and send its first message. */
 #define HANDSHAKE_TIMEOUT_MS   5000
-/* Connections allowed before admission, beyond one for every node that has not joined yet
- * (pending_max()): so every agent of a job of any size can connect at once, and a flood of
- * strangers holds at most this many more. It also bounds the memory a flood can make the
- * leader hold: a connection that has not proved the job key costs about 1.3 KiB
- * (PEER_HANDSHAKE_FRAME_MAX in peer.h), so about 1.3 MiB, plus 1.3 KiB per node still to join
- * (16 MiB at 12,500 nodes, before the job runs), plus the one 64 KiB read buffer every peer
- * shares. */
-#define PENDING_CONNS_MAX      1024
-/* The fewest stranger slots a leader starts with: under a descriptor limit too low for
- * PENDING_CONNS_MAX (1,024, the usual `ulimit -n`) the stranger slots shrink to what the
- * limit leaves, down to this; below it the leader refuses to start (leader_fds_needed()). */
-#define PENDING_CONNS_MIN      64
 /* Connections accepted per turn of the loop: the rest wait in the kernel's backlog until the
  * next turn, so that a flood of connections cannot keep the loop in accept() while
  * heartbeats, joins and the tick wait behind it. */
@@ -276,20 +266,120 @@ static inline int node_of(const struct leader *l, int r)
 void leader_history_add(struct leader *l, int64_t step, double loss);
 /* How each earlier segment of a requeued job ended, from its summary (an array). */
 json_t *leader_segments_load(const char *job_dir, int requeues);
+/* The job as gpurun status and summary.json see it (the header comment of leader_view.c). */
+json_t *leader_job_view(struct leader *l, bool for_summary, bool detail);
+/* summary.json's text (the job view, then its ranks one line each), *n bytes; NULL when out
+ * of memory. */
+char *leader_summary_text(struct leader *l, size_t *n);
+
+/* --- leader_ranks.c: the ranks' traffic ------------------------------------------------------ */
+
+/* msg (borrowed) to every node's agent still linked and serving or spare. */
+void leader_broadcast(struct leader *l, json_t *msg);
+/* The store's callback (store.h): a waiting get's value, to the agent that asked. */
+void leader_on_store_ready(void *owner, int64_t id, const char *key, const char *value, void *arg);
+/* An agent's store request (put, get, add, delete) on behalf of a rank. */
+void leader_do_kv(struct leader *l, struct conn *c, struct msg *m);
+/* A node's ranks all arrived at a barrier: released once every node's are. */
+void leader_do_barrier(struct leader *l, struct conn *c, struct msg *m);
+/* An agent's progress batch: reports, waits, output and store signs, the ranks meeting. */
+void leader_do_progress(struct leader *l, struct conn *c, struct msg *m);
+
+/* --- leader_life.c: failures, restarts, the end ---------------------------------------------- */
+
+/* The class of a rank's failed exit (jobspec.h's failure_class). */
+int leader_exit_class(const struct msg *m);
+/* Whether a failure of class cls (FAILURE_*) may restart the job (--restart-on). */
+bool leader_restart_on(const struct leader *l, int cls);
+/* Records the first failure; later ones are consequences and only logged. restartable: a
+ * rank's own failure (exit, signal, hang), which a restart in the same
+ * allocation may get past; a lost node, a cancel or a join timeout is not. */
+void leader_fail(struct leader *l, int status, const char *outcome, bool restartable,
+                 json_t *failure);
+/* The nodes as the spares' rules see them, into nodes (room for nphys); returns the fleet. */
+struct spares_fleet leader_fleet(const struct leader *l, struct spares_node *nodes);
+/* One swap of a plan (spares.h) made: the node is fenced (its daemon, if still there, told
+ * to end: it never serves this job again) and the spare takes its slot; logged with why,
+ * and kept for status and summary.json as the generation's with its cause. */
+void leader_swap(struct leader *l, const struct spares_swap *w, int generation, const char *why,
+                 const char *cause);
+/* The job's end: its outcome judged (the ranks met?), every agent told, summary.json. */
+void leader_finish(struct leader *l);
+/* Whether spares can take the place of every node the failure and the losses took from the
+ * job (nodes serving it that are lost, and the node a FAILURE_NODE names): then a restart
+ * may go on without them. Node 0 lost or named: never. */
+bool leader_spares_cover(const struct leader *l, const json_t *failure);
+/* horovod's rendezvous (a job that uses horovod only) learns the nodes of the job's slots
+ * (its host list), and serves the addresses the job's nodes joined from and advertise: those
+ * of every node that joined, spares included (one may take a slot). */
+int leader_hvd_layout(struct leader *l);
+/* Calls off what a failure may still start: a restart waiting for its backoff gives way to a
+ * cancel, the time limit or a lost node, and the failure that ended the last generation
+ * joins the earlier ones, so that the new cause becomes the job's record (fail()). */
+void leader_abandon_restart(struct leader *l);
+/* After a rank's end or a node's loss: the job ends, restarts (after its backoff), or goes on. */
+void leader_check_end(struct leader *l);
+/* Every node's assign for the generation: the nodes serving the job their ranks, the spares
+ * none ("spare"). */
+void leader_send_assign(struct leader *l);
+/* The time limit's origin on the loop's clock (at t_start): the job's start as the launcher
+ * said in JOB_START_ENV, up to a day back; else t_start. */
+int64_t leader_limit_origin(int64_t t_start);
+/* Whether the job has reached its time limit (job.json's time_limit_s), give or take the
+ * moment between the job's start and the leader's. */
+bool leader_at_time_limit(const struct leader *l);
+/* The cause a timeout's record gives (a static string). */
+const char *leader_timeout_cause(const struct leader *l);
+/* After "finish": the leader is done once summary.json is written and every agent hung up,
+ * or the linger ran out. */
+void leader_check_linger(struct leader *l);
+/* Logs the summaries of refusals due at now (all of them when flush). */
+void leader_log_refusals(struct leader *l, int64_t now, bool flush);
 /* A failure's record (cause, rank, node, hostname, code, signal, tail); never NULL unless out
  * of memory, whatever bytes the texts hold. */
 json_t *leader_failure_new(const char *cause, int rank, int node, const char *host, int code,
                            int sig, const char *tail);
 /* failure with its class (FAILURE_*) added; returns failure. */
 json_t *leader_classed(json_t *failure, int cls);
-/* The job as gpurun status and summary.json see it (the header comment of leader_view.c). */
-json_t *leader_job_view(struct leader *l, bool for_summary, bool detail);
-/* summary.json, written off the loop. */
+/* summary.json, written off the loop; the leader is done only once it is written
+ * (leader_check_linger). */
 void leader_write_summary(struct leader *l);
-
-/* --- leader.c: what the summary's writer calls back ----------------------------------------- */
-
+/* Frees the leader once it is closed and nothing of it is pending (handles, the summary). */
 void leader_maybe_free(struct leader *l);
-void leader_check_linger(struct leader *l);
+
+/* --- leader_join.c: admission and the join --------------------------------------------------- */
+
+/* c, a new connection, joins the pending queue (the newest). */
+void leader_pending_add(struct leader *l, struct conn *c);
+/* c leaves the queue: admitted (agent or status client) or closed. */
+void leader_pending_remove(struct leader *l, struct conn *c);
+/* A frame of an agent's link probe: a round's first starts its clock, its last ends it, and
+ * the best round is kept. */
+void leader_do_probe(struct conn *c, const struct msg *m);
+/* A node's join: checked, recorded, and once every node is in, the ranks assigned. */
+void leader_do_join(struct leader *l, struct conn *c, struct msg *m);
+/* Over the pending limit: closes the connection admit_victim() names (admit.h); an agent,
+ * which sends its hello at once, is always younger than the silent strangers ahead of it. */
+void leader_evict_pending(struct leader *l);
+
+/* --- leader_watch.c: the tick's rules -------------------------------------------------------- */
+
+/* The batch script's request (PREEMPT_FILE), taken once. */
+void leader_poll_preempt(struct leader *l, int64_t now);
+/* Stragglers: the rule is stragglers.h's; here each rank's average is gathered, a rank
+ * newly named is logged once (rank_view's "slower", job_view's "stragglers" show them), and
+ * the leader's metrics file is written. */
+void leader_check_stragglers(struct leader *l, int64_t now);
+/* Hangs (hang.h): a verdict worded and the job failed, every rank's stack captured first. */
+void leader_check_hang(struct leader *l, int64_t now);
+/* Every other node silent past the timeout together: from the leader's side that is its own
+ * link (or host) far more likely than each of theirs, so the record says the leader lost them
+ * all rather than blame the first in its list. The leader's node is node 0; its own agent
+ * talks to it over the host's loopback and stays heard. It takes two others at least (with
+ * one, either side may be at fault: the single loss says which side saw it), nodes not done
+ * (a finished node's link is no one's concern), and a job over several hosts (--local's
+ * nodes share one). "Together": when the first passes the timeout, every other has been
+ * silent for all but two heartbeat periods of it, where heartbeats phase apart by up to one. */
+void leader_check_all_lost(struct leader *l, int64_t now);
 
 #endif

@@ -1,7 +1,7 @@
 /* What the leader tells: the status view (a JSON object: the job, its nodes and ranks, the
  * loss history, restarts, spares and swaps, stragglers, earlier failures and segments; for
  * summary.json also the outcome, the first failure, the timings and every rank's stack and
- * exception), summary.json written off the loop, and the failure records. gpurun status
+ * exception) and summary.json's text. gpurun status
  * (client/view.c) reads exactly this; a key added here is a key of that contract. */
 #include <errno.h>
 #include <inttypes.h>
@@ -110,49 +110,6 @@ json_t *leader_segments_load(const char *job_dir, int requeues)
         json_decref(s);
     }
     return out;
-}
-
-/* s with every byte outside printable ASCII (and newlines) as '?': for text that failed to
- * make a JSON string, so that the failure's record is never lost. New; caller frees. */
-static char *ascii_copy(const char *s)
-{
-    char *c = strdup(s ? s : "");
-
-    for (char *p = c; p && *p; p++)
-        if ((unsigned char)*p >= 0x7f || ((unsigned char)*p < 0x20 && *p != '\n'))
-            *p = '?';
-    return c;
-}
-
-static json_t *failure_pack(const char *cause, int rank, int node, const char *host, int code,
-                            int sig, const char *tail)
-{
-    char sn[SIGNAME_LEN];
-
-    return json_pack("{s:s, s:i, s:i, s:s, s:i, s:i, s:s, s:s}", "cause", cause, "rank", rank,
-                     "node", node, "hostname", host ? host : "", "code", code, "signal", sig,
-                     "signal_name", sig ? signame(sig, sn) : "", "tail", tail ? tail : "");
-}
-
-/* A failure's record. Text that is not UTF-8 (a rank's output cut mid-character, say) is
- * kept as ASCII: a missing record would read as a job that succeeded. */
-json_t *leader_failure_new(const char *cause, int rank, int node, const char *host, int code,
-                           int sig, const char *tail)
-{
-    json_t *f = failure_pack(cause, rank, node, host, code, sig, tail);
-    char *c, *h, *t;
-
-    if (f)
-        return f;
-    c = ascii_copy(cause);
-    h = ascii_copy(host);
-    t = ascii_copy(tail);
-    if (c && h && t)
-        f = failure_pack(c, rank, node, h, code, sig, t);
-    free(c);
-    free(h);
-    free(t);
-    return f;
 }
 
 /* failure with its class: "class" in the record, and whether --restart-on restarts it. */
@@ -356,78 +313,14 @@ static bool text_append_json(char **buf, size_t *len, size_t *cap, const char *s
     return true;
 }
 
-/* summary.json being written by libuv's thread pool. */
-struct summary_write {
-    uv_work_t req;
-    struct leader *l;
-    char path[PATH_MAX];
-    char *text;
-    size_t len;
-    int ret;
-};
-
-/* On a pool thread: fs_write_atomic's fsyncs, which on a busy disk take seconds (strace's
- * delay on fsync of 3 s each: a 2-node job whose ranks all succeeded failed, node 1 having
- * lost the leader while its loop waited on summary.json's two fsyncs). */
-static void on_summary_work(uv_work_t *req)
+/* summary.json's text: the job as leader_job_view() shows it, then its ranks, one line each. */
+char *leader_summary_text(struct leader *l, size_t *n)
 {
-    struct summary_write *w = req->data;
-
-    w->ret = fs_write_atomic(w->path, w->text, w->len, 0600);
-}
-
-static void on_summary_written(uv_work_t *req, int status)
-{
-    struct summary_write *w = req->data;
-    struct leader *l = w->l;
-
-    if (status == 0 && w->ret < 0)
-        log_error("cannot write '%s': %s", w->path, strerror(-w->ret));
-    free(w->text);
-    free(w);
-    l->summary_writing = false;
-    if (!l->closing)
-        leader_check_linger(l);
-    leader_maybe_free(l);
-}
-
-/* Writes text (stolen) to path off the loop, so that the loop keeps answering heartbeats
- * meanwhile; the leader is done only once it is written (leader_check_linger). In place if the
- * pool cannot take it. */
-static void write_summary_text(struct leader *l, const char *path, char *text, size_t len)
-{
-    struct summary_write *w = calloc(1, sizeof(*w));
-    int ret;
-
-    if (w) {
-        w->l = l;
-        w->text = text;
-        w->len = len;
-        w->req.data = w;
-        snprintf(w->path, sizeof(w->path), "%s", path);
-        if (uv_queue_work(l->loop, &w->req, on_summary_work, on_summary_written) == 0) {
-            l->summary_writing = true;
-            return;
-        }
-        free(w);
-    }
-    ret = fs_write_atomic(path, text, len, 0600);
-    if (ret < 0)
-        log_error("cannot write '%s': %s", path, strerror(-ret));
-    free(text);
-}
-
-/* summary.json: the job as leader_job_view() shows it, then its ranks, one line each. */
-void leader_write_summary(struct leader *l)
-{
-    char path[PATH_MAX];
     json_t *job;
     char *head, *text = NULL, *end;
     size_t len = 0, cap = 0;
     bool ok;
 
-    if (!l->job_dir)
-        return;
     job = leader_job_view(l, true, true);
     json_object_del(job, "ranks");
     head = job ? json_dumps(job, JSON_INDENT(2)) : NULL;
@@ -458,9 +351,8 @@ void leader_write_summary(struct leader *l)
     free(head);
     if (!ok) {
         free(text);
-        log_error("cannot write 'summary.json': out of memory");
-        return;
+        return NULL;
     }
-    snprintf(path, sizeof(path), "%s/summary.json", l->job_dir);
-    write_summary_text(l, path, text, len);
+    *n = len;
+    return text;
 }

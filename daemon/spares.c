@@ -1,4 +1,4 @@
-/* Why a job's hot spares stayed idle (spares.h). */
+/* The hot spares' rules (spares.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -40,4 +40,85 @@ const char *spares_idle_why(const struct spares_end *e, char *buf, size_t n)
     else
         snprintf(buf, n, "the failure named no node a spare could replace");
     return buf;
+}
+
+/* The first spare fit to take a place that no swap of the plan took yet; -1: none. */
+static int next_spare(const struct spares_fleet *f, const struct spares_swap *out, int n)
+{
+    for (int i = f->nnodes; i < f->nphys; i++) {
+        bool taken = false;
+        if (f->nodes[i].slot >= 0 || !f->nodes[i].fit)
+            continue;
+        for (int k = 0; k < n && !taken; k++)
+            taken = out[k].spare == i;
+        if (!taken)
+            return i;
+    }
+    return -1;
+}
+
+int spares_plan_restart(const struct spares_fleet *f, int named, const double *slower, int nprocs,
+                        struct spares_swap *out)
+{
+    int n = 0;
+
+    for (int s = 0; s < f->nnodes; s++) {
+        int bad = f->slot_node[s], sp = next_spare(f, out, n), slow = -1;
+        for (int r = s * nprocs; slower && r < (s + 1) * nprocs; r++)
+            if (slower[r] > 0 && (slow < 0 || slower[r] > slower[slow]))
+                slow = r;
+        if ((!f->nodes[bad].lost && bad != named && slow < 0) || bad == 0 || sp < 0)
+            continue;
+        out[n++] = (struct spares_swap){
+            .slot = s,
+            .node = bad,
+            .spare = sp,
+            .cause = bad == named         ? SPARES_NAMED
+                     : f->nodes[bad].lost ? SPARES_LOST
+                                          : SPARES_STRAGGLER,
+            .rank = f->nodes[bad].lost || bad == named ? -1 : slow,
+        };
+    }
+    return n;
+}
+
+int spares_plan_preflight(const struct spares_fleet *f, struct spares_swap *out)
+{
+    int n = 0;
+
+    for (int s = 0; s < f->nnodes; s++) {
+        int bad = f->slot_node[s], sp = -1;
+        if (!f->nodes[bad].preflight)
+            continue;
+        for (int i = f->nnodes; i < f->nphys && sp < 0; i++) {
+            bool taken = false;
+            if (f->nodes[i].slot >= 0 || !f->nodes[i].fit || f->nodes[i].preflight)
+                continue;
+            for (int k = 0; k < n && !taken; k++)
+                taken = out[k].spare == i;
+            sp = taken ? -1 : i;
+        }
+        if (bad == 0 || sp < 0)
+            return -1 - s;
+        out[n++] = (struct spares_swap){
+            .slot = s, .node = bad, .spare = sp, .cause = SPARES_PREFLIGHT, .rank = -1};
+    }
+    return n;
+}
+
+bool spares_cover(const struct spares_fleet *f, int named, bool node0_named)
+{
+    int need = 0, have = 0;
+
+    if (node0_named)
+        return false;
+    for (int s = 0; s < f->nnodes; s++) {
+        int i = f->slot_node[s];
+        if (f->nodes[i].lost && i == 0)
+            return false;
+        need += f->nodes[i].lost || i == named;
+    }
+    for (int i = f->nnodes; i < f->nphys; i++)
+        have += f->nodes[i].slot < 0 && f->nodes[i].fit;
+    return need > 0 && need <= have;
 }
