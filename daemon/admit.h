@@ -14,11 +14,11 @@
  * (PEER_HANDSHAKE_FRAME_MAX in peer.h), so about 1.3 MiB, plus 1.3 KiB per node still to join
  * (16 MiB at 12,500 nodes, before the job runs), plus the one 64 KiB read buffer every peer
  * shares. */
-#define PENDING_CONNS_MAX      1024
+#define PENDING_CONNS_MAX 1024
 /* The fewest stranger slots a leader starts with: under a descriptor limit too low for
  * PENDING_CONNS_MAX (1,024, the usual `ulimit -n`) the stranger slots shrink to what the
  * limit leaves, down to this; below it the leader refuses to start (leader_fds_needed()). */
-#define PENDING_CONNS_MIN      64
+#define PENDING_CONNS_MIN 64
 
 /* Connections allowed before admission: one for every one of nphys nodes still to join (so
  * that every agent of a job can connect at once), and strangers_max for strangers. */

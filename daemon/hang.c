@@ -131,6 +131,19 @@ static int64_t output_sign_ms(const struct hang_job *job, const struct hang_rank
     return later_ms(k->output_ms ? k->output_ms : job->t_generation, k->released_ms);
 }
 
+/* The running ranks, those of them that printed, and those that wait. */
+static void count_output(const struct hang_job *job, int *nrun, int *nprinted, int *nwaiting)
+{
+    for (int r = 0; r < job->nranks; r++) {
+        const struct hang_rank *k = &job->ranks[r];
+        if (k->running) {
+            (*nrun)++;
+            *nprinted += k->output_ms != 0;
+            *nwaiting += k->waiting;
+        }
+    }
+}
+
 /* The job hangs when a rank not waiting on the others is silent past the timeout (the
  * culprit: the one silent longest), or when every running rank waits and is silent (a
  * deadlock: the oldest). */
@@ -140,14 +153,7 @@ static void judge_output(const struct hang_config *cfg, const struct hang_job *j
     int64_t hang = cfg->timeout_ms + cfg->margin_ms, oldest = 0;
     int nrun = 0, nprinted = 0, nwaiting = 0, blamed = -1, waiting_stale = 0, watched = 0;
 
-    for (int r = 0; r < job->nranks; r++) {
-        const struct hang_rank *k = &job->ranks[r];
-        if (k->running) {
-            nrun++;
-            nprinted += k->output_ms != 0;
-            nwaiting += k->waiting;
-        }
-    }
+    count_output(job, &nrun, &nprinted, &nwaiting);
     if (nprinted == 0) {
         if (now - job->t_generation > cfg->timeout_ms)
             v->kind = HANG_CANNOT_APPLY;

@@ -415,6 +415,39 @@ static void excuse_stall(struct leader *l, int64_t now)
         log_info("leader's loop stalled for %" PRId64 " ms: no agent is blamed for it", stall);
 }
 
+/* The join's deadline and the time limit. The time limit is the leader's to keep too:
+ * gpurun --local's deadline dies with gpurun. On Slurm, Slurm ends the job at its limit and
+ * records TIMEOUT (what a requeue decides on): the leader's deadline is then only a
+ * backstop, LIMIT_BACKSTOP_MS later. */
+static void check_deadlines(struct leader *l, int64_t now)
+{
+    char cause[512];
+
+    if (l->state == JOB_JOINING && now - l->t_start > l->spec->join_timeout_ms) {
+        int n = snprintf(cause, sizeof(cause),
+                         "join timed out after %d ms; missing nodes:", l->spec->join_timeout_ms);
+        int first = -1;
+        for (int i = 0; i < l->nphys && n < (int)sizeof(cause) - 16; i++) {
+            if (!l->nodes[i].joined) {
+                n += snprintf(cause + n, sizeof(cause) - (size_t)n, " %d", i);
+                first = first < 0 ? i : first;
+            }
+        }
+        /* The nodes that never joined failed the job: the first is the record's node. */
+        leader_fail(
+            l, 124, "failed", false,
+            leader_classed(leader_failure_new(cause, -1, first, "", 0, 0, ""), FAILURE_NODE));
+        leader_finish(l);
+    }
+    if ((l->state == JOB_JOINING || l->state == JOB_RUNNING) && l->spec->time_limit_s > 0 &&
+        now - l->t_limit0 >=
+            (int64_t)l->spec->time_limit_s * 1000 + (l->spec->loopback ? 0 : LIMIT_BACKSTOP_MS)) {
+        leader_fail(l, 124, "timeout", false,
+                    leader_failure_new(leader_timeout_cause(l), -1, -1, "", 0, 0, ""));
+        leader_check_end(l);
+    }
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct leader *l = t->data;
@@ -439,32 +472,7 @@ static void on_tick(uv_timer_t *t)
             peer_close(&c->peer, cause);
         }
     }
-    if (l->state == JOB_JOINING && now - l->t_start > l->spec->join_timeout_ms) {
-        int n = snprintf(cause, sizeof(cause),
-                         "join timed out after %d ms; missing nodes:", l->spec->join_timeout_ms);
-        int first = -1;
-        for (int i = 0; i < l->nphys && n < (int)sizeof(cause) - 16; i++) {
-            if (!l->nodes[i].joined) {
-                n += snprintf(cause + n, sizeof(cause) - (size_t)n, " %d", i);
-                first = first < 0 ? i : first;
-            }
-        }
-        /* The nodes that never joined failed the job: the first is the record's node. */
-        leader_fail(
-            l, 124, "failed", false,
-            leader_classed(leader_failure_new(cause, -1, first, "", 0, 0, ""), FAILURE_NODE));
-        leader_finish(l);
-    }
-    /* The time limit is the leader's to keep too: gpurun --local's deadline dies with
-     * gpurun. On Slurm, Slurm ends the job at its limit and records TIMEOUT (what a requeue
-     * decides on): the leader's deadline is then only a backstop, LIMIT_BACKSTOP_MS later. */
-    if ((l->state == JOB_JOINING || l->state == JOB_RUNNING) && l->spec->time_limit_s > 0 &&
-        now - l->t_limit0 >=
-            (int64_t)l->spec->time_limit_s * 1000 + (l->spec->loopback ? 0 : LIMIT_BACKSTOP_MS)) {
-        leader_fail(l, 124, "timeout", false,
-                    leader_failure_new(leader_timeout_cause(l), -1, -1, "", 0, 0, ""));
-        leader_check_end(l);
-    }
+    check_deadlines(l, now);
     leader_check_hang(l, now);
     leader_check_stragglers(l, now);
     leader_poll_preempt(l, now);
@@ -533,15 +541,12 @@ static int write_endpoint(struct leader *l)
     return fs_write_atomic(path, text, (size_t)n, 0600);
 }
 
-int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader **out)
+/* The leader's state from its config: its nodes (the job's, then the spares, each serving
+ * its own slot), the store and the records; -ENOMEM. */
+static int leader_init(struct leader *l, uv_loop_t *loop, const struct leader_config *cfg)
 {
-    struct sockaddr_storage ss;
-    int len = sizeof(ss), ret;
-    struct leader *l = calloc(1, sizeof(*l));
     struct rlimit rl;
 
-    if (!l)
-        return -ENOMEM;
     l->loop = loop;
     l->spec = cfg->spec;
     l->key = *cfg->key;
@@ -572,10 +577,43 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
     l->requeues = cfg->requeues;
     l->segments = leader_segments_load(cfg->job_dir, cfg->requeues);
     if (!l->nodes || !l->slot_node || !l->swaps || !l->store || !l->barriers || !l->failures ||
-        !l->segments) {
-        ret = -ENOMEM;
+        !l->segments)
+        return -ENOMEM;
+    return 0;
+}
+
+/* The accepts' check, the tick and the heartbeats. */
+static void start_timers(struct leader *l)
+{
+    uv_check_init(l->loop, &l->accept_check);
+    l->accept_check.data = l;
+    l->handles_open++;
+    uv_check_start(&l->accept_check, accept_next);
+    /* It runs every turn, but is no reason for the loop to keep turning. */
+    uv_unref((uv_handle_t *)&l->accept_check);
+    uv_timer_init(l->loop, &l->tick);
+    l->tick.data = l;
+    l->handles_open++;
+    stall_init(&l->stall, TICK_MS, now_ms(l));
+    uv_timer_start(&l->tick, on_tick, TICK_MS, TICK_MS);
+    uv_timer_init(l->loop, &l->hb);
+    l->hb.data = l;
+    l->handles_open++;
+    uv_timer_start(&l->hb, on_heartbeat, (uint64_t)l->spec->hb_interval_ms,
+                   (uint64_t)l->spec->hb_interval_ms);
+}
+
+int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader **out)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss), ret;
+    struct leader *l = calloc(1, sizeof(*l));
+
+    if (!l)
+        return -ENOMEM;
+    ret = leader_init(l, loop, cfg);
+    if (ret < 0)
         goto fail;
-    }
     if (uv_ip4_addr(cfg->bind_addr, 0, (struct sockaddr_in *)&ss) < 0 &&
         uv_ip6_addr(cfg->bind_addr, 0, (struct sockaddr_in6 *)&ss) < 0) {
         log_error("cannot listen on '%s': not a numeric address", cfg->bind_addr);
@@ -612,22 +650,7 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
         log_error("cannot write '%s/endpoint.json': %s", l->job_dir, strerror(-ret));
         goto fail_close;
     }
-    uv_check_init(loop, &l->accept_check);
-    l->accept_check.data = l;
-    l->handles_open++;
-    uv_check_start(&l->accept_check, accept_next);
-    /* It runs every turn, but is no reason for the loop to keep turning. */
-    uv_unref((uv_handle_t *)&l->accept_check);
-    uv_timer_init(loop, &l->tick);
-    l->tick.data = l;
-    l->handles_open++;
-    stall_init(&l->stall, TICK_MS, now_ms(l));
-    uv_timer_start(&l->tick, on_tick, TICK_MS, TICK_MS);
-    uv_timer_init(loop, &l->hb);
-    l->hb.data = l;
-    l->handles_open++;
-    uv_timer_start(&l->hb, on_heartbeat, (uint64_t)l->spec->hb_interval_ms,
-                   (uint64_t)l->spec->hb_interval_ms);
+    start_timers(l);
     log_info("leader listening on %s:%d (advertised %s), MASTER_PORT %d, horovod rendezvous %d",
              cfg->bind_addr, l->port, l->advertise, l->master_port, hvd_server_port(l->hvd));
     *out = l;

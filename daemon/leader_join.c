@@ -129,9 +129,32 @@ static void preflight_verdict(struct leader *l)
     }
     snprintf(cause, sizeof(cause), "pre-flight failed on %d of %d nodes; node %d ('%.64s'): %s",
              bad, l->nphys, first, l->nodes[first].hostname, l->nodes[first].preflight);
-    leader_fail(l, 125, "failed", false,
-         leader_classed(leader_failure_new(cause, -1, first, l->nodes[first].hostname, 0, 0, ""),
-                        FAILURE_NODE));
+    leader_fail(
+        l, 125, "failed", false,
+        leader_classed(leader_failure_new(cause, -1, first, l->nodes[first].hostname, 0, 0, ""),
+                       FAILURE_NODE));
+    leader_check_end(l);
+}
+
+/* Slot s's node failed pre-flight and no spare can serve it (or it is node 0): the job ends
+ * on it; the others that failed are said here, once. */
+static void preflight_unserved(struct leader *l, int s)
+{
+    int bad = l->slot_node[s];
+    const struct node *b = &l->nodes[bad];
+    char cause[400];
+
+    for (int t = s + 1; t < l->spec->nnodes; t++) {
+        const struct node *o = &l->nodes[l->slot_node[t]];
+        if (o->preflight[0])
+            log_warn("node %d ('%s') failed pre-flight: %s", l->slot_node[t], o->hostname,
+                     o->preflight);
+    }
+    snprintf(cause, sizeof(cause), "node %d ('%.64s') failed pre-flight: %s", bad, b->hostname,
+             b->preflight);
+    leader_fail(
+        l, 125, "failed", false,
+        leader_classed(leader_failure_new(cause, -1, bad, b->hostname, 0, 0, ""), FAILURE_NODE));
     leader_check_end(l);
 }
 
@@ -186,22 +209,7 @@ static bool preflight_swaps(struct leader *l)
     free(nodes);
     free(plan);
     if (nswaps < 0) {
-        /* The job ends on the first node no spare can serve; the others that failed are said
-         * here, once. */
-        int s = -1 - nswaps, bad = l->slot_node[s];
-        const struct node *b = &l->nodes[bad];
-        for (int t = s + 1; t < l->spec->nnodes; t++) {
-            const struct node *o = &l->nodes[l->slot_node[t]];
-            if (o->preflight[0])
-                log_warn("node %d ('%s') failed pre-flight: %s", l->slot_node[t], o->hostname,
-                         o->preflight);
-        }
-        snprintf(cause, sizeof(cause), "node %d ('%.64s') failed pre-flight: %s", bad, b->hostname,
-                 b->preflight);
-        leader_fail(l, 125, "failed", false,
-                    leader_classed(leader_failure_new(cause, -1, bad, b->hostname, 0, 0, ""),
-                                   FAILURE_NODE));
-        leader_check_end(l);
+        preflight_unserved(l, -1 - nswaps);
         return false;
     }
     return true;
@@ -224,8 +232,8 @@ static void assign_all(struct leader *l)
     hvd = leader_hvd_layout(l);
     if (!l->ranks || !l->hang_signs || hvd < 0) {
         leader_fail(l, 125, "failed", false,
-             leader_classed(leader_failure_new("leader out of memory", -1, 0, "", 0, 0, ""),
-                            FAILURE_NODE));
+                    leader_classed(leader_failure_new("leader out of memory", -1, 0, "", 0, 0, ""),
+                                   FAILURE_NODE));
         return;
     }
     for (int r = 0; r < base; r++) {
@@ -328,8 +336,8 @@ void leader_evict_pending(struct leader *l)
     if (!q)
         return;
     for (; c && n < l->npending; c = c->qnext)
-        q[n++] = (struct admit_conn){.proved = c->peer.ready || c->peer.closing,
-                                     .heard = c->peer.heard};
+        q[n++] =
+            (struct admit_conn){.proved = c->peer.ready || c->peer.closing, .heard = c->peer.heard};
     v = admit_victim(q, n);
     free(q);
     if (v < 0)

@@ -142,15 +142,14 @@ void leader_swap(struct leader *l, const struct spares_swap *w, int generation, 
     n->slot = w->slot;
     n->rank_base = w->slot * l->spec->nprocs;
     l->slot_node[w->slot] = w->spare;
-    log_warn("node %d ('%s') fenced: %s; spare node %d ('%s') took its place", w->node,
-             b->hostname, why, w->spare, n->hostname);
+    log_warn("node %d ('%s') fenced: %s; spare node %d ('%s') took its place", w->node, b->hostname,
+             why, w->spare, n->hostname);
     json_array_append_new(l->swaps,
-                          json_pack("{s:i, s:i, s:s, s:i, s:s, s:s, s:I}", "generation",
-                                    generation, "node", w->node, "hostname", b->hostname, "spare",
-                                    w->spare, "spare_hostname", n->hostname, "cause", cause,
-                                    "at_ms", (json_int_t)(now_ms(l) - l->t_start)));
+                          json_pack("{s:i, s:i, s:s, s:i, s:s, s:s, s:I}", "generation", generation,
+                                    "node", w->node, "hostname", b->hostname, "spare", w->spare,
+                                    "spare_hostname", n->hostname, "cause", cause, "at_ms",
+                                    (json_int_t)(now_ms(l) - l->t_start)));
 }
-
 
 /* The node a failure of the node's own (FAILURE_NODE) names, or the node of the rank a hang
  * was traced to (FAILURE_HANG), if it serves the job and is not node 0 (the leader's own,
@@ -313,7 +312,6 @@ static bool all_nodes_done(const struct leader *l)
     return true;
 }
 
-
 /* Drops what the ranks' records own (stacks, recorded exceptions). */
 static void ranks_release(struct leader *l)
 {
@@ -323,7 +321,6 @@ static void ranks_release(struct leader *l)
         l->ranks[r].stack = l->ranks[r].error = NULL;
     }
 }
-
 
 bool leader_spares_cover(const struct leader *l, const json_t *failure)
 {
@@ -459,8 +456,8 @@ static void restart(struct leader *l)
     l->hist_n = l->hist_next = 0;
     if (!l->store) {
         leader_fail(l, 125, "failed", false,
-             leader_classed(leader_failure_new("leader out of memory", -1, 0, "", 0, 0, ""),
-                            FAILURE_NODE));
+                    leader_classed(leader_failure_new("leader out of memory", -1, 0, "", 0, 0, ""),
+                                   FAILURE_NODE));
         return;
     }
     leader_send_assign(l);
@@ -484,7 +481,8 @@ static void restart_later(struct leader *l)
 
     if (l->restart_at && leader_at_time_limit(l)) {
         leader_abandon_restart(l);
-        leader_fail(l, 124, "timeout", false, leader_failure_new(leader_timeout_cause(l), -1, -1, "", 0, 0, ""));
+        leader_fail(l, 124, "timeout", false,
+                    leader_failure_new(leader_timeout_cause(l), -1, -1, "", 0, 0, ""));
         return;
     }
     if (l->restart_at && now_ms(l) >= l->restart_at) {

@@ -246,9 +246,10 @@ void leader_check_hang(struct leader *l, int64_t now)
         hang_reports_cause(l, &job, &v, now, cause, sizeof(cause));
     node = node_of(l, v.rank);
     l->abort_stacks = true;
-    leader_fail(l, 124, "hung", leader_restart_on(l, FAILURE_HANG),
-         leader_classed(leader_failure_new(cause, v.rank, node, l->nodes[node].hostname, 0, 0, ""),
-                        FAILURE_HANG));
+    leader_fail(
+        l, 124, "hung", leader_restart_on(l, FAILURE_HANG),
+        leader_classed(leader_failure_new(cause, v.rank, node, l->nodes[node].hostname, 0, 0, ""),
+                       FAILURE_HANG));
 }
 
 void leader_check_all_lost(struct leader *l, int64_t now)
@@ -287,6 +288,6 @@ void leader_check_all_lost(struct leader *l, int64_t now)
     if (n > 0 && (size_t)n < sizeof(cause) - 2)
         snprintf(cause + n, sizeof(cause) - (size_t)n, ")");
     leader_fail(l, 125, "failed", false,
-         leader_classed(leader_failure_new(cause, -1, 0, l->nodes[0].hostname, 0, 0, ""),
-                        FAILURE_NODE));
+                leader_classed(leader_failure_new(cause, -1, 0, l->nodes[0].hostname, 0, 0, ""),
+                               FAILURE_NODE));
 }
