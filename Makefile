@@ -44,7 +44,10 @@ obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
 
 LIB_A      := $(BUILD)/libgpurun.a
 GR_A       := $(BUILD)/libgr.a
-GR_SONAME  := libgr.so.0
+# The rank library's ABI: the soname's number and lib/rank/libgr.map's version node (LIBGR_1)
+# go up together, when a program built for the old library cannot run on the new one (1:
+# struct gr_progress gained its size; lib/rank/gr.h says why).
+GR_SONAME  := libgr.so.1
 GR_SO      := $(BUILD)/$(GR_SONAME)
 RENDEZVOUSD:= $(BUILD)/rendezvousd
 GPURUN     := $(BUILD)/gpurun

@@ -961,16 +961,16 @@ static int train(struct run *r)
         }
         last_loss = s.loss;
         if (r->g) {
-            struct gr_progress p = {
-                .step = (int64_t)s.step,
-                .loss = s.loss,
-                .lr = s.lr,
-                /* This rank's share: gpurun status adds the ranks' up. */
-                .tokens_per_s = s.tokens_per_s / r->world,
-                .grad_norm = s.grad_norm,
-                .total_steps = r->cfg.steps,
-                .step_time = own,
-            };
+            struct gr_progress p = GR_PROGRESS_INIT;
+
+            p.step = (int64_t)s.step;
+            p.loss = s.loss;
+            p.lr = s.lr;
+            /* This rank's share: gpurun status adds the ranks' up. */
+            p.tokens_per_s = s.tokens_per_s / r->world;
+            p.grad_norm = s.grad_norm;
+            p.total_steps = r->cfg.steps;
+            p.step_time = own;
             gr_report(r->g, &p);
         }
         if (r->rank == 0) {

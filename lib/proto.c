@@ -40,19 +40,21 @@ struct proto_row {
         k, kind, true, offsetof(struct msg, member)                                                \
     }
 
-/* The progress record's keys (struct proto_progress), the one list: its kind, whether a report
- * must have it, its member. The report's row and proto_progress_pack/unpack are made from it. */
-#define PROGRESS_FIELDS(X)                                                                         \
-    X("step", 'I', true, step)                                                                     \
-    X("loss", 'F', false, loss)                                                                    \
-    X("lr", 'F', false, lr)                                                                        \
-    X("tokens_per_s", 'F', false, tokens_per_s)                                                    \
-    X("grad_norm", 'F', false, grad_norm)                                                          \
-    X("total_steps", 'I', false, total_steps)                                                      \
-    X("step_time", 'F', false, step_time)
-#define REPORT_FIELD(k, kind, req, member) {k, kind, !(req), offsetof(struct msg, progress.member)},
-#define RECORD_FIELD(k, kind, req, member)                                                         \
+/* The progress record's fields (PROGRESS_FIELDS, proto.h): the report's row, and the table
+ * proto_progress_pack/unpack walk. */
+#define REPORT_FIELD(k, kind, req, member, range)                                                  \
+    {k, kind, !(req), offsetof(struct msg, progress.member)},
+#define RECORD_FIELD(k, kind, req, member, range)                                                  \
     {k, kind, !(req), offsetof(struct proto_progress, member)},
+/* Every member of struct proto_progress has its line, of its type. */
+#define KIND_OF(x) _Generic((x), json_int_t : 'I', double : 'F')
+#define RECORD_KIND(k, kind, req, member, range)                                                   \
+    _Static_assert(KIND_OF(((struct proto_progress *)0)->member) == (kind),                        \
+                   "proto_progress." #member " is not of the kind PROGRESS_FIELDS says");
+#define RECORD_SIZE(k, kind, req, member, range) +sizeof(((struct proto_progress *)0)->member)
+PROGRESS_FIELDS(RECORD_KIND)
+_Static_assert(0 PROGRESS_FIELDS(RECORD_SIZE) == sizeof(struct proto_progress),
+               "struct proto_progress has a member that PROGRESS_FIELDS does not list");
 
 static const struct field progress_fields[] = {PROGRESS_FIELDS(RECORD_FIELD)};
 #define N_PROGRESS_FIELDS (sizeof(progress_fields) / sizeof(progress_fields[0]))
@@ -565,6 +567,13 @@ void proto_set_number(json_t *o, const char *key, double v)
 {
     if (o && isfinite(v))
         json_object_set_new(o, key, json_real(v));
+}
+
+bool proto_progress_in_range(double v, enum proto_progress_range r)
+{
+    if (!isfinite(v))
+        return false;
+    return r == PROGRESS_ANY || (r == PROGRESS_NONNEG && v >= 0) || (r == PROGRESS_POS && v > 0);
 }
 
 void proto_progress_init(struct proto_progress *p)

@@ -45,13 +45,9 @@
  * barrier       rank->agent       id, name
  *               agent->leader     id, name, count (how many ranks of that node arrived)
  * barrier_done  leader->agent     name: every rank of the world has arrived
- * report        rank->agent       a progress record (struct proto_progress below): step,
- *                                 loss, lr, tokens_per_s, grad_norm (each optional:
- *                                 absent is unknown, as a NaN is, which JSON cannot say),
- *                                 total_steps (optional: the step count the run aims at,
- *                                 for the progress bar and ETA; 0 or absent: unknown),
- *                                 step_time (optional: seconds of the step's own work,
- *                                 without waiting on the other ranks: the stragglers rule)
+ * report        rank->agent       a progress record: the keys of PROGRESS_FIELDS below,
+ *                                 step required, every other optional (absent is
+ *                                 unknown, as a NaN is, which JSON cannot say)
  * progress      agent->leader     ranks [{rank, age_ms, and the rank's progress record}]
  *                                 (the numbers only where the rank gave them; age_ms: how
  *                                 long before this frame the rank's last report reached
@@ -151,10 +147,8 @@ enum msg_type {
  * zero/NULL; optional ones too. */
 /* A rank's progress: what it reports (gpurun.report, gr_report) and what every link carries
  * on: the report message, each entry of a progress message, each rank of the status view and
- * of summary.json. lib/proto.c's one list of its keys (PROGRESS_FIELDS) makes the report's
- * row and proto_progress_pack/unpack: a new field is a member here and a line there. A
- * number the rank did not give is NAN (left out of JSON: unknown, not 0); total_steps 0:
- * unknown. */
+ * of summary.json. A number the rank did not give is NAN (left out of JSON: unknown, not 0);
+ * total_steps 0: unknown. */
 struct proto_progress {
     json_int_t step;        /* the step just done (required in a report) */
     json_int_t total_steps; /* the steps the run aims at, for the bar and the ETA */
@@ -162,6 +156,37 @@ struct proto_progress {
     double step_time; /* seconds of the step's own work, without waiting on the other ranks:
                        * the stragglers rule */
 };
+
+/* The values a progress field can have, as a rank's library checks them before sending (the
+ * wire takes any number, and any integer not negative): a number out of its range is left
+ * out of the report as unknown, an integer out of it is refused. */
+enum proto_progress_range {
+    PROGRESS_ANY,    /* any finite number: a loss, a learning rate */
+    PROGRESS_NONNEG, /* 0 or more: a count, a rate, a norm */
+    PROGRESS_POS,    /* more than 0: a duration, where 0 is unknown */
+};
+
+/* The progress record's keys, the one list: X(key, kind, required, member, range) for each,
+ * kind 'I' (a json_int_t member, an integer on the wire) or 'F' (a double, a number),
+ * required whether a report must have it. Made from it: the report's row and
+ * proto_progress_pack/unpack (lib/proto.c), and the rank library's gr_report (lib/rank/gr.c),
+ * which reads each field from gr.h's struct gr_progress by the same member name. The Python
+ * package's report() keeps a copy that tests/python/test_gpurun.py holds to this one.
+ *
+ * A new field is a member of struct proto_progress and a line here; a member at the end of
+ * struct gr_progress, unknown in GR_PROGRESS_INIT (lib/rank/gr.h); a keyword of report() and
+ * a line in its copy (lib/rank/python/gpurun/__init__.py). Then status and summary.json carry
+ * it, and client/view.c shows it where it should be seen. The compiler refuses a member of
+ * either struct without its line, or of a type its kind does not say; the report tests
+ * (test_gr.c, test_gpurun.py) fail until every key of the list reaches the wire. */
+#define PROGRESS_FIELDS(X)                                                                         \
+    X("step", 'I', true, step, PROGRESS_NONNEG)                                                    \
+    X("loss", 'F', false, loss, PROGRESS_ANY)                                                      \
+    X("lr", 'F', false, lr, PROGRESS_ANY)                                                          \
+    X("tokens_per_s", 'F', false, tokens_per_s, PROGRESS_NONNEG)                                   \
+    X("grad_norm", 'F', false, grad_norm, PROGRESS_NONNEG)                                         \
+    X("total_steps", 'I', false, total_steps, PROGRESS_NONNEG)                                     \
+    X("step_time", 'F', false, step_time, PROGRESS_POS)
 
 struct msg {
     enum msg_type type;
@@ -237,6 +262,10 @@ const char *proto_type_name(enum msg_type t);
 /* Sets key to v in object o when v is finite; one that is not (NAN: not known) is left out,
  * as JSON has no NaN. */
 void proto_set_number(json_t *o, const char *key, double v);
+
+/* Whether v is a value of range r (finite, and for PROGRESS_NONNEG 0 or more, for
+ * PROGRESS_POS more than 0). */
+bool proto_progress_in_range(double v, enum proto_progress_range r);
 
 /* A record with nothing known: step 0, total_steps 0, every number NAN. */
 void proto_progress_init(struct proto_progress *p);

@@ -704,7 +704,7 @@ TEST(gr_agent_dies)
     CHECK_EQ(gr_kv_put(g, "k", "v", 1), -ECONNRESET);
     CHECK_CONTAINS(gr_strerror(g), "closed the connection");
     CHECK_EQ(gr_kv_put(g, "k", "v", 1), -ECONNRESET);
-    CHECK_EQ(gr_report(g, &(struct gr_progress){.step = 1}), -ECONNRESET);
+    CHECK_EQ(gr_report(g, &(struct gr_progress)GR_PROGRESS_INIT), -ECONNRESET);
     CHECK_EQ(gr_finalize(g), -ECONNRESET);
 
     g = start();
@@ -844,9 +844,19 @@ TEST(gr_barrier_timeout)
     peer_wait(pid);
 }
 
+/* The keys of a report message besides "type": n of them, each one of PROGRESS_FIELDS'. */
+static void check_report_keys(struct msg *m, size_t n)
+{
+    json_t *o = proto_msg_json(m);
+
+    CHECK(o != NULL);
+    CHECK_EQ(json_object_size(o), n + 1);
+}
+
 static void peer_report(struct conn *c, int i)
 {
     struct msg m;
+    json_t *o;
 
     (void)i;
     conn_hello(c);
@@ -855,11 +865,20 @@ static void peer_report(struct conn *c, int i)
     /* What is not finite is left out: read back as NAN, not known. */
     CHECK(isnan(m.progress.loss) && isnan(m.progress.lr) && isnan(m.progress.grad_norm));
     CHECK(m.progress.tokens_per_s == 1234.5);
+    /* step, total_steps (0: unknown) and tokens_per_s. */
+    check_report_keys(&m, 3);
     proto_msg_release(&m);
+    /* Every field known: every key of the list, each with its value. */
     conn_expect(c, &m, MSG_REPORT);
+    o = proto_msg_json(&m);
+#define HAS_KEY(k, kind, req, member, range) CHECK(json_object_get(o, k) != NULL);
+    PROGRESS_FIELDS(HAS_KEY)
+#define COUNT_KEY(k, kind, req, member, range) +1
+    check_report_keys(&m, 0 PROGRESS_FIELDS(COUNT_KEY));
     CHECK_EQ(m.progress.step, 2);
+    CHECK_EQ(m.progress.total_steps, 100);
     CHECK(m.progress.loss == 2.5 && m.progress.lr == 3e-4 && m.progress.grad_norm == 0.75 &&
-          m.progress.tokens_per_s == 0);
+          m.progress.tokens_per_s == 0 && m.progress.step_time == 0.5);
     proto_msg_release(&m);
     /* A negative rate, norm or step time is left out, as Python's report() does; a negative
      * loss or lr is a value. */
@@ -869,7 +888,20 @@ static void peer_report(struct conn *c, int i)
     CHECK(isnan(m.progress.tokens_per_s) && isnan(m.progress.grad_norm) &&
           isnan(m.progress.step_time));
     proto_msg_release(&m);
-    /* No answers to reports: the next thing is the finalize. */
+    /* A step time of 0 is unknown too. */
+    conn_expect(c, &m, MSG_REPORT);
+    CHECK_EQ(m.progress.step, 4);
+    CHECK(isnan(m.progress.step_time));
+    check_report_keys(&m, 2);
+    proto_msg_release(&m);
+    /* A caller built with a longer struct: the fields this library knows, and no other (the
+     * decoder refuses a key it does not know). */
+    conn_expect(c, &m, MSG_REPORT);
+    CHECK_EQ(m.progress.step, 5);
+    CHECK(m.progress.loss == 1.25);
+    check_report_keys(&m, 3);
+    proto_msg_release(&m);
+    /* The refused reports sent nothing: the next thing is the finalize. */
     conn_finalize(c);
 }
 
@@ -877,18 +909,60 @@ TEST(gr_report_fields)
 {
     pid_t pid = peer_start(peer_report, 1);
     struct gr *g = start();
-    struct gr_progress p = {1LL << 40, NAN, INFINITY, 1234.5, -INFINITY};
+    struct gr_progress p = GR_PROGRESS_INIT;
+    struct {
+        struct gr_progress p;
+        double later; /* a field of a later gr.h */
+    } longer = {GR_PROGRESS_INIT, 7.5};
 
+    p.step = 1LL << 40;
+    p.lr = INFINITY;
+    p.tokens_per_s = 1234.5;
+    p.grad_norm = -INFINITY;
     CHECK_EQ(gr_report(g, &p), 0);
-    p = (struct gr_progress){2, 2.5, 3e-4, 0, 0.75};
+    p = (struct gr_progress)GR_PROGRESS_INIT;
+    p.step = 2;
+    p.loss = 2.5;
+    p.lr = 3e-4;
+    p.tokens_per_s = 0;
+    p.grad_norm = 0.75;
+    p.total_steps = 100;
+    p.step_time = 0.5;
     CHECK_EQ(gr_report(g, &p), 0);
-    p = (struct gr_progress){.step = 3,
-                             .loss = -1.5,
-                             .lr = -1e-4,
-                             .tokens_per_s = -5,
-                             .grad_norm = -0.5,
-                             .step_time = -0.25};
+    p = (struct gr_progress)GR_PROGRESS_INIT;
+    p.step = 3;
+    p.loss = -1.5;
+    p.lr = -1e-4;
+    p.tokens_per_s = -5;
+    p.grad_norm = -0.5;
+    p.step_time = -0.25;
     CHECK_EQ(gr_report(g, &p), 0);
+    p = (struct gr_progress)GR_PROGRESS_INIT;
+    p.step = 4;
+    p.step_time = 0;
+    CHECK_EQ(gr_report(g, &p), 0);
+    longer.p.size = sizeof(longer);
+    longer.p.step = 5;
+    longer.p.loss = 1.25;
+    CHECK_EQ(gr_report(g, &longer.p), 0);
+
+    /* Refused before anything is sent: a struct without its size (zeroed, or of a layout
+     * before the first), a negative step or total_steps. The link stays usable. */
+    memset(&p, 0, sizeof(p));
+    p.step = 6;
+    CHECK_EQ(gr_report(g, &p), -EINVAL);
+    CHECK_CONTAINS(gr_strerror(g), "size 0, under its first layout's");
+    CHECK_CONTAINS(gr_strerror(g), "GR_PROGRESS_INIT");
+    p.size = GR_PROGRESS_SIZE_1 - 1;
+    CHECK_EQ(gr_report(g, &p), -EINVAL);
+    p = (struct gr_progress)GR_PROGRESS_INIT;
+    p.step = -1;
+    CHECK_EQ(gr_report(g, &p), -EINVAL);
+    CHECK_CONTAINS(gr_strerror(g), "report: step -1 is out of its range");
+    p.step = 6;
+    p.total_steps = -2;
+    CHECK_EQ(gr_report(g, &p), -EINVAL);
+    CHECK_CONTAINS(gr_strerror(g), "total_steps -2");
     CHECK_EQ(gr_finalize(g), 0);
     peer_wait(pid);
 }

@@ -29,6 +29,32 @@ _Static_assert(GR_KEY_MAX == PROTO_KEY_MAX, "gr.h and proto.h disagree on the ke
 _Static_assert(GR_NAME_MAX == PROTO_NAME_MAX, "gr.h and proto.h disagree on the name limit");
 _Static_assert(GR_VALUE_MAX == PROTO_VALUE_MAX / 4 * 3, "GR_VALUE_MAX must encode to the limit");
 
+/* gr.h's struct gr_progress, read by lib/proto.h's list of the progress record's fields: each
+ * key from the member of its name, whose type the compiler holds to the key's kind; every
+ * member but size has its line. */
+struct gr_field {
+    const char *key;
+    char kind; /* 'I': an int64_t; 'F': a double */
+    enum proto_progress_range range;
+    size_t off, len; /* where the member is in the struct */
+};
+#define GR_FIELD(k, kind, req, member, range)                                                      \
+    {k, kind, range, offsetof(struct gr_progress, member),                                         \
+     sizeof(((struct gr_progress *)0)->member)},
+static const struct gr_field gr_fields[] = {PROGRESS_FIELDS(GR_FIELD)};
+#define GR_N_FIELDS (sizeof(gr_fields) / sizeof(gr_fields[0]))
+
+#define GR_KIND_OF(x) _Generic((x), int64_t : 'I', double : 'F')
+#define GR_KIND(k, kind, req, member, range)                                                       \
+    _Static_assert(GR_KIND_OF(((struct gr_progress *)0)->member) == (kind),                        \
+                   "gr_progress." #member " is not of the kind PROGRESS_FIELDS says");
+#define GR_SIZE(k, kind, req, member, range) +sizeof(((struct gr_progress *)0)->member)
+PROGRESS_FIELDS(GR_KIND)
+/* size, then step, then the others: none that the list lacks. */
+_Static_assert(offsetof(struct gr_progress, step)
+                       PROGRESS_FIELDS(GR_SIZE) == sizeof(struct gr_progress),
+               "gr.h's struct gr_progress has a member that PROGRESS_FIELDS does not list");
+
 /* How long a request that waits for nobody (hello, kv_put, kv_del, finalize) may go
  * unanswered before the agent is taken for stuck. The agent answers these from memory or
  * after one round trip to the leader; two minutes covers a leader busy with thousands of
@@ -714,26 +740,57 @@ int gr_barrier(struct gr *g, const char *name, int timeout_ms)
 int gr_report(struct gr *g, const struct gr_progress *p)
 {
     json_t *req;
+    size_t i;
 
     if (g->dead)
         return g->dead;
+    if (p->size < GR_PROGRESS_SIZE_1)
+        return errmsg_set(&g->err, -EINVAL,
+                          "report: struct gr_progress of size %zu, under its first layout's %zu "
+                          "(made without GR_PROGRESS_INIT?)",
+                          p->size, (size_t)GR_PROGRESS_SIZE_1);
+    for (i = 0; i < GR_N_FIELDS; i++) {
+        const struct gr_field *f = &gr_fields[i];
+        int64_t v;
+
+        if (f->kind != 'I' || f->off + f->len > p->size)
+            continue;
+        memcpy(&v, (const char *)p + f->off, sizeof(v));
+        if (!proto_progress_in_range((double)v, f->range))
+            return errmsg_set(&g->err, -EINVAL, "report: %s %lld is out of its range (%s)", f->key,
+                              (long long)v, f->range == PROGRESS_POS ? "above 0" : "0 or more");
+    }
     /* Under PMIx there is no agent to tell. */
     if (g->px)
         return 0;
-    if (p->total_steps < 0)
-        return errmsg_set(&g->err, -EINVAL, "report: total_steps %lld is negative",
-                          (long long)p->total_steps);
-    req = proto_pack("{s:s, s:I, s:I}", "type", "report", "step", (json_int_t)p->step,
-                     "total_steps", (json_int_t)p->total_steps);
-    proto_set_number(req, "loss", p->loss);
-    proto_set_number(req, "lr", p->lr);
-    /* A rate or a norm below 0 is no value status should show: left out, as in Python. */
-    if (!(p->tokens_per_s < 0))
-        proto_set_number(req, "tokens_per_s", p->tokens_per_s);
-    if (!(p->grad_norm < 0))
-        proto_set_number(req, "grad_norm", p->grad_norm);
-    if (p->step_time > 0)
-        proto_set_number(req, "step_time", p->step_time);
+    req = json_pack("{s:s}", "type", "report");
+    /* A field past the caller's struct is unknown, as is a number out of its range: left out
+     * (a rate or a norm below 0 too, as in Python). */
+    for (i = 0; req && i < GR_N_FIELDS; i++) {
+        const struct gr_field *f = &gr_fields[i];
+        const char *x = (const char *)p + f->off;
+        json_t *v = NULL;
+
+        if (f->off + f->len > p->size)
+            continue;
+        if (f->kind == 'I') {
+            int64_t n;
+
+            memcpy(&n, x, sizeof(n));
+            v = json_integer((json_int_t)n);
+        } else {
+            double d;
+
+            memcpy(&d, x, sizeof(d));
+            if (!proto_progress_in_range(d, f->range))
+                continue;
+            v = json_real(d);
+        }
+        if (!v || json_object_set_new(req, f->key, v) < 0) {
+            json_decref(req);
+            req = NULL;
+        }
+    }
     if (!req)
         return errmsg_set(&g->err, -ENOMEM, "report: cannot build the message");
     return send_msg(g, req, "report");

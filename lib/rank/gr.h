@@ -31,12 +31,14 @@
  *   Fine for the keys of a start-up, not a store for heavy use.
  * - Barrier names are not compared: ranks must call barriers in the same order. A barrier
  *   given up on (-ETIMEDOUT) stays counted, and the next barrier first waits for it.
- * - gr_report does nothing (there is no agent to tell) and returns 0.
+ * - gr_report checks its argument, then does nothing (there is no agent to tell) and
+ *   returns 0.
  * - Errors: -ECONNREFUSED from gr_init when the PMIx server cannot be reached; -EIO when PMIx
  *   refuses a put or a fence. */
 #ifndef GPURUN_GR_H
 #define GPURUN_GR_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,17 +51,51 @@
 
 struct gr;
 
-/* Progress of one training step, as gpurun status shows it. */
+/* Progress of one training step, as gpurun status shows it.
+ *
+ * The struct grows: a field is only ever added at its end, and size, its first member, says
+ * how much of it the caller has. GR_PROGRESS_INIT sets size to sizeof(struct gr_progress) as
+ * the caller is built, and every number to unknown; the caller then fills in what it knows:
+ *
+ *     struct gr_progress p = GR_PROGRESS_INIT;
+ *     p.step = step;
+ *     p.loss = loss;
+ *     gr_report(g, &p);
+ *
+ * So a program built with this header runs on a later libgr.so.1 with a longer struct (the
+ * fields past its size are unknown), and one built with a later header runs on this library
+ * (the fields it does not know are not sent). Why a size and not setters on an opaque record:
+ * the struct stays on the caller's stack, a step is reported with one call and no
+ * allocation, and a new field costs no new symbol; the kernel's extensible structs (clone3's,
+ * openat2's) grow the same way.
+ *
+ * libgr.so.0's struct had no size and had already grown once (step_time) without a word to
+ * the library, which therefore cannot tell its two layouts apart; this one is libgr.so.1, and
+ * a program linked with libgr.so.0 never loads it. */
 struct gr_progress {
-    int64_t step; /* the numbers below: NAN where unknown (gr_report) */
-    double loss;
-    double lr;
-    double tokens_per_s;
-    double grad_norm;
+    size_t size;         /* sizeof(struct gr_progress) where the caller was built */
+    int64_t step;        /* the step just done: 0 or more */
+    double loss;         /* the numbers: NAN where unknown */
+    double lr;           /* (loss and lr may be negative) */
+    double tokens_per_s; /* 0 or more */
+    double grad_norm;    /* 0 or more */
     int64_t total_steps; /* the steps the run aims at (progress bar and ETA); 0: unknown */
     double step_time;    /* seconds of the step's own work, without waiting on the other
-                          * ranks: what names a straggler (0 or NAN: unknown) */
+                          * ranks: what names a straggler (more than 0; 0 is unknown too) */
+    /* Fields added later go here (and into GR_PROGRESS_INIT), each saying its version. */
 };
+
+/* The size of the first layout (up to step_time): every libgr.so.1 reads at least this much,
+ * and refuses a smaller size. */
+#define GR_PROGRESS_SIZE_1 (offsetof(struct gr_progress, step_time) + sizeof(double))
+
+/* The initializer of a struct gr_progress: its size set, nothing known (every double NAN,
+ * step and total_steps 0). */
+#define GR_PROGRESS_INIT                                                                           \
+    {                                                                                              \
+        .size = sizeof(struct gr_progress), .step = 0, .loss = NAN, .lr = NAN,                     \
+        .tokens_per_s = NAN, .grad_norm = NAN, .total_steps = 0, .step_time = NAN                  \
+    }
 
 /* Connects to the agent named by the environment and introduces this rank. On success *out
  * is new (the caller ends it with gr_finalize); on failure *out is NULL and gr_strerror(NULL)
@@ -97,10 +133,12 @@ int gr_kv_del(struct gr *g, const char *key);
  * it is skipped, and the ranks that did arrive are not released until the others do. */
 int gr_barrier(struct gr *g, const char *name, int timeout_ms);
 
-/* Sends this rank's progress; the agent forwards it to the leader without blocking and does
- * not answer. A number that is not finite is left out, and status shows it as unknown: give
- * NAN for one the rank does not know (a rank without a loss). So is a negative tokens_per_s,
- * grad_norm or step_time (step_time 0 too), which cannot be; loss and lr may be negative. */
+/* Sends this rank's progress (p is borrowed; see struct gr_progress); the agent forwards it
+ * to the leader without blocking and does not answer. A number not known is left out, and
+ * status shows it as unknown: a double that is not finite (NAN), total_steps 0, a field past
+ * p->size. So is a number that cannot be: a negative tokens_per_s or grad_norm, a step_time
+ * not above 0. Returns -EINVAL, sending nothing, for a p->size under GR_PROGRESS_SIZE_1 (0: a
+ * struct not made with GR_PROGRESS_INIT) or a negative step or total_steps. */
 int gr_report(struct gr *g, const struct gr_progress *p);
 
 /* Asks for the pre-timeout signal: Slurm's warning before the time limit (or gpurun's own,

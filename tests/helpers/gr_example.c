@@ -108,13 +108,13 @@ static void report_steps(struct gr *g, long steps, long step_ms, long stall_rank
             for (;;)
                 pause();
         }
-        struct gr_progress p = {
-            .step = s,
-            .loss = 10.0 / (double)(s + 1),
-            .lr = 3e-4,
-            .tokens_per_s = 1000.0 * (gr_rank(g) + 1),
-            .grad_norm = 1.0,
-        };
+        struct gr_progress p = GR_PROGRESS_INIT;
+
+        p.step = s;
+        p.loss = 10.0 / (double)(s + 1);
+        p.lr = 3e-4;
+        p.tokens_per_s = 1000.0 * (gr_rank(g) + 1);
+        p.grad_norm = 1.0;
         if (step_ms > 0) {
             struct timespec ts = {step_ms / 1000, step_ms % 1000 * 1000000};
             while (nanosleep(&ts, &ts) < 0 && errno == EINTR)

@@ -3,7 +3,8 @@
  * place gr_init reports against the launcher's own variables, a key the last rank puts late
  * read by every rank without a barrier, every rank's key read by every rank, binary, empty
  * and largest values, the errors (missing key, wait that runs out, small buffer, kv_del), a
- * barrier one rank gives up on and the barrier after it. Prints one line per rank,
+ * barrier one rank gives up on and the barrier after it, a report and the refusal of one
+ * without its size. Prints one line per rank,
  * "gr_pmix_check: rank R/W local L node N: ok", and exits 0 when every check passed.
  *
  * usage: gr_pmix_check */
@@ -174,9 +175,12 @@ static void check_store(void)
 
 static void check_barriers(void)
 {
-    struct gr_progress p = {.step = 1, .loss = 2.5};
+    struct gr_progress p = GR_PROGRESS_INIT, unset = {0};
     int64_t t0;
     int ret;
+
+    p.step = 1;
+    p.loss = 2.5;
 
     if (gr_barrier(g, "start", WAIT_MS) < 0)
         die("barrier 'start': %s", gr_strerror(g));
@@ -199,6 +203,10 @@ static void check_barriers(void)
         die("the barrier after 'late': %s", gr_strerror(g));
     if (gr_report(g, &p) < 0)
         die("report: %s", gr_strerror(g));
+    /* Under PMIx a report goes nowhere, but its argument is checked as with an agent. */
+    ret = gr_report(g, &unset);
+    if (ret != -EINVAL)
+        die("a report of a struct without its size gave %d, expected -EINVAL", ret);
 }
 
 int main(void)

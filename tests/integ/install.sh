@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# `make install DESTDIR=... PREFIX=...`, `make uninstall` and `pip install lib/rank/python`: every
-# file lands where it should with its mode (gpurun, rendezvousd, gpurun-train, gr.h, libgr.a,
-# libgr.so, gr.pc, the man pages, bash's completion, the Python package under
-# PREFIX/lib/gpurun/python); libgr.so exports gr.h's functions and nothing else and needs no
-# library libgr.a does not (no libuv, inih, slurm); the man pages are lint-clean (groff -ww)
-# and name the options of their program's help, no more, no fewer (gr(3): gr.h's functions);
-# the completion, sourced in bash, completes subcommands, options and their values, and job
-# ids from the jobs root; `gpurun help`; a C program built with the installed gr.pc (gr(3)'s
-# example) and a Python rank on the installed package in jobs of the installed gpurun; a
-# training job run from an empty dir with nothing of the checkout on PATH; `make uninstall`
-# leaves no file and none of the directories install made; the package that pip installs
-# into a scratch target imports from there, with the version of gpurun/__init__.py (gpurun's
-# own, client/args.h).
+# `make install DESTDIR=... PREFIX=...`, `make uninstall` and `pip install lib/rank/python`:
+# every file lands where it should with its mode (gpurun, rendezvousd, gpurun-train, gr.h,
+# libgr.a, libgr.so, gr.pc, the man pages, bash's completion, the Python package under
+# PREFIX/lib/gpurun/python); libgr.so exports gr.h's functions and nothing else, all of the
+# version node its soname numbers (libgr.so.1: LIBGR_1), and needs no library libgr.a does not
+# (no libuv, inih, slurm); the man pages are lint-clean (groff -ww) and name the options of
+# their program's help, no more, no fewer (gr(3): gr.h's functions); the completion, sourced in
+# bash, completes subcommands, options and their values, and job ids from the jobs root; `gpurun
+# help`; a C program built with the installed gr.pc (gr(3)'s example) and a Python rank on the
+# installed package in jobs of the installed gpurun; a training job run from an empty dir with
+# nothing of the checkout on PATH; `make uninstall` leaves no file and none of the directories
+# install made; the package that pip installs into a scratch target imports from there, with the
+# version of gpurun/__init__.py (gpurun's own, client/args.h).
 # timeout: 240
 set -euo pipefail
 # shellcheck source=local_common.sh
@@ -42,9 +42,9 @@ want_file 755 bin/rendezvousd
 want_file 755 bin/gpurun-train
 want_file 644 include/gr.h
 want_file 644 lib/libgr.a
-want_file 755 lib/libgr.so.0
-[ "$(readlink "$top/lib/libgr.so")" = libgr.so.0 ] ||
-    fail "lib/libgr.so is not a link to libgr.so.0: $(ls -l "$top/lib/libgr.so" 2>&1)"
+want_file 755 lib/libgr.so.1
+[ "$(readlink "$top/lib/libgr.so")" = libgr.so.1 ] ||
+    fail "lib/libgr.so is not a link to libgr.so.1: $(ls -l "$top/lib/libgr.so" 2>&1)"
 want_file 644 lib/pkgconfig/gr.pc
 mans=(man1/gpurun.1 man1/gpurun-train.1 man3/gr.3 man8/rendezvousd.8)
 for m in "${mans[@]}"; do
@@ -58,13 +58,13 @@ for f in "$root"/lib/rank/python/gpurun/*.py; do
     cmp -s "$f" "$top/lib/gpurun/python/gpurun/${f##*/}" || fail "installed ${f##*/} differs"
 done
 extra=$(find "$dest" -type f -o -type l | sed "s|^$top/||" | grep -vE \
-    '^(bin/(gpurun|rendezvousd|gpurun-train)|include/gr\.h|lib/libgr\.(a|so|so\.0)|lib/pkgconfig/gr\.pc|share/man/man(1/gpurun(-train)?\.1|3/gr\.3|8/rendezvousd\.8)|share/bash-completion/completions/gpurun|lib/gpurun/installed-dirs|lib/gpurun/python/gpurun/[a-z_]+\.py)$' ||
+    '^(bin/(gpurun|rendezvousd|gpurun-train)|include/gr\.h|lib/libgr\.(a|so|so\.1)|lib/pkgconfig/gr\.pc|share/man/man(1/gpurun(-train)?\.1|3/gr\.3|8/rendezvousd\.8)|share/bash-completion/completions/gpurun|lib/gpurun/installed-dirs|lib/gpurun/python/gpurun/[a-z_]+\.py)$' ||
     true)
 [ -z "$extra" ] || fail "make install put unexpected files: $extra"
 echo "# make install: $(find "$dest" -type f | wc -l) files under DESTDIR$prefix"
 
 # --- libgr.so: its exports and its needs ------------------------------------------------------
-so=$top/lib/libgr.so.0
+so=$top/lib/libgr.so.1
 api=$(grep -oE '^(int|const char \*)[[:space:]]*gr_[a-z_]+\(' "$top/include/gr.h" |
     grep -oE 'gr_[a-z_]+' | sort)
 [ "$(echo "$api" | wc -l)" -ge 10 ] || fail "found only $(echo "$api" | wc -l) functions in gr.h"
@@ -73,6 +73,14 @@ exports=$(nm -D --defined-only "$so" | awk '$2 == "T" { sub(/@.*/, "", $3); prin
     diff <(echo "$api") <(echo "$exports") | sed 's/^/# /'
     fail "libgr.so's exported functions differ from gr.h's (< gr.h, > libgr.so)"
 }
+# The soname's number and the version node of every export are the same ABI (the Makefile's
+# GR_SONAME, lib/rank/libgr.map).
+soname=$(readelf -d "$so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = libgr.so.1 ] || fail "libgr.so.1's soname is '$soname'"
+nodes=$(nm -D --defined-only "$so" | awk '$2 == "T" { sub(/^[^@]*@@?/, "", $3); print $3 }' |
+    sort -u | paste -sd ' ')
+[ "$nodes" = "LIBGR_${soname##*.}" ] ||
+    fail "libgr.so.1 exports functions of version nodes '$nodes', not LIBGR_${soname##*.} alone"
 others=$(nm -D --defined-only "$so" | awk '$2 != "A" && $3 !~ /^gr_/ { print $3 }')
 [ -z "$others" ] || fail "libgr.so exports symbols that are not gr.h's: $others"
 needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | paste -sd ' ')
@@ -211,7 +219,7 @@ pc() {
 "${CC:-cc}" -std=c11 -Wall -Wextra -Werror -o "$work/crank" "$work/crank.c" \
     $(pc --cflags --libs gr) -Wl,-rpath,"$(pc --variable=libdir gr)" >"$work/out" 2>"$work/err" ||
     fail "cannot build a program with 'pkg-config --cflags --libs gr': $(cat "$work/err")"
-ldd "$work/crank" | grep -F "libgr.so.0 => $top/lib/libgr.so.0" >/dev/null ||
+ldd "$work/crank" | grep -F "libgr.so.1 => $top/lib/libgr.so.1" >/dev/null ||
     fail "the program does not load the installed libgr.so: $(ldd "$work/crank" | grep libgr)"
 
 cat >"$work/pyrank.py" <<'EOF'

@@ -8,9 +8,11 @@ Run: python3 -m unittest discover -s tests/python (with lib/rank/python on PYTHO
 
 import base64
 import builtins
+import inspect
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -380,6 +382,55 @@ class Garbage(Base):
         self.assertEqual(a.conns, [], "a bad environment must not reach the agent")
 
 
+def c_progress_fields():
+    """lib/proto.h's PROGRESS_FIELDS, the list the C side is made from, as report()'s copy
+    spells it: (key, "I" or "F", required, "any", "nonneg" or "pos") per field."""
+    with open(os.path.join(HERE, "..", "..", "lib", "proto.h")) as f:
+        text = f.read()
+    start = text.index("#define PROGRESS_FIELDS(X)")
+    block = []
+    for line in text[start:].splitlines()[1:]:
+        block.append(line)
+        if not line.rstrip().endswith("\\"):
+            break
+    fields = []
+    for line in block:
+        m = re.fullmatch(r"\s*X\(\"(\w+)\", '([IF])', (true|false), (\w+), PROGRESS_(\w+)\)\s*\\?",
+                         line)
+        if not m:
+            raise AssertionError("lib/proto.h: a line of PROGRESS_FIELDS not understood: %r"
+                                 % line)
+        key, kind, required, member, rng = m.groups()
+        if member != key:
+            raise AssertionError("lib/proto.h: key %r is member %r" % (key, member))
+        fields.append((key, kind, required == "true", rng.lower()))
+    return tuple(fields)
+
+
+class ProgressFields(unittest.TestCase):
+    """report() spells the progress fields as the C side does: lib/proto.h's list, which
+    lib/proto.c and lib/rank/gr.c are made from."""
+
+    def test_the_copy_is_the_c_list(self):
+        c = c_progress_fields()
+        self.assertGreaterEqual(len(c), 7)
+        self.assertEqual(gpurun._PROGRESS_FIELDS, c,
+                         "gpurun._PROGRESS_FIELDS differs from lib/proto.h's PROGRESS_FIELDS")
+
+    def test_report_takes_each_field(self):
+        params = inspect.signature(gpurun.report).parameters
+        self.assertEqual(list(params), [f[0] for f in gpurun._PROGRESS_FIELDS
+                                        if f[2]] + [f[0] for f in gpurun._PROGRESS_FIELDS
+                                                    if not f[2]])
+        for key, _, required, _ in gpurun._PROGRESS_FIELDS:
+            kind = params[key].kind
+            if required:
+                self.assertEqual(kind, inspect.Parameter.POSITIONAL_OR_KEYWORD, key)
+            else:
+                self.assertEqual(kind, inspect.Parameter.KEYWORD_ONLY, key)
+                self.assertIsNone(params[key].default, key)
+
+
 class Report(Base):
     def last_report(self):
         self.agent.wait_for(lambda: self.agent.msgs("report"), what="report")
@@ -387,10 +438,14 @@ class Report(Base):
 
     def test_fields(self):
         a = self.start_agent()
-        gpurun.report(7, loss=2.5, lr=3e-4, tokens_per_s=1000, grad_norm=1.25, total_steps=100)
+        gpurun.report(7, loss=2.5, lr=3e-4, tokens_per_s=1000, grad_norm=1.25, total_steps=100,
+                      step_time=0.5)
         got = self.last_report()
         self.assertEqual(got, {"type": "report", "step": 7, "loss": 2.5, "lr": 3e-4,
-                               "tokens_per_s": 1000.0, "grad_norm": 1.25, "total_steps": 100})
+                               "tokens_per_s": 1000.0, "grad_norm": 1.25, "total_steps": 100,
+                               "step_time": 0.5})
+        # Every field given: every key of lib/proto.h's list (ProgressFields below).
+        self.assertEqual(set(got) - {"type"}, {f[0] for f in c_progress_fields()})
         self.assertNotIn("id", got)
         gpurun.report(8)
         a.wait_for(lambda: len(a.msgs("report")) == 2, what="second report")
@@ -403,6 +458,7 @@ class Report(Base):
             self.expect_raises(TypeError, gpurun.report, bad, text="step must be an integer")
         self.expect_raises(TypeError, gpurun.report, 1, total_steps=2.5, text="total_steps")
         self.expect_raises(ValueError, gpurun.report, 1, total_steps=-1, text="negative")
+        self.expect_raises(ValueError, gpurun.report, -1, text="step -1 is negative")
         self.expect_raises(ValueError, gpurun.report, 2**63, text="64-bit range")
         self.expect_raises(TypeError, gpurun.report, 1, loss="0.5", text="loss must be a number")
         self.expect_raises(TypeError, gpurun.report, 1, lr=True, text="lr must be a number")
@@ -455,14 +511,17 @@ class Report(Base):
             line = sys._getframe().f_lineno - 1
             gpurun.report(2, tokens_per_s=-7, grad_norm=-1.0, step_time=-0.25)
             gpurun.report(3, tokens_per_s=0, grad_norm=0, step_time=0.5)
-        a.wait_for(lambda: len(a.msgs("report")) == 3, what="three reports")
-        r1, r2, r3 = a.msgs("report")
+            # A step time of 0 is unknown, as in C: left out without a word.
+            gpurun.report(4, step_time=0)
+        a.wait_for(lambda: len(a.msgs("report")) == 4, what="four reports")
+        r1, r2, r3, r4 = a.msgs("report")
         # A loss (a log-likelihood's) and an lr may be negative: kept.
         self.assertEqual(r1, {"type": "report", "step": 1, "loss": -0.5, "lr": -1e-4,
                               "grad_norm": 1.0})
         self.assertEqual(r2, {"type": "report", "step": 2})
         self.assertEqual(r3, {"type": "report", "step": 3, "tokens_per_s": 0.0,
                               "grad_norm": 0.0, "step_time": 0.5})
+        self.assertEqual(r4, {"type": "report", "step": 4})
         want = ("gpurun.report: test_gpurun.py:%d: tokens_per_s is -5 (negative): not reported\n"
                 "gpurun.report: test_gpurun.py:%d: grad_norm is -1 (negative): not reported\n"
                 "gpurun.report: test_gpurun.py:%d: step_time is -0.25 (negative): not reported\n"

@@ -19,10 +19,11 @@ job_id(), in_job(), from the environment the agent set.
 Progress: report(step, *, loss, lr, tokens_per_s, grad_norm, total_steps, step_time) sends what
 `gpurun status` shows. It never waits for the agent and never raises because of it (a
 report the agent cannot take now is dropped; the next one carries newer numbers). A step
-that is not an integer (a bool, a str, None, a float with a fraction) raises TypeError; a
-number that is None, not finite (a NaN or infinite loss), or negative where it cannot be
-(tokens_per_s, grad_norm, step_time) is left out of the report, as the C library does, and
-status shows it as unknown; each kind of number left out prints one line to stderr per
+that is not an integer (a bool, a str, None, a float with a fraction) raises TypeError, a
+negative step or total_steps ValueError; a number that is None, not finite (a NaN or
+infinite loss), or negative where it cannot be (tokens_per_s, grad_norm, step_time) is left
+out of the report, as the C library does, and status shows it as unknown (a step_time of 0
+too, quietly); each kind of number left out prints one line to stderr per
 process, the first time, naming the caller ("gpurun.report: train.py:42: loss is nan: not
 reported", "... loss is inf: ...", "... tokens_per_s is -5 (negative): not reported").
 
@@ -286,15 +287,29 @@ def _int_arg(name, v):
     return v
 
 
-# The numbers that cannot be negative: a rate, a norm, a duration. A negative one is a bug
-# of the caller's arithmetic, not a value status should show.
-_NON_NEGATIVE = ("tokens_per_s", "grad_norm", "step_time")
+# The progress record's fields: a copy of lib/proto.h's PROGRESS_FIELDS, which the C library
+# reads (tests/python/test_gpurun.py holds the two, and report()'s keywords, to each other).
+# Each: the key, its kind ("I" an integer, "F" a number), whether a report must have it, and
+# its range: "any", "nonneg" (0 or more: a count, a rate, a norm) or "pos" (more than 0: a
+# duration, where 0 is unknown). A number below its range is a bug of the caller's
+# arithmetic, not a value status should show: left out, with a warning; an integer out of its
+# range raises ValueError.
+_PROGRESS_FIELDS = (
+    ("step", "I", True, "nonneg"),
+    ("loss", "F", False, "any"),
+    ("lr", "F", False, "any"),
+    ("tokens_per_s", "F", False, "nonneg"),
+    ("grad_norm", "F", False, "nonneg"),
+    ("total_steps", "I", False, "nonneg"),
+    ("step_time", "F", False, "pos"),
+)
 
 
-def _number(name, v, bad):
+def _number(name, v, rng, bad):
     """A float for the wire, or None to leave it out: None stays None (not known), and a
-    non-finite number, or a negative one where it cannot be, is left out too: (its kind,
-    the warning's text) goes to bad."""
+    non-finite number, or a negative one where its range rng has none, is left out too:
+    (its kind, the warning's text) goes to bad. A 0 of range "pos" is unknown: left out
+    quietly."""
     if v is None:
         return None
     if isinstance(v, (bool, str, bytes)):
@@ -307,8 +322,10 @@ def _number(name, v, bad):
     if not math.isfinite(f):
         bad.append(("%s %s" % (name, f), "%s is %s" % (name, f)))
         return None
-    if f < 0 and name in _NON_NEGATIVE:
+    if f < 0 and rng != "any":
         bad.append(("%s negative" % name, "%s is %g (negative)" % (name, f)))
+        return None
+    if f == 0 and rng == "pos":
         return None
     return f
 
@@ -319,23 +336,28 @@ def report(step, *, loss=None, lr=None, tokens_per_s=None, grad_norm=None, total
     hang detection watches). total_steps: the steps the run aims at (progress bar and ETA);
     None leaves what an earlier report said. step_time: seconds the step's own work took,
     without waiting on the other ranks (say, before the gradients' allreduce): what names a
-    straggler under data parallelism, where every rank's steps take the slowest one's time. Never waits, never raises for the agent's
-    sake; raises TypeError/ValueError for arguments that are not numbers."""
+    straggler under data parallelism, where every rank's steps take the slowest one's time;
+    0 is unknown. Never waits, never raises for the agent's sake; raises TypeError for
+    arguments that are not numbers, ValueError for a negative step or total_steps."""
     global _warned, _conn
-    step = _int_arg("step", step)
+    given = locals()
     bad = []
-    msg = {"type": "report", "step": step}
+    msg = {"type": "report"}
     # A number not known (None, or not finite) is left out: status shows it as unknown.
-    for key, v in (("loss", loss), ("lr", lr), ("tokens_per_s", tokens_per_s),
-                   ("grad_norm", grad_norm), ("step_time", step_time)):
-        v = _number(key, v, bad)
-        if v is not None:
-            msg[key] = v
-    if total_steps is not None:
-        total_steps = _int_arg("total_steps", total_steps)
-        if total_steps < 0:
-            raise ValueError("gpurun.report: total_steps %d is negative" % total_steps)
-        msg["total_steps"] = total_steps
+    for key, kind, required, rng in _PROGRESS_FIELDS:
+        v = given[key]
+        if kind == "I":
+            if v is None and not required:
+                continue
+            v = _int_arg(key, v)
+            if v < 0 or (v == 0 and rng == "pos"):
+                raise ValueError("gpurun.report: %s %d is %s" % (
+                    key, v, "negative" if v < 0 else "not above 0"))
+        else:
+            v = _number(key, v, rng, bad)
+            if v is None:
+                continue
+        msg[key] = v
     # Outside a job the call is a quiet no-op: the argument checks above still apply. Each
     # kind once per process ("loss is nan", "loss is inf"...): a diverged run reports the
     # same one every step.
