@@ -1,3 +1,6 @@
+/* Pre-flight checks (preflight.h): the GPUs through the driver's NVML, loaded with dlopen so
+ * that rendezvousd starts on a node without the driver (CUDA_VISIBLE_DEVICES or /dev/nvidiaN
+ * count them there), and the job dir's and out_dir's writes and free space. */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>

@@ -1,3 +1,5 @@
+/* A rank's time per step for the stragglers rule (steptime.h): a moving average of its
+ * reported own step times, or of the time between its reports. */
 #include <math.h>
 
 #include "steptime.h"
