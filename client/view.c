@@ -10,10 +10,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "jobspec.h"
 #include "proto.h"
 #include "status.h"
-#include "traincfg.h"
 #include "utf8.h"
 #include "view.h"
 #include "signame.h"
@@ -84,45 +82,6 @@ static double mtime_of(const char *dir, const char *name)
     return (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9;
 }
 
-long view_total_steps(const char *job_dir)
-{
-    char path[PATH_MAX];
-    struct jobspec spec;
-    struct errmsg jerr;
-    struct traincfg cfg;
-    struct errmsg terr;
-    const char *base;
-    long steps = 0;
-    int argc = 0;
-
-    if (snprintf(path, sizeof(path), "%s/job.json", job_dir) >= (int)sizeof(path))
-        return 0;
-    jobspec_init(&spec);
-    if (jobspec_load(&spec, path, &jerr) < 0)
-        goto out;
-    while (spec.argv[argc])
-        argc++;
-    base = strrchr(spec.argv[0], '/');
-    base = base ? base + 1 : spec.argv[0];
-    if (strcmp(base, "gpurun-train") || argc < 2)
-        goto out;
-    if (traincfg_init(&cfg) < 0)
-        goto out;
-    if (traincfg_load(&cfg, spec.argv[1], &terr) == 0) {
-        int i;
-        for (i = 2; i < argc; i++)
-            if (traincfg_is_override(spec.argv[i]) &&
-                traincfg_override(&cfg, spec.argv[i], &terr) < 0)
-                break;
-        if (i == argc)
-            steps = cfg.steps;
-    }
-    traincfg_release(&cfg);
-out:
-    jobspec_release(&spec);
-    return steps;
-}
-
 /* A rank's progress record of a status view (unknown where the view's is bad: a newer
  * leader's, or a hand-edited summary, must not stop the view). */
 static struct proto_progress rank_progress(const json_t *r)
@@ -135,10 +94,12 @@ static struct proto_progress rank_progress(const json_t *r)
     return p;
 }
 
-/* Counts of phases, the step range, the mean loss and the total rate of a ranks array. */
-static json_t *progress_json(const json_t *ranks, long total)
+/* Counts of phases, the step range, the mean loss and the total rate of a ranks array; the
+ * total steps are the ranks' own (gpurun.report(total_steps=...), gr_progress.total_steps,
+ * gpurun-train's train.steps): the first rank's that reported one, else none. */
+static json_t *progress_json(const json_t *ranks)
 {
-    long counts[4] = {0, 0, 0, 0}, smin = LONG_MAX, smax = -1;
+    long counts[4] = {0, 0, 0, 0}, smin = LONG_MAX, smax = -1, total = 0;
     static const char *const phases[4] = {"pending", "joined", "running", "exited"};
     double loss = 0, tps = 0, rate = 0;
     int nloss = 0, ntps = 0;
@@ -174,8 +135,6 @@ static json_t *progress_json(const json_t *ranks, long total)
             if (sps > 0 && (rate == 0 || sps < rate))
                 rate = sps;
         }
-        /* The ranks' own total (gpurun.report(total_steps=...), gr_progress.total_steps)
-         * where the command line did not tell. */
         if (total <= 0 && p.total_steps > 0)
             total = (long)p.total_steps;
     }
@@ -357,8 +316,7 @@ json_t *view_build(const struct view_input *in)
                         ? json_object_get(summary, "first_failure")
                         : json_null());
     ranks = json_object_get(live ? live : summary, "ranks");
-    json_object_set_new(v, "progress",
-                        progress_json(ranks, in->job_dir ? view_total_steps(in->job_dir) : 0));
+    json_object_set_new(v, "progress", progress_json(ranks));
     json_object_set_new(v, "timings", timings_json(in, summary));
     json_object_set_new(v, "elapsed_s", elapsed_json(in, json_object_get(v, "timings"), state));
     return v;

@@ -55,11 +55,6 @@ void view_print_list(FILE *out, const json_t *views);
 /* The progress bar: "[#####.....]  12% (122/1000)" into buf (n bytes) for step of total. */
 void view_bar(char *buf, size_t n, long step, long total);
 
-/* Total optimizer steps of a job from its job.json (borrowed dir): the [train] steps of the
- * train.cfg when the ranks run gpurun-train, with the command's overrides. Returns the
- * count, or 0 when unknown. */
-long view_total_steps(const char *job_dir);
-
 /* Seconds a job has run, from when it started (seconds since the epoch; 0: unknown) to its
  * end (0: not seen), or to now while it runs. Returns them, or -1 when unknown (no start,
  * or neither an end nor running). */

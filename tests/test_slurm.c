@@ -966,24 +966,44 @@ TEST(slurm_view_elapsed_of_a_job_slurm_does_not_know)
     CHECK_EQ(view_elapsed_s(1000.0, 900.0, false, 5000.0), -1);
 }
 
-TEST(slurm_view_total_steps_of_gpurun_train)
+/* The total steps of the progress are the ranks' reported total_steps: not the train.cfg's
+ * [train] steps of a gpurun-train job (which may have been edited since the start), and none
+ * where no rank reported one. */
+TEST(slurm_view_total_steps_are_the_ranks_reports)
 {
     const char *t = test_tmpdir();
+    struct view_input in = {.job_id = "local-1", .job_dir = t, .timeout_ms = 100};
     char text[2 * PATH_MAX];
+    json_t *v;
 
     write_text(t, "run.cfg", "[train]\nsteps = 50\n");
     snprintf(text, sizeof(text),
-             "{\"job_id\": \"1\", \"argv\": [\"/opt/bin/gpurun-train\", \"%s/run.cfg\", "
+             "{\"job_id\": \"local-1\", \"argv\": [\"/opt/bin/gpurun-train\", \"%s/run.cfg\", "
              "\"train.steps=70\"]}",
              t);
     write_text(t, "job.json", text);
-    CHECK_EQ(view_total_steps(t), 70);
-    snprintf(text, sizeof(text),
-             "{\"job_id\": \"1\", \"argv\": [\"gpurun-train\", \"%s/run.cfg\"]}", t);
-    write_text(t, "job.json", text);
-    CHECK_EQ(view_total_steps(t), 50);
-    write_text(t, "job.json", "{\"job_id\": \"1\", \"argv\": [\"python3\", \"x.cfg\"]}");
-    CHECK_EQ(view_total_steps(t), 0);
+    write_text(t, "summary.json",
+               "{\"job_id\": \"local-1\", \"outcome\": \"completed\", \"exit_status\": 0,"
+               " \"ranks\": [{\"rank\": 0, \"node\": 0, \"phase\": \"exited\", \"step\": 20,"
+               "              \"total_steps\": 80},"
+               "             {\"rank\": 1, \"node\": 0, \"phase\": \"exited\", \"step\": 20,"
+               "              \"total_steps\": 80}]}");
+    v = view_build(&in);
+    CHECK(v != NULL);
+    CHECK_EQ(json_integer_value(json_object_get(json_object_get(v, "progress"), "steps_total")),
+             80);
+    json_decref(v);
+
+    /* No rank reported a total: none, whatever the train.cfg says. */
+    write_text(t, "summary.json",
+               "{\"job_id\": \"local-1\", \"outcome\": \"completed\", \"exit_status\": 0,"
+               " \"ranks\": [{\"rank\": 0, \"node\": 0, \"phase\": \"exited\", \"step\": 20,"
+               "              \"total_steps\": 0}]}");
+    v = view_build(&in);
+    CHECK(v != NULL);
+    CHECK(json_is_null(json_object_get(json_object_get(v, "progress"), "steps_total")));
+    CHECK(!json_object_get(json_object_get(v, "progress"), "eta_s"));
+    json_decref(v);
 }
 
 /* An ended Slurm job: Slurm's state and status, the summary's failure and ranks, the

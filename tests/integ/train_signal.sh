@@ -3,7 +3,8 @@
 # resumed run goes on from there exactly as a run that was never stopped (a constant learning
 # rate, so that runs of different lengths agree). SIGUSR1 to `gpurun --local` reaches both
 # ranks, which stop after the same step, save one checkpoint, and the job completes; while
-# it runs, `gpurun status` shows the ranks' step and loss.
+# it runs, `gpurun status` shows the ranks' step and loss, and the total steps they report (not
+# those of the train.cfg as edited after the start).
 # timeout: 240
 set -euo pipefail
 # shellcheck source=train_common.sh
@@ -51,12 +52,16 @@ diff <(losses "$work/a/metrics.jsonl") <(losses "$work/b/metrics.jsonl") >"$work
 echo "# resumed to step $n: bit-identical to a run that was not stopped"
 
 # --- SIGUSR1 through gpurun --local, two ranks ------------------------------------------------
+# The steps in the train.cfg itself, which is edited once the ranks run: the status's total is
+# what they report, not what the file says by then.
 job=$work/job
-"$gpurun" --local --gpus-per-node 2 --job-dir "$job" "$cfg" "${long[@]}" train.batch_size=2 \
-    train.out_dir="$work/c" >"$work/out" 2>"$work/err" </dev/null &
+sed 's/^steps = .*/steps = 1000000/' "$cfg" >"$work/long.cfg"
+"$gpurun" --local --gpus-per-node 2 --job-dir "$job" "$work/long.cfg" "${long[@]:1}" \
+    train.batch_size=2 train.out_dir="$work/c" >"$work/out" 2>"$work/err" </dev/null &
 pid=$!
 bg_pids+=("$pid")
 wait_steps "$work/c/metrics.jsonl" 5
+sed -i 's/^steps = .*/steps = 7/' "$work/long.cfg"
 # The agents pass progress on to the leader with their heartbeats: ask until it is there.
 for ((i = 0; i < 100; i++)); do
     run status --job-dir "$job"
