@@ -48,20 +48,12 @@ static const char *self_path(char *buf, size_t n)
     return buf;
 }
 
-/* Finds a program gpurun ships: beside gpurun, else on PATH. Writes an absolute path. */
+/* Finds a program gpurun ships: beside gpurun, else on PATH (local_find_program). */
 static int find_program(const char *name, char *out, size_t n)
 {
-    char self[PATH_MAX], found[PATH_MAX];
-    const char *s = self_path(self, sizeof(self)), *slash = s ? strrchr(s, '/') : NULL;
+    char self[PATH_MAX];
 
-    if (slash &&
-        snprintf(found, sizeof(found), "%.*s/%s", (int)(slash - s), s, name) < (int)sizeof(found) &&
-        access(found, X_OK) == 0)
-        return realpath(found, out) ? 0 : -errno;
-    if (local_resolve(name, getenv("PATH"), found, sizeof(found)) < 0)
-        return -ENOENT;
-    (void)n;
-    return realpath(found, out) ? 0 : -errno;
+    return local_find_program(name, self_path(self, sizeof(self)), getenv("PATH"), out, n);
 }
 
 /* A script's "#!" interpreter (of found, the file cmd names), checked as the kernel will

@@ -116,14 +116,25 @@ int local_gpu_list_count(const char *list)
     return count;
 }
 
-int local_find_daemon(const char *self, const char *path, char *out, size_t n)
+int local_find_program(const char *name, const char *self, const char *path, char *out, size_t n)
 {
     const char *slash = self ? strrchr(self, '/') : NULL;
+    char found[PATH_MAX], *real;
+    int r;
 
-    if (slash && snprintf(out, n, "%.*s/rendezvousd", (int)(slash - self), self) < (int)n &&
-        check_exec(out) == 0)
-        return 0;
-    return local_resolve("rendezvousd", path, out, n) == 0 ? 0 : -ENOENT;
+    if (!(slash &&
+          snprintf(found, sizeof(found), "%.*s/%s", (int)(slash - self), self, name) <
+              (int)sizeof(found) &&
+          check_exec(found) == 0) &&
+        local_resolve(name, path, found, sizeof(found)) < 0)
+        return -ENOENT;
+    /* realpath(found, buf) would write up to PATH_MAX bytes whatever n is. */
+    real = realpath(found, NULL);
+    if (!real)
+        return -errno;
+    r = snprintf(out, n, "%s", real) < (int)n ? 0 : -ENAMETOOLONG;
+    free(real);
+    return r;
 }
 
 int local_exit_status(int wstatus)

@@ -19,10 +19,13 @@ int local_resolve(const char *name, const char *path, char *out, size_t n);
  * set_gpus), or 0 for NULL or "" (then local rank n gets device n, which is not counted). */
 int local_gpu_list_count(const char *list);
 
-/* Finds rendezvousd: first beside self (the running gpurun's path, borrowed, e.g. from
- * /proc/self/exe; NULL skips this), then on path as local_resolve() does. Writes it to out.
- * Returns 0 or -ENOENT. */
-int local_find_daemon(const char *self, const char *path, char *out, size_t n);
+/* Finds a program gpurun ships (name, borrowed: "rendezvousd", "gpurun-train"): first beside
+ * self (the running gpurun's path, borrowed, e.g. from /proc/self/exe; NULL skips this), then
+ * on path as local_resolve() does. Writes its absolute path with every link resolved
+ * (realpath) to out, at most n bytes with the NUL. Returns 0; -ENOENT when neither place has
+ * it as an executable file; -ENAMETOOLONG when its path does not fit in n bytes; the errno of
+ * realpath when it cannot be resolved. */
+int local_find_program(const char *name, const char *self, const char *path, char *out, size_t n);
 
 /* The nodes (1..n-1) whose daemons the leader's record (summary, a parsed summary.json,
  * borrowed) judged lost or fenced: their ends tell nothing more of the job, and one stopped or

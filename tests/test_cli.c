@@ -1532,11 +1532,16 @@ TEST(cli_jobs_root_make_names_its_source)
     unsetenv("GPURUN_JOBS");
 }
 
-TEST(cli_find_daemon_beside_self_then_path)
+/* A program gpurun ships: beside gpurun first, then on PATH; written with its links resolved,
+ * and refused where it does not fit the caller's buffer. */
+TEST(cli_find_program_beside_self_then_path)
 {
-    char out[PATH_MAX], bin[PATH_MAX], other[PATH_MAX], self[PATH_MAX + 8];
-    const char *t = test_tmpdir();
+    char out[PATH_MAX], t[PATH_MAX], bin[PATH_MAX], other[PATH_MAX], self[PATH_MAX + 8],
+        want[PATH_MAX];
+    size_t len;
 
+    /* The expected paths are realpath's too: the test dir's parents may be links. */
+    CHECK(realpath(test_tmpdir(), t) != NULL);
     join(bin, sizeof(bin), t, "bin");
     join(other, sizeof(other), t, "other");
     CHECK_EQ(mkdir(bin, 0755), 0);
@@ -1544,14 +1549,38 @@ TEST(cli_find_daemon_beside_self_then_path)
     join(self, sizeof(self), bin, "gpurun");
     write_file(path_in(other, "rendezvousd"), "#!/bin/sh\n", 0755);
 
-    CHECK_EQ(local_find_daemon(self, other, out, sizeof(out)), 0);
+    CHECK_EQ(local_find_program("rendezvousd", self, other, out, sizeof(out)), 0);
     CHECK_STR(out, path_in(other, "rendezvousd"));
+    /* A directory of that name beside gpurun is passed over. */
+    CHECK_EQ(mkdir(path_in(bin, "rendezvousd"), 0755), 0);
+    CHECK_EQ(local_find_program("rendezvousd", self, other, out, sizeof(out)), 0);
+    CHECK_STR(out, path_in(other, "rendezvousd"));
+    CHECK_EQ(rmdir(path_in(bin, "rendezvousd")), 0);
     write_file(path_in(bin, "rendezvousd"), "#!/bin/sh\n", 0755);
-    CHECK_EQ(local_find_daemon(self, other, out, sizeof(out)), 0);
+    CHECK_EQ(local_find_program("rendezvousd", self, other, out, sizeof(out)), 0);
     CHECK_STR(out, path_in(bin, "rendezvousd"));
-    CHECK_EQ(local_find_daemon(NULL, other, out, sizeof(out)), 0);
+    CHECK_EQ(local_find_program("rendezvousd", NULL, other, out, sizeof(out)), 0);
     CHECK_STR(out, path_in(other, "rendezvousd"));
-    CHECK_EQ(local_find_daemon("/nonexistent/gpurun", "/nonexistent", out, sizeof(out)), -ENOENT);
+    CHECK_EQ(
+        local_find_program("rendezvousd", "/nonexistent/gpurun", "/nonexistent", out, sizeof(out)),
+        -ENOENT);
+    CHECK_EQ(local_find_program("gpurun-train", self, other, out, sizeof(out)), -ENOENT);
+
+    /* A link beside gpurun: the file it leads to. */
+    write_file(path_in(other, "gpurun-train"), "#!/bin/sh\n", 0755);
+    join(want, sizeof(want), other, "gpurun-train");
+    CHECK_EQ(symlink(want, path_in(bin, "gpurun-train")), 0);
+    CHECK_EQ(local_find_program("gpurun-train", self, "/nonexistent", out, sizeof(out)), 0);
+    CHECK_STR(out, want);
+
+    /* Bounded by the caller's size: the path and its NUL fit, or -ENAMETOOLONG. */
+    len = strlen(want);
+    CHECK_EQ(local_find_program("gpurun-train", self, NULL, out, len + 1), 0);
+    CHECK_STR(out, want);
+    memset(out, 'x', sizeof(out));
+    CHECK_EQ(local_find_program("gpurun-train", self, NULL, out, len), -ENAMETOOLONG);
+    CHECK_EQ(out[len], 'x');
+    CHECK_EQ(local_find_program("gpurun-train", self, NULL, out, 0), -ENAMETOOLONG);
 }
 
 /* --- exit statuses ------------------------------------------------------------------------- */
