@@ -45,14 +45,6 @@ void job_default_name(char *buf, size_t n, char *const *argv, int argc)
     snprintf(buf, n, "%s", base ? base + 1 : word);
 }
 
-void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
-
 int jobs_root(char *buf, size_t n)
 {
     const char *env = getenv(JOBDIR_ENV);

@@ -41,9 +41,6 @@ int error_out(int status, const char *fmt, ...) __attribute__((format(printf, 2,
  * command. */
 void job_default_name(char *buf, size_t n, char *const *argv, int argc);
 
-/* Sleeps ms milliseconds, through signals' interruptions. */
-void sleep_ms(int ms);
-
 /* jobdir_root() into buf (n bytes). Returns 0, or EXIT_FAILED with the message of why there
  * is no jobs root printed. */
 int jobs_root(char *buf, size_t n);

@@ -46,7 +46,7 @@ static int cancel_local(const struct target *t)
                               : error_out(EXIT_FAILED, "cannot signal pid %d: %s", (int)pid,
                                           uv_strerror(-errno));
     for (until = monotime_ms() + CANCEL_WAIT_MS; monotime_ms() < until && kill(pid, 0) == 0;)
-        sleep_ms(50);
+        monotime_sleep_ms(50);
     if (kill(pid, 0) == 0)
         fprintf(stderr, "gpurun: job %s is still ending after %d s (its leader, pid %d, has it)\n",
                 t->id, CANCEL_WAIT_MS / 1000, (int)pid);
@@ -84,7 +84,7 @@ int cmd_cancel(struct gpurun_args *args, int *fatal_signal)
         goto out;
     }
     /* Slurm says CANCELLED at once; the processes go over KillWait. Return when they have. */
-    for (until = monotime_ms() + CANCEL_WAIT_MS;; sleep_ms(FOLLOW_POLL_MIN_MS)) {
+    for (until = monotime_ms() + CANCEL_WAIT_MS;; monotime_sleep_ms(FOLLOW_POLL_MIN_MS)) {
         r = slurmlib_load(t.slurm, &job, &err);
         bool ended = r < 0 || job.ended;
         slurmlib_job_release(&job);

@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "cmd.h"
+#include "monotime.h"
 #include "path.h"
 #include "slurmlib.h"
 #include "view.h"
@@ -255,7 +256,7 @@ int cmd_status(struct gpurun_args *args, int *fatal_signal)
         fflush(stdout);
         if (!args->watch || ended || ret)
             break;
-        sleep_ms(WATCH_PERIOD_MS);
+        monotime_sleep_ms(WATCH_PERIOD_MS);
         /* A job dir appears when a pending job starts. */
         if (!t.has_dir)
             t.has_dir = path_is_dir(t.dir);

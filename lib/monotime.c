@@ -1,4 +1,5 @@
-/* The monotonic clock, read in the units its callers use. */
+/* The monotonic clock, read in the units its callers use, and a sleep measured by it. */
+#include <errno.h>
 #include <time.h>
 
 #include "monotime.h"
@@ -26,4 +27,15 @@ double monotime_s(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void monotime_sleep_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+
+    if (ms <= 0)
+        return;
+    /* clock_nanosleep returns its error instead of setting errno; ts gets what is left. */
+    while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR)
+        ;
 }

@@ -15,4 +15,9 @@ int64_t monotime_us(void);
  * context: any. */
 double monotime_s(void);
 
+/* Sleeps ms milliseconds of CLOCK_MONOTONIC (0 or less: not at all), going back to sleep for
+ * what is left when a signal's handler interrupts it: it never returns early. Thread context:
+ * any. */
+void monotime_sleep_ms(int64_t ms);
+
 #endif

@@ -74,14 +74,6 @@ static int64_t deadline_of(int timeout_ms)
     return timeout_ms < 0 ? NO_DEADLINE : monotime_ms() + timeout_ms;
 }
 
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
-
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
-
 static const char *status_text(pmix_status_t st)
 {
     const char *s = PMIx_Error_string(st);
@@ -566,7 +558,7 @@ int gr_pmix_get(struct gr_pmix *px, const char *key, void *buf, size_t cap, size
                                  key, timeout_ms);
             goto out;
         }
-        sleep_ms(left < pause ? left : pause);
+        monotime_sleep_ms(left < pause ? left : pause);
         pause = pause * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : pause * 2;
     }
     *len = n;
