@@ -501,7 +501,7 @@ endif
 # docs/man; bash's completion of gpurun. It builds what it installs, nothing else; DESTDIR is
 # honoured. make uninstall, with the same PREFIX and DESTDIR, removes those files and the
 # directories install made.
-GR_VERSION = $(shell sed -n 's/^\#define GPURUN_VERSION "\(.*\)"$$/\1/p' client/args.h)
+GR_VERSION = $(shell sed -n 's/^\#define GPURUN_VERSION "\(.*\)"$$/\1/p' client/version.h)
 install: $(GPURUN) $(RENDEZVOUSD) $(BUILD)/gpurun-train $(GR_A) $(GR_SO)
 	$(Q)PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" BUILD="$(BUILD)" GR_VERSION="$(GR_VERSION)" \
 	    GR_LIBS_PRIVATE="$(strip $(GR_SO_LIBS))" scripts/install.sh install

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "slurmopt.h"
 #include "horovod.h"
 #include "traincfg.h"
 #include "banned.h"
@@ -106,13 +107,13 @@ enum arg_kind {
     ARG_EXPORT,     /* NAME=VALUE appended to spec.env */
     ARG_LOGLEVEL,   /* error|warn|info|debug */
     ARG_CHOICE,     /* one word of the row's choices, stored as its int value */
-    ARG_SIGNAL,     /* --signal=[{R|B}:]SIG[@TIME] into struct args_signal, and the spec */
+    ARG_SIGNAL,     /* --signal=[{R|B}:]SIG[@TIME] into struct slurmopt_signal, and the spec */
     ARG_MEM,        /* sbatch's memory size into mem_mb, and the row's min into mem_per */
     ARG_OPT_CHOICE, /* as ARG_CHOICE, but the value is optional (--opt=WORD only); bare, the
                      * first choice */
-    ARG_DEPENDENCY, /* --dependency, its syntax checked (sbatch_check_dependency) */
-    ARG_GRES,       /* --gres, checked (sbatch_check_gres) */
-    ARG_MAIL_TYPE,  /* --mail-type's words into SBATCH_MAIL_* bits; the text too */
+    ARG_DEPENDENCY, /* --dependency, its syntax checked (slurmopt_check_dependency) */
+    ARG_GRES,       /* --gres, checked (slurmopt_check_gres) */
+    ARG_MAIL_TYPE,  /* --mail-type's words into SLURMOPT_MAIL_* bits; the text too */
     ARG_REFUSED,    /* an sbatch option gpurun's model has no room for: refused, with why */
     ARG_CHOICES,    /* comma-separated words of the row's choices, as bits 1 << value */
     ARG_GPUS,       /* sbatch's GPU count "[type:]N": as ARG_INT, a type refused */
@@ -189,9 +190,9 @@ static const struct choice local_rank_choices[] = {
 };
 
 static const struct choice exclusive_choices[] = {
-    {"exclusive", SBATCH_EXCLUSIVE, true},
-    {"user", SBATCH_EXCLUSIVE_USER, true},
-    {"mcs", SBATCH_EXCLUSIVE_MCS, true},
+    {"exclusive", SLURMOPT_EXCLUSIVE, true},
+    {"user", SLURMOPT_EXCLUSIVE_USER, true},
+    {"mcs", SLURMOPT_EXCLUSIVE_MCS, true},
     {NULL, 0, false},
 };
 
@@ -208,9 +209,6 @@ static const struct choice exclusive_choices[] = {
 /* The most ranks a job can have: jobspec's 65536 nodes times 1024 ranks per node. */
 #define RANK_MAX (65536 * 1024 - 1)
 
-/* The longest time limit accepted: a year, far beyond any partition's MaxTime. */
-#define TIME_LIMIT_MAX (365L * 24 * 3600)
-
 #define FIELD(f) offsetof(struct gpurun_args, f)
 
 struct opt_row {
@@ -219,7 +217,7 @@ struct opt_row {
     enum arg_kind kind;
     size_t offset; /* the field of struct gpurun_args it fills */
     int min, max;  /* ARG_INT: the range; ARG_SECONDS: the range in milliseconds; ARG_MEM:
-                    * min is the enum sbatch_mem_per it sets */
+                    * min is the enum slurmopt_mem_per it sets */
     unsigned cmds; /* ON_* of the subcommands that take it */
     const char *metavar;
     const char *help;             /* a '\n' continues it on the next line, under the first */
@@ -262,13 +260,13 @@ static const struct opt_row opts[] = {
      "the merged \"[R] line\" stream to FILE (%j: job id)"},
     {'q', "qos", ARG_STRING, FIELD(qos), 0, 0, ON_RUN, "QOS", "Slurm quality of service", NULL,
      OPT_SLURM},
-    {0, "mem", ARG_MEM, FIELD(mem_mb), SBATCH_MEM_NODE, 0, ON_RUN, "SIZE",
+    {0, "mem", ARG_MEM, FIELD(mem_mb), SLURMOPT_MEM_NODE, 0, ON_RUN, "SIZE",
      "memory per node, sbatch's SIZE[K|M|G|T] (M by default; 0: all)", NULL, OPT_SLURM},
-    {0, "mem-per-gpu", ARG_MEM, FIELD(mem_mb), SBATCH_MEM_GPU, 0, ON_RUN, "SIZE",
+    {0, "mem-per-gpu", ARG_MEM, FIELD(mem_mb), SLURMOPT_MEM_GPU, 0, ON_RUN, "SIZE",
      "memory per GPU (--mem, --mem-per-gpu and --mem-per-cpu\nexclude each other)", NULL,
      OPT_SLURM},
-    {0, "mem-per-cpu", ARG_MEM, FIELD(mem_mb), SBATCH_MEM_CPU, 0, ON_RUN, "SIZE", "memory per CPU",
-     NULL, OPT_SLURM},
+    {0, "mem-per-cpu", ARG_MEM, FIELD(mem_mb), SLURMOPT_MEM_CPU, 0, ON_RUN, "SIZE",
+     "memory per CPU", NULL, OPT_SLURM},
     {0, "exclusive", ARG_OPT_CHOICE, FIELD(exclusive), 0, 0, ON_RUN, "[=user|mcs]",
      "the nodes to this job alone (user: to the user's jobs)", exclusive_choices, OPT_SLURM},
     {'C', "constraint", ARG_STRING, FIELD(constraint), 0, 0, ON_RUN, "LIST",
@@ -650,63 +648,6 @@ static void format_ms(char *buf, size_t n, long ms)
         snprintf(buf, n, "%ld.%03ld", ms / 1000, ms % 1000);
 }
 
-/* One field of a Slurm time: digits only, at most 9 of them so that sums cannot overflow. */
-static int time_field(const char *s, size_t n, long *out)
-{
-    long v = 0;
-
-    if (n == 0 || n > 9)
-        return -EINVAL;
-    for (size_t i = 0; i < n; i++) {
-        if (!isdigit((unsigned char)s[i]))
-            return -EINVAL;
-        v = v * 10 + (s[i] - '0');
-    }
-    *out = v;
-    return 0;
-}
-
-int args_parse_time(const char *s, long *seconds)
-{
-    long f[3] = {0, 0, 0}, days = 0, total;
-    const char *p = s, *dash;
-    int n = 0;
-
-    if (!strcmp(s, "UNLIMITED") || !strcmp(s, "INFINITE")) {
-        *seconds = 0;
-        return 0;
-    }
-    dash = strchr(s, '-');
-    if (dash) {
-        if (time_field(s, (size_t)(dash - s), &days) < 0)
-            return -EINVAL;
-        p = dash + 1;
-    }
-    for (;;) {
-        const char *colon = strchr(p, ':');
-        size_t len = colon ? (size_t)(colon - p) : strlen(p);
-        if (n == 3 || time_field(p, len, &f[n]) < 0)
-            return -EINVAL;
-        n++;
-        if (!colon)
-            break;
-        p = colon + 1;
-    }
-    if (dash) /* days-hours[:minutes[:seconds]] */
-        total = days * 86400 + f[0] * 3600 + f[1] * 60 + f[2];
-    else if (n == 1) /* minutes */
-        total = f[0] * 60;
-    else if (n == 2) /* minutes:seconds */
-        total = f[0] * 60 + f[1];
-    else /* hours:minutes:seconds */
-        total = f[0] * 3600 + f[1] * 60 + f[2];
-    /* sbatch's 0 (any spelling of it) is no limit, as UNLIMITED is. */
-    if (total > TIME_LIMIT_MAX)
-        return -ERANGE;
-    *seconds = total;
-    return 0;
-}
-
 static bool env_name_ok(const char *kv, size_t n)
 {
     if (n == 0 || !(isalpha((unsigned char)kv[0]) || kv[0] == '_'))
@@ -756,81 +697,6 @@ static void choice_words(char *buf, size_t n, const struct choice *choices)
             return;
         len += (size_t)r;
     }
-}
-
-/* SIG of --signal (len bytes of s): a number, or a name with or without "SIG" in either case.
- * Returns the signal's number, or 0 when it is none. */
-static int signal_number(const char *s, size_t len)
-{
-    char word[16];
-    const char *bare;
-    long v;
-
-    if (len == 0 || len >= sizeof(word))
-        return 0;
-    snprintf(word, sizeof(word), "%.*s", (int)len, s);
-    if (isdigit((unsigned char)word[0]))
-        return parse_long(word, &v) == 0 && v >= 1 && v <= ARGS_SIGNAL_MAX ? (int)v : 0;
-    bare = strncasecmp(word, "SIG", 3) == 0 ? word + 3 : word;
-    for (int sig = 1; sig <= ARGS_SIGNAL_MAX; sig++) {
-        const char *abbrev = sigabbrev_np(sig);
-        if (abbrev && !strcasecmp(abbrev, bare))
-            return sig;
-    }
-    return 0;
-}
-
-/* The largest TIME of --signal: Slurm keeps it in 16 bits. */
-#define SIGNAL_TIME_MAX 65535
-
-int args_parse_signal(const char *s, struct args_signal *sig, struct errmsg *err)
-{
-    struct args_signal out = {.text = s, .time_s = ARGS_SIGNAL_TIME_DEFAULT};
-    const char *p = s, *colon = strchr(s, ':'), *at;
-    size_t len;
-    long t;
-
-    /* The flags, as sbatch reads them: R, B, or both in either order. */
-    if (colon) {
-        for (const char *f = s; f < colon; f++) {
-            int c = toupper((unsigned char)*f);
-            if (c == 'R' && !out.reservation)
-                out.reservation = true;
-            else if (c == 'B' && !out.batch_only)
-                out.batch_only = true;
-            else
-                return errmsg_set(err, -EINVAL,
-                                  "--signal: '%.*s' is not R, B or RB (the flags before ':' in "
-                                  "[{R|B}:]SIG[@TIME])",
-                                  (int)(colon - s), s);
-        }
-        p = colon + 1;
-    }
-    at = strchr(p, '@');
-    len = at ? (size_t)(at - p) : strlen(p);
-    out.sig = signal_number(p, len);
-    if (!out.sig)
-        return errmsg_set(
-            err, -EINVAL,
-            "--signal: '%.*s' is not a signal (a number 1..%d, or a name such as USR1 "
-            "or SIGUSR1)",
-            (int)len, p, ARGS_SIGNAL_MAX);
-    /* The daemons pass on USR1 and USR2; any other would be theirs (TERM, INT, HUP cancel
-     * the job) or kill them (ALRM...), not reach the ranks. */
-    if (out.sig != SIGUSR1 && out.sig != SIGUSR2)
-        return errmsg_set(
-            err, -EINVAL,
-            "--signal: '%.*s': gpurun passes only USR1 or USR2 on to the ranks (the time "
-            "limit itself ends them with SIGTERM)",
-            (int)len, p);
-    if (at) {
-        if (time_field(at + 1, strlen(at + 1), &t) < 0 || t > SIGNAL_TIME_MAX)
-            return errmsg_set(err, -EINVAL, "--signal: '%s' is not a TIME of 0..%d seconds", at + 1,
-                              SIGNAL_TIME_MAX);
-        out.time_s = (int)t;
-    }
-    *sig = out;
-    return 0;
 }
 
 /* Stores the value of the word val of row o's choices into field (an int). */
@@ -921,7 +787,7 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
         *(int *)field = (int)v;
         return 0;
     case ARG_TIME:
-        r = args_parse_time(val, &v);
+        r = slurmopt_parse_time(val, &v);
         if (r == -EINVAL)
             return errmsg_set(
                 err, -EINVAL,
@@ -949,7 +815,7 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
         return set_choices(o, name, val, field, err);
     case ARG_MEM: {
         unsigned long long mb;
-        r = sbatch_parse_mem(val, &mb);
+        r = slurmopt_parse_mem(val, &mb);
         if (r == -ERANGE)
             return errmsg_set(err, -EINVAL, "--%s: '%s' is more memory than Slurm counts", name,
                               val);
@@ -959,7 +825,7 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
                               "default)",
                               name, val);
         *(unsigned long long *)field = mb;
-        args->mem_per = (enum sbatch_mem_per)o->min;
+        args->mem_per = (enum slurmopt_mem_per)o->min;
         return 0;
     }
     case ARG_OPT_CHOICE:
@@ -970,7 +836,7 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
         return set_choice(o, name, val, field, err);
     case ARG_DEPENDENCY: {
         struct errmsg why;
-        r = sbatch_check_dependency(val, &why);
+        r = slurmopt_check_dependency(val, &why);
         if (r < 0)
             return errmsg_set(err, -EINVAL, "--%s: '%s': %s", name, val, why.text);
         *(const char **)field = val;
@@ -980,10 +846,10 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
         /* sbatch's most common habit, --gres gpu:N (or gpu:TYPE:N): N is a count per node,
          * read with the others (counts[]); the rest is asked of Slurm as it is. */
         struct errmsg why;
-        r = sbatch_split_gres(val, &args->gres_gpus, args->gpu_type, sizeof(args->gpu_type),
-                              args->gres_rest, sizeof(args->gres_rest), &why);
+        r = slurmopt_split_gres(val, &args->gres_gpus, args->gpu_type, sizeof(args->gpu_type),
+                                args->gres_rest, sizeof(args->gres_rest), &why);
         if (r == 0 && args->gres_rest[0])
-            r = sbatch_check_gres(args->gres_rest, &why);
+            r = slurmopt_check_gres(args->gres_rest, &why);
         if (r < 0)
             return errmsg_set(err, -EINVAL, "--%s: '%s': %s", name, val, why.text);
         *(const char **)field = args->gres_rest[0] ? args->gres_rest : NULL;
@@ -991,7 +857,7 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
     }
     case ARG_MAIL_TYPE: {
         char bad[64];
-        r = sbatch_parse_mail_type(val, bad, sizeof(bad));
+        r = slurmopt_parse_mail_type(val, bad, sizeof(bad));
         if (r < 0)
             return errmsg_set(
                 err, -EINVAL,
@@ -1010,7 +876,7 @@ static int set_value(struct gpurun_args *args, const struct opt_row *o, const ch
             "with --export TASK=N)",
             name, val);
     case ARG_SIGNAL:
-        r = args_parse_signal(val, (struct args_signal *)field, err);
+        r = slurmopt_parse_signal(val, (struct slurmopt_signal *)field, err);
         if (r < 0)
             return r;
         /* Asked for by name, so every rank gets it, not only those that registered. */

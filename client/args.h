@@ -9,9 +9,7 @@
 #include "errmsg.h"
 #include "jobspec.h"
 #include "log.h"
-#include "sbatch.h"
-
-#define GPURUN_VERSION "0.1.0"
+#include "slurmopt.h"
 
 /* Exit statuses of gpurun's own failures, timeout(1)'s convention (docs/design.md, section 1). */
 #define EXIT_TIMED_OUT  124
@@ -33,23 +31,6 @@ enum gpurun_cmd {
 
 /* The most "section.key=value" overrides one command line may carry. */
 #define ARGS_MAX_OVERRIDES 64
-
-/* The most a --signal's number may be: SIGRTMAX on Linux, the top of jobspec's range. */
-#define ARGS_SIGNAL_MAX 64
-
-/* The TIME of a --signal without "@TIME": sbatch's default, a minute before the limit. */
-#define ARGS_SIGNAL_TIME_DEFAULT 60
-
-/* --signal=[{R|B}:]SIG[@TIME], sbatch's option with sbatch's meaning: SIG is sent TIME
- * seconds before the job's time limit. What Slurm is told comes from these fields. */
-struct args_signal {
-    const char *text; /* the value as given (borrowed from argv); NULL: no --signal */
-    int sig;          /* SIG as a number, 1..ARGS_SIGNAL_MAX; 0 without --signal */
-    int time_s;       /* TIME in seconds, 0..65535; ARGS_SIGNAL_TIME_DEFAULT when not given */
-    bool batch_only;  /* "B:": Slurm signals only the batch shell, none of the job steps (the
-                       * shell is gpurun's batch script, which passes it on to the daemons) */
-    bool reservation; /* "R:": the job may overlap a reservation with MaxStartDelay set */
-};
 
 /* 64-bit words of gpurun_args.given: one bit per option row. */
 #define ARGS_GIVEN_WORDS 2
@@ -74,29 +55,29 @@ struct gpurun_args {
                                * the run: ranklist.h); NULL: every rank's output shown */
     /* sbatch's options with sbatch's meaning (struct sbatch_job says what each asks); NULL,
      * 0 or false: not given. */
-    const char *qos;             /* -q */
-    enum sbatch_mem_per mem_per; /* --mem, --mem-per-cpu or --mem-per-gpu, whichever given */
-    unsigned long long mem_mb;   /* its size in MiB */
-    int exclusive;               /* --exclusive[=user|mcs]: an enum sbatch_exclusive */
-    const char *constraint;      /* -C */
-    const char *dependency;      /* -d, its syntax checked */
-    const char *nodelist;        /* -w */
-    const char *exclude;         /* -x */
-    const char *reservation;     /* --reservation */
-    const char *gres;            /* --gres without its GPU item (gres_rest), checked; NULL:
-                                  * none, or only GPUs */
-    int gres_gpus;               /* --gres gpu[:TYPE]:N's N, a count per node as
-                                  * --gpus-per-node; 0: none */
-    char gpu_type[SBATCH_GPU_TYPE_MAX + 1];  /* its TYPE; "": any */
-    char gres_rest[SBATCH_GRES_LEN_MAX + 1]; /* the other items of --gres */
-    const char *begin;                       /* --begin as given: slurmlib_parse_begin reads it */
-    bool hold;                               /* -H */
-    bool requeue;                            /* --requeue */
-    bool no_requeue;                         /* --no-requeue */
-    int max_requeues;                        /* --max-requeues */
+    const char *qos;               /* -q */
+    enum slurmopt_mem_per mem_per; /* --mem, --mem-per-cpu or --mem-per-gpu, whichever given */
+    unsigned long long mem_mb;     /* its size in MiB */
+    int exclusive;                 /* --exclusive[=user|mcs]: an enum slurmopt_exclusive */
+    const char *constraint;        /* -C */
+    const char *dependency;        /* -d, its syntax checked */
+    const char *nodelist;          /* -w */
+    const char *exclude;           /* -x */
+    const char *reservation;       /* --reservation */
+    const char *gres;              /* --gres without its GPU item (gres_rest), checked; NULL:
+                                    * none, or only GPUs */
+    int gres_gpus;                 /* --gres gpu[:TYPE]:N's N, a count per node as
+                                    * --gpus-per-node; 0: none */
+    char gpu_type[SLURMOPT_GPU_TYPE_MAX + 1];  /* its TYPE; "": any */
+    char gres_rest[SLURMOPT_GRES_LEN_MAX + 1]; /* the other items of --gres */
+    const char *begin;                         /* --begin as given: slurmlib_parse_begin reads it */
+    bool hold;                                 /* -H */
+    bool requeue;                              /* --requeue */
+    bool no_requeue;                           /* --no-requeue */
+    int max_requeues;                          /* --max-requeues */
     const char *chdir;          /* -D as given (relative to gpurun's working directory) */
     const char *comment;        /* --comment */
-    unsigned mail_type;         /* --mail-type's SBATCH_MAIL_* bits */
+    unsigned mail_type;         /* --mail-type's SLURMOPT_MAIL_* bits */
     const char *mail_type_text; /* --mail-type as given */
     const char *mail_user;      /* --mail-user */
     const char *log_level_name; /* --log-level as given (validated); "warn" by default */
@@ -124,24 +105,24 @@ struct gpurun_args {
     bool wait;        /* stay until the Slurm job ends, streaming its output */
     bool help;
     bool version;
-    bool json;                 /* status --json */
-    bool all;                  /* status --all: every job, not the most recent */
-    bool dry_run;              /* clean --dry-run */
-    int older_than_days;       /* clean --older-than; 0: any ended job */
-    bool watch;                /* status --watch */
-    bool follow;               /* logs -f */
-    int rank;                  /* logs --rank; -1: every rank */
-    struct args_signal signal; /* --signal */
-    const char *target;        /* run: the train.cfg; status/logs/cancel/rerun: the JOBID; help:
-                                * the SUBCOMMAND; or NULL */
-    enum gpurun_cmd help_cmd;  /* help: the subcommand whose help to print (CMD_RUN: gpurun's) */
-    const char *script;        /* run: the first positional word ending in ".py" (torchrun's
-                                * "train.py ARGS..."), or the first word after "--" when it
-                                * ends in ".py": run by the ranks as "PYTHON SCRIPT ARGS..."
-                                * (cmd_run.c says which Python); it and every word after it
-                                * are in cmd_argv; or NULL */
-    char **cmd_argv;           /* run: the command after "--", or the script and its arguments;
-                                * NULL-terminated; or NULL */
+    bool json;                     /* status --json */
+    bool all;                      /* status --all: every job, not the most recent */
+    bool dry_run;                  /* clean --dry-run */
+    int older_than_days;           /* clean --older-than; 0: any ended job */
+    bool watch;                    /* status --watch */
+    bool follow;                   /* logs -f */
+    int rank;                      /* logs --rank; -1: every rank */
+    struct slurmopt_signal signal; /* --signal */
+    const char *target;            /* run: the train.cfg; status/logs/cancel/rerun: the JOBID; help:
+                                    * the SUBCOMMAND; or NULL */
+    enum gpurun_cmd help_cmd; /* help: the subcommand whose help to print (CMD_RUN: gpurun's) */
+    const char *script;       /* run: the first positional word ending in ".py" (torchrun's
+                               * "train.py ARGS..."), or the first word after "--" when it
+                               * ends in ".py": run by the ranks as "PYTHON SCRIPT ARGS..."
+                               * (cmd_run.c says which Python); it and every word after it
+                               * are in cmd_argv; or NULL */
+    char **cmd_argv;          /* run: the command after "--", or the script and its arguments;
+                               * NULL-terminated; or NULL */
     int cmd_argc;
     const char *overrides[ARGS_MAX_OVERRIDES]; /* run: "section.key=value" words, in order */
     int n_overrides;
@@ -172,19 +153,6 @@ void args_release(struct gpurun_args *args);
  * mean 'status'?"): the only check that looks at the filesystem. A run without a command is
  * not an error here (see args.help / args.target / args.script / args.cmd_argv). */
 int args_parse(struct gpurun_args *args, int argc, char **argv, struct errmsg *err);
-
-/* Parses a Slurm time limit ("minutes", "minutes:seconds", "hours:minutes:seconds",
- * "days-hours", "days-hours:minutes", "days-hours:minutes:seconds", or "UNLIMITED") into
- * seconds: 0 for no limit (UNLIMITED, INFINITE, or a time of 0, as sbatch reads "0").
- * Returns 0, -EINVAL for what is not a time, or -ERANGE for one over 365 days. */
-int args_parse_time(const char *s, long *seconds);
-
-/* Parses a --signal value, "[{R|B}:]SIG[@TIME]" as sbatch takes it: flags R, B, RB or BR
- * (either case) before a ':', SIG a number 1..ARGS_SIGNAL_MAX or a name with or without
- * "SIG" (either case: USR1, SIGUSR1, usr1), TIME 0..65535 seconds (default
- * ARGS_SIGNAL_TIME_DEFAULT). Fills sig (text set to s, borrowed). Returns 0, or -EINVAL
- * with err filled ("--signal: ..."). */
-int args_parse_signal(const char *s, struct args_signal *sig, struct errmsg *err);
 
 /* Applies sbatch's input environment variables (SBATCH_PARTITION, SBATCH_TIMELIMIT... the
  * ones of options gpurun has: see README.md, "On Slurm") from envp (borrowed,

@@ -825,7 +825,7 @@ static int sbatch_options(const struct gpurun_args *args, struct sbatch_job *job
 {
     struct errmsg serr;
 
-    if (args->mem_per == SBATCH_MEM_GPU && args->no_gpus)
+    if (args->mem_per == SLURMOPT_MEM_GPU && args->no_gpus)
         return error_out(EXIT_FAILED, "--mem-per-gpu: the job asks for no GPUs (--no-gpus): give "
                                       "--mem or --mem-per-cpu");
     if (args->comment && strlen(args->comment) > SBATCH_COMMENT_LEN_MAX)
@@ -836,7 +836,7 @@ static int sbatch_options(const struct gpurun_args *args, struct sbatch_job *job
     job->qos = args->qos;
     job->mem_per = args->mem_per;
     job->mem_mb = args->mem_mb;
-    job->exclusive = (enum sbatch_exclusive)args->exclusive;
+    job->exclusive = (enum slurmopt_exclusive)args->exclusive;
     job->constraint = args->constraint;
     job->dependency = args->dependency;
     job->nodelist = args->nodelist;

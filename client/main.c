@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "args.h"
+#include "version.h"
 #include "cmd.h"
 #include "log.h"
 #include "banned.h"

@@ -13,8 +13,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "args.h"
 #include "sbatch.h"
+#include "slurmopt.h"
+#include "version.h"
 #include "signame.h"
 #include "banned.h"
 
@@ -43,299 +44,6 @@ bool sbatch_is_gpurun_comment(const char *comment)
 
     return comment && !strncmp(comment, SBATCH_COMMENT, n) &&
            (comment[n] == '\0' || (comment[n] == ':' && comment[n + 1] == ' '));
-}
-
-/* The largest size in MiB: what slurmctld's 64-bit field holds below its MEM_PER_CPU flag
- * bit and NO_VAL64 markers, far above any node's memory. */
-#define MEM_MB_MAX (1ULL << 62)
-
-/* sbatch's units (str_to_mbytes): the power of 1024 of a MiB each stands for; K rounds up. */
-static const struct {
-    char unit;
-    int shift; /* MiB = value << shift; -10: value / 1024, rounded up */
-} mem_units[] = {{'K', -10}, {'M', 0}, {'G', 10}, {'T', 20}};
-
-int sbatch_parse_mem(const char *s, unsigned long long *mb)
-{
-    unsigned long long v = 0;
-    const char *p = s;
-
-    if (!isdigit((unsigned char)*p))
-        return -EINVAL;
-    for (; isdigit((unsigned char)*p); p++) {
-        if (v > (MEM_MB_MAX - 9) / 10)
-            return -ERANGE;
-        v = v * 10 + (unsigned)(*p - '0');
-    }
-    if (*p == '\0') {
-        *mb = v;
-        return 0;
-    }
-    if (!(p[1] == '\0' || (toupper((unsigned char)p[1]) == 'B' && p[2] == '\0')))
-        return -EINVAL;
-    for (size_t i = 0; i < sizeof(mem_units) / sizeof(mem_units[0]); i++) {
-        int sh = mem_units[i].shift;
-        if (toupper((unsigned char)*p) != mem_units[i].unit)
-            continue;
-        if (sh < 0) {
-            *mb = (v + 1023) >> 10;
-            return 0;
-        }
-        if (v > MEM_MB_MAX >> sh)
-            return -ERANGE;
-        *mb = v << sh;
-        return 0;
-    }
-    return -EINVAL;
-}
-
-void sbatch_format_mem(char *buf, size_t n, unsigned long long mb)
-{
-    static const char units[] = "MGT";
-    size_t u = 0;
-
-    while (mb && mb % 1024 == 0 && u + 1 < sizeof(units) - 1) {
-        mb /= 1024;
-        u++;
-    }
-    snprintf(buf, n, "%llu%c", mb, units[u]);
-}
-
-/* --mail-type's words, as Slurm's parse_mail_type reads them. */
-static const struct {
-    const char *word;
-    unsigned bits;
-} mail_words[] = {
-    {"NONE", 0},
-    {"BEGIN", SBATCH_MAIL_BEGIN},
-    {"END", SBATCH_MAIL_END},
-    {"FAIL", SBATCH_MAIL_FAIL},
-    {"REQUEUE", SBATCH_MAIL_REQUEUE},
-    {"ALL", SBATCH_MAIL_BEGIN | SBATCH_MAIL_END | SBATCH_MAIL_FAIL | SBATCH_MAIL_REQUEUE |
-                SBATCH_MAIL_STAGE_OUT | SBATCH_MAIL_INVALID_DEPEND},
-    {"INVALID_DEPEND", SBATCH_MAIL_INVALID_DEPEND},
-    {"STAGE_OUT", SBATCH_MAIL_STAGE_OUT},
-    {"TIME_LIMIT", SBATCH_MAIL_TIME100},
-    {"TIME_LIMIT_90", SBATCH_MAIL_TIME90},
-    {"TIME_LIMIT_80", SBATCH_MAIL_TIME80},
-    {"TIME_LIMIT_50", SBATCH_MAIL_TIME50},
-    {"ARRAY_TASKS", SBATCH_MAIL_ARRAY_TASKS},
-};
-
-int sbatch_parse_mail_type(const char *s, char *bad, size_t n)
-{
-    unsigned bits = 0;
-    const char *p = s;
-
-    for (;;) {
-        size_t len = strcspn(p, ",");
-        size_t i, count = sizeof(mail_words) / sizeof(mail_words[0]);
-        for (i = 0; i < count; i++)
-            if (strlen(mail_words[i].word) == len && !strncasecmp(p, mail_words[i].word, len))
-                break;
-        if (i == count) {
-            snprintf(bad, n, "%.*s", (int)len, p);
-            return -EINVAL;
-        }
-        /* NONE ends the list, as in Slurm: nothing is mailed. */
-        if (mail_words[i].bits == 0)
-            return 0;
-        bits |= mail_words[i].bits;
-        if (!p[len])
-            return (int)bits;
-        p += len + 1;
-    }
-}
-
-/* --dependency's types that take job ids; "singleton" takes none. */
-static const char *const dependency_types[] = {
-    "after", "afterany", "afterburstbuffer", "aftercorr", "afternotok", "afterok",
-};
-
-/* Whether s[0..len) is digits only (and at least one). */
-static bool all_digits(const char *s, size_t len)
-{
-    if (len == 0)
-        return false;
-    for (size_t i = 0; i < len; i++)
-        if (!isdigit((unsigned char)s[i]))
-            return false;
-    return true;
-}
-
-/* One job id of a TYPE:ID list (len bytes): ID, ID_TASK or ID_*, then "+MINUTES" for after. */
-static bool dependency_id_ok(const char *s, size_t len, bool after)
-{
-    size_t id = 0, rest;
-
-    while (id < len && isdigit((unsigned char)s[id]))
-        id++;
-    if (id == 0)
-        return false;
-    rest = id;
-    if (rest < len && s[rest] == '_') {
-        size_t t = rest + 1;
-        if (t < len && s[t] == '*')
-            t++;
-        else
-            while (t < len && isdigit((unsigned char)s[t]))
-                t++;
-        if (t == rest + 1)
-            return false;
-        rest = t;
-    }
-    if (rest < len && s[rest] == '+' && after)
-        return all_digits(s + rest + 1, len - rest - 1);
-    return rest == len;
-}
-
-/* One item of a --dependency list (len bytes). */
-static int dependency_item(const char *s, size_t len, struct errmsg *why)
-{
-    const char *colon = memchr(s, ':', len);
-    size_t tlen = colon ? (size_t)(colon - s) : len;
-    bool known = false;
-
-    if (tlen == strlen("singleton") && !strncmp(s, "singleton", tlen))
-        return colon ? errmsg_set(why, -EINVAL, "'singleton' takes no job id") : 0;
-    for (size_t i = 0; i < sizeof(dependency_types) / sizeof(dependency_types[0]); i++)
-        known = known ||
-                (strlen(dependency_types[i]) == tlen && !strncmp(s, dependency_types[i], tlen));
-    if (!known)
-        return errmsg_set(why, -EINVAL,
-                          "'%.*s' is not after, afterany, afterburstbuffer, aftercorr, "
-                          "afternotok, afterok or singleton",
-                          (int)tlen, s);
-    if (!colon)
-        return errmsg_set(why, -EINVAL, "'%.*s' needs a job id (%.*s:ID)", (int)tlen, s, (int)tlen,
-                          s);
-    for (const char *p = colon + 1, *end = s + len;;) {
-        const char *next = memchr(p, ':', (size_t)(end - p));
-        size_t ilen = next ? (size_t)(next - p) : (size_t)(end - p);
-        if (!dependency_id_ok(p, ilen, tlen == strlen("after")))
-            return errmsg_set(why, -EINVAL, "'%.*s' is not a job id", (int)ilen, p);
-        if (!next)
-            return 0;
-        p = next + 1;
-    }
-}
-
-int sbatch_check_dependency(const char *s, struct errmsg *why)
-{
-    bool comma = strchr(s, ',') != NULL, any = strchr(s, '?') != NULL;
-    char sep = any ? '?' : ',';
-    const char *p = s;
-
-    if (comma && any)
-        return errmsg_set(why, -EINVAL, "',' (all of) and '?' (any of) cannot be mixed");
-    for (;;) {
-        const char *next = strchr(p, sep);
-        size_t len = next ? (size_t)(next - p) : strlen(p);
-        int r = dependency_item(p, len, why);
-        if (r < 0)
-            return r;
-        if (!next)
-            return 0;
-        p = next + 1;
-    }
-}
-
-int sbatch_check_gres(const char *s, struct errmsg *why)
-{
-    const char *p = s;
-
-    if (strlen(s) > SBATCH_GRES_LEN_MAX)
-        return errmsg_set(why, -EINVAL, "longer than %d bytes", SBATCH_GRES_LEN_MAX);
-    for (;;) {
-        size_t len = strcspn(p, ","), name;
-        const char *item = p;
-        if (len >= 5 && (!strncmp(item, "gres:", 5) || !strncmp(item, "gres/", 5)))
-            item += 5, len -= 5;
-        name = strcspn(item, ":,");
-        if (name > len)
-            name = len;
-        if (name == 0)
-            return errmsg_set(why, -EINVAL, "an item without a name ('%.*s')", (int)len, item);
-        if (name == 3 && !strncmp(item, "gpu", 3))
-            return errmsg_set(why, -EINVAL, "the GPUs are --gpus-per-node's (or --no-gpus)");
-        for (size_t i = 0; i < len; i++)
-            if (isspace((unsigned char)item[i]) || item[i] == '"')
-                return errmsg_set(why, -EINVAL, "'%.*s' is not name[:type][:count]", (int)len,
-                                  item);
-        p = item + len;
-        if (!*p)
-            return 0;
-        p++;
-    }
-}
-
-/* A GPU item's "[TYPE][:N]" after "gpu:" (p, len bytes) into *gpus and type. */
-static int gres_gpu_item(const char *p, size_t len, int *gpus, char *type, size_t tn,
-                         struct errmsg *why)
-{
-    const char *colon = memchr(p, ':', len), *num = colon ? colon + 1 : p;
-    size_t tlen = colon ? (size_t)(colon - p) : 0, nlen = len - (size_t)(num - p);
-    long n = 0;
-
-    /* "gpu:a100": a TYPE, one GPU. */
-    if (!colon && len > 0 && strspn(p, "0123456789") < len) {
-        tlen = len;
-        nlen = 0;
-    }
-    if (tlen > SBATCH_GPU_TYPE_MAX || tlen >= tn)
-        return errmsg_set(why, -EINVAL, "the GPU type '%.*s' is longer than %d bytes", (int)tlen, p,
-                          SBATCH_GPU_TYPE_MAX);
-    for (size_t i = 0; i < tlen; i++)
-        if (!isalnum((unsigned char)p[i]) && !strchr("_-.", p[i]))
-            return errmsg_set(why, -EINVAL, "'%.*s' is not a GPU type", (int)tlen, p);
-    if (colon && tlen == 0)
-        return errmsg_set(why, -EINVAL, "an empty GPU type");
-    if (colon && nlen == 0)
-        return errmsg_set(why, -EINVAL, "'' is not a number of GPUs");
-    for (size_t i = 0; i < nlen; i++) {
-        if (!isdigit((unsigned char)num[i]) || n > 1024)
-            return errmsg_set(why, -EINVAL, "'%.*s' is not a number of GPUs", (int)nlen, num);
-        n = n * 10 + (num[i] - '0');
-    }
-    if (nlen == 0)
-        n = 1;
-    if (n < 1 || n > 1024)
-        return errmsg_set(why, -EINVAL, "%ld GPUs: must be 1..1024 per node", n);
-    memcpy(type, p, tlen);
-    type[tlen] = '\0';
-    *gpus = (int)n;
-    return 0;
-}
-
-int sbatch_split_gres(const char *s, int *gpus, char *type, size_t tn, char *rest, size_t rn,
-                      struct errmsg *why)
-{
-    size_t out = 0;
-
-    *gpus = 0;
-    type[0] = rest[0] = '\0';
-    if (strlen(s) > SBATCH_GRES_LEN_MAX || rn <= strlen(s))
-        return errmsg_set(why, -EINVAL, "longer than %d bytes", SBATCH_GRES_LEN_MAX);
-    for (const char *p = s;;) {
-        size_t len = strcspn(p, ","), skip = 0;
-        if (len >= 5 && (!strncmp(p, "gres:", 5) || !strncmp(p, "gres/", 5)))
-            skip = 5;
-        if (len - skip >= 3 && !strncmp(p + skip, "gpu", 3) &&
-            (len - skip == 3 || p[skip + 3] == ':')) {
-            int r;
-            if (*gpus)
-                return errmsg_set(why, -EINVAL, "more than one GPU item");
-            r = gres_gpu_item(p + skip + 3 + (len - skip > 3), len - skip - 3 - (len - skip > 3),
-                              gpus, type, tn, why);
-            if (r < 0)
-                return r;
-        } else {
-            out += (size_t)snprintf(rest + out, rn - out, "%s%.*s", out ? "," : "", (int)len, p);
-        }
-        if (!p[len])
-            return 0;
-        p += len + 1;
-    }
 }
 
 long sbatch_time_minutes(long seconds)
@@ -428,18 +136,18 @@ static void comment_command(FILE *f, char *const *argv)
     free(line);
 }
 
-/* The directive names of --mem, --mem-per-cpu and --mem-per-gpu, by enum sbatch_mem_per. */
+/* The directive names of --mem, --mem-per-cpu and --mem-per-gpu, by enum slurmopt_mem_per. */
 static const char *const mem_directives[] = {
-    [SBATCH_MEM_NODE] = "mem",
-    [SBATCH_MEM_CPU] = "mem-per-cpu",
-    [SBATCH_MEM_GPU] = "mem-per-gpu",
+    [SLURMOPT_MEM_NODE] = "mem",
+    [SLURMOPT_MEM_CPU] = "mem-per-cpu",
+    [SLURMOPT_MEM_GPU] = "mem-per-gpu",
 };
 
-/* --exclusive's forms, by enum sbatch_exclusive. */
+/* --exclusive's forms, by enum slurmopt_exclusive. */
 static const char *const exclusive_directives[] = {
-    [SBATCH_EXCLUSIVE] = "#SBATCH --exclusive\n",
-    [SBATCH_EXCLUSIVE_USER] = "#SBATCH --exclusive=user\n",
-    [SBATCH_EXCLUSIVE_MCS] = "#SBATCH --exclusive=mcs\n",
+    [SLURMOPT_EXCLUSIVE] = "#SBATCH --exclusive\n",
+    [SLURMOPT_EXCLUSIVE_USER] = "#SBATCH --exclusive=user\n",
+    [SLURMOPT_EXCLUSIVE_MCS] = "#SBATCH --exclusive=mcs\n",
 };
 
 /* An optional string directive: a row per field of struct sbatch_job. */
@@ -463,11 +171,11 @@ static int scheduling_directives(FILE *f, const struct sbatch_job *j, struct err
     char buf[32];
     int r = 0;
 
-    if (j->mem_per != SBATCH_MEM_NONE) {
-        sbatch_format_mem(buf, sizeof(buf), j->mem_mb);
+    if (j->mem_per != SLURMOPT_MEM_NONE) {
+        slurmopt_format_mem(buf, sizeof(buf), j->mem_mb);
         r = directive(f, mem_directives[j->mem_per], buf, err);
     }
-    if (r == 0 && j->exclusive != SBATCH_SHARED_DEFAULT)
+    if (r == 0 && j->exclusive != SLURMOPT_SHARED_DEFAULT)
         fputs(exclusive_directives[j->exclusive], f);
     for (size_t i = 0; r == 0 && i < sizeof(string_directives) / sizeof(string_directives[0]);
          i++) {
@@ -490,7 +198,7 @@ static int directives(FILE *f, const struct sbatch_job *j, struct errmsg *err)
     r = r ? r : directive_int(f, "ntasks-per-node", 1, err);
     r = r ? r : directive_int(f, "cpus-per-task", j->cpus_per_task, err);
     if (j->gpus_per_node > 0 && j->gpu_type) {
-        snprintf(buf, sizeof(buf), "%.*s:%d", SBATCH_GPU_TYPE_MAX, j->gpu_type, j->gpus_per_node);
+        snprintf(buf, sizeof(buf), "%.*s:%d", SLURMOPT_GPU_TYPE_MAX, j->gpu_type, j->gpus_per_node);
         r = r ? r : directive(f, "gpus-per-node", buf, err);
     } else if (j->gpus_per_node > 0) {
         r = r ? r : directive_int(f, "gpus-per-node", j->gpus_per_node, err);
@@ -724,7 +432,7 @@ enum parse_kind {
     PARSE_STRING,    /* the value, borrowed from the text, at offset */
     PARSE_INT,       /* a whole number >= 1 into the int at offset */
     PARSE_TIME,      /* sbatch_format_time's text, or UNLIMITED, into time_limit_min */
-    PARSE_MEM,       /* a size into mem_mb; arg: its enum sbatch_mem_per */
+    PARSE_MEM,       /* a size into mem_mb; arg: its enum slurmopt_mem_per */
     PARSE_EXCLUSIVE, /* --exclusive[=user|mcs] */
     PARSE_SIGNAL,    /* --signal=[{R|B}:]SIG[@TIME] */
     PARSE_FLAG,      /* no value: the bool at offset; (size_t)-1: none to set */
@@ -754,9 +462,9 @@ static const struct parse_row {
     {"time", PARSE_TIME, JOB_FIELD(time_limit_min), 0, NULL},
     {"partition", PARSE_STRING, JOB_FIELD(partition), 0, NULL},
     {"account", PARSE_STRING, JOB_FIELD(account), 0, NULL},
-    {"mem", PARSE_MEM, JOB_FIELD(mem_mb), SBATCH_MEM_NODE, NULL},
-    {"mem-per-cpu", PARSE_MEM, JOB_FIELD(mem_mb), SBATCH_MEM_CPU, NULL},
-    {"mem-per-gpu", PARSE_MEM, JOB_FIELD(mem_mb), SBATCH_MEM_GPU, NULL},
+    {"mem", PARSE_MEM, JOB_FIELD(mem_mb), SLURMOPT_MEM_NODE, NULL},
+    {"mem-per-cpu", PARSE_MEM, JOB_FIELD(mem_mb), SLURMOPT_MEM_CPU, NULL},
+    {"mem-per-gpu", PARSE_MEM, JOB_FIELD(mem_mb), SLURMOPT_MEM_GPU, NULL},
     {"exclusive", PARSE_EXCLUSIVE, JOB_FIELD(exclusive), 0, NULL},
     {"hold", PARSE_FLAG, JOB_FIELD(hold), 0, NULL},
     {"output", PARSE_STRING, JOB_FIELD(output), 0, NULL},
@@ -809,7 +517,7 @@ static int parse_value(const struct parse_row *r, char *val, struct sbatch_job *
                        struct errmsg *err)
 {
     void *field = (char *)job + (r->offset == NO_FIELD ? 0 : r->offset);
-    struct args_signal sig;
+    struct slurmopt_signal sig;
     char bad[64];
     long secs;
     int v;
@@ -826,28 +534,28 @@ static int parse_value(const struct parse_row *r, char *val, struct sbatch_job *
         *(int *)field = v;
         return 0;
     case PARSE_TIME:
-        if (args_parse_time(val, &secs) < 0)
+        if (slurmopt_parse_time(val, &secs) < 0)
             return errmsg_set(err, -EINVAL, "'%s' is not a time limit", val);
         *(long *)field = secs == 0 ? SBATCH_TIME_UNLIMITED : sbatch_time_minutes(secs);
         return 0;
     case PARSE_MEM:
-        if (sbatch_parse_mem(val, &job->mem_mb) < 0)
+        if (slurmopt_parse_mem(val, &job->mem_mb) < 0)
             return errmsg_set(err, -EINVAL, "'%s' is not a size", val);
-        job->mem_per = (enum sbatch_mem_per)r->arg;
+        job->mem_per = (enum slurmopt_mem_per)r->arg;
         return 0;
     case PARSE_EXCLUSIVE:
         /* exclusive_directives[]: bare, "=user" or "=mcs". */
         if (!val)
-            job->exclusive = SBATCH_EXCLUSIVE;
+            job->exclusive = SLURMOPT_EXCLUSIVE;
         else if (!strcmp(val, "user"))
-            job->exclusive = SBATCH_EXCLUSIVE_USER;
+            job->exclusive = SLURMOPT_EXCLUSIVE_USER;
         else if (!strcmp(val, "mcs"))
-            job->exclusive = SBATCH_EXCLUSIVE_MCS;
+            job->exclusive = SLURMOPT_EXCLUSIVE_MCS;
         else
             return errmsg_set(err, -EINVAL, "'%s' is not user or mcs", val);
         return 0;
     case PARSE_SIGNAL:
-        if (args_parse_signal(val, &sig, err) < 0) {
+        if (slurmopt_parse_signal(val, &sig, err) < 0) {
             /* Its message names --signal already: said once, by the caller. */
             char why[sizeof(err->text)];
             snprintf(why, sizeof(why), "%s", err->text + strcspn(err->text, " ") + 1);
@@ -873,7 +581,7 @@ static int parse_value(const struct parse_row *r, char *val, struct sbatch_job *
             job->comment = val;
         return 0;
     case PARSE_MAIL_TYPE:
-        v = sbatch_parse_mail_type(val, bad, sizeof(bad));
+        v = slurmopt_parse_mail_type(val, bad, sizeof(bad));
         if (v < 0)
             return errmsg_set(err, -EINVAL, "'%s' is not a mail type", bad);
         job->mail_type = (unsigned)v;

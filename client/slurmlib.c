@@ -189,15 +189,17 @@ _Static_assert(JOB_PENDING == (int)SLURMLIB_PENDING && JOB_COMPLETE == (int)SLUR
                    JOB_OOM == (int)SLURMLIB_OOM && JOB_END == (int)SLURMLIB_STATE_COUNT,
                "Slurm's job states moved: update enum slurmlib_state");
 
-_Static_assert(MAIL_JOB_BEGIN == SBATCH_MAIL_BEGIN && MAIL_JOB_END == SBATCH_MAIL_END &&
-                   MAIL_JOB_FAIL == SBATCH_MAIL_FAIL && MAIL_JOB_REQUEUE == SBATCH_MAIL_REQUEUE &&
-                   MAIL_JOB_TIME100 == SBATCH_MAIL_TIME100 &&
-                   MAIL_JOB_TIME90 == SBATCH_MAIL_TIME90 && MAIL_JOB_TIME80 == SBATCH_MAIL_TIME80 &&
-                   MAIL_JOB_TIME50 == SBATCH_MAIL_TIME50 &&
-                   MAIL_JOB_STAGE_OUT == SBATCH_MAIL_STAGE_OUT &&
-                   MAIL_ARRAY_TASKS == SBATCH_MAIL_ARRAY_TASKS &&
-                   MAIL_INVALID_DEPEND == SBATCH_MAIL_INVALID_DEPEND,
-               "Slurm's mail types moved: update SBATCH_MAIL_*");
+_Static_assert(MAIL_JOB_BEGIN == SLURMOPT_MAIL_BEGIN && MAIL_JOB_END == SLURMOPT_MAIL_END &&
+                   MAIL_JOB_FAIL == SLURMOPT_MAIL_FAIL &&
+                   MAIL_JOB_REQUEUE == SLURMOPT_MAIL_REQUEUE &&
+                   MAIL_JOB_TIME100 == SLURMOPT_MAIL_TIME100 &&
+                   MAIL_JOB_TIME90 == SLURMOPT_MAIL_TIME90 &&
+                   MAIL_JOB_TIME80 == SLURMOPT_MAIL_TIME80 &&
+                   MAIL_JOB_TIME50 == SLURMOPT_MAIL_TIME50 &&
+                   MAIL_JOB_STAGE_OUT == SLURMOPT_MAIL_STAGE_OUT &&
+                   MAIL_ARRAY_TASKS == SLURMOPT_MAIL_ARRAY_TASKS &&
+                   MAIL_INVALID_DEPEND == SLURMOPT_MAIL_INVALID_DEPEND,
+               "Slurm's mail types moved: update SLURMOPT_MAIL_*");
 
 /* Exported by libslurm 22.05 but missing from its slurm.h. */
 extern char *slurm_job_reason_string(enum job_state_reason inx);
@@ -339,11 +341,11 @@ void slurmlib_close(void)
     opened = false;
 }
 
-/* Slurm's shared values for --exclusive, by enum sbatch_exclusive. */
+/* Slurm's shared values for --exclusive, by enum slurmopt_exclusive. */
 static const uint16_t shared_values[] = {
-    [SBATCH_EXCLUSIVE] = JOB_SHARED_NONE,
-    [SBATCH_EXCLUSIVE_USER] = JOB_SHARED_USER,
-    [SBATCH_EXCLUSIVE_MCS] = JOB_SHARED_MCS,
+    [SLURMOPT_EXCLUSIVE] = JOB_SHARED_NONE,
+    [SLURMOPT_EXCLUSIVE_USER] = JOB_SHARED_USER,
+    [SLURMOPT_EXCLUSIVE_MCS] = JOB_SHARED_MCS,
 };
 
 /* The fields of sbatch's scheduling options, as slurm_opt_create_job_desc() fills them. */
@@ -353,20 +355,20 @@ static void fill_scheduling(const struct sbatch_job *job, job_desc_msg_t *d)
 
     d->qos = (char *)job->qos;
     switch (job->mem_per) {
-    case SBATCH_MEM_NONE:
+    case SLURMOPT_MEM_NONE:
         break;
-    case SBATCH_MEM_NODE:
+    case SLURMOPT_MEM_NODE:
         d->pn_min_memory = job->mem_mb;
         break;
-    case SBATCH_MEM_CPU:
+    case SLURMOPT_MEM_CPU:
         d->pn_min_memory = job->mem_mb | MEM_PER_CPU;
         break;
-    case SBATCH_MEM_GPU:
+    case SLURMOPT_MEM_GPU:
         snprintf(mem_tres, sizeof(mem_tres), "gres:gpu:%llu", job->mem_mb);
         d->mem_per_tres = mem_tres;
         break;
     }
-    if (job->exclusive != SBATCH_SHARED_DEFAULT)
+    if (job->exclusive != SLURMOPT_SHARED_DEFAULT)
         d->shared = shared_values[job->exclusive];
     d->features = (char *)job->constraint;
     d->dependency = (char *)job->dependency;
@@ -386,7 +388,7 @@ static void fill_scheduling(const struct sbatch_job *job, job_desc_msg_t *d)
 void slurmlib_fill_desc(const struct sbatch_job *job, const char *script, char **env,
                         uint32_t env_size, struct job_descriptor *desc)
 {
-    static char tres[4 * SBATCH_GRES_LEN_MAX], comment[SBATCH_COMMENT_LEN_MAX + 16];
+    static char tres[4 * SLURMOPT_GRES_LEN_MAX], comment[SBATCH_COMMENT_LEN_MAX + 16];
     job_desc_msg_t *d = desc;
 
     slurm_init_job_desc_msg(d);
@@ -475,12 +477,12 @@ static const struct {
     {ESLURM_INVALID_GRES, "gres", offsetof(struct sbatch_job, gres)},
 };
 
-/* The memory options' names, by enum sbatch_mem_per, for the refusal of a job that asks
+/* The memory options' names, by enum slurmopt_mem_per, for the refusal of a job that asks
  * more than a node has. */
 static const char *const mem_options[] = {
-    [SBATCH_MEM_NODE] = "mem",
-    [SBATCH_MEM_CPU] = "mem-per-cpu",
-    [SBATCH_MEM_GPU] = "mem-per-gpu",
+    [SLURMOPT_MEM_NODE] = "mem",
+    [SLURMOPT_MEM_CPU] = "mem-per-cpu",
+    [SLURMOPT_MEM_GPU] = "mem-per-gpu",
 };
 
 int slurmlib_check(const struct sbatch_job *job, const char *script, struct errmsg *err)
@@ -532,9 +534,9 @@ int slurmlib_check(const struct sbatch_job *job, const char *script, struct errm
                          job->cpus_per_task / ranks, ranks, ranks == 1 ? "" : "s");
             else
                 snprintf(cpus, sizeof(cpus), " (--cpus-per-gpu sets them)");
-            if (job->mem_per != SBATCH_MEM_NONE) {
+            if (job->mem_per != SLURMOPT_MEM_NONE) {
                 char size[32];
-                sbatch_format_mem(size, sizeof(size), job->mem_mb);
+                slurmopt_format_mem(size, sizeof(size), job->mem_mb);
                 snprintf(mem, sizeof(mem), ", --%s=%s", mem_options[job->mem_per], size);
             }
             return errmsg_set(

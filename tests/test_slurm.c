@@ -62,9 +62,9 @@ static struct sbatch_job sched_job(void)
     struct sbatch_job job = full_job();
 
     job.qos = "high";
-    job.mem_per = SBATCH_MEM_GPU;
+    job.mem_per = SLURMOPT_MEM_GPU;
     job.mem_mb = 80 * 1024;
-    job.exclusive = SBATCH_EXCLUSIVE;
+    job.exclusive = SLURMOPT_EXCLUSIVE;
     job.constraint = "a100&ib";
     job.nodelist = "node[1-2]";
     job.exclude = "node3";
@@ -74,7 +74,7 @@ static struct sbatch_job sched_job(void)
     job.begin = "2030-01-02T03:04:05"; /* begin_time: slurmlib_parse_begin's */
     job.hold = true;
     job.comment = "ablation 3, lr 3e-4";
-    job.mail_type = SBATCH_MAIL_END | SBATCH_MAIL_FAIL | SBATCH_MAIL_TIME90;
+    job.mail_type = SLURMOPT_MAIL_END | SLURMOPT_MAIL_FAIL | SLURMOPT_MAIL_TIME90;
     job.mail_type_text = "END,fail,TIME_LIMIT_90";
     job.mail_user = "me@example.org";
     return job;
@@ -215,134 +215,10 @@ TEST(slurm_script_sbatch_options)
     CHECK_EQ(sbatch_render(&job, &text, &(struct errmsg){{0}}), -EINVAL);
 }
 
-TEST(slurm_memory_sizes)
+/* The Slurm comment that marks a job as gpurun's, and what is taken for one. */
+TEST(slurm_comments)
 {
-    static const struct {
-        const char *text;
-        unsigned long long mb;
-    } good[] = {
-        {"0", 0},     {"100", 100}, {"100M", 100}, {"100mb", 100},  {"1K", 1},
-        {"1025k", 2}, {"2G", 2048}, {"2gB", 2048}, {"1T", 1 << 20}, {"1536M", 1536},
-    };
-    static const char *const bad[] = {"",   "M",   "10X",  "1.5G", "-1",
-                                      " 1", "1G ", "1GBB", "1KM",  "G1"};
-    unsigned long long mb;
-    char buf[32];
-
-    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
-        mb = 12345;
-        if (sbatch_parse_mem(good[i].text, &mb) != 0 || mb != good[i].mb)
-            test_fail(__FILE__, __LINE__, "'%s': %llu MiB, not %llu", good[i].text, mb, good[i].mb);
-    }
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        if (sbatch_parse_mem(bad[i], &mb) != -EINVAL)
-            test_fail(__FILE__, __LINE__, "'%s' taken as a size", bad[i]);
-    CHECK_EQ(sbatch_parse_mem("99999999999999999999", &mb), -ERANGE);
-    CHECK_EQ(sbatch_parse_mem("9999999999999T", &mb), -ERANGE);
-    sbatch_format_mem(buf, sizeof(buf), 80 * 1024);
-    CHECK_STR(buf, "80G");
-    sbatch_format_mem(buf, sizeof(buf), 1536);
-    CHECK_STR(buf, "1536M");
-    sbatch_format_mem(buf, sizeof(buf), 3 << 20);
-    CHECK_STR(buf, "3T");
-    sbatch_format_mem(buf, sizeof(buf), 0);
-    CHECK_STR(buf, "0M");
-}
-
-TEST(slurm_mail_types_dependencies_gres_comments)
-{
-    static const char *const deps_ok[] = {
-        "afterok:12",     "afterok:12:13",      "after:5+10",           "afterany:7_3",
-        "afternotok:7_*", "singleton",          "afterok:1,afterany:2", "afterok:1?afternotok:2",
-        "aftercorr:9",    "afterburstbuffer:4",
-    };
-    static const struct {
-        const char *text, *why;
-    } deps_bad[] = {
-        {"foo", "'foo' is not after, afterany, afterburstbuffer, aftercorr, afternotok, afterok "
-                "or singleton"},
-        {"afterok", "'afterok' needs a job id (afterok:ID)"},
-        {"afterok:", "'' is not a job id"},
-        {"afterok:12x", "'12x' is not a job id"},
-        {"afterok:12+5", "'12+5' is not a job id"},
-        {"singleton:3", "'singleton' takes no job id"},
-        {"afterok:1,afterany:2?after:3", "',' (all of) and '?' (any of) cannot be mixed"},
-        {"afterok:1,", "'' is not after, afterany, afterburstbuffer, aftercorr, afternotok, "
-                       "afterok or singleton"},
-    };
-    struct errmsg why;
-    char bad[32], comment[160];
-    int r;
-
-    for (size_t i = 0; i < sizeof(deps_ok) / sizeof(deps_ok[0]); i++)
-        if (sbatch_check_dependency(deps_ok[i], &why) != 0)
-            test_fail(__FILE__, __LINE__, "'%s' refused: %s", deps_ok[i], why.text);
-    for (size_t i = 0; i < sizeof(deps_bad) / sizeof(deps_bad[0]); i++) {
-        why.text[0] = '\0';
-        CHECK_EQ(sbatch_check_dependency(deps_bad[i].text, &why), -EINVAL);
-        CHECK_STR(why.text, deps_bad[i].why);
-    }
-
-    CHECK_EQ(sbatch_parse_mail_type("END", bad, sizeof(bad)), (int)SBATCH_MAIL_END);
-    CHECK_EQ(sbatch_parse_mail_type("begin,Fail", bad, sizeof(bad)),
-             (int)(SBATCH_MAIL_BEGIN | SBATCH_MAIL_FAIL));
-    r = sbatch_parse_mail_type("ALL", bad, sizeof(bad));
-    CHECK_EQ(r, (int)(SBATCH_MAIL_BEGIN | SBATCH_MAIL_END | SBATCH_MAIL_FAIL | SBATCH_MAIL_REQUEUE |
-                      SBATCH_MAIL_STAGE_OUT | SBATCH_MAIL_INVALID_DEPEND));
-    CHECK_EQ(sbatch_parse_mail_type("NONE", bad, sizeof(bad)), 0);
-    CHECK_EQ(sbatch_parse_mail_type("END,sometimes", bad, sizeof(bad)), -EINVAL);
-    CHECK_STR(bad, "sometimes");
-    CHECK_EQ(sbatch_parse_mail_type("END,", bad, sizeof(bad)), -EINVAL);
-    CHECK_STR(bad, "");
-
-    CHECK_EQ(sbatch_check_gres("nvme:1", &why), 0);
-    CHECK_EQ(sbatch_check_gres("gres:tmp:ssd:2,nvme", &why), 0);
-    CHECK_EQ(sbatch_check_gres("gpu:2", &why), -EINVAL);
-    CHECK_STR(why.text, "the GPUs are --gpus-per-node's (or --no-gpus)");
-    CHECK_EQ(sbatch_check_gres("nvme:1,gres/gpu:a100:1", &why), -EINVAL);
-    CHECK_EQ(sbatch_check_gres("nvme:1,", &why), -EINVAL);
-    CHECK_STR(why.text, "an item without a name ('')");
-    CHECK_EQ(sbatch_check_gres(":1", &why), -EINVAL);
-
-    /* sbatch's --gres gpu[:TYPE][:N]: the GPU item out, the rest kept in order. */
-    {
-        static const struct {
-            const char *in;
-            int gpus;
-            const char *type, *rest, *why;
-        } cases[] = {
-            {"gpu:2", 2, "", "", NULL},
-            {"gpu:a100:4", 4, "a100", "", NULL},
-            {"gpu", 1, "", "", NULL},
-            {"gpu:h100_80gb", 1, "h100_80gb", "", NULL},
-            {"nvme:1,gres/gpu:a100:2,tmp:ssd:3", 2, "a100", "nvme:1,tmp:ssd:3", NULL},
-            {"gres:gpu:8,nvme", 8, "", "nvme", NULL},
-            {"gpus:2", 0, "", "gpus:2", NULL},
-            {"nvme:1", 0, "", "nvme:1", NULL},
-            {"gpu:1,gpu:2", 0, "", "", "more than one GPU item"},
-            {"gpu:a100:", 0, "", "", "'' is not a number of GPUs"},
-            {"gpu::2", 0, "", "", "an empty GPU type"},
-            {"gpu:2000", 0, "", "", "2000 GPUs: must be 1..1024 per node"},
-            {"gpu:a/b:1", 0, "", "", "'a/b' is not a GPU type"},
-        };
-        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-            char type[SBATCH_GPU_TYPE_MAX + 1], rest[SBATCH_GRES_LEN_MAX + 1];
-            int gpus = -1;
-            why.text[0] = '\0';
-            r = sbatch_split_gres(cases[i].in, &gpus, type, sizeof(type), rest, sizeof(rest), &why);
-            if (cases[i].why) {
-                if (r != -EINVAL || strcmp(why.text, cases[i].why))
-                    test_fail(__FILE__, __LINE__, "'%s': %d '%s', not -EINVAL '%s'", cases[i].in, r,
-                              why.text, cases[i].why);
-                continue;
-            }
-            if (r != 0 || gpus != cases[i].gpus || strcmp(type, cases[i].type) ||
-                strcmp(rest, cases[i].rest))
-                test_fail(__FILE__, __LINE__, "'%s': %d, %d '%s' '%s', not %d '%s' '%s' (%s)",
-                          cases[i].in, r, gpus, type, rest, cases[i].gpus, cases[i].type,
-                          cases[i].rest, why.text);
-        }
-    }
+    char comment[160];
 
     CHECK_STR(sbatch_comment(NULL, comment, sizeof(comment)), "gpurun");
     CHECK_STR(sbatch_comment("my run", comment, sizeof(comment)), "gpurun: my run");
@@ -530,9 +406,9 @@ TEST(slurm_script_read_back)
     job.partition = job.account = job.comment = NULL;
     job.requeue = true;
     job.max_requeues = 2;
-    job.mem_per = SBATCH_MEM_CPU;
+    job.mem_per = SLURMOPT_MEM_CPU;
     job.mem_mb = 1536;
-    job.exclusive = SBATCH_EXCLUSIVE_USER;
+    job.exclusive = SLURMOPT_EXCLUSIVE_USER;
     job.signal_text = "R:USR2@90";
     job.preempt_signal = SIGUSR2;
     job.signal_time_s = 90;
@@ -540,8 +416,8 @@ TEST(slurm_script_read_back)
     job.job_dir = "/scratch/it's here";
     job.job_name = "two words";
     check_read_back(&job);
-    job.exclusive = SBATCH_EXCLUSIVE_MCS;
-    job.mem_per = SBATCH_MEM_NODE;
+    job.exclusive = SLURMOPT_EXCLUSIVE_MCS;
+    job.mem_per = SLURMOPT_MEM_NODE;
     job.mem_mb = 0;
     job.hold = false;
     job.mail_type = 0;
@@ -682,7 +558,7 @@ TEST(slurm_desc_matches_the_directives)
     text = render_ok(&job);
     slurmlib_fill_desc(&job, text, env, 2, &d);
     CHECK_STR(d.qos, directive(text, "qos", buf, sizeof(buf)));
-    CHECK_EQ(sbatch_parse_mem(directive(text, "mem-per-gpu", buf, sizeof(buf)), &mb), 0);
+    CHECK_EQ(slurmopt_parse_mem(directive(text, "mem-per-gpu", buf, sizeof(buf)), &mb), 0);
     snprintf(tres, sizeof(tres), "gres:gpu:%llu", mb);
     CHECK_STR(d.mem_per_tres, tres);
     CHECK_EQ(mb, 80 * 1024);
@@ -701,7 +577,7 @@ TEST(slurm_desc_matches_the_directives)
     CHECK(strstr(text, "\n#SBATCH --hold\n") && d.priority == 0);
     CHECK_STR(d.comment, directive(text, "comment", buf, sizeof(buf)));
     CHECK_STR(d.comment, "gpurun: ablation 3, lr 3e-4");
-    CHECK_EQ(d.mail_type, (unsigned)sbatch_parse_mail_type(
+    CHECK_EQ(d.mail_type, (unsigned)slurmopt_parse_mail_type(
                               directive(text, "mail-type", buf, sizeof(buf)), bad, sizeof(bad)));
     CHECK_EQ(d.mail_type, MAIL_JOB_END | MAIL_JOB_FAIL | MAIL_JOB_TIME90);
     CHECK_STR(d.mail_user, directive(text, "mail-user", buf, sizeof(buf)));
@@ -721,13 +597,13 @@ TEST(slurm_desc_matches_the_directives)
     free(text);
 
     /* The other memory options, and --exclusive's other forms. */
-    job.mem_per = SBATCH_MEM_NODE;
+    job.mem_per = SLURMOPT_MEM_NODE;
     job.mem_mb = 1536;
-    job.exclusive = SBATCH_EXCLUSIVE_USER;
+    job.exclusive = SLURMOPT_EXCLUSIVE_USER;
     job.gres = NULL;
     text = render_ok(&job);
     slurmlib_fill_desc(&job, text, env, 2, &d);
-    CHECK_EQ(sbatch_parse_mem(directive(text, "mem", buf, sizeof(buf)), &mb), 0);
+    CHECK_EQ(slurmopt_parse_mem(directive(text, "mem", buf, sizeof(buf)), &mb), 0);
     CHECK_EQ(d.pn_min_memory, mb);
     CHECK_EQ(mb, 1536);
     CHECK(d.mem_per_tres == NULL);
@@ -735,12 +611,12 @@ TEST(slurm_desc_matches_the_directives)
     CHECK_EQ(d.shared, JOB_SHARED_USER);
     CHECK_STR(d.tres_per_node, "gres:gpu:4");
     free(text);
-    job.mem_per = SBATCH_MEM_CPU;
+    job.mem_per = SLURMOPT_MEM_CPU;
     job.mem_mb = 2048;
-    job.exclusive = SBATCH_EXCLUSIVE_MCS;
+    job.exclusive = SLURMOPT_EXCLUSIVE_MCS;
     text = render_ok(&job);
     slurmlib_fill_desc(&job, text, env, 2, &d);
-    CHECK_EQ(sbatch_parse_mem(directive(text, "mem-per-cpu", buf, sizeof(buf)), &mb), 0);
+    CHECK_EQ(slurmopt_parse_mem(directive(text, "mem-per-cpu", buf, sizeof(buf)), &mb), 0);
     CHECK_STR(buf, "2G");
     CHECK_EQ(d.pn_min_memory, mb | MEM_PER_CPU);
     CHECK_EQ(d.shared, JOB_SHARED_MCS);

@@ -11,7 +11,7 @@
 # installed package in jobs of the installed gpurun; a training job run from an empty dir with
 # nothing of the checkout on PATH; `make uninstall` leaves no file and none of the directories
 # install made; the package that pip installs into a scratch target imports from there, with the
-# version of gpurun/__init__.py (gpurun's own, client/args.h).
+# version of gpurun/__init__.py (gpurun's own, client/version.h).
 # timeout: 240
 set -euo pipefail
 # shellcheck source=local_common.sh
@@ -101,7 +101,7 @@ cmp -s "$work/out" "$work/help.want" || fail "'gpurun help status' differs from 
 echo "# gpurun help [SUBCOMMAND] prints --help's text"
 
 # --- the man pages -----------------------------------------------------------------------------
-version=$(sed -n 's/^#define GPURUN_VERSION "\(.*\)"$/\1/p' "$root/client/args.h")
+version=$(sed -n 's/^#define GPURUN_VERSION "\(.*\)"$/\1/p' "$root/client/version.h")
 for m in "${mans[@]}"; do
     grep -qE "^\.TH [^ ]+ [1-8] \"\" \"gpurun $version\"" "$top/share/man/$m" ||
         fail "$m: its .TH line does not say gpurun $version: $(grep '^\.TH' "$top/share/man/$m")"
@@ -433,10 +433,10 @@ echo "# pip install: $((($(date +%s%N) - t0) / 1000000)) ms"
 got=$(cd "$work" && env -u PYTHONPATH -u GPURUN_SOCK PYTHONPATH="$work/site" "$python" -B -c '
 import importlib.metadata as md, gpurun, gpurun.lightning, gpurun.hf
 print(gpurun.__file__, gpurun.__version__, md.version("gpurun"), gpurun.rank(), gpurun.get("k"))')
-c_version=$(sed -n 's/^#define GPURUN_VERSION "\(.*\)"$/\1/p' "$root/client/args.h")
+c_version=$(sed -n 's/^#define GPURUN_VERSION "\(.*\)"$/\1/p' "$root/client/version.h")
 v=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$root/lib/rank/python/gpurun/__init__.py")
 [ -n "$v" ] || fail "no __version__ line in lib/rank/python/gpurun/__init__.py"
 want="$work/site/gpurun/__init__.py $v $v 0 None"
 [ "$got" = "$want" ] || fail "import gpurun from the pip target: got '$got', expected '$want'"
-[ "$v" = "$c_version" ] || fail "the Python package is version $v, gpurun (client/args.h) $c_version"
+[ "$v" = "$c_version" ] || fail "the Python package is version $v, gpurun (client/version.h) $c_version"
 echo "# pip install --target: import gpurun $v from the target, metadata agrees"
