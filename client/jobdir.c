@@ -69,13 +69,6 @@ int jobdir_root_make(const char *root, struct errmsg *err)
     return errmsg_set(err, r, "cannot create the jobs root '%s': %s", root, uv_strerror(r));
 }
 
-int jobdir_default_path(char *buf, size_t n, const char *home, const char *job_id)
-{
-    if (snprintf(buf, n, "%s/" JOBDIR_HOME_ROOT "/%s", home, job_id) >= (int)n)
-        return -ENAMETOOLONG;
-    return 0;
-}
-
 /* 1: dir has no entries; 0: it has some; negative errno: it cannot be read. */
 static int dir_is_empty(const char *dir)
 {

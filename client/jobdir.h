@@ -36,10 +36,6 @@ int jobdir_root(char *buf, size_t n);
  * ...". */
 int jobdir_root_make(const char *root, struct errmsg *err);
 
-/* Writes the default job dir without GPURUN_JOBS, "HOME/.gpurun/jobs/JOB_ID", to buf of n
- * bytes (home and job_id borrowed). Returns 0, or -ENAMETOOLONG when it does not fit. */
-int jobdir_default_path(char *buf, size_t n, const char *home, const char *job_id);
-
 /* Makes dir a job dir for spec (borrowed; its job_id and argv set): creates dir (and missing
  * parents, 0700) or takes an existing empty directory, sets its mode to 0700, creates logs/
  * (0700), a fresh key in key (0600, auth_key_write) and job.json (0600, jobspec_save). A

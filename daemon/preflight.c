@@ -143,17 +143,6 @@ static int gpus_visible(struct nvml *m, const char **how)
     return dev_count();
 }
 
-int preflight_gpus(const char **how)
-{
-    struct nvml m;
-    int n;
-
-    nvml_open(&m);
-    n = gpus_visible(&m, how);
-    nvml_close(&m);
-    return n;
-}
-
 /* The NVML index of one CUDA_VISIBLE_DEVICES entry (e, len bytes, of count devices): a number
  * is NVML's index, "GPU-..." a device's UUID or, as CUDA takes it, the start of one. -1 for
  * none: an index past the count, a UUID no device has, an entry of another kind ("MIG-...":

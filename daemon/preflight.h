@@ -41,8 +41,4 @@ void preflight_run(const struct jobspec *spec, const char *job_dir, int node, ch
 void preflight_memory_skip(int pct, const char *nvml_why, bool memory_calls, char *skipped,
                            size_t n);
 
-/* The GPUs this node shows, by the rules above, and in *how where the count came from
- * ("NVML", "CUDA_VISIBLE_DEVICES", "/dev"). */
-int preflight_gpus(const char **how);
-
 #endif

@@ -1181,16 +1181,27 @@ TEST(cli_args_usage_lists_the_rows)
 
 TEST(cli_jobdir_ids_and_paths)
 {
-    char buf[128];
+    char buf[PATH_MAX + 32], cwd[PATH_MAX], want[PATH_MAX + 16];
 
     setenv("TZ", "UTC", 1);
     tzset();
     CHECK_EQ(jobdir_local_id(buf, sizeof(buf), 86400 + 3 * 3600 + 4 * 60 + 5, 42), 0);
     CHECK_STR(buf, "local-19700102-030405-42");
     CHECK_EQ(jobdir_local_id(buf, 10, 0, 42), -ENAMETOOLONG);
-    CHECK_EQ(jobdir_default_path(buf, sizeof(buf), "/home/u", "local-1"), 0);
-    CHECK_STR(buf, "/home/u/.gpurun/jobs/local-1");
-    CHECK_EQ(jobdir_default_path(buf, 8, "/home/u", "local-1"), -ENAMETOOLONG);
+
+    /* The jobs root: HOME's without GPURUN_JOBS, else GPURUN_JOBS made absolute. */
+    unsetenv("GPURUN_JOBS");
+    setenv("HOME", "/home/u", 1);
+    CHECK_EQ(jobdir_root(buf, sizeof(buf)), 0);
+    CHECK_STR(buf, "/home/u/.gpurun/jobs");
+    CHECK_EQ(jobdir_root(buf, 8), -ENOENT);
+    setenv("GPURUN_JOBS", "runs/jobs", 1);
+    CHECK(getcwd(cwd, sizeof(cwd)) != NULL);
+    snprintf(want, sizeof(want), "%s/runs/jobs", cwd);
+    CHECK_EQ(jobdir_root(buf, sizeof(buf)), 0);
+    CHECK_STR(buf, want);
+    CHECK_EQ(jobdir_root(buf, 8), -ENAMETOOLONG);
+    unsetenv("GPURUN_JOBS");
 }
 
 static void spec_for_test(struct jobspec *spec)
