@@ -224,13 +224,12 @@ static inline void layernorm_backward_limits(enum gpu_dtype dt, const float *dou
  *     u |lse|, on each side.
  *   loss = lse - x_target: lse's limit and 2u |loss|.
  *   dlogits_j = dloss (p_j - [j == target]): p_j within dlse + 2u |x_j - lse| + exp's error
- *     relative (dlse: the fused kernel's own lse against the CPU's, lse's limit; the separate
- *     backward reads the CPU's lse: 0), the subtraction and product 4u |p_j - [j == t]|, and
- *     bf16's store; the padding (j >= V) is 0 on both sides. */
+ *     relative (dlse: the fused kernel's own lse against the CPU's, lse's limit), the
+ *     subtraction and product 4u |p_j - [j == t]|, and bf16's store; the padding (j >= V) is
+ *     0 on both sides. */
 static inline void crossentropy_limits(enum gpu_dtype dt, const float *logits, const int *targets,
                                        const float *lse, const float *losses, int N, int V, int Vp,
-                                       float dloss, double *l_lse, double *l_loss, double *l_d,
-                                       double *l_dfused)
+                                       float dloss, double *l_lse, double *l_loss, double *l_dfused)
 {
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * Vp;
@@ -251,12 +250,11 @@ static inline void crossentropy_limits(enum gpu_dtype dt, const float *logits, c
         for (int j = 0; j < Vp; j++) {
             size_t i = (size_t)n * Vp + j;
             if (j >= V) {
-                l_d[i] = l_dfused[i] = 0.0;
+                l_dfused[i] = 0.0;
                 continue;
             }
             double p = exp((double)x[j] - L), q = fabs(p - (j == t ? 1.0 : 0.0));
             double own = p * (2.0 * U32 * fabs(x[j] - L) + exp_err(x[j] - L)) + 4.0 * U32 * q;
-            l_d[i] = dloss * (own + ub_of(dt) * q);
             l_dfused[i] = dloss * (own + p * l_lse[n] + ub_of(dt) * q);
         }
     }

@@ -499,11 +499,9 @@ static void ce_bounds(enum gpu_dtype dt, const float *logits, const double *E_lo
                       const int *targets, const float *lse, const float *losses, int N, int V,
                       int Vp, float dloss, double *E_losses, double *E_d)
 {
-    size_t n = (size_t)N * Vp;
-    double *l_lse = dalloc(N), *l_d = dalloc(n);
+    double *l_lse = dalloc(N);
 
-    crossentropy_limits(dt, logits, targets, lse, losses, N, V, Vp, dloss, l_lse, E_losses, l_d,
-                        E_d);
+    crossentropy_limits(dt, logits, targets, lse, losses, N, V, Vp, dloss, l_lse, E_losses, E_d);
     for (int r = 0; r < N; r++) {
         const float *x = logits + (size_t)r * Vp;
         double ps = 0.0;

@@ -5,8 +5,8 @@
  * One block per row. The forward is one pass: each thread keeps a running max m and sum s of
  * exp(x - m) over its strided elements (online softmax: when x exceeds m, s is rescaled by
  * exp(m - x)), then the block combines the (m, s) pairs in a fixed order. The probabilities
- * are never stored: the backward recomputes each from lse as it writes the gradient. The
- * fused kernel does both, reading the row twice and writing it once, in place. Where the rows
+ * are never stored: the fused kernel, the training step's, recomputes each from lse as it
+ * writes the gradient, reading the row twice and writing it once, in place. Where the rows
  * start on 16 bytes, every load and store moves 16 bytes (vec16): the row's traffic is the
  * kernel's whole cost, and one bf16 a load left most of each memory transaction unused.
  *
@@ -287,21 +287,6 @@ __global__ void __launch_bounds__(CE_REG_THREADS, 1)
     }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(CE_THREADS)
-    crossentropy_backward_kernel(T *dlogits, const T *logits, const float *lse, const int *targets,
-                                 int V, int Vp, float dloss, bool vec)
-{
-    size_t n = blockIdx.x;
-    int t = targets[n];
-    if (vec)
-        write_grad_vec(dlogits + n * Vp, logits + n * Vp, lse[n], (t >= 0 && t < V) ? t : -1, V, Vp,
-                       dloss);
-    else
-        write_grad(dlogits + n * Vp, logits + n * Vp, lse[n], (t >= 0 && t < V) ? t : -1, V, Vp,
-                   dloss);
-}
-
 static int check_shape(struct gpu_ctx *ctx, const char *op, int N, int V, int Vp)
 {
     if (N <= 0 || V <= 0 || Vp < V)
@@ -359,28 +344,5 @@ int gpu_crossentropy_fused(struct gpu_ctx *ctx, enum gpu_dtype dt, float *losses
     if (ret < 0)
         return ret;
     DISPATCH_DTYPE(ctx, op, dt, ret, fused, ctx, op, losses, lse, logits, targets, N, V, Vp, dloss);
-    return ret;
-}
-
-template <typename T>
-static int crossentropy_backward(struct gpu_ctx *ctx, void *dlogits, const void *logits,
-                                 const float *lse, const int *targets, int N, int V, int Vp,
-                                 float dloss)
-{
-    crossentropy_backward_kernel<T><<<(unsigned)N, CE_THREADS, 0, ctx->stream>>>(
-        (T *)dlogits, (const T *)logits, lse, targets, V, Vp, dloss,
-        vec16_ok<T>(logits, Vp) && vec16_ok<T>(dlogits, Vp));
-    return ctx_launched(ctx, "crossentropy_backward");
-}
-
-int gpu_crossentropy_backward(struct gpu_ctx *ctx, enum gpu_dtype dt, void *dlogits,
-                              const void *logits, const float *lse, const int *targets, int N,
-                              int V, int Vp, float dloss)
-{
-    int ret = check_shape(ctx, "crossentropy_backward", N, V, Vp);
-    if (ret < 0)
-        return ret;
-    DISPATCH_DTYPE(ctx, "crossentropy_backward", dt, ret, crossentropy_backward, ctx, dlogits,
-                   logits, lse, targets, N, V, Vp, dloss);
     return ret;
 }

@@ -206,14 +206,10 @@ int gpu_attention_backward(struct gpu_ctx *ctx, enum gpu_dtype dt, void *dqkv, c
  * target outside [0, V) gives a NaN loss. */
 int gpu_crossentropy_forward(struct gpu_ctx *ctx, enum gpu_dtype dt, float *losses, float *lse,
                              const void *logits, const int *targets, int N, int V, int Vp);
-/* dlogits floatX overwritten as in ops_crossentropy_backward (0 in the padding); dlogits may
- * be logits. */
-int gpu_crossentropy_backward(struct gpu_ctx *ctx, enum gpu_dtype dt, void *dlogits,
-                              const void *logits, const float *lse, const int *targets, int N,
-                              int V, int Vp, float dloss);
 /* Forward and backward in one kernel, the training step's form: losses and lse as the
- * forward, then the logits (N,Vp) are overwritten in place by their gradient. Each row is
- * read twice and written once; the probabilities are never stored. */
+ * forward, then the logits (N,Vp) are overwritten in place by their gradient as in
+ * ops_crossentropy_backward (0 in the padding). Each row is read twice and written once; the
+ * probabilities are never stored. */
 int gpu_crossentropy_fused(struct gpu_ctx *ctx, enum gpu_dtype dt, float *losses, float *lse,
                            void *logits, const int *targets, int N, int V, int Vp, float dloss);
 
@@ -229,13 +225,9 @@ int gpu_adamw_update(struct gpu_ctx *ctx, enum gpu_dtype dt, void *params, float
                      const void *grads, float *m, float *v, const struct optim_span *spans,
                      size_t n_spans, const struct adamw_config *cfg, uint64_t t, float lr,
                      float grad_scale);
-/* The global L2 norm of n floatX gradients, summed in double in a fixed order (for a given
- * n), into *norm (host). Synchronises the stream. */
-int gpu_grad_norm(struct gpu_ctx *ctx, enum gpu_dtype dt, const void *grads, size_t n,
-                  double *norm);
-/* The sum of squares of n floatX gradients into *sumsq (host), with gpu_grad_norm's order of
- * additions (so that gpu_grad_norm's result is sqrt of it): a shard's part of a global norm,
- * to be summed across ranks. Synchronises the stream. */
+/* The sum of squares of n floatX gradients into *sumsq (host), summed in double in a fixed
+ * order (for a given n): the global L2 norm's square, or a shard's part of it, to be summed
+ * across ranks. Synchronises the stream. */
 int gpu_sum_squares(struct gpu_ctx *ctx, enum gpu_dtype dt, const void *grads, size_t n,
                     double *sumsq);
 

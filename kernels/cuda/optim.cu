@@ -7,7 +7,8 @@
  * in fp32 on the fp32 master weights (the parameters themselves in fp32 mode; in bf16 mode the
  * bf16 parameters then receive the master's rounding). One launch per span (a handful).
  *
- * Norm: sqrt(sum g^2) in double. NORM_BLOCKS blocks (fewer for small n) stride over the
+ * Norm: sum g^2 in double (the caller takes its square root, after the sum over shards
+ * where the gradients are sharded). NORM_BLOCKS blocks (fewer for small n) stride over the
  * buffer, each thread summing in double, each block reducing its threads in a fixed tree;
  * one block then adds the block sums in a fixed tree. The order depends on n alone. */
 #include <errno.h>
@@ -162,19 +163,4 @@ int gpu_sum_squares(struct gpu_ctx *ctx, enum gpu_dtype dt, const void *grads, s
         return 0;
     DISPATCH_DTYPE(ctx, op, dt, ret, sum_squares, ctx, op, grads, n, sumsq);
     return ret;
-}
-
-int gpu_grad_norm(struct gpu_ctx *ctx, enum gpu_dtype dt, const void *grads, size_t n, double *norm)
-{
-    const char *op = "grad_norm";
-    double sumsq = 0.0;
-    int ret;
-    *norm = 0.0;
-    if (!n)
-        return 0;
-    DISPATCH_DTYPE(ctx, op, dt, ret, sum_squares, ctx, op, grads, n, &sumsq);
-    if (ret < 0)
-        return ret;
-    *norm = sqrt(sumsq);
-    return 0;
 }
