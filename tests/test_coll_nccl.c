@@ -184,13 +184,6 @@ TEST(coll_nccl_world_of_one_device_ops)
             CHECK_CUDA(cudaMemcpy(got, d_b, bytes, cudaMemcpyDeviceToHost));
             CHECK_SAME(got, want, bytes);
         }
-        /* Bytes of any value, an odd count. */
-        fill_values(want, counts[ci] * 3);
-        CHECK_CUDA(cudaMemcpy(d_a, want, counts[ci] * 3, cudaMemcpyHostToDevice));
-        device_idle();
-        CHECK_EQ(coll_dev_broadcast(c, d_a, counts[ci] * 3, 0, s), 0);
-        CHECK_CUDA(cudaMemcpy(got, d_a, counts[ci] * 3, cudaMemcpyDeviceToHost));
-        CHECK_SAME(got, want, counts[ci] * 3);
     }
     CHECK_STR(coll_strerror(c), "");
     coll_close(c);
@@ -252,8 +245,6 @@ TEST(coll_nccl_arguments)
         CHECK_STR(coll_strerror(c), "device allreduce: unknown dtype 9");
         CHECK_EQ(coll_dev_all_gather(c, NULL, d_a, 4, COLL_F32, NULL), -EINVAL);
         CHECK_STR(coll_strerror(c), "device all-gather: a null buffer");
-        CHECK_EQ(coll_dev_broadcast(c, d_a, 4, 1, NULL), -EINVAL);
-        CHECK_STR(coll_strerror(c), "device broadcast from rank 1: no such rank in a world of 1");
         CHECK_EQ(coll_dev_reduce_scatter_avg(c, NULL, NULL, 0, COLL_BF16, NULL), 0);
         CHECK_EQ(coll_dev_allreduce_avg(c, NULL, 0, COLL_F32, NULL), 0);
         CHECK_EQ(coll_broadcast(c, &one, sizeof(one), 1), -EINVAL);

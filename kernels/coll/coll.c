@@ -297,24 +297,6 @@ int coll_dev_all_gather(struct coll *c, const void *send, void *recv, size_t cou
     return c->be->dev_all_gather(c, send, recv, count, dt, stream);
 }
 
-int coll_dev_broadcast(struct coll *c, void *buf, size_t bytes, int root, void *stream)
-{
-    const char *what = "device broadcast";
-    int ret = dev_check(c, what, c->be->dev_broadcast != NULL);
-
-    if (ret < 0)
-        return ret;
-    if (root < 0 || root >= c->world) {
-        coll_set_err(c, "%s from rank %d: no such rank in a world of %d", what, root, c->world);
-        return -EINVAL;
-    }
-    if (bytes == 0)
-        return 0;
-    if (!buf)
-        return null_buffer(c, what);
-    return c->be->dev_broadcast(c, buf, bytes, root, stream);
-}
-
 void coll_close(struct coll *c)
 {
     if (!c)

@@ -132,7 +132,7 @@ int coll_barrier(struct coll *c);
  * queued there; NULL is the legacy default stream. The call returns once the operation (and
  * so everything queued before it on stream) is complete, or with the error that broke the
  * collectives (see above). A count of 0 queues nothing and returns 0. Every rank calls each
- * operation in the same order with the same count, dtype (and root), or the ranks wait until
+ * operation in the same order with the same count and dtype, or the ranks wait until
  * the timeout. The other backends return -ENOTSUP (with a message) and stay usable; a dtype
  * other than these, or a NULL buffer with a count, is -EINVAL.
  *
@@ -159,10 +159,6 @@ int coll_dev_reduce_scatter_avg(struct coll *c, const void *send, void *recv, si
  * count * world elements). In place when send == recv + r * count. */
 int coll_dev_all_gather(struct coll *c, const void *send, void *recv, size_t count,
                         enum coll_dtype dt, void *stream);
-
-/* Copies the bytes bytes of root's buf into buf on every other rank. -EINVAL for a root out of
- * range, as coll_broadcast. */
-int coll_dev_broadcast(struct coll *c, void *buf, size_t bytes, int root, void *stream);
 
 /* Closes the connections and frees c (c may be NULL). Not collective: a rank may close while
  * the others still run, and they see it as a closed connection in their next operation. nccl

@@ -35,7 +35,6 @@ struct coll_backend {
                                   enum coll_dtype dt, void *stream);
     int (*dev_all_gather)(struct coll *c, const void *send, void *recv, size_t count,
                           enum coll_dtype dt, void *stream);
-    int (*dev_broadcast)(struct coll *c, void *buf, size_t bytes, int root, void *stream);
 };
 
 /* The tcp backend (coll_tcp.c, its shared-memory links coll_shm.c). */

@@ -249,16 +249,6 @@ static int nccl_dev_all_gather(struct coll *c, const void *send, void *recv, siz
                  ncclAllGather(send, recv, count, nccl_type(dt), st->comm, stream));
 }
 
-static int nccl_dev_broadcast(struct coll *c, void *buf, size_t bytes, int root, void *stream)
-{
-    struct nccl *st = state(c);
-    char what[96];
-
-    snprintf(what, sizeof(what), "broadcast of %zu bytes from rank %d", bytes, root);
-    return watch(c, what, stream,
-                 ncclBroadcast(buf, buf, bytes, ncclUint8, root, st->comm, stream));
-}
-
 /* --- host memory, through the staging buffers ------------------------------------------------ */
 
 /* Queues a copy between the staging buffers on the coll's stream. */
@@ -574,7 +564,6 @@ const struct coll_backend coll_nccl_backend = {
     .dev_allreduce_avg = nccl_dev_allreduce_avg,
     .dev_reduce_scatter_avg = nccl_dev_reduce_scatter_avg,
     .dev_all_gather = nccl_dev_all_gather,
-    .dev_broadcast = nccl_dev_broadcast,
 };
 
 #endif

@@ -21,7 +21,7 @@
  *           are exact (each rank's value is the world size times a small integer: every sum
  *           and every average is exact in f32 and bf16, whatever NCCL's order and rounding),
  *           checked bitwise, in place and out of place, f32 and bf16, for many sizes;
- *           all-gathers and broadcasts from every root checked bitwise; the host operations
+ *           all-gathers checked bitwise; the host operations
  *           (staged through the backend's device buffer) as in check; hashes compared as in
  *           check. Prints "rank R/W: all nccl checks passed".
  *   nccl-die    as die, on device memory: the others' allreduce (2 s timeout) must fail within
@@ -529,24 +529,6 @@ static void nccl_all_gather(struct coll *c, size_t count, enum coll_dtype dt, bo
     hash_bytes(h, total * es);
 }
 
-static void nccl_broadcast(struct coll *c, size_t bytes, int root, void *d, unsigned char *h)
-{
-    char what[96];
-
-    snprintf(what, sizeof(what), "device broadcast of %zu bytes from rank %d", bytes, root);
-    for (size_t i = 0; i < bytes; i++)
-        h[i] = rank == root ? (unsigned char)mix(i + (size_t)root * 3) : 0xee;
-    CUDA_OK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-    if (coll_dev_broadcast(c, d, bytes, root, NULL) < 0)
-        die("%s: %s", what, coll_strerror(c));
-    CUDA_OK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < bytes; i++)
-        if (h[i] != (unsigned char)mix(i + (size_t)root * 3))
-            die("%s: byte %zu is 0x%02x, expected 0x%02x", what, i, h[i],
-                (unsigned char)mix(i + (size_t)root * 3));
-    hash_bytes(h, bytes);
-}
-
 /* The host operations on nccl: exact sums (the random ones' order is NCCL's, not the ring's),
  * averages of multiples of the world size, broadcasts across the staging piece, barriers. */
 static void nccl_host_ops(struct coll *c)
@@ -599,7 +581,6 @@ static void nccl_host_ops(struct coll *c)
 static void run_nccl_check(struct gr *g, struct coll *c)
 {
     const size_t counts[] = {1, 2, 3, 7, 1031, 65537, 1000003};
-    const size_t bsizes[] = {1, 4097, (1u << 20) + 3};
     const enum coll_dtype dts[] = {COLL_F32, COLL_BF16};
     size_t max = 1000003 * (size_t)world * sizeof(float) + 64;
     void *d = NULL, *d2 = NULL, *h = malloc(max), *want = malloc(max);
@@ -616,11 +597,6 @@ static void run_nccl_check(struct gr *g, struct coll *c)
             nccl_all_gather(c, counts[k], dts[t], false, d, d2, h, want);
             nccl_all_gather(c, counts[k], dts[t], true, d, d2, h, want);
         }
-    for (int root = 0; root < world; root++)
-        for (size_t i = 0; i < sizeof(bsizes) / sizeof(bsizes[0]); i++)
-            nccl_broadcast(c, bsizes[i], root, d, h);
-    if (coll_dev_broadcast(c, d, 4, world, stream) != -EINVAL)
-        die("device broadcast from rank %d of %d was not refused", world, world);
     nccl_host_ops(c);
     CUDA_OK(cudaFree(d));
     CUDA_OK(cudaFree(d2));

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The collectives' nccl backend with real ranks: `gpurun --local` runs tests/coll_rank
 # nccl-check (device allreduce and reduce-scatter averages checked bitwise against exact sums,
-# all-gathers and broadcasts from every root, in place and not, f32 and bf16; the host
+# all-gathers, in place and not, f32 and bf16; the host
 # operations through the staging buffer; every rank's results hashed and compared through the
 # store) with 1, 2 and 3 ranks, one GPU each; nccl-die and nccl-stall (the last rank leaves,
 # or stays but goes quiet: the others must fail within seconds with the communicator aborted,
@@ -114,7 +114,7 @@ check() {
     fi
     hashes[$world]=$hash
     grep -F "[0] rank 0/$world: nccl" "$work/gpurun.out" | sed 's/^/# /'
-    echo "# ${label}$world rank(s): device allreduce, reduce-scatter, all-gather, broadcast," \
+    echo "# ${label}$world rank(s): device allreduce, reduce-scatter, all-gather," \
         "host operations ok (hash $hash)"
 }
 
