@@ -393,27 +393,6 @@ static bool complete(const struct found *f)
     return ok;
 }
 
-int ckpt_latest(const char *out_dir, char **path, struct errmsg *err)
-{
-    struct found *list;
-    size_t n;
-    int ret;
-
-    *path = NULL;
-    ret = list_ckpts(out_dir, 1u << NAME_CKPT, &list, &n, err);
-    if (ret < 0)
-        return ret;
-    for (size_t i = 0; i < n; i++) {
-        if (complete(&list[i])) {
-            *path = list[i].path;
-            list[i].path = NULL;
-            break;
-        }
-    }
-    free_list(list, n);
-    return 0;
-}
-
 int ckpt_prune(const char *out_dir, int keep, struct errmsg *err)
 {
     struct found *list;
@@ -493,9 +472,15 @@ static int check_shape(const char *path, const struct disk_header *h, const stru
     return 0;
 }
 
-/* ckpt_load, with the step that path's name says (-1: any). */
+/* Reads path into st (st->params, m, v: buffers of nparams floats, undefined after a failure),
+ * its header's step being name_step, the step its name says: its shape must be *expect, its
+ * parameter count nparams, its checksum right. The config text is read for the checksum and
+ * not kept. Returns 0, or a negative errno with err filled: -EBADMSG for a damaged file (not
+ * our format, truncated, sizes that disagree, another step, checksum mismatch),
+ * -EPROTONOSUPPORT for a newer format version, -EINVAL for a valid checkpoint of another
+ * model, another errno (-EACCES, -EISDIR for a directory...) for a file that cannot be read. */
 static int load_file(const char *path, long long name_step, const struct ckpt_model *expect,
-                     size_t nparams, struct ckpt_state *st, char **config, struct errmsg *err)
+                     size_t nparams, struct ckpt_state *st, struct errmsg *err)
 {
     struct disk_header h;
     unsigned char sha[EVP_MAX_MD_SIZE], stored[CKPT_SHA_LEN];
@@ -504,8 +489,6 @@ static int load_file(const char *path, long long name_step, const struct ckpt_mo
     char *text = NULL;
     int fd, ret = -1;
 
-    if (config)
-        *config = NULL;
     fd = open_ro(path);
     if (fd < 0)
         return errmsg_set(err, -errno, "cannot open '%s': %s", path, strerror(errno));
@@ -554,7 +537,6 @@ static int load_file(const char *path, long long name_step, const struct ckpt_mo
         ret = errmsg_set(err, -EBADMSG, "'%s': checksum mismatch: the file is damaged", path);
         goto out;
     }
-    text[h.config_len] = '\0';
     st->model = *expect;
     st->world_size = h.world_size;
     st->batch_size = h.batch_size;
@@ -567,22 +549,12 @@ static int load_file(const char *path, long long name_step, const struct ckpt_mo
     st->data.nseq = h.data_nseq;
     st->data.ntokens = h.data_ntokens;
     st->nparams = nparams;
-    if (config && h.config_len > 0) {
-        *config = text;
-        text = NULL;
-    }
     ret = 0;
 out:
     free(text);
     EVP_MD_CTX_free(md);
     close(fd);
     return ret;
-}
-
-int ckpt_load(const char *path, const struct ckpt_model *expect, size_t nparams,
-              struct ckpt_state *st, char **config, struct errmsg *err)
-{
-    return load_file(path, -1, expect, nparams, st, config, err);
 }
 
 /* --- resume -------------------------------------------------------------------------------- */
@@ -614,7 +586,7 @@ int ckpt_load_newest(const char *out_dir, const struct ckpt_model *expect, size_
     }
     for (i = 0; i < n; i++) {
         struct ckpt_damaged *d = &nw->damaged[nw->ndamaged];
-        ret = load_file(list[i].path, list[i].step, expect, nparams, st, NULL, &d->why);
+        ret = load_file(list[i].path, list[i].step, expect, nparams, st, &d->why);
         if (ret == 0)
             break;
         /* Only damage lets an older checkpoint stand in: a newer format, a file that cannot

@@ -55,8 +55,8 @@ struct ckpt_model {
 };
 
 /* Everything a checkpoint holds but the config text. For ckpt_save every field is read
- * (params, m, v borrowed, nparams floats each); for ckpt_load the caller sets params, m and
- * v to buffers of nparams floats and the rest is filled. */
+ * (params, m, v borrowed, nparams floats each); for ckpt_load_newest the caller sets params,
+ * m and v to buffers of nparams floats and the rest is filled. */
 struct ckpt_state {
     struct ckpt_model model;
     int world_size, batch_size, grad_accum; /* of the run that saved it: informative */
@@ -84,24 +84,6 @@ bool ckpt_is_name(const char *name);
 int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *config,
               struct errmsg *err);
 
-/* The newest checkpoint in out_dir that looks complete: the highest step whose file has a
- * valid header of the step its name says and the size the header announces (temp, damaged and
- * unreadable files are passed over; the checksum is verified by ckpt_load). Returns 0 with
- * *path new (free) or NULL when there is none (a missing out_dir is none), or a negative
- * errno with err filled. */
-int ckpt_latest(const char *out_dir, char **path, struct errmsg *err);
-
-/* Reads path into st: the shape must equal *expect (the first mismatch is named) and the
- * parameter count nparams, the checksum must match; st->params, m, v must point to buffers
- * of nparams floats (their content is undefined after a failure). *config (NULL: not wanted)
- * gets the saved config text (new, free) or NULL. Returns 0, or a negative errno with err
- * filled: -EBADMSG for a damaged file (not our format, truncated, sizes that disagree,
- * checksum mismatch), -EPROTONOSUPPORT for a newer format version, -EINVAL for a valid
- * checkpoint of another model, another errno (-EACCES, -EISDIR for a directory...) for a
- * file that cannot be read. */
-int ckpt_load(const char *path, const struct ckpt_model *expect, size_t nparams,
-              struct ckpt_state *st, char **config, struct errmsg *err);
-
 /* A checkpoint newer than the one ckpt_load_newest loaded, passed over as damaged. */
 struct ckpt_damaged {
     char *path; /* new */
@@ -115,10 +97,13 @@ struct ckpt_newest {
     size_t ndamaged;
 };
 
-/* For a resume: loads the newest valid checkpoint of out_dir into st (as ckpt_load, config
- * not wanted). The files named ckpt_<step>.bin are tried newest step first: a damaged one
- * (ckpt_load's -EBADMSG, or a header whose step is not its name's) is passed over and listed
- * in nw; any other failure (a newer format version, a file that cannot be read, a checkpoint
+/* For a resume: loads the newest valid checkpoint of out_dir into st: its shape must equal
+ * *expect (the first mismatch is named) and its parameter count nparams, its checksum must
+ * match; st->params, m, v must point to buffers of nparams floats (their content is undefined
+ * after a failure); the config text is not read back. The files named ckpt_<step>.bin are
+ * tried newest step first: a damaged one (-EBADMSG: not our format, truncated, sizes that
+ * disagree, a header whose step is not its name's, a checksum mismatch) is passed over and
+ * listed in nw; any other failure (a newer format version, a file that cannot be read, a checkpoint
  * of another model) stops the search with that error, as does finding no valid one behind
  * damaged ones (-EBADMSG). No file is changed: the caller sets the damaged ones aside
  * (ckpt_set_aside) once it uses the one loaded. Returns 1 with nw filled (new), 0 when

@@ -79,20 +79,6 @@ static void free_state(struct ckpt_state *st)
     free(st->v);
 }
 
-/* Loads path expecting success; into a fresh state of n parameters. */
-static void load_ok(const char *path, size_t n, struct ckpt_state *got, char **config)
-{
-    struct errmsg err = {0};
-
-    memset(got, 0, sizeof(*got));
-    got->params = calloc(n, sizeof(float));
-    got->m = calloc(n, sizeof(float));
-    got->v = calloc(n, sizeof(float));
-    CHECK(got->params && got->m && got->v);
-    if (ckpt_load(path, &shape, n, got, config, &err) != 0)
-        test_fail(__FILE__, __LINE__, "load '%s': %s", path, err.text);
-}
-
 static void check_same(const struct ckpt_state *a, const struct ckpt_state *b)
 {
     CHECK(!memcmp(&a->model, &b->model, sizeof(a->model)));
@@ -123,6 +109,54 @@ static const char *ckpt_file(uint64_t step)
     return path;
 }
 
+/* Loads the newest of out_dir, as a model of shape want, into a fresh state of n parameters;
+ * nw and err as they came out. Returns ckpt_load_newest's return. */
+static int load_newest_as(const struct ckpt_model *want, size_t n, struct ckpt_state *got,
+                          struct ckpt_newest *nw, struct errmsg *err)
+{
+    memset(got, 0, sizeof(*got));
+    got->params = calloc(n, sizeof(float));
+    got->m = calloc(n, sizeof(float));
+    got->v = calloc(n, sizeof(float));
+    CHECK(got->params && got->m && got->v);
+    return ckpt_load_newest(out_dir(), want, n, got, nw, err);
+}
+
+static int load_newest(size_t n, struct ckpt_state *got, struct ckpt_newest *nw, struct errmsg *err)
+{
+    return load_newest_as(&shape, n, got, nw, err);
+}
+
+/* Loads the newest of out_dir expecting success: path want (borrowed), after ndamaged newer
+ * ones passed over as damaged; into a fresh state of n parameters. */
+static void load_ok(size_t n, struct ckpt_state *got, const char *want, size_t ndamaged)
+{
+    struct errmsg err = {0};
+    struct ckpt_newest nw;
+    char path[PATH_MAX];
+
+    snprintf(path, sizeof(path), "%s", want);
+    if (load_newest(n, got, &nw, &err) != 1)
+        test_fail(__FILE__, __LINE__, "load the newest of '%s': %s", out_dir(), err.text);
+    CHECK_STR(nw.path, path);
+    CHECK_EQ(nw.ndamaged, ndamaged);
+    ckpt_newest_release(&nw);
+}
+
+/* Whether the file of step's checkpoint holds config (its text, after the 256-byte header)
+ * and is the size that n parameters and that text make. */
+static bool holds_config(uint64_t step, size_t n, const char *config)
+{
+    char *data = NULL;
+    size_t len, clen = strlen(config);
+    bool ok;
+
+    CHECK_EQ(fs_read_all(ckpt_file(step), 1 << 24, &data, &len), 0);
+    ok = len == 256 + clen + 3 * n * 4 + 32 && !memcmp(data + 256, config, clen);
+    free(data);
+    return ok;
+}
+
 /* Files in out_dir whose name contains what. */
 static int count_files(const char *what)
 {
@@ -142,46 +176,41 @@ TEST(ckpt_round_trip)
 {
     struct errmsg err = {0};
     struct ckpt_state st, got;
-    char *config = NULL, *latest = NULL;
     const size_t n = 100003; /* more than one I/O piece would be nice, but keep it quick */
 
     make_state(&st, n, 10, 1);
     CHECK_EQ(ckpt_save(out_dir(), &st, "{\"model\": {\"n_layer\": 2}}", &err), 0);
-    CHECK_EQ(ckpt_latest(out_dir(), &latest, &err), 0);
-    CHECK_STR(latest, ckpt_file(10));
-    load_ok(latest, n, &got, &config);
+    load_ok(n, &got, ckpt_file(10), 0);
     check_same(&st, &got);
-    CHECK_STR(config, "{\"model\": {\"n_layer\": 2}}");
+    CHECK(holds_config(10, n, "{\"model\": {\"n_layer\": 2}}"));
     CHECK_EQ(count_files(".tmp"), 0);
-    free(config);
-    free(latest);
     free_state(&got);
 
-    /* Without config text, and asked for none. */
+    /* Without config text. */
     st.step = 11;
     CHECK_EQ(ckpt_save(out_dir(), &st, NULL, &err), 0);
-    load_ok(ckpt_file(11), n, &got, &config);
-    CHECK(config == NULL);
+    load_ok(n, &got, ckpt_file(11), 0);
+    CHECK(holds_config(11, n, ""));
     check_same(&st, &got);
-    free_state(&got);
-    load_ok(ckpt_file(11), n, &got, NULL);
     free_state(&got);
     free_state(&st);
 }
 
-TEST(ckpt_latest_and_prune)
+TEST(ckpt_newest_and_prune)
 {
     struct errmsg err = {0};
-    struct ckpt_state st;
-    char *latest = (char *)1;
+    struct ckpt_state st, got;
+    struct ckpt_newest nw;
     char path[PATH_MAX + 64];
 
     /* No directory, an empty one: none. */
-    CHECK_EQ(ckpt_latest(out_dir(), &latest, &err), 0);
-    CHECK(latest == NULL);
+    CHECK_EQ(load_newest(64, &got, &nw, &err), 0);
+    CHECK(nw.path == NULL);
+    free_state(&got);
     CHECK_EQ(fs_mkdirs(out_dir(), 0700), 0);
-    CHECK_EQ(ckpt_latest(out_dir(), &latest, &err), 0);
-    CHECK(latest == NULL);
+    CHECK_EQ(load_newest(64, &got, &nw, &err), 0);
+    CHECK(nw.path == NULL);
+    free_state(&got);
 
     make_state(&st, 64, 9, 2);
     CHECK_EQ(ckpt_save(out_dir(), &st, NULL, &err), 0);
@@ -207,9 +236,16 @@ TEST(ckpt_latest_and_prune)
         CHECK_EQ(fs_write_atomic(ckpt_file(300), data, len, 0644), 0); /* says step 100 */
         free(data);
     }
-    CHECK_EQ(ckpt_latest(out_dir(), &latest, &err), 0);
-    CHECK_STR(latest, ckpt_file(100));
-    free(latest);
+    /* The newest valid one is 100's: 400's and 300's are passed over as damaged. */
+    CHECK_EQ(load_newest(64, &got, &nw, &err), 1);
+    CHECK_STR(nw.path, ckpt_file(100));
+    CHECK_EQ(nw.ndamaged, 2);
+    CHECK_STR(nw.damaged[0].path, ckpt_file(400));
+    CHECK_STR(nw.damaged[1].path, ckpt_file(300));
+    ckpt_newest_release(&nw);
+    st.step = 100; /* the state saved at 9, 100 and 20 */
+    check_same(&st, &got);
+    free_state(&got);
 
     /* Prune keeps the newest two complete ones (100, 20) and what is newer than they, even
      * incomplete (400, 300); what is older goes (9). */
@@ -229,9 +265,8 @@ TEST(ckpt_latest_and_prune)
     CHECK_EQ(access(ckpt_file(20), F_OK), -1);
     CHECK_EQ(ckpt_prune(out_dir(), 2, &err), 0);
     CHECK_EQ(access(ckpt_file(100), F_OK), 0);
-    CHECK_EQ(ckpt_latest(out_dir(), &latest, &err), 0);
-    CHECK_STR(latest, ckpt_file(100));
-    free(latest);
+    load_ok(64, &got, ckpt_file(100), 2);
+    free_state(&got);
     free_state(&st);
 }
 
@@ -240,7 +275,6 @@ TEST(ckpt_failed_write_keeps_the_old)
     struct errmsg err = {0};
     struct ckpt_state old, fresh, got;
     struct rlimit rl = {.rlim_cur = 64 * 1024, .rlim_max = RLIM_INFINITY};
-    char *latest = NULL;
     const size_t n = 20000; /* 240 KB of parameters and moments: over the limit below */
 
     make_state(&old, n, 10, 3);
@@ -262,11 +296,8 @@ TEST(ckpt_failed_write_keeps_the_old)
     rl.rlim_cur = RLIM_INFINITY;
     CHECK_EQ(setrlimit(RLIMIT_FSIZE, &rl), 0);
 
-    CHECK_EQ(ckpt_latest(out_dir(), &latest, &err), 0);
-    CHECK_STR(latest, ckpt_file(10));
-    load_ok(latest, n, &got, NULL);
+    load_ok(n, &got, ckpt_file(10), 0);
     check_same(&old, &got);
-    free(latest);
     free_state(&got);
     free_state(&old);
     free_state(&fresh);
@@ -285,18 +316,22 @@ static void flip_byte(const char *path, off_t off)
     close(fd);
 }
 
-static void check_load_error(const char *path, const struct ckpt_model *want, size_t n, int code,
-                             const char *msg)
+/* Loading out_dir's one checkpoint as a model of shape want with n parameters fails
+ * with code and msg; damage (-EBADMSG) is said with what it leaves: nothing older. */
+static void check_load_error(const struct ckpt_model *want, size_t n, int code, const char *msg)
 {
     struct errmsg err = {0};
     struct ckpt_state got;
+    struct ckpt_newest nw;
+    char full[PATH_MAX + 400];
 
-    memset(&got, 0, sizeof(got));
-    got.params = calloc(n, sizeof(float));
-    got.m = calloc(n, sizeof(float));
-    got.v = calloc(n, sizeof(float));
-    CHECK_EQ(ckpt_load(path, want, n, &got, NULL, &err), code);
-    CHECK_STR(err.text, msg);
+    if (code == -EBADMSG)
+        snprintf(full, sizeof(full), "%s; no older checkpoint in '%s'", msg, out_dir());
+    else
+        snprintf(full, sizeof(full), "%s", msg);
+    CHECK_EQ(load_newest_as(want, n, &got, &nw, &err), code);
+    CHECK_STR(err.text, full);
+    CHECK(nw.path == NULL && nw.ndamaged == 0);
     free_state(&got);
 }
 
@@ -318,42 +353,47 @@ TEST(ckpt_refuses_damage_and_mismatch)
     /* The model's shape, each field named. */
     other.n_layer = 3;
     snprintf(msg, sizeof(msg), "'%s': n_layer is 2 in the checkpoint, 3 in the config", p);
-    check_load_error(p, &other, n, -EINVAL, msg);
+    check_load_error(&other, n, -EINVAL, msg);
     other = shape;
     other.padded_vocab = 128;
     snprintf(msg, sizeof(msg), "'%s': padded_vocab is 64 in the checkpoint, 128 in the config", p);
-    check_load_error(p, &other, n, -EINVAL, msg);
+    check_load_error(&other, n, -EINVAL, msg);
     snprintf(msg, sizeof(msg), "'%s': 5000 parameters in the checkpoint, 4999 in the model", p);
-    check_load_error(p, &shape, n - 1, -EINVAL, msg);
+    check_load_error(&shape, n - 1, -EINVAL, msg);
 
     /* One flipped bit anywhere: in the params, in the moments, in the trailer. */
     flip_byte(p, 256 + 3 + 17);
     snprintf(msg, sizeof(msg), "'%s': checksum mismatch: the file is damaged", p);
-    check_load_error(p, &shape, n, -EBADMSG, msg);
+    check_load_error(&shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     flip_byte(p, (off_t)len - 1);
-    check_load_error(p, &shape, n, -EBADMSG, msg);
+    check_load_error(&shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
-    flip_byte(p, 64); /* the step in the header */
-    check_load_error(p, &shape, n, -EBADMSG, msg);
+    flip_byte(p, 72); /* AdamW's step in the header */
+    check_load_error(&shape, n, -EBADMSG, msg);
+    /* A header of another step than the file's name says. */
+    CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
+    flip_byte(p, 64);
+    snprintf(msg, sizeof(msg), "'%s': the header says step 248", p);
+    check_load_error(&shape, n, -EBADMSG, msg);
 
     /* Truncated, short, foreign, a later version, a header whose sizes disagree. */
     CHECK_EQ(fs_write_atomic(p, data, len - 100, 0644), 0);
     snprintf(msg, sizeof(msg), "'%s': truncated: %zu bytes, the header says %zu", p, len - 100,
              len);
-    check_load_error(p, &shape, n, -EBADMSG, msg);
+    check_load_error(&shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, 100, 0644), 0);
     snprintf(msg, sizeof(msg), "'%s': truncated: 100 bytes, shorter than the 256-byte header", p);
-    check_load_error(p, &shape, n, -EBADMSG, msg);
+    check_load_error(&shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     flip_byte(p, 0);
     snprintf(msg, sizeof(msg), "'%s': not a gpurun checkpoint", p);
-    check_load_error(p, &shape, n, -EBADMSG, msg);
+    check_load_error(&shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     flip_byte(p, 8);
     snprintf(msg, sizeof(msg),
              "'%s': checkpoint format version 254 is newer than this gpurun-train's (1)", p);
-    check_load_error(p, &shape, n, -EPROTONOSUPPORT, msg);
+    check_load_error(&shape, n, -EPROTONOSUPPORT, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     {
         uint32_t zero = 0;
@@ -363,33 +403,22 @@ TEST(ckpt_refuses_damage_and_mismatch)
         close(fd);
     }
     snprintf(msg, sizeof(msg), "'%s': damaged header (checkpoint version 0)", p);
-    check_load_error(p, &shape, n, -EBADMSG, msg);
+    check_load_error(&shape, n, -EBADMSG, msg);
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     flip_byte(p, 56); /* nparams */
     snprintf(msg, sizeof(msg), "'%s': damaged header (its sizes disagree)", p);
-    check_load_error(p, &shape, n, -EBADMSG, msg);
+    check_load_error(&shape, n, -EBADMSG, msg);
 
     /* And the intact file still loads. */
     CHECK_EQ(fs_write_atomic(p, data, len, 0644), 0);
     {
         struct ckpt_state got;
-        load_ok(p, n, &got, NULL);
+        load_ok(n, &got, p, 0);
         check_same(&st, &got);
         free_state(&got);
     }
     free(data);
     free_state(&st);
-}
-
-/* Loads the newest of out_dir expecting ret; nw and err as they came out. */
-static int load_newest(size_t n, struct ckpt_state *got, struct ckpt_newest *nw, struct errmsg *err)
-{
-    memset(got, 0, sizeof(*got));
-    got->params = calloc(n, sizeof(float));
-    got->m = calloc(n, sizeof(float));
-    got->v = calloc(n, sizeof(float));
-    CHECK(got->params && got->m && got->v);
-    return ckpt_load_newest(out_dir(), &shape, n, got, nw, err);
 }
 
 TEST(ckpt_load_newest_falls_back_past_damage_only)
