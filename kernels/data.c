@@ -473,11 +473,6 @@ int data_loader_batch(const struct data_loader *dl, uint64_t step, int micro, in
     return fill(dl, first % dl->nseq, inputs, targets, err);
 }
 
-uint64_t data_loader_epoch(const struct data_loader *dl, uint64_t step)
-{
-    return step_seq(dl, step) / dl->nseq;
-}
-
 struct data_pos data_loader_pos(const struct data_loader *dl, uint64_t step)
 {
     struct data_pos pos = {

@@ -97,9 +97,6 @@ int data_loader_init(struct data_loader *dl, const struct data_set *ds, int B, i
 int data_loader_batch(const struct data_loader *dl, uint64_t step, int micro, int *inputs,
                       int *targets, struct errmsg *err);
 
-/* The epoch step begins in: how many times the data has been gone through before it. */
-uint64_t data_loader_epoch(const struct data_loader *dl, uint64_t step);
-
 /* The position to save once `step` is the next step to run. */
 struct data_pos data_loader_pos(const struct data_loader *dl, uint64_t step);
 

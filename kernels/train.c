@@ -661,8 +661,15 @@ static void print_setup(const struct run *r)
            r->mcfg.padded_vocab_size, (double)r->n_params / 1e6);
     printf("data: %" PRIu64 " training tokens in %zu shard%s", r->train_ds->ntokens,
            r->train_ds->nshards, r->train_ds->nshards == 1 ? "" : "s");
-    if (r->val_ds)
-        printf(", %" PRIu64 " validation tokens", r->val_ds->ntokens);
+    if (r->val_ds) {
+        /* An evaluation of more batches than the set holds goes over some of them again. */
+        uint64_t distinct = data_loader_val_batches(&r->dl_val);
+        printf(", %" PRIu64 " validation tokens (%" PRIu64 " batch%s", r->val_ds->ntokens, distinct,
+               distinct == 1 ? "" : "es");
+        if (r->cfg.eval_every > 0 && (uint64_t)r->cfg.eval_batches > distinct)
+            printf(": train.eval_batches %d repeats some", r->cfg.eval_batches);
+        printf(")");
+    }
     printf("; %" PRIu64 " tokens per step (%d rank%s x batch %d x accum %d x seq %d), an epoch "
            "is %" PRIu64 " steps\n",
            tokens_step, r->world, r->world == 1 ? "" : "s", r->cfg.batch_size, r->cfg.grad_accum,

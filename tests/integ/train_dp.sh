@@ -47,6 +47,25 @@ check_run "2 nodes x 2 ranks x batch 1" "$work/w4"
 grep -q '^\[0\] run: .*tcp ring of 4 ranks: to rank 1 ([^)]*) over tcp' "$work/out" ||
     fail "job.nodes=2 with GPURUN_COLL_SHM=0 did not make a ring of 4 over tcp: $(grep '^\[0\] run:' "$work/out")"
 
+# The validation set's batches, W x B sequences each, are counted in the setup line, and an
+# evaluation of more of them than the set holds is said to repeat some.
+run --local "$cfg" train.steps=1 train.eval_every=1 train.eval_batches=100000 train.batch_size=2 \
+    train.out_dir="$work/val"
+expect_rc 0 "2 ranks x batch 2 with 100000 eval batches"
+vline=$(grep '^\[0\] data: ' "$work/out") || fail "no data line"
+vtokens=$(sed -n 's/.* \([0-9]*\) validation tokens .*/\1/p' <<<"$vline")
+[ -n "$vtokens" ] || fail "the data line names no validation tokens: $vline"
+# S sequences of seq_len 32 (+1 target), over W x B = 4 per batch.
+want=$(((vtokens - 1) / 32 / 4))
+grep -qF "$vtokens validation tokens ($want batches: train.eval_batches 100000 repeats some)" \
+    <<<"$vline" || fail "expected $want batches, repeated: $vline"
+run --local "$cfg" train.steps=1 train.eval_every=1 train.eval_batches=2 train.batch_size=2 \
+    train.out_dir="$work/val2"
+expect_rc 0 "2 ranks x batch 2 with 2 eval batches"
+grep -qF "$vtokens validation tokens ($want batches); " "$work/out" ||
+    fail "2 eval batches of $want: $(grep '^\[0\] data: ' "$work/out")"
+echo "# $vtokens validation tokens: $want batches of 2 ranks x batch 2"
+
 # Every step on the way, not only the sixth.
 for d in w2 acc w4; do
     for s in 1 2 3 4 5; do
