@@ -187,6 +187,7 @@ static int setup_world(struct run *r)
     ret = coll_open(backend, r->g, &r->coll, &err);
     if (ret < 0)
         return errmsg_set(&r->err, ret, "cannot open the collectives: %s", err.text);
+    coll_set_timeout(r->coll, r->cfg.coll_timeout_s * 1000);
     return 0;
 }
 

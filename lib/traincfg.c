@@ -108,6 +108,8 @@ static const struct traincfg_key keys[] = {
      "tokens per sample; 0: none"},
     {"train", "log_every", TRAINCFG_INT, OFF(log_every), "1", 1, 1000000000, NULL,
      "steps between printed progress lines"},
+    {"train", "coll_timeout_s", TRAINCFG_INT, OFF(coll_timeout_s), "600", 1, 86400, NULL,
+     "seconds a collective waits for a silent peer before the run fails"},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 _Static_assert(NKEYS <= TRAINCFG_MAX_KEYS, "raise TRAINCFG_MAX_KEYS");

@@ -100,6 +100,9 @@ struct traincfg {
     int sample_every;  /* steps between text samples; 0: only at the end */
     int sample_tokens; /* tokens of a sample; 0: no sample */
     int log_every;     /* steps between printed lines (metrics.jsonl gets every step) */
+    /* seconds a collective waits for a peer that sends nothing (nccl: an operation may take)
+     * before the run fails with the peer named, as torch's init_process_group(timeout=) */
+    int coll_timeout_s;
 
     /* Bookkeeping */
     char *path;                    /* the file read; NULL when none */

@@ -150,6 +150,7 @@ TEST(traincfg_defaults)
     CHECK_EQ(cfg.dtype, TRAINCFG_DTYPE_BF16); /* the cuda backend's default */
     CHECK_EQ(cfg.zero, 0);
     CHECK_EQ(cfg.log_every, 1);
+    CHECK_EQ(cfg.coll_timeout_s, 600); /* torch's default process group timeout is 10 min */
     CHECK(cfg.train == NULL && cfg.val == NULL && cfg.init_from == NULL && cfg.path == NULL);
     /* Without [data] train the defaults alone are not a job. */
     CHECK_EQ(traincfg_check(&cfg, &err), -EINVAL);

@@ -73,3 +73,36 @@ for d in w2 acc w4; do
             fail "$d: the loss of step $s differs from 1 rank x batch 4's"
     done
 done
+
+# train.coll_timeout_s: a rank stopped (SIGSTOP) mid-run fails its peer's collective once the
+# timeout passes, naming the silent rank, and the job fails rather than waiting the default
+# 600 s.
+timeout -k 5 "$GPURUN_LIMIT" "$gpurun" --local "$cfg" train.steps=1000000 train.eval_every=0 \
+    data.val= train.batch_size=2 train.coll_timeout_s=2 train.out_dir="$work/stop" \
+    >"$work/out" 2>"$work/err" </dev/null &
+job=$!
+stopped=
+for _ in $(seq 300); do
+    if [ -s "$work/stop/metrics.jsonl" ]; then
+        for p in $(pgrep -x gpurun-train); do
+            if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'RANK=1' &&
+                tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -qF "$work/stop"; then
+                stopped=$p
+            fi
+        done
+    fi
+    [ -n "$stopped" ] && break
+    sleep 0.1
+done
+[ -n "$stopped" ] || { kill "$job" 2>/dev/null; fail "rank 1 of the coll_timeout_s run not found"; }
+kill -STOP "$stopped"
+t0=$(date +%s%N)
+rc=0
+wait "$job" || rc=$?
+took=$((($(date +%s%N) - t0) / 1000000))
+kill -CONT "$stopped" 2>/dev/null || true
+[ "$rc" != 0 ] || fail "the job with a stopped rank exited 0"
+grep -q "no data from rank 1 (.*) for 2000 ms during" "$work/out" "$work/err" ||
+    fail "rank 0 did not name the silent rank 1: $(grep -h '^\[0\]' "$work/out" "$work/err" | tail -n 3)"
+[ "$took" -lt 30000 ] || fail "the job took $took ms to fail after rank 1 stopped"
+echo "# a stopped rank: its peer failed after train.coll_timeout_s=2, the job ended $took ms later"
