@@ -661,14 +661,7 @@ fail_close:
     uv_close((uv_handle_t *)&l->server, on_handle_closed);
     return ret;
 fail:
-    store_free(l->store);
-    json_decref(l->barriers);
-    json_decref(l->failures);
-    json_decref(l->segments);
-    json_decref(l->swaps);
-    free(l->nodes);
-    free(l->slot_node);
-    free(l);
+    leader_release(l);
     return ret;
 }
 

@@ -346,6 +346,9 @@ json_t *leader_classed(json_t *failure, int cls);
 void leader_write_summary(struct leader *l);
 /* Frees the leader once it is closed and nothing of it is pending (handles, the summary). */
 void leader_maybe_free(struct leader *l);
+/* Frees what the leader owns, and the leader: at its end, or a start that failed part-way
+ * (every field it has not set yet is zero). */
+void leader_release(struct leader *l);
 
 /* --- leader_join.c: admission and the join --------------------------------------------------- */
 

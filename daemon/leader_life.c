@@ -588,11 +588,8 @@ void leader_log_refusals(struct leader *l, int64_t now, bool flush)
         log_warn("%s", line);
 }
 
-void leader_maybe_free(struct leader *l)
+void leader_release(struct leader *l)
 {
-    if (!l->closing || l->handles_open > 0 || l->conns || l->summary_writing)
-        return;
-    leader_log_refusals(l, 0, true);
     store_free(l->store);
     json_decref(l->barriers);
     json_decref(l->failures);
@@ -606,6 +603,14 @@ void leader_maybe_free(struct leader *l)
     free(l->ranks);
     free(l->hang_signs);
     free(l);
+}
+
+void leader_maybe_free(struct leader *l)
+{
+    if (!l->closing || l->handles_open > 0 || l->conns || l->summary_writing)
+        return;
+    leader_log_refusals(l, 0, true);
+    leader_release(l);
 }
 
 /* s with every byte outside printable ASCII (and newlines) as '?': for text that failed to
