@@ -6,6 +6,9 @@
 # rendezvous in gpurun's environment, the 2 ranks end with the same parameters in either
 # layout, and each got the CPU threads of its share of the machine.
 # timeout: 1800
+# Its build of horovod, the longest step of make test, is CPU work with no clock to keep: it
+# runs beside the Slurm scripts' waits.
+# lane: side
 set -euo pipefail
 # shellcheck source=fw_common.sh
 . "$(dirname "$0")/fw_common.sh"

@@ -109,6 +109,8 @@ def lightning(out):
           % (pl.__version__, gpurun.rank(), cb.preempted_at, MAX_STEPS,
              gpurun.preempt_requested(), "saved" if os.path.exists(ckpt) else "missing"),
           flush=True)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()  # as for hf, below
 
 
 def hf(out):
@@ -140,6 +142,11 @@ def hf(out):
     print("hf %s rank %d: stopped at step %s of %d, preempt_requested %s, checkpoint %s"
           % (transformers.__version__, gpurun.rank(), cb.preempted_at, MAX_STEPS,
              gpurun.preempt_requested(), saved[-1] if saved else "missing"), flush=True)
+    # The Trainer's gloo process group, ended before the interpreter's exit: left to the
+    # exit, torch's destructors race its threads, and a run once aborted there ("terminate
+    # called without an active exception", SIGABRT) after training had finished.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
