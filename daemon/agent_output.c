@@ -4,6 +4,7 @@
  * and what a hang's capture brings is kept as the rank's stack. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,9 @@
 #include "outbuf.h"
 #include "utf8.h"
 #include "banned.h"
+
+/* The most a closing stream reads of what its rank left in the pipe (ostream_drain). */
+#define OSTREAM_DRAIN_MAX (1 << 20)
 
 /* Writes to a rank log this close together share one index record (arank_log_append): the
  * order of lines across ranks is then known to this precision. */
@@ -549,7 +553,33 @@ static void on_stream_closed(uv_handle_t *h)
     agent_maybe_free(a);
 }
 
-/* Flushes a partial last line, detaches the stream from its rank and closes it. */
+/* What the rank (or its shim) wrote before the close and was not read yet, taken at once:
+ * the last words of a rank ended while its daemon did not run (the shim's why, written just
+ * before the rank's end) must reach its log, whatever the loop handles first after it runs
+ * again. At most OSTREAM_DRAIN_MAX bytes, for a rank still writing; never a blocking read. */
+static void ostream_drain(struct ostream *o)
+{
+    char buf[16384];
+    uv_os_fd_t fd;
+    size_t total = 0;
+
+    if (!o->rank || uv_fileno((const uv_handle_t *)&o->pipe, &fd) < 0)
+        return;
+    while (total < OSTREAM_DRAIN_MAX) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        ssize_t n;
+        if (poll(&pfd, 1, 0) != 1 || !(pfd.revents & POLLIN))
+            return;
+        n = read(fd, buf, sizeof(buf));
+        if (n <= 0)
+            return;
+        stream_take(o, buf, (size_t)n);
+        total += (size_t)n;
+    }
+}
+
+/* Takes what is left to read, flushes a partial last line, detaches the stream from its
+ * rank and closes it. */
 void ostream_close(struct ostream **slot)
 {
     struct ostream *o = *slot;
@@ -557,6 +587,7 @@ void ostream_close(struct ostream **slot)
     if (!o)
         return;
     *slot = NULL;
+    ostream_drain(o);
     if (o->len) {
         line_end(o, o->len);
         o->len = 0;
