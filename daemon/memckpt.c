@@ -1,0 +1,194 @@
+/* Memory checkpoints (memckpt.h): a table of copies over files in one directory. */
+#include "memckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "banned.h"
+
+struct copy {
+    int rank;
+    char name[MEMCKPT_NAME_MAX + 1];
+    int64_t step;
+    uint64_t size;
+};
+
+struct memckpt {
+    char dir[4096];
+    uint64_t cap, kept;
+    struct copy *copies;
+    size_t n, alloc;
+};
+
+static bool name_ok(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+
+    if (n == 0 || n > MEMCKPT_NAME_MAX || name[0] == '.')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+int memckpt_open(const char *dir, uint64_t cap, struct memckpt **out)
+{
+    struct memckpt *m;
+
+    *out = NULL;
+    if (strlen(dir) + MEMCKPT_NAME_MAX + 32 >= sizeof(m->dir))
+        return -ENAMETOOLONG;
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    m = calloc(1, sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    snprintf(m->dir, sizeof(m->dir), "%s", dir);
+    m->cap = cap;
+    *out = m;
+    return 0;
+}
+
+void memckpt_close(struct memckpt *m)
+{
+    DIR *d;
+    struct dirent *e;
+    char path[sizeof(m->dir) + 300];
+
+    if (!m)
+        return;
+    d = opendir(m->dir);
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == 'r') {
+            snprintf(path, sizeof(path), "%s/%s", m->dir, e->d_name);
+            unlink(path);
+        }
+    }
+    if (d)
+        closedir(d);
+    rmdir(m->dir);
+    free(m->copies);
+    free(m);
+}
+
+const char *memckpt_dir(const struct memckpt *m)
+{
+    return m->dir;
+}
+
+static int copy_path(const struct memckpt *m, int rank, const char *name, bool tmp, char *buf,
+                     size_t n)
+{
+    int len;
+
+    if (!name_ok(name) || rank < 0)
+        return -EINVAL;
+    len = snprintf(buf, n, "%s/r%d.%s%s", m->dir, rank, name, tmp ? ".tmp" : "");
+    return len < 0 || (size_t)len >= n ? -ENAMETOOLONG : 0;
+}
+
+int memckpt_tmp_path(const struct memckpt *m, int rank, const char *name, char *buf, size_t n)
+{
+    return copy_path(m, rank, name, true, buf, n);
+}
+
+static struct copy *find(const struct memckpt *m, int rank, const char *name)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (m->copies[i].rank == rank && !strcmp(m->copies[i].name, name))
+            return &m->copies[i];
+    return NULL;
+}
+
+bool memckpt_fits(uint64_t kept, uint64_t old, uint64_t add, uint64_t cap)
+{
+    return add <= cap && kept - old <= cap - add;
+}
+
+int memckpt_keep(struct memckpt *m, int rank, const char *name, int64_t step,
+                 struct errmsg *err)
+{
+    char tmp[sizeof(m->dir) + 100], final[sizeof(m->dir) + 100];
+    struct copy *c;
+    struct stat st;
+    uint64_t old;
+    bool added = false;
+
+    if (copy_path(m, rank, name, true, tmp, sizeof(tmp)) < 0 ||
+        copy_path(m, rank, name, false, final, sizeof(final)) < 0)
+        return errmsg_set(err, -EINVAL, "'%.80s' is not a memory checkpoint's name (letters, "
+                                        "digits, '_', '-', '.'; at most %d)",
+                          name ? name : "", MEMCKPT_NAME_MAX);
+    if (stat(tmp, &st) < 0 || !S_ISREG(st.st_mode))
+        return errmsg_set(err, -ENOENT, "rank %d wrote no '%s' into '%s'", rank, name, tmp);
+    c = find(m, rank, name);
+    old = c ? c->size : 0;
+    if (!memckpt_fits(m->kept, old, (uint64_t)st.st_size, m->cap)) {
+        unlink(tmp);
+        return errmsg_set(err, -ENOSPC,
+                          "rank %d's memory checkpoint '%s' (%" PRIu64 " bytes) does not fit "
+                          "--mem-ckpt-max %" PRIu64 " bytes beside the %" PRIu64
+                          " kept; the older copy stays",
+                          rank, name, (uint64_t)st.st_size, m->cap, m->kept - old);
+    }
+    if (!c) {
+        if (m->n == m->alloc) {
+            size_t na = m->alloc ? 2 * m->alloc : 8;
+            struct copy *nc = realloc(m->copies, na * sizeof(*nc));
+            if (!nc)
+                return errmsg_set(err, -ENOMEM, "out of memory");
+            m->copies = nc;
+            m->alloc = na;
+        }
+        c = &m->copies[m->n++];
+        *c = (struct copy){.rank = rank};
+        added = true;
+        snprintf(c->name, sizeof(c->name), "%s", name);
+    }
+    if (rename(tmp, final) < 0) {
+        int e = errno;
+        if (added)
+            m->n--;
+        return errmsg_set(err, -e, "cannot keep '%s': %s", tmp, strerror(e));
+    }
+    m->kept = m->kept - old + (uint64_t)st.st_size;
+    c->size = (uint64_t)st.st_size;
+    c->step = step;
+    return 0;
+}
+
+int memckpt_find(const struct memckpt *m, int rank, const char *name, char *path, size_t n,
+                 int64_t *step, uint64_t *size)
+{
+    const struct copy *c = name_ok(name) ? find(m, rank, name) : NULL;
+
+    if (!c)
+        return -ENOENT;
+    *step = c->step;
+    *size = c->size;
+    return copy_path(m, rank, name, false, path, n);
+}
+
+uint64_t memckpt_kept(const struct memckpt *m)
+{
+    return m->kept;
+}
+
+uint64_t memckpt_default_cap(int nnodes)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+
+    if (pages <= 0 || psize <= 0)
+        return 1ull << 30;
+    return (uint64_t)pages * (uint64_t)psize / 4 / (uint64_t)(nnodes > 0 ? nnodes : 1);
+}
