@@ -382,6 +382,9 @@ static const struct opt_row opts[] = {
      preflight_choices},
     {0, "min-free", ARG_INT, FIELD(spec.min_free_mb), 0, 1 << 30, ON_RUN, "MB",
      "the free MiB pre-flight wants in the job dir's file system (default 64)"},
+    {0, "mem-ckpt-max", ARG_INT, FIELD(spec.mem_ckpt_max_mb), 0, 1 << 30, ON_RUN, "MB",
+     "the MiB of memory checkpoints (gpurun.memckpt, gr_mem_save) a node\n"
+     "keeps for its ranks (default 0: a quarter of its memory)"},
     {0, "min-gpu-free", ARG_INT, FIELD(spec.min_gpu_free_pct), 0, 100, ON_RUN, "PCT",
      "the percent of each GPU's memory pre-flight wants free, read through\n"
      "NVML: a GPU a leftover process holds fails (default 90, 0: off)"},

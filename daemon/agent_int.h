@@ -203,6 +203,7 @@ struct agent {
     size_t npend, cappend;
     int64_t next_id;
     json_t *barrier_counts; /* name -> local ranks arrived */
+    struct memckpt *mem;    /* the node's memory checkpoints (memckpt.h); NULL: none */
     struct bwait *bwaits;
 
     struct outbuf *out;     /* the merged stream, our stdout (agent_output.c) */

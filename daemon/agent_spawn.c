@@ -20,6 +20,7 @@
 #include "fsutil.h"
 #include "jobmark.h"
 #include "log.h"
+#include "memckpt.h"
 #include "rankenv.h"
 #include "shim.h"
 #include "utf8.h"
@@ -214,6 +215,7 @@ static char **build_env(struct agent *a, struct arank *r)
         .hostname = a->hostname,
         .error_file = errfile,
         .python_dir = a->python_dir[0] ? a->python_dir : NULL,
+        .mem_dir = a->mem ? memckpt_dir(a->mem) : NULL,
         .cpus = 1,
         .hvd_port = a->hvd_port,
         .hvd_host = a->hvd_host[0] ? a->hvd_host : NULL,

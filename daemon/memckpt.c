@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "proto.h"
 #include "banned.h"
 
 struct copy {
@@ -25,21 +26,6 @@ struct memckpt {
     struct copy *copies;
     size_t n, alloc;
 };
-
-static bool name_ok(const char *name)
-{
-    size_t n = name ? strlen(name) : 0;
-
-    if (n == 0 || n > MEMCKPT_NAME_MAX || name[0] == '.')
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = name[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-' || c == '.'))
-            return false;
-    }
-    return true;
-}
 
 int memckpt_open(const char *dir, uint64_t cap, struct memckpt **out)
 {
@@ -89,12 +75,7 @@ const char *memckpt_dir(const struct memckpt *m)
 static int copy_path(const struct memckpt *m, int rank, const char *name, bool tmp, char *buf,
                      size_t n)
 {
-    int len;
-
-    if (!name_ok(name) || rank < 0)
-        return -EINVAL;
-    len = snprintf(buf, n, "%s/r%d.%s%s", m->dir, rank, name, tmp ? ".tmp" : "");
-    return len < 0 || (size_t)len >= n ? -ENAMETOOLONG : 0;
+    return proto_mem_path(buf, n, m->dir, rank, name, tmp);
 }
 
 int memckpt_tmp_path(const struct memckpt *m, int rank, const char *name, char *buf, size_t n)
@@ -115,8 +96,7 @@ bool memckpt_fits(uint64_t kept, uint64_t old, uint64_t add, uint64_t cap)
     return add <= cap && kept - old <= cap - add;
 }
 
-int memckpt_keep(struct memckpt *m, int rank, const char *name, int64_t step,
-                 struct errmsg *err)
+int memckpt_keep(struct memckpt *m, int rank, const char *name, int64_t step, struct errmsg *err)
 {
     char tmp[sizeof(m->dir) + 100], final[sizeof(m->dir) + 100];
     struct copy *c;
@@ -126,8 +106,9 @@ int memckpt_keep(struct memckpt *m, int rank, const char *name, int64_t step,
 
     if (copy_path(m, rank, name, true, tmp, sizeof(tmp)) < 0 ||
         copy_path(m, rank, name, false, final, sizeof(final)) < 0)
-        return errmsg_set(err, -EINVAL, "'%.80s' is not a memory checkpoint's name (letters, "
-                                        "digits, '_', '-', '.'; at most %d)",
+        return errmsg_set(err, -EINVAL,
+                          "'%.80s' is not a memory checkpoint's name (letters, "
+                          "digits, '_', '-', '.'; at most %d)",
                           name ? name : "", MEMCKPT_NAME_MAX);
     if (stat(tmp, &st) < 0 || !S_ISREG(st.st_mode))
         return errmsg_set(err, -ENOENT, "rank %d wrote no '%s' into '%s'", rank, name, tmp);
@@ -170,7 +151,7 @@ int memckpt_keep(struct memckpt *m, int rank, const char *name, int64_t step,
 int memckpt_find(const struct memckpt *m, int rank, const char *name, char *path, size_t n,
                  int64_t *step, uint64_t *size)
 {
-    const struct copy *c = name_ok(name) ? find(m, rank, name) : NULL;
+    const struct copy *c = proto_mem_name_ok(name) ? find(m, rank, name) : NULL;
 
     if (!c)
         return -ENOENT;

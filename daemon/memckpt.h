@@ -14,11 +14,11 @@
 #include <stdint.h>
 
 #include "errmsg.h"
+#include "proto.h"
 
-/* A state's name: letters, digits, '_', '-' and '.', not starting with '.'. */
-#define MEMCKPT_NAME_MAX 64
-/* The environment variable that tells a rank its node's directory. */
-#define MEMCKPT_DIR_ENV "GPURUN_MEM_DIR"
+/* A state's name (proto.h's rule) and the variable that tells a rank its node's directory. */
+#define MEMCKPT_NAME_MAX PROTO_MEM_NAME_MAX
+#define MEMCKPT_DIR_ENV  PROTO_MEM_DIR_ENV
 
 struct memckpt;
 
@@ -38,8 +38,7 @@ int memckpt_tmp_path(const struct memckpt *m, int rank, const char *name, char *
 /* Keeps rank's name from its temp file as the copy of step, in place of the older one.
  * -ENOENT: no temp file; -ENOSPC: it does not fit the cap beside the other copies (the temp
  * file is removed, the older copy kept); -EINVAL: a bad name; err says which and why. */
-int memckpt_keep(struct memckpt *m, int rank, const char *name, int64_t step,
-                 struct errmsg *err);
+int memckpt_keep(struct memckpt *m, int rank, const char *name, int64_t step, struct errmsg *err);
 
 /* The copy of rank's name: its path (into path, n bytes), step and size. -ENOENT: none. */
 int memckpt_find(const struct memckpt *m, int rank, const char *name, char *path, size_t n,

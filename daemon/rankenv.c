@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "memckpt.h"
 #include "rankenv.h"
 #include "banned.h"
 
@@ -400,6 +401,8 @@ char **rankenv_build(const struct rankenv_rank *r, char *const *base)
     envv_set(&e, "GPURUN_JOB_DIR", "%s", r->job_dir ? r->job_dir : "");
     envv_set(&e, "GPURUN_JOB_ID", "%s", s->job_id);
     envv_set(&e, "GPURUN_NODE_ADDR", "%s", r->node_addr);
+    if (r->mem_dir)
+        envv_set(&e, MEMCKPT_DIR_ENV, "%s", r->mem_dir);
     envv_set(&e, "GPURUN_RESTART_COUNT", "%d", r->restart_count);
     envv_set(&e, "GPURUN_PREEMPT_SIGNAL", "%d", s->preempt_signal);
 

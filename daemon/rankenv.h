@@ -26,6 +26,7 @@ struct rankenv_rank {
     const char *hostname;     /* this node's name */
     const char *error_file;   /* TORCHELASTIC_ERROR_FILE for this rank; NULL: none */
     const char *python_dir;   /* the folder holding the gpurun Python package; NULL: none */
+    const char *mem_dir;      /* the node's memory checkpoints (memckpt.h); NULL: none */
     int cpus;                 /* CPUs the agent may use (its affinity), >= 1 */
     int hvd_port;             /* horovod's rendezvous on master_addr (hvd.h); 0: none */
     const char *hvd_host;     /* HOROVOD_HOSTNAME (the leader's name for this node); NULL:

@@ -44,6 +44,7 @@ static const struct int_key int_keys[] = {
     {"gpus_per_node", offsetof(struct jobspec, gpus_per_node), 0, 0, 1024},
     {"min_free_mb", offsetof(struct jobspec, min_free_mb), 64, 0, 1 << 30},
     {"min_gpu_free_pct", offsetof(struct jobspec, min_gpu_free_pct), 90, 0, 100},
+    {"mem_ckpt_max_mb", offsetof(struct jobspec, mem_ckpt_max_mb), 0, 0, 1 << 30},
     {"straggler_pct", offsetof(struct jobspec, straggler_pct), 20, 0, 10000},
     {"straggler_action", offsetof(struct jobspec, straggler_action), STRAGGLER_REPORT,
      STRAGGLER_REPORT, STRAGGLER_REPLACE},

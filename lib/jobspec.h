@@ -48,6 +48,8 @@ struct jobspec {
     int preflight_only;      /* 1: gpurun preflight: the checks alone, no rank started */
     int gpus_per_node;       /* GPUs each node must show (pre-flight); 0: none asked (--local) */
     int min_free_mb;         /* MiB the job dir's file system must have free (pre-flight) */
+    int mem_ckpt_max_mb;     /* MiB of memory checkpoints a node keeps (daemon/memckpt.h);
+                              * 0: a quarter of the node's memory */
     int min_gpu_free_pct;    /* percent of each GPU's memory that must be free (pre-flight,
                               * through NVML); 0: not checked */
     int straggler_pct;       /* a rank this many percent slower per step than the job's median is

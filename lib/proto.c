@@ -103,7 +103,38 @@ static const struct proto_row rows[MSG_TYPE_COUNT] = {
     [MSG_KV_VAL] = {"kv_val", {REQ("id", 'I', id), REQ("value", 's', value)}},
     [MSG_ERROR] = {"error", {REQ("id", 'I', id), REQ("code", 's', key), REQ("msg", 's', value)}},
     [MSG_PROBE] = {"probe", {REQ("seq", 'i', count), REQ("pad", 's', value)}},
+    [MSG_MEM_SAVE] = {"mem_save",
+                      {REQ("id", 'I', id), REQ("name", 's', key), REQ("step", 'I', step)}},
+    [MSG_MEM_LOAD] = {"mem_load", {REQ("id", 'I', id), REQ("name", 's', key)}},
+    [MSG_MEM_COPY] = {"mem_copy",
+                      {REQ("id", 'I', id), REQ("path", 's', value), REQ("step", 'I', step),
+                       REQ("size", 'I', size)}},
 };
+
+bool proto_mem_name_ok(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+
+    if (n == 0 || n > PROTO_MEM_NAME_MAX || name[0] == '.')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+int proto_mem_path(char *buf, size_t n, const char *dir, int rank, const char *name, bool tmp)
+{
+    int len;
+
+    if (!proto_mem_name_ok(name) || rank < 0)
+        return -EINVAL;
+    len = snprintf(buf, n, "%s/r%d.%s%s", dir, rank, name, tmp ? ".tmp" : "");
+    return len < 0 || (size_t)len >= n ? -ENAMETOOLONG : 0;
+}
 
 const char *proto_type_name(enum msg_type t)
 {

@@ -77,12 +77,20 @@
  * ok            reply             id
  * kv_val        reply             id, value
  * error         reply             id, code, msg  (code: "bad_request", "timeout", "too_large",
- *                                 "denied", "aborted", "not_found")
+ *                                 "denied", "aborted", "not_found", "no_space", "bad_name",
+ *                                 "unsupported")
  * probe         agent->leader     seq, pad: before its join, an agent on another host than the
  *                                 leader's sends PROTO_PROBE_ROUNDS rounds of
  *                                 PROTO_PROBE_FRAMES of these (seq 0, 1, ...; pad a string of
  *                                 PROTO_PROBE_PAD bytes), so that the leader times its link
  *                                 (pre-flight: the link throughput test); no reply
+ * mem_save      rank->agent       id, name, step: keep the file the rank wrote as its next
+ *                                 memory checkpoint of name (proto_mem_path's ".tmp") as
+ *                                 its copy; ok, or error no_space / bad_name / not_found /
+ *                                 unsupported
+ * mem_load      rank->agent       id, name: where the rank's copy of name is
+ * mem_copy      agent->rank       id, path, step, size: the answer to mem_load (or error
+ *                                 not_found)
  */
 #ifndef GPURUN_PROTO_H
 #define GPURUN_PROTO_H
@@ -139,6 +147,9 @@ enum msg_type {
     MSG_KV_VAL,
     MSG_ERROR,
     MSG_PROBE,
+    MSG_MEM_SAVE,
+    MSG_MEM_LOAD,
+    MSG_MEM_COPY,
     MSG_TYPE_COUNT
 };
 
@@ -210,6 +221,9 @@ struct msg {
     int met;   /* progress: a socket on MASTER_PORT showed on the node: the ranks met (sent
                 * once, true; absent: not yet) */
     json_int_t timeout_ms;
+    /* mem_save, mem_copy: the step of a memory checkpoint (daemon/memckpt.h); mem_copy: its
+     * size in bytes (its path: value; a mem_* name: key) */
+    json_int_t step, size;
     struct proto_progress progress; /* report */
     json_t *array;                  /* progress: ranks; status_reply: job (an object) */
     json_t *error;                  /* rank_exit: the recorded exception (an object), or NULL */
@@ -258,6 +272,16 @@ json_t *proto_msg_json(struct msg *m);
 
 /* The wire name of a type ("kv_put"), or "?" for an out-of-range value. */
 const char *proto_type_name(enum msg_type t);
+
+/* Memory checkpoints (daemon/memckpt.h): a state's name (letters, digits, '_', '-' and '.',
+ * not starting with '.', at most PROTO_MEM_NAME_MAX bytes) and the files a rank and its
+ * daemon agree on in the node's directory (PROTO_MEM_DIR_ENV): "DIR/rRANK.NAME" the copy,
+ * and with ".tmp" the rank's next one being written. */
+#define PROTO_MEM_NAME_MAX 64
+#define PROTO_MEM_DIR_ENV  "GPURUN_MEM_DIR"
+bool proto_mem_name_ok(const char *name);
+/* The path into buf (n bytes): 0, -EINVAL (a bad name or rank), -ENAMETOOLONG. */
+int proto_mem_path(char *buf, size_t n, const char *dir, int rank, const char *name, bool tmp);
 
 /* Sets key to v in object o when v is finite; one that is not (NAN: not known) is left out,
  * as JSON has no NaN. */

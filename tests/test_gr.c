@@ -1097,3 +1097,77 @@ TEST(gr_example_one_rank)
     fclose(f);
     CHECK_STR(line, "rank 0/1 local 0 node 0: store ok, barrier ok\n");
 }
+
+/* The agent's side of memory checkpoints: the save's temp file is there, whole, when the
+ * request comes (it is kept by a rename: the agent's); a load reads the copy the reply names;
+ * the refusals map to their errors. */
+static void peer_mem(struct conn *c, int i)
+{
+    char tmp[4200], final[4200];
+    struct msg m;
+    struct stat st;
+
+    (void)i;
+    conn_hello(c);
+    conn_expect(c, &m, MSG_MEM_SAVE);
+    CHECK_STR(m.key, "state");
+    CHECK_EQ(m.step, 42);
+    snprintf(tmp, sizeof(tmp), "%s/r1.state.tmp", getenv(PROTO_MEM_DIR_ENV));
+    snprintf(final, sizeof(final), "%s/r1.state", getenv(PROTO_MEM_DIR_ENV));
+    CHECK_EQ(stat(tmp, &st), 0);
+    CHECK_EQ(st.st_size, 5);
+    CHECK_EQ(rename(tmp, final), 0);
+    conn_ok(c, m.id);
+    proto_msg_release(&m);
+    conn_expect(c, &m, MSG_MEM_LOAD);
+    conn_send(c, "{\"type\":\"mem_copy\",\"id\":%lld,\"path\":\"%s\",\"step\":42,\"size\":5}",
+              (long long)m.id, final);
+    proto_msg_release(&m);
+    conn_expect(c, &m, MSG_MEM_SAVE);
+    conn_send(c, "{\"type\":\"error\",\"id\":%lld,\"code\":\"no_space\",\"msg\":\"too big\"}",
+              (long long)m.id);
+    proto_msg_release(&m);
+    conn_expect(c, &m, MSG_MEM_LOAD);
+    conn_send(c, "{\"type\":\"error\",\"id\":%lld,\"code\":\"not_found\",\"msg\":\"none\"}",
+              (long long)m.id);
+    proto_msg_release(&m);
+    conn_finalize(c);
+}
+
+TEST(gr_mem_save_and_load)
+{
+    pid_t pid;
+    struct gr *g;
+    void *data;
+    size_t len;
+    int64_t step;
+
+    setenv(PROTO_MEM_DIR_ENV, test_tmpdir(), 1);
+    pid = peer_start(peer_mem, 1);
+    g = start();
+    CHECK_EQ(gr_mem_save(g, "../x", "hello", 5, 1), -EINVAL);
+    CHECK_EQ(gr_mem_save(g, "state", "hello", 5, 42), 0);
+    CHECK_EQ(gr_mem_load(g, "state", &data, &len, &step), 0);
+    CHECK_EQ(len, 5);
+    CHECK_EQ(step, 42);
+    CHECK(memcmp(data, "hello", 5) == 0);
+    free(data);
+    CHECK_EQ(gr_mem_save(g, "state", "hello!", 6, 43), -ENOSPC);
+    CHECK(strstr(gr_strerror(g), "too big") != NULL);
+    CHECK_EQ(gr_mem_load(g, "other", &data, &len, &step), -ENOENT);
+    CHECK(data == NULL);
+    CHECK_EQ(gr_finalize(g), 0);
+    peer_wait(pid);
+    unsetenv(PROTO_MEM_DIR_ENV);
+}
+
+/* Without the variable: no memory checkpoints on this node, and the link stays fine. */
+TEST(gr_mem_without_a_directory)
+{
+    pid_t pid = peer_start(peer_hello_finalize, 1);
+    struct gr *g = start();
+
+    CHECK_EQ(gr_mem_save(g, "state", "x", 1, 0), -ENOSYS);
+    CHECK_EQ(gr_finalize(g), 0);
+    peer_wait(pid);
+}

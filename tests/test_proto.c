@@ -60,11 +60,18 @@ static const struct example examples[] = {
     {MSG_KV_VAL, "{\"type\":\"kv_val\",\"id\":18,\"value\":\"dmFs\"}", NULL},
     {MSG_ERROR, "{\"type\":\"error\",\"id\":19,\"code\":\"timeout\",\"msg\":\"no key 'k'\"}", NULL},
     {MSG_PROBE, "{\"type\":\"probe\",\"seq\":3,\"pad\":\"xxxx\"}", NULL},
+    {MSG_MEM_SAVE, "{\"type\":\"mem_save\",\"id\":22,\"name\":\"state\",\"step\":5000000000}",
+     NULL},
+    {MSG_MEM_LOAD, "{\"type\":\"mem_load\",\"id\":23,\"name\":\"state\"}", NULL},
+    {MSG_MEM_COPY,
+     "{\"type\":\"mem_copy\",\"id\":23,\"path\":\"/dev/shm/x/r0.state\",\"step\":7,"
+     "\"size\":6000000000}",
+     NULL},
 };
 #define N_EXAMPLES (sizeof(examples) / sizeof(examples[0]))
 
 /* Fields that carry 64-bit integers; every other integer field is a C int. */
-static const char *const wide_fields[] = {"id", "timeout_ms", "step", "total_steps"};
+static const char *const wide_fields[] = {"id", "timeout_ms", "step", "total_steps", "size"};
 
 /* Whether field is one of e's optional fields. */
 static bool is_optional(const struct example *e, const char *field)
@@ -264,6 +271,19 @@ TEST(proto_valid_messages_decode)
             CHECK_EQ(m.count, 3);
             CHECK_STR(m.value, "xxxx");
             break;
+        case MSG_MEM_SAVE:
+            CHECK_EQ(m.id, 22);
+            CHECK_STR(m.key, "state");
+            CHECK_EQ(m.step, 5000000000);
+            break;
+        case MSG_MEM_LOAD:
+            CHECK_STR(m.key, "state");
+            break;
+        case MSG_MEM_COPY:
+            CHECK_STR(m.value, "/dev/shm/x/r0.state");
+            CHECK_EQ(m.step, 7);
+            CHECK_EQ(m.size, 6000000000);
+            break;
         default:
             break;
         }
@@ -451,8 +471,8 @@ TEST(proto_key_over_limit_refused)
         expect_refused(e, root, "a key over PROTO_KEY_MAX");
         json_decref(root);
     }
-    /* kv_put, kv_get, kv_del, barrier, barrier_done. */
-    CHECK_EQ(n_keyed, 5);
+    /* kv_put, kv_get, kv_del, barrier, barrier_done, mem_save, mem_load. */
+    CHECK_EQ(n_keyed, 7);
     free(key);
 }
 

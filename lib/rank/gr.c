@@ -2,6 +2,7 @@
  * frame of plain JSON (the socket's directory and SO_PEERCRED already keep strangers out, so
  * there is no sealing), and the reply with the same id is read before the call returns. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <limits.h>
 #include <math.h>
@@ -269,7 +270,7 @@ out:
 
 static bool is_reply(enum msg_type t)
 {
-    return t == MSG_OK || t == MSG_KV_VAL || t == MSG_ERROR;
+    return t == MSG_OK || t == MSG_KV_VAL || t == MSG_MEM_COPY || t == MSG_ERROR;
 }
 
 static void abandon(struct gr *g, json_int_t id)
@@ -360,8 +361,9 @@ static const struct {
     const char *code;
     int err;
 } error_codes[] = {
-    {"timeout", -ETIMEDOUT}, {"not_found", -ENOENT}, {"too_large", -E2BIG},
-    {"aborted", -ECANCELED}, {"denied", -EACCES},
+    {"timeout", -ETIMEDOUT}, {"not_found", -ENOENT},   {"too_large", -E2BIG},
+    {"aborted", -ECANCELED}, {"denied", -EACCES},      {"no_space", -ENOSPC},
+    {"bad_name", -EINVAL},   {"unsupported", -ENOSYS},
 };
 
 /* Sends req (steals it) with the given id and waits up to timeout_ms (-1: no limit) for the
@@ -734,6 +736,119 @@ int gr_barrier(struct gr *g, const char *name, int timeout_ms)
     if (ret == -ETIMEDOUT && !g->dead)
         errmsg_set(&g->err, ret, "barrier '%s': not every rank arrived within %d ms", name,
                    timeout_ms);
+    return ret;
+}
+
+/* The node's memory checkpoint directory into *dir: 0, or -ENOSYS / -EINVAL with g's text
+ * saying why. */
+static int mem_dir(struct gr *g, const char *what, const char *name, const char **dir)
+{
+    *dir = getenv(PROTO_MEM_DIR_ENV);
+    if (g->px || !*dir || !**dir)
+        return errmsg_set(&g->err, -ENOSYS,
+                          "%s '%s': this node keeps no memory checkpoints (%s unset)", what,
+                          name ? name : "", PROTO_MEM_DIR_ENV);
+    if (!proto_mem_name_ok(name))
+        return errmsg_set(&g->err, -EINVAL,
+                          "%s '%.80s': not a name (letters, digits, '_', '-', '.'; at most %d)",
+                          what, name ? name : "", PROTO_MEM_NAME_MAX);
+    return 0;
+}
+
+int gr_mem_save(struct gr *g, const char *name, const void *data, size_t len, int64_t step)
+{
+    const char *dir;
+    char path[PATH_MAX];
+    json_int_t id;
+    int fd, ret = 0;
+
+    if (g->dead)
+        return g->dead;
+    if ((ret = mem_dir(g, "mem_save", name, &dir)) < 0)
+        return ret;
+    if (proto_mem_path(path, sizeof(path), dir, g->rank, name, true) < 0)
+        return errmsg_set(&g->err, -ENAMETOOLONG, "mem_save '%s': '%s' is too long a path", name,
+                          dir);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return errmsg_set(&g->err, -errno, "mem_save '%s': cannot create '%s': %s", name, path,
+                          strerror(errno));
+    for (size_t done = 0; done < len && ret == 0;) {
+        ssize_t n = write(fd, (const char *)data + done, len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            ret = errmsg_set(&g->err, n < 0 ? -errno : -EIO, "mem_save '%s': cannot write '%s': %s",
+                             name, path, n < 0 ? strerror(errno) : "no room");
+        else
+            done += (size_t)n;
+    }
+    close(fd);
+    if (ret < 0) {
+        unlink(path);
+        return ret;
+    }
+    id = g->next_id++;
+    return request_ok(g,
+                      proto_pack("{s:s, s:I, s:s, s:I}", "type", "mem_save", "id", id, "name", name,
+                                 "step", (json_int_t)step),
+                      id, GR_REQUEST_TIMEOUT_MS, "mem_save", name);
+}
+
+int gr_mem_load(struct gr *g, const char *name, void **data, size_t *len, int64_t *step)
+{
+    struct msg m;
+    json_int_t id;
+    const char *dir;
+    char *buf = NULL;
+    size_t size, done = 0;
+    int fd, ret;
+
+    *data = NULL;
+    *len = 0;
+    if (g->dead)
+        return g->dead;
+    if ((ret = mem_dir(g, "mem_load", name, &dir)) < 0)
+        return ret;
+    id = g->next_id++;
+    ret = request(g, proto_pack("{s:s, s:I, s:s}", "type", "mem_load", "id", id, "name", name), id,
+                  GR_REQUEST_TIMEOUT_MS, MSG_MEM_COPY, &m, "mem_load", name);
+    if (ret < 0)
+        return ret;
+    size = (size_t)m.size;
+    fd = open(m.value, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        ret = errmsg_set(&g->err, -errno, "mem_load '%s': cannot open '%s': %s", name, m.value,
+                         strerror(errno));
+        goto out;
+    }
+    buf = malloc(size ? size : 1);
+    if (!buf) {
+        ret =
+            errmsg_set(&g->err, -ENOMEM, "mem_load '%s': out of memory for %zu bytes", name, size);
+        goto out;
+    }
+    while (done < size) {
+        ssize_t n = read(fd, buf + done, size - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            ret = errmsg_set(&g->err, n < 0 ? -errno : -EIO,
+                             "mem_load '%s': '%s' ends at %zu of its %zu bytes", name, m.value,
+                             done, size);
+            goto out;
+        }
+        done += (size_t)n;
+    }
+    *data = buf;
+    *len = size;
+    *step = m.step;
+    buf = NULL;
+out:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    proto_msg_release(&m);
     return ret;
 }
 

@@ -133,6 +133,19 @@ int gr_kv_del(struct gr *g, const char *key);
  * it is skipped, and the ranks that did arrive are not released until the others do. */
 int gr_barrier(struct gr *g, const char *name, int timeout_ms);
 
+/* Memory checkpoints (gpurun --mem-ckpt-max): keeps len bytes of data as this rank's copy of
+ * name (letters, digits, '_', '-', '.'; at most 64 bytes) at step, in its node's memory: a
+ * file of /dev/shm its daemon keeps, which outlives this process, for a restart in the same
+ * allocation. The newest complete copy is kept: a rank that dies while saving leaves the
+ * older one. Returns 0; -ENOSPC where the node's cap refuses it (the older copy stays),
+ * -EINVAL for a bad name, -ENOSYS where the node keeps none (or under PMIx), or the link's
+ * error; gr_strerror says which. */
+int gr_mem_save(struct gr *g, const char *name, const void *data, size_t len, int64_t step);
+
+/* This rank's copy of name: *data new (the caller frees it), its *len bytes and the *step it
+ * was saved at. -ENOENT where there is none (a first start), or as gr_mem_save. */
+int gr_mem_load(struct gr *g, const char *name, void **data, size_t *len, int64_t *step);
+
 /* Sends this rank's progress (p is borrowed; see struct gr_progress); the agent forwards it
  * to the leader without blocking and does not answer. A number not known is left out, and
  * status shows it as unknown: a double that is not finite (NAN), total_steps 0, a field past

@@ -125,12 +125,16 @@ _ERROR_CODES = {
     "too_large": Error,
     "aborted": Error,
     "denied": Error,
+    "no_space": Error,
+    "bad_name": Error,
+    "unsupported": Error,
 }
 
 # A reply's fields, one row per type (strict, as the agent's json_unpack formats are).
 _REPLY_FIELDS = {
     "ok": {"type": str, "id": int},
     "kv_val": {"type": str, "id": int, "value": str},
+    "mem_copy": {"type": str, "id": int, "path": str, "step": int, "size": int},
     "error": {"type": str, "id": int, "code": str, "msg": str},
 }
 
@@ -444,7 +448,7 @@ class Link:
                 raise self.broken("%s '%s': agent refused with '%s': %s"
                                   % (what, subject, m["code"], m["msg"]))
             raise cls("%s '%s': %s" % (what, subject, m["msg"]))
-        want = "kv_val" if msg["type"] == "kv_get" else "ok"
+        want = {"kv_get": "kv_val", "mem_load": "mem_copy"}.get(msg["type"], "ok")
         if m["type"] != want:
             raise self.broken("%s '%s': agent answered '%s' instead of '%s'"
                               % (what, subject, m["type"], want))

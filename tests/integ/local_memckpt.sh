@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Memory checkpoints under gpurun --local (gpurun.memckpt; daemon/memckpt.c): two ranks save
+# bytes and a torch state dict into their node's memory, one starts a third save it never
+# finishes, then rank 1 is killed; the restarted generation loads each rank's own copies, whole
+# and at their steps, not the torn one. A save over --mem-ckpt-max is refused with the sizes
+# said and the older copy stays. The node's directory of /dev/shm is gone after the job.
+# Uses Debian's python3-torch (/usr/bin/python3, or $TORCH_PYTHON); skips without it.
+# timeout: 120
+set -euo pipefail
+# shellcheck source=local_common.sh
+. "$(dirname "$0")/local_common.sh"
+
+python=${TORCH_PYTHON:-/usr/bin/python3}
+[ -x "$python" ] || skip "no '$python'"
+"$python" -c 'import importlib.util as u; assert u.find_spec("torch")' >/dev/null 2>&1 ||
+    skip "'$python' has no torch (Debian's python3-torch)"
+job=$root/tests/python/memckpt_job.py
+
+run --local --gpus-per-node 2 --max-restarts 1 --job-dir "$work/restart" -- \
+    "$python" "$job" restart
+expect_rc 0 "the restarted job"
+for r in 0 1; do
+    w=$((r + 1))
+    grep -qF "[$r] rank $r generation 1: state step 5 b'hello from rank $r'; sd step 7 w [0.0, $w.0, $((2 * w)).0, $((3 * w)).0, $((4 * w)).0, $((5 * w)).0]" "$work/out" ||
+        fail "rank $r did not load its own copies: $(grep "^\[$r\]" "$work/out" | tail -n 3)"
+done
+id=$(sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$work/restart/job.json" | head -n 1)
+[ -n "$id" ] || fail "no job id in job.json"
+ls -d /dev/shm/gpurun-"$id"-n* 2>/dev/null && fail "the memory checkpoints outlived the job"
+
+run --local --gpus-per-node 1 --mem-ckpt-max 1 --job-dir "$work/cap" -- "$python" "$job" cap
+expect_rc 0 "the job over the cap"
+grep -qF "refused: mem_save 'small': rank 0's memory checkpoint 'small' (2097159 bytes) does not fit --mem-ckpt-max 1048576 bytes beside the 0 kept; the older copy stays" "$work/out" ||
+    fail "the save over the cap was not refused as it should be: $(grep refused "$work/out")"
+grep -qF "kept step 1, 100 bytes" "$work/out" || fail "the older copy did not stay: $(cat "$work/out")"
+echo "# restart: both ranks loaded their copies from memory; the cap refused 2 MiB of 1"

@@ -1,0 +1,52 @@
+"""A rank of tests/integ/local_memckpt.sh: memory checkpoints across a restart.
+
+usage: memckpt_job.py MODE
+  restart  generation 0 saves bytes (step 5) and a torch state dict (step 7), then starts a
+           third save it never finishes (a temp file cut short) and rank 1 fails; generation 1
+           loads both and prints what it got.
+  cap      saves 2 MiB under --mem-ckpt-max 1 and prints the refusal; the 100-byte copy saved
+           before stays."""
+import os
+import signal
+import sys
+
+import gpurun
+from gpurun import memckpt
+
+
+def restart():
+    r = gpurun.rank()
+    got = memckpt.load()
+    if got is None:
+        assert gpurun.restart_count() == 0, "generation %d found no copy" % gpurun.restart_count()
+        assert memckpt.save(b"hello from rank %d" % r, step=5)
+        import torch
+        assert memckpt.save({"w": torch.arange(6, dtype=torch.float32) * (r + 1)}, name="sd",
+                            step=7)
+        # A save cut short: the temp file of "state" half written, never kept.
+        with open(os.path.join(os.environ["GPURUN_MEM_DIR"], "r%d.state.tmp" % r), "wb") as f:
+            f.write(b"GRMEM1b torn")
+        gpurun.barrier("saved")
+        print("generation 0 saved", flush=True)
+        if r == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return
+    step, data = got
+    sd_step, sd = memckpt.load("sd")
+    print("rank %d generation %d: state step %d %r; sd step %d w %s"
+          % (r, gpurun.restart_count(), step, data, sd_step, sd["w"].tolist()), flush=True)
+
+
+def cap():
+    assert memckpt.save(b"x" * 100, name="small", step=1)
+    try:
+        memckpt.save(b"y" * (2 << 20), name="small", step=2)
+        print("saved 2 MiB: not refused", flush=True)
+    except gpurun.Error as e:
+        print("refused: %s" % e, flush=True)
+    step, data = memckpt.load("small")
+    print("kept step %d, %d bytes" % (step, len(data)), flush=True)
+
+
+if __name__ == "__main__":
+    {"restart": restart, "cap": cap}[sys.argv[1]]()
