@@ -109,8 +109,6 @@ def lightning(out):
           % (pl.__version__, gpurun.rank(), cb.preempted_at, MAX_STEPS,
              gpurun.preempt_requested(), "saved" if os.path.exists(ckpt) else "missing"),
           flush=True)
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()  # as for hf, below
 
 
 def hf(out):
@@ -142,11 +140,13 @@ def hf(out):
     print("hf %s rank %d: stopped at step %s of %d, preempt_requested %s, checkpoint %s"
           % (transformers.__version__, gpurun.rank(), cb.preempted_at, MAX_STEPS,
              gpurun.preempt_requested(), saved[-1] if saved else "missing"), flush=True)
-    # The Trainer's gloo process group, ended before the interpreter's exit: left to the
-    # exit, torch's destructors race its threads, and a run once aborted there ("terminate
-    # called without an active exception", SIGABRT) after training had finished.
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    # Out without the interpreter's teardown: there torch 1.13's destructors race the
+    # Trainer's gloo threads, and a run once aborted ("terminate called without an active
+    # exception", SIGABRT) after training had finished; destroy_process_group() first hung
+    # instead (a stop mid-epoch leaves DDP's last bucket in flight).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
