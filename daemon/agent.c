@@ -554,6 +554,9 @@ static void rank_mem_load(struct agent *a, struct rconn *rc, struct msg *m)
         peer_send_error(&rc->peer, m->id, "not_found", "no memory checkpoint of that name");
         return;
     }
+    log_info("rank %d takes its memory checkpoint '%s' of step %" PRId64 " (%" PRIu64
+             " bytes) from node %d's memory",
+             rc->rank->rank, m->key, step, size, a->node_rank);
     peer_send(&rc->peer,
               proto_pack("{s:s, s:I, s:s, s:I, s:I}", "type", "mem_copy", "id", m->id, "path", path,
                          "step", (json_int_t)step, "size", (json_int_t)size));

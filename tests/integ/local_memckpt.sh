@@ -3,7 +3,8 @@
 # bytes and a torch state dict into their node's memory, one starts a third save it never
 # finishes, then rank 1 is killed; the restarted generation loads each rank's own copies, whole
 # and at their steps, not the torn one. A save over --mem-ckpt-max is refused with the sizes
-# said and the older copy stays. The node's directory of /dev/shm is gone after the job.
+# said and the older copy stays. The log says where each rank's state came from; the node's
+# directory of /dev/shm is gone after the job.
 # Uses Debian's python3-torch (/usr/bin/python3, or $TORCH_PYTHON); skips without it.
 # timeout: 120
 set -euo pipefail
@@ -16,13 +17,17 @@ python=${TORCH_PYTHON:-/usr/bin/python3}
     skip "'$python' has no torch (Debian's python3-torch)"
 job=$root/tests/python/memckpt_job.py
 
-run --local --gpus-per-node 2 --max-restarts 1 --job-dir "$work/restart" -- \
+run --local --gpus-per-node 2 --max-restarts 1 --log-level info --job-dir "$work/restart" -- \
     "$python" "$job" restart
 expect_rc 0 "the restarted job"
 for r in 0 1; do
     w=$((r + 1))
     grep -qF "[$r] rank $r generation 1: state step 5 b'hello from rank $r'; sd step 7 w [0.0, $w.0, $((2 * w)).0, $((3 * w)).0, $((4 * w)).0, $((5 * w)).0]" "$work/out" ||
         fail "rank $r did not load its own copies: $(grep "^\[$r\]" "$work/out" | tail -n 3)"
+done
+for r in 0 1; do
+    grep -q "rank $r takes its memory checkpoint 'state' of step 5 (.* bytes) from node 0's memory" "$work/err" ||
+        fail "the log does not say where rank $r's state came from"
 done
 id=$(sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$work/restart/job.json" | head -n 1)
 [ -n "$id" ] || fail "no job id in job.json"
