@@ -1014,6 +1014,7 @@ static void teardown(struct agent *a, const char *cause)
         if (!r->spawned || r->exited)
             continue;
         r->killed = true;
+        agent_mark_ended(r, cause);
         /* SIGCONT first: a stopped rank would not act on SIGTERM until continued. */
         arank_signal(r, SIGCONT);
         arank_signal(r, a->spec->kill_grace_ms > 0 ? SIGTERM : SIGKILL);
@@ -1155,6 +1156,7 @@ static void reset_generation(struct agent *a)
         struct arank *r = &a->ranks[i];
         int logfd = r->logfd, idxfd = r->idxfd;
         int64_t log_off = r->log_off;
+        bool log_midline = r->log_midline;
 
         ostream_close(&r->out);
         ostream_close(&r->err);
@@ -1167,6 +1169,7 @@ static void reset_generation(struct agent *a)
         r->logfd = logfd;
         r->idxfd = idxfd;
         r->log_off = log_off;
+        r->log_midline = log_midline;
     }
     while (a->bwaits) {
         struct bwait *w = a->bwaits;

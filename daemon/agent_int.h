@@ -107,11 +107,12 @@ struct arank {
     int64_t progress_ms; /* when its last report arrived; 0: it never reported */
     long oom_base;
     int logfd;
-    int idxfd;       /* logs/rank-N.idx: when each stretch of the log was written */
-    int64_t log_off; /* the log's size: where the next write lands */
-    int64_t idx_ms;  /* the index record not yet written: the time of its first write, 0:
-                      * none; it covers the log up to log_off */
-    int alive_fd;    /* write end of its shim's heartbeat pipe (shim.h), or -1 */
+    int idxfd;        /* logs/rank-N.idx: when each stretch of the log was written */
+    int64_t log_off;  /* the log's size: where the next write lands */
+    bool log_midline; /* the log's last byte is not a newline */
+    int64_t idx_ms;   /* the index record not yet written: the time of its first write, 0:
+                       * none; it covers the log up to log_off */
+    int alive_fd;     /* write end of its shim's heartbeat pipe (shim.h), or -1 */
     char token[2 * TOKEN_BYTES + 1];
     struct proto_progress prog; /* its last report (total_steps: the last one given) */
     struct steptime st;         /* seconds per step (steptime.h): gpurun_rank_step_seconds */
@@ -304,6 +305,8 @@ bool agent_container_preflight(struct agent *a, void (*then)(struct agent *a));
 
 /* Writes a line into every rank log where the ranks of generation start. */
 void agent_mark_restart(struct agent *a, int generation);
+/* Writes into the log of rank r, which the daemon is ending, the cause. */
+void agent_mark_ended(struct arank *r, const char *cause);
 
 /* Writes the ranks' index records that are old enough to be complete; from the tick. */
 void agent_flush_index(struct agent *a);

@@ -286,6 +286,7 @@ int arank_log_append(struct arank *r, const void *data, size_t n)
     if (r->idx_ms && t - r->idx_ms >= INDEX_COALESCE_MS)
         index_flush(r);
     r->log_off += w;
+    r->log_midline = ((const char *)data)[w - 1] != '\n';
     if (!r->idx_ms)
         r->idx_ms = t > 0 ? t : 1;
     return w == (ssize_t)n ? 0 : -1;
@@ -319,6 +320,25 @@ void agent_open_log(struct agent *a, struct arank *r)
                          a->requeues);
         (void)arank_log_append(r, line, (size_t)n);
     }
+}
+
+/* A line in the log of a rank the daemon ends (teardown), saying why: its own output may stop
+ * mid-line, and a reader of its log alone learns what ended it. */
+void agent_mark_ended(struct arank *r, const char *cause)
+{
+    char line[512], when[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    int n;
+
+    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+    n = snprintf(line, sizeof(line), "%s----- gpurun: %s: the rank is ended: %s -----\n",
+                 r->log_midline ? "\n" : "", when, cause);
+    if (n >= (int)sizeof(line)) {
+        n = (int)sizeof(line) - 1;
+        line[n - 1] = '\n';
+    }
+    (void)arank_log_append(r, line, (size_t)n);
 }
 
 /* A line in every rank log between two generations, so that a reader sees where the
