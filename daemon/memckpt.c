@@ -3,7 +3,9 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@ struct copy {
 };
 
 struct memckpt {
+    pthread_mutex_t lock; /* the table's: the agent's loop and the memory link's threads */
     char dir[4096];
     uint64_t cap, kept;
     struct copy *copies;
@@ -40,6 +43,7 @@ int memckpt_open(const char *dir, uint64_t cap, struct memckpt **out)
     if (!m)
         return -ENOMEM;
     snprintf(m->dir, sizeof(m->dir), "%s", dir);
+    pthread_mutex_init(&m->lock, NULL);
     m->cap = cap;
     *out = m;
     return 0;
@@ -63,6 +67,7 @@ void memckpt_close(struct memckpt *m)
     if (d)
         closedir(d);
     rmdir(m->dir);
+    pthread_mutex_destroy(&m->lock);
     free(m->copies);
     free(m);
 }
@@ -98,24 +103,50 @@ bool memckpt_fits(uint64_t kept, uint64_t old, uint64_t add, uint64_t cap)
 
 int memckpt_keep(struct memckpt *m, int rank, const char *name, int64_t step, struct errmsg *err)
 {
-    char tmp[sizeof(m->dir) + 100], final[sizeof(m->dir) + 100];
+    char tmp[sizeof(m->dir) + 100];
+
+    if (copy_path(m, rank, name, true, tmp, sizeof(tmp)) < 0)
+        return errmsg_set(err, -EINVAL,
+                          "'%.80s' is not a memory checkpoint's name (letters, "
+                          "digits, '_', '-', '.'; at most %d)",
+                          name ? name : "", MEMCKPT_NAME_MAX);
+    return memckpt_keep_from(m, rank, name, step, tmp, err);
+}
+
+int memckpt_in_path(const struct memckpt *m, int rank, const char *name, char *buf, size_t n)
+{
+    int ret = copy_path(m, rank, name, false, buf, n);
+    size_t len;
+
+    if (ret < 0)
+        return ret;
+    len = strlen(buf);
+    if (len + 4 > n)
+        return -ENAMETOOLONG;
+    memcpy(buf + len, ".in", 4);
+    return 0;
+}
+
+static int keep_locked(struct memckpt *m, int rank, const char *name, int64_t step, const char *src,
+                       struct errmsg *err)
+{
+    char final[sizeof(m->dir) + 100];
     struct copy *c;
     struct stat st;
     uint64_t old;
     bool added = false;
 
-    if (copy_path(m, rank, name, true, tmp, sizeof(tmp)) < 0 ||
-        copy_path(m, rank, name, false, final, sizeof(final)) < 0)
+    if (copy_path(m, rank, name, false, final, sizeof(final)) < 0)
         return errmsg_set(err, -EINVAL,
                           "'%.80s' is not a memory checkpoint's name (letters, "
                           "digits, '_', '-', '.'; at most %d)",
                           name ? name : "", MEMCKPT_NAME_MAX);
-    if (stat(tmp, &st) < 0 || !S_ISREG(st.st_mode))
-        return errmsg_set(err, -ENOENT, "rank %d wrote no '%s' into '%s'", rank, name, tmp);
+    if (stat(src, &st) < 0 || !S_ISREG(st.st_mode))
+        return errmsg_set(err, -ENOENT, "rank %d wrote no '%s' into '%s'", rank, name, src);
     c = find(m, rank, name);
     old = c ? c->size : 0;
     if (!memckpt_fits(m->kept, old, (uint64_t)st.st_size, m->cap)) {
-        unlink(tmp);
+        unlink(src);
         return errmsg_set(err, -ENOSPC,
                           "rank %d's memory checkpoint '%s' (%" PRIu64 " bytes) does not fit "
                           "--mem-ckpt-max %" PRIu64 " bytes beside the %" PRIu64
@@ -136,11 +167,11 @@ int memckpt_keep(struct memckpt *m, int rank, const char *name, int64_t step, st
         added = true;
         snprintf(c->name, sizeof(c->name), "%s", name);
     }
-    if (rename(tmp, final) < 0) {
+    if (rename(src, final) < 0) {
         int e = errno;
         if (added)
             m->n--;
-        return errmsg_set(err, -e, "cannot keep '%s': %s", tmp, strerror(e));
+        return errmsg_set(err, -e, "cannot keep '%s': %s", src, strerror(e));
     }
     m->kept = m->kept - old + (uint64_t)st.st_size;
     c->size = (uint64_t)st.st_size;
@@ -148,21 +179,94 @@ int memckpt_keep(struct memckpt *m, int rank, const char *name, int64_t step, st
     return 0;
 }
 
-int memckpt_find(const struct memckpt *m, int rank, const char *name, char *path, size_t n,
-                 int64_t *step, uint64_t *size)
+int memckpt_keep_from(struct memckpt *m, int rank, const char *name, int64_t step, const char *src,
+                      struct errmsg *err)
 {
-    const struct copy *c = proto_mem_name_ok(name) ? find(m, rank, name) : NULL;
+    int ret;
 
-    if (!c)
-        return -ENOENT;
-    *step = c->step;
-    *size = c->size;
-    return copy_path(m, rank, name, false, path, n);
+    pthread_mutex_lock(&m->lock);
+    ret = keep_locked(m, rank, name, step, src, err);
+    pthread_mutex_unlock(&m->lock);
+    return ret;
 }
 
-uint64_t memckpt_kept(const struct memckpt *m)
+bool memckpt_would_fit(struct memckpt *m, int rank, const char *name, uint64_t size)
 {
-    return m->kept;
+    const struct copy *c;
+    bool fits;
+
+    pthread_mutex_lock(&m->lock);
+    c = find(m, rank, name);
+    fits = memckpt_fits(m->kept, c ? c->size : 0, size, m->cap);
+    pthread_mutex_unlock(&m->lock);
+    return fits;
+}
+
+int memckpt_open_copy(struct memckpt *m, int rank, const char *name, int64_t *step, uint64_t *size)
+{
+    char path[sizeof(m->dir) + 100];
+    const struct copy *c;
+    int fd = -ENOENT;
+
+    pthread_mutex_lock(&m->lock);
+    c = proto_mem_name_ok(name) ? find(m, rank, name) : NULL;
+    if (c && copy_path(m, rank, name, false, path, sizeof(path)) == 0) {
+        *step = c->step;
+        *size = c->size;
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            fd = -errno;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return fd;
+}
+
+size_t memckpt_list(struct memckpt *m, int lo, int hi, struct memckpt_entry *out, size_t max)
+{
+    size_t k = 0;
+
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->n; i++) {
+        const struct copy *c = &m->copies[i];
+        if (c->rank < lo || c->rank >= hi)
+            continue;
+        if (k < max) {
+            out[k].rank = c->rank;
+            out[k].step = c->step;
+            out[k].size = c->size;
+            snprintf(out[k].name, sizeof(out[k].name), "%s", c->name);
+        }
+        k++;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return k;
+}
+
+int memckpt_find(struct memckpt *m, int rank, const char *name, char *path, size_t n, int64_t *step,
+                 uint64_t *size)
+{
+    const struct copy *c;
+    int ret = -ENOENT;
+
+    pthread_mutex_lock(&m->lock);
+    c = proto_mem_name_ok(name) ? find(m, rank, name) : NULL;
+    if (c) {
+        *step = c->step;
+        *size = c->size;
+        ret = copy_path(m, rank, name, false, path, n);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return ret;
+}
+
+uint64_t memckpt_kept(struct memckpt *m)
+{
+    uint64_t kept;
+
+    pthread_mutex_lock(&m->lock);
+    kept = m->kept;
+    pthread_mutex_unlock(&m->lock);
+    return kept;
 }
 
 uint64_t memckpt_default_cap(int nnodes)

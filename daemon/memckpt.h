@@ -5,7 +5,8 @@
  * asks its daemon to keep it; the daemon renames it over the older copy, so that a copy is
  * complete or absent (a rank killed while writing leaves the older one), within the node's
  * cap. The table of copies is the daemon's; the bytes are the file system's, which outlive
- * the rank that wrote them. Owned by one thread (the agent's loop). */
+ * the rank that wrote them. The table has a lock: the agent's loop keeps its ranks' copies,
+ * the memory link's threads (memlink.h) a peer's and the ones they fetch. */
 #ifndef GPURUN_MEMCKPT_H
 #define GPURUN_MEMCKPT_H
 
@@ -40,12 +41,38 @@ int memckpt_tmp_path(const struct memckpt *m, int rank, const char *name, char *
  * file is removed, the older copy kept); -EINVAL: a bad name; err says which and why. */
 int memckpt_keep(struct memckpt *m, int rank, const char *name, int64_t step, struct errmsg *err);
 
+/* memckpt_keep from the file src (in the store's directory) rather than the rank's temp
+ * file: a copy that came over a memory link. */
+int memckpt_keep_from(struct memckpt *m, int rank, const char *name, int64_t step, const char *src,
+                      struct errmsg *err);
+
+/* The file a copy of rank's name that comes over a memory link is written into ("...in"). */
+int memckpt_in_path(const struct memckpt *m, int rank, const char *name, char *buf, size_t n);
+
+/* Whether a copy of rank's name of size bytes would fit now (memckpt_fits). */
+bool memckpt_would_fit(struct memckpt *m, int rank, const char *name, uint64_t size);
+
+/* Opens the copy of rank's name for reading: its fd (the caller closes it; a newer copy
+ * renamed over it later leaves this one whole to the reader), step and size; -ENOENT. */
+int memckpt_open_copy(struct memckpt *m, int rank, const char *name, int64_t *step, uint64_t *size);
+
+/* One copy: what memckpt_list tells of it. */
+struct memckpt_entry {
+    int rank;
+    char name[MEMCKPT_NAME_MAX + 1];
+    int64_t step;
+    uint64_t size;
+};
+
+/* The copies of ranks lo..hi-1, at most max of them into out; returns how many there are. */
+size_t memckpt_list(struct memckpt *m, int lo, int hi, struct memckpt_entry *out, size_t max);
+
 /* The copy of rank's name: its path (into path, n bytes), step and size. -ENOENT: none. */
-int memckpt_find(const struct memckpt *m, int rank, const char *name, char *path, size_t n,
-                 int64_t *step, uint64_t *size);
+int memckpt_find(struct memckpt *m, int rank, const char *name, char *path, size_t n, int64_t *step,
+                 uint64_t *size);
 
 /* The bytes kept in all. */
-uint64_t memckpt_kept(const struct memckpt *m);
+uint64_t memckpt_kept(struct memckpt *m);
 
 /* Whether a copy of add bytes fits a cap of cap where kept bytes are kept, old of them the
  * copy it replaces: the rule of memckpt_keep, pure. */

@@ -24,7 +24,7 @@ struct field {
     size_t off;
 };
 
-#define FIELDS_MAX 9
+#define FIELDS_MAX 12
 
 struct proto_row {
     const char *name;
@@ -66,13 +66,15 @@ static const struct proto_row rows[MSG_TYPE_COUNT] = {
                   {REQ("node_rank", 'i', node_rank), REQ("hostname", 's', hostname),
                    REQ("addr", 's', addr), REQ("nprocs", 'i', nprocs), REQ("gpus", 's', gpus),
                    OPT("preflight", 's', preflight),
-                   OPT("preflight_skipped", 's', preflight_skipped)}},
+                   OPT("preflight_skipped", 's', preflight_skipped),
+                   OPT("mem_port", 'i', mem_port)}},
     [MSG_ASSIGN] = {"assign",
                     {REQ("generation", 'i', generation), REQ("world_size", 'i', world_size),
                      REQ("rank_base", 'i', rank_base), REQ("nnodes", 'i', nnodes),
                      REQ("master_addr", 's', master_addr), REQ("master_port", 'i', master_port),
                      OPT("hvd_port", 'i', hvd_port), OPT("hvd_host", 's', hvd_host),
-                     OPT("spare", 'b', spare)}},
+                     OPT("spare", 'b', spare), OPT("mem_addr", 's', mem_addr),
+                     OPT("mem_port", 'i', mem_port), OPT("mem_node", 'i', mem_node)}},
     [MSG_HB] = {"hb", {{0}}},
     [MSG_KV_PUT] = {"kv_put", {REQ("id", 'I', id), REQ("key", 's', key), REQ("value", 's', value)}},
     [MSG_KV_GET] = {"kv_get",
@@ -109,6 +111,11 @@ static const struct proto_row rows[MSG_TYPE_COUNT] = {
     [MSG_MEM_COPY] = {"mem_copy",
                       {REQ("id", 'I', id), REQ("path", 's', value), REQ("step", 'I', step),
                        REQ("size", 'I', size)}},
+    [MSG_MEM_PUT] = {"mem_put",
+                     {REQ("id", 'I', id), REQ("rank", 'i', rank), REQ("name", 's', key),
+                      REQ("step", 'I', step), REQ("size", 'I', size)}},
+    [MSG_MEM_GET] = {"mem_get",
+                     {REQ("id", 'I', id), REQ("rank", 'i', rank), REQ("name", 's', key)}},
 };
 
 bool proto_mem_name_ok(const char *name)

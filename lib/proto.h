@@ -5,6 +5,8 @@
  *   client -> leader   TCP, authenticated, for status queries
  *   rank   -> agent    Unix socket in a 0700 directory; the agent checks the peer's uid with
  *                      SO_PEERCRED and the first frame must be a valid "hello"
+ *   agent  -> agent    TCP, authenticated: a memory link (daemon/memlink.h), from a node to
+ *                      the one that keeps its memory checkpoints
  *   rank   -> leader   horovod's HTTP rendezvous (daemon/hvd.h) on the leader's address, port
  *                      hvd_port: NOT authenticated, as horovodrun's is; not this protocol
  *
@@ -28,14 +30,17 @@
  * join          agent->leader     node_rank, hostname, addr, nprocs, gpus, preflight (optional:
  *                                 the pre-flight check the node failed and its figure; absent
  *                                 or "": it passed), preflight_skipped (optional: a check
- *                                 asked for but not made, and why)
+ *                                 asked for but not made, and why), mem_port
+ *                                 (optional: its memory link's port, daemon/memlink.h)
  * assign        leader->agent     generation, world_size, rank_base, nnodes, master_addr,
  *                                 master_port (no node list: sent to every agent it would
  *                                 cost O(nodes^2) bytes; the status view has the nodes),
  *                                 hvd_port, hvd_host (optional: the leader's horovod
  *                                 rendezvous port and this node's HOROVOD_HOSTNAME), spare
  *                                 (optional, default false: the node is a hot spare of this
- *                                 generation and starts no rank; rank_base is then 0)
+ *                                 generation and starts no rank; rank_base is then 0),
+ *                                 mem_addr, mem_port, mem_node (optional: the memory link
+ *                                 of the node that keeps this node's memory checkpoints)
  * hb            both ways         (none): a heartbeat, over a link that carried nothing
  *                                 else for hb_interval (any frame proves its sender alive)
  * kv_put        rank->agent->leader  id, key, value (a string; the rank library uses base64)
@@ -91,6 +96,12 @@
  * mem_load      rank->agent       id, name: where the rank's copy of name is
  * mem_copy      agent->rank       id, path, step, size: the answer to mem_load (or error
  *                                 not_found)
+ * mem_put       agent->agent      id, rank, name, step, size: on a memory link (daemon/
+ *                                 memlink.h), a copy of rank's name follows in size bytes of
+ *                                 sealed frames once the receiver says ok; its answer to
+ *                                 mem_get
+ * mem_get       agent->agent      id, rank, name: send me your copy of rank's name (mem_put,
+ *                                 or error not_found)
  */
 #ifndef GPURUN_PROTO_H
 #define GPURUN_PROTO_H
@@ -150,6 +161,8 @@ enum msg_type {
     MSG_MEM_SAVE,
     MSG_MEM_LOAD,
     MSG_MEM_COPY,
+    MSG_MEM_PUT,
+    MSG_MEM_GET,
     MSG_TYPE_COUNT
 };
 
@@ -218,8 +231,13 @@ struct msg {
     int hvd_port; /* assign: horovod's rendezvous port, or 0 */
     int count, code, signal, oom, killed, status, stacks;
     int spare; /* assign: the node is a hot spare of the generation, with no rank */
-    int met;   /* progress: a socket on MASTER_PORT showed on the node: the ranks met (sent
-                * once, true; absent: not yet) */
+    /* join: the port of the node's memory link (daemon/memlink.h), 0: none; assign: the
+     * memory link of the node that keeps this node's copies (mem_addr, mem_port; its node
+     * rank mem_node), absent: none */
+    const char *mem_addr;
+    int mem_port, mem_node;
+    int met; /* progress: a socket on MASTER_PORT showed on the node: the ranks met (sent
+              * once, true; absent: not yet) */
     json_int_t timeout_ms;
     /* mem_save, mem_copy: the step of a memory checkpoint (daemon/memckpt.h); mem_copy: its
      * size in bytes (its path: value; a mem_* name: key) */

@@ -31,8 +31,8 @@ static const struct example examples[] = {
     {MSG_ASSIGN,
      "{\"type\":\"assign\",\"generation\":2,\"world_size\":8,\"rank_base\":4,\"nnodes\":2,"
      "\"master_addr\":\"10.0.0.1\",\"master_port\":29500,\"hvd_port\":41000,"
-     "\"hvd_host\":\"n1\"}",
-     "hvd_port hvd_host"},
+     "\"hvd_host\":\"n1\",\"mem_addr\":\"10.0.0.3\",\"mem_port\":41001,\"mem_node\":2}",
+     "hvd_port hvd_host mem_addr mem_port mem_node"},
     {MSG_HB, "{\"type\":\"hb\"}", NULL},
     {MSG_KV_PUT, "{\"type\":\"kv_put\",\"id\":11,\"key\":\"nccl/id\",\"value\":\"dmFs\"}", NULL},
     {MSG_KV_GET, "{\"type\":\"kv_get\",\"id\":12,\"key\":\"nccl/id\",\"timeout_ms\":5000}", NULL},
@@ -67,6 +67,11 @@ static const struct example examples[] = {
      "{\"type\":\"mem_copy\",\"id\":23,\"path\":\"/dev/shm/x/r0.state\",\"step\":7,"
      "\"size\":6000000000}",
      NULL},
+    {MSG_MEM_PUT,
+     "{\"type\":\"mem_put\",\"id\":24,\"rank\":3,\"name\":\"state\",\"step\":7,"
+     "\"size\":6000000000}",
+     NULL},
+    {MSG_MEM_GET, "{\"type\":\"mem_get\",\"id\":25,\"rank\":3,\"name\":\"state\"}", NULL},
 };
 #define N_EXAMPLES (sizeof(examples) / sizeof(examples[0]))
 
@@ -471,8 +476,8 @@ TEST(proto_key_over_limit_refused)
         expect_refused(e, root, "a key over PROTO_KEY_MAX");
         json_decref(root);
     }
-    /* kv_put, kv_get, kv_del, barrier, barrier_done, mem_save, mem_load. */
-    CHECK_EQ(n_keyed, 7);
+    /* kv_put, kv_get, kv_del, barrier, barrier_done, mem_save, mem_load, mem_put, mem_get. */
+    CHECK_EQ(n_keyed, 9);
     free(key);
 }
 
