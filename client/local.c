@@ -23,6 +23,7 @@
 #include "jobspec.h"
 #include "local.h"
 #include "monotime.h"
+#include "proto.h"
 #include "signame.h"
 #include "banned.h"
 
@@ -606,6 +607,17 @@ static void sweep_job(const struct local_job *job)
                 st.killed, st.killed == 1 ? "" : "es", job->job_id);
 }
 
+/* The nodes' memory checkpoints (lib/proto.h's proto_mem_dir) once their daemons are gone:
+ * a daemon that was killed could not remove its own. */
+static void remove_mem_dirs(const struct local_job *job)
+{
+    char dir[PATH_MAX];
+
+    for (int k = 0; job->job_id && k < job->nnodes; k++)
+        if (proto_mem_dir(dir, sizeof(dir), job->job_id, k) == 0)
+            fs_remove_tree(dir, NULL);
+}
+
 int local_run(const struct local_job *job, int *fatal_signal)
 {
     struct supervisor s = {.job = job};
@@ -690,6 +702,7 @@ int local_run(const struct local_job *job, int *fatal_signal)
             unlink(path);
     }
     sweep_job(job);
+    remove_mem_dirs(job);
     summary_fenced(job->job_dir, s.stopped, job->nnodes);
     ret = local_combine(s.status, s.stopped, job->nnodes);
     if (spawn_failed)

@@ -498,70 +498,6 @@ static void barrier_release(struct agent *a, const char *name)
     }
 }
 
-/* The node's memory checkpoints: a directory of /dev/shm (of TMPDIR where there is none) of
- * the job and node, so that the nodes of gpurun --local never share one. Without it the
- * ranks' saves are refused and the job runs on. */
-static void mem_open(struct agent *a)
-{
-    const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR");
-    uint64_t cap =
-        a->spec->mem_ckpt_max_mb > 0
-            ? (uint64_t)a->spec->mem_ckpt_max_mb << 20
-            : memckpt_default_cap(a->spec->loopback ? a->spec->nnodes + a->spec->spare_nodes : 1);
-    char dir[4096];
-    int ret;
-
-    snprintf(dir, sizeof(dir), "%s/gpurun-%s-n%d", base && *base ? base : "/tmp", a->spec->job_id,
-             a->node_rank);
-    ret = memckpt_open(dir, cap, &a->mem);
-    if (ret < 0)
-        log_warn("node %d: no memory checkpoints: cannot make '%s': %s", a->node_rank, dir,
-                 strerror(-ret));
-}
-
-/* A rank's save: its temp file kept as its copy, or refused with why. */
-static void rank_mem_save(struct agent *a, struct rconn *rc, struct msg *m)
-{
-    struct errmsg err;
-    int ret;
-
-    if (!a->mem) {
-        peer_send_error(&rc->peer, m->id, "unsupported", "this node keeps no memory checkpoints");
-        return;
-    }
-    ret = memckpt_keep(a->mem, rc->rank->rank, m->key, m->step, &err);
-    if (ret < 0) {
-        log_warn("%s", err.text);
-        peer_send_error(&rc->peer, m->id,
-                        ret == -ENOSPC   ? "no_space"
-                        : ret == -ENOENT ? "not_found"
-                                         : "bad_name",
-                        err.text);
-        return;
-    }
-    peer_send(&rc->peer, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
-}
-
-/* A rank's load: where its copy is, its step and size; ENOENT where it has none. */
-static void rank_mem_load(struct agent *a, struct rconn *rc, struct msg *m)
-{
-    char path[4200];
-    int64_t step;
-    uint64_t size;
-
-    if (!a->mem ||
-        memckpt_find(a->mem, rc->rank->rank, m->key, path, sizeof(path), &step, &size) < 0) {
-        peer_send_error(&rc->peer, m->id, "not_found", "no memory checkpoint of that name");
-        return;
-    }
-    log_info("rank %d takes its memory checkpoint '%s' of step %" PRId64 " (%" PRIu64
-             " bytes) from node %d's memory",
-             rc->rank->rank, m->key, step, size, a->node_rank);
-    peer_send(&rc->peer,
-              proto_pack("{s:s, s:I, s:s, s:I, s:I}", "type", "mem_copy", "id", m->id, "path", path,
-                         "step", (json_int_t)step, "size", (json_int_t)size));
-}
-
 static void rank_hello(struct agent *a, struct rconn *rc, struct msg *m)
 {
     int local = m->rank - a->rank_base;
@@ -604,10 +540,10 @@ static void on_rank_message(struct peer *p, struct msg *m)
         barrier_arrive(a, rc, m);
         break;
     case MSG_MEM_SAVE:
-        rank_mem_save(a, rc, m);
+        agent_mem_save(a, &rc->peer, rc->rank->rank, m);
         break;
     case MSG_MEM_LOAD:
-        rank_mem_load(a, rc, m);
+        agent_mem_load(a, &rc->peer, rc->rank->rank, m);
         break;
     case MSG_REPORT:
         /* A rank that reports is not waiting, whatever a barrier it gave up on still counts
@@ -674,6 +610,7 @@ static void on_rank_closed(struct peer *p, const char *why)
     for (struct bwait *w = a->bwaits; w; w = w->next)
         if (w->rc == rc)
             w->rc = NULL;
+    agent_mem_forget(a, p);
     peer_release(p);
     free(rc);
     agent_maybe_free(a);
@@ -1236,6 +1173,7 @@ static void on_assign(struct agent *a, struct msg *m)
         agent_mark_restart(a, (int)m->generation);
     }
     take_assignment(a, m);
+    agent_mem_assign(a, m);
     a->state = AG_RUNNING;
     if (!restart && listen_ranks(a) < 0) {
         send_leader(a, proto_pack("{s:s, s:s, s:i}", "type", "abort", "cause",
@@ -1440,10 +1378,10 @@ static void on_leader_ready(struct peer *p)
     /* A link to the leader's own host (node 0's, every node's with --local) is no link. */
     if (a->spec->preflight && !same_host(&p->h.tcp))
         send_probe(a);
-    send_leader(a,
-                proto_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:s, s:s}", "type", "join", "node_rank",
-                           a->node_rank, "hostname", a->hostname, "addr", a->advertise, "nprocs",
-                           a->nranks, "gpus", "", "preflight", pre, "preflight_skipped", skipped));
+    send_leader(a, proto_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:s, s:s, s:i}", "type", "join",
+                              "node_rank", a->node_rank, "hostname", a->hostname, "addr",
+                              a->advertise, "nprocs", a->nranks, "gpus", "", "preflight", pre,
+                              "preflight_skipped", skipped, "mem_port", agent_mem_link(a)));
 }
 
 static void on_leader_closed(struct peer *p, const char *reason)
@@ -1740,7 +1678,7 @@ int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **
         a->ranks[i].alive_fd = -1;
         proto_progress_init(&a->ranks[i].prog);
     }
-    mem_open(a);
+    agent_mem_open(a);
     ret = agent_spawn_init(a, &why);
     if (ret < 0)
         goto out;
@@ -1761,7 +1699,7 @@ out:
         free(a->spawn_argv);
         free(a->ranks);
         json_decref(a->barrier_counts);
-        memckpt_close(a->mem);
+        agent_mem_free(a);
         free(a);
     }
     if (ret < 0)
@@ -1831,7 +1769,7 @@ void agent_maybe_free(struct agent *a)
     if (a->sockdir[0])
         rmdir(a->sockdir);
     json_decref(a->barrier_counts);
-    memckpt_close(a->mem);
+    agent_mem_free(a);
     free(a->pend);
     free(a->spawn_argv);
     free(a->ranks);
@@ -1853,6 +1791,7 @@ void agent_close(struct agent *a)
         ostream_close(&a->ranks[i].err);
     }
     agent_output_close(a);
+    agent_mem_close(a);
     stop_watching(a);
     if (a->listener_open)
         uv_close((uv_handle_t *)&a->listener, on_handle_closed);

@@ -203,8 +203,15 @@ struct agent {
     struct pending *pend;
     size_t npend, cappend;
     int64_t next_id;
-    json_t *barrier_counts; /* name -> local ranks arrived */
-    struct memckpt *mem;    /* the node's memory checkpoints (memckpt.h); NULL: none */
+    json_t *barrier_counts;  /* name -> local ranks arrived */
+    struct memckpt *mem;     /* the node's memory checkpoints (memckpt.h); NULL: none */
+    struct memlink *memlink; /* their link to the holder (memlink.h; agent_mem.c); NULL: none */
+    uv_async_t mem_async;    /* the link's threads wake the loop with it */
+    bool mem_async_open;
+    bool mem_send_failing; /* the last send to the holder failed (said once) */
+    int mem_holder;        /* the node that holds this node's copies, -1: none */
+    struct mwait *mwaits;  /* ranks' loads waiting on a fetch */
+    uint64_t mem_cookie;   /* the last fetch's */
     struct bwait *bwaits;
 
     struct outbuf *out;     /* the merged stream, our stdout (agent_output.c) */
@@ -302,6 +309,20 @@ void agent_container_remove(struct agent *a, const struct arank *r);
  * verdict is in (a->container_why: "" or one line), false when then(a) will be called once
  * it is. */
 bool agent_container_preflight(struct agent *a, void (*then)(struct agent *a));
+
+/* Memory checkpoints (agent_mem.c): the store, opened at the start; the link, started at
+ * the join (returns its port, 0: none); the holder the assign names; a rank's save and load
+ * (a load the store cannot answer is fetched from the holder); a rank link's close; the
+ * agent's close (the link stops) and its free (the store goes). */
+struct peer;
+void agent_mem_open(struct agent *a);
+int agent_mem_link(struct agent *a);
+void agent_mem_assign(struct agent *a, const struct msg *m);
+void agent_mem_save(struct agent *a, struct peer *p, int rank, struct msg *m);
+void agent_mem_load(struct agent *a, struct peer *p, int rank, struct msg *m);
+void agent_mem_forget(struct agent *a, struct peer *p);
+void agent_mem_close(struct agent *a);
+void agent_mem_free(struct agent *a);
 
 /* Writes a line into every rank log where the ranks of generation start. */
 void agent_mark_restart(struct agent *a, int generation);

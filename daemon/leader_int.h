@@ -129,6 +129,7 @@ struct node {
     struct conn *conn;
     char hostname[128];
     char addr[64];
+    int mem_port; /* its memory link's (daemon/memlink.h), 0: none */
     int nprocs;
     int rank_base;
     int exited; /* ranks of this node reported gone */

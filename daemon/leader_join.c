@@ -308,6 +308,7 @@ void leader_do_join(struct leader *l, struct conn *c, struct msg *m)
     n->nprocs = m->nprocs;
     snprintf(n->hostname, sizeof(n->hostname), "%s", m->hostname);
     snprintf(n->addr, sizeof(n->addr), "%s", m->addr);
+    n->mem_port = m->mem_port > 0 && m->mem_port < 65536 ? m->mem_port : 0;
     snprintf(n->preflight, sizeof(n->preflight), "%s", m->preflight ? m->preflight : "");
     snprintf(n->preflight_skipped, sizeof(n->preflight_skipped), "%s",
              m->preflight_skipped ? m->preflight_skipped : "");

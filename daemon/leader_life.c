@@ -519,21 +519,44 @@ void leader_check_end(struct leader *l)
     }
 }
 
+/* The node that holds the memory checkpoints of the job's node slot (daemon/memlink.h): the
+ * node serving the next slot, so that one node's loss leaves a copy of every rank's state;
+ * -1 where there is none (one node, or no link). by_slot: each slot's node, or -1. */
+static int mem_holder(const struct leader *l, const int *by_slot, int slot)
+{
+    int h = l->spec->nnodes > 1 ? by_slot[(slot + 1) % l->spec->nnodes] : -1;
+
+    return h >= 0 && l->nodes[h].mem_port > 0 ? h : -1;
+}
+
 void leader_send_assign(struct leader *l)
 {
+    int nslots = l->spec->nnodes, *by_slot = calloc((size_t)nslots, sizeof(*by_slot));
+
+    for (int s = 0; by_slot && s < nslots; s++)
+        by_slot[s] = -1;
+    for (int i = 0; by_slot && i < l->nphys; i++) {
+        const struct node *n = &l->nodes[i];
+        if (n->conn && !n->lost && !n->fenced && n->slot >= 0 && n->slot < nslots)
+            by_slot[n->slot] = i;
+    }
     for (int i = 0; i < l->nphys; i++) {
         struct node *n = &l->nodes[i];
         if (!n->conn || n->lost || n->fenced)
             continue;
+        int h = by_slot && n->slot >= 0 ? mem_holder(l, by_slot, n->slot) : -1;
         peer_send(&n->conn->peer,
-                  proto_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:s, s:b}", "type", "assign",
-                             "generation", l->generation, "world_size", l->world_size, "rank_base",
-                             n->slot >= 0 ? n->rank_base : 0, "nnodes", l->spec->nnodes,
-                             "master_addr", l->advertise, "master_port", l->master_port, "hvd_port",
-                             hvd_server_port(l->hvd), "hvd_host",
+                  proto_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:s, s:b, s:s, s:i, s:i}",
+                             "type", "assign", "generation", l->generation, "world_size",
+                             l->world_size, "rank_base", n->slot >= 0 ? n->rank_base : 0, "nnodes",
+                             l->spec->nnodes, "master_addr", l->advertise, "master_port",
+                             l->master_port, "hvd_port", hvd_server_port(l->hvd), "hvd_host",
                              n->slot >= 0 && l->hvd ? hvd_server_host(l->hvd, n->slot) : "",
-                             "spare", n->slot < 0));
+                             "spare", n->slot < 0, "mem_addr", h >= 0 ? l->nodes[h].addr : "",
+                             "mem_port", h >= 0 ? l->nodes[h].mem_port : 0, "mem_node",
+                             h >= 0 ? h : -1));
     }
+    free(by_slot);
 }
 
 int64_t leader_limit_origin(int64_t t_start)

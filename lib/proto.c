@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "errmsg.h"
 #include "proto.h"
@@ -140,6 +141,17 @@ int proto_mem_path(char *buf, size_t n, const char *dir, int rank, const char *n
     if (!proto_mem_name_ok(name) || rank < 0)
         return -EINVAL;
     len = snprintf(buf, n, "%s/r%d.%s%s", dir, rank, name, tmp ? ".tmp" : "");
+    return len < 0 || (size_t)len >= n ? -ENAMETOOLONG : 0;
+}
+
+int proto_mem_dir(char *buf, size_t n, const char *job_id, int node)
+{
+    const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR");
+    int len;
+
+    if (!job_id || !*job_id || strchr(job_id, '/') || node < 0)
+        return -EINVAL;
+    len = snprintf(buf, n, "%s/gpurun-%s-n%d", base && *base ? base : "/tmp", job_id, node);
     return len < 0 || (size_t)len >= n ? -ENAMETOOLONG : 0;
 }
 

@@ -298,6 +298,10 @@ const char *proto_type_name(enum msg_type t);
 #define PROTO_MEM_NAME_MAX 64
 #define PROTO_MEM_DIR_ENV  "GPURUN_MEM_DIR"
 bool proto_mem_name_ok(const char *name);
+/* The directory of node's copies in job job_id, into buf (n bytes): in /dev/shm (in TMPDIR
+ * where /dev/shm cannot be written), of the job and node, so that the nodes of gpurun --local
+ * never share one. 0, -EINVAL (a job id with a '/', a node below 0) or -ENAMETOOLONG. */
+int proto_mem_dir(char *buf, size_t n, const char *job_id, int node);
 /* The path into buf (n bytes): 0, -EINVAL (a bad name or rank), -ENAMETOOLONG. */
 int proto_mem_path(char *buf, size_t n, const char *dir, int rank, const char *name, bool tmp);
 

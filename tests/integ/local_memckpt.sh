@@ -3,7 +3,8 @@
 # bytes and a torch state dict into their node's memory, one starts a third save it never
 # finishes, then rank 1 is killed; the restarted generation loads each rank's own copies, whole
 # and at their steps, not the torn one. A save over --mem-ckpt-max is refused with the sizes
-# said and the older copy stays. The log says where each rank's state came from; the node's
+# said and the older copy stays. A node lost after its rank's copy reached the node holding
+# its copies: the spare in its place fetches the copy from there. The log says where each rank's state came from; the node's
 # directory of /dev/shm is gone after the job.
 # Uses Debian's python3-torch (/usr/bin/python3, or $TORCH_PYTHON); skips without it.
 # timeout: 120
@@ -33,9 +34,27 @@ id=$(sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$work/restart/job.json" | head 
 [ -n "$id" ] || fail "no job id in job.json"
 ls -d /dev/shm/gpurun-"$id"-n* 2>/dev/null && fail "the memory checkpoints outlived the job"
 
+# A node lost: its daemon killed after its rank's copy reached node 0, the node that holds
+# node 1's copies; the spare in node 1's place fetches it from there.
+run --local -N 2 --gpus-per-node 1 --spare-nodes 1 --kill-grace 1 --log-level info \
+    --job-dir "$work/spare" -- "$python" "$job" spare
+expect_rc 0 "the job whose node 1 was lost"
+for r in 0 1; do
+    grep -qF "[$r] rank $r generation 1 node_rank $r: state step 11 b'state of rank $r'" "$work/out" ||
+        fail "rank $r did not load its copy after the swap: $(grep "^\[$r\]" "$work/out" | tail -n 3)"
+done
+grep -q "rank 1 takes its memory checkpoint 'state' of step 11 (.* bytes) from node 0's memory (its replica: this node had none)" "$work/err" ||
+    fail "the log does not say that rank 1's state came from node 0's replica: $(grep 'takes its memory' "$work/err")"
+grep -q "rank 0 takes its memory checkpoint 'state' of step 11 (.* bytes) from node 0's memory$" "$work/err" ||
+    fail "the log does not say that rank 0's state came from its own node"
+grep -q "node 0 sends its 1 memory checkpoint to node 2, its new holder" "$work/err" ||
+    fail "node 0 did not send its copy to the spare, its new holder"
+id=$(sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$work/spare/job.json" | head -n 1)
+ls -d /dev/shm/gpurun-"$id"-n* 2>/dev/null && fail "the memory checkpoints of the killed daemon outlived the job"
+
 run --local --gpus-per-node 1 --mem-ckpt-max 1 --job-dir "$work/cap" -- "$python" "$job" cap
 expect_rc 0 "the job over the cap"
 grep -qF "refused: mem_save 'small': rank 0's memory checkpoint 'small' (2097159 bytes) does not fit --mem-ckpt-max 1048576 bytes beside the 0 kept; the older copy stays" "$work/out" ||
     fail "the save over the cap was not refused as it should be: $(grep refused "$work/out")"
 grep -qF "kept step 1, 100 bytes" "$work/out" || fail "the older copy did not stay: $(cat "$work/out")"
-echo "# restart: both ranks loaded their copies from memory; the cap refused 2 MiB of 1"
+echo "# restart: both ranks loaded their copies from memory; a spare fetched its node's from node 0; the cap refused 2 MiB of 1"

@@ -4,11 +4,15 @@ usage: memckpt_job.py MODE
   restart  generation 0 saves bytes (step 5) and a torch state dict (step 7), then starts a
            third save it never finishes (a temp file cut short) and rank 1 fails; generation 1
            loads both and prints what it got.
+  spare    2 nodes of 1 rank and a spare: generation 0 saves (step 11), rank 1 waits until
+           its copy is on node 0 too, then kills its own node's daemon; generation 1, rank 1 on
+           the spare, loads and prints what it got.
   cap      saves 2 MiB under --mem-ckpt-max 1 and prints the refusal; the 100-byte copy saved
            before stays."""
 import os
 import signal
 import sys
+import time
 
 import gpurun
 from gpurun import memckpt
@@ -37,6 +41,34 @@ def restart():
           % (r, gpurun.restart_count(), step, data, sd_step, sd["w"].tolist()), flush=True)
 
 
+def spare():
+    r = gpurun.rank()
+    got = memckpt.load()
+    if got is None:
+        assert gpurun.restart_count() == 0, "generation %d found no copy" % gpurun.restart_count()
+        assert memckpt.save(b"state of rank %d" % r, step=11)
+        gpurun.barrier("saved")
+        if r == 1:
+            # Node 0 holds node 1's copies (the next node's slot holds each node's):
+            # gpurun --local's directories differ by their "-nN" only.
+            held = os.environ["GPURUN_MEM_DIR"][:-1] + "0/r1.state"
+            for _ in range(1000):
+                if os.path.exists(held):
+                    break
+                time.sleep(0.01)
+            assert os.path.exists(held), "no replica at %s" % held
+            shim = os.getppid()
+            with open("/proc/%d/stat" % shim) as f:
+                daemon = int(f.read().rsplit(")", 1)[1].split()[1])
+            print("killing node 1's daemon", flush=True)
+            os.kill(daemon, signal.SIGKILL)
+        time.sleep(60)
+        return
+    step, data = got
+    print("rank %d generation %d node_rank %s: state step %d %r"
+          % (r, gpurun.restart_count(), os.environ["NODE_RANK"], step, data), flush=True)
+
+
 def cap():
     assert memckpt.save(b"x" * 100, name="small", step=1)
     try:
@@ -49,4 +81,4 @@ def cap():
 
 
 if __name__ == "__main__":
-    {"restart": restart, "cap": cap}[sys.argv[1]]()
+    {"restart": restart, "spare": spare, "cap": cap}[sys.argv[1]]()
