@@ -137,12 +137,23 @@ kill -STOP "$agent1"
 gone_within 3000 "after SIGSTOP of node 1's daemon (heartbeat timeout 1 s), its ranks' escapees" \
     "${esc[2]}" "${esc[3]}"
 echo "# SIGSTOP of the daemon: its ranks' escapees gone after $took ms (heartbeat timeout 1000 ms)"
-kill -CONT "$agent1"
+# gpurun may have continued and ended it already (below).
+kill -CONT "$agent1" 2>/dev/null || true
 rc=0
 wait "$pid" || rc=$?
 [ "$rc" != 0 ] || fail "a job whose daemon was frozen exited 0"
-grep -q '^gpurun: ended 1 process of the rank outside its process group and cgroup$' \
-    "$job/logs/rank-2.log" || fail "rank 2's log does not count its escapee: $(cat "$job/logs/rank-2.log")"
+# Two ends race, both right (local_escapes.sh says more): the shims', which count what they
+# swept in the rank's log, and, once gpurun has continued the daemon the leader gave up after
+# the same timeout, the daemon's teardown, whose sweep its own log counts.
+if grep -q '^gpurun: ended 1 process of the rank outside its process group and cgroup$' \
+    "$job/logs/rank-2.log"; then
+    echo "# rank 2's escapee swept by its shim"
+elif grep -q "^----- gpurun: .*: the rank is ended: .*SIGTERM -----$" "$job/logs/rank-2.log" &&
+    grep -q "rendezvousd\[$agent1\] info: killing process ${esc[2]} left behind by a rank" "$work/err"; then
+    echo "# rank 2's escapee swept by its daemon's teardown (the leader's verdict came first)"
+else
+    fail "neither rank 2's log nor its daemon's counts its escapee: $(cat "$job/logs/rank-2.log")"
+fi
 
 # --- SIGKILL of node 1's daemon and its shims at once: nobody on node 1 is left to sweep, and
 # gpurun does once the daemons are gone.
@@ -155,9 +166,15 @@ wait "$pid" || rc=$?
 [ "$rc" != 0 ] || fail "a job whose daemon and shims were killed exited 0"
 gone_within 1000 "after gpurun's end, node 1's ranks and escapees" \
     "$(cat "$job/pid.2")" "$(cat "$job/pid.3")" "${esc[2]}" "${esc[3]}"
-grep -q '^gpurun: ended [0-9]* process\(es\)\{0,1\} of job .* still running after its daemons' "$work/err" ||
+# gpurun sweeps them once the daemons are gone, unless node 0's daemon, sweeping the job's
+# mark as it ends, found them first (on one machine the nodes' processes share the mark).
+if grep -q '^gpurun: ended [0-9]* process\(es\)\{0,1\} of job .* still running after its daemons' "$work/err"; then
+    echo "# $(grep '^gpurun: ended' "$work/err")"
+elif grep -q "info: killing process \($(cat "$job/pid.2")\|$(cat "$job/pid.3")\|${esc[2]}\|${esc[3]}\) left behind by a rank" "$work/err"; then
+    echo "# node 0's daemon swept node 1's processes first"
+else
     fail "gpurun does not say it ended what its daemons left: $(cat "$work/err")"
-echo "# $(grep '^gpurun: ended' "$work/err")"
+fi
 
 # --- SIGKILL of both daemons and every shim while gpurun is stopped (^Z): the ranks and
 # escapees run on, carrying the mark of daemons that are gone (zombies gpurun has not reaped
