@@ -90,63 +90,50 @@ static int write_hashed(int fd, EVP_MD_CTX *md, const void *p, size_t len)
     return 0;
 }
 
-int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *config,
-              struct errmsg *err)
+/* The header of st's file, config_len bytes of config text. */
+static void header_of(struct disk_header *h, const struct ckpt_state *st, uint64_t config_len)
+{
+    memset(h, 0, sizeof(*h));
+    memcpy(h->magic, CKPT_MAGIC, sizeof(h->magic));
+    h->version = CKPT_VERSION;
+    h->header_size = CKPT_HEADER;
+    h->n_layer = st->model.n_layer;
+    h->n_head = st->model.n_head;
+    h->n_embd = st->model.n_embd;
+    h->seq_len = st->model.seq_len;
+    h->vocab_size = st->model.vocab_size;
+    h->padded_vocab = st->model.padded_vocab;
+    h->world_size = st->world_size;
+    h->batch_size = st->batch_size;
+    h->grad_accum = st->grad_accum;
+    h->nparams = st->nparams;
+    h->step = st->step;
+    h->opt_step = st->opt_step;
+    memcpy(h->rng, st->rng, sizeof(h->rng));
+    h->data_step = st->data.step;
+    h->data_next_seq = st->data.next_seq;
+    h->data_nseq = st->data.nseq;
+    h->data_ntokens = st->data.ntokens;
+    h->config_len = config_len;
+    h->file_size = file_size_of(config_len, st->nparams);
+}
+
+/* The whole file of st into fd, which is at its start; durable: fsynced. Returns 0 or a
+ * negative errno. */
+static int write_state(int fd, const struct ckpt_state *st, const char *config, uint64_t config_len,
+                       bool durable)
 {
     struct disk_header h;
-    char path[PATH_MAX], tmp[PATH_MAX + 32];
     unsigned char sha[EVP_MAX_MD_SIZE];
     unsigned int sha_len = 0;
-    uint64_t config_len = config ? strlen(config) : 0;
-    EVP_MD_CTX *md = NULL;
-    int fd = -1, ret = -1;
-    bool tmp_made = false;
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    int ret;
 
-    if (ckpt_path(path, sizeof(path), out_dir, st->step) < 0 ||
-        snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp))
-        return errmsg_set(err, -ENAMETOOLONG, "'%s': name too long", out_dir);
-    if (config_len > CKPT_CONFIG_MAX)
-        return errmsg_set(err, -EINVAL, "cannot write '%s': config text of %llu bytes", path,
-                          (unsigned long long)config_len);
-    ret = fs_mkdirs(out_dir, 0755);
-    if (ret < 0)
-        return errmsg_set(err, ret, "cannot create '%s': %s", out_dir, strerror(-ret));
-
-    memset(&h, 0, sizeof(h));
-    memcpy(h.magic, CKPT_MAGIC, sizeof(h.magic));
-    h.version = CKPT_VERSION;
-    h.header_size = CKPT_HEADER;
-    h.n_layer = st->model.n_layer;
-    h.n_head = st->model.n_head;
-    h.n_embd = st->model.n_embd;
-    h.seq_len = st->model.seq_len;
-    h.vocab_size = st->model.vocab_size;
-    h.padded_vocab = st->model.padded_vocab;
-    h.world_size = st->world_size;
-    h.batch_size = st->batch_size;
-    h.grad_accum = st->grad_accum;
-    h.nparams = st->nparams;
-    h.step = st->step;
-    h.opt_step = st->opt_step;
-    memcpy(h.rng, st->rng, sizeof(h.rng));
-    h.data_step = st->data.step;
-    h.data_next_seq = st->data.next_seq;
-    h.data_nseq = st->data.nseq;
-    h.data_ntokens = st->data.ntokens;
-    h.config_len = config_len;
-    h.file_size = file_size_of(config_len, st->nparams);
-
-    md = EVP_MD_CTX_new();
     if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
-        ret = errmsg_set(err, -ENOMEM, "cannot write '%s': no SHA-256 context", path);
-        goto out;
+        EVP_MD_CTX_free(md);
+        return -ENOMEM;
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        ret = errmsg_set(err, -errno, "cannot create '%s': %s", tmp, strerror(errno));
-        goto out;
-    }
-    tmp_made = true;
+    header_of(&h, st, config_len);
     ret = write_hashed(fd, md, &h, sizeof(h));
     if (ret == 0)
         ret = write_hashed(fd, md, config, (size_t)config_len);
@@ -160,8 +147,58 @@ int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *conf
         ret = -ENOMEM;
     if (ret == 0)
         ret = write_hashed(fd, NULL, sha, CKPT_SHA_LEN);
-    if (ret == 0 && fsync(fd) < 0)
+    if (ret == 0 && durable && fsync(fd) < 0)
         ret = -errno;
+    EVP_MD_CTX_free(md);
+    return ret;
+}
+
+int ckpt_write(const char *path, const struct ckpt_state *st, const char *config,
+               struct errmsg *err)
+{
+    uint64_t config_len = config ? strlen(config) : 0;
+    int fd, ret;
+
+    if (config_len > CKPT_CONFIG_MAX)
+        return errmsg_set(err, -EINVAL, "cannot write '%s': config text of %llu bytes", path,
+                          (unsigned long long)config_len);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return errmsg_set(err, -errno, "cannot create '%s': %s", path, strerror(errno));
+    ret = write_state(fd, st, config, config_len, false);
+    if (close(fd) < 0 && ret == 0)
+        ret = -errno;
+    if (ret < 0) {
+        unlink(path);
+        return errmsg_set(err, ret, "cannot write '%s': %s", path, strerror(-ret));
+    }
+    return 0;
+}
+
+int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *config,
+              struct errmsg *err)
+{
+    char path[PATH_MAX], tmp[PATH_MAX + 32];
+    uint64_t config_len = config ? strlen(config) : 0;
+    int fd = -1, ret = -1;
+    bool tmp_made = false;
+
+    if (ckpt_path(path, sizeof(path), out_dir, st->step) < 0 ||
+        snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp))
+        return errmsg_set(err, -ENAMETOOLONG, "'%s': name too long", out_dir);
+    if (config_len > CKPT_CONFIG_MAX)
+        return errmsg_set(err, -EINVAL, "cannot write '%s': config text of %llu bytes", path,
+                          (unsigned long long)config_len);
+    ret = fs_mkdirs(out_dir, 0755);
+    if (ret < 0)
+        return errmsg_set(err, ret, "cannot create '%s': %s", out_dir, strerror(-ret));
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        ret = errmsg_set(err, -errno, "cannot create '%s': %s", tmp, strerror(errno));
+        goto out;
+    }
+    tmp_made = true;
+    ret = write_state(fd, st, config, config_len, true);
     if (ret < 0) {
         errmsg_set(err, ret, "cannot write '%s': %s", path, strerror(-ret));
         goto out;
@@ -188,7 +225,6 @@ out:
         close(fd);
     if (tmp_made)
         unlink(tmp);
-    EVP_MD_CTX_free(md);
     return ret;
 }
 
@@ -555,6 +591,12 @@ out:
     EVP_MD_CTX_free(md);
     close(fd);
     return ret;
+}
+
+int ckpt_read(const char *path, const struct ckpt_model *expect, size_t nparams,
+              struct ckpt_state *st, struct errmsg *err)
+{
+    return load_file(path, -1, expect, nparams, st, err);
 }
 
 /* --- resume -------------------------------------------------------------------------------- */

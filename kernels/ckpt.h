@@ -84,6 +84,18 @@ bool ckpt_is_name(const char *name);
 int ckpt_save(const char *out_dir, const struct ckpt_state *st, const char *config,
               struct errmsg *err);
 
+/* Writes st's checkpoint file as ckpt_save does, at path itself (created or truncated; not
+ * fsynced: a memory checkpoint's temp file, which its keeper renames). On failure path is
+ * removed. Returns 0, or a negative errno with err filled. */
+int ckpt_write(const char *path, const struct ckpt_state *st, const char *config,
+               struct errmsg *err);
+
+/* Reads the checkpoint file path (any name) into st as ckpt_load_newest reads one: its shape
+ * must equal *expect, its parameter count nparams, its checksum must match. Returns 0, or a
+ * negative errno with err filled (-EBADMSG: damaged, -EINVAL: another model's). */
+int ckpt_read(const char *path, const struct ckpt_model *expect, size_t nparams,
+              struct ckpt_state *st, struct errmsg *err);
+
 /* A checkpoint newer than the one ckpt_load_newest loaded, passed over as damaged. */
 struct ckpt_damaged {
     char *path; /* new */

@@ -92,6 +92,8 @@ struct run {
     uint64_t rng;        /* the sampling generator (checkpointed as rng[0]) */
     uint64_t step;       /* the next step to run (0-based); step s is printed as s + 1 */
     uint64_t saved_step; /* the step of the last checkpoint written or loaded; UINT64_MAX: none */
+    bool mem_on;         /* memory checkpoints (train.mem_ckpt_every, gr.h), rank 0's word */
+    bool mem_said;       /* rank 0 said what its first one cost */
     struct timespec started; /* CLOCK_REALTIME at the start: older temp files are leftovers */
 
     FILE *metrics; /* rank 0 */
@@ -286,8 +288,10 @@ static struct ckpt_model ckpt_shape(const struct run *r)
 
 /* The state rank 0 decides at start and the others take from it. */
 struct start_state {
-    int32_t status; /* 0, or rank 0's negative errno: text says why */
-    int32_t from;   /* START_* */
+    int32_t status;   /* 0, or rank 0's negative errno: text says why */
+    int32_t from;     /* START_* */
+    int32_t mem_on;   /* memory checkpoints: rank 0's node keeps them, and the config asks */
+    int32_t from_mem; /* START_CKPT from rank 0's memory checkpoint, not out_dir */
     uint64_t step, opt_step, rng;
     struct data_pos data;
     char text[ERRMSG_MAX]; /* rank 0's failure, or the checkpoint it resumes from */
@@ -368,6 +372,51 @@ static int other_run(struct run *r, int mode, const char *why)
                       "out_dir '%s' holds another run's checkpoints (%s): to start afresh, give "
                       "another train.out_dir or move them out of '%s'",
                       r->cfg.out_dir, why, r->cfg.out_dir);
+}
+
+/* The name of gpurun-train's memory checkpoint (gr_mem_tmp_path): rank 0's whole state. */
+#define MEM_CKPT_NAME "ckpt"
+
+/* Rank 0, in a restarted generation: its memory checkpoint (gr.h), from its node's memory or
+ * the node that holds its node's copies, into hs. Saved at every disk checkpoint too, it is
+ * never older than out_dir's newest. Returns 1 when loaded, 0 when there is none or it
+ * cannot be used (said: the disk's then serves). */
+static int load_mem(struct run *r, struct start_state *st, struct backend_state *hs)
+{
+    struct ckpt_model shape = ckpt_shape(r);
+    struct ckpt_state cs = {0};
+    struct errmsg cerr;
+    char path[PATH_MAX];
+    int64_t step;
+    uint64_t size;
+    int ret;
+
+    ret = gr_mem_find(r->g, MEM_CKPT_NAME, path, sizeof(path), &step, &size);
+    if (ret < 0) {
+        if (ret != -ENOENT)
+            fprintf(stderr, PROG ": warning: no memory checkpoint: %s\n", gr_strerror(r->g));
+        return 0;
+    }
+    ret = state_open(r, hs);
+    if (ret < 0)
+        return ret;
+    cs.params = hs->params;
+    cs.m = hs->m;
+    cs.v = hs->v;
+    ret = ckpt_read(path, &shape, r->n_params, &cs, &cerr);
+    if (ret == 0 && (cs.data.ntokens != r->train_ds->ntokens || cs.data.nseq != r->dl.nseq))
+        ret = errmsg_set(&cerr, -EINVAL, "'%s': of other training data", path);
+    if (ret < 0) {
+        fprintf(stderr, PROG ": warning: the memory checkpoint is not used: %s\n", cerr.text);
+        return 0;
+    }
+    st->step = cs.step;
+    st->opt_step = cs.opt_step;
+    st->rng = cs.rng[0];
+    st->data = cs.data;
+    st->from_mem = 1;
+    snprintf(st->text, sizeof(st->text), "the memory checkpoint of step %" PRIu64, cs.step);
+    return 1;
 }
 
 /* Rank 0: the newest valid checkpoint of out_dir into hs, when there is one (mode: the
@@ -570,8 +619,13 @@ static int setup_start(struct run *r)
         mode = TRAINCFG_RESUME_AUTO;
     if (r->rank == 0) {
         ret = check_out_dir(r);
+        st.mem_on = r->g && r->cfg.mem_ckpt_every > 0 && getenv("GPURUN_MEM_DIR") &&
+                    *getenv("GPURUN_MEM_DIR");
         if (ret >= 0 && mode == TRAINCFG_RESUME_OFF)
             ret = refuse_checkpoints(r);
+        else if (ret >= 0 && st.mem_on && restarts && strcmp(restarts, "0") != 0 &&
+                 (ret = load_mem(r, &st, &hs)) == 1)
+            ;
         else if (ret >= 0)
             ret = load_ckpt(r, mode, &st, &hs);
         if (ret == 0 && mode == TRAINCFG_RESUME_ON)
@@ -631,15 +685,19 @@ static int setup_start(struct run *r)
         goto out;
     }
     r->saved_step = UINT64_MAX;
+    r->mem_on = st.mem_on;
     if (st.from == START_CKPT) {
         r->step = st.step;
-        r->saved_step = st.step;
+        /* From memory: out_dir may not have this step's checkpoint, which a save must write. */
+        r->saved_step = st.from_mem ? UINT64_MAX : st.step;
         r->rng = st.rng;
         data_loader_restore(&r->dl, &st.data);
     }
     if (r->rank == 0) {
         if (st.from == START_CKPT)
-            printf("resuming from '%s' at step %" PRIu64 "\n", st.text, st.step);
+            printf(st.from_mem ? "resuming from %s at step %" PRIu64 "\n"
+                               : "resuming from '%s' at step %" PRIu64 "\n",
+                   st.text, st.step);
         else if (st.from == START_LLMC)
             printf("starting from '%s' (llm.c checkpoint)\n", r->cfg.init_from);
         else if (mode == TRAINCFG_RESUME_AUTO)
@@ -787,21 +845,86 @@ static int sample(struct run *r, int n)
     return 0;
 }
 
-/* Rank 0 writes the checkpoint of the state before step r->step; every rank then waits for it
- * at a barrier, so that none exits or goes on before the file is complete. */
-static int save_ckpt(struct run *r)
+/* The checkpoint of hs, the state before step r->step (rank 0's, whole). */
+static struct ckpt_state ckpt_state_of(const struct run *r, const struct backend_state *hs)
 {
-    struct ckpt_state cs = {
+    return (struct ckpt_state){
         .model = ckpt_shape(r),
         .world_size = r->world,
         .batch_size = r->cfg.batch_size,
         .grad_accum = r->cfg.grad_accum,
         .step = r->step,
+        .opt_step = hs->opt_step,
         .rng = {r->rng},
         .data = data_loader_pos(&r->dl, r->step),
         .nparams = r->n_params,
+        .params = hs->params,
+        .m = hs->m,
+        .v = hs->v,
     };
+}
+
+/* Rank 0: hs as its memory checkpoint (gr.h), written into its node's memory in the disk
+ * checkpoint's format and kept there and by the node that holds its node's copies. A failure
+ * is a warning: the disk checkpoints stand. */
+static void mem_write(struct run *r, const struct backend_state *hs)
+{
+    struct ckpt_state cs = ckpt_state_of(r, hs);
+    struct errmsg cerr;
+    char path[PATH_MAX];
+    double t0 = monotime_s();
+    int ret;
+
+    if (!r->mem_on)
+        return;
+    ret = gr_mem_tmp_path(r->g, MEM_CKPT_NAME, path, sizeof(path));
+    if (ret == 0 && ckpt_write(path, &cs, r->config_json, &cerr) < 0) {
+        fprintf(stderr, PROG ": warning: no memory checkpoint of step %" PRIu64 ": %s\n", r->step,
+                cerr.text);
+        return;
+    }
+    if (ret == 0)
+        ret = gr_mem_keep(r->g, MEM_CKPT_NAME, (int64_t)r->step);
+    if (ret < 0) {
+        fprintf(stderr, PROG ": warning: no memory checkpoint of step %" PRIu64 ": %s\n", r->step,
+                gr_strerror(r->g));
+        return;
+    }
+    if (!r->mem_said)
+        printf("memory checkpoint of step %" PRIu64 " (%.1f MB in %.0f ms), every %d steps\n",
+               r->step, (double)r->n_params * 12.0 / 1e6, 1e3 * (monotime_s() - t0),
+               r->cfg.mem_ckpt_every);
+    r->mem_said = true;
+}
+
+/* Every rank: the state before step r->step gathered at rank 0 (a collective), which keeps
+ * it as its memory checkpoint. No barrier: the next step's collectives wait for rank 0. */
+static int save_mem_ckpt(struct run *r)
+{
     struct backend_state hs = {0};
+    int ret;
+
+    if (r->rank == 0 && (ret = state_open(r, &hs)) < 0)
+        goto out;
+    if ((ret = r->be->state_get(r->b, r->rank == 0 ? &hs : NULL)) < 0) {
+        errmsg_set(&r->err, ret, "%s", r->b->err.text);
+        goto out;
+    }
+    if (r->rank == 0)
+        mem_write(r, &hs);
+    ret = 0;
+out:
+    r->be->state_release(r->b, &hs);
+    return ret;
+}
+
+/* Rank 0 writes the checkpoint of the state before step r->step (and keeps it as its memory
+ * checkpoint too, so that one is never older than the disk's); every rank then waits for it
+ * at a barrier, so that none exits or goes on before the file is complete. */
+static int save_ckpt(struct run *r)
+{
+    struct backend_state hs = {0};
+    struct ckpt_state cs;
     struct errmsg cerr;
     char path[PATH_MAX];
     double t0 = monotime_s();
@@ -816,10 +939,7 @@ static int save_ckpt(struct run *r)
         goto out;
     }
     if (r->rank == 0) {
-        cs.opt_step = hs.opt_step;
-        cs.params = hs.params;
-        cs.m = hs.m;
-        cs.v = hs.v;
+        cs = ckpt_state_of(r, &hs);
         ret = ckpt_save(r->cfg.out_dir, &cs, r->config_json, &cerr);
         if (ret == 0)
             ret = ckpt_prune(r->cfg.out_dir, CKPT_KEEP, &cerr);
@@ -830,6 +950,7 @@ static int save_ckpt(struct run *r)
         ckpt_path(path, sizeof(path), r->cfg.out_dir, r->step);
         printf("saved '%s' (%.1f MB in %.0f ms)\n", path, (double)r->n_params * 12.0 / 1e6,
                1e3 * (monotime_s() - t0));
+        mem_write(r, &hs);
     }
     ret = coll_barrier(r->coll);
     if (ret < 0) {
@@ -993,6 +1114,10 @@ static int train(struct run *r)
         }
         if (every(r->cfg.ckpt_every, r->step) || last) {
             ret = save_ckpt(r);
+            if (ret < 0)
+                return ret;
+        } else if (r->mem_on && every(r->cfg.mem_ckpt_every, r->step)) {
+            ret = save_mem_ckpt(r);
             if (ret < 0)
                 return ret;
         }

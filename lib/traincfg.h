@@ -82,24 +82,25 @@ struct traincfg {
     double grad_clip; /* max global grad norm; 0: no clipping */
 
     /* [train] */
-    int batch_size;    /* B: sequences per rank per micro-step */
-    int grad_accum;    /* micro-steps per step */
-    int steps;         /* optimizer steps of the whole run */
-    int eval_every;    /* steps between validations; 0: only at the end */
-    int eval_batches;  /* validation batches (each W*B sequences) */
-    int ckpt_every;    /* steps between checkpoints; 0: only at the end and on signals */
-    char *out_dir;     /* checkpoints and metrics.jsonl */
-    int resume;        /* enum traincfg_resume */
-    int seed;          /* initialisation and sampling RNG */
-    int device;        /* enum traincfg_device */
-    int dtype;         /* enum traincfg_dtype: cuda only; a cpu run's reads fp32 (below) */
-    int zero;          /* 1: ZeRO-1, the optimizer state sharded over the ranks (cuda only) */
-    int attention;     /* enum traincfg_attention: cuda bf16 only */
-    bool cuda_graphs;  /* cuda: each micro-step's kernels launched as one CUDA graph */
-    int threads;       /* OpenMP threads per rank; 0: OMP_NUM_THREADS or the runtime's */
-    int sample_every;  /* steps between text samples; 0: only at the end */
-    int sample_tokens; /* tokens of a sample; 0: no sample */
-    int log_every;     /* steps between printed lines (metrics.jsonl gets every step) */
+    int batch_size;     /* B: sequences per rank per micro-step */
+    int grad_accum;     /* micro-steps per step */
+    int steps;          /* optimizer steps of the whole run */
+    int eval_every;     /* steps between validations; 0: only at the end */
+    int eval_batches;   /* validation batches (each W*B sequences) */
+    int ckpt_every;     /* steps between checkpoints; 0: only at the end and on signals */
+    int mem_ckpt_every; /* steps between memory checkpoints (under gpurun); 0: none */
+    char *out_dir;      /* checkpoints and metrics.jsonl */
+    int resume;         /* enum traincfg_resume */
+    int seed;           /* initialisation and sampling RNG */
+    int device;         /* enum traincfg_device */
+    int dtype;          /* enum traincfg_dtype: cuda only; a cpu run's reads fp32 (below) */
+    int zero;           /* 1: ZeRO-1, the optimizer state sharded over the ranks (cuda only) */
+    int attention;      /* enum traincfg_attention: cuda bf16 only */
+    bool cuda_graphs;   /* cuda: each micro-step's kernels launched as one CUDA graph */
+    int threads;        /* OpenMP threads per rank; 0: OMP_NUM_THREADS or the runtime's */
+    int sample_every;   /* steps between text samples; 0: only at the end */
+    int sample_tokens;  /* tokens of a sample; 0: no sample */
+    int log_every;      /* steps between printed lines (metrics.jsonl gets every step) */
     /* seconds a collective waits for a peer that sends nothing (nccl: an operation may take)
      * before the run fails with the peer named, as torch's init_process_group(timeout=) */
     int coll_timeout_s;

@@ -755,20 +755,45 @@ static int mem_dir(struct gr *g, const char *what, const char *name, const char 
     return 0;
 }
 
-int gr_mem_save(struct gr *g, const char *name, const void *data, size_t len, int64_t step)
+int gr_mem_tmp_path(struct gr *g, const char *name, char *buf, size_t n)
 {
     const char *dir;
-    char path[PATH_MAX];
-    json_int_t id;
-    int fd, ret = 0;
+    int ret;
 
     if (g->dead)
         return g->dead;
     if ((ret = mem_dir(g, "mem_save", name, &dir)) < 0)
         return ret;
-    if (proto_mem_path(path, sizeof(path), dir, g->rank, name, true) < 0)
+    if (proto_mem_path(buf, n, dir, g->rank, name, true) < 0)
         return errmsg_set(&g->err, -ENAMETOOLONG, "mem_save '%s': '%s' is too long a path", name,
                           dir);
+    return 0;
+}
+
+int gr_mem_keep(struct gr *g, const char *name, int64_t step)
+{
+    const char *dir;
+    json_int_t id;
+    int ret;
+
+    if (g->dead)
+        return g->dead;
+    if ((ret = mem_dir(g, "mem_save", name, &dir)) < 0)
+        return ret;
+    id = g->next_id++;
+    return request_ok(g,
+                      proto_pack("{s:s, s:I, s:s, s:I}", "type", "mem_save", "id", id, "name", name,
+                                 "step", (json_int_t)step),
+                      id, GR_REQUEST_TIMEOUT_MS, "mem_save", name);
+}
+
+int gr_mem_save(struct gr *g, const char *name, const void *data, size_t len, int64_t step)
+{
+    char path[PATH_MAX];
+    int fd, ret = gr_mem_tmp_path(g, name, path, sizeof(path));
+
+    if (ret < 0)
+        return ret;
     fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return errmsg_set(&g->err, -errno, "mem_save '%s': cannot create '%s': %s", name, path,
@@ -788,24 +813,16 @@ int gr_mem_save(struct gr *g, const char *name, const void *data, size_t len, in
         unlink(path);
         return ret;
     }
-    id = g->next_id++;
-    return request_ok(g,
-                      proto_pack("{s:s, s:I, s:s, s:I}", "type", "mem_save", "id", id, "name", name,
-                                 "step", (json_int_t)step),
-                      id, GR_REQUEST_TIMEOUT_MS, "mem_save", name);
+    return gr_mem_keep(g, name, step);
 }
 
-int gr_mem_load(struct gr *g, const char *name, void **data, size_t *len, int64_t *step)
+int gr_mem_find(struct gr *g, const char *name, char *buf, size_t n, int64_t *step, uint64_t *size)
 {
     struct msg m;
     json_int_t id;
     const char *dir;
-    char *buf = NULL;
-    size_t size, done = 0;
-    int fd, ret;
+    int ret;
 
-    *data = NULL;
-    *len = 0;
     if (g->dead)
         return g->dead;
     if ((ret = mem_dir(g, "mem_load", name, &dir)) < 0)
@@ -815,40 +832,61 @@ int gr_mem_load(struct gr *g, const char *name, void **data, size_t *len, int64_
                   GR_REQUEST_TIMEOUT_MS, MSG_MEM_COPY, &m, "mem_load", name);
     if (ret < 0)
         return ret;
-    size = (size_t)m.size;
-    fd = open(m.value, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        ret = errmsg_set(&g->err, -errno, "mem_load '%s': cannot open '%s': %s", name, m.value,
-                         strerror(errno));
-        goto out;
+    if (strlen(m.value) >= n)
+        ret = errmsg_set(&g->err, -ENAMETOOLONG, "mem_load '%s': '%s' is too long a path", name,
+                         m.value);
+    else {
+        snprintf(buf, n, "%s", m.value);
+        *step = m.step;
+        *size = (uint64_t)m.size;
     }
-    buf = malloc(size ? size : 1);
+    proto_msg_release(&m);
+    return ret;
+}
+
+int gr_mem_load(struct gr *g, const char *name, void **data, size_t *len, int64_t *step)
+{
+    char path[PATH_MAX];
+    char *buf = NULL;
+    uint64_t size;
+    size_t done = 0;
+    int64_t at;
+    int fd, ret;
+
+    *data = NULL;
+    *len = 0;
+    ret = gr_mem_find(g, name, path, sizeof(path), &at, &size);
+    if (ret < 0)
+        return ret;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errmsg_set(&g->err, -errno, "mem_load '%s': cannot open '%s': %s", name, path,
+                          strerror(errno));
+    buf = size < SIZE_MAX ? malloc(size ? (size_t)size : 1) : NULL;
     if (!buf) {
-        ret =
-            errmsg_set(&g->err, -ENOMEM, "mem_load '%s': out of memory for %zu bytes", name, size);
+        ret = errmsg_set(&g->err, -ENOMEM, "mem_load '%s': out of memory for %llu bytes", name,
+                         (unsigned long long)size);
         goto out;
     }
     while (done < size) {
-        ssize_t n = read(fd, buf + done, size - done);
+        ssize_t n = read(fd, buf + done, (size_t)size - done);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
             ret = errmsg_set(&g->err, n < 0 ? -errno : -EIO,
-                             "mem_load '%s': '%s' ends at %zu of its %zu bytes", name, m.value,
-                             done, size);
+                             "mem_load '%s': '%s' ends at %zu of its %llu bytes", name, path, done,
+                             (unsigned long long)size);
             goto out;
         }
         done += (size_t)n;
     }
     *data = buf;
-    *len = size;
-    *step = m.step;
+    *len = (size_t)size;
+    *step = at;
     buf = NULL;
 out:
-    if (fd >= 0)
-        close(fd);
+    close(fd);
     free(buf);
-    proto_msg_release(&m);
     return ret;
 }
 

@@ -146,6 +146,18 @@ int gr_mem_save(struct gr *g, const char *name, const void *data, size_t len, in
  * was saved at. -ENOENT where there is none (a first start), or as gr_mem_save. */
 int gr_mem_load(struct gr *g, const char *name, void **data, size_t *len, int64_t *step);
 
+/* A state written by the caller's own writer (one too large to hold twice in memory, such as
+ * a trainer's checkpoint), in two steps: gr_mem_tmp_path gives the file to write this rank's
+ * next copy of name into (into buf, n bytes); once it is written whole, gr_mem_keep keeps it
+ * as the copy of step, as gr_mem_save does. Errors as gr_mem_save's. */
+int gr_mem_tmp_path(struct gr *g, const char *name, char *buf, size_t n);
+int gr_mem_keep(struct gr *g, const char *name, int64_t step);
+
+/* Where this rank's copy of name is, for a reader of its own: its path into buf (n bytes),
+ * the *step it was saved at and its *size. Open it before the next gr_mem_keep of name (an
+ * open file stays whole; the path then names the newer copy). Errors as gr_mem_load's. */
+int gr_mem_find(struct gr *g, const char *name, char *buf, size_t n, int64_t *step, uint64_t *size);
+
 /* Sends this rank's progress (p is borrowed; see struct gr_progress); the agent forwards it
  * to the leader without blocking and does not answer. A number not known is left out, and
  * status shows it as unknown: a double that is not finite (NAN), total_steps 0, a field past
