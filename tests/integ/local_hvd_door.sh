@@ -138,12 +138,19 @@ finish() {
     wait "$gp" || rc=$?
 }
 
-# ports_of DIR: the leader's listening ports, on one line.
+# ports_of DIR: the leader's listening ports, on one line, but for one: its memory link's
+# (daemon/memlink.c, authenticated with the job key), which every job's daemons open. Exactly
+# one port more than the others must be there.
 ports_of() {
-    "$py" "$work/ports.py" "$(endpoint "$1" pid)" | tr '\n' ' ' | sed 's/ $//'
+    local all lp
+    all=$("$py" "$work/ports.py" "$(endpoint "$1" pid)")
+    lp=$(endpoint "$1" port)
+    [ "$(grep -cvx -e "$lp" -e "${hport:-0}" <<<"$all")" = 1 ] ||
+        fail "expected one listening port besides the leader's and horovod's (the memory link's), got: ${all//$'\n'/ }"
+    grep -vx "$(grep -vx -e "$lp" -e "${hport:-0}" <<<"$all")" <<<"$all" | tr '\n' ' ' | sed 's/ $//'
 }
 
-# 1. No horovod: the leader's own port alone.
+# 1. No horovod: the leader's own port alone (and its memory link's, ports_of).
 job=$work/plain
 start "$job" -- "$work/wait.sh"
 lport=$(endpoint "$job" port)
@@ -202,8 +209,9 @@ grep -qxF "[0] no rendezvous" "$job.out" || fail "--horovod=off: the rank was gi
 job=$work/on
 start "$job" --horovod -- "$work/wait.sh"
 lport=$(endpoint "$job" port)
-got=$(ports_of "$job")
+got=$("$py" "$work/ports.py" "$(endpoint "$job" pid)" | tr '\n' ' ' | sed 's/ $//')
 finish
 [ "$rc" = 0 ] || fail "the --horovod job exited with status $rc, not 0"
-[ "$(echo "$got" | wc -w)" = 2 ] || fail "--horovod: listening on '$got', not two ports"
+# The leader's, horovod's and the memory link's.
+[ "$(echo "$got" | wc -w)" = 3 ] || fail "--horovod: listening on '$got', not three ports"
 echo "# --horovod=off: no port; --horovod: the port"

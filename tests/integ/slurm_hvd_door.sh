@@ -94,7 +94,7 @@ endpoint() {
     json "$f" "v['$2']"
 }
 
-# 1. No horovod: the leader's port alone.
+# 1. No horovod: the leader's port alone (and its memory link's).
 rm -f "$work/go"
 # shellcheck disable=SC2016 # expanded by each rank
 run sub.out sub.err -N 2 --gpus-per-node 1 --kill-grace 1 -- sh -c \
@@ -103,7 +103,11 @@ expect_rc "gpurun (plain job)" 0
 id=$(job_id sub.out)
 wait_running "$id" 2
 lport=$(endpoint "$id" port)
-got=$("$py" "$work/ports.py" "$(endpoint "$id" pid)")
+all=$("$py" "$work/ports.py" "$(endpoint "$id" pid)")
+# But for one: the daemon's memory link (daemon/memlink.c, authenticated with the job key).
+[ "$(grep -cvx -e "$lport" <<<"$all")" = 1 ] ||
+    grs_fail "expected one listening port besides the leader's (the memory link's), got: ${all//$'\n'/ }"
+got=$(grep -x -e "$lport" <<<"$all" || true)
 touch "$work/go"
 state=$(grs_job_wait "$id" 60) || grs_fail "job $id did not end within 60 s"
 [ "$state" = COMPLETED ] || grs_fail "the plain job ended $state"
