@@ -429,6 +429,23 @@ static bool complete(const struct found *f)
     return ok;
 }
 
+int ckpt_newest_step(const char *out_dir, long long *step, struct errmsg *err)
+{
+    struct found *list;
+    size_t n, i;
+    int ret;
+
+    *step = -1;
+    ret = list_ckpts(out_dir, 1u << NAME_CKPT, &list, &n, err);
+    if (ret < 0)
+        return ret;
+    for (i = 0; i < n && *step < 0; i++)
+        if (complete(&list[i]))
+            *step = list[i].step;
+    free_list(list, n);
+    return 0;
+}
+
 int ckpt_prune(const char *out_dir, int keep, struct errmsg *err)
 {
     struct found *list;

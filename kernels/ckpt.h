@@ -124,6 +124,11 @@ struct ckpt_newest {
 int ckpt_load_newest(const char *out_dir, const struct ckpt_model *expect, size_t nparams,
                      struct ckpt_state *st, struct ckpt_newest *nw, struct errmsg *err);
 
+/* The step of out_dir's newest complete checkpoint (a ckpt_<step>.bin whose header is whole and
+ * names its step; the body is not read) into *step, -1 when there is none (or no out_dir).
+ * Returns 0, or a negative errno with err filled when out_dir cannot be read. */
+int ckpt_newest_step(const char *out_dir, long long *step, struct errmsg *err);
+
 /* Frees what nw holds and empties it; idempotent. */
 void ckpt_newest_release(struct ckpt_newest *nw);
 

@@ -378,9 +378,10 @@ static int other_run(struct run *r, int mode, const char *why)
 #define MEM_CKPT_NAME "ckpt"
 
 /* Rank 0, in a restarted generation: its memory checkpoint (gr.h), from its node's memory or
- * the node that holds its node's copies, into hs. Saved at every disk checkpoint too, it is
- * never older than out_dir's newest. Returns 1 when loaded, 0 when there is none or it
- * cannot be used (said: the disk's then serves). */
+ * the node that holds its node's copies, into hs. It is saved at every disk checkpoint too,
+ * after the file; a failure between the two, or a holder's copy that had not yet come when
+ * rank 0's node was lost, leaves it older than out_dir's newest, which then serves. Returns 1
+ * when loaded, 0 when there is none or it cannot be used (said: the disk's then serves). */
 static int load_mem(struct run *r, struct start_state *st, struct backend_state *hs)
 {
     struct ckpt_model shape = ckpt_shape(r);
@@ -389,12 +390,22 @@ static int load_mem(struct run *r, struct start_state *st, struct backend_state 
     char path[PATH_MAX];
     int64_t step;
     uint64_t size;
+    long long disk_step;
     int ret;
 
     ret = gr_mem_find(r->g, MEM_CKPT_NAME, path, sizeof(path), &step, &size);
     if (ret < 0) {
         if (ret != -ENOENT)
             fprintf(stderr, PROG ": warning: no memory checkpoint: %s\n", gr_strerror(r->g));
+        return 0;
+    }
+    ret = ckpt_newest_step(r->cfg.out_dir, &disk_step, &cerr);
+    if (ret < 0)
+        return errmsg_set(&r->err, ret, "cannot resume: %s", cerr.text);
+    if (disk_step > step) {
+        printf("the memory checkpoint of step %" PRId64 " is older than '%s' of step %lld: "
+               "resuming from the disk\n",
+               step, r->cfg.out_dir, disk_step);
         return 0;
     }
     ret = state_open(r, hs);

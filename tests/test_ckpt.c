@@ -202,15 +202,21 @@ TEST(ckpt_newest_and_prune)
     struct ckpt_state st, got;
     struct ckpt_newest nw;
     char path[PATH_MAX + 64];
+    long long step = 0;
 
     /* No directory, an empty one: none. */
     CHECK_EQ(load_newest(64, &got, &nw, &err), 0);
     CHECK(nw.path == NULL);
     free_state(&got);
+    CHECK_EQ(ckpt_newest_step(out_dir(), &step, &err), 0);
+    CHECK_EQ(step, -1);
     CHECK_EQ(fs_mkdirs(out_dir(), 0700), 0);
     CHECK_EQ(load_newest(64, &got, &nw, &err), 0);
     CHECK(nw.path == NULL);
     free_state(&got);
+    step = 0;
+    CHECK_EQ(ckpt_newest_step(out_dir(), &step, &err), 0);
+    CHECK_EQ(step, -1);
 
     make_state(&st, 64, 9, 2);
     CHECK_EQ(ckpt_save(out_dir(), &st, NULL, &err), 0);
@@ -236,7 +242,10 @@ TEST(ckpt_newest_and_prune)
         CHECK_EQ(fs_write_atomic(ckpt_file(300), data, len, 0644), 0); /* says step 100 */
         free(data);
     }
-    /* The newest valid one is 100's: 400's and 300's are passed over as damaged. */
+    /* The newest complete one is 100's (its header whole and its own step's); 400's and 300's
+     * are passed over as damaged. */
+    CHECK_EQ(ckpt_newest_step(out_dir(), &step, &err), 0);
+    CHECK_EQ(step, 100);
     CHECK_EQ(load_newest(64, &got, &nw, &err), 1);
     CHECK_STR(nw.path, ckpt_file(100));
     CHECK_EQ(nw.ndamaged, 2);

@@ -80,7 +80,7 @@ for table in ("tcp", "tcp6"):
             x = line.split()
             if x[3] == "0A" and x[9] in inodes:
                 ports.add(int(x[1].rsplit(":", 1)[1], 16))
-print(" ".join(str(p) for p in sorted(ports)))
+print("\n".join(str(p) for p in sorted(ports)))
 EOF
 
 # endpoint ID KEY: KEY of job ID's endpoint.json, once written.

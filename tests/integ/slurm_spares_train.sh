@@ -2,8 +2,8 @@
 # A training job outlives a bad node on the Slurm test cluster: gpurun-train (CPU, 2 ranks on
 # 2 nodes) with --spare-nodes 1 and --max-restarts 1; once its checkpoint of step 300 is
 # written, node 1's rendezvousd is SIGKILLed (its ranks die with it). The leader fences node
-# 1, the spare takes its place, the ranks resume from the newest checkpoint, and the job
-# completes: every step after the resume has the loss of an undisturbed run of the same
+# 1, the spare takes its place, the ranks resume from the newest checkpoint (rank 0's node's
+# memory checkpoint, or the disk's), and the job completes: every step after the resume has the loss of an undisturbed run of the same
 # train.cfg, bit for bit, and the final checkpoint holds the same parameters and moments.
 # timeout: 240
 # lane: side
@@ -87,8 +87,13 @@ wait "$gpid" || rc=$?
 summary=$GPURUN_JOBS/$id/summary.json
 [ "$(json "$summary" '[(s["node"], s["spare"], s["generation"]) for s in v["swaps"]]')" = "[(1, 2, 1)]" ] ||
     grs_fail "swaps: $(json "$summary" 'v.get("swaps")')"
-resumed=$(sed -n "s/^\[0\] resuming from '.*' at step \([0-9][0-9]*\)$/\1/p" hit.out | tail -n 1)
+# From the memory checkpoint rank 0's node kept (saved with every disk checkpoint, after the
+# file), or from the disk's when node 1 was lost between the two.
+resumed=$(sed -n -e "s/^\[0\] resuming from '.*' at step \([0-9][0-9]*\)$/\1/p" \
+    -e "s/^\[0\] resuming from the memory checkpoint of step [0-9]* at step \([0-9][0-9]*\)$/\1/p" \
+    hit.out | tail -n 1)
 [ -n "$resumed" ] || grs_fail "rank 0 did not resume from a checkpoint: $(grep -i resum hit.out)"
+from=$(grep -q '^\[0\] resuming from the memory checkpoint' hit.out && echo memory || echo disk)
 [ "$resumed" -ge 300 ] || grs_fail "resumed from step $resumed, before the checkpoint of step 300"
 losses "$GRS_WORK/calm" >calm.losses
 losses "$GRS_WORK/hit" >hit.losses
@@ -109,5 +114,5 @@ state_of() {
 }
 cmp -s <(state_of "$GRS_WORK/calm/ckpt_0000$STEPS.bin") <(state_of "$GRS_WORK/hit/ckpt_0000$STEPS.bin") ||
     grs_fail "the final checkpoints' parameters differ"
-echo "# node 1 lost after step 300's checkpoint; the spare took its place, the ranks resumed at step $((resumed + 1)); $(wc -l <hit.after) steps to $STEPS have the undisturbed run's losses, the final parameters and moments are equal"
+echo "# node 1 lost after step 300's checkpoint; the spare took its place, the ranks resumed at step $((resumed + 1)) from the $from checkpoint; $(wc -l <hit.after) steps to $STEPS have the undisturbed run's losses, the final parameters and moments are equal"
 echo "ok - gpurun-train outlived node 1 on Slurm with a spare, on the undisturbed loss curve"
