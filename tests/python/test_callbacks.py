@@ -52,7 +52,7 @@ class CallbackBase(Base):
         sys.modules.update(self.modules)
         self.old_usr1 = signal.getsignal(signal.SIGUSR1)
         for mod in (gpurun.lightning, gpurun.hf):
-            for name in ("GpurunCallback", "GpurunTrainerCallback"):
+            for name in ("GpurunCallback", "GpurunTrainerCallback", "GpurunMemCheckpoint"):
                 mod.__dict__.pop(name, None)
 
     def tearDown(self):
@@ -195,6 +195,30 @@ class Lightning(CallbackBase):
         cb.on_train_batch_end(t, None, Scalar(1.0), None, 0)
         self.assertEqual((t.should_stop, t.strategy.calls), (False, []))
         self.assertEqual(signal.getsignal(signal.SIGUSR1), self.old_usr1)
+
+    def test_mem_checkpoint_arguments(self):
+        from gpurun.lightning import GpurunMemCheckpoint
+        self.assertTrue(issubclass(GpurunMemCheckpoint, LightningBase))
+        for bad in ({"every_n_epochs": -1}, {"every_n_train_steps": 1.5},
+                    {"every_n_epochs": True}, {"name": "../x"}, {"name": ""}):
+            with self.assertRaises(ValueError, msg=repr(bad)):
+                GpurunMemCheckpoint(**bad)
+
+    def test_mem_checkpoint_outside_a_job(self):
+        from gpurun.lightning import GpurunMemCheckpoint
+        mem = GpurunMemCheckpoint(every_n_epochs=1, every_n_train_steps=2)
+        self.assertEqual(mem.resume_path(fallback="last"), "last")
+        self.assertIsNone(mem.resume_path())
+        t = Trainer()
+        t.current_epoch = 0
+        t.global_step = 2
+        # No daemon keeps a copy: nothing is dumped, nothing is kept.
+        dumped = []
+        t._checkpoint_connector = types.SimpleNamespace(
+            dump_checkpoint=lambda weights_only=False: dumped.append(1))
+        mem.on_train_batch_end(t, None, None, None, 0)
+        mem.on_train_epoch_end(t, None)
+        self.assertEqual((mem.saved_step, dumped), (None, []))
 
 
 class HFBase:

@@ -4,9 +4,9 @@ cleanly, with a checkpoint, on the pre-timeout signal.
     from gpurun.lightning import GpurunCallback
     trainer = Trainer(..., callbacks=[GpurunCallback()])
 
-`import gpurun.lightning` imports nothing of Lightning: the class is made on first use of
-GpurunCallback, as a subclass of `lightning.pytorch.Callback`, or of
-`pytorch_lightning.Callback` where only that package is installed.
+`import gpurun.lightning` imports nothing of Lightning: each class is made on first use of
+its name, as a subclass of `lightning.pytorch.Callback`, or of `pytorch_lightning.Callback`
+where only that package is installed.
 
 What it reports, after every training batch (gpurun.report):
 - step: trainer.global_step (optimizer steps taken);
@@ -25,12 +25,31 @@ writes once, and a barrier follows, so that no rank stops before the file is wri
 path the ckpt_path given, else "preempted.ckpt" in the ModelCheckpoint callback's directory,
 else no checkpoint; then trainer.should_stop = True. Outside a gpurun
 job, or with preempt=False, nothing of this happens.
+
+Memory checkpoints (gpurun.memckpt), so that a restart after a failure (a rank's, a node's with
+or without a spare) resumes from the last one rather than from disk:
+
+    from gpurun.lightning import GpurunMemCheckpoint
+    mem = GpurunMemCheckpoint(every_n_epochs=1)
+    trainer = Trainer(..., callbacks=[mem])
+    trainer.fit(model, loader, ckpt_path=mem.resume_path(fallback="last"))
+
+Every every_n_epochs epochs (at the end of the training epoch) and every every_n_train_steps
+optimizer steps (0: never), each rank keeps the whole Lightning checkpoint of its trainer (what
+trainer.save_checkpoint writes: weights, optimizer states, loops, callbacks) as its memory copy
+named name; its node's daemon keeps it and sends it to another node's. resume_path, called
+before fit on every rank, gives the file of this rank's copy when every rank of the job has a
+copy of the same step, else fallback (a path, "last", or None: Lightning's own resume
+rules), so that no rank resumes alone from another step. A first start has none.
 """
 
+import io
 import math
 import os
+import sys
 
 import gpurun
+from gpurun import memckpt
 
 
 def _base():
@@ -140,9 +159,89 @@ def _make():
     return GpurunCallback
 
 
+def _make_mem():
+    Callback = _base()
+
+    class GpurunMemCheckpoint(Callback):
+        """Keeps each rank's whole Lightning checkpoint in memory (gpurun.memckpt) every
+        every_n_epochs epochs and every every_n_train_steps steps (0: never); resume_path
+        gives the file a restart resumes from (see the module's text)."""
+
+        def __init__(self, every_n_epochs=1, every_n_train_steps=0, name="lightning"):
+            super().__init__()
+            for what, v in (("every_n_epochs", every_n_epochs),
+                            ("every_n_train_steps", every_n_train_steps)):
+                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                    raise ValueError("GpurunMemCheckpoint: %s %r is not a whole number >= 0"
+                                     % (what, v))
+            memckpt._check_name("GpurunMemCheckpoint", name)
+            self.every_n_epochs = every_n_epochs
+            self.every_n_train_steps = every_n_train_steps
+            self.name = name
+            self.saved_step = None    # the global step of the last copy kept
+            self.resumed_step = None  # the step resume_path's copy holds, once it gave one
+
+        def _save(self, trainer):
+            import torch
+            step = int(trainer.global_step)
+            if step == self.saved_step or memckpt._dir() is None:
+                return
+            # What trainer.save_checkpoint writes, without its writing rank and its barrier:
+            # every rank keeps its own.
+            ckpt = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+            buf = io.BytesIO()
+            torch.save(ckpt, buf)
+            if memckpt.save(buf.getbuffer(), name=self.name, step=step):
+                self.saved_step = step
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *rest):
+            n = self.every_n_train_steps
+            if n and trainer.global_step > 0 and trainer.global_step % n == 0:
+                self._save(trainer)
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            n = self.every_n_epochs
+            if n and (trainer.current_epoch + 1) % n == 0:
+                self._save(trainer)
+
+        def resume_path(self, fallback=None):
+            """The file of this rank's memory copy when every rank has one of the same step;
+            fallback otherwise. Every rank must call it (the ranks agree through gpurun's
+            store), before fit."""
+            if not gpurun.in_job():
+                return fallback
+            got = memckpt.load(self.name)
+            step = got[0] if got is not None else -1
+            key = "gpurun.lightning.%s.g%d" % (self.name, gpurun.restart_count())
+            gpurun.set("%s.r%d" % (key, gpurun.rank()), str(step))
+            steps = [int(gpurun.get("%s.r%d" % (key, r)))
+                     for r in range(gpurun.world_size())]
+            if step < 0 or any(s != step for s in steps):
+                if step >= 0 or any(s >= 0 for s in steps):
+                    print("gpurun: rank %d does not resume from memory: the ranks' copies of "
+                          "'%s' are of steps %s" % (gpurun.rank(), self.name, steps),
+                          file=sys.stderr, flush=True)
+                return fallback
+            path = os.path.join(os.environ["GPURUN_MEM_DIR"],
+                                "r%d.%s.ckpt" % (gpurun.rank(), self.name))
+            with open(path + ".tmp", "wb") as f:
+                f.write(got[1])
+            os.replace(path + ".tmp", path)
+            self.resumed_step = step
+            print("gpurun: rank %d resumes from its memory checkpoint '%s' of step %d"
+                  % (gpurun.rank(), self.name, step), flush=True)
+            return path
+
+    GpurunMemCheckpoint.__module__ = __name__
+    return GpurunMemCheckpoint
+
+
+_MAKERS = {"GpurunCallback": _make, "GpurunMemCheckpoint": _make_mem}
+
+
 def __getattr__(name):
-    if name == "GpurunCallback":
-        cls = _make()
+    if name in _MAKERS:
+        cls = _MAKERS[name]()
         globals()[name] = cls
         return cls
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
