@@ -424,7 +424,7 @@ static void exit_cause(char *buf, size_t n, const json_t *r)
         snprintf(buf, n, "exit %ld%s", code, killed ? " (torn down)" : "");
 }
 
-#define NCOL          12
+#define NCOL          13
 /* The bytes of a rank's last line of output the table shows (cut at a character). */
 #define VIEW_LINE_MAX 60
 
@@ -433,19 +433,33 @@ static void exit_cause(char *buf, size_t n, const json_t *r)
 
 static void print_ranks(FILE *out, const json_t *job)
 {
-    static const char *const head[NCOL] = {"rank",   "node",   "host",     "phase",
-                                           "step",   "loss",   "tokens/s", "heartbeat",
-                                           "report", "output", "exit",     "last line"};
+    static const char *const head[NCOL] = {"rank", "node",       "host",      "phase",  "step",
+                                           "loss", "tokens/s",   "heartbeat", "report", "output",
+                                           "exit", "state from", "last line"};
+    enum { COL_STATE = 11, COL_LINE = 12 };
     const json_t *ranks = json_object_get(job, "ranks"), *nodes = json_object_get(job, "nodes");
     size_t nr = json_array_size(ranks), i;
-    int width[NCOL], ncol = NCOL - 1;
+    int width[NCOL], last = 0;
+    bool show[NCOL];
     char(*cells)[NCOL][VIEW_LINE_MAX + 8];
     json_t *x0;
 
     if (nr == 0)
         return;
-    /* The last line only where a rank has one: a table of empty cells says nothing. */
-    json_array_foreach(ranks, i, x0) if (sget(x0, "last_line")) ncol = NCOL;
+    /* Where state came from and the last line only where a rank has one: a column of empty
+     * cells says nothing. */
+    for (int c = 0; c < NCOL; c++)
+        show[c] = c != COL_STATE && c != COL_LINE;
+    json_array_foreach(ranks, i, x0)
+    {
+        if (sget(x0, "state_from"))
+            show[COL_STATE] = true;
+        if (sget(x0, "last_line"))
+            show[COL_LINE] = true;
+    }
+    for (int c = 0; c < NCOL; c++)
+        if (show[c])
+            last = c;
     cells = calloc(nr, sizeof(*cells));
     if (!cells)
         return;
@@ -485,20 +499,28 @@ static void print_ranks(FILE *out, const json_t *job)
             age(row[8], cell, iget(r, "report_age_ms", -1));
         age(row[9], cell, iget(r, "output_age_ms", -1));
         exit_cause(row[10], cell, r);
+        /* "memory, step 300": its node's own copy; "node 0, step 300": the holder's. */
+        if (sget(r, "state_from"))
+            snprintf(row[COL_STATE], cell, "%s, step %ld", sget(r, "state_from"),
+                     iget(r, "state_step", -1));
+        else
+            snprintf(row[COL_STATE], cell, "-");
         /* Cut at a character: the line is valid UTF-8. */
-        snprintf(row[11], cell, "%.*s", (int)utf8_prefix_len(line ? line : "", VIEW_LINE_MAX),
+        snprintf(row[COL_LINE], cell, "%.*s", (int)utf8_prefix_len(line ? line : "", VIEW_LINE_MAX),
                  line ? line : "");
-        for (int c = 0; c < ncol; c++)
+        for (int c = 0; c < NCOL; c++)
             if ((int)strlen(row[c]) > width[c])
                 width[c] = (int)strlen(row[c]);
     }
     fprintf(out, "\n");
-    for (int c = 0; c < ncol; c++)
-        fprintf(out, "%-*s%s", c + 1 < ncol ? width[c] : 0, head[c], c + 1 < ncol ? "  " : "\n");
+    for (int c = 0; c < NCOL; c++)
+        if (show[c])
+            fprintf(out, "%-*s%s", c < last ? width[c] : 0, head[c], c < last ? "  " : "\n");
     for (i = 0; i < nr; i++)
-        for (int c = 0; c < ncol; c++)
-            fprintf(out, "%-*s%s", c + 1 < ncol ? width[c] : 0, cells[i][c],
-                    c + 1 < ncol ? "  " : "\n");
+        for (int c = 0; c < NCOL; c++)
+            if (show[c])
+                fprintf(out, "%-*s%s", c < last ? width[c] : 0, cells[i][c],
+                        c < last ? "  " : "\n");
     free(cells);
 }
 

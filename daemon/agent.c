@@ -276,6 +276,24 @@ static json_t *active_json(struct agent *a, int64_t now)
     return act;
 }
 
+/* The ranks that took a memory checkpoint since the last flush (progress "loaded"), or NULL. */
+static json_t *loaded_json(struct agent *a)
+{
+    json_t *arr = NULL;
+
+    for (int i = 0; i < a->nranks; i++) {
+        struct arank *r = &a->ranks[i];
+        if (!r->loaded_dirty)
+            continue;
+        r->loaded_dirty = false;
+        if (!arr && !(arr = json_array()))
+            return NULL;
+        json_array_append_new(arr, json_pack("{s:i, s:s, s:I}", "rank", r->rank, "from",
+                                             r->loaded_from, "step", (json_int_t)r->loaded_step));
+    }
+    return arr;
+}
+
 /* The whole text of a /proc table (whose size stat() says is 0), at most max bytes, into a new
  * buffer (*out, caller frees). Returns 0 or a negative errno. */
 static int read_proc_table(const char *path, size_t max, char **out, size_t *len)
@@ -345,7 +363,7 @@ static void check_met(struct agent *a, bool now)
 
 static void flush_progress(struct agent *a)
 {
-    json_t *arr = json_array(), *msg, *out, *act;
+    json_t *arr = json_array(), *msg, *out, *act, *loaded;
     int64_t t = now_ms(a);
 
     for (int i = 0; i < a->nranks; i++) {
@@ -370,8 +388,9 @@ static void flush_progress(struct agent *a)
     out = output_json(a, t, a->flush_output);
     a->flush_output = false;
     act = active_json(a, t);
+    loaded = loaded_json(a);
     check_met(a, false);
-    if (json_array_size(arr) == 0 && !a->waits_dirty && !out && !act && !a->met_dirty) {
+    if (json_array_size(arr) == 0 && !a->waits_dirty && !out && !act && !loaded && !a->met_dirty) {
         json_decref(arr);
         return;
     }
@@ -388,6 +407,10 @@ static void flush_progress(struct agent *a)
         json_object_set_new(msg, "active", act);
     else
         json_decref(act);
+    if (msg && loaded)
+        json_object_set_new(msg, "loaded", loaded);
+    else
+        json_decref(loaded);
     if (msg && a->met_dirty) {
         a->met_dirty = false;
         json_object_set_new(msg, "met", json_true());

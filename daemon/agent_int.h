@@ -129,6 +129,11 @@ struct arank {
     int64_t output_ms;
     int64_t output_sent_ms;
     bool output_dirty;
+    /* Where its last memory checkpoint load came from ("memory", "node N"; "" none) and the
+     * copy's step; loaded_dirty: not yet sent (progress "loaded"). */
+    char loaded_from[16];
+    int64_t loaded_step;
+    bool loaded_dirty;
     char tail[TAIL_LINES][TAIL_LINE_MAX];
     int tail_next, tail_count;
 };

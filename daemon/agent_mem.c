@@ -125,9 +125,10 @@ void agent_mem_save(struct agent *a, struct peer *p, int rank, struct msg *m)
     peer_send(p, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
 }
 
-/* Answers a load from the store (where from: said in the log); false when it has none. */
+/* Answers a load from the store (where from: said in the log; short: the status view's
+ * "memory" or "node N"); false when it has none. */
 static bool answer_load(struct agent *a, struct peer *p, json_int_t id, int rank, const char *name,
-                        const char *from)
+                        const char *from, const char *short_from)
 {
     char path[4200];
     int64_t step;
@@ -140,6 +141,12 @@ static bool answer_load(struct agent *a, struct peer *p, json_int_t id, int rank
              rank, name, step, size, from);
     peer_send(p, proto_pack("{s:s, s:I, s:s, s:I, s:I}", "type", "mem_copy", "id", id, "path", path,
                             "step", (json_int_t)step, "size", (json_int_t)size));
+    if (rank >= a->rank_base && rank < a->rank_base + a->nranks) {
+        struct arank *r = &a->ranks[rank - a->rank_base];
+        snprintf(r->loaded_from, sizeof(r->loaded_from), "%s", short_from);
+        r->loaded_step = step;
+        r->loaded_dirty = true;
+    }
     return true;
 }
 
@@ -149,7 +156,7 @@ void agent_mem_load(struct agent *a, struct peer *p, int rank, struct msg *m)
     struct mwait *w;
 
     snprintf(from, sizeof(from), "node %d's memory", a->node_rank);
-    if (answer_load(a, p, m->id, rank, m->key, from))
+    if (answer_load(a, p, m->id, rank, m->key, from, "memory"))
         return;
     if (!a->memlink || a->mem_holder < 0 || !proto_mem_name_ok(m->key) ||
         !(w = calloc(1, sizeof(*w)))) {
@@ -176,7 +183,7 @@ void agent_mem_forget(struct agent *a, struct peer *p)
 static void fetched(struct agent *a, const struct memlink_event *e)
 {
     struct mwait **pw = &a->mwaits, *w;
-    char from[96];
+    char from[96], short_from[16];
 
     while (*pw && (*pw)->cookie != e->cookie)
         pw = &(*pw)->next;
@@ -185,10 +192,11 @@ static void fetched(struct agent *a, const struct memlink_event *e)
     *pw = w->next;
     snprintf(from, sizeof(from), "node %d's memory (its replica: this node had none)",
              a->mem_holder);
+    snprintf(short_from, sizeof(short_from), "node %d", a->mem_holder);
     if (e->ret < 0 && e->ret != -ENOENT)
         log_warn("node %d cannot fetch rank %d's memory checkpoint '%s' from node %d: %s",
                  a->node_rank, e->rank, e->name, a->mem_holder, e->why);
-    if (w->p && !(e->ret == 0 && answer_load(a, w->p, w->id, w->rank, w->name, from)))
+    if (w->p && !(e->ret == 0 && answer_load(a, w->p, w->id, w->rank, w->name, from, short_from)))
         peer_send_error(w->p, w->id, "not_found",
                         e->ret == -ENOENT ? "no memory checkpoint of that name, here or on "
                                             "the node that holds this node's copies"

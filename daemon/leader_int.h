@@ -164,6 +164,10 @@ struct rank {
     bool straggler_said; /* its straggler line is logged */
     json_t *stack;       /* a string: its stack as captured before a hang's teardown, or NULL */
     json_t *error;       /* the exception it recorded (TORCHELASTIC_ERROR_FILE), or NULL */
+    /* Where its state came from in this generation: its last memory checkpoint load ("memory":
+     * its node's own copy, "node N": the holder's; "" none) and the copy's step. */
+    char loaded_from[16];
+    int64_t loaded_step;
 };
 
 struct leader {

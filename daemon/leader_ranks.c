@@ -169,6 +169,28 @@ static void set_active(struct leader *l, const struct node *n, json_t *active)
     }
 }
 
+/* progress "loaded": where each rank's memory checkpoint came from, for the status view. */
+static void set_loaded(struct leader *l, const struct node *n, json_t *arr)
+{
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(arr, i, e)
+    {
+        int r;
+        const char *from;
+        json_int_t step;
+        if (json_unpack(e, "{s:i, s:s, s:I}", "rank", &r, "from", &from, "step", &step) < 0 ||
+            r < n->rank_base || r >= n->rank_base + n->nprocs || step < 0 ||
+            strlen(from) >= sizeof(l->ranks[r].loaded_from)) {
+            log_warn("ignoring a bad 'loaded' entry from node %d", (int)(n - l->nodes));
+            continue;
+        }
+        snprintf(l->ranks[r].loaded_from, sizeof(l->ranks[r].loaded_from), "%s", from);
+        l->ranks[r].loaded_step = step;
+    }
+}
+
 void leader_do_progress(struct leader *l, struct conn *c, struct msg *m)
 {
     size_t i;
@@ -182,6 +204,8 @@ void leader_do_progress(struct leader *l, struct conn *c, struct msg *m)
         set_active(l, &l->nodes[c->node], m->active);
     if (m->met)
         l->met = true;
+    if (m->loaded)
+        set_loaded(l, &l->nodes[c->node], m->loaded);
     json_array_foreach(m->array, i, e)
     {
         int r;

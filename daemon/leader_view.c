@@ -153,6 +153,10 @@ static json_t *rank_view(const struct leader *l, int r, bool detail)
         json_object_set_new(v, "step_seconds", json_real(k->step_avg));
     if (v && k->slower > 0)
         json_object_set_new(v, "slower", json_real(k->slower));
+    /* Where its state came from, where a memory checkpoint gave it. */
+    if (v && k->loaded_from[0])
+        json_object_update_new(v, json_pack("{s:s, s:I}", "state_from", k->loaded_from,
+                                            "state_step", (json_int_t)k->loaded_step));
     /* Steps per second since its first report: the ETA's rate. */
     if (v && k->report_ms > k->first_ms && k->prog.step > k->first_step)
         json_object_set_new(v, "steps_per_s",

@@ -87,8 +87,8 @@ static const struct proto_row rows[MSG_TYPE_COUNT] = {
     [MSG_REPORT] = {"report", {PROGRESS_FIELDS(REPORT_FIELD)}},
     [MSG_PROGRESS] = {"progress",
                       {REQ("ranks", 'o', array), OPT("waiting", 'o', waiting),
-                       OPT("output", 'o', output), OPT("active", 'o', active),
-                       OPT("met", 'b', met)}},
+                       OPT("output", 'o', output), OPT("active", 'o', active), OPT("met", 'b', met),
+                       OPT("loaded", 'o', loaded)}},
     [MSG_PREEMPT] = {"preempt", {REQ("id", 'I', id)}},
     [MSG_SIGNAL] = {"signal", {OPT("id", 'I', id), REQ("signal", 'i', signal)}},
     [MSG_FINALIZE] = {"finalize", {REQ("id", 'I', id)}},
@@ -204,6 +204,8 @@ static int check_limits(const struct msg *m, struct proto_error *err)
         return errmsg_set(&err->why, -EBADMSG, "'%s': 'output' must be an array", what);
     if (m->active && !json_is_array(m->active))
         return errmsg_set(&err->why, -EBADMSG, "'%s': 'active' must be an array", what);
+    if (m->loaded && !json_is_array(m->loaded))
+        return errmsg_set(&err->why, -EBADMSG, "'%s': 'loaded' must be an array", what);
     if (m->type == MSG_STATUS_REPLY && !json_is_object(m->array))
         return errmsg_set(&err->why, -EBADMSG, "'status_reply': 'job' must be an object");
     return 0;

@@ -57,7 +57,8 @@
  *                                 (the numbers only where the rank gave them; age_ms: how
  *                                 long before this frame the rank's last report reached
  *                                 the agent, so that the leader's report times are exact
- *                                 whatever the batching); waiting, output, active, met
+ *                                 whatever the batching); waiting, output, active, met,
+ *                                 loaded
  *                                 (optional: struct msg below says what each holds)
  * preempt       rank->agent       id: this rank handles the pre-timeout signal (the signal
  *                                 in its GPURUN_PREEMPT_SIGNAL): send it there. A rank that
@@ -256,6 +257,10 @@ struct msg {
      * {rank, age_ms}: how long ago the rank's last put, delete, get answered with a value or
      * arrival at a barrier came; or NULL */
     json_t *active;
+    /* progress: the node's ranks that took a memory checkpoint since the last flush, an
+     * array of {rank, from, step}: from "memory" (the node's own) or "node N" (the holder of
+     * its copies), the copy's step; or NULL */
+    json_t *loaded;
 };
 
 /* Where a decode failed and why, for one log line and one error frame: the text, and the id

@@ -635,6 +635,13 @@ TEST(proto_pack_refuses_invalid_messages)
                     "active", "rank", 2, "age_ms", 40);
     CHECK(ok != NULL);
     json_decref(ok);
+    /* Where the ranks' memory checkpoints came from: an array, or nothing. */
+    CHECK(!proto_pack("{s:s, s:o, s:o}", "type", "progress", "ranks", json_array(), "loaded",
+                      json_string("node 0")));
+    ok = proto_pack("{s:s, s:o, s:[{s:i, s:s, s:i}]}", "type", "progress", "ranks", json_array(),
+                    "loaded", "rank", 1, "from", "node 0", "step", 11);
+    CHECK(ok != NULL);
+    json_decref(ok);
 }
 
 /* Decodes text both ways: proto_decode (the fast path first) and proto_decode_tree (jansson

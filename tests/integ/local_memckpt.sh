@@ -4,8 +4,9 @@
 # finishes, then rank 1 is killed; the restarted generation loads each rank's own copies, whole
 # and at their steps, not the torn one. A save over --mem-ckpt-max is refused with the sizes
 # said and the older copy stays. A node lost after its rank's copy reached the node holding
-# its copies: the spare in its place fetches the copy from there. The log says where each rank's state came from; the node's
-# directory of /dev/shm is gone after the job.
+# its copies: the spare in its place fetches the copy from there. The log and gpurun status
+# say where each rank's state came from; the node's directory of /dev/shm is gone after the
+# job.
 # Uses Debian's python3-torch (/usr/bin/python3, or $TORCH_PYTHON); skips without it.
 # timeout: 120
 set -euo pipefail
@@ -49,6 +50,15 @@ grep -q "rank 0 takes its memory checkpoint 'state' of step 11 (.* bytes) from n
     fail "the log does not say that rank 0's state came from its own node"
 grep -q "node 0 sends its 1 memory checkpoint to node 2, its new holder" "$work/err" ||
     fail "node 0 did not send its copy to the spare, its new holder"
+# gpurun status (of the ended job: its summary.json) says where each rank's state came from.
+run status --job-dir "$work/spare"
+expect_rc 0 "gpurun status of the job whose node 1 was lost"
+grep -qE '^rank +node +host +phase .* +state from( |$)' "$work/out" ||
+    fail "status shows no 'state from' column: $(head -n 20 "$work/out")"
+grep -qE '^0 +0 .* memory, step 11( |$)' "$work/out" ||
+    fail "status does not say rank 0's state came from its node's memory: $(grep -E '^[01] ' "$work/out")"
+grep -qE '^1 +2 .* node 0, step 11( |$)' "$work/out" ||
+    fail "status does not say rank 1's state came from node 0 on the spare (node 2): $(grep -E '^[01] ' "$work/out")"
 id=$(sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$work/spare/job.json" | head -n 1)
 ls -d /dev/shm/gpurun-"$id"-n* 2>/dev/null && fail "the memory checkpoints of the killed daemon outlived the job"
 
