@@ -9,8 +9,8 @@
 #  - steps lost: the last step printed before the kill, less the step the restart resumed at;
 #  - state read: the bytes rank 0 loaded, and from where.
 # The cases: disk checkpoints every 200 steps, no memory ones (train.mem_ckpt_every = 0);
-# memory checkpoints every 10 steps, disk ones every 200; in-process (healthy ranks never
-# restart) is not built. Then the cost of memory checkpoints on an undisturbed run: the time of
+# memory checkpoints every 10 steps, disk ones every 200 (both with train.regroup = false);
+# in process (train.regroup = true: rank 0 keeps its process and regroups). Then the cost of memory checkpoints on an undisturbed run: the time of
 # one save (rank 0's first, as it prints it) against the time of a step, as a share of the
 # step time at every 100 steps (the default) and every 10.
 # Prints markdown tables.
@@ -31,7 +31,8 @@ done < <(find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort)
 "$train" prep "${texts[@]}" -o "$scratch/data" >"$scratch/prep.out" 2>&1 ||
     { echo "prep failed: $(tail -n 1 "$scratch/prep.out")" >&2; exit 1; }
 
-# cfg FILE MEM_EVERY CKPT_EVERY STEPS: jobs/tiny.cfg's model, one thread a rank.
+# cfg FILE MEM_EVERY CKPT_EVERY STEPS [REGROUP]: jobs/tiny.cfg's model, one thread a rank;
+# REGROUP (default false): the healthy ranks regroup in process.
 cfg() {
     cat >"$1" <<CFG
 [model]
@@ -56,6 +57,7 @@ steps = $4
 eval_every = 0
 ckpt_every = $3
 mem_ckpt_every = $2
+regroup = ${5:-false}
 seed = 1337
 threads = 1
 sample_tokens = 0
@@ -79,11 +81,11 @@ last_step() {
     sed -nE 's/^\[0\] step +([0-9]+)\/.*/\1/p' "$1" | tail -n 1 | grep . || echo 0
 }
 
-# one MEM_EVERY: one run; prints "ms lost bytes from".
+# one MEM_EVERY REGROUP: one run; prints "ms lost bytes from".
 one() {
-    local dir gp pid t0 t1 killed_at resumed bytes from i n0
+    local dir gp pid t0 t1 killed_at resumed bytes from i n0 n
     dir=$(mktemp -d "$scratch/run.XXXXXX")
-    cfg "$dir/train.cfg" "$1" 200 "$STEPS"
+    cfg "$dir/train.cfg" "$1" 200 "$STEPS" "$2"
     timeout -k 5 120 "$gpurun" --local -N 2 --gpus-per-node 1 --spare-nodes 1 --max-restarts 1 \
         --kill-grace 1 --log-level info --job-dir "$dir/job" "$dir/train.cfg" \
         "train.out_dir=$dir/out" >"$dir/stdout" 2>"$dir/stderr" </dev/null &
@@ -112,8 +114,14 @@ one() {
     wait "$gp" || { echo "gpurun exited $?: $(tail -n 3 "$dir/stderr")" >&2; return 1; }
     resumed=$(sed -nE -e "s/^\[0\] resuming from '.*' at step ([0-9]+)$/\1/p" \
         -e 's/^\[0\] resuming from the memory checkpoint of step [0-9]+ at step ([0-9]+)$/\1/p' \
+        -e 's/^\[0\] regrouped in process as generation [0-9]+: going on from step ([0-9]+)$/\1/p' \
         "$dir/stdout" | tail -n 1)
-    if grep -q '^\[0\] resuming from the memory checkpoint' "$dir/stdout"; then
+    if grep -q '^\[0\] regrouped in process' "$dir/stdout"; then
+        # Rank 0's parameters and both moments, to the spare's new rank.
+        n=$(od -An -t u8 -j 56 -N 8 "$(find "$dir/out" -name 'ckpt_*.bin' | sort | tail -n 1)" | tr -d ' ')
+        bytes=$((12 * n))
+        from="rank 0's live state (the collectives)"
+    elif grep -q '^\[0\] resuming from the memory checkpoint' "$dir/stdout"; then
         bytes=$(sed -nE "s/.*rank 0 takes its memory checkpoint 'ckpt' of step [0-9]+ \(([0-9]+) bytes\) from (.*)$/\1/p" \
             "$dir/stderr" | tail -n 1)
         from=$(sed -nE "s/.*rank 0 takes its memory checkpoint 'ckpt' of step [0-9]+ \([0-9]+ bytes\) from (.*)$/\1/p" \
@@ -128,11 +136,11 @@ one() {
     echo "$(((t1 - t0) / 1000000)) $((killed_at - resumed)) $bytes ${from// /_}"
 }
 
-# row WHAT MEM_EVERY
+# row WHAT MEM_EVERY REGROUP
 row() {
     local what=$1 out=()
     for ((r = 0; r < reps; r++)); do
-        out+=("$(one "$2")")
+        out+=("$(one "$2" "$3")")
     done
     printf '%s\n' "${out[@]}" | awk -v what="$what" '
         { ms[NR] = $1; lost[NR] = $2; bytes = $3; from = $4 }
@@ -147,9 +155,9 @@ row() {
 
 echo "| node 1 of 2 lost at step ~$KILL_AT of $STEPS (SIGKILL of its rendezvousd), a spare | kill -> training, ms: median (min-max) | steps lost | state read by rank 0 |"
 echo "|---|---:|---:|---|"
-row "disk checkpoints every 200 steps (mem_ckpt_every = 0)" 0
-row "memory checkpoints every 10 steps, disk every 200" 10
-echo "| in-process, healthy ranks keep running | not built | | |"
+row "every rank restarts: disk checkpoints every 200 steps (mem_ckpt_every = 0)" 0 false
+row "every rank restarts: memory checkpoints every 10 steps, disk every 200" 10 false
+row "in process (train.regroup): rank 0 keeps running, the spare's rank takes its state" 10 true
 
 # The cost of memory checkpoints on an undisturbed run of 1 node of 2 ranks.
 dir=$scratch/cost

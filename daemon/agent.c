@@ -294,6 +294,24 @@ static json_t *loaded_json(struct agent *a)
     return arr;
 }
 
+/* The ranks that said they can regroup since the last flush (progress "regroup_ok"), or
+ * NULL. */
+static json_t *regroup_ok_json(struct agent *a)
+{
+    json_t *arr = NULL;
+
+    for (int i = 0; i < a->nranks; i++) {
+        struct arank *r = &a->ranks[i];
+        if (!r->regroup_dirty)
+            continue;
+        r->regroup_dirty = false;
+        if (!arr && !(arr = json_array()))
+            return NULL;
+        json_array_append_new(arr, json_integer(r->rank));
+    }
+    return arr;
+}
+
 /* The whole text of a /proc table (whose size stat() says is 0), at most max bytes, into a new
  * buffer (*out, caller frees). Returns 0 or a negative errno. */
 static int read_proc_table(const char *path, size_t max, char **out, size_t *len)
@@ -363,7 +381,7 @@ static void check_met(struct agent *a, bool now)
 
 static void flush_progress(struct agent *a)
 {
-    json_t *arr = json_array(), *msg, *out, *act, *loaded;
+    json_t *arr = json_array(), *msg, *out, *act, *loaded, *rgok;
     int64_t t = now_ms(a);
 
     for (int i = 0; i < a->nranks; i++) {
@@ -389,8 +407,10 @@ static void flush_progress(struct agent *a)
     a->flush_output = false;
     act = active_json(a, t);
     loaded = loaded_json(a);
+    rgok = regroup_ok_json(a);
     check_met(a, false);
-    if (json_array_size(arr) == 0 && !a->waits_dirty && !out && !act && !loaded && !a->met_dirty) {
+    if (json_array_size(arr) == 0 && !a->waits_dirty && !out && !act && !loaded && !rgok &&
+        !a->met_dirty) {
         json_decref(arr);
         return;
     }
@@ -411,6 +431,10 @@ static void flush_progress(struct agent *a)
         json_object_set_new(msg, "loaded", loaded);
     else
         json_decref(loaded);
+    if (msg && rgok)
+        json_object_set_new(msg, "regroup_ok", rgok);
+    else
+        json_decref(rgok);
     if (msg && a->met_dirty) {
         a->met_dirty = false;
         json_object_set_new(msg, "met", json_true());
@@ -521,6 +545,75 @@ static void barrier_release(struct agent *a, const char *name)
     }
 }
 
+/* A rank's regroup request, waiting for the leader's next generation. */
+struct rgwait {
+    struct rconn *rc; /* NULL once the rank hung up */
+    json_int_t id;
+    int rank;
+    struct rgwait *next;
+};
+
+/* Answers the waiting regroup requests: with the new generation, or (gen < 0) an error. */
+static void regroup_answer(struct agent *a, int gen, const char *why)
+{
+    while (a->rgwaits) {
+        struct rgwait *w = a->rgwaits;
+        a->rgwaits = w->next;
+        if (w->rank >= a->rank_base && w->rank < a->rank_base + a->nranks)
+            rank_wait(a, &a->ranks[w->rank - a->rank_base], -1);
+        if (w->rc && gen >= 0)
+            peer_send(&w->rc->peer, proto_pack("{s:s, s:I, s:i}", "type", "regroup", "id", w->id,
+                                               "generation", gen));
+        else if (w->rc)
+            peer_send_error(&w->rc->peer, w->id, "aborted", why);
+        free(w);
+    }
+}
+
+/* A rank whose collectives failed in generation m->generation waits for a later one. */
+static void rank_regroup(struct agent *a, struct rconn *rc, struct msg *m)
+{
+    struct rgwait *w;
+
+    if (a->generation > m->generation) {
+        peer_send(&rc->peer, proto_pack("{s:s, s:I, s:i}", "type", "regroup", "id", m->id,
+                                        "generation", a->generation));
+        return;
+    }
+    if (a->state != AG_RUNNING) {
+        peer_send_error(&rc->peer, m->id, "aborted", "the node's ranks are being torn down");
+        return;
+    }
+    if (!(w = calloc(1, sizeof(*w)))) {
+        peer_send_error(&rc->peer, m->id, "too_large", "agent out of memory");
+        return;
+    }
+    w->rc = rc;
+    w->id = m->id;
+    w->rank = rc->rank->rank;
+    w->next = a->rgwaits;
+    a->rgwaits = w;
+    /* Waiting on the others, as in a barrier: the hang rule never blames it for that. */
+    rank_wait(a, rc->rank, 1);
+    log_info("rank %d lost its peers in generation %d: it waits for the next", w->rank,
+             m->generation);
+}
+
+/* The leader's next generation without a restart: a spare took a lost node's place, this
+ * node's ranks run on and regroup with its ranks. */
+static void on_regroup(struct agent *a, struct msg *m)
+{
+    if (a->state != AG_RUNNING || m->generation <= a->generation) {
+        log_error("unexpected 'regroup' from the leader (generation %d)", m->generation);
+        return;
+    }
+    a->generation = m->generation;
+    m->rank_base = a->rank_base;
+    agent_mem_assign(a, m);
+    log_info("node %d's ranks regroup in process as generation %d", a->node_rank, a->generation);
+    regroup_answer(a, a->generation, NULL);
+}
+
 static void rank_hello(struct agent *a, struct rconn *rc, struct msg *m)
 {
     int local = m->rank - a->rank_base;
@@ -595,6 +688,17 @@ static void on_rank_message(struct peer *p, struct msg *m)
     case MSG_FINALIZE:
         peer_send(p, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
         break;
+    case MSG_REGROUP_OK:
+        if (!r->regroup_ok)
+            r->regroup_ok = r->regroup_dirty = true;
+        peer_send(p, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
+        break;
+    case MSG_REGROUP:
+        if (m->id)
+            rank_regroup(a, rc, m);
+        else
+            peer_send_error(p, m->id, "bad_request", "regroup: no id");
+        break;
     default:
         log_error("refused '%s' from rank %d: not a rank request", proto_type_name(m->type),
                   r->rank);
@@ -631,6 +735,9 @@ static void on_rank_closed(struct peer *p, const char *why)
         if (a->pend[i].rc == rc)
             a->pend[i].rc = NULL;
     for (struct bwait *w = a->bwaits; w; w = w->next)
+        if (w->rc == rc)
+            w->rc = NULL;
+    for (struct rgwait *w = a->rgwaits; w; w = w->next)
         if (w->rc == rc)
             w->rc = NULL;
     agent_mem_forget(a, p);
@@ -967,6 +1074,7 @@ static void teardown(struct agent *a, const char *cause)
         return;
     log_info("tearing down node %d's ranks: %s", a->node_rank, cause);
     a->state = AG_TEARDOWN;
+    regroup_answer(a, -1, cause);
     stop_tools(a);
     a->teardown_ms = now_ms(a);
     for (int i = 0; i < a->nranks; i++) {
@@ -1280,6 +1388,9 @@ static void on_leader_message(struct peer *p, struct msg *m)
     switch (m->type) {
     case MSG_ASSIGN:
         on_assign(a, m);
+        break;
+    case MSG_REGROUP:
+        on_regroup(a, m);
         break;
     case MSG_HB:
         break;
@@ -1785,6 +1896,11 @@ void agent_maybe_free(struct agent *a)
         struct bwait *w = a->bwaits;
         a->bwaits = w->next;
         free(w->name);
+        free(w);
+    }
+    while (a->rgwaits) {
+        struct rgwait *w = a->rgwaits;
+        a->rgwaits = w->next;
         free(w);
     }
     if (a->sockpath[0])

@@ -66,6 +66,7 @@ struct agent;
 struct arank;
 struct bwait;
 struct outbuf;
+struct rgwait;
 struct peer;
 struct pending;
 struct rconn;
@@ -134,6 +135,8 @@ struct arank {
     char loaded_from[16];
     int64_t loaded_step;
     bool loaded_dirty;
+    /* It said it can regroup in process (regroup_ok); regroup_dirty: not yet sent. */
+    bool regroup_ok, regroup_dirty;
     char tail[TAIL_LINES][TAIL_LINE_MAX];
     int tail_next, tail_count;
 };
@@ -218,6 +221,8 @@ struct agent {
     struct mwait *mwaits;  /* ranks' loads waiting on a fetch */
     uint64_t mem_cookie;   /* the last fetch's */
     struct bwait *bwaits;
+    /* The ranks' regroup requests waiting for the leader's next generation (agent.c). */
+    struct rgwait *rgwaits;
 
     struct outbuf *out;     /* the merged stream, our stdout (agent_output.c) */
     struct outbuf *err_out; /* the ranks' stderr, our stderr; NULL where that is stdout's

@@ -316,6 +316,8 @@ static void on_closed(struct peer *p, const char *why)
              * the node's daemon is gone, and a new generation would wait for it for ever. */
             json_t *f = leader_classed(
                 leader_failure_new(cause, -1, c->node, n->hostname, 0, 0, ""), FAILURE_NODE);
+            if (f && l->t_joined && l->state == JOB_RUNNING && leader_regroup(l, c->node, f))
+                goto out;
             leader_fail(l, 125, "failed",
                         l->t_joined && leader_restart_on(l, FAILURE_NODE) && f &&
                             leader_spares_cover(l, f),

@@ -168,6 +168,7 @@ struct rank {
      * its node's own copy, "node N": the holder's; "" none) and the copy's step. */
     char loaded_from[16];
     int64_t loaded_step;
+    bool regroup_ok; /* it said it can regroup in process (progress "regroup_ok") */
 };
 
 struct leader {
@@ -327,6 +328,11 @@ void leader_check_end(struct leader *l);
 /* Every node's assign for the generation: the nodes serving the job their ranks, the spares
  * none ("spare"). */
 void leader_send_assign(struct leader *l);
+/* Node `lost` was lost (failure: its record, owned from here): where the rule says so
+ * (regroup.h), the job goes on as the next generation in process (a spare takes the node's
+ * place and gets an assign, the other nodes a "regroup" and their ranks keep running), and
+ * returns true; else false, failure untouched, and why not logged. */
+bool leader_regroup(struct leader *l, int lost, json_t *failure);
 /* The time limit's origin on the loop's clock (at t_start): the job's start as the launcher
  * said in JOB_START_ENV, up to a day back; else t_start. */
 int64_t leader_limit_origin(int64_t t_start);

@@ -14,6 +14,7 @@
 #include "leader_int.h"
 #include "log.h"
 #include "metrics.h"
+#include "regroup.h"
 #include "scripthead.h"
 #include "shim.h"
 #include "signame.h"
@@ -529,7 +530,9 @@ static int mem_holder(const struct leader *l, const int *by_slot, int slot)
     return h >= 0 && l->nodes[h].mem_port > 0 ? h : -1;
 }
 
-void leader_send_assign(struct leader *l)
+/* Each node's assign (fresh NULL: every node's), or in a regroup (fresh[i]: node i takes a
+ * slot now) an assign to the fresh nodes and "regroup" to the others serving the job. */
+static void send_assigns(struct leader *l, const bool *fresh)
 {
     int nslots = l->spec->nnodes, *by_slot = calloc((size_t)nslots, sizeof(*by_slot));
 
@@ -545,6 +548,15 @@ void leader_send_assign(struct leader *l)
         if (!n->conn || n->lost || n->fenced)
             continue;
         int h = by_slot && n->slot >= 0 ? mem_holder(l, by_slot, n->slot) : -1;
+        if (fresh && !fresh[i]) {
+            if (n->slot >= 0)
+                peer_send(&n->conn->peer,
+                          proto_pack("{s:s, s:i, s:s, s:i, s:i}", "type", "regroup", "generation",
+                                     l->generation, "mem_addr", h >= 0 ? l->nodes[h].addr : "",
+                                     "mem_port", h >= 0 ? l->nodes[h].mem_port : 0, "mem_node",
+                                     h >= 0 ? h : -1));
+            continue;
+        }
         peer_send(&n->conn->peer,
                   proto_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:s, s:b, s:s, s:i, s:i}",
                              "type", "assign", "generation", l->generation, "world_size",
@@ -557,6 +569,94 @@ void leader_send_assign(struct leader *l)
                              h >= 0 ? h : -1));
     }
     free(by_slot);
+}
+
+void leader_send_assign(struct leader *l)
+{
+    send_assigns(l, NULL);
+}
+
+bool leader_regroup(struct leader *l, int lost, json_t *failure)
+{
+    struct regroup_rank *ranks = calloc((size_t)l->world_size, sizeof(*ranks));
+    bool *fresh = calloc((size_t)l->nphys, sizeof(*fresh));
+    struct regroup_in in = {
+        .lost = lost,
+        .restartable = leader_restart_on(l, FAILURE_NODE) && l->generation < l->spec->max_restarts,
+        .spares_cover = leader_spares_cover(l, failure),
+        .aborting = l->state != JOB_RUNNING || l->first_failure != NULL,
+        .ranks = ranks,
+        .world_size = l->world_size,
+    };
+    int *old_node = malloc((size_t)l->spec->nnodes * sizeof(*old_node));
+    char why[160];
+    bool ok = false;
+
+    if (!ranks || !fresh || !old_node) {
+        log_error("cannot judge a regroup: out of memory");
+        goto out;
+    }
+    for (int r = 0; r < l->world_size; r++)
+        ranks[r] = (struct regroup_rank){.node = l->slot_node[r / l->spec->nprocs],
+                                         .running = l->ranks[r].phase == PHASE_RUNNING,
+                                         .able = l->ranks[r].regroup_ok};
+    if (!regroup_decide(&in, why, sizeof(why))) {
+        /* Said only where a rank asked for it: otherwise nothing was to be expected. */
+        for (int r = 0; r < l->world_size; r++)
+            if (l->ranks[r].regroup_ok) {
+                log_info("node %d lost: no regroup in process (%s): every rank restarts", lost,
+                         why);
+                break;
+            }
+        goto out;
+    }
+    memcpy(old_node, l->slot_node, (size_t)l->spec->nnodes * sizeof(*old_node));
+    json_object_set_new(failure, "healed", json_string("in process"));
+    l->first_failure = failure;
+    swap_in_spares(l);
+    json_array_append_new(l->failures, l->first_failure);
+    l->first_failure = NULL;
+    l->generation++;
+    store_free(l->store);
+    l->store = store_new(PROTO_STORE_MAX, PROTO_STORE_KEYS_MAX, leader_on_store_ready, l);
+    hvd_server_reset(l->hvd);
+    json_object_clear(l->barriers);
+    for (int s = 0; s < l->spec->nnodes; s++) {
+        struct node *n = &l->nodes[l->slot_node[s]];
+        if (l->slot_node[s] == old_node[s])
+            continue;
+        fresh[l->slot_node[s]] = true;
+        n->exited = 0;
+        n->done = false;
+        for (int r = s * l->spec->nprocs; r < (s + 1) * l->spec->nprocs; r++) {
+            struct rank *k = &l->ranks[r];
+            json_decref(k->stack);
+            json_decref(k->error);
+            if (k->phase == PHASE_EXITED)
+                l->exited--;
+            memset(k, 0, sizeof(*k));
+            proto_progress_init(&k->prog);
+            k->phase = PHASE_RUNNING;
+        }
+    }
+    l->t_generation = now_ms(l);
+    log_warn("node %d lost: the ranks of the other nodes regroup in process with the spare's, "
+             "as generation %d (restart %d of %d)",
+             lost, l->generation, l->generation, l->spec->max_restarts);
+    if (!l->store) {
+        leader_fail(l, 125, "failed", false,
+                    leader_classed(leader_failure_new("leader out of memory", -1, 0, "", 0, 0, ""),
+                                   FAILURE_NODE));
+        ok = true;
+        goto out;
+    }
+    send_assigns(l, fresh);
+    ok = true;
+out:
+    free(ranks);
+    free(fresh);
+    free(old_node);
+    return ok;
 }
 
 int64_t leader_limit_origin(int64_t t_start)

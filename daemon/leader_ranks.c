@@ -191,6 +191,23 @@ static void set_loaded(struct leader *l, const struct node *n, json_t *arr)
     }
 }
 
+/* progress "regroup_ok": the ranks that can regroup in process (regroup.h). */
+static void set_regroup_ok(struct leader *l, const struct node *n, json_t *arr)
+{
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(arr, i, e)
+    {
+        json_int_t r = json_is_integer(e) ? json_integer_value(e) : -1;
+        if (r < n->rank_base || r >= n->rank_base + n->nprocs) {
+            log_warn("ignoring a bad 'regroup_ok' entry from node %d", (int)(n - l->nodes));
+            continue;
+        }
+        l->ranks[r].regroup_ok = true;
+    }
+}
+
 void leader_do_progress(struct leader *l, struct conn *c, struct msg *m)
 {
     size_t i;
@@ -206,6 +223,8 @@ void leader_do_progress(struct leader *l, struct conn *c, struct msg *m)
         l->met = true;
     if (m->loaded)
         set_loaded(l, &l->nodes[c->node], m->loaded);
+    if (m->regroup_ok)
+        set_regroup_ok(l, &l->nodes[c->node], m->regroup_ok);
     json_array_foreach(m->array, i, e)
     {
         int r;

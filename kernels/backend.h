@@ -100,6 +100,10 @@ struct backend_ops {
     /* Frees what state_host allocated (nothing for an st it never filled: all zero) and
      * clears st. */
     void (*state_release)(struct backend *b, struct backend_state *st);
+    /* Optional (NULL: the backend cannot regroup in process, gr.h): the collectives it uses
+     * from now on, the old ones closed. Only a backend whose state_get takes no part of the
+     * other ranks offers it (a regroup's rank 0 reads its state alone). */
+    void (*set_coll)(struct backend *b, struct coll *coll);
 
     /* ---- the step ------------------------------------------------------------------------ */
 

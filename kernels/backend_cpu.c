@@ -137,6 +137,11 @@ static int cpu_state_set(struct backend *b, const struct backend_state *st, bool
     return 0;
 }
 
+static void cpu_set_coll(struct backend *b, struct coll *coll)
+{
+    cpu_of(b)->coll = coll;
+}
+
 static void cpu_state_release(struct backend *b, struct backend_state *st)
 {
     (void)b;
@@ -223,6 +228,7 @@ const struct backend_ops backend_cpu = {
     .state_get = cpu_state_get,
     .state_set = cpu_state_set,
     .state_release = cpu_state_release,
+    .set_coll = cpu_set_coll,
     .zero_grad = cpu_zero_grad,
     .forward_backward = cpu_forward_backward,
     .average_grads = cpu_average_grads,

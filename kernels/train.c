@@ -94,6 +94,9 @@ struct run {
     uint64_t saved_step; /* the step of the last checkpoint written or loaded; UINT64_MAX: none */
     bool mem_on;         /* memory checkpoints (train.mem_ckpt_every, gr.h), rank 0's word */
     bool mem_said;       /* rank 0 said what its first one cost */
+    /* Regrouping in process (gr.h): this rank said it can; the step in flight updated the
+     * model already (its last collective, or a later one, failed). */
+    bool can_regroup, updated;
     struct timespec started; /* CLOCK_REALTIME at the start: older temp files are leftovers */
 
     FILE *metrics; /* rank 0 */
@@ -190,6 +193,15 @@ static int setup_world(struct run *r)
     if (ret < 0)
         return errmsg_set(&r->err, ret, "cannot open the collectives: %s", err.text);
     coll_set_timeout(r->coll, r->cfg.coll_timeout_s * 1000);
+    /* Where a node of the job is lost and a spare takes its place, this rank goes on in its
+     * process with the spare's new ranks (regroup, below) rather than being restarted. */
+    if (r->g && r->world > 1 && r->be->set_coll && r->cfg.regroup) {
+        ret = gr_regroup_enable(r->g);
+        r->can_regroup = ret == 0;
+        if (ret < 0 && ret != -ENOSYS)
+            return errmsg_set(&r->err, ret, "cannot say this rank can regroup: %s",
+                              gr_strerror(r->g));
+    }
     return 0;
 }
 
@@ -612,6 +624,43 @@ out:
     return ret;
 }
 
+/* Every rank: rank 0's st (its decision) and, from a checkpoint or init_from, its state in hs
+ * to every rank, which make it their model's; from none, the seed's. The same collectives
+ * whether a run starts or regroups in process (regroup), so that a spare's new rank takes
+ * part in either. */
+static int share_start(struct run *r, struct start_state *st, struct backend_state *hs)
+{
+    int ret = coll_broadcast(r->coll, st, sizeof(*st), 0);
+
+    if (ret < 0)
+        return errmsg_set(&r->err, ret, "cannot agree on the starting state: %s",
+                          coll_strerror(r->coll));
+    if (st->status < 0)
+        return errmsg_set(&r->err, st->status, "%s", st->text);
+    if (st->from != START_RANDOM) {
+        ret = state_open(r, hs);
+        if (ret < 0)
+            return ret;
+        if (r->world > 1)
+            ret = coll_broadcast(r->coll, hs->params, r->n_params * sizeof(float), 0);
+        if (ret == 0 && st->from == START_CKPT && r->world > 1) {
+            ret = coll_broadcast(r->coll, hs->m, r->n_params * sizeof(float), 0);
+            if (ret == 0)
+                ret = coll_broadcast(r->coll, hs->v, r->n_params * sizeof(float), 0);
+        }
+        if (ret < 0)
+            return errmsg_set(&r->err, ret, "cannot share the starting state: %s",
+                              coll_strerror(r->coll));
+        hs->opt_step = st->opt_step;
+        ret = r->be->state_set(r->b, hs, st->from == START_CKPT);
+    } else {
+        ret = r->be->init_random(r->b, (uint64_t)r->cfg.seed);
+    }
+    if (ret < 0)
+        return errmsg_set(&r->err, ret, "%s", r->b->err.text);
+    return 0;
+}
+
 /* The run's starting point: rank 0 picks it (the newest checkpoint when resuming, else
  * init_from, else the seed) and the others take it, so that out_dir and init_from need only
  * be readable on rank 0's node. */
@@ -660,41 +709,9 @@ static int setup_start(struct run *r)
         if (ret < 0)
             snprintf(st.text, sizeof(st.text), "%s", r->err.text);
     }
-    ret = coll_broadcast(r->coll, &st, sizeof(st), 0);
-    if (ret < 0) {
-        ret = errmsg_set(&r->err, ret, "cannot agree on the starting state: %s",
-                         coll_strerror(r->coll));
+    ret = share_start(r, &st, &hs);
+    if (ret < 0)
         goto out;
-    }
-    if (st.status < 0) {
-        ret = errmsg_set(&r->err, st.status, "%s", st.text);
-        goto out;
-    }
-
-    if (st.from != START_RANDOM) {
-        ret = state_open(r, &hs);
-        if (ret < 0)
-            goto out;
-        if (r->world > 1)
-            ret = coll_broadcast(r->coll, hs.params, r->n_params * sizeof(float), 0);
-        if (ret == 0 && st.from == START_CKPT && r->world > 1) {
-            ret = coll_broadcast(r->coll, hs.m, r->n_params * sizeof(float), 0);
-            if (ret == 0)
-                ret = coll_broadcast(r->coll, hs.v, r->n_params * sizeof(float), 0);
-        }
-        if (ret < 0) {
-            errmsg_set(&r->err, ret, "cannot share the starting state: %s", coll_strerror(r->coll));
-            goto out;
-        }
-        hs.opt_step = st.opt_step;
-        ret = r->be->state_set(r->b, &hs, st.from == START_CKPT);
-    } else {
-        ret = r->be->init_random(r->b, (uint64_t)r->cfg.seed);
-    }
-    if (ret < 0) {
-        errmsg_set(&r->err, ret, "%s", r->b->err.text);
-        goto out;
-    }
     r->saved_step = UINT64_MAX;
     r->mem_on = st.mem_on;
     if (st.from == START_CKPT) {
@@ -1056,6 +1073,78 @@ static bool every(int n, uint64_t step)
     return n > 0 && step % (uint64_t)n == 0;
 }
 
+/* How long a rank whose peer was lost waits for the job to regroup: the leader sees a lost
+ * node at once, a silent one at its heartbeat timeout. */
+#define REGROUP_WAIT_MS (5 * 60 * 1000)
+
+/* After a collective failed with failed (r->err saying why): where a peer was lost
+ * (-ECONNRESET) and this rank can regroup, waits for the job's next generation, re-forms the
+ * collectives with the spare's new ranks through its store and takes rank 0's state (the
+ * same collectives as a start: share_start), and returns 0 to go on from rank 0's step: the
+ * step in flight is lost, unless rank 0 had updated its model with it. Else returns failed,
+ * or the regroup's own failure. */
+static int regroup(struct run *r, int failed)
+{
+    struct start_state st = {.from = START_CKPT, .from_mem = 1};
+    struct backend_state hs = {0};
+    char why[ERRMSG_MAX];
+    struct errmsg err;
+    const char *backend = r->be->coll ? r->be->coll : "tcp";
+    int gen, ret;
+
+    if (!r->can_regroup || failed != -ECONNRESET)
+        return failed;
+    snprintf(why, sizeof(why), "%s", r->err.text);
+    if (r->updated) {
+        r->step++;
+        r->updated = false;
+    }
+    if (r->rank == 0)
+        printf("a peer was lost after step %" PRIu64 ": waiting for the job to regroup (%s)\n",
+               r->step, why);
+    gen = gr_regroup(r->g, REGROUP_WAIT_MS);
+    if (gen < 0)
+        return errmsg_set(&r->err, failed, "%s (no regroup: %s)", why, gr_strerror(r->g));
+    coll_close(r->coll);
+    r->coll = NULL;
+    ret = coll_open(backend, r->g, &r->coll, &err);
+    if (ret < 0)
+        return errmsg_set(&r->err, ret,
+                          "regrouping as generation %d: cannot open the "
+                          "collectives: %s",
+                          gen, err.text);
+    coll_set_timeout(r->coll, r->cfg.coll_timeout_s * 1000);
+    r->be->set_coll(r->b, r->coll);
+    if (r->rank == 0) {
+        ret = state_open(r, &hs);
+        if (ret == 0 && (ret = r->be->state_get(r->b, &hs)) < 0)
+            errmsg_set(&r->err, ret, "%s", r->b->err.text);
+        st.status = ret < 0 ? ret : 0;
+        st.step = r->step;
+        st.opt_step = hs.opt_step;
+        st.rng = r->rng;
+        st.data = data_loader_pos(&r->dl, r->step);
+        st.mem_on = r->mem_on;
+        snprintf(st.text, sizeof(st.text), "%s",
+                 ret < 0 ? r->err.text : "the live state of rank 0 (regrouped in process)");
+    }
+    ret = share_start(r, &st, &hs);
+    r->be->state_release(r->b, &hs);
+    if (ret < 0)
+        return ret;
+    r->step = st.step;
+    r->rng = st.rng;
+    data_loader_restore(&r->dl, &st.data);
+    r->mem_on = st.mem_on;
+    /* Every rank alike, the spare's new ones too (setup_start from memory): the next save
+     * writes whatever step it comes at. */
+    r->saved_step = UINT64_MAX;
+    if (r->rank == 0)
+        printf("regrouped in process as generation %d: going on from step %" PRIu64 "\n", gen,
+               r->step);
+    return 0;
+}
+
 static int train(struct run *r)
 {
     uint64_t steps = (uint64_t)r->cfg.steps;
@@ -1076,26 +1165,38 @@ static int train(struct run *r)
         bool last;
 
         ret = train_step(r, &s.loss, &s.lr, &s.grad_norm, &own);
-        if (ret < 0)
-            return ret;
+        if (ret < 0) {
+            if ((ret = regroup(r, ret)) < 0)
+                return ret;
+            continue;
+        }
+        r->updated = true;
         /* The mean loss over the ranks, and whether any rank was asked to stop: all stop after
          * the same step. */
         agree[0] = s.loss;
         agree[1] = stop_signal ? 1.0 : 0.0;
         ret = coll_allreduce_sum_f64(r->coll, agree, 2);
-        if (ret < 0)
-            return errmsg_set(&r->err, ret, "step %" PRIu64 ": %s", s.step, coll_strerror(r->coll));
+        if (ret < 0) {
+            ret = errmsg_set(&r->err, ret, "step %" PRIu64 ": %s", s.step, coll_strerror(r->coll));
+            if ((ret = regroup(r, ret)) < 0)
+                return ret;
+            continue;
+        }
         s.loss = (float)(agree[0] / r->world);
         s.ms = 1e3 * (monotime_s() - t0);
         s.tokens_per_s = (double)(r->dl.G * (uint64_t)r->cfg.seq_len) / (s.ms / 1e3);
         r->step++;
+        r->updated = false;
         last = r->step == steps || agree[1] > 0.0;
 
         if (r->val_ds && agree[1] == 0.0 &&
             (every(r->cfg.eval_every, r->step) || r->step == steps)) {
             ret = evaluate(r, &s.val_loss);
-            if (ret < 0)
-                return ret;
+            if (ret < 0) {
+                if ((ret = regroup(r, ret)) < 0)
+                    return ret;
+                continue;
+            }
             s.have_val = true;
             last_val = s.val_loss;
         }
@@ -1123,14 +1224,15 @@ static int train(struct run *r)
                     return ret;
             }
         }
-        if (every(r->cfg.ckpt_every, r->step) || last) {
+        ret = 0;
+        if (every(r->cfg.ckpt_every, r->step) || last)
             ret = save_ckpt(r);
-            if (ret < 0)
-                return ret;
-        } else if (r->mem_on && every(r->cfg.mem_ckpt_every, r->step)) {
+        else if (r->mem_on && every(r->cfg.mem_ckpt_every, r->step))
             ret = save_mem_ckpt(r);
-            if (ret < 0)
+        if (ret < 0) {
+            if ((ret = regroup(r, ret)) < 0)
                 return ret;
+            continue;
         }
         if (agree[1] > 0.0) {
             if (r->rank == 0)
@@ -1138,6 +1240,12 @@ static int train(struct run *r)
                        r->step);
             return 0;
         }
+    }
+    /* A regroup at the last step's save: the run ends with its checkpoint all the same. */
+    if (r->saved_step != r->step) {
+        ret = save_ckpt(r);
+        if (ret < 0)
+            return ret;
     }
     if (r->rank == 0) {
         printf("done: %" PRIu64 " steps in %.1f s, loss %.4f", r->step - first,

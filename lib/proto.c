@@ -88,7 +88,7 @@ static const struct proto_row rows[MSG_TYPE_COUNT] = {
     [MSG_PROGRESS] = {"progress",
                       {REQ("ranks", 'o', array), OPT("waiting", 'o', waiting),
                        OPT("output", 'o', output), OPT("active", 'o', active), OPT("met", 'b', met),
-                       OPT("loaded", 'o', loaded)}},
+                       OPT("loaded", 'o', loaded), OPT("regroup_ok", 'o', regroup_ok)}},
     [MSG_PREEMPT] = {"preempt", {REQ("id", 'I', id)}},
     [MSG_SIGNAL] = {"signal", {OPT("id", 'I', id), REQ("signal", 'i', signal)}},
     [MSG_FINALIZE] = {"finalize", {REQ("id", 'I', id)}},
@@ -117,6 +117,11 @@ static const struct proto_row rows[MSG_TYPE_COUNT] = {
                       REQ("step", 'I', step), REQ("size", 'I', size)}},
     [MSG_MEM_GET] = {"mem_get",
                      {REQ("id", 'I', id), REQ("rank", 'i', rank), REQ("name", 's', key)}},
+    [MSG_REGROUP_OK] = {"regroup_ok", {REQ("id", 'I', id)}},
+    [MSG_REGROUP] = {"regroup",
+                     {OPT("id", 'I', id), REQ("generation", 'i', generation),
+                      OPT("mem_addr", 's', mem_addr), OPT("mem_port", 'i', mem_port),
+                      OPT("mem_node", 'i', mem_node)}},
 };
 
 bool proto_mem_name_ok(const char *name)
@@ -206,6 +211,8 @@ static int check_limits(const struct msg *m, struct proto_error *err)
         return errmsg_set(&err->why, -EBADMSG, "'%s': 'active' must be an array", what);
     if (m->loaded && !json_is_array(m->loaded))
         return errmsg_set(&err->why, -EBADMSG, "'%s': 'loaded' must be an array", what);
+    if (m->regroup_ok && !json_is_array(m->regroup_ok))
+        return errmsg_set(&err->why, -EBADMSG, "'%s': 'regroup_ok' must be an array", what);
     if (m->type == MSG_STATUS_REPLY && !json_is_object(m->array))
         return errmsg_set(&err->why, -EBADMSG, "'status_reply': 'job' must be an object");
     return 0;

@@ -58,7 +58,7 @@
  *                                 long before this frame the rank's last report reached
  *                                 the agent, so that the leader's report times are exact
  *                                 whatever the batching); waiting, output, active, met,
- *                                 loaded
+ *                                 loaded, regroup_ok
  *                                 (optional: struct msg below says what each holds)
  * preempt       rank->agent       id: this rank handles the pre-timeout signal (the signal
  *                                 in its GPURUN_PREEMPT_SIGNAL): send it there. A rank that
@@ -103,6 +103,17 @@
  *                                 mem_get
  * mem_get       agent->agent      id, rank, name: send me your copy of rank's name (mem_put,
  *                                 or error not_found)
+ * regroup_ok    rank->agent       id: this rank can regroup in process (gr_regroup_enable):
+ *                                 where its node stays and a spare takes a lost node's
+ *                                 place, it waits in "regroup" instead of being restarted;
+ *                                 ok. Its agent tells the leader (progress "regroup_ok")
+ * regroup       rank->agent       id, generation: the rank's collectives failed in this
+ *                                 generation; answered (regroup: id, generation) once the
+ *                                 leader names a later one, or error aborted
+ *               leader->agent     generation, mem_addr, mem_port, mem_node (optional, as in
+ *                                 assign): the job goes on as this generation with this
+ *                                 node's ranks running as they are (a spare took a lost
+ *                                 node's place); answer the ranks' regroup requests
  */
 #ifndef GPURUN_PROTO_H
 #define GPURUN_PROTO_H
@@ -164,6 +175,8 @@ enum msg_type {
     MSG_MEM_COPY,
     MSG_MEM_PUT,
     MSG_MEM_GET,
+    MSG_REGROUP_OK,
+    MSG_REGROUP,
     MSG_TYPE_COUNT
 };
 
@@ -261,6 +274,9 @@ struct msg {
      * array of {rank, from, step}: from "memory" (the node's own) or "node N" (the holder of
      * its copies), the copy's step; or NULL */
     json_t *loaded;
+    /* progress: the node's ranks that said they can regroup in process since the last flush
+     * (regroup_ok), an array of rank numbers; or NULL */
+    json_t *regroup_ok;
 };
 
 /* Where a decode failed and why, for one log line and one error frame: the text, and the id

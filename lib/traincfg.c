@@ -88,6 +88,9 @@ static const struct traincfg_key keys[] = {
      "steps between checkpoints; 0: at the end and on signals only"},
     {"train", "mem_ckpt_every", TRAINCFG_INT, OFF(mem_ckpt_every), "100", 0, 1000000000, NULL,
      "steps between memory checkpoints under gpurun (a restart's first source); 0: none"},
+    {"train", "regroup", TRAINCFG_BOOL, OFF(regroup), "true", 0, 0, NULL,
+     "under gpurun with a spare: the ranks of the nodes left keep running when a node is lost "
+     "(cpu)"},
     {"train", "out_dir", TRAINCFG_PATH, OFF(out_dir), "out", 0, 0, NULL,
      "checkpoints and metrics.jsonl"},
     {"train", "resume", TRAINCFG_AUTOBOOL, OFF(resume), "auto", 0, 0, NULL,

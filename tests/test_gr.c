@@ -1171,3 +1171,54 @@ TEST(gr_mem_without_a_directory)
     CHECK_EQ(gr_finalize(g), 0);
     peer_wait(pid);
 }
+
+/* --- regrouping in process ------------------------------------------------------------------ */
+
+static void peer_regroup(struct conn *c, int i)
+{
+    struct msg m;
+
+    (void)i;
+    conn_hello(c);
+    conn_expect(c, &m, MSG_REGROUP_OK);
+    conn_ok(c, m.id);
+    proto_msg_release(&m);
+    /* The rank's generation (GPURUN_RESTART_COUNT 2); the answer names the next. */
+    conn_expect(c, &m, MSG_REGROUP);
+    CHECK_EQ(m.generation, 2);
+    conn_send(c, "{\"type\":\"regroup\",\"id\":%lld,\"generation\":3}", (long long)m.id);
+    proto_msg_release(&m);
+    /* The job is torn down instead. */
+    conn_expect(c, &m, MSG_REGROUP);
+    CHECK_EQ(m.generation, 3);
+    conn_send(c,
+              "{\"type\":\"error\",\"id\":%lld,\"code\":\"aborted\",\"msg\":\"the node's ranks "
+              "are being torn down\"}",
+              (long long)m.id);
+    proto_msg_release(&m);
+    /* An agent that names a generation that is not later breaks the link. */
+    conn_expect(c, &m, MSG_REGROUP);
+    conn_send(c, "{\"type\":\"regroup\",\"id\":%lld,\"generation\":3}", (long long)m.id);
+    proto_msg_release(&m);
+}
+
+TEST(gr_regroup_generations)
+{
+    pid_t pid = peer_start(peer_regroup, 1);
+    struct gr *g;
+
+    setenv("GPURUN_RESTART_COUNT", "2", 1);
+    g = start();
+    unsetenv("GPURUN_RESTART_COUNT");
+    CHECK_EQ(gr_generation(g), 2);
+    CHECK_EQ(gr_regroup_enable(g), 0);
+    CHECK_EQ(gr_regroup(g, 5000), 3);
+    CHECK_EQ(gr_generation(g), 3);
+    CHECK_EQ(gr_regroup(g, 5000), -ECANCELED);
+    CHECK_CONTAINS(gr_strerror(g), "torn down");
+    CHECK_EQ(gr_regroup(g, 5000), -EPROTO);
+    CHECK_CONTAINS(gr_strerror(g), "not one after 3");
+    CHECK_EQ(gr_generation(g), 3);
+    gr_finalize(g);
+    peer_wait(pid);
+}

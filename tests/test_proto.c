@@ -72,6 +72,11 @@ static const struct example examples[] = {
      "\"size\":6000000000}",
      NULL},
     {MSG_MEM_GET, "{\"type\":\"mem_get\",\"id\":25,\"rank\":3,\"name\":\"state\"}", NULL},
+    {MSG_REGROUP_OK, "{\"type\":\"regroup_ok\",\"id\":26}", NULL},
+    {MSG_REGROUP,
+     "{\"type\":\"regroup\",\"id\":27,\"generation\":2,\"mem_addr\":\"10.0.0.3\","
+     "\"mem_port\":40123,\"mem_node\":2}",
+     "id mem_addr mem_port mem_node"},
 };
 #define N_EXAMPLES (sizeof(examples) / sizeof(examples[0]))
 

@@ -3,6 +3,7 @@
  * own beside this one: tcp (coll_tcp.c, with its shared-memory links in coll_shm.c) and nccl
  * (coll_nccl.c). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -28,8 +29,11 @@ struct coll {
     void *state;
 };
 
-/* The process-wide count of coll_open calls: the "<seq>" of the store keys. */
+/* The process-wide count of coll_open calls in the generation open_gen: the "<seq>" of the
+ * store keys. */
+static pthread_mutex_t seq_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned open_seq;
+static int open_gen;
 
 void coll_set_err(struct coll *c, const char *fmt, ...)
 {
@@ -65,9 +69,19 @@ static const struct coll_backend *const backends[] = {
 
 #define N_BACKENDS (sizeof(backends) / sizeof(backends[0]))
 
-unsigned coll_next_seq(void)
+unsigned coll_next_seq(struct gr *g)
 {
-    return __atomic_fetch_add(&open_seq, 1, __ATOMIC_RELAXED);
+    int gen = g ? gr_generation(g) : 0;
+    unsigned seq;
+
+    pthread_mutex_lock(&seq_lock);
+    if (gen != open_gen) {
+        open_gen = gen;
+        open_seq = 0;
+    }
+    seq = open_seq++;
+    pthread_mutex_unlock(&seq_lock);
+    return seq;
 }
 
 int coll_fail(struct coll *c, int err)

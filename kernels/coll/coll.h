@@ -8,24 +8,21 @@
  *             reaches the leader from; else the interface that routes to MASTER_ADDR; else
  *             127.0.0.1), publishes "host port token" under the store key
  *             "coll/<seq>/addr/<rank>" (lib/rank/gr.h), connects to rank+1 and accepts rank-1.
- *             seq counts the coll_open calls of the process, so every rank must open its
- *             collectives in the same order. A connection presents the token its acceptor
- *             published, so that only a rank that read the job's store can join the ring.
- *             A link between two ranks of one machine (the same kernel boot_id, and the
- *             ring's file in /dev/shm visible to both) moves its data through a shared-memory
- *             ring instead, with only wake-ups over its TCP connection: no kernel copies.
- *             GPURUN_COLL_SHM=0 in the environment keeps every link on TCP. With one rank,
- *             no socket is opened.
- *   "nccl"    NVIDIA's NCCL between the ranks' GPUs, one GPU per rank: the device that is
- *             current on the calling thread when coll_open runs (the caller made it current,
- *             e.g. with gpu_ctx_new) is the rank's. Rank 0 draws the ncclUniqueId and
- *             publishes it (hex) under the store key "coll/<seq>/nccl_id" (the same <seq> as
- *             tcp); the others read it from there. A world of one is a real communicator of
- *             one rank (g may be NULL then: no store is needed) and its operations run through
- *             NCCL like any other. Besides the host-memory operations below (staged through a
- *             device buffer in chunks) it has the coll_dev_* operations on device memory.
- *             Without a CUDA device coll_open fails with -ENODEV, "nccl: no CUDA device
- *             available"; in a build without NCCL with -ENOTSUP, "nccl: built without NCCL".
+ *             seq counts the coll_open calls of the process in its generation
+ *             (gr_generation), so every rank must open its collectives in the same order. A
+ * connection presents the token its acceptor published, so that only a rank that read the job's
+ * store can join the ring. A link between two ranks of one machine (the same kernel boot_id, and
+ * the ring's file in /dev/shm visible to both) moves its data through a shared-memory ring instead,
+ * with only wake-ups over its TCP connection: no kernel copies. GPURUN_COLL_SHM=0 in the
+ * environment keeps every link on TCP. With one rank, no socket is opened. "nccl"    NVIDIA's NCCL
+ * between the ranks' GPUs, one GPU per rank: the device that is current on the calling thread when
+ * coll_open runs (the caller made it current, e.g. with gpu_ctx_new) is the rank's. Rank 0 draws
+ * the ncclUniqueId and publishes it (hex) under the store key "coll/<seq>/nccl_id" (the same <seq>
+ * as tcp); the others read it from there. A world of one is a real communicator of one rank (g may
+ * be NULL then: no store is needed) and its operations run through NCCL like any other. Besides the
+ * host-memory operations below (staged through a device buffer in chunks) it has the coll_dev_*
+ * operations on device memory. Without a CUDA device coll_open fails with -ENODEV, "nccl: no CUDA
+ * device available"; in a build without NCCL with -ENOTSUP, "nccl: built without NCCL".
  *
  * The tcp backend's allreduce takes the buffer in parts of W x COLL_RING_SEGMENT_BYTES for
  * W ranks (the last may be shorter), one after the other without a pause, and each part is a ring

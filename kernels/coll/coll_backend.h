@@ -44,8 +44,10 @@ extern const struct coll_backend coll_tcp_backend;
 extern const struct coll_backend coll_nccl_backend;
 
 /* The next "<seq>" of the store keys: the process-wide count of the backends' set-ups that
- * use the store, so that every rank opening its collectives in the same order agrees. */
-unsigned coll_next_seq(void);
+ * use the store in the rank's generation (gr_generation of g; g NULL: 0), so that every rank
+ * opening its collectives in the same order agrees, a rank that regrouped in process and
+ * a spare's new rank of the same generation too (each generation's store starts empty). */
+unsigned coll_next_seq(struct gr *g);
 
 /* Records the message of the current failure (what coll_strerror returns). */
 void coll_set_err(struct coll *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -438,7 +438,7 @@ static int nccl_open(struct coll *c, struct gr *g)
     int rank = coll_rank(c), world = coll_world_size(c), version = 0, ret = -1;
     int timeout_ms = coll_timeout_ms(c);
     int64_t start = monotime_ms(), deadline = start + timeout_ms, left;
-    unsigned seq = coll_next_seq();
+    unsigned seq = coll_next_seq(g);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     struct cudaDeviceProp prop;
     ncclUniqueId id;

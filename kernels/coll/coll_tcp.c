@@ -824,7 +824,7 @@ static int tcp_open(struct coll *c, struct gr *g)
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE},
                     *ai = NULL;
-    unsigned seq = coll_next_seq();
+    unsigned seq = coll_next_seq(g);
     unsigned char token[TOKEN_BYTES], ack[ACK_BYTES], boot_id[BOOT_ID_BYTES], yes = 0;
     char host[INET6_ADDRSTRLEN], key[64], value[ADDR_VALUE_MAX], *v, shm_name[SHM_NAME_BYTES] = "";
     struct sockaddr_storage ss;

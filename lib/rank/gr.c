@@ -78,6 +78,7 @@ _Static_assert(offsetof(struct gr_progress, step)
 struct gr {
     int fd;
     int rank, world_size, local_rank, local_world_size, node_rank;
+    int generation;  /* GPURUN_RESTART_COUNT at init; the later one gr_regroup gave */
     int dead;        /* 0, or the error (-ECONNRESET, -EPROTO...) that made the link unusable */
     bool agent_said; /* the last request's error came from an error reply, not from here */
     json_int_t next_id;
@@ -270,7 +271,8 @@ out:
 
 static bool is_reply(enum msg_type t)
 {
-    return t == MSG_OK || t == MSG_KV_VAL || t == MSG_MEM_COPY || t == MSG_ERROR;
+    return t == MSG_OK || t == MSG_KV_VAL || t == MSG_MEM_COPY || t == MSG_REGROUP ||
+           t == MSG_ERROR;
 }
 
 static void abandon(struct gr *g, json_int_t id)
@@ -440,6 +442,19 @@ static bool under_pmix(void)
 #endif
 }
 
+/* The generation the agent started this rank in (GPURUN_RESTART_COUNT; 0 where unset). */
+static int restart_count(void)
+{
+    const char *gen = getenv("GPURUN_RESTART_COUNT");
+    char *end;
+    long v;
+
+    if (!gen || !*gen)
+        return 0;
+    v = strtol(gen, &end, 10);
+    return !*end && v >= 0 && v < INT_MAX ? (int)v : 0;
+}
+
 static int init_pmix(struct gr *g)
 {
     struct gr_pmix_place pl;
@@ -495,6 +510,7 @@ int gr_init(struct gr **out)
     ret = read_env(g, &token);
     if (ret < 0)
         goto out;
+    g->generation = restart_count();
     g->fd = connect_unix(g->sock);
     if (g->fd < 0) {
         ret = errmsg_set(&init_err, g->fd, "cannot connect to agent '%s': %s", g->sock,
@@ -972,6 +988,51 @@ int gr_on_preempt(struct gr *g, int *sig)
     id = g->next_id++;
     return request_ok(g, proto_pack("{s:s, s:I}", "type", "preempt", "id", id), id,
                       GR_REQUEST_TIMEOUT_MS, "preempt", g->sock);
+}
+
+int gr_generation(const struct gr *g)
+{
+    return g->generation;
+}
+
+int gr_regroup_enable(struct gr *g)
+{
+    json_int_t id;
+
+    if (g->dead)
+        return g->dead;
+    if (g->px)
+        return errmsg_set(&g->err, -ENOSYS, "regroup: under PMIx there is no agent to regroup");
+    id = g->next_id++;
+    return request_ok(g, proto_pack("{s:s, s:I}", "type", "regroup_ok", "id", id), id,
+                      GR_REQUEST_TIMEOUT_MS, "regroup_ok", g->sock);
+}
+
+int gr_regroup(struct gr *g, int64_t timeout_ms)
+{
+    struct msg m;
+    json_int_t id;
+    int ret;
+
+    if (g->dead)
+        return g->dead;
+    if (g->px)
+        return errmsg_set(&g->err, -ENOSYS, "regroup: under PMIx there is no agent to regroup");
+    id = g->next_id++;
+    ret = request(
+        g, proto_pack("{s:s, s:I, s:i}", "type", "regroup", "id", id, "generation", g->generation),
+        id, timeout_ms, MSG_REGROUP, &m, "regroup", g->sock);
+    if (ret < 0)
+        return ret;
+    if (m.generation <= g->generation) {
+        ret = broken(g, -EPROTO, "regroup: the agent named generation %d, not one after %d",
+                     m.generation, g->generation);
+        proto_msg_release(&m);
+        return ret;
+    }
+    g->generation = m.generation;
+    proto_msg_release(&m);
+    return g->generation;
 }
 
 int gr_finalize(struct gr *g)

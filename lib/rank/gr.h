@@ -174,6 +174,25 @@ int gr_report(struct gr *g, const struct gr_progress *p);
  * -EINVAL for a malformed GPURUN_PREEMPT_SIGNAL; under PMIx it only fills *sig. */
 int gr_on_preempt(struct gr *g, int *sig);
 
+/* Regrouping in process (docs/design.md, section 4): where a node is lost and a spare takes
+ * its place, the ranks on the other nodes may keep their processes and go on with the
+ * spare's new ranks, rather than all being restarted. A rank that can (it notices its
+ * collectives failing, re-forms them through the store under the new generation, and takes
+ * the state the job's other ranks hold) says so once with gr_regroup_enable; the job heals
+ * in process only where every rank on the healthy nodes said it. -ENOSYS under PMIx.
+ *
+ * gr_regroup, called once the rank's collectives failed (a peer gone): waits up to
+ * timeout_ms (-1: no limit) until the leader names the next generation in which this rank
+ * goes on, and returns it (>= 1; gr_generation then says it too, and the store is the new
+ * generation's, empty). -ECANCELED where the job does not regroup (it is being torn down and
+ * restarted, or ends): exit. -ETIMEDOUT, or the link's error.
+ *
+ * gr_generation: the rank's generation, GPURUN_RESTART_COUNT at gr_init, then the last one
+ * gr_regroup returned. */
+int gr_regroup_enable(struct gr *g);
+int gr_regroup(struct gr *g, int64_t timeout_ms);
+int gr_generation(const struct gr *g);
+
 /* Tells the agent this rank is done with the library, closes the connection and frees g
  * (g may be NULL). Returns the agent's answer; g is freed in every case, and the text of a
  * failure is then gr_strerror(NULL)'s. */

@@ -64,3 +64,14 @@ wait_job_id() {
     done
     echo "$id"
 }
+
+# daemon_pid DIR K: the pid of node K's rendezvousd of the job in DIR ("" when none).
+daemon_pid() {
+    local p
+    for p in $(pgrep -f -- "--node-rank $2( |$)" || true); do
+        if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "$1"; then
+            echo "$p"
+            return 0
+        fi
+    done
+}

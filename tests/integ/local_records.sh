@@ -9,11 +9,6 @@ set -euo pipefail
 # shellcheck source=local_common.sh
 . "$(dirname "$0")/local_common.sh"
 
-# daemon_pid DIR NODE: the pid of node NODE's rendezvousd of the job in DIR.
-daemon_pid() {
-    pgrep -f "rendezvousd --job-dir $1 --node-rank $2 " | head -n 1
-}
-
 # act ACTION DIR PID: does ACTION to the job in DIR, whose gpurun runs under timeout PID.
 act() {
     case $1 in

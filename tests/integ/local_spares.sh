@@ -23,17 +23,6 @@ if [ "$GPURUN_RESTART_COUNT" = 0 ]; then exec sleep 60; fi
 echo "$RANK $WORLD_SIZE $NODE_RANK $GPURUN_RESTART_COUNT" >"$OUT_DIR/ran.$RANK"
 EOF
 
-# daemon_pid DIR K: the pid of node K's rendezvousd of the job in DIR ("" when none).
-daemon_pid() {
-    local p
-    for p in $(pgrep -f -- "--node-rank $2( |$)" || true); do
-        if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "$1"; then
-            echo "$p"
-            return 0
-        fi
-    done
-}
-
 # start_job DIR ARGS...: gpurun --local ARGS in the background on the ranks above; sets gp.
 start_job() {
     local dir=$1

@@ -2,9 +2,11 @@
 # A training job outlives a bad node on the Slurm test cluster: gpurun-train (CPU, 2 ranks on
 # 2 nodes) with --spare-nodes 1 and --max-restarts 1; once its checkpoint of step 300 is
 # written, node 1's rendezvousd is SIGKILLed (its ranks die with it). The leader fences node
-# 1, the spare takes its place, the ranks resume from the newest checkpoint (rank 0's node's
-# memory checkpoint, or the disk's), and the job completes: every step after the resume has the loss of an undisturbed run of the same
-# train.cfg, bit for bit, and the final checkpoint holds the same parameters and moments.
+# 1 and the spare takes its place, twice: with train.regroup=false every rank restarts and
+# resumes from the newest checkpoint (rank 0's node's memory checkpoint, or the disk's); by
+# default rank 0 keeps its process and regroups with the spare's new rank in process. Either
+# way the job completes and every step after the loss has the loss of an undisturbed run of
+# the same train.cfg, bit for bit, and the final checkpoint the same parameters and moments.
 # timeout: 240
 # lane: side
 set -euo pipefail
@@ -68,41 +70,6 @@ timeout 150 "$gpurun" --wait -N 2 --gpus-per-node 1 train.cfg "train.out_dir=$GR
     >calm.out 2>calm.err </dev/null || rc=$?
 [ "$rc" = 0 ] || grs_fail "the undisturbed run exited $rc: $(tail -n 5 calm.err)"
 
-# --- the run whose node 1 dies after the checkpoint of step 300 --------------------------------
-timeout 150 "$gpurun" --wait -N 2 --gpus-per-node 1 --spare-nodes 1 --max-restarts 1 \
-    --kill-grace 1 train.cfg "train.out_dir=$GRS_WORK/hit" >hit.out 2>hit.err </dev/null &
-gpid=$!
-for ((i = 0; i < 600; i++)); do
-    [ -e "$GRS_WORK/hit/ckpt_00000300.bin" ] && break
-    sleep 0.05
-done
-[ -e "$GRS_WORK/hit/ckpt_00000300.bin" ] || grs_fail "no checkpoint of step 300 within 30 s: $(tail -n 5 hit.out)"
-id=$(job_id hit.out)
-victim=$(daemon_pid "$id" 1)
-[ -n "$victim" ] || grs_fail "no rendezvousd of node 1"
-kill -KILL "$victim"
-rc=0
-wait "$gpid" || rc=$?
-[ "$rc" = 0 ] || grs_fail "the run with a spare exited $rc: $(tail -n 5 hit.err; tail -n 5 hit.out)"
-summary=$GPURUN_JOBS/$id/summary.json
-[ "$(json "$summary" '[(s["node"], s["spare"], s["generation"]) for s in v["swaps"]]')" = "[(1, 2, 1)]" ] ||
-    grs_fail "swaps: $(json "$summary" 'v.get("swaps")')"
-# From the memory checkpoint rank 0's node kept (saved with every disk checkpoint, after the
-# file), or from the disk's when node 1 was lost between the two.
-resumed=$(sed -n -e "s/^\[0\] resuming from '.*' at step \([0-9][0-9]*\)$/\1/p" \
-    -e "s/^\[0\] resuming from the memory checkpoint of step [0-9]* at step \([0-9][0-9]*\)$/\1/p" \
-    hit.out | tail -n 1)
-[ -n "$resumed" ] || grs_fail "rank 0 did not resume from a checkpoint: $(grep -i resum hit.out)"
-from=$(grep -q '^\[0\] resuming from the memory checkpoint' hit.out && echo memory || echo disk)
-[ "$resumed" -ge 300 ] || grs_fail "resumed from step $resumed, before the checkpoint of step 300"
-losses "$GRS_WORK/calm" >calm.losses
-losses "$GRS_WORK/hit" >hit.losses
-[ "$(wc -l <calm.losses)" = "$STEPS" ] || grs_fail "the undisturbed run wrote $(wc -l <calm.losses) steps"
-awk -v r="$resumed" '$1 > r' calm.losses >calm.after
-awk -v r="$resumed" '$1 > r' hit.losses >hit.after
-[ -s calm.after ] || grs_fail "no step after $resumed"
-cmp -s calm.after hit.after ||
-    grs_fail "the losses after the resume at step $resumed differ: $(diff calm.after hit.after | head -n 6)"
 # The parameters and both moments of a checkpoint (its other fields say when and where it was
 # written): the u64 count of parameters at offset 56, then 12 bytes each before the trailer.
 state_of() {
@@ -112,7 +79,70 @@ state_of() {
     dd if="$1" iflag=skip_bytes,count_bytes skip=$((size - 12 * n - 32)) count=$((12 * n)) \
         status=none
 }
-cmp -s <(state_of "$GRS_WORK/calm/ckpt_0000$STEPS.bin") <(state_of "$GRS_WORK/hit/ckpt_0000$STEPS.bin") ||
-    grs_fail "the final checkpoints' parameters differ"
-echo "# node 1 lost after step 300's checkpoint; the spare took its place, the ranks resumed at step $((resumed + 1)) from the $from checkpoint; $(wc -l <hit.after) steps to $STEPS have the undisturbed run's losses, the final parameters and moments are equal"
+losses "$GRS_WORK/calm" >calm.losses
+[ "$(wc -l <calm.losses)" = "$STEPS" ] || grs_fail "the undisturbed run wrote $(wc -l <calm.losses) steps"
+
+# hit NAME [OVERRIDE...]: a run whose node 1 dies after the checkpoint of step 300; the spare
+# takes its place.
+hit() {
+    local name=$1 gpid id victim rc summary i
+    shift
+    timeout 150 "$gpurun" --wait -N 2 --gpus-per-node 1 --spare-nodes 1 --max-restarts 1 \
+        --kill-grace 1 train.cfg "train.out_dir=$GRS_WORK/$name" "$@" >"$name.out" 2>"$name.err" </dev/null &
+    gpid=$!
+    for ((i = 0; i < 600; i++)); do
+        [ -e "$GRS_WORK/$name/ckpt_00000300.bin" ] && break
+        sleep 0.05
+    done
+    [ -e "$GRS_WORK/$name/ckpt_00000300.bin" ] ||
+        grs_fail "$name: no checkpoint of step 300 within 30 s: $(tail -n 5 "$name.out")"
+    id=$(job_id "$name.out")
+    victim=$(daemon_pid "$id" 1)
+    [ -n "$victim" ] || grs_fail "$name: no rendezvousd of node 1"
+    kill -KILL "$victim"
+    rc=0
+    wait "$gpid" || rc=$?
+    [ "$rc" = 0 ] || grs_fail "$name: the run with a spare exited $rc: $(tail -n 5 "$name.err"; tail -n 5 "$name.out")"
+    summary=$GPURUN_JOBS/$id/summary.json
+    [ "$(json "$summary" '[(s["node"], s["spare"], s["generation"]) for s in v["swaps"]]')" = "[(1, 2, 1)]" ] ||
+        grs_fail "$name: swaps: $(json "$summary" 'v.get("swaps")')"
+}
+
+# same NAME: run NAME's losses after step $from and its final parameters and moments are the
+# undisturbed run's, bit for bit.
+same() {
+    local name=$1
+    losses "$GRS_WORK/$name" >"$name.losses"
+    awk -v r="$from" '$1 > r' calm.losses >calm.after
+    awk -v r="$from" '$1 > r' "$name.losses" >"$name.after"
+    [ -s calm.after ] || grs_fail "$name: no step after $from"
+    cmp -s calm.after "$name.after" ||
+        grs_fail "$name: the losses after step $from differ: $(diff calm.after "$name.after" | head -n 6)"
+    cmp -s <(state_of "$GRS_WORK/calm/ckpt_0000$STEPS.bin") <(state_of "$GRS_WORK/$name/ckpt_0000$STEPS.bin") ||
+        grs_fail "$name: the final checkpoints' parameters differ"
+}
+
+# Every rank restarted (train.regroup=false): from the memory checkpoint rank 0's node kept
+# (saved with every disk checkpoint, after the file), or from the disk's when node 1 was lost
+# between the two.
+hit restart train.regroup=false
+from=$(sed -n -e "s/^\[0\] resuming from '.*' at step \([0-9][0-9]*\)$/\1/p" \
+    -e "s/^\[0\] resuming from the memory checkpoint of step [0-9]* at step \([0-9][0-9]*\)$/\1/p" \
+    restart.out | tail -n 1)
+[ -n "$from" ] || grs_fail "rank 0 did not resume from a checkpoint: $(grep -i resum restart.out)"
+[ "$from" -ge 300 ] || grs_fail "resumed from step $from, before the checkpoint of step 300"
+kind=$(grep -q '^\[0\] resuming from the memory checkpoint' restart.out && echo memory || echo disk)
+same restart
+echo "# restart: node 1 lost after step 300's checkpoint; the spare took its place, the ranks resumed at step $((from + 1)) from the $kind checkpoint; $(wc -l <restart.after) steps to $STEPS have the undisturbed run's losses, the final parameters and moments are equal"
+
+# In process (the default): rank 0 keeps running and regroups with the spare's new rank.
+hit regroup
+# The leader's log comes with the job's output.
+grep -q "node 1 lost: the ranks of the other nodes regroup in process" regroup.out regroup.err ||
+    grs_fail "the leader did not regroup in process: $(grep -h -m3 'lost\|regroup' regroup.out regroup.err)"
+from=$(sed -n 's/^\[0\] regrouped in process as generation 1: going on from step \([0-9]*\)$/\1/p' regroup.out)
+[ -n "$from" ] || grs_fail "rank 0 did not regroup: $(grep -m3 'peer\|regroup\|resum' regroup.out)"
+[ "$(grep -c '^\[0\] model: GPT-2' regroup.out)" = 1 ] || grs_fail "rank 0 started more than once"
+same regroup
+echo "# regroup: node 1 lost after step 300's checkpoint; rank 0 kept its process and went on from step $from with the spare; the losses after it and the final parameters and moments are the undisturbed run's"
 echo "ok - gpurun-train outlived node 1 on Slurm with a spare, on the undisturbed loss curve"
