@@ -153,7 +153,7 @@ row() {
               printf "| %s | %s | %s | %.1f MB from %s |\n", what, med(ms, NR), med(lost, NR), bytes / 1e6, from }'
 }
 
-echo "| node 1 of 2 lost at step ~$KILL_AT of $STEPS (SIGKILL of its rendezvousd), a spare | kill -> training, ms: median (min-max) | steps lost | state read by rank 0 |"
+echo "| node 1 of 2 lost at step ~$KILL_AT of $STEPS (SIGKILL of its rendezvousd), a spare | kill -> training, ms: median (min-max) | steps lost | state taken, from where |"
 echo "|---|---:|---:|---|"
 row "every rank restarts: disk checkpoints every 200 steps (mem_ckpt_every = 0)" 0 false
 row "every rank restarts: memory checkpoints every 10 steps, disk every 200" 10 false
