@@ -39,8 +39,19 @@ void agent_mem_open(struct agent *a)
 
     a->mem_holder = -1;
     ret = proto_mem_dir(dir, sizeof(dir), a->spec->job_id, a->node_rank);
-    if (ret == 0)
+    if (ret == 0) {
+        /* What daemons killed on this node (a node fenced, then given back) left behind. */
+        char *slash = strrchr(dir, '/');
+        int n;
+        *slash = '\0';
+        n = memckpt_sweep(dir, "gpurun-");
+        *slash = '/';
+        if (n > 0)
+            log_info("node %d removed %d memory checkpoint director%s of daemons that were "
+                     "killed",
+                     a->node_rank, n, n == 1 ? "y" : "ies");
         ret = memckpt_open(dir, cap, &a->mem);
+    }
     if (ret < 0)
         log_warn("node %d: no memory checkpoints: cannot make '%s': %s", a->node_rank, dir,
                  strerror(-ret));

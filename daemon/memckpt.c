@@ -12,8 +12,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "jobmark.h"
 #include "proto.h"
 #include "banned.h"
+
+/* The file in a store's directory that names its daemon: "PID START\n". */
+#define OWNER_FILE "owner"
 
 struct copy {
     int rank;
@@ -43,6 +47,19 @@ int memckpt_open(const char *dir, uint64_t cap, struct memckpt **out)
     if (!m)
         return -ENOMEM;
     snprintf(m->dir, sizeof(m->dir), "%s", dir);
+    {
+        unsigned long long start = 0;
+        char path[sizeof(m->dir) + 16], text[64];
+        FILE *f;
+        snprintf(path, sizeof(path), "%s/" OWNER_FILE, dir);
+        jobmark_proc_start((long)getpid(), &start);
+        snprintf(text, sizeof(text), "%ld %llu\n", (long)getpid(), start);
+        f = fopen(path, "we");
+        if (f) {
+            fputs(text, f);
+            fclose(f);
+        }
+    }
     pthread_mutex_init(&m->lock, NULL);
     m->cap = cap;
     *out = m;
@@ -59,7 +76,7 @@ void memckpt_close(struct memckpt *m)
         return;
     d = opendir(m->dir);
     while (d && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == 'r') {
+        if (e->d_name[0] == 'r' || !strcmp(e->d_name, OWNER_FILE)) {
             snprintf(path, sizeof(path), "%s/%s", m->dir, e->d_name);
             unlink(path);
         }
@@ -70,6 +87,52 @@ void memckpt_close(struct memckpt *m)
     pthread_mutex_destroy(&m->lock);
     free(m->copies);
     free(m);
+}
+
+/* Whether the store dir's owner file names a daemon no longer running. */
+static bool owner_gone(const char *dir)
+{
+    char path[4200], text[64] = "";
+    unsigned long long start, now = 0;
+    long pid;
+    FILE *f;
+    bool gone;
+
+    if (snprintf(path, sizeof(path), "%.4100s/" OWNER_FILE, dir) >= (int)sizeof(path) ||
+        !(f = fopen(path, "re")))
+        return false;
+    gone = fgets(text, sizeof(text), f) && sscanf(text, "%ld %llu", &pid, &start) == 2 && pid > 0 &&
+           (jobmark_proc_start(pid, &now) == -ENOENT || now != start);
+    fclose(f);
+    return gone;
+}
+
+int memckpt_sweep(const char *parent, const char *prefix)
+{
+    DIR *d = opendir(parent), *sub;
+    struct dirent *e, *f;
+    char dir[4200], path[4500];
+    int removed = 0;
+
+    if (strlen(parent) > 3000)
+        return 0;
+
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) ||
+            snprintf(dir, sizeof(dir), "%.3000s/%.255s", parent, e->d_name) >= (int)sizeof(dir) ||
+            !owner_gone(dir) || !(sub = opendir(dir)))
+            continue;
+        while ((f = readdir(sub)) != NULL)
+            if (f->d_name[0] != '.' &&
+                snprintf(path, sizeof(path), "%.4200s/%.255s", dir, f->d_name) < (int)sizeof(path))
+                unlink(path);
+        closedir(sub);
+        if (rmdir(dir) == 0)
+            removed++;
+    }
+    if (d)
+        closedir(d);
+    return removed;
 }
 
 const char *memckpt_dir(const struct memckpt *m)

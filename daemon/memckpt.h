@@ -30,6 +30,14 @@ int memckpt_open(const char *dir, uint64_t cap, struct memckpt **out);
 /* Removes every copy, temp file and the directory, and frees m (NULL: nothing). */
 void memckpt_close(struct memckpt *m);
 
+/* A daemon killed (SIGKILL, its node fenced) cannot remove its store, which would hold its
+ * share of the node's memory until a reboot. memckpt_open writes the owner's pid and start
+ * time into the directory ("owner"); this removes every directory in parent whose name starts
+ * with prefix and whose owner is no longer running (no process of that pid and start time),
+ * with what it holds. A directory without an owner file is left alone. Returns how many were
+ * removed. */
+int memckpt_sweep(const char *parent, const char *prefix);
+
 const char *memckpt_dir(const struct memckpt *m);
 
 /* The temp file rank writes name's bytes into, into buf (n bytes). -EINVAL for a name that

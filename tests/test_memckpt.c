@@ -135,3 +135,60 @@ TEST(memckpt_names_and_the_rule)
     CHECK(!memckpt_fits(91, 90, 100, 100));
     CHECK(memckpt_default_cap(1) >= memckpt_default_cap(4) * 4 - 4);
 }
+
+/* Writes text as path (a whole small file). */
+static void put_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+    CHECK(fd >= 0);
+    CHECK_EQ(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+TEST(memckpt_sweep_removes_only_dead_daemons_stores)
+{
+    char parent[4200], dead[4300], path[4400], own[4300], bare[4300], other[4300];
+    struct memckpt *m;
+    struct errmsg err;
+    struct stat st;
+
+    snprintf(parent, sizeof(parent), "%s/shm", test_tmpdir());
+    CHECK_EQ(mkdir(parent, 0700), 0);
+    /* A store this process owns (memckpt_open writes its owner file): kept. */
+    snprintf(own, sizeof(own), "%s/gpurun-live-n0", parent);
+    CHECK_EQ(memckpt_open(own, 1 << 20, &m), 0);
+    write_tmp(m, 0, "state", 'a', 100);
+    CHECK_EQ(memckpt_keep(m, 0, "state", 1, &err), 0);
+    /* A killed daemon's: its pid no longer runs, or runs as another process (start time). */
+    snprintf(dead, sizeof(dead), "%s/gpurun-dead-n1", parent);
+    CHECK_EQ(mkdir(dead, 0700), 0);
+    snprintf(path, sizeof(path), "%s/owner", dead);
+    put_file(path, "2147483646 12345\n");
+    snprintf(path, sizeof(path), "%s/r1.state", dead);
+    put_file(path, "old state");
+    snprintf(other, sizeof(other), "%s/gpurun-reused-n0", parent);
+    CHECK_EQ(mkdir(other, 0700), 0);
+    snprintf(path, sizeof(path), "%s/owner", other);
+    snprintf(bare, sizeof(bare), "%ld 1\n", (long)getpid());
+    put_file(path, bare);
+    /* Without an owner file (not a store, or one being made), and not ours by name: left. */
+    snprintf(bare, sizeof(bare), "%s/gpurun-bare-n0", parent);
+    CHECK_EQ(mkdir(bare, 0700), 0);
+    snprintf(path, sizeof(path), "%s/other-dead", parent);
+    CHECK_EQ(mkdir(path, 0700), 0);
+    snprintf(path, sizeof(path), "%s/other-dead/owner", parent);
+    put_file(path, "2147483646 12345\n");
+
+    CHECK_EQ(memckpt_sweep(parent, "gpurun-"), 2);
+    CHECK_EQ(stat(dead, &st), -1);
+    CHECK_EQ(stat(other, &st), -1);
+    CHECK_EQ(stat(own, &st), 0);
+    CHECK_EQ(stat(bare, &st), 0);
+    snprintf(path, sizeof(path), "%s/other-dead", parent);
+    CHECK_EQ(stat(path, &st), 0);
+    CHECK_EQ(memckpt_sweep(parent, "gpurun-"), 0);
+    /* The close takes the owner file too: nothing is left of the store. */
+    memckpt_close(m);
+    CHECK_EQ(stat(own, &st), -1);
+}

@@ -97,6 +97,7 @@ hit() {
     [ -e "$GRS_WORK/$name/ckpt_00000300.bin" ] ||
         grs_fail "$name: no checkpoint of step 300 within 30 s: $(tail -n 5 "$name.out")"
     id=$(job_id "$name.out")
+    hit_id=$id
     victim=$(daemon_pid "$id" 1)
     [ -n "$victim" ] || grs_fail "$name: no rendezvousd of node 1"
     kill -KILL "$victim"
@@ -126,6 +127,7 @@ same() {
 # (saved with every disk checkpoint, after the file), or from the disk's when node 1 was lost
 # between the two.
 hit restart train.regroup=false
+restart_id=$hit_id
 from=$(sed -n -e "s/^\[0\] resuming from '.*' at step \([0-9][0-9]*\)$/\1/p" \
     -e "s/^\[0\] resuming from the memory checkpoint of step [0-9]* at step \([0-9][0-9]*\)$/\1/p" \
     restart.out | tail -n 1)
@@ -144,5 +146,10 @@ from=$(sed -n 's/^\[0\] regrouped in process as generation 1: going on from step
 [ -n "$from" ] || grs_fail "rank 0 did not regroup: $(grep -m3 'peer\|regroup\|resum' regroup.out)"
 [ "$(grep -c '^\[0\] model: GPT-2' regroup.out)" = 1 ] || grs_fail "rank 0 started more than once"
 same regroup
+# The killed daemon of the first run could not remove its memory checkpoints; the daemons
+# that started on the cluster since (which shares one /dev/shm) did.
+for d in /dev/shm/gpurun-"$restart_id"-n*; do
+    [ -e "$d" ] && grs_fail "'$d', the killed daemon's memory checkpoints, outlived it"
+done
 echo "# regroup: node 1 lost after step 300's checkpoint; rank 0 kept its process and went on from step $from with the spare; the losses after it and the final parameters and moments are the undisturbed run's"
 echo "ok - gpurun-train outlived node 1 on Slurm with a spare, on the undisturbed loss curve"
