@@ -6,7 +6,7 @@
 # said and the older copy stays. A node lost after its rank's copy reached the node holding
 # its copies: the spare in its place fetches the copy from there. The log and gpurun status
 # say where each rank's state came from; the node's directory of /dev/shm is gone after the
-# job.
+# job. Both copies of a rank's state lost (its node and its holder): it has none.
 # Uses Debian's python3-torch (/usr/bin/python3, or $TORCH_PYTHON); skips without it.
 # timeout: 120
 set -euo pipefail
@@ -62,9 +62,23 @@ grep -qE '^1 +2 .* node 0, step 11( |$)' "$work/out" ||
 id=$(sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$work/spare/job.json" | head -n 1)
 ls -d /dev/shm/gpurun-"$id"-n* 2>/dev/null && fail "the memory checkpoints of the killed daemon outlived the job"
 
+# Both copies of rank 1's state lost (its node and its holder, node 2): it has none and says
+# so (a trainer's disk serves); ranks 0 and 2 load theirs, rank 2's from node 0, its holder.
+run --local -N 3 --gpus-per-node 1 --spare-nodes 2 --max-restarts 1 --kill-grace 1 \
+    --log-level info --job-dir "$work/both" -- "$python" "$job" both
+expect_rc 0 "the job whose nodes 1 and 2 were lost"
+grep -qF "[1] rank 1 generation 1: no copy, from disk" "$work/out" ||
+    fail "rank 1 found a copy with both lost: $(grep '^\[1\]' "$work/out" | tail -n 3)"
+for r in 0 2; do
+    grep -qF "[$r] rank $r generation 1: state step 13 b'state of rank $r'" "$work/out" ||
+        fail "rank $r did not load its copy with nodes 1 and 2 lost: $(grep "^\[$r\]" "$work/out" | tail -n 3)"
+done
+grep -q "rank 2 takes its memory checkpoint 'state' of step 13 (.* bytes) from node 0's memory (its replica: this node had none)" "$work/err" ||
+    fail "the log does not say that rank 2's state came from node 0: $(grep 'takes its memory' "$work/err")"
+
 run --local --gpus-per-node 1 --mem-ckpt-max 1 --job-dir "$work/cap" -- "$python" "$job" cap
 expect_rc 0 "the job over the cap"
 grep -qF "refused: mem_save 'small': rank 0's memory checkpoint 'small' (2097159 bytes) does not fit --mem-ckpt-max 1048576 bytes beside the 0 kept; the older copy stays" "$work/out" ||
     fail "the save over the cap was not refused as it should be: $(grep refused "$work/out")"
 grep -qF "kept step 1, 100 bytes" "$work/out" || fail "the older copy did not stay: $(cat "$work/out")"
-echo "# restart: both ranks loaded their copies from memory; a spare fetched its node's from node 0; the cap refused 2 MiB of 1"
+echo "# restart: both ranks loaded their copies from memory; a spare fetched its node's from node 0; both copies lost: none; the cap refused 2 MiB of 1"

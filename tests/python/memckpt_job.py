@@ -8,7 +8,11 @@ usage: memckpt_job.py MODE
            its copy is on node 0 too, then kills its own node's daemon; generation 1, rank 1 on
            the spare, loads and prints what it got.
   cap      saves 2 MiB under --mem-ckpt-max 1 and prints the refusal; the 100-byte copy saved
-           before stays."""
+           before stays.
+  both     3 nodes of 1 rank and 2 spares: generation 0 saves (step 13); once rank 1's copy is
+           on node 2 (its holder) and rank 2's on node 0, rank 1 kills node 2's daemon and
+           then its own, so that both of rank 1's copies are gone; generation 1 loads what is
+           left: ranks 0 and 2 their copies, rank 1 none (a trainer's disk then serves)."""
 import os
 import signal
 import sys
@@ -80,5 +84,61 @@ def cap():
     print("kept step %d, %d bytes" % (step, len(data)), flush=True)
 
 
+def daemon_of(node):
+    """The rendezvousd of node of this job (gpurun --local: one machine), or None."""
+    job = os.environ["GPURUN_JOB_DIR"]
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if (argv and argv[0].endswith(b"rendezvousd") and b"--node-rank" in argv
+                and argv[argv.index(b"--node-rank") + 1] == str(node).encode()
+                and job.encode() in argv):
+            return int(pid)
+    return None
+
+
+def wait_for(path):
+    for _ in range(1000):
+        if os.path.exists(path):
+            return
+        time.sleep(0.01)
+    raise AssertionError("no replica at %s" % path)
+
+
+def both():
+    r = gpurun.rank()
+    got = memckpt.load()
+    if gpurun.restart_count() == 0:
+        assert got is None, "generation 0 found a copy"
+        assert memckpt.save(b"state of rank %d" % r, step=13)
+        gpurun.barrier("saved")
+        if r == 1:
+            # gpurun --local's directories differ by their "-nN" only.
+            base = os.environ["GPURUN_MEM_DIR"][:-1]
+            wait_for(base + "2/r1.state")
+            wait_for(base + "0/r2.state")
+            victim = daemon_of(2)
+            assert victim, "no daemon of node 2"
+            shim = os.getppid()
+            with open("/proc/%d/stat" % shim) as f:
+                own = int(f.read().rsplit(")", 1)[1].split()[1])
+            print("killing the daemons of nodes 2 and 1", flush=True)
+            os.kill(victim, signal.SIGKILL)
+            os.kill(own, signal.SIGKILL)
+        time.sleep(60)
+        return
+    if got is None:
+        print("rank %d generation %d: no copy, from disk" % (r, gpurun.restart_count()),
+              flush=True)
+    else:
+        print("rank %d generation %d: state step %d %r" % (r, gpurun.restart_count(), got[0],
+                                                           got[1]), flush=True)
+
+
 if __name__ == "__main__":
-    {"restart": restart, "spare": spare, "cap": cap}[sys.argv[1]]()
+    {"restart": restart, "spare": spare, "cap": cap, "both": both}[sys.argv[1]]()
