@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/mem_restart.sh GPURUN GPURUN_TRAIN REPS: a node lost mid-training, and what the restart
+# bench/mem_restart.sh GPURUN GPURUN_TRAIN REPS [slurm]: a node lost mid-training, and what the restart
 # costs with disk checkpoints against memory checkpoints. gpurun-train (CPU, jobs/tiny.cfg's
 # model: 0.84M parameters, a 10 MB state) on gpurun --local, 2 nodes of 1 rank and a spare
 # (--spare-nodes 1 --max-restarts 1); once the ranks pass step KILL_AT, node 1's rendezvousd is
@@ -13,16 +13,39 @@
 # in process (train.regroup = true: rank 0 keeps its process and regroups). Then the cost of memory checkpoints on an undisturbed run: the time of
 # one save (rank 0's first, as it prints it) against the time of a step, as a share of the
 # step time at every 100 steps (the default) and every 10.
-# Prints markdown tables.
+# With "slurm", the same on the Slurm test cluster (tests/slurm/up.sh, its own instance; the
+# memory checkpoints' cost is not measured again there). Prints markdown tables; exits 77 with
+# "# SKIP <reason>" where the cluster cannot run.
 set -euo pipefail
 
-gpurun=$1
-train=$2
+gpurun=$(realpath "$1")
+train=$(realpath "$2")
 reps=${3:-3}
+mode=${4:-local}
 KILL_AT=355
 STEPS=500
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/gr-memrestart.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
+if [ "$mode" = slurm ]; then
+    here=$(cd "$(dirname "$0")" && pwd)
+    export GR_SLURM_ID=${BENCH_SLURM_ID:-42}
+    # shellcheck source=tests/slurm/lib.sh
+    . "$here/../tests/slurm/lib.sh"
+    rc=0
+    grs_check >/dev/null || rc=$?
+    if [ "$rc" != 0 ]; then
+        grs_check || true
+        exit "$rc"
+    fi
+    trap 'grs_down >/dev/null 2>&1 || true; rm -rf "$scratch"' EXIT
+    "$here/../tests/slurm/up.sh" >"$scratch/up.log" 2>&1 || {
+        echo "the Slurm test cluster did not start: $(tail -n 1 "$scratch/up.log")" >&2
+        exit 1
+    }
+    # shellcheck source=/dev/null
+    . "$GRS_DIR/env.sh"
+    export GPURUN_JOBS=$scratch/jobs
+fi
 
 texts=()
 while IFS= read -r f; do
@@ -65,9 +88,20 @@ log_every = 1
 CFG
 }
 
-# node_pid DIR K: the rendezvousd of node K of the job in DIR.
+# node_pid DIR K: the rendezvousd of node K of the job in DIR (local), or of the Slurm job
+# whose submission gpurun wrote to DIR/stdout.
 node_pid() {
-    local p
+    local p id
+    if [ "$mode" = slurm ]; then
+        id=$(sed -n 's/^Submitted job \([0-9][0-9]*\)$/\1/p' "$1/stdout" | head -n 1)
+        for p in $(pgrep -f "^[^ ]*rendezvousd --job-dir $GPURUN_JOBS/$id " || true); do
+            if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_NODEID=$2"; then
+                echo "$p"
+                return 0
+            fi
+        done
+        return 0
+    fi
     for p in $(pgrep -f -- "--node-rank $2( |$)" || true); do
         if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "$1"; then
             echo "$p"
@@ -76,41 +110,44 @@ node_pid() {
     done
 }
 
-# last_step FILE: the step of rank 0's last step line, 0 before the first.
-last_step() {
-    sed -nE 's/^\[0\] step +([0-9]+)\/.*/\1/p' "$1" | tail -n 1 | grep . || echo 0
+# metrics_step DIR: the step of the last line of DIR/metrics.jsonl, 0 before the first.
+metrics_step() {
+    tail -n 1 "$1/metrics.jsonl" 2>/dev/null | sed -nE 's/^\{"step": ([0-9]+),.*/\1/p' | grep . || echo 0
 }
 
 # one MEM_EVERY REGROUP: one run; prints "ms lost bytes from".
 one() {
-    local dir gp pid t0 t1 killed_at resumed bytes from i n0 n
+    local dir gp pid t0 t1 killed_at resumed bytes from i n lost regroup=$2
     dir=$(mktemp -d "$scratch/run.XXXXXX")
     cfg "$dir/train.cfg" "$1" 200 "$STEPS" "$2"
-    timeout -k 5 120 "$gpurun" --local -N 2 --gpus-per-node 1 --spare-nodes 1 --max-restarts 1 \
-        --kill-grace 1 --log-level info --job-dir "$dir/job" "$dir/train.cfg" \
-        "train.out_dir=$dir/out" >"$dir/stdout" 2>"$dir/stderr" </dev/null &
+    if [ "$mode" = slurm ]; then
+        timeout -k 5 150 "$gpurun" --wait -N 2 --gpus-per-node 1 --spare-nodes 1 --max-restarts 1 \
+            --kill-grace 1 --log-level info "$dir/train.cfg" "train.out_dir=$dir/out" \
+            >"$dir/stdout" 2>"$dir/stderr" </dev/null &
+    else
+        timeout -k 5 120 "$gpurun" --local -N 2 --gpus-per-node 1 --spare-nodes 1 --max-restarts 1 \
+            --kill-grace 1 --log-level info --job-dir "$dir/job" "$dir/train.cfg" \
+            "train.out_dir=$dir/out" >"$dir/stdout" 2>"$dir/stderr" </dev/null &
+    fi
     gp=$!
+    # Rank 0's metrics.jsonl, a line a step as it completes, is read where it is written (the
+    # job's output reaches a Slurm submitter later, in batches): every observation from the
+    # kill on is kept as "ns lines laststep", and the time to training again is found in them
+    # once the run has said where it went on from.
     for ((i = 0; i < 6000; i++)); do
-        [ "$(last_step "$dir/stdout")" -ge "$KILL_AT" ] && break
+        [ "$(metrics_step "$dir/out")" -ge "$KILL_AT" ] && break
         sleep 0.01
     done
-    pid=$(node_pid "$dir/job" 1)
+    [ "$mode" = slurm ] && pid=$(node_pid "$dir" 1) || pid=$(node_pid "$dir/job" 1)
     [ -n "$pid" ] || { echo "no daemon of node 1" >&2; return 1; }
     kill -KILL "$pid"
     t0=$(date +%s%N)
-    killed_at=$(last_step "$dir/stdout")
-    n0=$(wc -l <"$dir/stdout")
-    # The restarted generation's first step line: one after its "resuming" line (or, with
-    # nothing to resume from, its first step).
-    t1=
-    for ((i = 0; i < 12000; i++)); do
-        if tail -n "+$((n0 + 1))" "$dir/stdout" | grep -qE '^\[0\] step +[0-9]+/'; then
-            t1=$(date +%s%N)
-            break
-        fi
-        sleep 0.005
+    killed_at=$(metrics_step "$dir/out")
+    : >"$dir/obs"
+    while kill -0 "$gp" 2>/dev/null; do
+        echo "$(date +%s%N) $(wc -l <"$dir/out/metrics.jsonl") $(metrics_step "$dir/out")" >>"$dir/obs"
+        sleep 0.002
     done
-    [ -n "$t1" ] || { echo "the restarted generation never stepped" >&2; return 1; }
     wait "$gp" || { echo "gpurun exited $?: $(tail -n 3 "$dir/stderr")" >&2; return 1; }
     resumed=$(sed -nE -e "s/^\[0\] resuming from '.*' at step ([0-9]+)$/\1/p" \
         -e 's/^\[0\] resuming from the memory checkpoint of step [0-9]+ at step ([0-9]+)$/\1/p' \
@@ -122,10 +159,11 @@ one() {
         bytes=$((12 * n))
         from="rank 0's live state (the collectives)"
     elif grep -q '^\[0\] resuming from the memory checkpoint' "$dir/stdout"; then
+        # The daemons' log: gpurun --local's stderr, a Slurm job's output.
         bytes=$(sed -nE "s/.*rank 0 takes its memory checkpoint 'ckpt' of step [0-9]+ \(([0-9]+) bytes\) from (.*)$/\1/p" \
-            "$dir/stderr" | tail -n 1)
+            "$dir/stderr" "$dir/stdout" | tail -n 1)
         from=$(sed -nE "s/.*rank 0 takes its memory checkpoint 'ckpt' of step [0-9]+ \([0-9]+ bytes\) from (.*)$/\1/p" \
-            "$dir/stderr" | tail -n 1)
+            "$dir/stderr" "$dir/stdout" | tail -n 1)
     elif [ -n "$resumed" ]; then
         # Pruned since (the run saved newer ones): every checkpoint of the model is this size.
         bytes=$(stat -c %s "$(find "$dir/out" -name 'ckpt_*.bin' | sort | tail -n 1)")
@@ -133,7 +171,14 @@ one() {
     else
         resumed=0 bytes=0 from="nothing: step 0"
     fi
-    echo "$(((t1 - t0) / 1000000)) $((killed_at - resumed)) $bytes ${from// /_}"
+    # Training again: rank 0's first step past the one it went on from; after a restart, once
+    # its metrics were cut back to that step (the line count fell).
+    t1=$(awk -v r="$resumed" -v cut="$([ "$regroup" = true ] && echo 1 || echo 0)" '
+        { if ($2 < prev) cut = 1; prev = $2 }
+        cut && $3 > r { print $1; exit }' "$dir/obs")
+    [ -n "$t1" ] || { echo "no step after $resumed: $(tail -n 2 "$dir/obs")" >&2; return 1; }
+    lost=$((killed_at - resumed))
+    echo "$(((t1 - t0) / 1000000)) $((lost < 0 ? 0 : lost)) $bytes ${from// /_}"
 }
 
 # row WHAT MEM_EVERY REGROUP
@@ -153,11 +198,14 @@ row() {
               printf "| %s | %s | %s | %.1f MB from %s |\n", what, med(ms, NR), med(lost, NR), bytes / 1e6, from }'
 }
 
-echo "| node 1 of 2 lost at step ~$KILL_AT of $STEPS (SIGKILL of its rendezvousd), a spare | kill -> training, ms: median (min-max) | steps lost | state taken, from where |"
+where="gpurun --local"
+[ "$mode" = slurm ] && where="the Slurm test cluster"
+echo "| $where: node 1 of 2 lost at step ~$KILL_AT of $STEPS (SIGKILL of its rendezvousd), a spare | kill -> training, ms: median (min-max) | steps lost | state taken, from where |"
 echo "|---|---:|---:|---|"
 row "every rank restarts: disk checkpoints every 200 steps (mem_ckpt_every = 0)" 0 false
 row "every rank restarts: memory checkpoints every 10 steps, disk every 200" 10 false
 row "in process (train.regroup): rank 0 keeps running, the spare's rank takes its state" 10 true
+[ "$mode" = slurm ] && exit 0
 
 # The cost of memory checkpoints on an undisturbed run of 1 node of 2 ranks.
 dir=$scratch/cost
