@@ -128,6 +128,10 @@ def both():
             with open("/proc/%d/stat" % shim) as f:
                 own = int(f.read().rsplit(")", 1)[1].split()[1])
             print("killing the daemons of nodes 2 and 1", flush=True)
+            # Both stopped first: the leader's abort after node 2's loss must not reach node
+            # 1's daemon, which would end this rank before it ends its daemon.
+            os.kill(own, signal.SIGSTOP)
+            os.kill(victim, signal.SIGSTOP)
             os.kill(victim, signal.SIGKILL)
             os.kill(own, signal.SIGKILL)
         time.sleep(60)
