@@ -1183,10 +1183,19 @@ static void peer_regroup(struct conn *c, int i)
     conn_expect(c, &m, MSG_REGROUP_OK);
     conn_ok(c, m.id);
     proto_msg_release(&m);
+    conn_expect(c, &m, MSG_BARRIER);
+    CHECK_STR(m.key, "#0");
+    conn_ok(c, m.id);
+    proto_msg_release(&m);
     /* The rank's generation (GPURUN_RESTART_COUNT 2); the answer names the next. */
     conn_expect(c, &m, MSG_REGROUP);
     CHECK_EQ(m.generation, 2);
     conn_send(c, "{\"type\":\"regroup\",\"id\":%lld,\"generation\":3}", (long long)m.id);
+    proto_msg_release(&m);
+    /* The new generation's implicit barriers count from "#0" again. */
+    conn_expect(c, &m, MSG_BARRIER);
+    CHECK_STR(m.key, "#0");
+    conn_ok(c, m.id);
     proto_msg_release(&m);
     /* The job is torn down instead. */
     conn_expect(c, &m, MSG_REGROUP);
@@ -1212,8 +1221,10 @@ TEST(gr_regroup_generations)
     unsetenv("GPURUN_RESTART_COUNT");
     CHECK_EQ(gr_generation(g), 2);
     CHECK_EQ(gr_regroup_enable(g), 0);
+    CHECK_EQ(gr_barrier(g, NULL, 5000), 0);
     CHECK_EQ(gr_regroup(g, 5000), 3);
     CHECK_EQ(gr_generation(g), 3);
+    CHECK_EQ(gr_barrier(g, NULL, 5000), 0);
     CHECK_EQ(gr_regroup(g, 5000), -ECANCELED);
     CHECK_CONTAINS(gr_strerror(g), "torn down");
     CHECK_EQ(gr_regroup(g, 5000), -EPROTO);

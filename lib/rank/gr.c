@@ -1031,6 +1031,8 @@ int gr_regroup(struct gr *g, int64_t timeout_ms)
         return ret;
     }
     g->generation = m.generation;
+    /* The new generation's barriers count from "#0", as its spare's new ranks do. */
+    g->barrier_seq = 0;
     proto_msg_release(&m);
     return g->generation;
 }

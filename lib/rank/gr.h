@@ -184,7 +184,8 @@ int gr_on_preempt(struct gr *g, int *sig);
  * gr_regroup, called once the rank's collectives failed (a peer gone): waits up to
  * timeout_ms (-1: no limit) until the leader names the next generation in which this rank
  * goes on, and returns it (>= 1; gr_generation then says it too, and the store is the new
- * generation's, empty). -ECANCELED where the job does not regroup (it is being torn down and
+ * generation's, empty, and gr_barrier(NULL)'s names count from "#0" again, as in the
+ * spare's new ranks). -ECANCELED where the job does not regroup (it is being torn down and
  * restarted, or ends): exit. -ETIMEDOUT, or the link's error.
  *
  * gr_generation: the rank's generation, GPURUN_RESTART_COUNT at gr_init, then the last one

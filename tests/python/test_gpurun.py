@@ -44,6 +44,7 @@ def reset_module():
     gpurun._preempted = False
     gpurun._preempt_callback = None
     gpurun._preempt_pid = None
+    gpurun._generation = None
 
 
 def rank_env(agent, **extra):
@@ -764,6 +765,60 @@ class Finalize(Base):
         self.assertEqual((p.returncode, p.stdout), (0, "3\n"), p.stderr)
         time.sleep(0.1)
         self.assertEqual(a.conns, [], "a process that made no request must not connect")
+
+
+class Regroup(Base):
+    def regroup_agent(self, answers):
+        """An agent that says ok to regroup_ok and answers each regroup with the next of
+        answers: a generation (int) or an error code (str)."""
+        a = self.start_agent()
+        left = list(answers)
+
+        def answer(c, m):
+            x = left.pop(0)
+            if isinstance(x, int):
+                return [{"type": "regroup", "id": m["id"], "generation": x}]
+            return [{"type": "error", "id": m["id"], "code": x, "msg": "the node's ranks are "
+                     "being torn down"}]
+        a.answer["regroup"] = answer
+        a.answer["regroup_ok"] = lambda c, m: [{"type": "ok", "id": m["id"]}]
+        return a
+
+    def test_generations_and_barrier_names(self):
+        a = self.regroup_agent([3, "aborted", 3])
+        self.assertEqual(gpurun.generation(), 2)  # GPURUN_RESTART_COUNT
+        gpurun.regroup_enable()
+        gpurun.barrier()
+        gpurun.barrier()
+        self.assertEqual(gpurun.regroup(timeout=5), 3)
+        self.assertEqual(gpurun.generation(), 3)
+        self.assertEqual(gpurun.restart_count(), 2)
+        gpurun.barrier()
+        self.assertEqual([(m["type"], m.get("name"), m.get("generation")) for m in a.msgs()[1:]],
+                         [("regroup_ok", None, None), ("barrier", "#0", None),
+                          ("barrier", "#1", None), ("regroup", None, 2),
+                          ("barrier", "#0", None)])
+        e = self.expect_raises(gpurun.Aborted, gpurun.regroup, text="torn down")
+        self.assertIsInstance(e, gpurun.Error)
+        self.assertEqual(a.msgs("regroup")[-1]["generation"], 3)
+        self.assertEqual(gpurun.generation(), 3)
+        # An agent that names a generation that is not later breaks the link.
+        self.expect_raises(gpurun.Error, gpurun.regroup, text="not one after 3")
+        self.expect_raises(gpurun.Error, gpurun.set, "k", b"v", text="not one after 3")
+
+    def test_timeout(self):
+        a = self.start_agent()
+        a.answer["regroup"] = lambda c, m: None
+        t0 = time.monotonic()
+        self.expect_raises(gpurun.TimeoutError, gpurun.regroup, 0.2, text="regroup")
+        self.assertLess(time.monotonic() - t0, 5)
+        self.expect_raises(ValueError, gpurun.regroup, -1)
+        self.expect_raises(TypeError, gpurun.regroup, "5")
+
+    def test_outside_a_job(self):
+        self.assertIsNone(gpurun.regroup_enable())
+        self.assertEqual(gpurun.generation(), 0)
+        self.expect_raises(gpurun.Error, gpurun.regroup, text="not in a gpurun job")
 
 
 class Place(Base):

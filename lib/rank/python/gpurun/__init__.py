@@ -79,15 +79,15 @@ import sys
 import threading
 
 from . import _link
-from ._link import KEY_MAX, NAME_MAX, VALUE_MAX, Error, TimeoutError
+from ._link import KEY_MAX, NAME_MAX, VALUE_MAX, Aborted, Error, TimeoutError
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Error", "TimeoutError", "KEY_MAX", "NAME_MAX", "VALUE_MAX",
+    "Error", "TimeoutError", "Aborted", "KEY_MAX", "NAME_MAX", "VALUE_MAX",
     "in_job", "rank", "local_rank", "world_size", "local_world_size", "node_rank",
     "restart_count", "job_id", "report", "set", "get", "delete", "barrier", "on_preempt",
-    "preempt_requested", "finalize",
+    "preempt_requested", "generation", "regroup_enable", "regroup", "finalize",
 ]
 
 # The finalize of the atexit hook waits this long for the agent: an exit must not hang on a
@@ -102,6 +102,7 @@ _warned = set()  # the kinds of number left out ("loss is nan") this process war
 _preempted = False
 _preempt_callback = None
 _preempt_pid = None  # the process that installed the handler
+_generation = None  # the generation of this process's last regroup(); None: restart_count()
 
 
 def in_job():
@@ -535,6 +536,49 @@ def on_preempt(callback=None):
 def preempt_requested():
     """Whether the pre-timeout signal came (after on_preempt())."""
     return _preempted
+
+
+# --- regrouping in process -------------------------------------------------------------------
+
+
+def generation():
+    """This rank's generation: restart_count() at the start, then the one the last regroup()
+    returned. Every rank of a generation shares it (a spare's new rank starts in it)."""
+    return restart_count() if _generation is None else _generation
+
+
+def regroup_enable():
+    """Says that this rank can go on after a peer's loss (see regroup()): when a node is
+    lost and every rank of the other nodes said so, and a spare covers the loss, the job
+    regroups in process instead of restarting every rank. Once per process; None outside a
+    job."""
+    if not in_job():
+        return None
+    with _Locked("regroup_enable") as c:
+        c.request({"type": "regroup_ok"}, _link.REQUEST_TIMEOUT, "regroup_ok", c.place.sock)
+    return None
+
+
+def regroup(timeout=300):
+    """Called once this rank's collectives failed (a peer gone): waits up to timeout seconds
+    (None: no limit) until the leader names the next generation in which this rank goes on,
+    and returns it. The store is then the new generation's (empty) and the implicit barrier
+    names count from "#0" again, as in the spare's new ranks. gpurun.Aborted where the job
+    does not regroup (it is torn down, a rank restarts every rank instead),
+    gpurun.TimeoutError where no generation came in time. Outside a job: gpurun.Error."""
+    global _generation
+    t = _check_timeout("regroup", timeout)
+    if not in_job():
+        raise Error("regroup: not in a gpurun job (no agent to regroup with)")
+    gen = generation()
+    with _Locked("regroup") as c:
+        m = c.request({"type": "regroup", "generation": gen}, t, "regroup", "generation %d" % gen)
+        if m["generation"] <= gen:
+            raise c.broken("regroup: the agent named generation %d, not one after %d"
+                           % (m["generation"], gen))
+        _generation = m["generation"]
+        c.barrier_seq = 0
+    return _generation
 
 
 # --- the end ----------------------------------------------------------------------------------

@@ -109,6 +109,10 @@ class TimeoutError(Error, builtins.TimeoutError):
     """A wait ran out: a get whose key did not appear, a barrier some rank never reached."""
 
 
+class Aborted(Error):
+    """The job is being torn down: a regroup or a barrier that will never complete."""
+
+
 class NotFound(Error):
     """A get with timeout 0 found no such key (turned into KeyError by the API)."""
 
@@ -123,18 +127,22 @@ _ERROR_CODES = {
     "timeout": TimeoutError,
     "not_found": NotFound,
     "too_large": Error,
-    "aborted": Error,
+    "aborted": Aborted,
     "denied": Error,
     "no_space": Error,
     "bad_name": Error,
     "unsupported": Error,
 }
 
+# The reply a request is owed where it is not "ok".
+_REPLY_TO = {"kv_get": "kv_val", "mem_load": "mem_copy", "regroup": "regroup"}
+
 # A reply's fields, one row per type (strict, as the agent's json_unpack formats are).
 _REPLY_FIELDS = {
     "ok": {"type": str, "id": int},
     "kv_val": {"type": str, "id": int, "value": str},
     "mem_copy": {"type": str, "id": int, "path": str, "step": int, "size": int},
+    "regroup": {"type": str, "id": int, "generation": int},
     "error": {"type": str, "id": int, "code": str, "msg": str},
 }
 
@@ -448,7 +456,7 @@ class Link:
                 raise self.broken("%s '%s': agent refused with '%s': %s"
                                   % (what, subject, m["code"], m["msg"]))
             raise cls("%s '%s': %s" % (what, subject, m["msg"]))
-        want = {"kv_get": "kv_val", "mem_load": "mem_copy"}.get(msg["type"], "ok")
+        want = _REPLY_TO.get(msg["type"], "ok")
         if m["type"] != want:
             raise self.broken("%s '%s': agent answered '%s' instead of '%s'"
                               % (what, subject, m["type"], want))
