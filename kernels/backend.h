@@ -101,8 +101,8 @@ struct backend_ops {
      * clears st. */
     void (*state_release)(struct backend *b, struct backend_state *st);
     /* Optional (NULL: the backend cannot regroup in process, gr.h): the collectives it uses
-     * from now on, the old ones closed. Only a backend whose state_get takes no part of the
-     * other ranks offers it (a regroup's rank 0 reads its state alone). */
+     * from now on, the old ones closed. Used only where state_get takes no part of the other
+     * ranks (a regroup's rank 0 reads its state alone): not under cuda's ZeRO-1. */
     void (*set_coll)(struct backend *b, struct coll *coll);
 
     /* ---- the step ------------------------------------------------------------------------ */

@@ -276,6 +276,13 @@ static int cuda_state_set(struct backend *b, const struct backend_state *st, boo
 
 /* ---- the step ------------------------------------------------------------------------------ */
 
+/* Regrouping in process (train.c): the new generation's communicator, of the same ranks. Never
+ * under ZeRO-1, whose state_get gathers every rank's shard (train.c does not offer it). */
+static void cuda_set_coll(struct backend *b, struct coll *coll)
+{
+    cuda_of(b)->coll = coll;
+}
+
 static int cuda_zero_grad(struct backend *b)
 {
     struct cuda *c = cuda_of(b);
@@ -400,6 +407,7 @@ const struct backend_ops backend_cuda = {
     .state_get = cuda_state_get,
     .state_set = cuda_state_set,
     .state_release = cuda_state_release,
+    .set_coll = cuda_set_coll,
     .zero_grad = cuda_zero_grad,
     .forward_backward = cuda_forward_backward,
     .average_grads = cuda_average_grads,

@@ -194,8 +194,9 @@ static int setup_world(struct run *r)
         return errmsg_set(&r->err, ret, "cannot open the collectives: %s", err.text);
     coll_set_timeout(r->coll, r->cfg.coll_timeout_s * 1000);
     /* Where a node of the job is lost and a spare takes its place, this rank goes on in its
-     * process with the spare's new ranks (regroup, below) rather than being restarted. */
-    if (r->g && r->world > 1 && r->be->set_coll && r->cfg.regroup) {
+     * process with the spare's new ranks (regroup, below) rather than being restarted. Not
+     * under ZeRO-1: a lost rank's optimizer shard lives nowhere else. */
+    if (r->g && r->world > 1 && r->be->set_coll && r->cfg.regroup && !r->cfg.zero) {
         ret = gr_regroup_enable(r->g);
         r->can_regroup = ret == 0;
         if (ret < 0 && ret != -ENOSYS)
