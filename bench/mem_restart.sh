@@ -151,7 +151,7 @@ one() {
     wait "$gp" || { echo "gpurun exited $?: $(tail -n 3 "$dir/stderr")" >&2; return 1; }
     resumed=$(sed -nE -e "s/^\[0\] resuming from '.*' at step ([0-9]+)$/\1/p" \
         -e 's/^\[0\] resuming from the memory checkpoint of step [0-9]+ at step ([0-9]+)$/\1/p' \
-        -e 's/^\[0\] regrouped in process as generation [0-9]+: going on from step ([0-9]+)$/\1/p' \
+        -e 's/^\[0\] regrouped in process as generation [0-9]+: going on from step ([0-9]+) \(the live state of rank 0\)$/\1/p' \
         "$dir/stdout" | tail -n 1)
     if grep -q '^\[0\] regrouped in process' "$dir/stdout"; then
         # Rank 0's parameters and both moments, to the spare's new rank.

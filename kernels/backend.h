@@ -101,8 +101,8 @@ struct backend_ops {
      * clears st. */
     void (*state_release)(struct backend *b, struct backend_state *st);
     /* Optional (NULL: the backend cannot regroup in process, gr.h): the collectives it uses
-     * from now on, the old ones closed. Used only where state_get takes no part of the other
-     * ranks (a regroup's rank 0 reads its state alone): not under cuda's ZeRO-1. */
+     * from now on, the old ones closed. Under cuda's ZeRO-1, whose state_get gathers every
+     * rank's shard, a regroup takes the state from the last checkpoint instead (train.c). */
     void (*set_coll)(struct backend *b, struct coll *coll);
 
     /* ---- the step ------------------------------------------------------------------------ */

@@ -276,8 +276,7 @@ static int cuda_state_set(struct backend *b, const struct backend_state *st, boo
 
 /* ---- the step ------------------------------------------------------------------------------ */
 
-/* Regrouping in process (train.c): the new generation's communicator, of the same ranks. Never
- * under ZeRO-1, whose state_get gathers every rank's shard (train.c does not offer it). */
+/* Regrouping in process (train.c): the new generation's communicator, of the same ranks. */
 static void cuda_set_coll(struct backend *b, struct coll *coll)
 {
     cuda_of(b)->coll = coll;

@@ -97,6 +97,7 @@ struct run {
     /* Regrouping in process (gr.h): this rank said it can; the step in flight updated the
      * model already (its last collective, or a later one, failed). */
     bool can_regroup, updated;
+    bool regroup_when_saved; /* ZeRO-1: able to regroup once a checkpoint holds every shard */
     struct timespec started; /* CLOCK_REALTIME at the start: older temp files are leftovers */
 
     FILE *metrics; /* rank 0 */
@@ -158,6 +159,21 @@ static int local_rank(const struct run *r)
 /* Joins the job (when started by rendezvousd or a PMIx launcher), opens the backend (cuda: the
  * rank's GPU becomes current, which NCCL's communicator binds to) and then the collectives the
  * backend asks for: the tcp ring on cpu, NCCL on cuda (also for a world of one). */
+/* Tells the agent this rank can regroup in process (gr_regroup_enable), once. */
+static int say_can_regroup(struct run *r)
+{
+    int ret;
+
+    if (r->can_regroup)
+        return 0;
+    r->regroup_when_saved = false;
+    ret = gr_regroup_enable(r->g);
+    r->can_regroup = ret == 0;
+    if (ret < 0 && ret != -ENOSYS)
+        return errmsg_set(&r->err, ret, "cannot say this rank can regroup: %s", gr_strerror(r->g));
+    return 0;
+}
+
 static int setup_world(struct run *r)
 {
     const char *backend;
@@ -194,14 +210,14 @@ static int setup_world(struct run *r)
         return errmsg_set(&r->err, ret, "cannot open the collectives: %s", err.text);
     coll_set_timeout(r->coll, r->cfg.coll_timeout_s * 1000);
     /* Where a node of the job is lost and a spare takes its place, this rank goes on in its
-     * process with the spare's new ranks (regroup, below) rather than being restarted. Not
-     * under ZeRO-1: a lost rank's optimizer shard lives nowhere else. */
-    if (r->g && r->world > 1 && r->be->set_coll && r->cfg.regroup && !r->cfg.zero) {
-        ret = gr_regroup_enable(r->g);
-        r->can_regroup = ret == 0;
-        if (ret < 0 && ret != -ENOSYS)
-            return errmsg_set(&r->err, ret, "cannot say this rank can regroup: %s",
-                              gr_strerror(r->g));
+     * process with the spare's new ranks (regroup, below) rather than being restarted. Under
+     * ZeRO-1 a lost rank's optimizer shard lives only in the checkpoints (rank 0 keeps the
+     * whole state): able once there is one. */
+    if (r->g && r->world > 1 && r->be->set_coll && r->cfg.regroup) {
+        if (r->cfg.zero)
+            r->regroup_when_saved = true;
+        else
+            return say_can_regroup(r);
     }
     return 0;
 }
@@ -1074,6 +1090,32 @@ static bool every(int n, uint64_t step)
     return n > 0 && step % (uint64_t)n == 0;
 }
 
+static int open_metrics(struct run *r);
+
+/* Rank 0 regrouping under ZeRO-1: the lost rank's optimizer shard lives only in the
+ * checkpoints, so every rank goes back to the newest (rank 0's memory one, else out_dir's),
+ * whose whole state rank 0 holds; the metrics after it go (the file rewritten, then opened
+ * again). */
+static int regroup_saved(struct run *r, struct start_state *st, struct backend_state *hs)
+{
+    int ret = r->mem_on ? load_mem(r, st, hs) : 0;
+
+    if (ret == 0)
+        ret = load_ckpt(r, TRAINCFG_RESUME_AUTO, st, hs);
+    if (ret == 0)
+        ret = errmsg_set(&r->err, -ENOENT,
+                         "ZeRO-1: no checkpoint to regroup from (neither in memory nor in '%s')",
+                         r->cfg.out_dir);
+    if (ret > 0 && r->metrics) {
+        fclose(r->metrics);
+        r->metrics = NULL;
+        ret = trim_metrics(r, st->step);
+        if (ret == 0)
+            ret = open_metrics(r);
+    }
+    return ret;
+}
+
 /* How long a rank whose peer was lost waits for the job to regroup: the leader sees a lost
  * node at once, a silent one at its heartbeat timeout. */
 #define REGROUP_WAIT_MS (5 * 60 * 1000)
@@ -1116,18 +1158,23 @@ static int regroup(struct run *r, int failed)
                           gen, err.text);
     coll_set_timeout(r->coll, r->cfg.coll_timeout_s * 1000);
     r->be->set_coll(r->b, r->coll);
-    if (r->rank == 0) {
+    if (r->rank == 0 && r->cfg.zero) {
+        ret = regroup_saved(r, &st, &hs);
+    } else if (r->rank == 0) {
         ret = state_open(r, &hs);
         if (ret == 0 && (ret = r->be->state_get(r->b, &hs)) < 0)
             errmsg_set(&r->err, ret, "%s", r->b->err.text);
-        st.status = ret < 0 ? ret : 0;
         st.step = r->step;
         st.opt_step = hs.opt_step;
         st.rng = r->rng;
         st.data = data_loader_pos(&r->dl, r->step);
+        snprintf(st.text, sizeof(st.text), "the live state of rank 0");
+    }
+    if (r->rank == 0) {
+        st.status = ret < 0 ? ret : 0;
         st.mem_on = r->mem_on;
-        snprintf(st.text, sizeof(st.text), "%s",
-                 ret < 0 ? r->err.text : "the live state of rank 0 (regrouped in process)");
+        if (ret < 0)
+            snprintf(st.text, sizeof(st.text), "%s", r->err.text);
     }
     ret = share_start(r, &st, &hs);
     r->be->state_release(r->b, &hs);
@@ -1141,8 +1188,8 @@ static int regroup(struct run *r, int failed)
      * writes whatever step it comes at. */
     r->saved_step = UINT64_MAX;
     if (r->rank == 0)
-        printf("regrouped in process as generation %d: going on from step %" PRIu64 "\n", gen,
-               r->step);
+        printf("regrouped in process as generation %d: going on from step %" PRIu64 " (%s)\n", gen,
+               r->step, st.text);
     return 0;
 }
 
@@ -1225,11 +1272,15 @@ static int train(struct run *r)
                     return ret;
             }
         }
-        ret = 0;
         if (every(r->cfg.ckpt_every, r->step) || last)
             ret = save_ckpt(r);
         else if (r->mem_on && every(r->cfg.mem_ckpt_every, r->step))
             ret = save_mem_ckpt(r);
+        else
+            ret = 1; /* nothing saved */
+        /* ZeRO-1: every shard is in a checkpoint now. */
+        if (ret == 0 && r->regroup_when_saved)
+            ret = say_can_regroup(r);
         if (ret < 0) {
             if ((ret = regroup(r, ret)) < 0)
                 return ret;
@@ -1335,6 +1386,9 @@ static int train_main(const char *path, const char *const *overrides, size_t n)
         ret = setup_model(&r);
     if (ret == 0)
         ret = setup_start(&r);
+    /* ZeRO-1 resumed from a checkpoint: it holds every shard. */
+    if (ret == 0 && r.regroup_when_saved && r.step > 0)
+        ret = say_can_regroup(&r);
     if (ret == 0 && r.rank == 0) {
         ret = open_metrics(&r);
         print_setup(&r);

@@ -89,7 +89,7 @@ struct traincfg {
     int eval_batches;   /* validation batches (each W*B sequences) */
     int ckpt_every;     /* steps between checkpoints; 0: only at the end and on signals */
     int mem_ckpt_every; /* steps between memory checkpoints (under gpurun); 0: none */
-    bool regroup;       /* regroup in process where a node is lost (under gpurun; not ZeRO-1) */
+    bool regroup;       /* regroup in process where a node is lost (under gpurun) */
     char *out_dir;      /* checkpoints and metrics.jsonl */
     int resume;         /* enum traincfg_resume */
     int seed;           /* initialisation and sampling RNG */

@@ -142,7 +142,7 @@ hit regroup
 # The leader's log comes with the job's output.
 grep -q "node 1 lost: the ranks of the other nodes regroup in process" regroup.out regroup.err ||
     grs_fail "the leader did not regroup in process: $(grep -h -m3 'lost\|regroup' regroup.out regroup.err)"
-from=$(sed -n 's/^\[0\] regrouped in process as generation 1: going on from step \([0-9]*\)$/\1/p' regroup.out)
+from=$(sed -n 's/^\[0\] regrouped in process as generation 1: going on from step \([0-9]*\) (the live state of rank 0)$/\1/p' regroup.out)
 [ -n "$from" ] || grs_fail "rank 0 did not regroup: $(grep -m3 'peer\|regroup\|resum' regroup.out)"
 [ "$(grep -c '^\[0\] model: GPT-2' regroup.out)" = 1 ] || grs_fail "rank 0 started more than once"
 same regroup

@@ -6,8 +6,8 @@
 # names generation 1 with the spare in node 1's place, rank 0 makes a new communicator with the
 # spare's new rank, which takes rank 0's state, and the run goes on from the last completed
 # step. Every later loss and the final parameters and moments equal an undisturbed run's, bit
-# for bit. Under ZeRO-1 (a lost rank's optimizer shard lives nowhere else) the same loss
-# restarts every rank instead, and says so.
+# for bit. Under ZeRO-1 (a lost rank's optimizer shard lives only in the checkpoints) the
+# regroup goes back to rank 0's memory checkpoint, again bit for bit.
 # timeout: 400
 set -euo pipefail
 # shellcheck source=train_cuda_common.sh
@@ -68,7 +68,7 @@ grep -q "node 1 lost: the ranks of the other nodes regroup in process with the s
 [ "$(grep -c '^\[0\] run: ' "$work/hit.out")" = 1 ] ||
     fail "rank 0 started more than once: $(grep '^\[0\] run: ' "$work/hit.out")"
 lost=$(sed -n 's/^\[0\] a peer was lost after step \([0-9]*\): .*/\1/p' "$work/hit.out")
-from=$(sed -n 's/^\[0\] regrouped in process as generation 1: going on from step \([0-9]*\)$/\1/p' "$work/hit.out")
+from=$(sed -n 's/^\[0\] regrouped in process as generation 1: going on from step \([0-9]*\) (the live state of rank 0)$/\1/p' "$work/hit.out")
 if [ -z "$lost" ] || [ -z "$from" ]; then
     fail "rank 0 did not say it regrouped: $(grep -m3 '^\[0\] \(a peer\|regroup\)' "$work/hit.out")"
 fi
@@ -85,10 +85,30 @@ cmp -s <(state_of "ref/$final") <(state_of "hit/$final") ||
     fail "the step-$steps checkpoints' parameters and moments differ"
 ok "node 1 lost past step $at: rank 0 kept its process, a new NCCL communicator with the spare from step $from; bit for bit the undisturbed run"
 
-# ZeRO-1: every rank restarts (from the memory checkpoint or the start).
+# ZeRO-1: a lost rank's optimizer shard lives only in the checkpoints, so the regroup goes back
+# to rank 0's memory checkpoint (every 10 steps here), still without a new process.
+run --local -N 2 --gpus-per-node 1 -- "$cuda_bin" "${args[@]}" train.zero=1 train.out_dir=ref-zero
+expect_rc 0 "the undisturbed run, zero 1"
+# Killed between two memory checkpoints: the steps after the last one are done again.
+at=$((at + 5))
 hit zero train.zero=1 train.mem_ckpt_every=10
-grep -q "node 1 lost: the ranks of the other nodes regroup in process" "$work/zero.err" &&
-    fail "zero 1: the leader regrouped in process"
-[ "$(grep -c '^\[0\] run: ' "$work/zero.out")" = 2 ] ||
-    fail "zero 1: rank 0 did not start twice: $(grep '^\[0\] run: ' "$work/zero.out")"
-ok "ZeRO-1: node 1 lost, every rank restarted"
+grep -q "node 1 lost: the ranks of the other nodes regroup in process with the spare's, as generation 1" \
+    "$work/zero.err" || fail "zero 1: the leader did not regroup in process: $(grep -m3 'lost\|regroup\|restart' "$work/zero.err")"
+[ "$(grep -c '^\[0\] run: ' "$work/zero.out")" = 1 ] ||
+    fail "zero 1: rank 0 started more than once: $(grep '^\[0\] run: ' "$work/zero.out")"
+lost=$(sed -n 's/^\[0\] a peer was lost after step \([0-9]*\): .*/\1/p' "$work/zero.out")
+from=$(sed -n 's/^\[0\] regrouped in process as generation 1: going on from step \([0-9]*\) (the memory checkpoint of step \1)$/\1/p' \
+    "$work/zero.out")
+[ -n "$lost" ] || fail "zero 1: rank 0 did not say it lost its peer"
+[ -n "$from" ] ||
+    fail "zero 1: rank 0 did not say it regrouped from its memory checkpoint: $(grep -m3 '^\[0\] \(a peer\|regroup\)' "$work/zero.out")"
+if [ $((from % 10)) != 0 ] || [ "$from" -gt "$lost" ] || [ $((lost - from)) -gt 10 ]; then
+    fail "zero 1: went on from step $from, lost after step $lost (memory checkpoints every 10)"
+fi
+diff <(losses ref-zero/metrics.jsonl) <(losses zero/metrics.jsonl) >"$work/diff" || {
+    head -n 20 "$work/diff"
+    fail "zero 1: the losses differ from the undisturbed run's"
+}
+cmp -s <(state_of "ref-zero/$final") <(state_of "zero/$final") ||
+    fail "zero 1: the step-$steps checkpoints' parameters and moments differ"
+ok "ZeRO-1: node 1 lost after step $lost: rank 0 kept its process, back to its memory checkpoint of step $from; bit for bit the undisturbed run"

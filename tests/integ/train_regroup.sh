@@ -57,7 +57,7 @@ grep -q "node 1 lost: the ranks of the other nodes regroup in process with the s
 [ "$(grep -c '^\[0\] model: GPT-2' "$work/out")" = 1 ] ||
     fail "rank 0 started more than once: $(grep '^\[0\] model: GPT-2' "$work/out")"
 lost_after=$(sed -n 's/^\[0\] a peer was lost after step \([0-9]*\): .*/\1/p' "$work/out")
-from=$(sed -n 's/^\[0\] regrouped in process as generation 1: going on from step \([0-9]*\)$/\1/p' "$work/out")
+from=$(sed -n 's/^\[0\] regrouped in process as generation 1: going on from step \([0-9]*\) (the live state of rank 0)$/\1/p' "$work/out")
 if [ -z "$lost_after" ] || [ -z "$from" ]; then
     fail "rank 0 did not say it regrouped: $(grep -m3 '^\[0\] \(a peer\|regroup\)' "$work/out")"
 fi
