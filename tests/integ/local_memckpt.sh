@@ -6,7 +6,9 @@
 # said and the older copy stays. A node lost after its rank's copy reached the node holding
 # its copies: the spare in its place fetches the copy from there. The log and gpurun status
 # say where each rank's state came from; the node's directory of /dev/shm is gone after the
-# job. Both copies of a rank's state lost (its node and its holder): it has none.
+# job. Both copies of a rank's state lost (its node and its holder): it has none. A transfer cut
+# halfway leaves the older copy; a flood of saves leaves the newest on the holder while the
+# job's store answers.
 # Uses Debian's python3-torch (/usr/bin/python3, or $TORCH_PYTHON); skips without it.
 # timeout: 120
 set -euo pipefail
@@ -81,4 +83,28 @@ expect_rc 0 "the job over the cap"
 grep -qF "refused: mem_save 'small': rank 0's memory checkpoint 'small' (2097159 bytes) does not fit --mem-ckpt-max 1048576 bytes beside the 0 kept; the older copy stays" "$work/out" ||
     fail "the save over the cap was not refused as it should be: $(grep refused "$work/out")"
 grep -qF "kept step 1, 100 bytes" "$work/out" || fail "the older copy did not stay: $(cat "$work/out")"
-echo "# restart: both ranks loaded their copies from memory; a spare fetched its node's from node 0; both copies lost: none; the cap refused 2 MiB of 1"
+
+# A transfer cut: node 1's daemon killed while rank 1's 256 MiB copy crosses to node 0, which
+# keeps the older copy whole; the spare's rank 1 loads that.
+run --local -N 2 --gpus-per-node 1 --spare-nodes 1 --kill-grace 1 --log-level info \
+    --job-dir "$work/cut" -- "$python" "$job" cut
+expect_rc 0 "the job whose transfer was cut"
+grep -q "node 0 refused rank 1's memory checkpoint 'state' from its peer: the transfer was cut at byte [0-9]* of 268435463" "$work/err" ||
+    fail "node 0 does not say the transfer was cut: $(grep 'refused\|cut' "$work/err")"
+grep -qF "[1] rank 1 generation 1: state step 1, 21 bytes, sha256 $(printf 'first state of rank 1' | sha256sum | cut -c1-16)" "$work/out" ||
+    fail "rank 1 did not load its older copy whole: $(grep '^\[1\]' "$work/out" | tail -n 3)"
+id=$(sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$work/cut/job.json" | head -n 1)
+ls /dev/shm/gpurun-"$id"-n*/*.in 2>/dev/null && fail "a cut transfer's part outlived the job"
+
+# A flood of saves: 300 of 1 MiB from rank 1 while rank 0 times the job's store; node 0 ends
+# with the newest copy (queued pushes coalesce) and the control plane stays responsive.
+run --local -N 2 --gpus-per-node 1 --job-dir "$work/flood" -- "$python" "$job" flood
+expect_rc 0 "the job of the flood"
+grep -q "^\[1\] node 0 holds rank 1's newest copy (step 300)" "$work/out" ||
+    fail "node 0 did not end with rank 1's newest copy: $(grep '^\[1\]' "$work/out")"
+slowest=$(sed -n 's/^\[0\] store round trips during the flood: [0-9]*, the slowest \([0-9]*\) ms$/\1/p' "$work/out")
+[ -n "$slowest" ] || fail "rank 0 timed no round trip: $(grep '^\[0\]' "$work/out")"
+# A bound for the wiring (a control plane that waited for the copies would take seconds).
+[ "$slowest" -lt 2000 ] || fail "a store round trip took $slowest ms during the flood"
+echo "# flood: $(sed -n 's/^\[1\] saved //p' "$work/out"); rank 0's store round trips: slowest $slowest ms"
+echo "# restart: both ranks loaded their copies from memory; a spare fetched its node's from node 0; both copies lost: none; the cap refused 2 MiB of 1; a cut transfer left the older copy"

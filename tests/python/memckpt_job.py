@@ -12,7 +12,15 @@ usage: memckpt_job.py MODE
   both     3 nodes of 1 rank and 2 spares: generation 0 saves (step 13); once rank 1's copy is
            on node 2 (its holder) and rank 2's on node 0, rank 1 kills node 2's daemon and
            then its own, so that both of rank 1's copies are gone; generation 1 loads what is
-           left: ranks 0 and 2 their copies, rank 1 none (a trainer's disk then serves)."""
+           left: ranks 0 and 2 their copies, rank 1 none (a trainer's disk then serves).
+  cut      2 nodes of 1 rank and a spare: generation 0 saves (step 1); once rank 1's copy is
+           on node 0, rank 1 saves 256 MiB (step 2) and kills its own node's daemon while that
+           copy crosses to node 0; generation 1, rank 1 on the spare, loads what node 0 kept:
+           the older copy whole, or the newer whole, never a part.
+  flood    2 nodes of 1 rank: rank 1 saves 300 copies of 1 MiB as fast as it can while rank 0
+           times round trips of the job's store (agent, leader, agent); then node 0 must hold
+           rank 1's newest copy, byte for byte."""
+import hashlib
 import os
 import signal
 import sys
@@ -144,5 +152,82 @@ def both():
                                                            got[1]), flush=True)
 
 
+def own_daemon():
+    """This rank's node's rendezvousd: the parent of the rank's shim."""
+    with open("/proc/%d/stat" % os.getppid()) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def cut():
+    r = gpurun.rank()
+    got = memckpt.load()
+    if gpurun.restart_count() == 0:
+        assert got is None, "generation 0 found a copy"
+        assert memckpt.save(b"first state of rank %d" % r, step=1)
+        gpurun.barrier("saved")
+        if r == 1:
+            base = os.environ["GPURUN_MEM_DIR"][:-1]
+            wait_for(base + "0/r1.state")
+            assert memckpt.save(bytes(range(256)) * (1 << 20), step=2)
+            # The 256 MiB copy on its way into node 0's store: cut it.
+            wait_for(base + "0/r1.state.in")
+            print("killing node 1's daemon during the transfer", flush=True)
+            os.kill(own_daemon(), signal.SIGKILL)
+        time.sleep(60)
+        return
+    step, data = got
+    print("rank %d generation %d: state step %d, %d bytes, sha256 %s"
+          % (r, gpurun.restart_count(), step, len(data), hashlib.sha256(data).hexdigest()[:16]),
+          flush=True)
+
+
+def flood():
+    r = gpurun.rank()
+    n = 300
+    if r == 1:
+        t0 = time.monotonic()
+        for i in range(1, n + 1):
+            memckpt.save(bytes([i % 256]) * (1 << 20), step=i)
+        print("saved %d copies of 1 MiB in %.0f ms" % (n, 1e3 * (time.monotonic() - t0)),
+              flush=True)
+        gpurun.set("flood/done", b"1")
+        base = os.environ["GPURUN_MEM_DIR"][:-1]
+        with open(base + "1/r1.state", "rb") as f:
+            mine = f.read()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 30:
+            try:
+                with open(base + "0/r1.state", "rb") as f:
+                    if f.read() == mine:
+                        break
+            except OSError:
+                pass
+            time.sleep(0.01)
+        else:
+            raise AssertionError("node 0 never held rank 1's newest copy")
+        print("node 0 holds rank 1's newest copy (step %d) %.0f ms after the last save"
+              % (n, 1e3 * (time.monotonic() - t0)), flush=True)
+    else:
+        worst, trips = 0.0, 0
+        while True:
+            t0 = time.monotonic()
+            gpurun.set("flood/ping", b"%d" % trips)
+            done = None
+            if trips % 10 == 0:
+                try:
+                    done = gpurun.get("flood/done", timeout=0)
+                except KeyError:
+                    pass
+            assert gpurun.get("flood/ping") == b"%d" % trips
+            worst = max(worst, time.monotonic() - t0)
+            trips += 1
+            if done is not None:
+                break
+        print("store round trips during the flood: %d, the slowest %.0f ms"
+              % (trips, 1e3 * worst), flush=True)
+    gpurun.barrier("end")
+
+
 if __name__ == "__main__":
-    {"restart": restart, "spare": spare, "cap": cap, "both": both}[sys.argv[1]]()
+    {"restart": restart, "spare": spare, "cap": cap, "both": both, "cut": cut,
+     "flood": flood}[sys.argv[1]]()
