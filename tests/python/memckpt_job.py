@@ -92,22 +92,10 @@ def cap():
     print("kept step %d, %d bytes" % (step, len(data)), flush=True)
 
 
-def daemon_of(node):
-    """The rendezvousd of node of this job (gpurun --local: one machine), or None."""
-    job = os.environ["GPURUN_JOB_DIR"]
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if (argv and argv[0].endswith(b"rendezvousd") and b"--node-rank" in argv
-                and argv[argv.index(b"--node-rank") + 1] == str(node).encode()
-                and job.encode() in argv):
-            return int(pid)
-    return None
+def own_daemon():
+    """This rank's node's rendezvousd: the parent of the rank's shim."""
+    with open("/proc/%d/stat" % os.getppid()) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def wait_for(path):
@@ -124,17 +112,16 @@ def both():
     if gpurun.restart_count() == 0:
         assert got is None, "generation 0 found a copy"
         assert memckpt.save(b"state of rank %d" % r, step=13)
+        # Each node's daemon, for rank 1 (the nodes are processes of one machine).
+        gpurun.set("daemon/%d" % r, b"%d" % own_daemon())
         gpurun.barrier("saved")
         if r == 1:
-            # gpurun --local's directories differ by their "-nN" only.
+            # The nodes' directories differ by their "-nN" only.
             base = os.environ["GPURUN_MEM_DIR"][:-1]
             wait_for(base + "2/r1.state")
             wait_for(base + "0/r2.state")
-            victim = daemon_of(2)
-            assert victim, "no daemon of node 2"
-            shim = os.getppid()
-            with open("/proc/%d/stat" % shim) as f:
-                own = int(f.read().rsplit(")", 1)[1].split()[1])
+            victim = int(gpurun.get("daemon/2"))
+            own = own_daemon()
             print("killing the daemons of nodes 2 and 1", flush=True)
             # Both stopped first: the leader's abort after node 2's loss must not reach node
             # 1's daemon, which would end this rank before it ends its daemon.
@@ -150,12 +137,6 @@ def both():
     else:
         print("rank %d generation %d: state step %d %r" % (r, gpurun.restart_count(), got[0],
                                                            got[1]), flush=True)
-
-
-def own_daemon():
-    """This rank's node's rendezvousd: the parent of the rank's shim."""
-    with open("/proc/%d/stat" % os.getppid()) as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def cut():
