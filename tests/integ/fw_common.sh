@@ -17,14 +17,9 @@ PIP_LIMIT=${PIP_LIMIT:-300}
 FW_JOB_LIMIT=${FW_JOB_LIMIT:-240}
 export PYTHONDONTWRITEBYTECODE=1 GLOO_SOCKET_IFNAME=lo
 
-# The sets, pinned, each in $deps/NAME (fw_install): pytorch-lightning 1.9.5 is the last 1.x
-# (torch >= 1.10); transformers 4.29.2 with the tokenizers it takes (a binary wheel, abi3)
-# and accelerate, which its Trainer needs. The rest is what their imports reach that Debian
-# lacks.
-FW_LIGHTNING=(pytorch-lightning==1.9.5 lightning-utilities==0.8.0 torchmetrics==0.11.4
-    fsspec==2023.1.0 tqdm==4.65.0 packaging==23.1)
-FW_HF=(transformers==4.29.2 tokenizers==0.13.3 huggingface-hub==0.14.1 accelerate==0.20.3
-    filelock==3.12.0 regex==2023.5.5 fsspec==2023.1.0 tqdm==4.65.0 packaging==23.1)
+# The sets, pinned (FW_LIGHTNING, FW_HF).
+# shellcheck source=fw_pins.sh
+. "$(dirname "${BASH_SOURCE[0]}")/fw_pins.sh"
 
 # fw_need_python: skips unless $python has Debian's torch and pip.
 fw_need_python() {
