@@ -140,10 +140,11 @@
 #define PROTO_STACK_MAX      (32 * 1024)
 /* The link probe before a join: rounds of frames of a pad each, the leader timing frames
  * 1..N-1 of each round and keeping the best round (a pause of either side's process is
- * passing, a slow link is not). 1.5 MiB in all: a few ms on a datacentre link, 0.25 s at
- * 50 Mbit/s. */
+ * passing, a slow link is not). 576 KiB in all: a few ms on a datacentre link (it is on the
+ * way of every job's start), 100 ms at 50 Mbit/s; a round's 128 KiB take over 100 ms, longer
+ * than a pause (LINK_SLOW_MIN_MS), on a link of 10 Mbit/s. */
 #define PROTO_PROBE_ROUNDS   3
-#define PROTO_PROBE_FRAMES   8
+#define PROTO_PROBE_FRAMES   3
 #define PROTO_PROBE_PAD      (64 * 1024)
 
 enum msg_type {
