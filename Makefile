@@ -35,7 +35,7 @@ endif
 # --- sources -------------------------------------------------------------------------------
 LIB_SRC    := $(wildcard lib/*.c)
 GR_SRC     := lib/rank/gr.c lib/rank/gr_pmix.c lib/frame.c lib/proto.c lib/log.c lib/auth.c \
-              lib/fsutil.c lib/errmsg.c lib/monotime.c lib/utf8.c
+              lib/fsutil.c lib/errmsg.c lib/monotime.c lib/utf8.c lib/jtext.c
 DAEMON_SRC := $(wildcard daemon/*.c)
 CLIENT_SRC := $(wildcard client/*.c)
 TEST_SRC   := $(wildcard tests/test_*.c)

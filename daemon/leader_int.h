@@ -268,6 +268,13 @@ static inline int node_of(const struct leader *l, int r)
 
 /* --- leader_view.c ------------------------------------------------------------------------ */
 
+struct jtext;
+/* Rank r as gpurun status (detail false) and summary.json (true) show it, and summary.json's
+ * line of it as text: the same members in the same order as the view's compact dump
+ * (test_summary.c holds the two to the same text). */
+json_t *leader_rank_view(const struct leader *l, int r, bool detail);
+void leader_rank_line(const struct leader *l, int r, struct jtext *t);
+
 /* Rank 0's loss at a step it had not reported before, for the view's loss_history. */
 void leader_history_add(struct leader *l, int64_t step, double loss);
 /* How each earlier segment of a requeued job ended, from its summary (an array). */

@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "jtext.h"
 #include "fsutil.h"
 #include "leader_int.h"
 #include "log.h"
@@ -120,7 +121,7 @@ json_t *leader_classed(json_t *failure, int cls)
     return failure;
 }
 
-static json_t *rank_view(const struct leader *l, int r, bool detail)
+json_t *leader_rank_view(const struct leader *l, int r, bool detail)
 {
     const struct rank *k = &l->ranks[r];
     json_t *v;
@@ -169,6 +170,69 @@ static json_t *rank_view(const struct leader *l, int r, bool detail)
     if (v && detail && k->error)
         json_object_set(v, "error", k->error);
     return v;
+}
+
+/* Written as text (lib/jtext.h) rather than built as a tree and dumped: at a large job's end
+ * the lines of 100,000 ranks were most of the leader's work after the barrier. */
+void leader_rank_line(const struct leader *l, int r, struct jtext *t)
+{
+    const struct rank *k = &l->ranks[r];
+    int64_t now = now_ms(l);
+
+    jtext_raw(t, "{", 1);
+    jtext_key(t, "rank", true);
+    jtext_int(t, r);
+    jtext_key(t, "node", false);
+    jtext_int(t, node_of(l, r));
+    jtext_key(t, "phase", false);
+    jtext_str(t, phase_names[k->phase], strlen(phase_names[k->phase]));
+    jtext_key(t, "report_age_ms", false);
+    jtext_int(t, k->report_ms ? now - k->report_ms : -1);
+    jtext_key(t, "code", false);
+    jtext_int(t, k->code);
+    jtext_key(t, "signal", false);
+    jtext_int(t, k->signal);
+    jtext_key(t, "oom", false);
+    jtext_bool(t, k->oom);
+    jtext_key(t, "killed", false);
+    jtext_bool(t, k->killed);
+    jtext_key(t, "reported", false);
+    jtext_bool(t, k->report_ms != 0);
+    proto_progress_text(t, &k->prog);
+    jtext_key(t, "output_age_ms", false);
+    jtext_int(t, k->output_ms ? now - k->output_ms : -1);
+    if (k->last_line[0]) {
+        jtext_key(t, "last_line", false);
+        jtext_str(t, k->last_line, strlen(k->last_line));
+    }
+    if (k->step_avg_steps > 0) {
+        jtext_key(t, "step_seconds", false);
+        jtext_real(t, k->step_avg);
+    }
+    if (k->slower > 0) {
+        jtext_key(t, "slower", false);
+        jtext_real(t, k->slower);
+    }
+    if (k->loaded_from[0]) {
+        jtext_key(t, "state_from", false);
+        jtext_str(t, k->loaded_from, strlen(k->loaded_from));
+        jtext_key(t, "state_step", false);
+        jtext_int(t, k->loaded_step);
+    }
+    if (k->report_ms > k->first_ms && k->prog.step > k->first_step) {
+        jtext_key(t, "steps_per_s", false);
+        jtext_real(t, (double)(k->prog.step - k->first_step) * 1000 /
+                          (double)(k->report_ms - k->first_ms));
+    }
+    if (k->stack) {
+        jtext_key(t, "stack", false);
+        jtext_json(t, k->stack);
+    }
+    if (k->error) {
+        jtext_key(t, "error", false);
+        jtext_json(t, k->error);
+    }
+    jtext_raw(t, "}", 1);
 }
 
 /* The stragglers (check_stragglers) for status and summary.json: the slowest first, at most
@@ -235,7 +299,7 @@ json_t *leader_job_view(struct leader *l, bool for_summary, bool detail)
 
     nodes_view(l, nodes, t);
     for (int r = 0; r < l->world_size && !detail; r++)
-        json_array_append_new(ranks, rank_view(l, r, detail));
+        json_array_append_new(ranks, leader_rank_view(l, r, detail));
     job = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o}", "job_id", l->spec->job_id, "state",
                     state_names[l->state], "world_size", l->world_size, "nnodes", l->spec->nnodes,
                     "nodes", nodes, "ranks", ranks);
@@ -288,86 +352,37 @@ json_t *leader_job_view(struct leader *l, bool for_summary, bool detail)
     return job;
 }
 
-/* Appends what json_dumpb() makes of v (stolen) to the text of *buf; false when out of
- * memory (then *buf is still the caller's to free). One dump where it fits the room left (a
- * rank's view mostly does: the summary of 100,000 ranks is 23% of the leader's CPU in a
- * rendezvous), a second after growing the buffer where it did not. */
-static bool text_append_json(char **buf, size_t *len, size_t *cap, const char *sep, json_t *v)
-{
-    size_t slen = strlen(sep), room = *cap > *len + slen + 16 ? *cap - *len - slen - 16 : 0, n;
-
-    if (!v)
-        return false;
-    n = json_dumpb(v, room ? *buf + *len + slen : NULL, room, JSON_COMPACT);
-    if (!n) {
-        json_decref(v);
-        return false;
-    }
-    if (n <= room) {
-        memcpy(*buf + *len, sep, slen);
-        *len += slen + n;
-        json_decref(v);
-        return true;
-    }
-    if (*len + slen + n + 16 > *cap) {
-        size_t c = *cap ? *cap : 1 << 16;
-        while (c < *len + slen + n + 16)
-            c *= 2;
-        char *b = realloc(*buf, c);
-        if (!b) {
-            json_decref(v);
-            return false;
-        }
-        *buf = b;
-        *cap = c;
-    }
-    memcpy(*buf + *len, sep, slen);
-    *len += slen;
-    *len += json_dumpb(v, *buf + *len, n, JSON_COMPACT);
-    json_decref(v);
-    return true;
-}
-
 /* summary.json's text: the job as leader_job_view() shows it, then its ranks, one line each. */
 char *leader_summary_text(struct leader *l, size_t *n)
 {
+    struct jtext t;
     json_t *job;
-    char *head, *text = NULL, *end;
-    size_t len = 0, cap = 0;
-    bool ok;
+    char *head, *end;
 
     job = leader_job_view(l, true, true);
     json_object_del(job, "ranks");
     head = job ? json_dumps(job, JSON_INDENT(2)) : NULL;
     json_decref(job);
     end = head ? strrchr(head, '}') : NULL;
-    ok = end != NULL;
-    if (ok) {
-        cap = (size_t)(end - head) + 64;
-        text = malloc(cap);
-        ok = text != NULL;
-    }
-    if (ok) {
-        len = (size_t)(end - head);
-        memcpy(text, head, len);
-        while (len && (text[len - 1] == '\n' || text[len - 1] == ' '))
-            len--;
-        len += (size_t)snprintf(text + len, cap - len, ",\n  \"ranks\": [");
-    }
-    for (int r = 0; ok && r < l->world_size; r++)
-        ok = text_append_json(&text, &len, &cap, r ? ",\n    " : "\n    ", rank_view(l, r, true));
-    if (ok && len + 16 > cap) {
-        char *b = realloc(text, len + 16);
-        ok = b != NULL;
-        text = ok ? b : text;
-    }
-    if (ok)
-        len += (size_t)snprintf(text + len, 16, "%s]\n}\n", l->world_size ? "\n  " : "");
-    free(head);
-    if (!ok) {
-        free(text);
+    if (!end) {
+        free(head);
         return NULL;
     }
-    *n = len;
-    return text;
+    jtext_init(&t);
+    jtext_raw(&t, head, (size_t)(end - head));
+    free(head);
+    while (t.len && (t.p[t.len - 1] == '\n' || t.p[t.len - 1] == ' '))
+        t.len--;
+    jtext_lit(&t, ",\n  \"ranks\": [");
+    for (int r = 0; t.ok && r < l->world_size; r++) {
+        jtext_lit(&t, r ? ",\n    " : "\n    ");
+        leader_rank_line(l, r, &t);
+    }
+    jtext_lit(&t, l->world_size ? "\n  ]\n}\n" : "]\n}\n");
+    if (!t.ok) {
+        jtext_release(&t);
+        return NULL;
+    }
+    *n = t.len;
+    return t.p;
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "errmsg.h"
+#include "jtext.h"
 #include "proto.h"
 #include "banned.h"
 
@@ -657,6 +658,22 @@ int proto_progress_pack(json_t *o, const struct proto_progress *p)
             return -ENOMEM;
     }
     return 0;
+}
+
+void proto_progress_text(struct jtext *t, const struct proto_progress *p)
+{
+    for (size_t i = 0; i < N_PROGRESS_FIELDS; i++) {
+        const struct field *f = &progress_fields[i];
+        const void *x = (const char *)p + f->off;
+
+        if (f->kind == 'F' && !isfinite(*(const double *)x))
+            continue;
+        jtext_key(t, f->key, false);
+        if (f->kind == 'F')
+            jtext_real(t, *(const double *)x);
+        else
+            jtext_int(t, (long long)*(const json_int_t *)x);
+    }
 }
 
 int proto_progress_unpack(const json_t *o, bool required_step, struct proto_progress *p,

@@ -341,6 +341,10 @@ void proto_progress_init(struct proto_progress *p);
 /* Sets p's fields in object o: step and total_steps, and each number that is known. Returns
  * 0, or -ENOMEM (o may then hold some of them). */
 int proto_progress_pack(json_t *o, const struct proto_progress *p);
+/* The same members as text: ,"key":value for each, as proto_progress_pack's dump writes them
+ * (lib/jtext.h). */
+struct jtext;
+void proto_progress_text(struct jtext *t, const struct proto_progress *p);
 
 /* Reads p's fields from object o (a progress entry, a status view's rank): each one present
  * must have its type (an integer for step and total_steps, not negative; a number for the
