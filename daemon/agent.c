@@ -1446,7 +1446,8 @@ static void on_leader_message(struct peer *p, struct msg *m)
 }
 
 /* The link throughput test of the pre-flight checks: PROTO_PROBE_ROUNDS rounds of
- * PROTO_PROBE_FRAMES frames of a pad, which the leader times as they arrive. */
+ * PROTO_PROBE_FRAMES frames, an empty one to start each and then a pad each, which the leader
+ * times as they arrive. */
 static void send_probe(struct agent *a)
 {
     char *pad = malloc(PROTO_PROBE_PAD + 1);
@@ -1458,7 +1459,8 @@ static void send_probe(struct agent *a)
     memset(pad, 'p', PROTO_PROBE_PAD);
     pad[PROTO_PROBE_PAD] = '\0';
     for (int i = 0; i < PROTO_PROBE_ROUNDS * PROTO_PROBE_FRAMES; i++)
-        send_leader(a, proto_pack("{s:s, s:i, s:s}", "type", "probe", "seq", i, "pad", pad));
+        send_leader(a, proto_pack("{s:s, s:i, s:s}", "type", "probe", "seq", i, "pad",
+                                  i % PROTO_PROBE_FRAMES ? pad : ""));
     free(pad);
 }
 

@@ -87,8 +87,9 @@
  *                                 "unsupported")
  * probe         agent->leader     seq, pad: before its join, an agent on another host than the
  *                                 leader's sends PROTO_PROBE_ROUNDS rounds of
- *                                 PROTO_PROBE_FRAMES of these (seq 0, 1, ...; pad a string of
- *                                 PROTO_PROBE_PAD bytes), so that the leader times its link
+ *                                 PROTO_PROBE_FRAMES of these (seq 0, 1, ...; pad empty in
+ *                                 a round's first, else a string of PROTO_PROBE_PAD
+ *                                 bytes), so that the leader times its link
  *                                 (pre-flight: the link throughput test); no reply
  * mem_save      rank->agent       id, name, step: keep the file the rank wrote as its next
  *                                 memory checkpoint of name (proto_mem_path's ".tmp") as
@@ -138,14 +139,15 @@
 #define PROTO_LINE_MAX       256
 /* A captured stack: every thread of a Python rank, or a native backtrace, trimmed at its end. */
 #define PROTO_STACK_MAX      (32 * 1024)
-/* The link probe before a join: rounds of frames of a pad each, the leader timing frames
- * 1..N-1 of each round and keeping the best round (a pause of either side's process is
- * passing, a slow link is not). 576 KiB in all: a few ms on a datacentre link (it is on the
- * way of every job's start), 100 ms at 50 Mbit/s; a round's 128 KiB take over 100 ms, longer
- * than a pause (LINK_SLOW_MIN_MS), on a link of 10 Mbit/s. */
+/* The link probe before a join: rounds of frames, the first of each empty (the round's
+ * start), the others of a pad each; the leader times frames 1..N-1 of each round and keeps
+ * the best round (a pause of either side's process is passing, a slow link is not). 288 KiB
+ * in all: a few ms on a datacentre link (it is on the way of every job's start), 50 ms at
+ * 50 Mbit/s; a round's 96 KiB take about 80 ms, longer than a pause (LINK_SLOW_MIN_MS), on a
+ * link of 10 Mbit/s. */
 #define PROTO_PROBE_ROUNDS   3
-#define PROTO_PROBE_FRAMES   3
-#define PROTO_PROBE_PAD      (64 * 1024)
+#define PROTO_PROBE_FRAMES   2
+#define PROTO_PROBE_PAD      (96 * 1024)
 
 enum msg_type {
     MSG_HELLO,
