@@ -393,7 +393,7 @@ test: deps
 # The harness writes its own seed corpus (FUZZ_FRAME_WRITE_SEEDS): valid frames of every
 # message type, plain and sealed, so that the fuzzer starts past the checks it must probe.
 FUZZ := $(BUILD)/fuzz/fuzz_frame
-FUZZ_SRC := tests/fuzz_frame.c lib/frame.c lib/proto.c lib/auth.c lib/fsutil.c lib/errmsg.c
+FUZZ_SRC := tests/fuzz_frame.c lib/frame.c lib/proto.c lib/jtext.c lib/auth.c lib/fsutil.c lib/errmsg.c
 FUZZ_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 fuzz-build: $(FUZZ)

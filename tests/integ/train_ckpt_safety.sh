@@ -16,15 +16,6 @@ expect_rc 0 "10 steps with ckpt_every=5"
 c5=ckpt_00000005.bin
 c10=ckpt_00000010.bin
 
-# The parameters and both moments of a checkpoint (see train_resume.sh).
-state_of() {
-    local n size
-    n=$(od -An -t u8 -j 56 -N 8 "$1" | tr -d ' ')
-    size=$(stat -c %s "$1")
-    dd if="$1" iflag=skip_bytes,count_bytes skip=$((size - 12 * n - 32)) count=$((12 * n)) \
-        status=none
-}
-
 # expect_stop DIR LINE: a resume in DIR exits 1 with LINE as its stderr and changes nothing.
 expect_stop() {
     local before

@@ -123,13 +123,3 @@ same_losses() {
     }
     ok "$3: bit-identical"
 }
-
-# state_of CKPT: the parameters and both moments of a checkpoint, the 3 x nparams floats
-# before the 32-byte checksum (nparams: the header's uint64 at byte 56).
-state_of() {
-    local n size
-    n=$(od -An -t u8 -j 56 -N 8 "$1" | tr -d ' ')
-    size=$(stat -c %s "$1")
-    dd if="$1" iflag=skip_bytes,count_bytes skip=$((size - 12 * n - 32)) count=$((12 * n)) \
-        status=none
-}

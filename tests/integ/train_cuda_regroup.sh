@@ -24,15 +24,6 @@ fi
 args=("$cfg" "train.steps=$steps" train.eval_every=0 data.val= train.ckpt_every=0 train.log_every=1
     train.dtype=fp32 train.device=cuda)
 
-# The parameters and both moments of a checkpoint (see train_resume.sh).
-state_of() {
-    local n size
-    n=$(od -An -t u8 -j 56 -N 8 "$1" | tr -d ' ')
-    size=$(stat -c %s "$1")
-    dd if="$1" iflag=skip_bytes,count_bytes skip=$((size - 12 * n - 32)) count=$((12 * n)) \
-        status=none
-}
-
 # hit NAME ARGS...: the run with node 1's daemon SIGKILLed past step $at, in $work/NAME.{out,err}.
 hit() {
     local name=$1 pid victim

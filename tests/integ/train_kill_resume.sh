@@ -20,15 +20,6 @@ kills=15
 steps=300
 args=(small.cfg "train.steps=$steps" train.ckpt_every=1 train.eval_every=0)
 
-# The parameters and both moments of a checkpoint (see train_resume.sh).
-state_of() {
-    local n size
-    n=$(od -An -t u8 -j 56 -N 8 "$1" | tr -d ' ')
-    size=$(stat -c %s "$1")
-    dd if="$1" iflag=skip_bytes,count_bytes skip=$((size - 12 * n - 32)) count=$((12 * n)) \
-        status=none
-}
-
 # check_complete DIR: every final-named checkpoint's trailer is the SHA-256 of the rest.
 check_complete() {
     local f size want got

@@ -13,15 +13,6 @@ cd "$work"
 steps=3000
 args=(small.cfg "train.steps=$steps" train.eval_every=0 train.ckpt_every=0 train.mem_ckpt_every=5)
 
-# The parameters and both moments of a checkpoint (see train_resume.sh).
-state_of() {
-    local n size
-    n=$(od -An -t u8 -j 56 -N 8 "$1" | tr -d ' ')
-    size=$(stat -c %s "$1")
-    dd if="$1" iflag=skip_bytes,count_bytes skip=$((size - 12 * n - 32)) count=$((12 * n)) \
-        status=none
-}
-
 run --local -N 2 --gpus-per-node 1 -- "$train_bin" "${args[@]}" train.out_dir=ref
 expect_rc 0 "the undisturbed run"
 grep -q "^\[0\] memory checkpoint of step 5 (.* MB in .* ms), every 5 steps$" "$work/out" ||

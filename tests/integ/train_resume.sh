@@ -34,15 +34,6 @@ diff <(losses "$work/a/metrics.jsonl") <(losses "$work/b/metrics.jsonl") >"$work
     cat "$work/diff"
     fail "the resumed run's losses differ from the uninterrupted run's"
 }
-# The parameters and both moments: the 3 x nparams floats before the 32-byte checksum
-# (nparams: the header's uint64 at byte 56).
-state_of() {
-    local n size
-    n=$(od -An -t u8 -j 56 -N 8 "$1" | tr -d ' ')
-    size=$(stat -c %s "$1")
-    dd if="$1" iflag=skip_bytes,count_bytes skip=$((size - 12 * n - 32)) count=$((12 * n)) \
-        status=none
-}
 cmp -s <(state_of "$work/a/ckpt_00000010.bin") <(state_of "$work/b/ckpt_00000010.bin") ||
     fail "the step-10 checkpoints' parameters and moments differ"
 echo "# one rank: steps 6..10 after a resume are bit-identical"
