@@ -52,6 +52,13 @@ and would die of it); a child forked from the rank inherits the handler, which d
 there. With the job's own --signal, Slurm's rule applies instead: every process of every
 rank gets it.
 
+Regrouping in process: regroup_enable() says this rank can go on after a peer's loss;
+where every rank of the other nodes said so and a spare covers a lost node, the job's next
+generation keeps their processes. regroup(timeout=300), called once the rank's collectives
+failed, waits for that generation and returns it (gpurun.Aborted where the job is torn down
+instead); generation() is the current one. gpurun.inprocess does it all for a
+torch.distributed script (its own docstring).
+
 finalize() tells the agent this rank is done with the library; an atexit hook does it for a
 process that talked to the agent. Later requests raise Error, reports are dropped.
 
@@ -66,7 +73,9 @@ local_world_size() 1 (torchrun's RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE and
 LOCAL_WORLD_SIZE where they are set), restart_count() 0 (TORCHELASTIC_RESTART_COUNT where
 set), job_id() None, in_job() False; report(), set(), delete(), barrier() and finalize() do
 nothing and return None, get() returns None, on_preempt() installs nothing and returns None,
-preempt_requested() is False. Argument checks (TypeError, ValueError) apply everywhere.
+preempt_requested() is False, regroup_enable() does nothing, generation() is
+restart_count() and regroup() raises Error. Argument checks (TypeError, ValueError) apply
+everywhere.
 """
 
 import atexit
