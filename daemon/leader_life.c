@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "cancel.h"
 #include "fsutil.h"
 #include "leader_int.h"
 #include "log.h"
@@ -77,6 +78,26 @@ void leader_fail(struct leader *l, int status, const char *outcome, bool restart
         failure = json_pack("{s:s, s:i, s:i}", "cause", "failure (no memory for its record)",
                             "rank", -1, "node", -1);
     cause = json_string_value(json_object_get(failure, "cause"));
+    /* A cancel right after a rank's death by the cancel's own signal (cancel.h): the
+     * scheduler's signal reached the rank first, and the job was cancelled, not failed. */
+    if (l->first_failure && l->state != JOB_FINISHED && !strcmp(outcome, "cancelled") &&
+        strcmp(l->outcome, "cancelled") &&
+        cancel_explains((int)json_integer_value(json_object_get(l->first_failure, "signal")),
+                        l->t_abort, now_ms(l))) {
+        log_warn("job cancelled: %s (before it, %s: the cancel's signal)",
+                 cause && !strncmp(cause, "cancelled: ", 11) ? cause + 11
+                 : cause                                     ? cause
+                                                             : "?",
+                 json_string_value(json_object_get(l->first_failure, "cause")));
+        json_decref(l->first_failure);
+        l->first_failure = failure;
+        l->status = status;
+        l->outcome = outcome;
+        l->restartable = false;
+        l->failure_pending = false;
+        l->failure_class = -1;
+        return;
+    }
     if (l->first_failure || l->state == JOB_FINISHED) {
         log_info("after the first failure: %s", cause ? cause : "?");
         json_decref(failure);

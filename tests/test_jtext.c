@@ -46,10 +46,11 @@ TEST(jtext_strings_as_jansson_writes_them)
         memcpy(s + 3, "cd", 2);
         check_str(s, 5);
     }
-    check_str("", 0);
-    check_str("step 10/100 loss 2.5\r", 21);
-    check_str("\xe2\x94\x80\xf0\x9f\x98\x80 \"quoted\" \\ tab\tend", 31);
-    check_str("/path/with/slashes", 18);
+    static const char *const texts[] = {"", "step 10/100 loss 2.5\r",
+                                        "\xe2\x94\x80\xf0\x9f\x98\x80 \"quoted\" \\ tab\tend",
+                                        "/path/with/slashes"};
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+        check_str(texts[i], strlen(texts[i]));
 }
 
 TEST(jtext_numbers_as_jansson_writes_them)
