@@ -19,7 +19,7 @@ rank=$(cd "$here/../.." && pwd)/tests/ranks/preempt_rank.py
 wait_lines() {
     local i
     for ((i = 0; i < 300; i++)); do
-        [ "$(grep -cE "$2" "$1" || true)" -ge "$3" ] && return 0
+        [ "$(grep -csE "$2" "$1" || true)" -ge "$3" ] 2>/dev/null && return 0
         sleep 0.2
     done
     grs_fail "$1 has not $3 lines of '$2' after 60 s: $(tail -n 20 "$1")
