@@ -80,4 +80,18 @@ diff <(losses "$work/calm-2x1.out" | awk -v f="$from" '$1 > f') \
 }
 [ "$(losses "$work/hit.out" | awk -v f="$from" '$1 > f' | wc -l)" = $((steps - from)) ] ||
     fail "rank 0 did not print a loss for each step after $from"
+# The script's own error (rank 1 raises "CUDA out of memory" after step 50) is no peer's loss:
+# gpurun.inprocess raises it at once, the job fails with it instead of waiting for a
+# generation that never comes (regroup_timeout, 120 s).
+t1=$(date +%s%N)
+fw_run own 2x1 --spare-nodes 1 --max-restarts 1 --kill-grace 1 -- "$python" "$job" "$steps" -1 50
+own_ms=$((($(date +%s%N) - t1) / 1000000))
+[ "$rc" != 0 ] || fail "the run whose rank raised its own error exited 0"
+grep -q "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (a test's)" "$work/own-2x1.err" ||
+    fail "the rank's own error is not in the job's output"
+# (Rank 0 sees its peer gone and waits for a generation, until the teardown answers.)
+grep -q "^\[1\] gpurun: rank 1: a collective failed" "$work/own-2x1.err" &&
+    fail "gpurun.inprocess took the script's own error for a peer's loss"
+[ "$own_ms" -lt 60000 ] || fail "the job took $own_ms ms to fail on the rank's own error"
+echo "# the script's own error: raised at once, the job failed in $own_ms ms"
 echo "ok - torch DDP regrouped in process at step $from of $steps: parameters, moments and losses bit for bit the undisturbed run's (the kill to rank 0 training again: $again ms)"

@@ -2,7 +2,8 @@
 # The gpurun Python module's unit tests (tests/python, unittest) against a fake agent: the
 # wire, the agent's errors, report()'s checks and its never blocking, threads, fork, the
 # pre-timeout signal, finalize, the no-op outside a job; and the Lightning and Hugging Face
-# callbacks against stand-ins for the frameworks' classes. Run by Debian's /usr/bin/python3
+# callbacks against stand-ins for the frameworks' classes; gpurun.inprocess's error classes
+# where torch is there. Run by Debian's /usr/bin/python3
 # (or $GPURUN_PYTHON), and again by a python3.8 where one runs: the oldest Python the package
 # supports.
 # timeout: 120
@@ -17,11 +18,15 @@ python=${GPURUN_PYTHON:-/usr/bin/python3}
 # run PYTHON: the whole suite under PYTHON, on the sources as they are, with
 # no bytecode left behind in the tree.
 run() {
-    local py=$1 rc=0 t0
+    local py=$1 rc=0 t0 mods=(test_gpurun test_callbacks)
     t0=$(date +%s%N)
+    # gpurun.inprocess's own tests where this Python has torch.
+    if "$py" -c 'import torch' >/dev/null 2>&1; then
+        mods+=(test_inprocess)
+    fi
     (cd "$root/tests/python" &&
         PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$root/lib/rank/python" \
-            "$py" -m unittest -v test_gpurun test_callbacks) >"$work/out" 2>&1 || rc=$?
+            "$py" -m unittest -v "${mods[@]}") >"$work/out" 2>&1 || rc=$?
     if [ "$rc" != 0 ]; then
         show_lines=120
         fail "the unit tests under $py exited with $rc"

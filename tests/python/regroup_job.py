@@ -1,6 +1,6 @@
 """A torch DDP job (gloo, CPU) under gpurun.inprocess.run, for tests/integ/fw_torch_regroup.sh.
 
-    regroup_job.py STEPS [KILL_AT]
+    regroup_job.py STEPS [KILL_AT [RAISE_AT]]
 
 Each rank trains a small MLP on data of its own that depends only on the step and the rank;
 rank 0 prints "loss STEP VALUE" once a step's update is made, and every rank prints at each
@@ -8,7 +8,9 @@ call of the training function "start generation G step S call C pid P" and at th
 "regroup_job rank R steps S params DIGEST" (SHA-256 of the parameters and Adam's moments,
 as raw float32). The test kills a node while it runs and compares with an undisturbed run;
 with KILL_AT, rank 1 of generation 0 kills its own node's rendezvousd (the parent of its shim)
-once step KILL_AT is done.
+once step KILL_AT is done (-1: never); with RAISE_AT, rank 1 raises an error of its own (a
+RuntimeError saying CUDA is out of memory) after step RAISE_AT, which gpurun.inprocess must not
+take for a peer's loss.
 """
 
 import hashlib
@@ -25,6 +27,7 @@ import gpurun.inprocess as inprocess
 
 steps = int(sys.argv[1])
 kill_at = int(sys.argv[2]) if len(sys.argv) > 2 else -1
+raise_at = int(sys.argv[3]) if len(sys.argv) > 3 else -1
 torch.manual_seed(0)
 torch.set_num_threads(1)
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
@@ -69,6 +72,8 @@ def train(generation):
         if rank == 0:
             print("loss %d %s" % (pos["step"], loss.item().hex()), flush=True)
         gpurun.report(pos["step"], loss=loss.item(), total_steps=steps)
+        if rank == 1 and pos["step"] == raise_at:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB (a test's)")
         if rank == 1 and generation == 0 and pos["step"] == kill_at:
             with open("/proc/%d/stat" % os.getppid()) as f:
                 daemon = int(f.read().rsplit(")", 1)[1].split()[1])

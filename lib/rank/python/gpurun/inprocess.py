@@ -23,15 +23,16 @@ rank being restarted and reloading the last checkpoint.
 
 run(fn, backend="gloo", timeout=None, regroup_timeout=120) sets up torch's default process
 group (init_process_group below), says that this rank can regroup (gpurun.regroup_enable()),
-and calls fn(generation). Where fn raises a RuntimeError (what torch raises when a collective
-fails: a gloo pair closed by a dead peer, an aborted NCCL communicator) inside a gpurun job,
-run drops the failed call's frames (their DistributedDataParallel still names the old group),
-destroys the process group, waits for the leader's next generation (gpurun.regroup()),
-re-forms the group with the spare's new ranks and calls fn again. It prints one line a
-regroup to stderr. Where the job does not regroup (no spare, a rank that never said it can,
+and calls fn(generation). Where fn raises what torch raises when a collective fails (a gloo
+pair closed by a dead peer, an aborted NCCL communicator: collective_failure(err)) inside a
+gpurun job, run drops the failed call's frames (their DistributedDataParallel still names the
+old group), destroys the process group, waits for the leader's next generation
+(gpurun.regroup()), re-forms the group with the spare's new ranks and calls fn again. It
+prints one line a regroup to stderr. Where the job does not regroup (no spare, a rank that never said it can,
 the job torn down: gpurun.Aborted) or no generation came within regroup_timeout seconds (the
-error was not a peer's loss), the first error is raised again, with the reason chained. fn's
-return value is run's. Outside a gpurun job fn is called once, as under torchrun.
+error was not a peer's loss), the first error is raised again, with the reason chained; any
+other error (the script's own, an out-of-memory) is raised at once. fn's return value is
+run's. Outside a gpurun job fn is called once, as under torchrun.
 
 The step in flight is lost: fn must count a step only once its update is made, keep its state
 outside the call (a regroup calls it again in the same process) and take rank 0's state on
@@ -57,6 +58,7 @@ import os
 import sys
 import traceback
 
+import torch
 import torch.distributed as dist
 
 import gpurun
@@ -114,6 +116,28 @@ def share(obj, src=0):
     return box[0]
 
 
+# Words of torch's failed collectives where their class does not say it (torch before 2.0
+# raises a plain RuntimeError with the backend's text).
+_COLLECTIVE_WORDS = ("gloo", "nccl", "NCCL", "Connection reset", "Connection closed",
+                     "Broken pipe", "ProcessGroup", "communicator")
+
+
+def collective_failure(err):
+    """Whether err is torch's word of a failed collective (a peer gone, a communicator
+    aborted), not the script's own error: a DistBackendError, or a RuntimeError in the words
+    of gloo or NCCL; never an out-of-memory error."""
+    oom = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
+    if oom is not None and isinstance(err, oom):
+        return False
+    backend_error = getattr(dist, "DistBackendError", None)
+    if backend_error is not None and isinstance(err, backend_error):
+        return True
+    text = str(err)
+    if "out of memory" in text:
+        return False
+    return isinstance(err, RuntimeError) and any(w in text for w in _COLLECTIVE_WORDS)
+
+
 def run(fn, backend="gloo", timeout=None, regroup_timeout=120):
     """Calls fn(generation) until it returns, regrouping in process where a peer is lost."""
     init_process_group(backend, timeout)
@@ -124,6 +148,8 @@ def run(fn, backend="gloo", timeout=None, regroup_timeout=120):
         try:
             return fn(gpurun.generation())
         except RuntimeError as e:
+            if not collective_failure(e):
+                raise
             err = e
         # The failed call's locals (a DistributedDataParallel whose hooks reduce over the old
         # group) go before the next call; the traceback stays for the error's report.
