@@ -1450,17 +1450,16 @@ static void on_leader_message(struct peer *p, struct msg *m)
  * times as they arrive. */
 static void send_probe(struct agent *a)
 {
-    char *pad = malloc(PROTO_PROBE_PAD + 1);
+    char *pad = malloc(PROTO_PROBE_PAD);
 
     if (!pad) {
         log_warn("no memory for the link test: the leader will not time this node's link");
         return;
     }
     memset(pad, 'p', PROTO_PROBE_PAD);
-    pad[PROTO_PROBE_PAD] = '\0';
-    for (int i = 0; i < PROTO_PROBE_ROUNDS * PROTO_PROBE_FRAMES; i++)
-        send_leader(a, proto_pack("{s:s, s:i, s:s}", "type", "probe", "seq", i, "pad",
-                                  i % PROTO_PROBE_FRAMES ? pad : ""));
+    for (int i = 0; i < PROTO_PROBE_ROUNDS * PROTO_PROBE_FRAMES && a->leader; i++)
+        peer_send_tail(a->leader, proto_pack("{s:s, s:i}", "type", "probe", "seq", i),
+                       i % PROTO_PROBE_FRAMES ? pad : NULL, PROTO_PROBE_PAD);
     free(pad);
 }
 
@@ -1485,12 +1484,36 @@ static bool same_host(uv_tcp_t *tcp)
     return false;
 }
 
+/* The join, once the link is ready and the pre-flight checks are done. */
+static void send_join(struct agent *a)
+{
+    char pre[256];
+
+    a->join_waits = false;
+    snprintf(pre, sizeof(pre), "%s", a->preflight_why);
+    if (!pre[0] && a->spec->preflight && a->spec->container_image)
+        snprintf(pre, sizeof(pre), "%s", a->container_why);
+    /* The leader says it, once, with what it decides (a spare takes the node's place, or
+     * the job ends): here it is only a detail of this node's log. */
+    if (pre[0])
+        log_info("node %d failed pre-flight: %s", a->node_rank, pre);
+    if (a->preflight_skipped[0])
+        log_info("node %d pre-flight: skipped %s", a->node_rank, a->preflight_skipped);
+    /* A link to the leader's own host (node 0's, every node's with --local) is no link. */
+    if (a->spec->preflight && !same_host(&a->leader->h.tcp))
+        send_probe(a);
+    send_leader(a,
+                proto_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:s, s:s, s:i}", "type", "join",
+                           "node_rank", a->node_rank, "hostname", a->hostname, "addr", a->advertise,
+                           "nprocs", a->nranks, "gpus", "", "preflight", pre, "preflight_skipped",
+                           a->preflight_skipped, "mem_port", agent_mem_link(a)));
+}
+
 static void on_leader_ready(struct peer *p)
 {
     struct agent *a = p->owner;
     struct sockaddr_storage ss;
     int len = sizeof(ss);
-    char pre[256], skipped[256];
 
     if (!a->advertise[0] && uv_tcp_getsockname(&p->h.tcp, (struct sockaddr *)&ss, &len) == 0) {
         if (ss.ss_family == AF_INET)
@@ -1501,23 +1524,32 @@ static void on_leader_ready(struct peer *p)
     a->state = AG_JOINING;
     a->join_ms = now_ms(a);
     stop_watching(a);
-    /* Before any rank starts, on every node, spares included: the leader decides. */
-    preflight_run(a->spec, a->job_dir, a->node_rank, pre, sizeof(pre), skipped, sizeof(skipped));
-    if (!pre[0] && a->spec->preflight && a->spec->container_image)
-        snprintf(pre, sizeof(pre), "%s", a->container_why);
-    /* The leader says it, once, with what it decides (a spare takes the node's place, or
-     * the job ends): here it is only a detail of this node's log. */
-    if (pre[0])
-        log_info("node %d failed pre-flight: %s", a->node_rank, pre);
-    if (skipped[0])
-        log_info("node %d pre-flight: skipped %s", a->node_rank, skipped);
-    /* A link to the leader's own host (node 0's, every node's with --local) is no link. */
-    if (a->spec->preflight && !same_host(&p->h.tcp))
-        send_probe(a);
-    send_leader(a, proto_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:s, s:s, s:i}", "type", "join",
-                              "node_rank", a->node_rank, "hostname", a->hostname, "addr",
-                              a->advertise, "nprocs", a->nranks, "gpus", "", "preflight", pre,
-                              "preflight_skipped", skipped, "mem_port", agent_mem_link(a)));
+    if (a->preflight_done)
+        send_join(a);
+    else
+        a->join_waits = true;
+}
+
+/* On a pool thread: the checks, before any rank starts, on every node, spares included (the
+ * leader decides). They touch nothing of the agent's but their own results. */
+static void preflight_thread(uv_work_t *w)
+{
+    struct agent *a = w->data;
+
+    preflight_run(a->spec, a->job_dir, a->node_rank, a->preflight_why, sizeof(a->preflight_why),
+                  a->preflight_skipped, sizeof(a->preflight_skipped));
+}
+
+static void preflight_after(uv_work_t *w, int status)
+{
+    struct agent *a = w->data;
+
+    (void)status;
+    a->handles_open--;
+    a->preflight_done = true;
+    if (a->join_waits && !a->closing && a->leader && a->leader->ready && !a->leader->closing)
+        send_join(a);
+    agent_maybe_free(a);
 }
 
 static void on_leader_closed(struct peer *p, const char *reason)
@@ -1762,6 +1794,13 @@ static void begin(struct agent *a)
     uv_timer_start(&a->tick, on_tick, TICK_MS, TICK_MS);
     uv_timer_start(&a->hb, on_heartbeat, (uint64_t)a->spec->hb_interval_ms,
                    (uint64_t)a->spec->hb_interval_ms);
+    a->preflight_work.data = a;
+    if (uv_queue_work(a->loop, &a->preflight_work, preflight_thread, preflight_after) == 0) {
+        a->handles_open++;
+    } else {
+        preflight_thread(&a->preflight_work);
+        a->preflight_done = true;
+    }
     if (!a->rendezvous[0] && a->job_dir && uv_fs_event_init(a->loop, &a->watch) == 0) {
         a->watch.data = a;
         a->handles_open++;

@@ -206,6 +206,13 @@ struct agent {
     int container_probe;                /* CONTAINER_PROBE_*: the pre-flight's */
     char container_why[256];            /* what the pre-flight found wrong, or "" */
     bool container_probe_runs;          /* the probe runs the job's Python (not an inspect) */
+    /* The pre-flight checks (preflight.h) run on a pool thread from the agent's start, while
+     * it finds the leader and proves the key: their disk sync and NVML's load are off the
+     * loop, which on node 0 is the leader's too. The join goes once both are done. */
+    uv_work_t preflight_work;
+    bool preflight_done;
+    bool join_waits; /* the link is ready: the join goes when the checks are done */
+    char preflight_why[256], preflight_skipped[256];
 
     struct rconn *rconns;
     struct pending *pend;

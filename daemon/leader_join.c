@@ -57,7 +57,7 @@ void leader_do_probe(struct conn *c, const struct msg *m)
         c->probe_bytes = 0;
         return;
     }
-    c->probe_bytes += strlen(m->value);
+    c->probe_bytes += m->tail_len;
     if (k < PROTO_PROBE_FRAMES - 1 || !c->probe_t0)
         return;
     /* A round that came in one read took under a microsecond: a microsecond is said. */

@@ -268,10 +268,10 @@ static int send_raw(struct peer *p, const uint8_t *data, size_t n)
     return queue_write(p, w);
 }
 
-int peer_send(struct peer *p, json_t *msg)
+int peer_send_tail(struct peer *p, json_t *msg, const void *tail, size_t tail_n)
 {
     size_t n, extra = p->kind == PEER_UNIX ? 0 : AUTH_OVERHEAD;
-    size_t off = FRAME_HDR_LEN + (extra ? AUTH_SEQ_LEN : 0);
+    size_t off = FRAME_HDR_LEN + (extra ? AUTH_SEQ_LEN : 0), body;
     char small[PEER_SMALL_MSG];
     struct peer_write *w;
     int r;
@@ -288,9 +288,10 @@ int peer_send(struct peer *p, json_t *msg)
     /* Serialise once: into a stack buffer, which holds nearly every message, and again
      * straight into the frame only when it did not fit. */
     n = json_dumpb(msg, small, sizeof(small), JSON_COMPACT);
+    body = n + (tail ? 1 + tail_n : 0);
     /* While a read callback dispatches, a small message is framed in place at the end of
      * the peer's batch: no buffer of its own to allocate, copy and free. */
-    r = batching && n && n <= sizeof(small) ? batch_reserve(p, FRAME_HDR_LEN + n + extra) : 1;
+    r = batching && n && n <= sizeof(small) ? batch_reserve(p, FRAME_HDR_LEN + body + extra) : 1;
     if (r == -ENOBUFS) {
         json_decref(msg);
         return r;
@@ -299,14 +300,18 @@ int peer_send(struct peer *p, json_t *msg)
         uint8_t *f = p->batch->buf + p->batch->len;
         json_decref(msg);
         memcpy(f + off, small, n);
+        if (tail) {
+            f[off + n] = '\0';
+            memcpy(f + off + n + 1, tail, tail_n);
+        }
         if (extra)
-            auth_seal(&p->sess, f + FRAME_HDR_LEN, n);
-        frame_put_header(f, (uint32_t)(n + extra));
-        p->batch->len += FRAME_HDR_LEN + n + extra;
+            auth_seal(&p->sess, f + FRAME_HDR_LEN, body);
+        frame_put_header(f, (uint32_t)(body + extra));
+        p->batch->len += FRAME_HDR_LEN + body + extra;
         p->last_tx_ms = peer_now_ms(p);
         return 0;
     }
-    w = n ? malloc(sizeof(*w) + FRAME_HDR_LEN + n + extra) : NULL;
+    w = n ? malloc(sizeof(*w) + FRAME_HDR_LEN + body + extra) : NULL;
     if (w && n <= sizeof(small))
         memcpy(w->buf + off, small, n);
     else if (w)
@@ -314,12 +319,21 @@ int peer_send(struct peer *p, json_t *msg)
     json_decref(msg);
     if (!w)
         return -ENOMEM;
+    if (tail) {
+        w->buf[off + n] = '\0';
+        memcpy(w->buf + off + n + 1, tail, tail_n);
+    }
     if (extra)
-        auth_seal(&p->sess, w->buf + FRAME_HDR_LEN, n);
-    w->len = FRAME_HDR_LEN + n + extra;
-    frame_put_header(w->buf, (uint32_t)(n + extra));
+        auth_seal(&p->sess, w->buf + FRAME_HDR_LEN, body);
+    w->len = FRAME_HDR_LEN + body + extra;
+    frame_put_header(w->buf, (uint32_t)(body + extra));
     p->last_tx_ms = peer_now_ms(p);
     return queue_write(p, w);
+}
+
+int peer_send(struct peer *p, json_t *msg)
+{
+    return peer_send_tail(p, msg, NULL, 0);
 }
 
 bool peer_hb_due(const struct peer *p, int64_t interval_ms)

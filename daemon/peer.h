@@ -95,6 +95,11 @@ int peer_connect(struct peer *p, const struct sockaddr *addr);
  * the link is closing or not ready, -ENOMEM, or a libuv error. */
 int peer_send(struct peer *p, json_t *msg);
 
+/* peer_send() with n raw bytes of tail after the message and a NUL byte, in the same frame
+ * and under its tag: a probe's pad (lib/proto.h), which the receiver neither parses nor
+ * copies. */
+int peer_send_tail(struct peer *p, json_t *msg, const void *tail, size_t n);
+
 /* Whether p's other end needs a heartbeat now: nothing was sent to it for interval_ms. Any
  * frame proves the sender alive (the receiver's clock is last_rx_ms), so a heartbeat goes
  * only over an idle link: a leader busy with 12,500 agents sends none during a rendezvous. */

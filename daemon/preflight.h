@@ -12,8 +12,8 @@
  *    names no NVML device (the count above is the check of those; a "MIG-..." instance) and a
  *    device NVML may not read (NVML_ERROR_NO_PERMISSION: another job's, behind a cgroup); one
  *    it cannot read otherwise (fallen off the bus) fails;
- *  - the job dir: a file can be written, synced and removed there, and the file system has
- *    jobspec.min_free_mb MiB free;
+ *  - the job dir: a file can be written (its close checked: where NFS says a write failed)
+ *    and removed there, and the file system has jobspec.min_free_mb MiB free;
  *  - a train.cfg's out_dir (jobspec.out_dir, relative to jobspec.workdir), where checkpoints
  *    go: as the job dir where it exists; where not, the nearest dir above it lets it be made
  *    and has the free space. */

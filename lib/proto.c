@@ -106,7 +106,7 @@ static const struct proto_row rows[MSG_TYPE_COUNT] = {
     [MSG_OK] = {"ok", {REQ("id", 'I', id)}},
     [MSG_KV_VAL] = {"kv_val", {REQ("id", 'I', id), REQ("value", 's', value)}},
     [MSG_ERROR] = {"error", {REQ("id", 'I', id), REQ("code", 's', key), REQ("msg", 's', value)}},
-    [MSG_PROBE] = {"probe", {REQ("seq", 'i', count), REQ("pad", 's', value)}},
+    [MSG_PROBE] = {"probe", {REQ("seq", 'i', count)}},
     [MSG_MEM_SAVE] = {"mem_save",
                       {REQ("id", 'I', id), REQ("name", 's', key), REQ("step", 'I', step)}},
     [MSG_MEM_LOAD] = {"mem_load", {REQ("id", 'I', id), REQ("name", 's', key)}},
@@ -534,12 +534,25 @@ static bool fast_decode(const uint8_t *buf, size_t len, struct msg *m)
 
 int proto_decode(const uint8_t *buf, size_t len, struct msg *m, struct proto_error *err)
 {
+    /* No JSON text holds a NUL byte (a string's is escaped): one ends the message, and what
+     * follows it is a probe's pad, which nothing reads. */
+    const uint8_t *nul = memchr(buf, '\0', len);
+    size_t at = nul ? (size_t)(nul - buf) : len;
+    int ret = 0;
+
     memset(m, 0, sizeof(*m));
-    if (fast_decode(buf, len, m)) {
-        err->id = 0;
-        return 0;
+    err->id = 0;
+    if (!fast_decode(buf, at, m))
+        ret = proto_decode_tree(buf, at, m, err);
+    if (ret == 0 && nul && m->type != MSG_PROBE) {
+        err->id = m->id;
+        proto_msg_release(m);
+        return errmsg_set(&err->why, -EBADMSG,
+                          "a NUL byte at byte %zu: only a probe has bytes after its message", at);
     }
-    return proto_decode_tree(buf, len, m, err);
+    if (ret == 0)
+        m->tail_len = nul ? len - at - 1 : 0;
+    return ret;
 }
 
 int proto_decode_tree(const uint8_t *buf, size_t len, struct msg *m, struct proto_error *err)

@@ -85,12 +85,15 @@
  * error         reply             id, code, msg  (code: "bad_request", "timeout", "too_large",
  *                                 "denied", "aborted", "not_found", "no_space", "bad_name",
  *                                 "unsupported")
- * probe         agent->leader     seq, pad: before its join, an agent on another host than the
+ * probe         agent->leader     seq: before its join, an agent on another host than the
  *                                 leader's sends PROTO_PROBE_ROUNDS rounds of
- *                                 PROTO_PROBE_FRAMES of these (seq 0, 1, ...; pad empty in
- *                                 a round's first, else a string of PROTO_PROBE_PAD
- *                                 bytes), so that the leader times its link
- *                                 (pre-flight: the link throughput test); no reply
+ *                                 PROTO_PROBE_FRAMES of these (seq 0, 1, ...), each but a
+ *                                 round's first followed in its frame by a NUL byte and a
+ *                                 pad of PROTO_PROBE_PAD bytes, so that the leader times its
+ *                                 link (pre-flight: the link throughput test); no reply. The
+ *                                 pad is raw bytes, not JSON: a link is timed, not a parser
+ *                                 (the one message with bytes after it: struct msg's
+ *                                 tail_len)
  * mem_save      rank->agent       id, name, step: keep the file the rank wrote as its next
  *                                 memory checkpoint of name (proto_mem_path's ".tmp") as
  *                                 its copy; ok, or error no_space / bad_name / not_found /
@@ -235,6 +238,7 @@ struct msg {
     char *text;       /* the fast path's block (owned), or NULL */
     size_t text_len;  /* the message's length in it */
     size_t value_len; /* the length of value: a JSON string may hold a NUL */
+    size_t tail_len;  /* probe: the bytes after the message's NUL (its pad, not read) */
     json_int_t id;
     const char *key;   /* kv_*: key; barrier, barrier_done: name; error: code */
     const char *value; /* kv_put, kv_val: value; hello: token; error: msg; abort: cause;

@@ -59,7 +59,7 @@ static const struct example examples[] = {
     {MSG_OK, "{\"type\":\"ok\",\"id\":17}", NULL},
     {MSG_KV_VAL, "{\"type\":\"kv_val\",\"id\":18,\"value\":\"dmFs\"}", NULL},
     {MSG_ERROR, "{\"type\":\"error\",\"id\":19,\"code\":\"timeout\",\"msg\":\"no key 'k'\"}", NULL},
-    {MSG_PROBE, "{\"type\":\"probe\",\"seq\":3,\"pad\":\"xxxx\"}", NULL},
+    {MSG_PROBE, "{\"type\":\"probe\",\"seq\":3}", NULL},
     {MSG_MEM_SAVE, "{\"type\":\"mem_save\",\"id\":22,\"name\":\"state\",\"step\":5000000000}",
      NULL},
     {MSG_MEM_LOAD, "{\"type\":\"mem_load\",\"id\":23,\"name\":\"state\"}", NULL},
@@ -279,7 +279,7 @@ TEST(proto_valid_messages_decode)
             break;
         case MSG_PROBE:
             CHECK_EQ(m.count, 3);
-            CHECK_STR(m.value, "xxxx");
+            CHECK_EQ(m.tail_len, 0);
             break;
         case MSG_MEM_SAVE:
             CHECK_EQ(m.id, 22);
@@ -522,6 +522,35 @@ TEST(proto_not_json_refused)
              -EBADMSG);
     CHECK_EQ(decode_text("{\"type\":\"hello\",\"rank\":1,\"token\":\"a\\u0000b\"}", &err),
              -EBADMSG);
+}
+
+/* A probe's pad follows its message after a NUL byte, and is counted, not read: any bytes (a
+ * NUL, invalid UTF-8) or none. Every other message with bytes after it is refused. */
+TEST(proto_probe_tail)
+{
+    static const char probe[] = "{\"type\":\"probe\",\"seq\":1}\0pa\0\xff";
+    static const char put[] = "{\"type\":\"kv_put\",\"id\":9,\"key\":\"k\",\"value\":\"v\"}\0p";
+    struct proto_error err;
+    struct msg m;
+
+    CHECK_EQ(proto_decode((const uint8_t *)probe, sizeof(probe) - 1, &m, &err), 0);
+    CHECK_EQ(m.type, MSG_PROBE);
+    CHECK_EQ(m.count, 1);
+    CHECK_EQ(m.tail_len, 4);
+    proto_msg_release(&m);
+    CHECK_EQ(proto_decode((const uint8_t *)probe, 24, &m, &err), 0);
+    CHECK_EQ(m.tail_len, 0);
+    proto_msg_release(&m);
+    CHECK_EQ(proto_decode((const uint8_t *)probe, 25, &m, &err), 0);
+    CHECK_EQ(m.tail_len, 0);
+    proto_msg_release(&m);
+    CHECK_EQ(proto_decode((const uint8_t *)put, sizeof(put) - 1, &m, &err), -EBADMSG);
+    CHECK(m.root == NULL && m.text == NULL);
+    CHECK_EQ(err.id, 9);
+    CHECK_CONTAINS(err.why.text, "a NUL byte at byte 46: only a probe");
+    /* The message before the NUL is checked as any other. */
+    CHECK_EQ(proto_decode((const uint8_t *)"{\"type\":\"probe\"}\0pad", 20, &m, &err), -EBADMSG);
+    CHECK_CONTAINS(err.why.text, "seq");
 }
 
 TEST(proto_not_object_refused)
