@@ -4,9 +4,11 @@
 # submitted by gpurun (libslurm, the generated script, one rendezvousd per node) and by a
 # hand-written sbatch script whose inner srun sets torch's variables itself. The latency is
 # the earliest rank's clock minus the clock just before the submitting command. It is split
-# at the batch script's start (gpurun's: the job dir's key, the script's first write; the
-# hand-written one prints its clock first): before it is Slurm's scheduling, the same for
-# both; after it, the launcher's own work. Every job runs to its end, and the cluster is idle
+# at the batch script's start, its first command's clock for both (bash's EPOCHREALTIME, no
+# command run for it): gpurun's script keeps it (summary.json's script_started_ms, to the
+# ms), the hand-written one prints it once its srun is done. Before it is Slurm's
+# scheduling, the same for both; after it, the script's own work and the launcher's. (The
+# job dir's file times would not do: they have the kernel's tick, 4 ms here.) Every job runs to its end, and the cluster is idle
 # again, before the next is submitted.
 #
 # usage: bench/slurm_submit.sh LOADGEN GPURUN RUNS    (prints the table's rows; needs root)
@@ -49,11 +51,12 @@ cat >hand.sbatch <<'EOF'
 #SBATCH --gpus-per-node=2
 #SBATCH --output=hand-%j.out
 set -euo pipefail
-echo "start $(date +%s%N)"
+t0=$EPOCHREALTIME
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_ADDR MASTER_PORT=29500
 # shellcheck disable=SC2016 # expanded by each task
 srun bash -c 'export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID; exec date +%s%N'
+echo "start $t0"
 EOF
 
 now_ns() {
@@ -65,6 +68,10 @@ now_ns() {
 # rank line - START.
 record() {
     local t0=$1 start=$2 file=$3 first last
+    [ -n "$start" ] || {
+        echo "bench: no script start for $file" >&2
+        return 1
+    }
     [ "$(grep -cE '^(\[[0-9]\] )?[0-9]{19}$' "$file")" = 4 ] || {
         echo "bench: not 4 rank lines in $file: $(head -c 300 "$file")" >&2
         return 1
@@ -100,7 +107,8 @@ for ((i = 0; i < runs; i++)); do
         exit 1
     }
     id=$(sed -n 's/^Submitted job //p' "gpurun-$i.out")
-    record "$t0" "$(stat -c %.9Y "$GPURUN_JOBS/$id/key" | tr -d .)" "gpurun-$i.out"
+    start=$(sed -n 's/^ *"script_started_ms": \([0-9]*\).*/\1000000/p' "$GPURUN_JOBS/$id/summary.json")
+    record "$t0" "$start" "gpurun-$i.out"
     label=hand
     idle
     t0=$(now_ns)
@@ -108,7 +116,8 @@ for ((i = 0; i < runs; i++)); do
         echo "bench: sbatch run $i failed: $(tail -n 1 "hand-$i.err")" >&2
         exit 1
     }
-    record "$t0" "$(sed -n 's/^start //p' "hand-$id.out")" "hand-$id.out"
+    start=$(sed -n 's/^start \([0-9]*\)[.,]\([0-9]*\)$/\1\2000/p' "hand-$id.out")
+    record "$t0" "$start" "hand-$id.out"
 done
 
 row() {

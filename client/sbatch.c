@@ -267,8 +267,15 @@ static void body(FILE *f, const struct sbatch_job *j)
             "set -euo pipefail\n\n"
             ": \"${SLURM_JOB_ID:?this is a batch script: submit it with sbatch}\"\n"
             "# When the job started: Slurm's time limit counts from here, and the leader,\n"
-            "# which starts seconds later on a busy node, reads the limit from it.\n"
-            "GPURUN_JOB_START_MS=$(date +%%s%%3N)\n"
+            "# which starts seconds later on a busy node, reads the limit from it. Until\n"
+            "# srun, shell builtins where they do (bash 5's clock): each command run costs\n"
+            "# a millisecond or two of the job's start.\n"
+            "if [ -n \"${EPOCHREALTIME:-}\" ]; then\n"
+            "    GPURUN_JOB_START_MS=${EPOCHREALTIME/[.,]/}\n"
+            "    GPURUN_JOB_START_MS=${GPURUN_JOB_START_MS%%???}\n"
+            "else\n"
+            "    GPURUN_JOB_START_MS=$(date +%%s%%3N)\n"
+            "fi\n"
             "export GPURUN_JOB_START_MS\n"
             "rendezvousd=${GPURUN_RENDEZVOUSD:-",
             j->job_dir ? "given by --job-dir" : "$GPURUN_JOBS/<job id>");
@@ -283,7 +290,7 @@ static void body(FILE *f, const struct sbatch_job *j)
         sbatch_shell_word(f, j->jobs_root);
         fprintf(f, "}\ndir=$jobs/$SLURM_JOB_ID\n");
     }
-    fprintf(f, "\numask 077\nmkdir -p \"$(dirname \"$dir\")\"\n"
+    fprintf(f, "\numask 077\n"
                "# A requeued job (Slurm keeps its id) goes on in its own dir: checkpoints and\n"
                "# logs stay, the last segment's summary moves to segments/N.json. Otherwise\n"
                "# a dir an earlier job left under the same name (Slurm's ids start again from\n"
@@ -301,18 +308,22 @@ static void body(FILE *f, const struct sbatch_job *j)
                "    if [ -e \"$dir\" ] && ! rmdir \"$dir\" 2>/dev/null; then\n"
                "        mv \"$dir\" \"$dir.$(date +%%Y%%m%%d-%%H%%M%%S)\"\n"
                "    fi\n"
-               "    mkdir \"$dir\" \"$dir/logs\"\n"
+               "    mkdir -p \"$dir/logs\"\n"
                "fi\n"
-               "od -An -vtx1 -N32 /dev/urandom | tr -d ' \\n' >\"$dir/key\"\n"
-               "sed 's/" EMPTY_JOB_ID "/\"job_id\": \"'\"$SLURM_JOB_ID\"'\"/' "
-               ">\"$dir/job.json\" <<'GPURUN_JOB_JSON'\n");
+               "key=$(od -An -vtx1 -N32 /dev/urandom)\n"
+               "printf '%%s' \"${key//[$' \\n']/}\" >\"$dir/key\"\n"
+               "unset key\n"
+               "IFS= read -r -d '' spec <<'GPURUN_JOB_JSON' || true\n");
     fputs(j->spec_json, f);
     if (j->spec_json[0] && j->spec_json[strlen(j->spec_json) - 1] != '\n')
         fputc('\n', f);
     fprintf(
         f,
         "GPURUN_JOB_JSON\n"
-        "cp \"$0\" \"$dir/job.sbatch\"\n\n"
+        "empty='" EMPTY_JOB_ID "'\n"
+        "printf '%%s' \"${spec/\"$empty\"/\"\\\"job_id\\\": \\\"$SLURM_JOB_ID\\\"\"}\" "
+        ">\"$dir/job.json\"\n"
+        "unset spec empty\n\n"
         "# One rendezvousd per node with all the node's CPUs for its ranks (srun 22.05 no\n"
         "# longer takes --cpus-per-task from the job). scancel's SIGTERM reaches this shell\n"
         "# and srun passes it on. The pre-timeout signal (--signal=B:...) goes to the\n"
@@ -328,6 +339,8 @@ static void body(FILE *f, const struct sbatch_job *j)
         "--log-level %s \\\n"
         "    2>\"$dir/srun.log\" &\n"
         "srun_pid=$!\n"
+        "# The copy gpurun rerun submits again, made while srun starts the daemons.\n"
+        "cp \"$0\" \"$dir/job.sbatch\"\n"
         "# A node the leader gave up (lost, fenced) whose daemon still runs once the job's\n"
         "# record is written (stopped, frozen) would keep srun waiting for ever: the step\n"
         "# (0, this script's only one) is killed half a second later, time for the other\n"

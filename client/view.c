@@ -152,9 +152,10 @@ static json_t *progress_json(const json_t *ranks)
 }
 
 /* The phase timeline: absolute times where known, and the durations between them. Slurm's
- * times have whole seconds; the job dir's files give the rest to the millisecond: the key is
- * the first thing the batch script (or gpurun --local) writes, endpoint.json the leader's
- * first act once it listens. */
+ * times have whole seconds; summary.json's script_started_ms is the batch script's first
+ * command (gpurun --local's start) to the millisecond; the job dir's files give the rest to
+ * the kernel's tick: the key is the first thing the batch script (or gpurun --local) writes,
+ * endpoint.json the leader's first act once it listens. */
 static json_t *timings_json(const struct view_input *in, const json_t *summary)
 {
     const json_t *t = json_object_get(summary, "timings");
@@ -172,6 +173,8 @@ static json_t *timings_json(const struct view_input *in, const json_t *summary)
         started = mtime_of(in->job_dir, "key");
         up = mtime_of(in->job_dir, "endpoint.json");
     }
+    if (json_integer_value(json_object_get(t, "script_started_ms")) > 0)
+        started = (double)json_integer_value(json_object_get(t, "script_started_ms")) / 1000.0;
     if (up > 0 && json_is_object(t)) {
         if (rdv_ms >= 0 && json_object_get(t, "rendezvous_ms"))
             rdv = up + rdv_ms / 1000.0;

@@ -12,8 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <openssl/rand.h>
-
 #include "agent_int.h"
 #include "cgroup.h"
 #include "container.h"
@@ -389,7 +387,7 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
     char **words = NULL, **full = NULL;
     int ret = -1, alive;
 
-    if (RAND_bytes(tok, sizeof(tok)) != 1)
+    if (auth_random(tok, sizeof(tok)) < 0)
         return spawn_refused(a, r, -EIO);
     auth_hex(tok, sizeof(tok), r->token);
     agent_open_log(a, r);

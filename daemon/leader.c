@@ -540,7 +540,7 @@ static int write_endpoint(struct leader *l)
     snprintf(path, sizeof(path), "%s/endpoint.json", l->job_dir);
     n = snprintf(text, sizeof(text), "{\"host\": \"%s\", \"port\": %d, \"pid\": %ld}\n",
                  l->advertise, l->port, (long)getpid());
-    return fs_write_atomic(path, text, (size_t)n, 0600);
+    return fs_publish(path, text, (size_t)n, 0600);
 }
 
 /* The leader's state from its config: its nodes (the job's, then the spares, each serving
@@ -557,7 +557,7 @@ static int leader_init(struct leader *l, uv_loop_t *loop, const struct leader_co
     l->done = cfg->done;
     l->arg = cfg->arg;
     l->t_start = (int64_t)uv_now(loop);
-    l->t_limit0 = leader_limit_origin(l->t_start);
+    l->t_limit0 = leader_limit_origin(l->t_start, &l->started_epoch_ms);
     l->outcome = "running";
     l->nphys = cfg->spec->nnodes + cfg->spec->spare_nodes;
     l->strangers_max = admit_strangers_max(

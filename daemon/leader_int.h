@@ -223,9 +223,11 @@ struct leader {
     int generation;    /* 0, then one more per restart (max_restarts) */
     json_t *failures;  /* the first failure of every earlier generation */
     int64_t t_start, t_joined, t_first_step, t_abort, t_finish;
-    int64_t t_limit0;     /* the time limit's origin on the loop's clock: the job's start as its
-                           * launcher said (JOB_START_ENV), else t_start */
-    int64_t t_generation; /* when the current generation's ranks were assigned */
+    int64_t t_limit0;         /* the time limit's origin on the loop's clock: the job's start as its
+                               * launcher said (JOB_START_ENV), else t_start */
+    int64_t started_epoch_ms; /* that start as the launcher said it, ms since the epoch; 0:
+                               * not said */
+    int64_t t_generation;     /* when the current generation's ranks were assigned */
     /* Since when every running rank waits on the others, as the agents last said (0: not
      * so). A barrier's release or a key's put ends waits before the agents' next progress
      * says so; it resets this, and a deadlock is called only when the waits outlast the
@@ -341,8 +343,9 @@ void leader_send_assign(struct leader *l);
  * returns true; else false, failure untouched, and why not logged. */
 bool leader_regroup(struct leader *l, int lost, json_t *failure);
 /* The time limit's origin on the loop's clock (at t_start): the job's start as the launcher
- * said in JOB_START_ENV, up to a day back; else t_start. */
-int64_t leader_limit_origin(int64_t t_start);
+ * said in JOB_START_ENV, up to a day back; else t_start. *epoch_ms gets that start in ms
+ * since the epoch, or 0. */
+int64_t leader_limit_origin(int64_t t_start, int64_t *epoch_ms);
 /* Whether the job has reached its time limit (job.json's time_limit_s), give or take the
  * moment between the job's start and the leader's. */
 bool leader_at_time_limit(const struct leader *l);

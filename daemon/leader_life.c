@@ -680,13 +680,14 @@ out:
     return ok;
 }
 
-int64_t leader_limit_origin(int64_t t_start)
+int64_t leader_limit_origin(int64_t t_start, int64_t *epoch_ms)
 {
     const char *env = getenv(JOB_START_ENV);
     struct timespec ts;
     long long start, wall;
     char *end;
 
+    *epoch_ms = 0;
     if (!env || !*env || clock_gettime(CLOCK_REALTIME, &ts) < 0)
         return t_start;
     errno = 0;
@@ -696,6 +697,7 @@ int64_t leader_limit_origin(int64_t t_start)
         log_warn("ignoring %s='%.32s': not a start in the last day", JOB_START_ENV, env);
         return t_start;
     }
+    *epoch_ms = start;
     return t_start - (wall - start);
 }
 

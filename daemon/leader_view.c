@@ -334,6 +334,10 @@ json_t *leader_job_view(struct leader *l, bool for_summary, bool detail)
                       (json_int_t)(l->t_joined ? l->t_joined - l->t_start : -1), "first_step_ms",
                       (json_int_t)(l->t_first_step ? l->t_first_step - l->t_start : -1), "total_ms",
                       (json_int_t)(t - l->t_start));
+        /* The batch script's first command (gpurun's start under --local), to the ms: the
+         * job dir's file times have the kernel's tick (4 ms on many). */
+        if (timings && l->started_epoch_ms > 0)
+            json_object_set_new(timings, "script_started_ms", json_integer(l->started_epoch_ms));
         json_object_set_new(job, "outcome", json_string(l->outcome));
         if (l->world_size > 1)
             json_object_set_new(job, "ranks_met", json_boolean(l->met));

@@ -1,10 +1,13 @@
-/* HMAC-SHA256 handshake and per-frame tags on top of OpenSSL's libcrypto: its MACs and
- * RAND_bytes() are audited and constant-time where it matters, which hand-written code is
- * not. */
+/* HMAC-SHA256 handshake and per-frame tags on top of OpenSSL's libcrypto: its hashes are
+ * audited and constant-time where it matters, which hand-written code is not. The random
+ * bytes come from the kernel (getrandom(2), what OpenSSL's own generator is seeded from):
+ * OpenSSL's RAND_bytes would first read openssl.cnf and set up its generator, a millisecond
+ * on the path of every daemon's first handshake and first rank. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,7 +19,6 @@
  * the same code (SHA-NI or AVX2) either way. */
 #define OPENSSL_API_COMPAT 0x10101000L
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 #include <openssl/sha.h>
 
 #include "auth.h"
@@ -113,9 +115,25 @@ void auth_key_derive(const struct auth_key *key, const char *label, uint8_t out[
     hmac(key->k, (const uint8_t *)label, strlen(label), out);
 }
 
+int auth_random(void *buf, size_t n)
+{
+    uint8_t *p = buf;
+
+    while (n > 0) {
+        ssize_t got = getrandom(p, n, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return -EIO;
+        p += got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
 int auth_key_generate(struct auth_key *key)
 {
-    return RAND_bytes(key->k, AUTH_KEY_LEN) == 1 ? 0 : -EIO;
+    return auth_random(key->k, AUTH_KEY_LEN);
 }
 
 int auth_key_write(const char *path, const struct auth_key *key)
@@ -190,7 +208,7 @@ int auth_client_hello(struct auth_handshake *hs, const struct auth_key *key,
 {
     memset(hs, 0, sizeof(*hs));
     hs->key = *key;
-    if (RAND_bytes(hs->nonce_c, AUTH_NONCE_LEN) != 1)
+    if (auth_random(hs->nonce_c, AUTH_NONCE_LEN) < 0)
         return -EIO;
     memcpy(out, magic_hello, 4);
     memcpy(out + 4, hs->nonce_c, AUTH_NONCE_LEN);
@@ -223,7 +241,7 @@ int auth_server_challenge(struct auth_handshake *hs, const struct auth_key *key,
         return -EBADMSG;
     hs->key = *key;
     memcpy(hs->nonce_c, in + 4, AUTH_NONCE_LEN);
-    if (RAND_bytes(hs->nonce_s, AUTH_NONCE_LEN) != 1)
+    if (auth_random(hs->nonce_s, AUTH_NONCE_LEN) < 0)
         return -EIO;
     memcpy(out, magic_chal, 4);
     memcpy(out + 4, hs->nonce_s, AUTH_NONCE_LEN);

@@ -8,11 +8,11 @@
  *   server -> client  challenge: "GRC1" nonce_s[32] HMAC(K, "gpurun srv" nonce_c nonce_s)
  *   client -> server  proof:     "GRP1" HMAC(K, "gpurun cli" nonce_c nonce_s)
  *
- * Both nonces are fresh from RAND_bytes, so each side proves the key on a transcript it
- * chose half of: a recorded handshake cannot be replayed. The client checks the server too,
- * so a process squatting on the leader's port learns nothing. Each direction then gets its
- * own session key, HMAC(K, "gpurun c2s" nonce_c nonce_s) and "gpurun s2c" likewise, and
- * every later frame's payload is
+ * Both nonces are fresh from the kernel's generator (getrandom), so each side proves the key
+ * on a transcript it chose half of: a recorded handshake cannot be replayed. The client
+ * checks the server too, so a process squatting on the leader's port learns nothing. Each
+ * direction then gets its own session key, HMAC(K, "gpurun c2s" nonce_c nonce_s) and
+ * "gpurun s2c" likewise, and every later frame's payload is
  *
  *   seq[8, big-endian] json[n] tag[32] where tag = HMAC-SHA256(session key, seq json)
  *
@@ -68,6 +68,10 @@ struct auth_handshake {
 /* HMAC(key, label) into out: a value of the job that only holders of its key can compute
  * (the job mark's, jobmark.h). label is borrowed. */
 void auth_key_derive(const struct auth_key *key, const char *label, uint8_t out[AUTH_TAG_LEN]);
+
+/* Fills n bytes of buf from the kernel's generator (getrandom(2)). Returns 0, or -EIO when
+ * it fails. */
+int auth_random(void *buf, size_t n);
 
 /* Fills key with 32 fresh random bytes. Returns 0, or -EIO when the RNG fails. */
 int auth_key_generate(struct auth_key *key);

@@ -40,7 +40,7 @@ static int fsync_dir_of(const char *path)
     return fs_fsync_dir(dir);
 }
 
-int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
+static int replace(const char *path, const void *data, size_t len, mode_t mode, bool durable)
 {
     char tmp[PATH_MAX];
     const char *p = data;
@@ -62,7 +62,7 @@ int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
         p += n;
         len -= (size_t)n;
     }
-    if (fsync(fd) < 0) {
+    if (durable && fsync(fd) < 0) {
         ret = -errno;
         goto out;
     }
@@ -76,13 +76,22 @@ int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
         ret = -errno;
         goto out;
     }
-    ret = fsync_dir_of(path);
-    return ret;
+    return durable ? fsync_dir_of(path) : 0;
 out:
     if (fd >= 0)
         close(fd);
     unlink(tmp);
     return ret;
+}
+
+int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
+{
+    return replace(path, data, len, mode, true);
+}
+
+int fs_publish(const char *path, const void *data, size_t len, mode_t mode)
+{
+    return replace(path, data, len, mode, false);
 }
 
 int fs_mkdirs(const char *dir, mode_t mode)

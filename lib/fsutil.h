@@ -11,6 +11,12 @@
  * Returns 0 or a negative errno; on failure the temp file is gone. */
 int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
 
+/* fs_write_atomic() without its two fsyncs: readers still see the old file or the new one,
+ * but a crash of the machine may lose either. For a file that means nothing after one
+ * (endpoint.json: where a live leader listens), whose fsyncs cost milliseconds on the path
+ * of every job's start. */
+int fs_publish(const char *path, const void *data, size_t len, mode_t mode);
+
 /* fsync of the directory dir itself, so that the names made or removed in it last. Returns 0
  * or a negative errno. */
 int fs_fsync_dir(const char *dir);

@@ -480,3 +480,21 @@ TEST(auth_keyed_contexts_match_unkeyed)
     for (size_t i = 0; i < sizeof(cs); i++)
         CHECK(((const uint8_t *)&cs)[i] == 0);
 }
+
+/* The nonces' and tokens' source fills every byte, small and large, with fresh bytes. */
+TEST(auth_random_fills_fresh_bytes)
+{
+    static uint8_t a[100000], b[100000];
+    size_t zeros = 0;
+
+    CHECK_EQ(auth_random(a, 0), 0);
+    CHECK_EQ(auth_random(a, sizeof(a)), 0);
+    CHECK_EQ(auth_random(b, sizeof(b)), 0);
+    CHECK(memcmp(a, b, sizeof(a)) != 0);
+    for (size_t i = 0; i < sizeof(a); i++)
+        zeros += a[i] == 0;
+    /* About 391 of 100,000 uniform bytes are 0. */
+    CHECK_INT(zeros, <, 1000);
+    CHECK_EQ(auth_random(a, 32), 0);
+    CHECK(memcmp(a, b, 32) != 0);
+}

@@ -156,8 +156,15 @@ TEST(slurm_script_directives_and_body)
     CHECK_CONTAINS(text, "\nset -euo pipefail\n");
     CHECK_CONTAINS(text, "rendezvousd=${GPURUN_RENDEZVOUSD:-/opt/gpurun/bin/rendezvousd}\n");
     CHECK_CONTAINS(text, "jobs=${GPURUN_JOBS:-/home/u/.gpurun/jobs}\ndir=$jobs/$SLURM_JOB_ID\n");
-    CHECK_CONTAINS(text, "<<'GPURUN_JOB_JSON'\n{\n  \"argv\"");
-    CHECK_CONTAINS(text, "\"nnodes\": 2\n}\nGPURUN_JOB_JSON\n");
+    /* Until srun, builtins but mkdir and od: the job's id goes into job.json by bash. */
+    CHECK_CONTAINS(text, "IFS= read -r -d '' spec <<'GPURUN_JOB_JSON' || true\n{\n  \"argv\"");
+    CHECK_CONTAINS(text,
+                   "\"nnodes\": 2\n}\nGPURUN_JOB_JSON\nempty='\"job_id\": \"\"'\n"
+                   "printf '%s' \"${spec/\"$empty\"/\"\\\"job_id\\\": \\\"$SLURM_JOB_ID\\\"\"}\" "
+                   ">\"$dir/job.json\"\n");
+    CHECK(!strstr(text, "sed 's/\"job_id\""));
+    CHECK_CONTAINS(text, "    GPURUN_JOB_START_MS=${EPOCHREALTIME/[.,]/}\n");
+    CHECK(strstr(text, "srun_pid=$!") < strstr(text, "cp \"$0\" \"$dir/job.sbatch\"\n"));
     /* The daemons' stderr joins their stdout, so that srun's own messages go to srun.log
      * alone; they reach the output only where they explain a failure the record does not. */
     CHECK_CONTAINS(text, "srun --ntasks-per-node=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-8}\" "
@@ -967,6 +974,38 @@ TEST(slurm_view_of_an_ended_job)
     CHECK_CONTAINS(buf, "\n1     1     node2  exited  5     2.7500  -         0.0s       -       "
                         "-       exit 3\n");
     free(buf);
+    json_decref(v);
+}
+
+/* The batch script's start from summary.json (to the ms) where it says it, before the key's
+ * file time (the kernel's tick). */
+TEST(slurm_view_script_start_from_summary)
+{
+    const char *t = test_tmpdir();
+    struct view_input in = {.job_id = "13", .job_dir = t, .timeout_ms = 100};
+    struct timespec now;
+    char text[256];
+    long long ms;
+    json_t *v, *at, *d;
+
+    clock_gettime(CLOCK_REALTIME, &now);
+    ms = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000 - 2500;
+    write_text(t, "key", "k");
+    write_text(t, "endpoint.json", "{\"host\": \"127.0.0.1\", \"port\": 1, \"pid\": 1}");
+    snprintf(text, sizeof(text),
+             "{\"job_id\": \"13\", \"outcome\": \"completed\", \"exit_status\": 0,"
+             " \"timings\": {\"rendezvous_ms\": 3, \"first_step_ms\": -1, \"total_ms\": 9,"
+             " \"script_started_ms\": %lld}}",
+             ms);
+    write_text(t, "summary.json", text);
+    v = view_build(&in);
+    CHECK(v != NULL);
+    at = json_object_get(v, "timings");
+    d = json_object_get(at, "durations");
+    CHECK(json_real_value(json_object_get(at, "script_started")) == (double)ms / 1000.0);
+    /* endpoint.json was written just now: the daemons came up 2.5 s after the script. */
+    CHECK(json_real_value(json_object_get(d, "startup_s")) > 2.45 &&
+          json_real_value(json_object_get(d, "startup_s")) < 2.6);
     json_decref(v);
 }
 
