@@ -310,10 +310,35 @@ static void body(FILE *f, const struct sbatch_job *j)
                "    fi\n"
                "    mkdir -p \"$dir/logs\"\n"
                "fi\n"
-               "key=$(od -An -vtx1 -N32 /dev/urandom)\n"
-               "printf '%%s' \"${key//[$' \\n']/}\" >\"$dir/key\"\n"
-               "unset key\n"
-               "IFS= read -r -d '' spec <<'GPURUN_JOB_JSON' || true\n");
+               "\n");
+    fprintf(f,
+            "# One rendezvousd per node with all the node's CPUs for its ranks (srun 22.05 no\n"
+            "# longer takes --cpus-per-task from the job). scancel's SIGTERM reaches this shell\n"
+            "# and srun passes it on. The pre-timeout signal (--signal=B:...) goes to the\n"
+            "# leader on this host through the job dir, not through srun: srun would signal\n"
+            "# every process of the step, and it must reach only the ranks that asked for it.\n"
+            "# Each daemon's stderr joins its stdout (whole lines, docs/design.md, section 4), so\n"
+            "# that srun's stderr holds srun's own messages alone: they go to srun.log, and to\n"
+            "# the job's output only where they explain its end (below).\n"
+            "srun --ntasks-per-node=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-%d}\" "
+            "--kill-on-bad-exit=0%s \\\n"
+            "    \"$rendezvousd\" --job-dir \"$dir\" --log-level %s --stderr-to-stdout \\\n"
+            "    2>\"$dir/srun.log\" &\n"
+            "srun_pid=$!\n"
+            "# While srun starts the daemons (tens of ms), which wait for them: the key (bash\n"
+            "# 5.1's SRANDOM is getrandom(2)), job.json with the job's id, the copy of this\n"
+            "# script that gpurun rerun submits again.\n"
+            "if [ -n \"${SRANDOM:-}\" ]; then\n"
+            "    printf '%%08x' \"$SRANDOM\" \"$SRANDOM\" \"$SRANDOM\" \"$SRANDOM\" \"$SRANDOM\" "
+            "\"$SRANDOM\" \"$SRANDOM\" \\\n"
+            "        \"$SRANDOM\" >\"$dir/key\"\n"
+            "else\n"
+            "    key=$(od -An -vtx1 -N32 /dev/urandom)\n"
+            "    printf '%%s' \"${key//[$' \\n']/}\" >\"$dir/key\"\n"
+            "    unset key\n"
+            "fi\n"
+            "IFS= read -r -d '' spec <<'GPURUN_JOB_JSON' || true\n",
+            j->cpus_per_task, j->no_kill ? " --no-kill" : "", j->log_level);
     fputs(j->spec_json, f);
     if (j->spec_json[0] && j->spec_json[strlen(j->spec_json) - 1] != '\n')
         fputc('\n', f);
@@ -323,23 +348,7 @@ static void body(FILE *f, const struct sbatch_job *j)
         "empty='" EMPTY_JOB_ID "'\n"
         "printf '%%s' \"${spec/\"$empty\"/\"\\\"job_id\\\": \\\"$SLURM_JOB_ID\\\"\"}\" "
         ">\"$dir/job.json\"\n"
-        "unset spec empty\n\n"
-        "# One rendezvousd per node with all the node's CPUs for its ranks (srun 22.05 no\n"
-        "# longer takes --cpus-per-task from the job). scancel's SIGTERM reaches this shell\n"
-        "# and srun passes it on. The pre-timeout signal (--signal=B:...) goes to the\n"
-        "# leader on this host through the job dir, not through srun: srun would signal\n"
-        "# every process of the step, and it must reach only the ranks that asked for it.\n"
-        "# Each daemon's stderr joins its stdout (whole lines, docs/design.md, section 4), so\n"
-        "# that srun's stderr holds srun's own messages alone: they go to srun.log, and to\n"
-        "# the job's output only where they explain its end (below).\n"
-        "# shellcheck disable=SC2016 # the inner shell's $0 and $@\n"
-        "srun --ntasks-per-node=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-%d}\" "
-        "--kill-on-bad-exit=0%s \\\n"
-        "    /bin/sh -c 'exec \"$0\" \"$@\" 2>&1' \"$rendezvousd\" --job-dir \"$dir\" "
-        "--log-level %s \\\n"
-        "    2>\"$dir/srun.log\" &\n"
-        "srun_pid=$!\n"
-        "# The copy gpurun rerun submits again, made while srun starts the daemons.\n"
+        "unset spec empty\n"
         "cp \"$0\" \"$dir/job.sbatch\"\n"
         "# A node the leader gave up (lost, fenced) whose daemon still runs once the job's\n"
         "# record is written (stopped, frozen) would keep srun waiting for ever: the step\n"
@@ -394,7 +403,7 @@ static void body(FILE *f, const struct sbatch_job *j)
         "status $SLURM_JOB_ID names the node and rank that failed)\" >&2\n"
         "    fi\n"
         "fi\n",
-        j->cpus_per_task, j->no_kill ? " --no-kill" : "", j->log_level, psig, tname);
+        psig, tname);
     if (j->max_requeues > 0)
         fprintf(f,
                 "# --max-requeues: ranks that checkpointed on the pre-timeout signal and ended\n"

@@ -3,11 +3,14 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <uv.h>
@@ -36,6 +39,7 @@ struct options {
     const char *node_rank;
     const char *launcher_pid;
     bool leader_only;
+    bool stderr_to_stdout;
 };
 
 struct option_row {
@@ -109,6 +113,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: rendezvousd --job-dir DIR [options]\n\n");
     for (size_t i = 0; i < N_OPTIONS; i++)
         fprintf(f, "  %-14s VALUE  %s\n", option_rows[i].name, option_rows[i].help);
+    fprintf(f, "  %-20s  %s\n", "--stderr-to-stdout",
+            "write the log (stderr) where stdout goes, in whole lines with it");
 }
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -126,6 +132,10 @@ static int parse_args(int argc, char **argv, struct options *o)
          * alone, with no agent and no ranks. */
         if (!strcmp(arg, "--leader-only")) {
             o->leader_only = true;
+            continue;
+        }
+        if (!strcmp(arg, "--stderr-to-stdout")) {
+            o->stderr_to_stdout = true;
             continue;
         }
         for (k = 0; k < N_OPTIONS; k++)
@@ -262,6 +272,34 @@ static void sweep_stale(void)
                  st.killed == 1 ? "" : "es");
 }
 
+/* The batch script writes the key and job.json while srun starts the daemons (Slurm's step
+ * launch takes tens of ms, the writes well under one): a daemon that comes first waits for
+ * both to be there and not empty (each is one write, and a file's size grows only once its
+ * bytes are in), up to JOB_FILES_WAIT_MS, before it reads them. A job dir that does not
+ * exist is not waited for. */
+#define JOB_FILES_WAIT_MS 5000
+
+static bool job_file_ready(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    struct stat st;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return stat(path, &st) == 0 && st.st_size > 0;
+}
+
+static void wait_for_job_files(const char *dir)
+{
+    struct timespec pause = {0, 1000000};
+    struct stat st;
+
+    for (int ms = 0; ms < JOB_FILES_WAIT_MS && stat(dir, &st) == 0; ms++) {
+        if (job_file_ready(dir, "key") && job_file_ready(dir, "job.json"))
+            return;
+        nanosleep(&pause, NULL);
+    }
+}
+
 int main(int argc, char **argv)
 {
     struct options o = {0};
@@ -289,9 +327,16 @@ int main(int argc, char **argv)
                 o.log_level);
         return EXIT_DAEMON_FAILED;
     }
+    /* What a shell's 2>&1 would do, without the shell: Slurm's step runs this binary
+     * directly, and a shell's start costs a millisecond of every job's. */
+    if (o.stderr_to_stdout && dup2(STDOUT_FILENO, STDERR_FILENO) < 0) {
+        fprintf(stderr, "rendezvousd: --stderr-to-stdout: %s\n", strerror(errno));
+        return EXIT_DAEMON_FAILED;
+    }
     log_setup("rendezvousd", STDERR_FILENO, level);
     sweep_stale();
     jobspec_init(&d.spec);
+    wait_for_job_files(o.job_dir);
     snprintf(path, sizeof(path), "%s/job.json", o.job_dir);
     if (jobspec_load(&d.spec, path, &jerr) < 0) {
         log_error("%s", jerr.text);

@@ -168,8 +168,8 @@ TEST(slurm_script_directives_and_body)
     /* The daemons' stderr joins their stdout, so that srun's own messages go to srun.log
      * alone; they reach the output only where they explain a failure the record does not. */
     CHECK_CONTAINS(text, "srun --ntasks-per-node=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-8}\" "
-                         "--kill-on-bad-exit=0 \\\n    /bin/sh -c 'exec \"$0\" \"$@\" 2>&1' "
-                         "\"$rendezvousd\" --job-dir \"$dir\" --log-level warn \\\n"
+                         "--kill-on-bad-exit=0 \\\n    \"$rendezvousd\" --job-dir \"$dir\" "
+                         "--log-level warn --stderr-to-stdout \\\n"
                          "    2>\"$dir/srun.log\" &\n");
     CHECK_CONTAINS(text, "if [ \"$status\" != 0 ] && [ -s \"$dir/srun.log\" ] &&\n"
                          "    { [ -z \"$summary\" ] || [ \"${tasks:-0}\" -gt \"${exits:-0}\" ]; "
