@@ -23,8 +23,10 @@ chmod 600 "$dir/key"
 : >"$dir/job.json"
 sleep 0.1
 kill -0 "${bg_pids[0]}" || fail "rendezvousd read an empty job.json"
-echo '{"version": 1, "job_id": "late", "nnodes": 1, "nprocs": 2, "loopback": true,
- "argv": ["sh", "-c", "echo rank $RANK of $WORLD_SIZE"]}' >"$dir/job.json"
+cat >"$dir/job.json" <<'JSON'
+{"version": 1, "job_id": "late", "nnodes": 1, "nprocs": 2, "loopback": true,
+ "argv": ["sh", "-c", "echo rank $RANK of $WORLD_SIZE"]}
+JSON
 status=0
 wait "${bg_pids[0]}" || status=$?
 bg_pids=()
