@@ -1530,12 +1530,32 @@ static void on_leader_ready(struct peer *p)
         a->join_waits = true;
 }
 
-/* On a pool thread: the checks, before any rank starts, on every node, spares included (the
- * leader decides). They touch nothing of the agent's but their own results. */
+/* Ends the processes that carry the job mark (jobmark.h) of a daemon that is gone: ranks and
+ * what they started, left running when their daemon and its shims were killed together (and
+ * gpurun too, or a Slurm job's batch script). Every daemon's start does it, on any job's
+ * behalf (such a process has no daemon left to end it), before its join: the GPUs it frees
+ * are then free for the pre-flight's check and the job's ranks. */
+static void sweep_stale(void)
+{
+    struct jobmark_sweep_stats st;
+    int ret = jobmark_sweep(NULL, JOBMARK_STALE, 0, &st);
+
+    if (ret < 0)
+        log_warn("cannot look for processes left by daemons that are gone: %s", strerror(-ret));
+    else if (st.killed > 0)
+        log_info("ended %d process%s carrying the job mark of daemons that are gone", st.killed,
+                 st.killed == 1 ? "" : "es");
+}
+
+/* On a pool thread, while the agent finds the leader and proves the key: the sweep of stale
+ * ranks (a /proc scan: milliseconds on a node of thousands of processes), then the checks,
+ * before any rank starts, on every node, spares included (the leader decides). They touch
+ * nothing of the agent's but their own results. */
 static void preflight_thread(uv_work_t *w)
 {
     struct agent *a = w->data;
 
+    sweep_stale();
     preflight_run(a->spec, a->job_dir, a->node_rank, a->preflight_why, sizeof(a->preflight_why),
                   a->preflight_skipped, sizeof(a->preflight_skipped));
 }

@@ -256,22 +256,6 @@ static void on_signal(uv_signal_t *h, int sig)
         leader_cancel(d->leader, "cancelled: the leader received a signal");
 }
 
-/* Ends the processes that carry the job mark (jobmark.h) of a daemon that is gone: ranks and
- * what they started, left running when their daemon and its shims were killed together (and
- * gpurun too, or a Slurm job's batch script). Every daemon's start does it, on any job's
- * behalf: such a process has no daemon left to end it. */
-static void sweep_stale(void)
-{
-    struct jobmark_sweep_stats st;
-    int ret = jobmark_sweep(NULL, JOBMARK_STALE, 0, &st);
-
-    if (ret < 0)
-        log_warn("cannot look for processes left by daemons that are gone: %s", strerror(-ret));
-    else if (st.killed > 0)
-        log_info("ended %d process%s carrying the job mark of daemons that are gone", st.killed,
-                 st.killed == 1 ? "" : "es");
-}
-
 /* The batch script writes the key and job.json while srun starts the daemons (Slurm's step
  * launch takes tens of ms, the writes well under one): a daemon that comes first waits for
  * both to be there and not empty (each is one write, and a file's size grows only once its
@@ -334,7 +318,6 @@ int main(int argc, char **argv)
         return EXIT_DAEMON_FAILED;
     }
     log_setup("rendezvousd", STDERR_FILENO, level);
-    sweep_stale();
     jobspec_init(&d.spec);
     wait_for_job_files(o.job_dir);
     snprintf(path, sizeof(path), "%s/job.json", o.job_dir);
