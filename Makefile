@@ -50,6 +50,12 @@ GR_A       := $(BUILD)/libgr.a
 GR_SONAME  := libgr.so.1
 GR_SO      := $(BUILD)/$(GR_SONAME)
 RENDEZVOUSD:= $(BUILD)/rendezvousd
+# The rank shim (daemon/shim.h) as a program of its own, with libc alone: the agent runs one
+# per rank, and rendezvousd itself (with libcrypto, libuv, jansson) takes twice as long to
+# start. The agent falls back to rendezvousd --exec-rank where it is not beside it.
+SHIM       := $(BUILD)/gpurun-shim
+SHIM_SRC   := daemon/shim/main.c daemon/shim.c daemon/cgroup.c daemon/stall.c lib/jobmark.c \
+              lib/monotime.c lib/fsutil.c lib/errmsg.c
 GPURUN     := $(BUILD)/gpurun
 RUNNER     := $(BUILD)/tests/runner
 GR_EXAMPLE := $(BUILD)/tests/gr_example
@@ -69,7 +75,7 @@ BENCH_STEP := $(BUILD)/bench/train_step
 BENCH_HANDOFF := $(BUILD)/bench/handoff
 TRAIN      := $(if $(wildcard kernels/train.c),$(BUILD)/gpurun-train)
 FAKE_NVML  := $(BUILD)/tests/fakenvml/libnvidia-ml.so.1
-PROGS      := $(RENDEZVOUSD) $(GPURUN) $(GR_SO) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN) $(TRAIN) $(COLL_RANK) \
+PROGS      := $(RENDEZVOUSD) $(SHIM) $(GPURUN) $(GR_SO) $(GR_EXAMPLE) $(RUNNER) $(LOADGEN) $(TRAIN) $(COLL_RANK) \
               $(MPI_HELLO) $(GR_PMIX_CHECK) $(FAKE_NVML) \
               $(BENCH_AR) $(BENCH_MPI) $(BENCH_STEP) $(BENCH_HANDOFF)
 
@@ -114,6 +120,10 @@ $(GR_SO): $(call pic,$(sort $(GR_SRC))) lib/rank/libgr.map
 $(RENDEZVOUSD): $(call obj,$(DAEMON_SRC)) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(SHIM): $(call obj,$(SHIM_SRC))
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^
 
 $(GPURUN): $(call obj,$(CLIENT_SRC)) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
@@ -502,7 +512,7 @@ endif
 # honoured. make uninstall, with the same PREFIX and DESTDIR, removes those files and the
 # directories install made.
 GR_VERSION = $(shell sed -n 's/^\#define GPURUN_VERSION "\(.*\)"$$/\1/p' client/version.h)
-install: $(GPURUN) $(RENDEZVOUSD) $(BUILD)/gpurun-train $(GR_A) $(GR_SO)
+install: $(GPURUN) $(RENDEZVOUSD) $(SHIM) $(BUILD)/gpurun-train $(GR_A) $(GR_SO)
 	$(Q)PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" BUILD="$(BUILD)" GR_VERSION="$(GR_VERSION)" \
 	    GR_LIBS_PRIVATE="$(strip $(GR_SO_LIBS))" scripts/install.sh install
 uninstall:

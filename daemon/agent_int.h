@@ -189,9 +189,10 @@ struct agent {
     char hvd_iface[64];                /* HOROVOD_GLOO_IFACE, or "" */
     struct arank *ranks;
     int nranks, exited;
-    char self_exe[PATH_MAX];   /* this program, run as the rank shim (shim.h) */
+    char self_exe[PATH_MAX];   /* this program */
+    char shim_exe[PATH_MAX];   /* the rank shim it runs (shim.h): gpurun-shim, or self_exe */
     char python_dir[PATH_MAX]; /* the gpurun Python package's folder, or "" */
-    char **spawn_argv;         /* self_exe --exec-rank PID ... -- argv... (agent_spawn_init) */
+    char **spawn_argv;         /* shim_exe --exec-rank PID ... -- argv... (agent_spawn_init) */
     int cgroup_slot;           /* spawn_argv's index of the rank's cgroup, or 0: none */
     int local_rank_slot;       /* spawn_argv's index of "--local_rank=N", or 0: none */
     char cgroup[PATH_MAX];     /* the job's cgroup (cgroup.h), or "" */

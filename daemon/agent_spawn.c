@@ -57,6 +57,23 @@ static void find_python_dir(struct agent *a)
     }
 }
 
+/* The rank shim to run (shim.h): gpurun-shim beside this program (the build dir) or in
+ * PREFIX/libexec/gpurun (PREFIX/bin/rendezvousd), else this program again. */
+static void find_shim(struct agent *a)
+{
+    static const char *const rel[] = {"gpurun-shim", "../libexec/gpurun/gpurun-shim"};
+    const char *slash = strrchr(a->self_exe, '/');
+    char probe[PATH_MAX + 64];
+
+    snprintf(a->shim_exe, sizeof(a->shim_exe), "%s", a->self_exe);
+    for (size_t i = 0; slash && i < sizeof(rel) / sizeof(rel[0]); i++) {
+        snprintf(probe, sizeof(probe), "%.*s/%s", (int)(slash - a->self_exe), a->self_exe, rel[i]);
+        if (access(probe, X_OK) == 0 && realpath(probe, a->shim_exe))
+            return;
+        snprintf(a->shim_exe, sizeof(a->shim_exe), "%s", a->self_exe);
+    }
+}
+
 /* Where the ranks' cgroups go (cgroup.h). Said once per daemon where there are none. */
 static void setup_cgroup(struct agent *a)
 {
@@ -96,6 +113,7 @@ int agent_spawn_init(struct agent *a, struct errmsg *why)
         return errmsg_set(why, -err, "cannot read '/proc/self/exe': %s", strerror(err));
     }
     a->self_exe[len] = '\0';
+    find_shim(a);
     find_python_dir(a);
     agent_container_init(a);
     snprintf(pid, sizeof(pid), "%ld", (long)getpid());
@@ -105,7 +123,7 @@ int agent_spawn_init(struct agent *a, struct errmsg *why)
     a->spawn_argv = calloc(n + 14, sizeof(char *));
     if (!a->spawn_argv)
         return errmsg_set(why, -ENOMEM, "out of memory");
-    a->spawn_argv[i++] = a->self_exe;
+    a->spawn_argv[i++] = a->shim_exe;
     a->spawn_argv[i++] = (char *)SHIM_FLAG;
     a->spawn_argv[i++] = pid;
     a->spawn_argv[i++] = (char *)"--alive-fd";

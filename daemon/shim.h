@@ -1,6 +1,8 @@
 /* The rank shim: how the agent starts a rank.
- *   rendezvousd --exec-rank AGENT_PID [--alive-fd FD --alive-ms MS] [--cgroup DIR]
+ *   gpurun-shim --exec-rank AGENT_PID [--alive-fd FD --alive-ms MS] [--cgroup DIR]
  *               [--mark MARK] -- CMD...
+ * (gpurun-shim: daemon/shim/main.c, beside rendezvousd or in PREFIX/libexec/gpurun; where
+ * there is none, rendezvousd itself takes the same arguments)
  * runs in the rank's new session, asks the kernel for a signal when the agent dies, starts
  * CMD as its child (in the cgroup DIR, made if need be, when given; with GPURUN_JOB_MARK=MARK,
  * jobmark.h, in its environment when given) and passes CMD's exit status on as its own. The

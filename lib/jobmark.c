@@ -15,8 +15,6 @@
 #include "jobmark.h"
 #include "banned.h"
 
-/* The label of the job's value: HMAC(key, label) (auth_key_derive). */
-#define JOB_LABEL      "gpurun job mark"
 /* Scans of one sweep at most: each ends what the last one missed (a child forked between its
  * parent's read and its kill). A marked process forks a few children at most before its
  * SIGKILL lands, so a sweep ends in two or three scans; the bound only stops a fork bomb from
@@ -28,17 +26,6 @@
 #define ENVIRON_MAX    (16u << 20)
 /* The first read of an environment: most are a few KiB, so one read takes them whole. */
 #define ENVIRON_FIRST  16384u
-
-uint64_t jobmark_job(const struct auth_key *key)
-{
-    uint8_t mac[AUTH_TAG_LEN];
-    uint64_t v = 0;
-
-    auth_key_derive(key, JOB_LABEL, mac);
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | mac[i];
-    return v;
-}
 
 int jobmark_format(const struct jobmark *m, char *out, size_t n)
 {

@@ -26,6 +26,7 @@ record=lib/gpurun/installed-dirs
 rows=(
     "755 $build/gpurun bin/gpurun"
     "755 $build/rendezvousd bin/rendezvousd"
+    "755 $build/gpurun-shim libexec/gpurun/gpurun-shim"
     "755 $build/gpurun-train bin/gpurun-train"
     "644 $build/libgr.a lib/libgr.a"
     "755 $build/libgr.so.1 lib/libgr.so.1"

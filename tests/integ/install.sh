@@ -39,6 +39,7 @@ want_file() {
 }
 want_file 755 bin/gpurun
 want_file 755 bin/rendezvousd
+want_file 755 libexec/gpurun/gpurun-shim
 want_file 755 bin/gpurun-train
 want_file 644 include/gr.h
 want_file 644 lib/libgr.a
@@ -58,7 +59,7 @@ for f in "$root"/lib/rank/python/gpurun/*.py; do
     cmp -s "$f" "$top/lib/gpurun/python/gpurun/${f##*/}" || fail "installed ${f##*/} differs"
 done
 extra=$(find "$dest" -type f -o -type l | sed "s|^$top/||" | grep -vE \
-    '^(bin/(gpurun|rendezvousd|gpurun-train)|include/gr\.h|lib/libgr\.(a|so|so\.1)|lib/pkgconfig/gr\.pc|share/man/man(1/gpurun(-train)?\.1|3/gr\.3|8/rendezvousd\.8)|share/bash-completion/completions/gpurun|lib/gpurun/installed-dirs|lib/gpurun/python/gpurun/[a-z_]+\.py)$' ||
+    '^(bin/(gpurun|rendezvousd|gpurun-train)|libexec/gpurun/gpurun-shim|include/gr\.h|lib/libgr\.(a|so|so\.1)|lib/pkgconfig/gr\.pc|share/man/man(1/gpurun(-train)?\.1|3/gr\.3|8/rendezvousd\.8)|share/bash-completion/completions/gpurun|lib/gpurun/installed-dirs|lib/gpurun/python/gpurun/[a-z_]+\.py)$' ||
     true)
 [ -z "$extra" ] || fail "make install put unexpected files: $extra"
 echo "# make install: $(find "$dest" -type f | wc -l) files under DESTDIR$prefix"
@@ -235,6 +236,7 @@ top_real=$(realpath "$top")
 rc=0
 # shellcheck disable=SC2016 # expanded by the ranks' shell
 (cd "$work" && timeout -k 5 60 "$top/bin/gpurun" --local --gpus-per-node 2 -- sh -c '
+    echo "shim $(readlink "/proc/$PPID/exe")" >&2
     if [ "$RANK" = 0 ]; then exec "$1"; fi
     exec "$2" -B "$3"' sh "$work/crank" "$python" "$work/pyrank.py") \
     >"$work/out" 2>"$work/err" </dev/null || rc=$?
@@ -242,6 +244,9 @@ expect_rc 0 "a job of the installed gpurun"
 grep -qxF "[0] c rank 0 read 'Python side'" "$work/out" || fail "the C rank did not read the Python key"
 grep -qxF "[1] py rank 1 read b'C\\x00side' from $top_real/lib/gpurun/python/gpurun/__init__.py" \
     "$work/out" || fail "the Python rank did not read the C key from the installed package"
+# Each rank's shim is the installed libexec/gpurun/gpurun-shim.
+[ "$(grep -c "shim $top_real/libexec/gpurun/gpurun-shim\$" "$work/err")" = 2 ] ||
+    fail "the ranks' shims are not the installed gpurun-shim: $(grep shim "$work/err")"
 echo "# installed gpurun: a C rank on libgr.so and a Python rank on the installed package"
 
 # --- gr(3)'s example, built with gr.pc: on libgr.so, and on libgr.a with Libs.private -----------
