@@ -155,7 +155,9 @@ struct rank {
     bool oom, killed;
     bool waiting;      /* in a barrier or a get with a timeout: waits on the others (its agent) */
     int64_t output_ms; /* when its last byte of output came; 0: none yet */
-    char last_line[PROTO_LINE_MAX + 1]; /* its last line of output, valid UTF-8 */
+    char *last_line;   /* its last line of output, valid UTF-8 (PROTO_LINE_MAX bytes at most):
+                        * allocated with its first, NULL before; 100,000 ranks' room up front
+                        * was a sixth of a large job's leader */
     /* Its time per step as its agent made it (steptime.h): seconds, over how many steps
      * (0: not known yet). */
     double step_avg;

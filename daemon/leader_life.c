@@ -334,13 +334,15 @@ static bool all_nodes_done(const struct leader *l)
     return true;
 }
 
-/* Drops what the ranks' records own (stacks, recorded exceptions). */
+/* Drops what the ranks' records own (stacks, recorded exceptions, last lines). */
 static void ranks_release(struct leader *l)
 {
     for (int r = 0; l->ranks && r < l->world_size; r++) {
         json_decref(l->ranks[r].stack);
         json_decref(l->ranks[r].error);
+        free(l->ranks[r].last_line);
         l->ranks[r].stack = l->ranks[r].error = NULL;
+        l->ranks[r].last_line = NULL;
     }
 }
 
@@ -653,6 +655,7 @@ bool leader_regroup(struct leader *l, int lost, json_t *failure)
             struct rank *k = &l->ranks[r];
             json_decref(k->stack);
             json_decref(k->error);
+            free(k->last_line);
             if (k->phase == PHASE_EXITED)
                 l->exited--;
             memset(k, 0, sizeof(*k));

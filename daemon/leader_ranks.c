@@ -8,19 +8,59 @@
 
 #include <jansson.h>
 
+#include "jtext.h"
 #include "leader_int.h"
 #include "log.h"
 #include "banned.h"
 
 void leader_broadcast(struct leader *l, json_t *msg)
 {
-    for (int i = 0; i < l->nphys; i++)
-        if (l->nodes[i].conn && !l->nodes[i].lost && !l->nodes[i].fenced)
+    /* Serialised once for every agent, not once an agent (a large job's barrier_done went
+     * through jansson 12,500 times). */
+    char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+
+    for (int i = 0; i < l->nphys; i++) {
+        if (!l->nodes[i].conn || l->nodes[i].lost || l->nodes[i].fenced)
+            continue;
+        if (text)
+            peer_send_text(&l->nodes[i].conn->peer, text, strlen(text));
+        else
             peer_send(&l->nodes[i].conn->peer, json_incref(msg));
+    }
+    free(text);
     json_decref(msg);
 }
 
 /* --- requests ----------------------------------------------------------------------------- */
+
+/* The store's replies, as text: no tree to build, dump and free for each of a large job's
+ * 200,000 (proto.h). A text that could not be made (no memory) goes through jansson. */
+static void send_ok(struct conn *c, json_int_t id)
+{
+    struct jtext t;
+
+    jtext_init(&t);
+    proto_ok_text(&t, id);
+    if (t.ok)
+        peer_send_text(&c->peer, t.p, t.len);
+    else
+        peer_send(&c->peer, proto_pack("{s:s, s:I}", "type", "ok", "id", id));
+    jtext_release(&t);
+}
+
+static void send_value(struct conn *c, json_int_t id, const char *value)
+{
+    struct jtext t;
+
+    jtext_init(&t);
+    proto_kv_val_text(&t, id, value);
+    if (t.ok)
+        peer_send_text(&c->peer, t.p, t.len);
+    else
+        peer_send(&c->peer,
+                  proto_pack("{s:s, s:I, s:s}", "type", "kv_val", "id", id, "value", value));
+    jtext_release(&t);
+}
 
 void leader_on_store_ready(void *owner, int64_t id, const char *key, const char *value, void *arg)
 {
@@ -29,8 +69,7 @@ void leader_on_store_ready(void *owner, int64_t id, const char *key, const char 
 
     (void)arg;
     if (value) {
-        peer_send(&c->peer, proto_pack("{s:s, s:I, s:s}", "type", "kv_val", "id", (json_int_t)id,
-                                       "value", value));
+        send_value(c, (json_int_t)id, value);
     } else {
         snprintf(msg, sizeof(msg), "key '%s' did not appear in time", key);
         peer_send_error(&c->peer, id, "timeout", msg);
@@ -51,14 +90,13 @@ void leader_do_kv(struct leader *l, struct conn *c, struct msg *m)
             peer_send_error(&c->peer, m->id, "too_large",
                             "store full: its key or byte limit is reached");
         else
-            peer_send(&c->peer, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
+            send_ok(c, m->id);
         break;
     case MSG_KV_GET:
         l->met = true;
         v = store_get(l->store, m->key);
         if (v)
-            peer_send(&c->peer,
-                      proto_pack("{s:s, s:I, s:s}", "type", "kv_val", "id", m->id, "value", v));
+            send_value(c, m->id, v);
         else if (m->timeout_ms <= 0)
             peer_send_error(&c->peer, m->id, "not_found", "no such key");
         else if (store_wait(l->store, m->key,
@@ -69,7 +107,7 @@ void leader_do_kv(struct leader *l, struct conn *c, struct msg *m)
         break;
     default:
         store_del(l->store, m->key);
-        peer_send(&c->peer, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
+        send_ok(c, m->id);
         break;
     }
 }
@@ -138,6 +176,10 @@ static void set_output(struct leader *l, const struct node *n, json_t *output)
             r < n->rank_base || r >= n->rank_base + n->nprocs || r >= l->world_size || age < 0 ||
             age > INT32_MAX || len > PROTO_LINE_MAX) {
             log_warn("ignoring a bad output entry from node %d", (int)(n - l->nodes));
+            continue;
+        }
+        if (!l->ranks[r].last_line && !(l->ranks[r].last_line = malloc(PROTO_LINE_MAX + 1))) {
+            log_warn("no memory for rank %d's last line", (int)r);
             continue;
         }
         memcpy(l->ranks[r].last_line, line, len);

@@ -142,7 +142,7 @@ json_t *leader_rank_view(const struct leader *l, int r, bool detail)
                             json_integer(k->output_ms ? now_ms(l) - k->output_ms : -1));
         /* A status reply is one frame (1 MiB): there the line is cut to STATUS_LINE_MAX
          * bytes and left out past STATUS_LINES_RANKS ranks; summary.json has it whole. */
-        if (k->last_line[0] && (detail || l->world_size <= STATUS_LINES_RANKS))
+        if (k->last_line && k->last_line[0] && (detail || l->world_size <= STATUS_LINES_RANKS))
             json_object_set_new(
                 v, "last_line",
                 json_stringn(k->last_line, detail
@@ -201,7 +201,7 @@ void leader_rank_line(const struct leader *l, int r, struct jtext *t)
     proto_progress_text(t, &k->prog);
     jtext_key(t, "output_age_ms", false);
     jtext_int(t, k->output_ms ? now - k->output_ms : -1);
-    if (k->last_line[0]) {
+    if (k->last_line && k->last_line[0]) {
         jtext_key(t, "last_line", false);
         jtext_str(t, k->last_line, strlen(k->last_line));
     }

@@ -159,7 +159,7 @@ static void hang_output_cause(const struct leader *l, const struct hang_verdict 
     if (v->sign_ms > now - ms)
         snprintf(since, sizeof(since), ", %.1f s since a barrier released it",
                  (double)(now - v->sign_ms) / 1000);
-    if (b->last_line[0])
+    if (b->last_line && b->last_line[0])
         snprintf(cause, size,
                  "rank %d on node %d ('%.64s') hung: no output for %.1f s%s (--hang-watch "
                  "output); its last line: '%.*s'",

@@ -100,6 +100,11 @@ int peer_send(struct peer *p, json_t *msg);
  * copies. */
 int peer_send_tail(struct peer *p, json_t *msg, const void *tail, size_t n);
 
+/* Sends n bytes of a message already serialised (borrowed): compact JSON text as
+ * json_dumpb() writes it, valid as proto.h says. What a broadcast sends to every agent is
+ * serialised once, and the store's replies without a tree. Returns as peer_send(). */
+int peer_send_text(struct peer *p, const char *text, size_t n);
+
 /* Whether p's other end needs a heartbeat now: nothing was sent to it for interval_ms. Any
  * frame proves the sender alive (the receiver's clock is last_rx_ms), so a heartbeat goes
  * only over an idle link: a leader busy with 12,500 agents sends none during a rendezvous. */

@@ -532,37 +532,13 @@ static bool fast_decode(const uint8_t *buf, size_t len, struct msg *m)
     return false;
 }
 
-int proto_decode(const uint8_t *buf, size_t len, struct msg *m, struct proto_error *err)
-{
-    /* No JSON text holds a NUL byte (a string's is escaped): one ends the message, and what
-     * follows it is a probe's pad, which nothing reads. */
-    const uint8_t *nul = memchr(buf, '\0', len);
-    size_t at = nul ? (size_t)(nul - buf) : len;
-    int ret = 0;
-
-    memset(m, 0, sizeof(*m));
-    err->id = 0;
-    if (!fast_decode(buf, at, m))
-        ret = proto_decode_tree(buf, at, m, err);
-    if (ret == 0 && nul && m->type != MSG_PROBE) {
-        err->id = m->id;
-        proto_msg_release(m);
-        return errmsg_set(&err->why, -EBADMSG,
-                          "a NUL byte at byte %zu: only a probe has bytes after its message", at);
-    }
-    if (ret == 0)
-        m->tail_len = nul ? len - at - 1 : 0;
-    return ret;
-}
-
-int proto_decode_tree(const uint8_t *buf, size_t len, struct msg *m, struct proto_error *err)
+/* jansson's reading of len bytes of buf into m (the tree kept in m->root). */
+static int tree_decode(const uint8_t *buf, size_t len, struct msg *m, struct proto_error *err)
 {
     json_error_t je;
     json_t *root;
     int ret;
 
-    memset(m, 0, sizeof(*m));
-    err->id = 0;
     root = json_loadb((const char *)buf, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return errmsg_set(&err->why, -EBADMSG, "not JSON at byte %d: %s", je.position, je.text);
@@ -577,6 +553,39 @@ int proto_decode_tree(const uint8_t *buf, size_t len, struct msg *m, struct prot
     }
     m->root = root;
     return 0;
+}
+
+/* Both decoders: no JSON text holds a NUL byte (a string's is escaped), so one ends the
+ * message, and what follows it is a probe's pad, which nothing reads. */
+static int decode(const uint8_t *buf, size_t len, struct msg *m, struct proto_error *err, bool fast)
+{
+    const uint8_t *nul = memchr(buf, '\0', len);
+    size_t at = nul ? (size_t)(nul - buf) : len;
+    int ret = 0;
+
+    memset(m, 0, sizeof(*m));
+    err->id = 0;
+    if (!fast || !fast_decode(buf, at, m))
+        ret = tree_decode(buf, at, m, err);
+    if (ret == 0 && nul && m->type != MSG_PROBE) {
+        err->id = m->id;
+        proto_msg_release(m);
+        return errmsg_set(&err->why, -EBADMSG,
+                          "a NUL byte at byte %zu: only a probe has bytes after its message", at);
+    }
+    if (ret == 0)
+        m->tail_len = nul ? len - at - 1 : 0;
+    return ret;
+}
+
+int proto_decode(const uint8_t *buf, size_t len, struct msg *m, struct proto_error *err)
+{
+    return decode(buf, len, m, err, true);
+}
+
+int proto_decode_tree(const uint8_t *buf, size_t len, struct msg *m, struct proto_error *err)
+{
+    return decode(buf, len, m, err, false);
 }
 
 static bool same_str(const char *a, const char *b)
@@ -671,6 +680,22 @@ int proto_progress_pack(json_t *o, const struct proto_progress *p)
             return -ENOMEM;
     }
     return 0;
+}
+
+void proto_ok_text(struct jtext *t, json_int_t id)
+{
+    jtext_lit(t, "{\"type\":\"ok\",\"id\":");
+    jtext_int(t, id);
+    jtext_lit(t, "}");
+}
+
+void proto_kv_val_text(struct jtext *t, json_int_t id, const char *value)
+{
+    jtext_lit(t, "{\"type\":\"kv_val\",\"id\":");
+    jtext_int(t, id);
+    jtext_lit(t, ",\"value\":");
+    jtext_str(t, value, strlen(value));
+    jtext_lit(t, "}");
 }
 
 void proto_progress_text(struct jtext *t, const struct proto_progress *p)

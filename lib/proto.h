@@ -352,6 +352,13 @@ int proto_progress_pack(json_t *o, const struct proto_progress *p);
 struct jtext;
 void proto_progress_text(struct jtext *t, const struct proto_progress *p);
 
+/* The store's replies as text, byte for byte what proto_pack()'s tree dumps (json_dumpb,
+ * JSON_COMPACT) to: {"type":"ok","id":ID} and {"type":"kv_val","id":ID,"value":VALUE}
+ * (value: a C string of valid UTF-8, as a decoded kv_put holds). A large job's store round
+ * is two of these a rank. */
+void proto_ok_text(struct jtext *t, json_int_t id);
+void proto_kv_val_text(struct jtext *t, json_int_t id, const char *value);
+
 /* Reads p's fields from object o (a progress entry, a status view's rank): each one present
  * must have its type (an integer for step and total_steps, not negative; a number for the
  * others); one absent is unknown (NAN, or 0), step too unless it is required (required_step).

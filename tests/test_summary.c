@@ -44,8 +44,9 @@ TEST(summary_rank_lines_are_the_views_dump)
     ranks[1].prog.tokens_per_s = 123456.75;
     ranks[1].prog.grad_norm = 1.0;
     ranks[1].output_ms = 1;
-    snprintf(ranks[1].last_line, sizeof(ranks[1].last_line),
-             "step 120 \"loss\" 2.5\\ \x1b[32mok\x1b[0m\t\xe2\x94\x80");
+    static char line1[PROTO_LINE_MAX + 1];
+    snprintf(line1, sizeof(line1), "step 120 \"loss\" 2.5\\ \x1b[32mok\x1b[0m\t\xe2\x94\x80");
+    ranks[1].last_line = line1;
     /* 2: a straggler with a step time, its state from memory, killed by a signal. */
     ranks[2].step_avg = 0.0293;
     ranks[2].step_avg_steps = 50;
