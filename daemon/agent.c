@@ -31,6 +31,7 @@
 #include "peer.h"
 #include "ranklist.h"
 #include "signame.h"
+#include "sockdiag.h"
 #include "sockdir.h"
 #include "preflight.h"
 #include "stacks.h"
@@ -358,17 +359,25 @@ out:
     return 0;
 }
 
-/* Whether this node's TCP tables (IPv4 and IPv6, this network namespace's: the ranks') show a
- * socket on MASTER_PORT: rank 0's store or a rank's link to it, so that the ranks met
- * (together.h). Read at most every MET_CHECK_MS unless now, never again once seen. */
+/* Whether this node's TCP sockets (IPv4 and IPv6, this network namespace's: the ranks') show
+ * one on MASTER_PORT: rank 0's store or a rank's link to it, so that the ranks met
+ * (together.h). Asked of the kernel with the port as its filter (sockdiag.h); its tables are
+ * read whole only where it cannot be asked. At most every MET_CHECK_MS unless now, never
+ * again once seen. */
 static void check_met(struct agent *a, bool now)
 {
     static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
     int64_t t = now_ms(a);
+    int seen;
 
     if (a->met || a->master_port <= 0 || (!now && t - a->met_check_ms < MET_CHECK_MS))
         return;
     a->met_check_ms = t;
+    seen = sockdiag_port_seen(a->master_port);
+    if (seen >= 0) {
+        a->met = a->met_dirty = seen > 0;
+        return;
+    }
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]) && !a->met; i++) {
         char *text = NULL;
         size_t len = 0;
