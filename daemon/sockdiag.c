@@ -48,7 +48,10 @@ static int family_seen(int fd, int family, int port, uint32_t seq)
     rq.nlh.nlmsg_seq = seq;
     rq.req.sdiag_family = (uint8_t)family;
     rq.req.sdiag_protocol = IPPROTO_TCP;
-    rq.req.idiag_states = ~0u;
+    /* The states /proc/net/tcp lists (ESTABLISHED to CLOSING, and requests): not CLOSE nor
+     * the kernel's bound-only sockets, which it dumps since Linux 6.5 (a port held without a
+     * connection, as the leader holds MASTER_PORT's reservation, is no meeting). */
+    rq.req.idiag_states = ((1u << 13) - 2) & ~(1u << 7);
     rq.attr.nla_len = (uint16_t)(sizeof(rq.attr) + len);
     rq.attr.nla_type = INET_DIAG_REQ_BYTECODE;
     /* In ops of 4 bytes: sport at 0 (its value at 4), the jump at 8, dport at 12 (16), end 20. */

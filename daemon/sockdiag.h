@@ -6,9 +6,11 @@
 #ifndef GPURUN_SOCKDIAG_H
 #define GPURUN_SOCKDIAG_H
 
-/* 1 when an IPv4 or IPv6 TCP socket in any state has port as its local or remote port, 0
- * when none has, or a negative errno when the kernel could not be asked (no sock_diag, a
- * kernel older than 4.17 without its port equality test): the caller reads /proc then. */
+/* 1 when an IPv4 or IPv6 TCP socket has port as its local or remote port, 0 when none has (a
+ * socket listening, connected, half-open or in TIME_WAIT counts: what /proc/net/tcp lists;
+ * one bound to the port alone does not), or a negative errno when the kernel could not be
+ * asked (no sock_diag, a kernel older than 4.17 without its port equality test): the caller
+ * reads /proc then. */
 int sockdiag_port_seen(int port);
 
 #endif

@@ -44,9 +44,10 @@ TEST(sockdiag_sees_a_listener_and_both_ends_of_a_link)
     int lport, cport, lfd = bound(AF_INET, &lport), cfd = bound(AF_INET, &cport), afd;
     struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)lport)};
 
+    /* Bound alone (the leader's reservation of MASTER_PORT): not a socket on the port. */
+    CHECK_EQ(sockdiag_port_seen(lport), 0);
     CHECK_EQ(listen(lfd, 4), 0);
     CHECK_EQ(sockdiag_port_seen(lport), 1);
-    /* A socket bound but neither listening nor connected is one too (the kernel lists it). */
     to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     CHECK_EQ(connect(cfd, (struct sockaddr *)&to, sizeof(to)), 0);
     afd = accept(lfd, NULL, NULL);
