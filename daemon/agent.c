@@ -147,9 +147,13 @@ static void report_exit(struct agent *a, struct arank *r)
         return;
     r->reported = true;
     /* The last progress and output first: the leader's view and summary.json end on the final
-     * step and line; and whether the ranks met, read before the rank's sockets are gone from
-     * the tables (what they leave in TIME_WAIT is seen after). */
-    check_met(a, true);
+     * step and line; and whether the ranks met, asked at the node's last rank's exit (what
+     * the ranks' links leave in TIME_WAIT is still there then, for a minute), else at most
+     * every MET_CHECK_MS: a node of 100,000 sockets costs the kernel milliseconds an ask. */
+    bool last = true;
+    for (int i = 0; i < a->nranks; i++)
+        last = last && (&a->ranks[i] == r || a->ranks[i].reported);
+    check_met(a, last);
     if (r->dirty || r->output_dirty || a->met_dirty) {
         a->flush_output = true;
         flush_progress(a);
