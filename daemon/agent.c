@@ -1517,7 +1517,8 @@ static void send_join(struct agent *a)
     if (a->preflight_skipped[0])
         log_info("node %d pre-flight: skipped %s", a->node_rank, a->preflight_skipped);
     /* A link to the leader's own host (node 0's, every node's with --local) is no link. */
-    if (a->spec->preflight && !same_host(&a->leader->h.tcp))
+    if (a->spec->preflight && !same_host(&a->leader->h.tcp) &&
+        preflight_link_timed(a->spec->nnodes + a->spec->spare_nodes, a->spec->preflight_only))
         send_probe(a);
     send_leader(a,
                 proto_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:s, s:s, s:i}", "type", "join",

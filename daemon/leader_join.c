@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "leader_int.h"
+#include "preflight.h"
 #include "log.h"
 #include "banned.h"
 
@@ -91,7 +92,7 @@ static void link_check(struct leader *l)
     for (int i = 0; i < l->nphys; i++)
         if (l->nodes[i].link_mbit > 0)
             v[k++] = l->nodes[i].link_mbit;
-    if (k < 2) {
+    if (k < PREFLIGHT_LINKS_MIN) {
         free(v);
         return;
     }

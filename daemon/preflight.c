@@ -315,6 +315,11 @@ static void check_out_dir(const struct jobspec *spec, int node, char *why, size_
         snprintf(why, n, "out_dir '%s': %lld MiB free, below %d", dir, mb, spec->min_free_mb);
 }
 
+bool preflight_link_timed(int nodes, bool preflight_only)
+{
+    return preflight_only || nodes - 1 >= PREFLIGHT_LINKS_MIN;
+}
+
 void preflight_run(const struct jobspec *spec, const char *job_dir, int node, char *why, size_t n,
                    char *skipped, size_t sn)
 {

@@ -25,6 +25,17 @@
 
 #include "jobspec.h"
 
+/* The link test judges a node's link against the median of the timed ones: with fewer than
+ * this many, it can fail none (daemon/leader_join.c). */
+#define PREFLIGHT_LINKS_MIN 2
+
+/* Whether an agent away from the leader's host times its link (sends the probe): where the
+ * job has nodes enough (nnodes + spares) for PREFLIGHT_LINKS_MIN links away from the leader's
+ * host, or for gpurun preflight, which reports every link's figure. A job of two nodes has
+ * one such link, which nothing could be measured against: its probe would only cost the
+ * start a millisecond. */
+bool preflight_link_timed(int nodes, bool preflight_only);
+
 /* Runs the checks for node `node` of spec with its job dir. why gets "" when every check
  * passed, else one line naming the first that failed and its figure ("1 of 2 GPUs visible
  * (CUDA_VISIBLE_DEVICES)"; "GPU 1 (NVML): 2048 of 81920 MiB free, below 90%"; "job dir '/x': 12

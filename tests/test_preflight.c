@@ -61,3 +61,15 @@ TEST(preflight_job_dir_written)
     CHECK_EQ(rmdir(dir), 0);
     jobspec_release(&spec);
 }
+
+/* Links are timed where a median of two of them could fail one: three nodes or more (spares
+ * count), or gpurun preflight at any size. */
+TEST(preflight_links_timed_where_they_can_be_judged)
+{
+    CHECK(!preflight_link_timed(1, false));
+    CHECK(!preflight_link_timed(2, false));
+    CHECK(preflight_link_timed(3, false));
+    CHECK(preflight_link_timed(64, false));
+    CHECK(preflight_link_timed(2, true));
+    CHECK(preflight_link_timed(1, true));
+}
