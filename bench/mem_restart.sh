@@ -172,8 +172,12 @@ one() {
         resumed=0 bytes=0 from="nothing: step 0"
     fi
     # Training again: rank 0's first step past the one it went on from; after a restart, once
-    # its metrics were cut back to that step (the line count fell).
-    t1=$(awk -v r="$resumed" -v cut="$([ "$regroup" = true ] && echo 1 || echo 0)" '
+    # its metrics were cut back to that step (the line count fell), unless the restart went on
+    # from the step it was killed at (a memory checkpoint of that very step): then nothing is
+    # cut, and any later step is the new generation's.
+    cut=0
+    if [ "$regroup" = true ] || [ "$resumed" -ge "$killed_at" ]; then cut=1; fi
+    t1=$(awk -v r="$resumed" -v cut="$cut" '
         { if ($2 < prev) cut = 1; prev = $2 }
         cut && $3 > r { print $1; exit }' "$dir/obs")
     [ -n "$t1" ] || { echo "no step after $resumed: $(tail -n 2 "$dir/obs")" >&2; return 1; }
