@@ -1565,29 +1565,51 @@ static void sweep_stale(void)
                  st.killed == 1 ? "" : "es");
 }
 
-/* On a pool thread, while the agent finds the leader and proves the key: the sweep of stale
- * ranks (a /proc scan: milliseconds on a node of thousands of processes), then the checks,
- * before any rank starts, on every node, spares included (the leader decides). They touch
- * nothing of the agent's but their own results. */
-static void preflight_thread(uv_work_t *w)
+/* On a thread of its own, while the agent finds the leader and proves the key: the sweep of
+ * stale ranks (a /proc scan: milliseconds on a node of thousands of processes), then the
+ * checks, before any rank starts, on every node, spares included (the leader decides). They
+ * touch nothing of the agent's but their own results, handed over by preflight_async. */
+static void *preflight_thread(void *arg)
 {
-    struct agent *a = w->data;
+    struct agent *a = arg;
 
     sweep_stale();
     preflight_run(a->spec, a->job_dir, a->node_rank, a->preflight_why, sizeof(a->preflight_why),
                   a->preflight_skipped, sizeof(a->preflight_skipped));
+    uv_async_send(&a->preflight_async);
+    return NULL;
 }
 
-static void preflight_after(uv_work_t *w, int status)
+static void preflight_after(uv_async_t *h)
 {
-    struct agent *a = w->data;
+    struct agent *a = h->data;
 
-    (void)status;
-    a->handles_open--;
+    if (a->preflight_done)
+        return;
+    if (a->preflight_threaded)
+        pthread_join(a->preflight_tid, NULL);
+    a->preflight_threaded = false;
     a->preflight_done = true;
+    uv_close((uv_handle_t *)h, on_handle_closed);
     if (a->join_waits && !a->closing && a->leader && a->leader->ready && !a->leader->closing)
         send_join(a);
-    agent_maybe_free(a);
+}
+
+/* Starts the pre-flight: on its thread, or in place where none can be had (its end is then
+ * handled on the loop's next turn, as a thread's would be). */
+static void preflight_start(struct agent *a)
+{
+    a->preflight_async.data = a;
+    if (uv_async_init(a->loop, &a->preflight_async, preflight_after) < 0) {
+        preflight_thread(a);
+        a->preflight_done = true;
+        return;
+    }
+    a->handles_open++;
+    if (pthread_create(&a->preflight_tid, NULL, preflight_thread, a) == 0)
+        a->preflight_threaded = true;
+    else
+        preflight_thread(a);
 }
 
 static void on_leader_closed(struct peer *p, const char *reason)
@@ -1832,13 +1854,7 @@ static void begin(struct agent *a)
     uv_timer_start(&a->tick, on_tick, TICK_MS, TICK_MS);
     uv_timer_start(&a->hb, on_heartbeat, (uint64_t)a->spec->hb_interval_ms,
                    (uint64_t)a->spec->hb_interval_ms);
-    a->preflight_work.data = a;
-    if (uv_queue_work(a->loop, &a->preflight_work, preflight_thread, preflight_after) == 0) {
-        a->handles_open++;
-    } else {
-        preflight_thread(&a->preflight_work);
-        a->preflight_done = true;
-    }
+    preflight_start(a);
     if (!a->rendezvous[0] && a->job_dir && uv_fs_event_init(a->loop, &a->watch) == 0) {
         a->watch.data = a;
         a->handles_open++;

@@ -7,6 +7,7 @@
 #define GPURUN_AGENT_INT_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -207,10 +208,14 @@ struct agent {
     int container_probe;                /* CONTAINER_PROBE_*: the pre-flight's */
     char container_why[256];            /* what the pre-flight found wrong, or "" */
     bool container_probe_runs;          /* the probe runs the job's Python (not an inspect) */
-    /* The pre-flight checks (preflight.h) run on a pool thread from the agent's start, while
-     * it finds the leader and proves the key: their disk sync and NVML's load are off the
-     * loop, which on node 0 is the leader's too. The join goes once both are done. */
-    uv_work_t preflight_work;
+    /* The pre-flight checks (preflight.h) run on a thread of their own from the agent's
+     * start, while it finds the leader and proves the key: their disk sync and NVML's load are
+     * off the loop, which on node 0 is the leader's too. The join goes once both are done.
+     * Not libuv's pool: its first use starts four threads and waits for each to run, a
+     * millisecond before the agent's first connect on a loaded node. */
+    uv_async_t preflight_async; /* sent by the thread when it is done */
+    pthread_t preflight_tid;
+    bool preflight_threaded; /* preflight_tid is to be joined */
     bool preflight_done;
     bool join_waits; /* the link is ready: the join goes when the checks are done */
     char preflight_why[256], preflight_skipped[256];
