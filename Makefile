@@ -51,8 +51,8 @@ GR_SONAME  := libgr.so.1
 GR_SO      := $(BUILD)/$(GR_SONAME)
 RENDEZVOUSD:= $(BUILD)/rendezvousd
 # The rank shim (daemon/shim.h) as a program of its own, with libc alone: the agent runs one
-# per rank, and rendezvousd itself (with libcrypto, libuv, jansson) takes twice as long to
-# start. The agent falls back to rendezvousd --exec-rank where it is not beside it.
+# per rank, and rendezvousd itself (libuv, jansson, libcrypto in it) takes longer to start.
+# The agent falls back to rendezvousd --exec-rank where it is not beside it.
 SHIM       := $(BUILD)/gpurun-shim
 SHIM_SRC   := daemon/shim/main.c daemon/shim.c daemon/cgroup.c daemon/stall.c lib/jobmark.c \
               lib/monotime.c lib/fsutil.c lib/errmsg.c
@@ -117,9 +117,22 @@ $(GR_SO): $(call pic,$(sort $(GR_SRC))) lib/rank/libgr.map
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -shared -Wl,-soname,$(GR_SONAME) \
 	    -Wl,--version-script=lib/rank/libgr.map -Wl,--no-undefined -o $@ $(filter %.o,$^) $(GR_SO_LIBS)
 
+# rendezvousd takes libuv, jansson and libcrypto (its SHA-256 and constant-time helpers, the
+# only parts it uses: about 300 KiB in all) from Debian's static archives where they are
+# installed (libuv1-dev, libjansson-dev, libssl-dev): the loader's mapping and relocating of
+# the three shared libraries, libcrypto's 4.5 MB above all, was half a millisecond of every
+# daemon's start, on the path of a job's first rank. Shared where an archive is missing.
+RDV_STATIC_A := $(foreach a,libuv_a.a libjansson.a libcrypto.a,$(filter /%,$(shell $(CC) -print-file-name=$(a))))
+ifeq ($(words $(RDV_STATIC_A)),3)
+RDV_LDLIBS := -Wl,-Bstatic -luv_a -ljansson -lcrypto -Wl,-Bdynamic \
+              $(filter-out -luv -ljansson -lcrypto,$(LDLIBS))
+else
+RDV_LDLIBS := $(LDLIBS)
+endif
+
 $(RENDEZVOUSD): $(call obj,$(DAEMON_SRC)) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(RDV_LDLIBS)
 
 $(SHIM): $(call obj,$(SHIM_SRC))
 	@$(if $(Q),echo "  LD      $@")

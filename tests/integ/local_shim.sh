@@ -23,6 +23,18 @@ want="0 $(realpath "$build/gpurun-shim") --exec-rank
 [ "$got" = "$want" ] || fail "the ranks' shims: got '$got', want '$want'"
 ldd "$build/gpurun-shim" | grep -qE 'libcrypto|libuv|libjansson' &&
     fail "gpurun-shim links more than libc: $(ldd "$build/gpurun-shim")"
+# rendezvousd has libuv, jansson and libcrypto in it where their static archives are
+# installed (Makefile, RDV_STATIC_A): none of the three is loaded at its start.
+archives=0
+for a in libuv_a.a libjansson.a libcrypto.a; do
+    [[ $(${CC:-cc} -print-file-name=$a) == /* ]] && archives=$((archives + 1))
+done
+if [ "$archives" = 3 ]; then
+    ldd "$build/rendezvousd" | grep -E 'libcrypto|libuv|libjansson' &&
+        fail "rendezvousd loads shared libraries it has in it: $(ldd "$build/rendezvousd")"
+else
+    echo "# rendezvousd links the shared libuv, jansson, libcrypto: $archives of 3 archives here"
+fi
 
 mkdir "$work/alone"
 cp "$build/gpurun" "$build/rendezvousd" "$work/alone/"
