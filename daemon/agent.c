@@ -968,7 +968,7 @@ static void capture_stacks(struct agent *a, const char *cause)
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];
         r->cap = CAP_DONE;
-        if (!r->spawned || r->exited || stacks_find_target(r->proc.pid, &t) < 0)
+        if (!r->spawned || r->exited || stacks_find_target(r->pid, &t) < 0)
             continue;
         if (a->spec->container_image && !t.python) {
             /* In a container the rank's Python is no descendant of its shim: found by the
@@ -976,7 +976,7 @@ static void capture_stacks(struct agent *a, const char *cause)
             struct jobmark want = a->mark;
             want.rank = r->rank;
             if (stacks_find_marked(&want, &t) < 0)
-                stacks_find_target(r->proc.pid, &t);
+                stacks_find_target(r->pid, &t);
         }
         if (t.python && r->faulthandler) {
             /* No core file: a large process would take minutes to dump one. */
@@ -1047,11 +1047,12 @@ static void kill_orphans(struct agent *a)
             continue;
         bool ours = false;
         for (int i = 0; i < a->nranks; i++)
-            ours |= a->ranks[i].spawned && !a->ranks[i].exited && a->ranks[i].proc.pid == pid;
+            ours |= a->ranks[i].spawned && !a->ranks[i].exited && a->ranks[i].pid == pid;
         for (struct stack_tool *t = a->tools; t; t = t->next)
             ours |= t->running && t->proc.pid == pid;
         for (struct container_rm *c = a->container_rms; c; c = c->next)
             ours |= c->proc.pid == pid;
+        ours |= agent_warm_owns(a, (pid_t)pid);
         if (!ours) {
             log_info("killing process %ld left behind by a rank", pid);
             kill((pid_t)pid, SIGKILL);
@@ -1087,6 +1088,7 @@ static void teardown(struct agent *a, const char *cause)
         return;
     log_info("tearing down node %d's ranks: %s", a->node_rank, cause);
     a->state = AG_TEARDOWN;
+    agent_warm_release(a);
     regroup_answer(a, -1, cause);
     stop_tools(a);
     a->teardown_ms = now_ms(a);
@@ -1156,6 +1158,7 @@ static void agent_end(struct agent *a, int status)
     int ret;
 
     a->state = AG_DONE;
+    agent_warm_release(a);
     if (a->spec->metrics_dir &&
         (ret = metrics_remove(a->spec->metrics_dir, a->spec->job_id, a->node_rank)) < 0)
         log_warn("cannot remove the metrics file in '%s': %s", a->spec->metrics_dir,
@@ -1869,6 +1872,9 @@ static void begin(struct agent *a)
         !agent_container_preflight(a, try_connect))
         return;
     try_connect(a);
+    /* After the connect: the shims start while the link's handshake and the other nodes'
+     * joins are under way. */
+    agent_warm_start(a);
 }
 
 int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **out)
@@ -2006,6 +2012,7 @@ void agent_maybe_free(struct agent *a)
     agent_mem_free(a);
     free(a->pend);
     free(a->spawn_argv);
+    free(a->warm);
     free(a->ranks);
     log_set_sink(NULL, NULL); /* agent_output_close cleared it; an early end may not have */
     free(a);
@@ -2016,6 +2023,7 @@ void agent_close(struct agent *a)
     if (a->closing)
         return;
     a->closing = true;
+    agent_warm_release(a);
     if (a->leader)
         peer_close(a->leader, "agent shutting down");
     for (struct rconn *rc = a->rconns; rc; rc = rc->next)

@@ -91,7 +91,8 @@ struct ostream {
  * (reset_generation in agent.c) but for its open log files. */
 struct arank {
     struct agent *agent;
-    uv_process_t proc;
+    uv_process_t proc;         /* its shim's, when spawned at its start (not a warm shim's) */
+    pid_t pid;                 /* its shim's pid once spawned: the rank's process group */
     struct ostream *out, *err; /* NULL when closed */
     int local, rank;
     bool spawned, exited, reported, killed, oom;
@@ -199,6 +200,9 @@ struct agent {
     char cgroup[PATH_MAX];     /* the job's cgroup (cgroup.h), or "" */
     struct jobmark mark;       /* this daemon's job mark; its rank is set per rank */
     int mark_slot;             /* spawn_argv's index of the rank's mark */
+    /* The warm shims (agent_warm_start), one a local rank, NULL where none waits: the shim
+     * started before the assign, waiting for its rank's arguments and environment. */
+    struct warm_shim **warm;
     char sockdir[PATH_MAX];
     char sockpath[PATH_MAX];
     int container_rt; /* the runtime the ranks run in (container.h), CONTAINER_AUTO: none
@@ -280,6 +284,19 @@ int agent_spawn_init(struct agent *a, struct errmsg *why);
  * recorded as exited (127: no such command, else 126) and a tail line that says why; or -EIO
  * or -ENOMEM when it could not be prepared, logged, with r recorded as exited with 125. */
 int agent_spawn_rank(struct agent *a, struct arank *r);
+
+/* Starts a warm shim for each local rank: the shim's fork, exec and start are done while the
+ * agent joins, and agent_spawn_rank() hands it the rank's arguments and environment through a
+ * pipe (shim.h, --spec-fd) instead. None for a job in a container image (its runtime's words
+ * depend on the rank), nor where one cannot be started: the rank is spawned then. */
+void agent_warm_start(struct agent *a);
+
+/* Ends the warm shims no rank took (the job ended for this node, or the agent closes): their
+ * pipe is closed and they are killed; their handles close as they exit. */
+void agent_warm_release(struct agent *a);
+
+/* Whether pid is a warm shim's whose handle is open: libuv reaps it, not kill_orphans. */
+bool agent_warm_owns(const struct agent *a, pid_t pid);
 
 /* Sends sig to rank r's process group, while it runs. */
 void arank_signal(struct arank *r, int sig);

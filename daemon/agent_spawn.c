@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include "agent_int.h"
@@ -29,6 +30,14 @@
 #define RANK_CGROUP_WAIT_MS 50
 /* The shim's heartbeat pipe (shim.h): the fd after stdin, stdout and stderr. */
 #define SHIM_ALIVE_FD       "3"
+/* A warm shim's spec pipe (shim.h, --spec-fd): the fd after the heartbeat pipe. */
+#define SHIM_SPEC_FD        "4"
+/* spawn_argv's first words, the same for every rank: shim_exe --exec-rank PID --alive-fd FD
+ * --alive-ms MS. What follows (cgroup, mark, "--", the command) is the rank's. */
+#define SPAWN_FIXED_ARGS    7
+/* How long a warm shim may take to read its spec (it waits for it in a read): longer means a
+ * shim that is stopped or gone, and the rank is spawned anew. */
+#define WARM_WRITE_MS       2000
 /* The largest error file read (agent_read_error_file): a traceback is a few KiB. */
 #define ERROR_FILE_MAX      (256 * 1024)
 
@@ -130,6 +139,10 @@ int agent_spawn_init(struct agent *a, struct errmsg *why)
     a->spawn_argv[i++] = (char *)SHIM_ALIVE_FD;
     a->spawn_argv[i++] = (char *)"--alive-ms";
     a->spawn_argv[i++] = alive_ms;
+    /* The rank's own words from here on (warm_hand_over sends them). */
+    if (i != SPAWN_FIXED_ARGS)
+        return errmsg_set(why, -EINVAL, "the shim's fixed arguments are %zu, not %d", i,
+                          SPAWN_FIXED_ARGS);
     setup_cgroup(a);
     if (a->cgroup[0]) {
         a->spawn_argv[i++] = (char *)"--cgroup";
@@ -195,8 +208,8 @@ static void rank_cgroup(const struct agent *a, const struct arank *r, char *dir,
 
 void arank_signal(struct arank *r, int sig)
 {
-    if (r->spawned && !r->exited && r->proc.pid > 0)
-        kill(-r->proc.pid, sig);
+    if (r->spawned && !r->exited && r->pid > 0)
+        kill(-r->pid, sig);
 }
 
 /* Where rank r's torch error file goes (TORCHELASTIC_ERROR_FILE): beside its log. */
@@ -261,11 +274,10 @@ static void on_proc_closed(uv_handle_t *h)
     agent_maybe_free(a);
 }
 
-/* Records the exit of rank r's process and ends what it left; agent_rank_exited() decides
- * what the exit means. */
-static void on_rank_exit(uv_process_t *p, int64_t status, int sig)
+/* Records the exit of rank r's process (its shim's handle p, closed with closed) and ends
+ * what it left; agent_rank_exited() decides what the exit means. */
+static void rank_exit(struct arank *r, uv_process_t *p, int64_t status, int sig, uv_close_cb closed)
 {
-    struct arank *r = p->data;
     struct agent *a = r->agent;
 
     r->exited = true;
@@ -274,7 +286,7 @@ static void on_rank_exit(uv_process_t *p, int64_t status, int sig)
     r->exit_ms = (int64_t)uv_now(a->loop);
     a->exited++;
     r->oom = sig == SIGKILL && !r->killed && r->oom_base >= 0 && oom_kills() > r->oom_base;
-    uv_close((uv_handle_t *)p, on_proc_closed);
+    uv_close((uv_handle_t *)p, closed);
     if (r->alive_fd >= 0) {
         close(r->alive_fd);
         r->alive_fd = -1;
@@ -290,6 +302,260 @@ static void on_rank_exit(uv_process_t *p, int64_t status, int sig)
     }
     agent_container_remove(a, r);
     agent_rank_exited(a, r);
+}
+
+static void on_rank_exit(uv_process_t *p, int64_t status, int sig)
+{
+    rank_exit(p->data, p, status, sig, on_proc_closed);
+}
+
+/* --- warm shims ------------------------------------------------------------------------------ */
+
+/* A shim started before its rank is known (agent_warm_start): it waits in a read of its spec
+ * pipe for the rest of its arguments and the rank's environment (shim.h). */
+struct warm_shim {
+    uv_process_t proc;
+    struct agent *a;
+    struct arank *r;           /* the rank it runs, once handed over; NULL before */
+    struct ostream *out, *err; /* the rank's stdout and stderr until handed over */
+    int slot;                  /* its index in a->warm */
+    int spec_fd;               /* the spec pipe's write end, or -1 */
+    int alive_fd;              /* the heartbeat pipe's write end until handed over, or -1 */
+    bool gone;                 /* exited, or released: not to be handed a rank */
+};
+
+/* Closes what a warm shim holds for a rank it never got. */
+static void warm_drop(struct warm_shim *w)
+{
+    if (w->out)
+        w->out->rank = NULL;
+    if (w->err)
+        w->err->rank = NULL;
+    ostream_close(&w->out);
+    ostream_close(&w->err);
+    if (w->spec_fd >= 0)
+        close(w->spec_fd);
+    if (w->alive_fd >= 0)
+        close(w->alive_fd);
+    w->spec_fd = w->alive_fd = -1;
+}
+
+static void on_warm_closed(uv_handle_t *h)
+{
+    struct warm_shim *w = h->data;
+    struct agent *a = w->a;
+
+    if (a->warm && a->warm[w->slot] == w)
+        a->warm[w->slot] = NULL;
+    free(w);
+    a->handles_open--;
+    agent_maybe_free(a);
+}
+
+static void on_warm_exit(uv_process_t *p, int64_t status, int sig)
+{
+    struct warm_shim *w = p->data;
+
+    if (w->r) {
+        rank_exit(w->r, p, status, sig, on_warm_closed);
+        return;
+    }
+    /* Before its rank: released, or ended by someone else. The rank is spawned anew. */
+    if (!w->gone && sig)
+        log_warn("node %d: the warm shim of local rank %d ended by signal %d before its rank",
+                 w->a->node_rank, w->slot, sig);
+    w->gone = true;
+    warm_drop(w);
+    uv_close((uv_handle_t *)p, on_warm_closed);
+}
+
+static void warm_spawn(struct agent *a, int slot)
+{
+    struct arank *r = &a->ranks[slot];
+    struct warm_shim *w = calloc(1, sizeof(*w));
+    uv_process_options_t opt = {0};
+    uv_stdio_container_t stdio[5];
+    char *argv[SPAWN_FIXED_ARGS + 3];
+    int spec[2] = {-1, -1}, alive[2] = {-1, -1}, ret;
+
+    if (!w)
+        return;
+    w->a = a;
+    w->slot = slot;
+    w->spec_fd = w->alive_fd = -1;
+    w->out = ostream_new(a, r);
+    w->err = ostream_new(a, r);
+    if (!w->out || !w->err || pipe2(spec, O_CLOEXEC) < 0)
+        goto fail;
+    w->spec_fd = spec[1];
+    if (pipe2(alive, O_CLOEXEC | O_NONBLOCK) < 0)
+        goto fail;
+    w->alive_fd = alive[1];
+    w->err->is_err = true;
+    memcpy(argv, a->spawn_argv, SPAWN_FIXED_ARGS * sizeof(*argv));
+    argv[SPAWN_FIXED_ARGS] = (char *)"--spec-fd";
+    argv[SPAWN_FIXED_ARGS + 1] = (char *)SHIM_SPEC_FD;
+    argv[SPAWN_FIXED_ARGS + 2] = NULL;
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[1].data.stream = (uv_stream_t *)&w->out->pipe;
+    stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[2].data.stream = (uv_stream_t *)&w->err->pipe;
+    stdio[3].flags = UV_INHERIT_FD;
+    stdio[3].data.fd = alive[0];
+    stdio[4].flags = UV_INHERIT_FD;
+    stdio[4].data.fd = spec[0];
+    opt.file = argv[0];
+    opt.args = argv;
+    opt.cwd = a->spec->workdir;
+    opt.flags = UV_PROCESS_DETACHED;
+    opt.stdio_count = 5;
+    opt.stdio = stdio;
+    opt.exit_cb = on_warm_exit;
+    w->proc.data = w;
+    ret = uv_spawn(a->loop, &w->proc, &opt);
+    close(spec[0]);
+    close(alive[0]);
+    if (ret < 0) {
+        /* The handle is initialised even on failure and must be closed; the rank is spawned
+         * at its assign, which says what fails. */
+        log_debug("node %d: no warm shim for local rank %d: %s", a->node_rank, slot,
+                  uv_strerror(ret));
+        w->gone = true;
+        warm_drop(w);
+        a->handles_open++;
+        uv_close((uv_handle_t *)&w->proc, on_warm_closed);
+        return;
+    }
+    a->handles_open++;
+    a->warm[slot] = w;
+    return;
+fail:
+    if (spec[0] >= 0)
+        close(spec[0]);
+    if (alive[0] >= 0)
+        close(alive[0]);
+    warm_drop(w);
+    free(w);
+}
+
+void agent_warm_start(struct agent *a)
+{
+    if (a->spec->container_image || !a->spawn_argv || a->nranks <= 0)
+        return;
+    a->warm = calloc((size_t)a->nranks, sizeof(*a->warm));
+    for (int i = 0; a->warm && i < a->nranks; i++)
+        warm_spawn(a, i);
+}
+
+void agent_warm_release(struct agent *a)
+{
+    for (int i = 0; a->warm && i < a->nranks; i++) {
+        struct warm_shim *w = a->warm[i];
+        if (!w || w->gone || w->r)
+            continue;
+        w->gone = true;
+        warm_drop(w);
+        kill(w->proc.pid, SIGKILL);
+    }
+}
+
+bool agent_warm_owns(const struct agent *a, pid_t pid)
+{
+    for (int i = 0; a->warm && i < a->nranks; i++)
+        if (a->warm[i] && a->warm[i]->proc.pid == pid)
+            return true;
+    return false;
+}
+
+/* Writes n bytes to fd (non-blocking) within WARM_WRITE_MS. Returns 0 or a negative errno. */
+static int write_spec(int fd, const char *buf, size_t n)
+{
+    int64_t waited = 0;
+
+    while (n > 0) {
+        ssize_t k = write(fd, buf, n);
+        if (k > 0) {
+            buf += k;
+            n -= (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && errno != EAGAIN)
+            return -errno;
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        if (waited >= WARM_WRITE_MS || poll(&pfd, 1, 50) < 0)
+            return -ETIMEDOUT;
+        waited += 50;
+    }
+    return 0;
+}
+
+/* The spec a warm shim reads (shim.h): the count of arguments, the arguments, the count of
+ * environment entries, the entries, each ended by a NUL. New (free()), *len its size. */
+static char *spec_text(char *const *args, char *const *env, size_t *len)
+{
+    size_t nargs = 0, nenv = 0, cap = 64, off = 0;
+    char *buf;
+
+    while (args[nargs])
+        cap += strlen(args[nargs++]) + 1;
+    while (env[nenv])
+        cap += strlen(env[nenv++]) + 1;
+    buf = malloc(cap);
+    if (!buf)
+        return NULL;
+    off += (size_t)snprintf(buf + off, cap - off, "%zu", nargs) + 1;
+    for (size_t i = 0; i < nargs; i++) {
+        size_t l = strlen(args[i]) + 1;
+        memcpy(buf + off, args[i], l);
+        off += l;
+    }
+    off += (size_t)snprintf(buf + off, cap - off, "%zu", nenv) + 1;
+    for (size_t i = 0; i < nenv; i++) {
+        size_t l = strlen(env[i]) + 1;
+        memcpy(buf + off, env[i], l);
+        off += l;
+    }
+    *len = off;
+    return buf;
+}
+
+/* Hands rank r to its warm shim: its arguments (a->spawn_argv's, past the fixed ones) and env
+ * down the spec pipe. Returns 0, or a negative errno with the shim released (the rank is then
+ * spawned anew). */
+static int warm_hand_over(struct agent *a, struct arank *r, struct warm_shim *w, char **env)
+{
+    size_t len;
+    char *text = spec_text(a->spawn_argv + SPAWN_FIXED_ARGS, env, &len);
+    int ret, fl = fcntl(w->spec_fd, F_GETFL);
+
+    if (!text)
+        return -ENOMEM;
+    if (fl >= 0)
+        fcntl(w->spec_fd, F_SETFL, fl | O_NONBLOCK);
+    ret = write_spec(w->spec_fd, text, len);
+    free(text);
+    if (ret < 0) {
+        log_warn("node %d: the warm shim of local rank %d did not take its rank (%s): spawned "
+                 "anew",
+                 a->node_rank, w->slot, strerror(-ret));
+        w->gone = true;
+        warm_drop(w);
+        kill(w->proc.pid, SIGKILL);
+        return ret;
+    }
+    close(w->spec_fd);
+    w->spec_fd = -1;
+    w->r = r;
+    r->out = w->out;
+    r->err = w->err;
+    w->out = w->err = NULL;
+    r->alive_fd = w->alive_fd;
+    w->alive_fd = -1;
+    r->pid = w->proc.pid;
+    return 0;
 }
 
 /* Whether env turns Python's faulthandler on: Python reads any non-empty value as "on". */
@@ -396,6 +662,25 @@ static int check_gpu_bind(const struct agent *a, const struct arank *r, char *co
     return 0;
 }
 
+/* Sets a->spawn_argv's words that are rank r's: its cgroup, "--local_rank=N", its mark, into
+ * the caller's buffers. */
+static void fill_rank_args(struct agent *a, const struct arank *r, char *cgdir, size_t cgcap,
+                           char *local_rank, size_t lrcap, char mark[JOBMARK_LEN])
+{
+    if (a->cgroup_slot) {
+        rank_cgroup(a, r, cgdir, cgcap);
+        a->spawn_argv[a->cgroup_slot] = cgdir;
+    }
+    if (a->local_rank_slot) {
+        snprintf(local_rank, lrcap, "%s=%d", local_rank_arg_name(a->spec->local_rank_arg),
+                 r->local);
+        a->spawn_argv[a->local_rank_slot] = local_rank;
+    }
+    a->mark.rank = r->rank;
+    jobmark_format(&a->mark, mark, JOBMARK_LEN);
+    a->spawn_argv[a->mark_slot] = mark;
+}
+
 int agent_spawn_rank(struct agent *a, struct arank *r)
 {
     uv_process_options_t opt = {0};
@@ -419,6 +704,17 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
         return spawn_refused_why(a, r, -EINVAL, why);
     }
     r->faulthandler = env_faulthandler(env);
+    struct warm_shim *w = a->warm ? a->warm[r->local] : NULL;
+    if (w && !w->gone && !w->r && !a->spec->container_image) {
+        fill_rank_args(a, r, cgdir, sizeof(cgdir), local_rank, sizeof(local_rank), mark);
+        if (warm_hand_over(a, r, w, env) == 0) {
+            free_env(env);
+            r->spawned = true;
+            ostream_read_start(r->out);
+            ostream_read_start(r->err);
+            return 0;
+        }
+    }
     r->out = ostream_new(a, r);
     r->err = ostream_new(a, r);
     if (r->err)
@@ -430,18 +726,7 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
         return spawn_refused(a, r, -ENOMEM);
     }
     alive = rank_stdio(r, stdio);
-    if (a->cgroup_slot) {
-        rank_cgroup(a, r, cgdir, sizeof(cgdir));
-        a->spawn_argv[a->cgroup_slot] = cgdir;
-    }
-    if (a->local_rank_slot) {
-        snprintf(local_rank, sizeof(local_rank), "%s=%d",
-                 local_rank_arg_name(a->spec->local_rank_arg), r->local);
-        a->spawn_argv[a->local_rank_slot] = local_rank;
-    }
-    a->mark.rank = r->rank;
-    jobmark_format(&a->mark, mark, sizeof(mark));
-    a->spawn_argv[a->mark_slot] = mark;
+    fill_rank_args(a, r, cgdir, sizeof(cgdir), local_rank, sizeof(local_rank), mark);
     opt.file = a->spawn_argv[0];
     opt.args = a->spawn_argv;
     if (a->spec->container_image) {
@@ -492,6 +777,7 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
         return ret;
     }
     r->spawned = true;
+    r->pid = r->proc.pid;
     a->handles_open++;
     ostream_read_start(r->out);
     ostream_read_start(r->err);

@@ -274,6 +274,119 @@ static int drain_alive(int fd)
     return got;
 }
 
+/* A warm shim's spec, kept for the shim's life: its arguments and the rank's environment
+ * point into it. */
+static char *spec_buf;
+static char **spec_argv, **spec_env;
+
+/* The largest spec read: far above an exec's own limit on arguments and environment. */
+#define SPEC_MAX (64 << 20)
+
+/* Reads fd to its end into spec_buf. Returns its length, or -1. */
+static ssize_t read_spec(int fd)
+{
+    size_t cap = 1 << 16, len = 0;
+
+    spec_buf = malloc(cap);
+    while (spec_buf) {
+        ssize_t n;
+        if (len == cap) {
+            char *bigger = cap < SPEC_MAX ? realloc(spec_buf, cap * 2) : NULL;
+            if (!bigger)
+                return -1;
+            spec_buf = bigger;
+            cap *= 2;
+        }
+        n = read(fd, spec_buf + len, cap - len);
+        if (n == 0)
+            return (ssize_t)len;
+        if (n < 0 && errno != EINTR)
+            return -1;
+        if (n > 0)
+            len += (size_t)n;
+    }
+    return -1;
+}
+
+/* The next NUL-ended string of spec_buf[*off..len) as a count, or -1. */
+static long spec_count(size_t len, size_t *off)
+{
+    char *end, *s = spec_buf + *off;
+    char *nul = *off < len ? memchr(s, '\0', len - *off) : NULL;
+    long v;
+
+    if (!nul)
+        return -1;
+    v = strtol(s, &end, 10);
+    if (end != nul || v < 0 || v > (long)len)
+        return -1;
+    *off = (size_t)(nul - spec_buf) + 1;
+    return v;
+}
+
+/* n NUL-ended strings of spec_buf[*off..len) into a new NULL-ended array after first (the
+ * first nfirst words kept), or NULL. */
+static char **spec_words(size_t len, size_t *off, long n, char **first, int nfirst)
+{
+    char **v = calloc((size_t)n + (size_t)nfirst + 1, sizeof(*v));
+
+    if (!v)
+        return NULL;
+    for (int i = 0; i < nfirst; i++)
+        v[i] = first[i];
+    for (long i = 0; i < n; i++) {
+        char *nul = *off < len ? memchr(spec_buf + *off, '\0', len - *off) : NULL;
+        if (!nul) {
+            free(v);
+            return NULL;
+        }
+        v[nfirst + i] = spec_buf + *off;
+        *off = (size_t)(nul - spec_buf) + 1;
+    }
+    return v;
+}
+
+/* A warm shim (its last arguments "--spec-fd FD"): started by the agent before its rank was
+ * known, it reads from FD, to its end, the rest of its arguments and the rank's environment,
+ * each a count then that many NUL-ended strings. Returns 0 with *argc and *argv its whole
+ * arguments and environ the rank's (or left alone when not a warm shim), 1 when FD ended
+ * empty (the agent had no rank for it), -1 on a spec it cannot read (said on stderr). */
+static int take_spec(int *argc, char ***argv)
+{
+    int n = *argc, fd;
+    char **v = *argv, *end;
+    long nargs, nenv;
+    size_t off = 0;
+    ssize_t len;
+
+    if (n < 4 || strcmp(v[n - 2], "--spec-fd"))
+        return 0;
+    fd = (int)strtol(v[n - 1], &end, 10);
+    if (*end || fd < 0) {
+        fprintf(stderr, "rendezvousd: %s: --spec-fd: '%s' is not a file descriptor\n", SHIM_FLAG,
+                v[n - 1]);
+        return -1;
+    }
+    len = read_spec(fd);
+    close(fd);
+    if (len == 0)
+        return 1;
+    if (len < 0 || (nargs = spec_count((size_t)len, &off)) < 0 ||
+        !(spec_argv = spec_words((size_t)len, &off, nargs, v, n - 2)) ||
+        (nenv = spec_count((size_t)len, &off)) < 0 ||
+        !(spec_env = spec_words((size_t)len, &off, nenv, NULL, 0)) || off != (size_t)len) {
+        fprintf(stderr,
+                "gpurun: the rank shim could not read its rank's arguments from its "
+                "agent (fd %d)\n",
+                fd);
+        return -1;
+    }
+    *argc = n - 2 + (int)nargs;
+    *argv = spec_argv;
+    environ = spec_env;
+    return 0;
+}
+
 int shim_main(int argc, char **argv)
 {
     struct shim_opts o;
@@ -284,6 +397,8 @@ int shim_main(int argc, char **argv)
     int64_t last_alive;
     struct stall stall;
 
+    if ((ret = take_spec(&argc, &argv)) != 0)
+        return ret > 0 ? 0 : 125;
     if (parse_opts(argc, argv, &o) < 0)
         return 125;
     /* The parent-death signal stays blocked and is taken by sigtimedwait() below, with

@@ -13,7 +13,13 @@
  * - the agent stops answering (SIGSTOP, a stalled loop): no byte on FD for MS milliseconds
  *   (the agent writes one per heartbeat). Then the shim says so on stderr (the rank's log).
  * After an agent's death the shim also removes the rank's cgroup, and the job's (DIR's
- * parent) when it was the last, and dies of SIGKILL with the rest of its group. */
+ * parent) when it was the last, and dies of SIGKILL with the rest of its group.
+ *
+ * A warm shim, started by the agent before its rank is known (while the node joins), ends its
+ * arguments with "--spec-fd FD" in place of the rank's: it reads FD to its end, then goes on
+ * as above with the arguments and the environment it read (the count of arguments, each, the
+ * count of environment entries, each, all ended by a NUL: every word after --alive-ms MS).
+ * FD ending empty means no rank came: the shim exits 0, having started nothing. */
 #ifndef GPURUN_SHIM_H
 #define GPURUN_SHIM_H
 

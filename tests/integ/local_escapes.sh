@@ -71,8 +71,12 @@ no_cgroup_left() {
 # --- SIGKILL of node 1's daemon: its ranks and their setsid'd descendants are gone at once.
 start kill
 cgroot=
-if tr '\0' '\n' <"/proc/$shim/cmdline" | grep -qx -- --cgroup; then
-    cg=$(tr '\0' '\n' <"/proc/$shim/cmdline" | grep -A1 -x -- --cgroup | tail -n 1)
+# Rank 2's cgroup, from its own /proc entry (its shim, a warm one, got its --cgroup through
+# a pipe, not on its command line): DIR/gpurun-AGENT/rank-2 in the cgroup v2 hierarchy.
+rel=$(sed -n 's/^0:://p' "/proc/$(cat "$job/pid.2")/cgroup")
+mnt=$(findmnt -t cgroup2 -n -o TARGET | head -n 1)
+if [ -n "$mnt" ] && [[ $rel == */gpurun-"$agent"/rank-2 ]]; then
+    cg=$mnt$rel
     cgroot=${cg%/gpurun-*}
     echo "# ranks run in cgroups under '$cgroot'"
 else
