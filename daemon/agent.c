@@ -102,6 +102,7 @@ static int64_t now_ms(const struct agent *a)
 }
 
 static void teardown(struct agent *a, const char *cause);
+static void warm_settle(struct agent *a);
 static void capture_check(struct agent *a);
 static void stop_watching(struct agent *a);
 
@@ -1329,6 +1330,7 @@ static void on_assign(struct agent *a, struct msg *m)
         a->failed_here = true;
         a->state = AG_TEARDOWN;
     }
+    warm_settle(a);
     for (int i = 0; i < a->nranks; i++) {
         struct arank *r = &a->ranks[i];
         r->rank = a->rank_base + i;
@@ -1570,8 +1572,10 @@ static void sweep_stale(void)
 
 /* On a thread of its own, while the agent finds the leader and proves the key: the sweep of
  * stale ranks (a /proc scan: milliseconds on a node of thousands of processes), then the
- * checks, before any rank starts, on every node, spares included (the leader decides). They
- * touch nothing of the agent's but their own results, handed over by preflight_async. */
+ * checks, before any rank starts, on every node, spares included (the leader decides); their
+ * verdict goes to the loop (the join waits for it), then the warm shims start while the node
+ * waits for its assign (agent_warm_spawn: each waits for its exec). The thread touches
+ * nothing of the agent's but its own results, handed over by preflight_async. */
 static void *preflight_thread(void *arg)
 {
     struct agent *a = arg;
@@ -1579,33 +1583,58 @@ static void *preflight_thread(void *arg)
     sweep_stale();
     preflight_run(a->spec, a->job_dir, a->node_rank, a->preflight_why, sizeof(a->preflight_why),
                   a->preflight_skipped, sizeof(a->preflight_skipped));
+    __atomic_store_n(&a->preflight_checked, true, __ATOMIC_RELEASE);
+    uv_async_send(&a->preflight_async);
+    agent_warm_spawn(a);
+    __atomic_store_n(&a->warm_spawned, true, __ATOMIC_RELEASE);
     uv_async_send(&a->preflight_async);
     return NULL;
+}
+
+/* The warm shims once the thread has started them all: waits for it if need be (an assign
+ * that came first: the wait is the spawns it would do itself), then watches them; ended at
+ * once where the node's job already is. */
+static void warm_settle(struct agent *a)
+{
+    if (a->warm_adopted)
+        return;
+    if (a->preflight_threaded)
+        pthread_join(a->preflight_tid, NULL);
+    a->preflight_threaded = false;
+    a->warm_adopted = true;
+    agent_warm_adopt(a);
+    if (a->closing || a->state == AG_TEARDOWN || a->state == AG_DONE)
+        agent_warm_release(a);
 }
 
 static void preflight_after(uv_async_t *h)
 {
     struct agent *a = h->data;
 
-    if (a->preflight_done)
-        return;
-    if (a->preflight_threaded)
-        pthread_join(a->preflight_tid, NULL);
-    a->preflight_threaded = false;
-    a->preflight_done = true;
-    uv_close((uv_handle_t *)h, on_handle_closed);
-    if (a->join_waits && !a->closing && a->leader && a->leader->ready && !a->leader->closing)
-        send_join(a);
+    if (!a->preflight_done && __atomic_load_n(&a->preflight_checked, __ATOMIC_ACQUIRE)) {
+        a->preflight_done = true;
+        if (a->join_waits && !a->closing && a->leader && a->leader->ready && !a->leader->closing)
+            send_join(a);
+    }
+    if (__atomic_load_n(&a->warm_spawned, __ATOMIC_ACQUIRE) && !uv_is_closing((uv_handle_t *)h)) {
+        warm_settle(a);
+        uv_close((uv_handle_t *)h, on_handle_closed);
+    }
 }
 
 /* Starts the pre-flight: on its thread, or in place where none can be had (its end is then
  * handled on the loop's next turn, as a thread's would be). */
 static void preflight_start(struct agent *a)
 {
+    agent_warm_prepare(a);
     a->preflight_async.data = a;
     if (uv_async_init(a->loop, &a->preflight_async, preflight_after) < 0) {
-        preflight_thread(a);
-        a->preflight_done = true;
+        /* No async, no thread: the checks in place, and no warm shims. */
+        sweep_stale();
+        preflight_run(a->spec, a->job_dir, a->node_rank, a->preflight_why, sizeof(a->preflight_why),
+                      a->preflight_skipped, sizeof(a->preflight_skipped));
+        a->preflight_done = a->warm_adopted = true;
+        agent_warm_adopt(a);
         return;
     }
     a->handles_open++;
@@ -1872,9 +1901,6 @@ static void begin(struct agent *a)
         !agent_container_preflight(a, try_connect))
         return;
     try_connect(a);
-    /* After the connect: the shims start while the link's handshake and the other nodes'
-     * joins are under way. */
-    agent_warm_start(a);
 }
 
 int agent_start(uv_loop_t *loop, const struct agent_config *cfg, struct agent **out)

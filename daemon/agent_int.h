@@ -200,7 +200,7 @@ struct agent {
     char cgroup[PATH_MAX];     /* the job's cgroup (cgroup.h), or "" */
     struct jobmark mark;       /* this daemon's job mark; its rank is set per rank */
     int mark_slot;             /* spawn_argv's index of the rank's mark */
-    /* The warm shims (agent_warm_start), one a local rank, NULL where none waits: the shim
+    /* The warm shims (agent_warm_prepare), one a local rank, NULL where none waits: the shim
      * started before the assign, waiting for its rank's arguments and environment. */
     struct warm_shim **warm;
     char sockdir[PATH_MAX];
@@ -217,9 +217,12 @@ struct agent {
      * off the loop, which on node 0 is the leader's too. The join goes once both are done.
      * Not libuv's pool: its first use starts four threads and waits for each to run, a
      * millisecond before the agent's first connect on a loaded node. */
-    uv_async_t preflight_async; /* sent by the thread when it is done */
+    uv_async_t preflight_async; /* sent by the thread: its checks done, then its spawns */
     pthread_t preflight_tid;
     bool preflight_threaded; /* preflight_tid is to be joined */
+    bool preflight_checked;  /* set by the thread (atomics): its verdict is in */
+    bool warm_spawned;       /* set by the thread (atomics): the warm shims are started */
+    bool warm_adopted;       /* the loop watches them (agent_warm_adopt) */
     bool preflight_done;
     bool join_waits; /* the link is ready: the join goes when the checks are done */
     char preflight_why[256], preflight_skipped[256];
@@ -285,11 +288,16 @@ int agent_spawn_init(struct agent *a, struct errmsg *why);
  * or -ENOMEM when it could not be prepared, logged, with r recorded as exited with 125. */
 int agent_spawn_rank(struct agent *a, struct arank *r);
 
-/* Starts a warm shim for each local rank: the shim's fork, exec and start are done while the
- * agent joins, and agent_spawn_rank() hands it the rank's arguments and environment through a
- * pipe (shim.h, --spec-fd) instead. None for a job in a container image (its runtime's words
- * depend on the rank), nor where one cannot be started: the rank is spawned then. */
-void agent_warm_start(struct agent *a);
+/* Warm shims: each local rank's shim started while the agent joins, so that its fork, exec
+ * and start are off the path of the rank's start; agent_spawn_rank() hands it the rank's
+ * arguments and environment through a pipe (shim.h, --spec-fd). None for a job in a container
+ * image (its runtime's words depend on the rank), nor where one cannot be started: the rank
+ * is spawned then. agent_warm_prepare() makes their pipes (the loop's thread, before the
+ * pre-flight's starts), agent_warm_spawn() starts them (the pre-flight's thread: it waits for
+ * each exec), agent_warm_adopt() watches them (the loop's, once the pre-flight is done). */
+void agent_warm_prepare(struct agent *a);
+void agent_warm_spawn(struct agent *a);
+void agent_warm_adopt(struct agent *a);
 
 /* Ends the warm shims no rank took (the job ended for this node, or the agent closes): their
  * pipe is closed and they are killed; their handles close as they exit. */

@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "agent_int.h"
@@ -276,7 +279,8 @@ static void on_proc_closed(uv_handle_t *h)
 
 /* Records the exit of rank r's process (its shim's handle p, closed with closed) and ends
  * what it left; agent_rank_exited() decides what the exit means. */
-static void rank_exit(struct arank *r, uv_process_t *p, int64_t status, int sig, uv_close_cb closed)
+static void rank_exit(struct arank *r, pid_t pid, uv_handle_t *h, int64_t status, int sig,
+                      uv_close_cb closed)
 {
     struct agent *a = r->agent;
 
@@ -286,7 +290,7 @@ static void rank_exit(struct arank *r, uv_process_t *p, int64_t status, int sig,
     r->exit_ms = (int64_t)uv_now(a->loop);
     a->exited++;
     r->oom = sig == SIGKILL && !r->killed && r->oom_base >= 0 && oom_kills() > r->oom_base;
-    uv_close((uv_handle_t *)p, closed);
+    uv_close(h, closed);
     if (r->alive_fd >= 0) {
         close(r->alive_fd);
         r->alive_fd = -1;
@@ -294,7 +298,7 @@ static void rank_exit(struct arank *r, uv_process_t *p, int64_t status, int sig,
     /* What a rank started may still hold its group or its cgroup: it ends with the rank.
      * The shim removed the cgroup already unless it was killed itself (the teardown's
      * SIGKILL reaches the whole group). */
-    kill(-p->pid, SIGKILL);
+    kill(-pid, SIGKILL);
     if (a->cgroup[0]) {
         char dir[PATH_MAX + 16];
         rank_cgroup(a, r, dir, sizeof(dir));
@@ -306,23 +310,37 @@ static void rank_exit(struct arank *r, uv_process_t *p, int64_t status, int sig,
 
 static void on_rank_exit(uv_process_t *p, int64_t status, int sig)
 {
-    rank_exit(p->data, p, status, sig, on_proc_closed);
+    rank_exit(p->data, p->pid, (uv_handle_t *)p, status, sig, on_proc_closed);
 }
 
 /* --- warm shims ------------------------------------------------------------------------------ */
 
-/* A shim started before its rank is known (agent_warm_start): it waits in a read of its spec
- * pipe for the rest of its arguments and the rank's environment (shim.h). */
+/* A shim started before its rank is known: it waits in a read of its spec pipe for the rest of
+ * its arguments and the rank's environment (shim.h). agent_warm_prepare() makes its pipes on
+ * the loop, agent_warm_spawn() starts it on the pre-flight's thread (posix_spawn: the thread
+ * waits for the exec, the loop does not), agent_warm_adopt() watches it from the loop (its
+ * output pipes as the rank's streams, a pidfd for its exit: it is not libuv's process). */
 struct warm_shim {
-    uv_process_t proc;
     struct agent *a;
     struct arank *r;           /* the rank it runs, once handed over; NULL before */
     struct ostream *out, *err; /* the rank's stdout and stderr until handed over */
     int slot;                  /* its index in a->warm */
-    int spec_fd;               /* the spec pipe's write end, or -1 */
-    int alive_fd;              /* the heartbeat pipe's write end until handed over, or -1 */
-    bool gone;                 /* exited, or released: not to be handed a rank */
+    pid_t pid;                 /* 0 until spawned; -errno when the spawn failed */
+    int pidfd;                 /* watched by exitw, or -1 */
+    uv_poll_t exitw;
+    int child[4];  /* the child's ends: stdout, stderr, heartbeat, spec (closed once spawned) */
+    int parent[4]; /* ours: stdout, stderr (until adopted), heartbeat, spec, or -1 */
+    bool gone;     /* exited, or released: not to be handed a rank */
 };
+
+enum { WARM_OUT, WARM_ERR, WARM_ALIVE, WARM_SPEC };
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
 
 /* Closes what a warm shim holds for a rank it never got. */
 static void warm_drop(struct warm_shim *w)
@@ -333,11 +351,10 @@ static void warm_drop(struct warm_shim *w)
         w->err->rank = NULL;
     ostream_close(&w->out);
     ostream_close(&w->err);
-    if (w->spec_fd >= 0)
-        close(w->spec_fd);
-    if (w->alive_fd >= 0)
-        close(w->alive_fd);
-    w->spec_fd = w->alive_fd = -1;
+    for (int i = 0; i < 4; i++) {
+        close_fd(&w->child[i]);
+        close_fd(&w->parent[i]);
+    }
 }
 
 static void on_warm_closed(uv_handle_t *h)
@@ -347,17 +364,30 @@ static void on_warm_closed(uv_handle_t *h)
 
     if (a->warm && a->warm[w->slot] == w)
         a->warm[w->slot] = NULL;
+    close_fd(&w->pidfd);
     free(w);
     a->handles_open--;
     agent_maybe_free(a);
 }
 
-static void on_warm_exit(uv_process_t *p, int64_t status, int sig)
+static void on_warm_exit(uv_poll_t *h, int status, int events)
 {
-    struct warm_shim *w = p->data;
+    struct warm_shim *w = h->data;
+    int64_t code = 0;
+    int st = 0, sig = 0;
+    pid_t got = waitpid(w->pid, &st, WNOHANG);
 
+    (void)status;
+    (void)events;
+    if (got == 0 || (got < 0 && errno == EINTR))
+        return;
+    if (got == w->pid && WIFEXITED(st))
+        code = WEXITSTATUS(st);
+    if (got == w->pid && WIFSIGNALED(st))
+        sig = WTERMSIG(st);
+    uv_poll_stop(h);
     if (w->r) {
-        rank_exit(w->r, p, status, sig, on_warm_closed);
+        rank_exit(w->r, w->pid, (uv_handle_t *)h, code, sig, on_warm_closed);
         return;
     }
     /* Before its rank: released, or ended by someone else. The rank is spawned anew. */
@@ -366,104 +396,165 @@ static void on_warm_exit(uv_process_t *p, int64_t status, int sig)
                  w->a->node_rank, w->slot, sig);
     w->gone = true;
     warm_drop(w);
-    uv_close((uv_handle_t *)p, on_warm_closed);
+    uv_close((uv_handle_t *)h, on_warm_closed);
 }
 
-static void warm_spawn(struct agent *a, int slot)
+/* fd, moved above the shim's own descriptors (0 to 4) where it is among them. */
+static int above_shim_fds(int fd)
 {
-    struct arank *r = &a->ranks[slot];
+    int moved;
+
+    if (fd < 0 || fd > 4)
+        return fd;
+    moved = fcntl(fd, F_DUPFD_CLOEXEC, 16);
+    close(fd);
+    return moved;
+}
+
+/* A warm shim's pipes, or NULL. */
+static struct warm_shim *warm_new(struct agent *a, int slot)
+{
     struct warm_shim *w = calloc(1, sizeof(*w));
-    uv_process_options_t opt = {0};
-    uv_stdio_container_t stdio[5];
-    char *argv[SPAWN_FIXED_ARGS + 3];
-    int spec[2] = {-1, -1}, alive[2] = {-1, -1}, ret;
 
     if (!w)
-        return;
+        return NULL;
     w->a = a;
     w->slot = slot;
-    w->spec_fd = w->alive_fd = -1;
-    w->out = ostream_new(a, r);
-    w->err = ostream_new(a, r);
-    if (!w->out || !w->err || pipe2(spec, O_CLOEXEC) < 0)
-        goto fail;
-    w->spec_fd = spec[1];
-    if (pipe2(alive, O_CLOEXEC | O_NONBLOCK) < 0)
-        goto fail;
-    w->alive_fd = alive[1];
-    w->err->is_err = true;
-    memcpy(argv, a->spawn_argv, SPAWN_FIXED_ARGS * sizeof(*argv));
-    argv[SPAWN_FIXED_ARGS] = (char *)"--spec-fd";
-    argv[SPAWN_FIXED_ARGS + 1] = (char *)SHIM_SPEC_FD;
-    argv[SPAWN_FIXED_ARGS + 2] = NULL;
-    stdio[0].flags = UV_IGNORE;
-    stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-    stdio[1].data.stream = (uv_stream_t *)&w->out->pipe;
-    stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-    stdio[2].data.stream = (uv_stream_t *)&w->err->pipe;
-    stdio[3].flags = UV_INHERIT_FD;
-    stdio[3].data.fd = alive[0];
-    stdio[4].flags = UV_INHERIT_FD;
-    stdio[4].data.fd = spec[0];
-    opt.file = argv[0];
-    opt.args = argv;
-    opt.cwd = a->spec->workdir;
-    opt.flags = UV_PROCESS_DETACHED;
-    opt.stdio_count = 5;
-    opt.stdio = stdio;
-    opt.exit_cb = on_warm_exit;
-    w->proc.data = w;
-    ret = uv_spawn(a->loop, &w->proc, &opt);
-    close(spec[0]);
-    close(alive[0]);
-    if (ret < 0) {
-        /* The handle is initialised even on failure and must be closed; the rank is spawned
-         * at its assign, which says what fails. */
-        log_debug("node %d: no warm shim for local rank %d: %s", a->node_rank, slot,
-                  uv_strerror(ret));
-        w->gone = true;
-        warm_drop(w);
-        a->handles_open++;
-        uv_close((uv_handle_t *)&w->proc, on_warm_closed);
-        return;
+    w->pidfd = -1;
+    for (int k = 0; k < 4; k++)
+        w->parent[k] = w->child[k] = -1;
+    for (int k = 0; k < 4; k++) {
+        int fds[2];
+        /* The heartbeat's and the spec's writer is the agent; the streams' the shim. */
+        bool ours_writes = k >= WARM_ALIVE;
+        if (pipe2(fds, O_CLOEXEC) < 0)
+            goto fail;
+        w->parent[k] = above_shim_fds(fds[ours_writes ? 1 : 0]);
+        w->child[k] = above_shim_fds(fds[ours_writes ? 0 : 1]);
+        if (w->parent[k] < 0 || w->child[k] < 0)
+            goto fail;
     }
-    a->handles_open++;
-    a->warm[slot] = w;
-    return;
+    return w;
 fail:
-    if (spec[0] >= 0)
-        close(spec[0]);
-    if (alive[0] >= 0)
-        close(alive[0]);
     warm_drop(w);
     free(w);
+    return NULL;
 }
 
-void agent_warm_start(struct agent *a)
+void agent_warm_prepare(struct agent *a)
 {
     if (a->spec->container_image || !a->spawn_argv || a->nranks <= 0)
         return;
     a->warm = calloc((size_t)a->nranks, sizeof(*a->warm));
     for (int i = 0; a->warm && i < a->nranks; i++)
-        warm_spawn(a, i);
+        a->warm[i] = warm_new(a, i);
+}
+
+void agent_warm_spawn(struct agent *a)
+{
+    extern char **environ;
+    char *argv[SPAWN_FIXED_ARGS + 3];
+    posix_spawnattr_t attr;
+    sigset_t none, all;
+
+    if (!a->warm)
+        return;
+    memcpy(argv, a->spawn_argv, SPAWN_FIXED_ARGS * sizeof(*argv));
+    argv[SPAWN_FIXED_ARGS] = (char *)"--spec-fd";
+    argv[SPAWN_FIXED_ARGS + 1] = (char *)SHIM_SPEC_FD;
+    argv[SPAWN_FIXED_ARGS + 2] = NULL;
+    /* As libuv's spawn: a session of its own, no signal blocked, every disposition the
+     * default for the standard signals (the daemon ignores SIGPIPE: the rank must not
+     * inherit that). */
+    sigemptyset(&none);
+    sigemptyset(&all);
+    for (int sig = 1; sig < 32; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            sigaddset(&all, sig);
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr,
+                             POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    for (int i = 0; i < a->nranks; i++) {
+        struct warm_shim *w = a->warm[i];
+        posix_spawn_file_actions_t fa;
+        pid_t pid;
+        int ret;
+        if (!w)
+            continue;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        for (int k = 0; k < 4; k++)
+            posix_spawn_file_actions_adddup2(&fa, w->child[k], k + 1);
+        if (a->spec->workdir)
+            posix_spawn_file_actions_addchdir_np(&fa, a->spec->workdir);
+        ret = posix_spawn(&pid, argv[0], &fa, &attr, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+        w->pid = ret == 0 ? pid : -ret;
+    }
+    posix_spawnattr_destroy(&attr);
+}
+
+void agent_warm_adopt(struct agent *a)
+{
+    for (int i = 0; a->warm && i < a->nranks; i++) {
+        struct warm_shim *w = a->warm[i];
+        struct arank *r = &a->ranks[i];
+        bool ok;
+        if (!w)
+            continue;
+        for (int k = 0; k < 4; k++)
+            close_fd(&w->child[k]);
+        if (w->pid > 0) {
+            w->pidfd = (int)syscall(SYS_pidfd_open, w->pid, 0);
+            w->out = ostream_new(a, r);
+            w->err = ostream_new(a, r);
+        }
+        ok = w->pid > 0 && w->pidfd >= 0 && w->out && w->err &&
+             uv_pipe_open(&w->out->pipe, w->parent[WARM_OUT]) == 0;
+        if (ok)
+            w->parent[WARM_OUT] = -1; /* the stream's now */
+        ok = ok && uv_pipe_open(&w->err->pipe, w->parent[WARM_ERR]) == 0;
+        if (ok)
+            w->parent[WARM_ERR] = -1;
+        ok = ok && uv_poll_init(a->loop, &w->exitw, w->pidfd) == 0;
+        if (ok) {
+            w->err->is_err = true;
+            w->exitw.data = w;
+            a->handles_open++;
+            uv_poll_start(&w->exitw, UV_READABLE, on_warm_exit);
+            continue;
+        }
+        /* Not started, or not to be watched (no pidfd: a kernel before 5.3): not used. */
+        log_debug("node %d: no warm shim for local rank %d", a->node_rank, i);
+        if (w->pid > 0) {
+            kill(w->pid, SIGKILL);
+            waitpid(w->pid, NULL, 0);
+        }
+        warm_drop(w);
+        close_fd(&w->pidfd);
+        free(w);
+        a->warm[i] = NULL;
+    }
 }
 
 void agent_warm_release(struct agent *a)
 {
     for (int i = 0; a->warm && i < a->nranks; i++) {
         struct warm_shim *w = a->warm[i];
-        if (!w || w->gone || w->r)
+        if (!w || w->gone || w->r || w->pidfd < 0)
             continue;
         w->gone = true;
         warm_drop(w);
-        kill(w->proc.pid, SIGKILL);
+        kill(w->pid, SIGKILL);
     }
 }
 
 bool agent_warm_owns(const struct agent *a, pid_t pid)
 {
     for (int i = 0; a->warm && i < a->nranks; i++)
-        if (a->warm[i] && a->warm[i]->proc.pid == pid)
+        if (a->warm[i] && a->warm[i]->pid == pid)
             return true;
     return false;
 }
@@ -529,13 +620,13 @@ static int warm_hand_over(struct agent *a, struct arank *r, struct warm_shim *w,
 {
     size_t len;
     char *text = spec_text(a->spawn_argv + SPAWN_FIXED_ARGS, env, &len);
-    int ret, fl = fcntl(w->spec_fd, F_GETFL);
+    int ret, fd = w->parent[WARM_SPEC], fl = fcntl(fd, F_GETFL);
 
     if (!text)
         return -ENOMEM;
     if (fl >= 0)
-        fcntl(w->spec_fd, F_SETFL, fl | O_NONBLOCK);
-    ret = write_spec(w->spec_fd, text, len);
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    ret = write_spec(fd, text, len);
     free(text);
     if (ret < 0) {
         log_warn("node %d: the warm shim of local rank %d did not take its rank (%s): spawned "
@@ -543,18 +634,17 @@ static int warm_hand_over(struct agent *a, struct arank *r, struct warm_shim *w,
                  a->node_rank, w->slot, strerror(-ret));
         w->gone = true;
         warm_drop(w);
-        kill(w->proc.pid, SIGKILL);
+        kill(w->pid, SIGKILL);
         return ret;
     }
-    close(w->spec_fd);
-    w->spec_fd = -1;
+    close_fd(&w->parent[WARM_SPEC]);
     w->r = r;
     r->out = w->out;
     r->err = w->err;
     w->out = w->err = NULL;
-    r->alive_fd = w->alive_fd;
-    w->alive_fd = -1;
-    r->pid = w->proc.pid;
+    r->alive_fd = w->parent[WARM_ALIVE];
+    w->parent[WARM_ALIVE] = -1;
+    r->pid = w->pid;
     return 0;
 }
 
@@ -705,7 +795,7 @@ int agent_spawn_rank(struct agent *a, struct arank *r)
     }
     r->faulthandler = env_faulthandler(env);
     struct warm_shim *w = a->warm ? a->warm[r->local] : NULL;
-    if (w && !w->gone && !w->r && !a->spec->container_image) {
+    if (w && !w->gone && !w->r && w->pidfd >= 0) {
         fill_rank_args(a, r, cgdir, sizeof(cgdir), local_rank, sizeof(local_rank), mark);
         if (warm_hand_over(a, r, w, env) == 0) {
             free_env(env);
