@@ -1172,6 +1172,9 @@ static void finish(struct agent *a, int status)
     if (a->state == AG_DONE)
         return;
     a->state = AG_DONE;
+    /* The warm shims' pids first (the pre-flight's thread may still be spawning them): they
+     * are not orphans, and they end now. */
+    warm_settle(a);
     kill_orphans(a);
     sweep_marks(a);
     if (a->cgroup[0] && cgroup_remove(a->cgroup, JOB_CGROUP_WAIT_MS) < 0)

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -424,11 +425,20 @@ static struct warm_shim *warm_new(struct agent *a, int slot)
     for (int k = 0; k < 4; k++)
         w->parent[k] = w->child[k] = -1;
     for (int k = 0; k < 4; k++) {
-        int fds[2];
-        /* The heartbeat's and the spec's writer is the agent; the streams' the shim. */
+        int fds[2], ret;
+        /* The heartbeat's and the spec's writer is the agent; the streams' the shim. The
+         * streams are socket pairs, as libuv makes them for a spawned rank (a rank's output
+         * is the same whichever way its shim started); the heartbeat's end never blocks the
+         * loop (a full pipe: its reader is stopped, and a byte more says nothing new). */
         bool ours_writes = k >= WARM_ALIVE;
-        if (pipe2(fds, O_CLOEXEC) < 0)
+        if (k <= WARM_ERR)
+            ret = socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds);
+        else
+            ret = pipe2(fds, O_CLOEXEC);
+        if (ret < 0)
             goto fail;
+        if (k == WARM_ALIVE)
+            fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK);
         w->parent[k] = above_shim_fds(fds[ours_writes ? 1 : 0]);
         w->child[k] = above_shim_fds(fds[ours_writes ? 0 : 1]);
         if (w->parent[k] < 0 || w->child[k] < 0)

@@ -361,6 +361,10 @@ static int take_spec(int *argc, char ***argv)
 
     if (n < 4 || strcmp(v[n - 2], "--spec-fd"))
         return 0;
+    /* Only among the shim's own options: a command (after "--") may end in these words. */
+    for (int i = 3; i < n - 2; i++)
+        if (!strcmp(v[i], "--"))
+            return 0;
     fd = (int)strtol(v[n - 1], &end, 10);
     if (*end || fd < 0) {
         fprintf(stderr, "rendezvousd: %s: --spec-fd: '%s' is not a file descriptor\n", SHIM_FLAG,
@@ -454,6 +458,14 @@ int shim_main(int argc, char **argv)
         if (got < 0 && errno != EINTR)
             return 125;
         sig = sigtimedwait(&waitset, NULL, &ts);
+        /* The signal follows the thread that spawned the shim: a warm shim's (posix_spawn on
+         * the agent's pre-flight thread) ends before the agent does. Then the kernel gives
+         * the shim to another of the agent's threads, the agent still its parent process:
+         * not a death, and the signal is asked for again, of the new parent thread. */
+        if (sig == SHIM_PDEATH_SIG && getppid() == (pid_t)o.agent) {
+            prctl(PR_SET_PDEATHSIG, SHIM_PDEATH_SIG);
+            continue;
+        }
         if (sig == SHIM_PDEATH_SIG)
             return agent_lost(&o, child, in_cgroup, true);
         if (o.alive_fd < 0)

@@ -3,9 +3,10 @@
 # and hands it the rank's arguments and environment down a pipe at the assign. The shim run
 # by hand reads its spec whole (an empty argument, spaces, a newline in a value), exits 0
 # having started nothing when the pipe ends empty, and 125 naming the fd on a spec it cannot
-# read. In a job every rank runs under a warm shim with its own environment; a warm shim
-# killed before the assign is replaced by a rank spawned anew, the job completing; a node
-# that ends before its assign (pre-flight failed) leaves no shim behind.
+# read, and a command that ends in those words still runs. In a job every rank runs under a
+# warm shim with its own environment; a warm shim killed before the assign is replaced by a
+# rank spawned anew, the job completing; a node that ends before its assign (pre-flight
+# failed) leaves no shim behind.
 # timeout: 90
 set -euo pipefail
 
@@ -51,6 +52,13 @@ for bad in '2\0--\0' '1\0--\0x\0' 'x\0' '1\0--\0' '0\0' '0\0''0\0extra\0'; do
     { [ "$st" = 125 ] && grep -q "could not read its rank's arguments from its agent (fd 4)" \
         "$work/bad.out"; } || fail "spec '$bad': status $st, '$(cat "$work/bad.out")' (want 125)"
 done
+
+# A shim started with its rank's words (no spec) whose command ends in the same two words runs
+# the command.
+"$shim" --exec-rank $$ --alive-ms 0 -- echo hi --spec-fd 0 </dev/null >"$work/cmd.out" 2>&1 ||
+    fail "a command ending in '--spec-fd 0': status $?, '$(cat "$work/cmd.out")'"
+[ "$(cat "$work/cmd.out")" = "hi --spec-fd 0" ] ||
+    fail "a command ending in '--spec-fd 0' printed '$(cat "$work/cmd.out")'"
 
 # --- in a job ------------------------------------------------------------------------------
 # Every rank's shim is a warm one, and each rank has its own environment and arguments.
