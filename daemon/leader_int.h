@@ -278,6 +278,10 @@ struct jtext;
  * (test_summary.c holds the two to the same text). */
 json_t *leader_rank_view(const struct leader *l, int r, bool detail);
 void leader_rank_line(const struct leader *l, int r, struct jtext *t);
+/* Node i as the view shows it at time t, and summary.json's line of it, held to the same
+ * text likewise. */
+json_t *leader_node_view(const struct leader *l, int i, int64_t t);
+void leader_node_line(const struct leader *l, int i, int64_t t, struct jtext *j);
 
 /* Rank 0's loss at a step it had not reported before, for the view's loss_history. */
 void leader_history_add(struct leader *l, int64_t step, double loss);
@@ -285,8 +289,8 @@ void leader_history_add(struct leader *l, int64_t step, double loss);
 json_t *leader_segments_load(const char *job_dir, int requeues);
 /* The job as gpurun status and summary.json see it (the header comment of leader_view.c). */
 json_t *leader_job_view(struct leader *l, bool for_summary, bool detail);
-/* summary.json's text (the job view, then its ranks one line each), *n bytes; NULL when out
- * of memory. */
+/* summary.json's text (the job view, then its nodes and its ranks one line each), *n bytes;
+ * NULL when out of memory. */
 char *leader_summary_text(struct leader *l, size_t *n);
 
 /* --- leader_ranks.c: the ranks' traffic ------------------------------------------------------ */

@@ -218,10 +218,6 @@ static void note_spares_why(struct leader *l)
     spares_idle_why(&e, l->idle_why, sizeof(l->idle_why));
 }
 
-/* detail: every rank's stack and exception (summary.json; too large for a status reply), and
- * no "ranks": leader_write_summary() adds them one at a time, so that 100,000 ranks never stand as
- * one tree of JSON objects (160 MiB) beside their text. */
-
 /* Whether the ranks' command runs Python (together_runs_python): argv[0] as named, or the
  * "#!" line of the file it names, here or on PATH. */
 static bool runs_python(char *const *argv)

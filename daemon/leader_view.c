@@ -265,39 +265,86 @@ static json_t *stragglers_view(const struct leader *l)
     return arr;
 }
 
-/* Each node's entry of the view into nodes: its state, heartbeat, slot and what its
- * pre-flight found. */
-static void nodes_view(const struct leader *l, json_t *nodes, int64_t t)
+static const char *node_state(const struct leader *l, const struct node *n)
 {
-    for (int i = 0; i < l->nphys; i++) {
-        const struct node *n = &l->nodes[i];
-        const char *st = n->fenced                    ? "fenced"
-                         : n->lost                    ? "lost"
-                         : n->done                    ? "done"
-                         : !n->joined                 ? "pending"
-                         : n->slot < 0 && l->t_joined ? "spare"
-                                                      : "joined";
-        json_t *nv =
-            json_pack("{s:i, s:s, s:s, s:i, s:s, s:I, s:i}", "node", i, "hostname", n->hostname,
-                      "addr", n->addr, "nprocs", n->nprocs, "state", st, "hb_age_ms",
-                      (json_int_t)(n->conn ? t - n->conn->peer.last_rx_ms : -1), "slot", n->slot);
-        /* The pre-flight checks' findings: the one it failed, its link as timed. */
-        if (nv && n->preflight[0])
-            json_object_set_new(nv, "preflight", json_string(n->preflight));
-        if (nv && n->preflight_skipped[0])
-            json_object_set_new(nv, "preflight_skipped", json_string(n->preflight_skipped));
-        if (nv && n->link_mbit > 0)
-            json_object_set_new(nv, "link_mbit", json_real(round(n->link_mbit * 10) / 10));
-        json_array_append_new(nodes, nv);
-    }
+    return n->fenced                    ? "fenced"
+           : n->lost                    ? "lost"
+           : n->done                    ? "done"
+           : !n->joined                 ? "pending"
+           : n->slot < 0 && l->t_joined ? "spare"
+                                        : "joined";
 }
 
+static json_int_t node_hb_age(const struct node *n, int64_t t)
+{
+    return (json_int_t)(n->conn ? t - n->conn->peer.last_rx_ms : -1);
+}
+
+/* Node i's entry of the view: its state, heartbeat, slot and what its pre-flight found. */
+json_t *leader_node_view(const struct leader *l, int i, int64_t t)
+{
+    const struct node *n = &l->nodes[i];
+    json_t *nv = json_pack("{s:i, s:s, s:s, s:i, s:s, s:I, s:i}", "node", i, "hostname",
+                           n->hostname, "addr", n->addr, "nprocs", n->nprocs, "state",
+                           node_state(l, n), "hb_age_ms", node_hb_age(n, t), "slot", n->slot);
+
+    /* The pre-flight checks' findings: the one it failed, its link as timed. */
+    if (nv && n->preflight[0])
+        json_object_set_new(nv, "preflight", json_string(n->preflight));
+    if (nv && n->preflight_skipped[0])
+        json_object_set_new(nv, "preflight_skipped", json_string(n->preflight_skipped));
+    if (nv && n->link_mbit > 0)
+        json_object_set_new(nv, "link_mbit", json_real(round(n->link_mbit * 10) / 10));
+    return nv;
+}
+
+/* leader_node_view()'s compact dump, written as text as the ranks' lines are: 12,500 nodes'
+ * trees, dumped with indentation, were a third of a large job's summary. */
+void leader_node_line(const struct leader *l, int i, int64_t t, struct jtext *j)
+{
+    const struct node *n = &l->nodes[i];
+    const char *st = node_state(l, n);
+
+    jtext_raw(j, "{", 1);
+    jtext_key(j, "node", true);
+    jtext_int(j, i);
+    jtext_key(j, "hostname", false);
+    jtext_str(j, n->hostname, strlen(n->hostname));
+    jtext_key(j, "addr", false);
+    jtext_str(j, n->addr, strlen(n->addr));
+    jtext_key(j, "nprocs", false);
+    jtext_int(j, n->nprocs);
+    jtext_key(j, "state", false);
+    jtext_str(j, st, strlen(st));
+    jtext_key(j, "hb_age_ms", false);
+    jtext_int(j, node_hb_age(n, t));
+    jtext_key(j, "slot", false);
+    jtext_int(j, n->slot);
+    if (n->preflight[0]) {
+        jtext_key(j, "preflight", false);
+        jtext_str(j, n->preflight, strlen(n->preflight));
+    }
+    if (n->preflight_skipped[0]) {
+        jtext_key(j, "preflight_skipped", false);
+        jtext_str(j, n->preflight_skipped, strlen(n->preflight_skipped));
+    }
+    if (n->link_mbit > 0) {
+        jtext_key(j, "link_mbit", false);
+        jtext_real(j, round(n->link_mbit * 10) / 10);
+    }
+    jtext_raw(j, "}", 1);
+}
+
+/* detail: every rank's stack and exception (summary.json; too large for a status reply), and
+ * no "nodes" nor "ranks": leader_summary_text() adds them one line at a time, so that 100,000
+ * ranks never stand as one tree of JSON objects (160 MiB) beside their text. */
 json_t *leader_job_view(struct leader *l, bool for_summary, bool detail)
 {
     json_t *nodes = json_array(), *ranks = json_array(), *job;
     int64_t t = now_ms(l);
 
-    nodes_view(l, nodes, t);
+    for (int i = 0; i < l->nphys && !detail; i++)
+        json_array_append_new(nodes, leader_node_view(l, i, t));
     for (int r = 0; r < l->world_size && !detail; r++)
         json_array_append_new(ranks, leader_rank_view(l, r, detail));
     job = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o}", "job_id", l->spec->job_id, "state",
@@ -356,14 +403,17 @@ json_t *leader_job_view(struct leader *l, bool for_summary, bool detail)
     return job;
 }
 
-/* summary.json's text: the job as leader_job_view() shows it, then its ranks, one line each. */
+/* summary.json's text: the job as leader_job_view() shows it, then its nodes and its ranks,
+ * one line each. */
 char *leader_summary_text(struct leader *l, size_t *n)
 {
     struct jtext t;
     json_t *job;
     char *head, *end;
+    int64_t now = now_ms(l);
 
     job = leader_job_view(l, true, true);
+    json_object_del(job, "nodes");
     json_object_del(job, "ranks");
     head = job ? json_dumps(job, JSON_INDENT(2)) : NULL;
     json_decref(job);
@@ -377,7 +427,12 @@ char *leader_summary_text(struct leader *l, size_t *n)
     free(head);
     while (t.len && (t.p[t.len - 1] == '\n' || t.p[t.len - 1] == ' '))
         t.len--;
-    jtext_lit(&t, ",\n  \"ranks\": [");
+    jtext_lit(&t, ",\n  \"nodes\": [");
+    for (int i = 0; t.ok && i < l->nphys; i++) {
+        jtext_lit(&t, i ? ",\n    " : "\n    ");
+        leader_node_line(l, i, now, &t);
+    }
+    jtext_lit(&t, l->nphys ? "\n  ],\n  \"ranks\": [" : "],\n  \"ranks\": [");
     for (int r = 0; t.ok && r < l->world_size; r++) {
         jtext_lit(&t, r ? ",\n    " : "\n    ");
         leader_rank_line(l, r, &t);

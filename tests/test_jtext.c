@@ -58,7 +58,17 @@ TEST(jtext_numbers_as_jansson_writes_them)
     static const double reals[] = {0.0,     -0.0,  1.0,     -1.0,    0.1,         1.5,
                                    3.0e20,  1e300, -2.5e-8, 1e-320,  123456789.0, 0.3,
                                    2.0 / 3, 1e16,  1e17,    4.9e-324};
-    static const long long ints[] = {0, 1, -1, 9007199254740993LL, -9223372036854775807LL - 1};
+    static const long long ints[] = {0,
+                                     1,
+                                     -1,
+                                     9,
+                                     10,
+                                     -10,
+                                     99,
+                                     100,
+                                     9007199254740993LL,
+                                     9223372036854775807LL,
+                                     -9223372036854775807LL - 1};
     struct jtext t;
     char *want;
 

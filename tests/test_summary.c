@@ -1,9 +1,11 @@
 /* Tests of summary.json's rank lines (daemon/leader_view.c): the text the leader writes for
  * each rank equals the compact dump of the rank's view, for ranks in every state a job's end
  * leaves them in: never reported, reporting every number, a last line with control bytes and
- * quotes, a straggler, a state from memory, a stack and an exception. */
+ * quotes, a straggler, a state from memory, a stack and an exception; and the nodes' lines
+ * likewise. */
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
@@ -82,5 +84,58 @@ TEST(summary_rank_lines_are_the_views_dump)
     }
     json_decref(ranks[3].stack);
     json_decref(ranks[3].error);
+    uv_loop_close(&loop);
+}
+
+/* The nodes' lines likewise, for a node in each state: pending, joined with a heartbeat,
+ * a spare, done with its link timed, lost, and fenced for a pre-flight check it failed. */
+TEST(summary_node_lines_are_the_views_dump)
+{
+    struct jobspec spec = {.nprocs = 2};
+    struct node nodes[6];
+    struct conn conn;
+    struct leader l;
+    uv_loop_t loop;
+
+    CHECK_EQ(uv_loop_init(&loop), 0);
+    memset(&l, 0, sizeof(l));
+    memset(nodes, 0, sizeof(nodes));
+    memset(&conn, 0, sizeof(conn));
+    l.loop = &loop;
+    l.spec = &spec;
+    l.nodes = nodes;
+    l.nphys = 6;
+    l.t_joined = 5;
+    conn.peer.last_rx_ms = 1000;
+    for (int i = 0; i < 6; i++) {
+        snprintf(nodes[i].hostname, sizeof(nodes[i].hostname), "gpu-%03d", i);
+        snprintf(nodes[i].addr, sizeof(nodes[i].addr), "10.0.0.%d", i + 1);
+        nodes[i].nprocs = 2;
+        nodes[i].slot = i;
+        nodes[i].joined = i > 0;
+    }
+    nodes[1].conn = &conn;
+    nodes[2].slot = -1;
+    nodes[3].done = true;
+    nodes[3].link_mbit = 9412.3456;
+    nodes[4].lost = true;
+    nodes[5].fenced = true;
+    snprintf(nodes[5].preflight, sizeof(nodes[5].preflight), "gpu: \"cuda\" said \x1b[1mno\x1b[0m");
+    snprintf(nodes[5].preflight_skipped, sizeof(nodes[5].preflight_skipped), "link: one node");
+    for (int i = 0; i < 6; i++) {
+        json_t *v = leader_node_view(&l, i, 1234);
+        char *want = v ? json_dumps(v, JSON_COMPACT) : NULL;
+        struct jtext t;
+
+        jtext_init(&t);
+        leader_node_line(&l, i, 1234, &t);
+        CHECK(t.ok);
+        CHECK(want != NULL);
+        if (want && t.ok)
+            CHECK_STR(t.p, want);
+        free(want);
+        json_decref(v);
+        jtext_release(&t);
+    }
     uv_loop_close(&loop);
 }
