@@ -486,23 +486,24 @@ static void handle_msg(struct sim_agent *a, const char *j, size_t n)
             r->t_first_assign = now_ms();
         if (++r->assigned == r->nagents)
             r->t_assigned = now_ms();
-        /* Every local rank publishes its address at once, as ranks started together do. */
+        /* Every local rank publishes its address at once, as ranks started together do, and
+         * then waits for a rank of the next agent. The agent forwards a put as quiet and tells
+         * its rank at once (daemon/agent.c), so the gets follow the puts without a reply
+         * between: a reply to a put is an unexpected message here. */
         a->state = AG_STORE;
         for (int k = 0; k < r->nprocs; k++) {
             rank_value(a->rank_base + k, want, sizeof(want));
-            queue_msg(a, "{\"type\":\"kv_put\",\"id\":%d,\"key\":\"addr/%d\",\"value\":\"%s\"}",
+            queue_msg(a,
+                      "{\"type\":\"kv_put\",\"id\":%d,\"key\":\"addr/%d\",\"value\":\"%s\","
+                      "\"quiet\":true}",
                       k + 1, a->rank_base + k, want);
         }
+        for (int k = 0; k < r->nprocs; k++)
+            queue_msg(a, "{\"type\":\"kv_get\",\"id\":%d,\"key\":\"addr/%d\",\"timeout_ms\":%d}",
+                      k + 1001, (a->rank_base + k + r->nprocs) % r->world, KV_GET_TIMEOUT_MS);
         return;
     case AG_STORE:
         id = field_int(j, n, "id");
-        if (field_is(j, n, "type", "ok") && id >= 1 && id <= r->nprocs) {
-            /* Rank k's put is stored: it now waits for a rank of the next agent. */
-            int peer = (a->rank_base + (int)id - 1 + r->nprocs) % r->world;
-            queue_msg(a, "{\"type\":\"kv_get\",\"id\":%lld,\"key\":\"addr/%d\",\"timeout_ms\":%d}",
-                      id + 1000, peer, KV_GET_TIMEOUT_MS);
-            return;
-        }
         if (field_is(j, n, "type", "kv_val") && id > 1000 && id <= 1000 + r->nprocs) {
             int peer = (a->rank_base + (int)(id - 1001) + r->nprocs) % r->world;
             rank_value(peer, want, sizeof(want));

@@ -472,12 +472,41 @@ static struct pending *pending_add(struct agent *a, struct rconn *rc, int64_t ra
     return &a->pend[a->npend++];
 }
 
+/* A rank's put: forwarded as quiet, which the leader answers only when it refuses it, and
+ * answered here at once. The link keeps its order, so the node's every later request (the
+ * rank's get, its node's barrier) finds it kept; torch's TCPStore does not wait for its
+ * server's word on a set either. A put the store cannot keep fails the job (leader_do_kv):
+ * the rank was told it was kept. It saves the leader a reply of each put, and the store's
+ * round at a job's start a wait for it. */
+static void forward_put(struct agent *a, struct rconn *rc, struct msg *m)
+{
+    json_t *fwd = json_deep_copy(proto_msg_json(m));
+
+    rank_active(a, rc->rank);
+    if (!fwd || json_object_set_new(fwd, "id", json_integer(++a->next_id)) < 0 ||
+        json_object_set_new(fwd, "quiet", json_true()) < 0) {
+        json_decref(fwd);
+        peer_send_error(&rc->peer, m->id, "too_large", "agent out of memory");
+        return;
+    }
+    if (send_leader(a, fwd) < 0) {
+        peer_send_error(&rc->peer, m->id, "aborted", "no connection to the leader");
+        return;
+    }
+    peer_send(&rc->peer, proto_pack("{s:s, s:I}", "type", "ok", "id", m->id));
+}
+
 /* Forwards a store request with our own id; the reply goes back with the rank's id. */
 static void forward_kv(struct agent *a, struct rconn *rc, struct msg *m)
 {
-    struct pending *p = pending_add(a, rc, m->id);
+    struct pending *p;
     json_t *fwd;
 
+    if (m->type == MSG_KV_PUT) {
+        forward_put(a, rc, m);
+        return;
+    }
+    p = pending_add(a, rc, m->id);
     /* A get shows life by its value, when it comes (on_leader_message). */
     if (m->type != MSG_KV_GET)
         rank_active(a, rc->rank);

@@ -76,6 +76,23 @@ void leader_on_store_ready(void *owner, int64_t id, const char *key, const char 
     }
 }
 
+/* A put the store cannot keep, of which its rank was told that it was kept (a quiet put):
+ * the job cannot go on as its ranks believe, so it fails, naming the limit. */
+static void store_full(struct leader *l, struct conn *c, const char *key)
+{
+    char cause[PROTO_KEY_MAX + 320];
+    const struct node *n = &l->nodes[c->node];
+
+    snprintf(cause, sizeof(cause),
+             "the job's store is full (%zu keys, %zu bytes; its limits are %d keys and %d MiB): "
+             "node %d ('%s') put '%s', which it could not keep",
+             store_keys(l->store), store_bytes(l->store), PROTO_STORE_KEYS_MAX,
+             PROTO_STORE_MAX >> 20, c->node, n->hostname, key);
+    leader_fail(l, 125, "failed", false,
+                leader_classed(leader_failure_new(cause, -1, c->node, n->hostname, 0, 0, ""),
+                               FAILURE_USER_ERROR));
+}
+
 void leader_do_kv(struct leader *l, struct conn *c, struct msg *m)
 {
     const char *v;
@@ -86,11 +103,14 @@ void leader_do_kv(struct leader *l, struct conn *c, struct msg *m)
         l->met = true;
         l->t_all_wait = 0; /* a put may end a rank's wait for its key */
         ret = store_put(l->store, m->key, m->value);
-        if (ret < 0)
+        if (ret < 0) {
             peer_send_error(&c->peer, m->id, "too_large",
                             "store full: its key or byte limit is reached");
-        else
+            if (m->quiet)
+                store_full(l, c, m->key);
+        } else if (!m->quiet) {
             send_ok(c, m->id);
+        }
         break;
     case MSG_KV_GET:
         l->met = true;

@@ -252,6 +252,9 @@ struct msg {
     int hvd_port; /* assign: horovod's rendezvous port, or 0 */
     int count, code, signal, oom, killed, status, stacks;
     int spare; /* assign: the node is a hot spare of the generation, with no rank */
+    /* kv_put: answered only when refused (an agent's forward: the agent told its rank at
+     * once, as torch's TCPStore does not wait for its server's word on a set either) */
+    int quiet;
     /* join: the port of the node's memory link (daemon/memlink.h), 0: none; assign: the
      * memory link of the node that keeps this node's copies (mem_addr, mem_port; its node
      * rank mem_node), absent: none */

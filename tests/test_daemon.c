@@ -1046,6 +1046,50 @@ TEST(daemon_store_limits)
     CHECK_EQ(daemon_stop(&d), STATUS_NODE_LOST);
 }
 
+/* A quiet put (an agent's forward of its rank's put, daemon/agent.c) is answered only when
+ * refused: the next frame of its link answers the get sent after it, and finds its value.
+ * One the store cannot keep is refused all the same, and then the job fails naming the
+ * store's limits, for its rank was told it was kept. */
+TEST(daemon_quiet_put_answered_only_when_refused)
+{
+    size_t cap = PROTO_VALUE_MAX + 128;
+    char *req = malloc(cap);
+    struct daemon d;
+    struct wire a[2];
+    json_t *m;
+    int n, fill = PROTO_STORE_MAX / PROTO_VALUE_MAX;
+
+    CHECK(req != NULL);
+    daemon_start(&d, true);
+    join_both(&d, a);
+    send_json(&a[0], "{\"type\":\"kv_put\",\"id\":1,\"key\":\"k\",\"value\":\"v\",\"quiet\":true}");
+    send_json(&a[0], "{\"type\":\"kv_get\",\"id\":2,\"key\":\"k\",\"timeout_ms\":0}");
+    m = recv_msg(&a[0]);
+    CHECK_STR(type_of(m), "kv_val");
+    CHECK_EQ(json_integer_value(json_object_get(m, "id")), 2);
+    CHECK_STR(json_string_value(json_object_get(m, "value")), "v");
+    json_decref(m);
+    /* A put without the flag is answered as before. */
+    send_json(&a[1], "{\"type\":\"kv_put\",\"id\":3,\"key\":\"k2\",\"value\":\"w\"}");
+    expect_ok(&a[1], 3);
+
+    /* The store's bytes in values of the largest size: the last of them does not fit. */
+    for (int i = 1; req && i <= fill; i++) {
+        n = snprintf(req, cap, "{\"type\":\"kv_put\",\"id\":%d,\"key\":\"fill/%d\",\"value\":\"",
+                     100 + i, i);
+        memset(req + n, 'v', PROTO_VALUE_MAX);
+        snprintf(req + n + PROTO_VALUE_MAX, cap - (size_t)n - PROTO_VALUE_MAX,
+                 "\",\"quiet\":true}");
+        send_json(&a[0], req);
+    }
+    expect_error(&a[0], 100 + fill, "too_large", "store full");
+    expect_log(&d, "job failed: the job's store is full", "node 0 ('fake0') put 'fill/256'", 1);
+    free(req);
+    wire_close(&a[0]);
+    wire_close(&a[1]);
+    CHECK_EQ(daemon_stop(&d), 125);
+}
+
 /* --- joins --------------------------------------------------------------------------------- */
 
 TEST(daemon_bad_join_refused)

@@ -746,6 +746,9 @@ TEST(proto_fast_path_matches_tree)
         "{\"type\":\"kv_put\",\"id\":1,\"key\":\"k\",\"value\":\"caf\xc3\xa9\"}",
         "{\"type\":\"kv_put\",\"id\":1,\"key\":\"k\",\"value\":\"\xff\"}",
         "{\"type\":\"kv_put\",\"id\":1,\"key\":\"k\",\"value\":\"tab\there\"}",
+        "{\"type\":\"kv_put\",\"id\":1,\"key\":\"k\",\"value\":\"v\",\"quiet\":true}",
+        "{\"type\":\"kv_put\",\"id\":1,\"key\":\"k\",\"value\":\"v\",\"quiet\":false}",
+        "{\"type\":\"kv_put\",\"id\":1,\"key\":\"k\",\"value\":\"v\",\"quiet\":1}",
         "{\"type\":\"kv_put\",\"id\":1,\"key\":\"\",\"value\":\"\"}",
         "{\"type\":\"join\",\"node_rank\":4294967297,\"hostname\":\"h\",\"addr\":\"a\","
         "\"nprocs\":1,\"gpus\":\"\"}",
@@ -774,6 +777,9 @@ TEST(proto_fast_path_matches_tree)
         decode_both(tricky[i]);
     CHECK(
         decode_both("{\"type\":\"kv_put\",\"id\":1,\"key\":\"addr/5\",\"value\":\"10.0.0.1:1\"}"));
+    /* An agent's forward of a rank's put, the busiest of a job's start. */
+    CHECK(decode_both("{\"type\":\"kv_put\",\"id\":1,\"key\":\"addr/5\",\"value\":\"10.0.0.1:1\","
+                      "\"quiet\":true}"));
     CHECK(decode_both("{\"type\":\"rank_exit\",\"rank\":1,\"code\":0,\"signal\":0,\"oom\":false,"
                       "\"killed\":true,\"tail\":\"\"}"));
     CHECK(!decode_both("{\"type\":\"ok\", \"id\":1}"));

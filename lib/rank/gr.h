@@ -114,7 +114,10 @@ int gr_node_rank(const struct gr *g);
 
 /* Stores len bytes of val (borrowed) under key, replacing any earlier value. Values are
  * binary-safe. A key that is empty or not UTF-8 is -EINVAL; a key over GR_KEY_MAX or a value
- * over GR_VALUE_MAX bytes is -E2BIG, refused before anything is sent. */
+ * over GR_VALUE_MAX bytes is -E2BIG, refused before anything is sent. It returns once the
+ * node's agent has taken the put, which then comes before the node's every later request: a
+ * get or barrier after it, from any rank, sees it; a rank elsewhere told by other means may
+ * need a get that waits. A put the job's store cannot keep (full) fails the job. */
 int gr_kv_put(struct gr *g, const char *key, const void *val, size_t len);
 
 /* Waits up to timeout_ms (0: do not wait; -1: wait as long as the job lives) for key to

@@ -415,7 +415,10 @@ def _value_bytes(value):
 
 def set(key, value):
     """Stores value (bytes, or a str as its UTF-8) under key, replacing any earlier value.
-    Every rank of the job reads it with get(key)."""
+    Every rank of the job reads it with get(key). It returns once the node's agent has taken
+    it, before the node's every later request: a get or barrier after it sees it; a rank
+    elsewhere told by other means may need a get that waits. A value the job's store cannot
+    keep (full) fails the job."""
     _check_key("set", key)
     data = _value_bytes(value)
     if len(data) > VALUE_MAX:
