@@ -12,6 +12,7 @@
 
 #include "cancel.h"
 #include "fsutil.h"
+#include "jtext.h"
 #include "leader_int.h"
 #include "log.h"
 #include "metrics.h"
@@ -554,7 +555,9 @@ static int mem_holder(const struct leader *l, const int *by_slot, int slot)
 static void send_assigns(struct leader *l, const bool *fresh)
 {
     int nslots = l->spec->nnodes, *by_slot = calloc((size_t)nslots, sizeof(*by_slot));
+    struct jtext jtext;
 
+    jtext_init(&jtext);
     for (int s = 0; by_slot && s < nslots; s++)
         by_slot[s] = -1;
     for (int i = 0; by_slot && i < l->nphys; i++) {
@@ -576,17 +579,28 @@ static void send_assigns(struct leader *l, const bool *fresh)
                                      h >= 0 ? h : -1));
             continue;
         }
-        peer_send(&n->conn->peer,
-                  proto_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:s, s:b, s:s, s:i, s:i}",
-                             "type", "assign", "generation", l->generation, "world_size",
-                             l->world_size, "rank_base", n->slot >= 0 ? n->rank_base : 0, "nnodes",
-                             l->spec->nnodes, "master_addr", l->advertise, "master_port",
-                             l->master_port, "hvd_port", hvd_server_port(l->hvd), "hvd_host",
-                             n->slot >= 0 && l->hvd ? hvd_server_host(l->hvd, n->slot) : "",
-                             "spare", n->slot < 0, "mem_addr", h >= 0 ? l->nodes[h].addr : "",
-                             "mem_port", h >= 0 ? l->nodes[h].mem_port : 0, "mem_node",
-                             h >= 0 ? h : -1));
+        struct proto_assign as = {
+            .generation = l->generation,
+            .world_size = l->world_size,
+            .rank_base = n->slot >= 0 ? n->rank_base : 0,
+            .nnodes = l->spec->nnodes,
+            .master_addr = l->advertise,
+            .master_port = l->master_port,
+            .hvd_port = hvd_server_port(l->hvd),
+            .hvd_host = n->slot >= 0 && l->hvd ? hvd_server_host(l->hvd, n->slot) : "",
+            .spare = n->slot < 0,
+            .mem_addr = h >= 0 ? l->nodes[h].addr : "",
+            .mem_port = h >= 0 ? l->nodes[h].mem_port : 0,
+            .mem_node = h >= 0 ? h : -1,
+        };
+        jtext.len = 0;
+        proto_assign_text(&jtext, &as);
+        if (jtext.ok)
+            peer_send_text(&n->conn->peer, jtext.p, jtext.len);
+        else
+            peer_close(&n->conn->peer, "out of memory for its assign");
     }
+    jtext_release(&jtext);
     free(by_slot);
 }
 

@@ -486,7 +486,9 @@ static bool fast_fill(int t, const struct fast_field *ff, int n, struct msg *m)
     for (const struct field *f = row->f; f < row->f + FIELDS_MAX && f->key; f++) {
         const struct fast_field *hit = NULL;
         for (int i = 0; i < n; i++) {
-            if (strcmp(ff[i].key, f->key))
+            /* The first byte first: most pairs differ there (strcmp here was 2% of a large
+             * job's leader at its start). */
+            if (ff[i].key[0] != f->key[0] || strcmp(ff[i].key, f->key))
                 continue;
             if (hit)
                 return false; /* a duplicate */
@@ -688,6 +690,35 @@ void proto_ok_text(struct jtext *t, json_int_t id)
 {
     jtext_lit(t, "{\"type\":\"ok\",\"id\":");
     jtext_int(t, id);
+    jtext_lit(t, "}");
+}
+
+void proto_assign_text(struct jtext *t, const struct proto_assign *a)
+{
+    jtext_lit(t, "{\"type\":\"assign\",\"generation\":");
+    jtext_int(t, a->generation);
+    jtext_key(t, "world_size", false);
+    jtext_int(t, a->world_size);
+    jtext_key(t, "rank_base", false);
+    jtext_int(t, a->rank_base);
+    jtext_key(t, "nnodes", false);
+    jtext_int(t, a->nnodes);
+    jtext_key(t, "master_addr", false);
+    jtext_str(t, a->master_addr, strlen(a->master_addr));
+    jtext_key(t, "master_port", false);
+    jtext_int(t, a->master_port);
+    jtext_key(t, "hvd_port", false);
+    jtext_int(t, a->hvd_port);
+    jtext_key(t, "hvd_host", false);
+    jtext_str(t, a->hvd_host, strlen(a->hvd_host));
+    jtext_key(t, "spare", false);
+    jtext_bool(t, a->spare);
+    jtext_key(t, "mem_addr", false);
+    jtext_str(t, a->mem_addr, strlen(a->mem_addr));
+    jtext_key(t, "mem_port", false);
+    jtext_int(t, a->mem_port);
+    jtext_key(t, "mem_node", false);
+    jtext_int(t, a->mem_node);
     jtext_lit(t, "}");
 }
 

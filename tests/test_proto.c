@@ -882,3 +882,47 @@ TEST(proto_reply_texts_match_the_tree)
         }
     }
 }
+
+/* An assign's text is what proto_pack() dumps of its fields, and decodes back to them: a
+ * node of a job and a spare, addresses with characters to escape. */
+TEST(proto_assign_text_matches_the_tree)
+{
+    static const struct proto_assign cases[] = {
+        {0, 16, 8, 2, "10.0.0.1", 29500, 0, "", false, "", 0, -1},
+        {3, 100000, 99992, 12500, "gpu-\"a\"\\b", 65535, 41000, "node\x01\xc3\xa9", false,
+         "10.0.0.2", 40123, 7},
+        {1, 8, 0, 1, "::1", 1, 2, "h", true, "a", 3, 0},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct proto_assign *a = &cases[i];
+        json_t *m = proto_pack(
+            "{s:s, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:s, s:b, s:s, s:i, s:i}", "type", "assign",
+            "generation", a->generation, "world_size", a->world_size, "rank_base", a->rank_base,
+            "nnodes", a->nnodes, "master_addr", a->master_addr, "master_port", a->master_port,
+            "hvd_port", a->hvd_port, "hvd_host", a->hvd_host, "spare", a->spare, "mem_addr",
+            a->mem_addr, "mem_port", a->mem_port, "mem_node", a->mem_node);
+        char *want = m ? json_dumps(m, JSON_COMPACT) : NULL;
+        struct proto_error err;
+        struct msg d;
+        struct jtext t;
+
+        CHECK(want != NULL);
+        jtext_init(&t);
+        proto_assign_text(&t, a);
+        CHECK(t.ok);
+        if (want && t.ok)
+            CHECK_STR(t.p, want);
+        CHECK_EQ(proto_decode((const uint8_t *)t.p, t.len, &d, &err), 0);
+        CHECK_EQ(d.type, MSG_ASSIGN);
+        CHECK_EQ(d.rank_base, a->rank_base);
+        CHECK_EQ(d.world_size, a->world_size);
+        CHECK_STR(d.master_addr, a->master_addr);
+        CHECK_EQ(d.spare, a->spare);
+        CHECK_EQ(d.mem_node, a->mem_node);
+        proto_msg_release(&d);
+        free(want);
+        json_decref(m);
+        jtext_release(&t);
+    }
+}
