@@ -27,7 +27,10 @@ static bool reserve(struct jtext *t, size_t n)
         return false;
     if (t->len + n + 1 <= t->cap)
         return true;
-    c = t->cap ? t->cap : 4096;
+    /* Small first: most texts are one reply (an ok, a value), and a block this size comes
+     * from malloc's per-thread cache, where 4 KiB went through its bins and their merging
+     * for each of a large job's 100,000 replies. */
+    c = t->cap ? t->cap : 256;
     while (c < t->len + n + 1)
         c *= 2;
     if (!(b = realloc(t->p, c))) {
