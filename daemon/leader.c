@@ -626,6 +626,9 @@ int leader_start(uv_loop_t *loop, const struct leader_config *cfg, struct leader
     l->server.data = l;
     l->handles_open++;
     ret = uv_tcp_bind(&l->server, (struct sockaddr *)&ss, 0);
+    /* Inherited by every accepted link (peer_accept). */
+    if (ret == 0)
+        ret = uv_tcp_nodelay(&l->server, 1);
     if (ret == 0)
         ret = uv_listen((uv_stream_t *)&l->server, SOMAXCONN, on_connection);
     if (ret == 0)

@@ -568,10 +568,12 @@ static void name_from_tcp(struct peer *p)
 
 static int start_reading(struct peer *p)
 {
-    if (p->kind != PEER_UNIX) {
+    /* An accepted socket has the listener's TCP_NODELAY (peer_accept): a setsockopt(2) less
+     * for each of a large job's 12,500 agents. */
+    if (p->kind == PEER_TCP_CLIENT)
         uv_tcp_nodelay(&p->h.tcp, 1);
+    if (p->kind != PEER_UNIX)
         name_from_tcp(p);
-    }
     return uv_read_start(&p->h.stream, on_alloc, on_read);
 }
 

@@ -85,7 +85,9 @@ int peer_init(struct peer *p, uv_loop_t *loop, enum peer_kind kind, const struct
               uint32_t max_frame, const struct peer_ops *ops, void *owner);
 
 /* Server side: accepts a pending connection of server into p and starts reading (and the
- * handshake on TCP). Returns 0 or a libuv error (then p must still be peer_close()d). */
+ * handshake on TCP). Returns 0 or a libuv error (then p must still be peer_close()d). A TCP
+ * server must have TCP_NODELAY set (uv_tcp_nodelay): Linux copies it to each socket it
+ * accepts, and p's frames must not wait for Nagle's algorithm. */
 int peer_accept(struct peer *p, uv_stream_t *server);
 
 /* Client side: connects p to addr and runs the handshake; on_ready or on_closed follows. */

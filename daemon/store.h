@@ -20,8 +20,9 @@ struct store *store_new(size_t max_bytes, size_t max_keys, store_ready_fn ready,
 /* Frees the store; waiters still pending are dropped without a call. */
 void store_free(struct store *s);
 
-/* Sets key to value (both borrowed, copied), replacing an older value, then answers every
- * waiter of key. Returns 0, or -ENOSPC when the store would exceed its limits. */
+/* Sets key to value (both borrowed, copied; value not one the store holds), replacing an
+ * older value, then answers every waiter of key with value. Returns 0, or -ENOSPC when the
+ * store would exceed its limits, -ENOMEM. */
 int store_put(struct store *s, const char *key, const char *value);
 
 /* The value of key (borrowed: valid until the key is put or deleted), or NULL. */

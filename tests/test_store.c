@@ -426,3 +426,55 @@ TEST(store_callback_waits_again)
     CHECK(!r.calls[3].has_value);
     store_free(s);
 }
+
+/* Many keys through the table's growth, deletions that move the entries after them back,
+ * and puts again, against a plain record of what each key holds. */
+TEST(store_many_keys_grow_delete_and_return)
+{
+    enum { N = 5000 };
+    static char held[N][24];
+    struct rec r;
+    struct store *s = new_store(&r, 1 << 24, N);
+    char key[32];
+    size_t keys = 0, bytes = 0;
+
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "addr/%d", i);
+        snprintf(held[i], sizeof(held[i]), "10.0.%d.%d", i / 256, i % 256);
+        CHECK_EQ(store_put(s, key, held[i]), 0);
+        keys++;
+        bytes += strlen(key) + strlen(held[i]);
+    }
+    CHECK_EQ(store_put(s, "one-too-many", "x"), -ENOSPC);
+    /* Every third key goes, then every sixth comes back with another value. */
+    for (int i = 0; i < N; i += 3) {
+        snprintf(key, sizeof(key), "addr/%d", i);
+        CHECK_EQ(store_del(s, key), 0);
+        CHECK_EQ(store_del(s, key), -ENOENT);
+        bytes -= strlen(key) + strlen(held[i]);
+        keys--;
+        held[i][0] = '\0';
+    }
+    for (int i = 0; i < N; i += 6) {
+        snprintf(key, sizeof(key), "addr/%d", i);
+        snprintf(held[i], sizeof(held[i]), "back-%d", i);
+        CHECK_EQ(store_put(s, key, held[i]), 0);
+        bytes += strlen(key) + strlen(held[i]);
+        keys++;
+    }
+    for (int i = 0; i < N; i++) {
+        const char *v;
+        snprintf(key, sizeof(key), "addr/%d", i);
+        v = store_get(s, key);
+        if (held[i][0]) {
+            CHECK(v != NULL);
+            if (v)
+                CHECK_STR(v, held[i]);
+        } else {
+            CHECK(v == NULL);
+        }
+    }
+    CHECK_EQ(store_keys(s), keys);
+    CHECK_EQ(store_bytes(s), bytes);
+    store_free(s);
+}
