@@ -207,7 +207,7 @@ static bool proc_alive(pid_t pid)
 
 /* --- rendezvous: simulated agents against a real leader ------------------------------- */
 
-enum agent_state { AG_CONNECTING, AG_HANDSHAKE, AG_JOINING, AG_STORE, AG_BARRIER, AG_EXITING };
+enum agent_state { AG_CONNECTING, AG_JOINING, AG_STORE, AG_BARRIER, AG_EXITING };
 
 struct run;
 
@@ -578,20 +578,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             fail(r, "node %d: bad frame from the leader", a->node);
             return;
         }
-        if (a->state == AG_HANDSHAKE) {
-            uint8_t proof[AUTH_PROOF_LEN];
-            if (auth_client_proof(&a->hs, payload, len, proof, &a->sess) < 0) {
-                fail(r, "node %d: the leader failed the handshake", a->node);
-                return;
-            }
-            queue_raw(a, proof, sizeof(proof));
-            a->state = AG_JOINING;
-            queue_msg(a,
-                      "{\"type\":\"join\",\"node_rank\":%d,\"hostname\":\"sim%d\","
-                      "\"addr\":\"127.0.0.1\",\"nprocs\":%d,\"gpus\":\"\"}",
-                      a->node, a->node, r->nprocs);
-            continue;
-        }
         if (auth_open(&a->sess, payload, len, &json, &n) < 0) {
             fail(r, "node %d: a frame from the leader failed authentication", a->node);
             return;
@@ -604,7 +590,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 static void on_connect(uv_connect_t *req, int status)
 {
     struct sim_agent *a = req->data;
-    uint8_t hello[AUTH_HELLO_LEN];
+    uint8_t hello[AUTH_EARLY_LEN];
 
     if (!a->open)
         return;
@@ -613,8 +599,15 @@ static void on_connect(uv_connect_t *req, int status)
         return;
     }
     uv_tcp_nodelay(&a->tcp, 1);
-    a->state = AG_HANDSHAKE;
-    if (auth_client_hello(&a->hs, &a->run->key, hello) < 0 || queue_raw(a, hello, sizeof(hello))) {
+    /* The one-frame hello and the join in one write, as the daemon's agent sends them
+     * (daemon/peer.c); the leader's first frame, its assign, proves the leader. */
+    a->state = AG_JOINING;
+    if (auth_early_hello(&a->hs, &a->run->key, hello, &a->sess) < 0 ||
+        queue_raw(a, hello, sizeof(hello)) ||
+        queue_msg(a,
+                  "{\"type\":\"join\",\"node_rank\":%d,\"hostname\":\"sim%d\","
+                  "\"addr\":\"127.0.0.1\",\"nprocs\":%d,\"gpus\":\"\"}",
+                  a->node, a->node, a->run->nprocs)) {
         fail(a->run, "node %d: cannot start the handshake", a->node);
         return;
     }

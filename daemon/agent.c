@@ -1798,6 +1798,8 @@ static void try_connect(struct agent *a)
         a->leader = NULL;
         return;
     }
+    /* The join in the hello's write; the leader's assign, its first frame, proves it. */
+    a->leader->early = true;
     snprintf(a->leader->name, sizeof(a->leader->name), "leader %.80s", hp);
     ret = peer_connect(a->leader, (struct sockaddr *)&ss);
     if (ret < 0) {

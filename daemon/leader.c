@@ -366,6 +366,7 @@ static void on_connection(uv_stream_t *server, int status)
         l->accept_deferred = true;
         return;
     }
+    c->peer.seen = &l->seen;
     c->next = l->conns;
     if (l->conns)
         l->conns->prev = c;

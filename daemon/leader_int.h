@@ -198,6 +198,7 @@ struct leader {
     int strangers_max;        /* pending slots beyond the nodes still to join (pending_max) */
     int agents_open;          /* nodes whose agent's link is open (nodes[i].conn) */
     struct refusals refusals; /* connections closed before the handshake, to summarise */
+    struct auth_seen seen;    /* the nonces of the agents' one-frame hellos (auth.h) */
     struct node *nodes;       /* every agent's: the job's nnodes, then the spares */
     int nphys;                /* nnodes + spare_nodes */
     int *slot_node;           /* the node serving each of the job's nnodes slots */

@@ -750,6 +750,7 @@ void leader_log_refusals(struct leader *l, int64_t now, bool flush)
 void leader_release(struct leader *l)
 {
     store_free(l->store);
+    auth_seen_release(&l->seen);
     json_decref(l->barriers);
     json_decref(l->failures);
     json_decref(l->segments);

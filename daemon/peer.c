@@ -400,7 +400,16 @@ static void handshake_step(struct peer *p, const uint8_t *payload, size_t len)
     uint8_t out[AUTH_CHAL_LEN];
     int ret;
 
-    if (p->kind == PEER_TCP_SERVER && p->hs.state == 0) {
+    if (p->kind == PEER_TCP_SERVER && p->hs.state == 0 && p->seen &&
+        auth_is_early_hello(payload, len)) {
+        ret = auth_early_accept(&p->hs, &p->key, payload, len, &p->sess);
+        if (ret == 0 && (ret = auth_seen_add(p->seen, p->hs.nonce_c)) == -EEXIST) {
+            peer_close(p, "authentication failed: a replayed hello");
+            return;
+        }
+        if (ret == 0)
+            become_ready(p);
+    } else if (p->kind == PEER_TCP_SERVER && p->hs.state == 0) {
         ret = auth_server_challenge(&p->hs, &p->key, payload, len, out);
         p->heard = ret == 0;
         if (ret == 0)
@@ -604,10 +613,22 @@ static void on_connect(uv_connect_t *req, int status)
         return;
     }
     ret = start_reading(p);
-    if (ret == 0)
-        ret = auth_client_hello(&p->hs, &p->key, hello) < 0 ? UV_EIO : 0;
-    if (ret == 0)
-        ret = send_raw(p, hello, sizeof(hello));
+    if (ret == 0 && p->early) {
+        /* The hello and what the owner sends once ready (its join) leave in one write. */
+        uint8_t early[AUTH_EARLY_LEN];
+        ret = auth_early_hello(&p->hs, &p->key, early, &p->sess) < 0 ? UV_EIO : 0;
+        batching = true;
+        if (ret == 0)
+            ret = send_raw(p, early, sizeof(early));
+        if (ret == 0)
+            become_ready(p);
+        batch_flush_all();
+    } else {
+        if (ret == 0)
+            ret = auth_client_hello(&p->hs, &p->key, hello) < 0 ? UV_EIO : 0;
+        if (ret == 0)
+            ret = send_raw(p, hello, sizeof(hello));
+    }
     if (ret < 0 && !p->closing)
         peer_close(p, uv_strerror(ret));
 }

@@ -61,6 +61,10 @@ struct peer {
     struct auth_key key;
     struct auth_handshake hs;
     struct auth_session sess;
+    /* TCP server: takes the one-frame hello (auth.h) too, remembering its nonces here; NULL:
+     * the three-frame handshake only. Borrowed from the owner. */
+    struct auth_seen *seen;
+    bool early;               /* TCP client: opens with the one-frame hello (set before it) */
     bool ready;               /* handshake done (or Unix) */
     bool heard;               /* a valid frame came: a well-formed hello at least (or Unix) */
     bool closing;             /* peer_close was called */

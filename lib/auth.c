@@ -79,6 +79,7 @@ static void hmac(const uint8_t *key, const uint8_t *msg, size_t n, uint8_t out[A
 static const uint8_t magic_hello[4] = {'G', 'R', 'H', '1'};
 static const uint8_t magic_chal[4] = {'G', 'R', 'C', '1'};
 static const uint8_t magic_proof[4] = {'G', 'R', 'P', '1'};
+static const uint8_t magic_early[4] = {'G', 'R', 'J', '1'};
 
 /* HMAC(key, label || nonce_c || nonce_s): the one derivation every step uses. */
 static void derive(const uint8_t *key, const char *label, const struct auth_handshake *hs,
@@ -94,12 +95,15 @@ static void derive(const uint8_t *key, const char *label, const struct auth_hand
     OPENSSL_cleanse(msg, sizeof(msg));
 }
 
-static void session_keys(struct auth_handshake *hs, struct auth_session *sess, int client)
+/* Each direction's key, from labels of their own for each handshake: the one-frame hello's
+ * ("gpurun ec2s", nonce_s all zero) never equal the three-frame one's. */
+static void session_keys_of(struct auth_handshake *hs, struct auth_session *sess, int client,
+                            const char *c2s_label, const char *s2c_label)
 {
     uint8_t c2s[AUTH_KEY_LEN], s2c[AUTH_KEY_LEN];
 
-    derive(hs->key.k, "gpurun c2s", hs, c2s);
-    derive(hs->key.k, "gpurun s2c", hs, s2c);
+    derive(hs->key.k, c2s_label, hs, c2s);
+    derive(hs->key.k, s2c_label, hs, s2c);
     memcpy(sess->tx_key, client ? c2s : s2c, AUTH_KEY_LEN);
     memcpy(sess->rx_key, client ? s2c : c2s, AUTH_KEY_LEN);
     sess->tx_seq = sess->rx_seq = 0;
@@ -108,6 +112,11 @@ static void session_keys(struct auth_handshake *hs, struct auth_session *sess, i
     OPENSSL_cleanse(s2c, sizeof(s2c));
     OPENSSL_cleanse(&hs->key, sizeof(hs->key));
     hs->state = HS_DONE;
+}
+
+static void session_keys(struct auth_handshake *hs, struct auth_session *sess, int client)
+{
+    session_keys_of(hs, sess, client, "gpurun c2s", "gpurun s2c");
 }
 
 void auth_key_derive(const struct auth_key *key, const char *label, uint8_t out[AUTH_TAG_LEN])
@@ -278,6 +287,95 @@ static uint64_t get_be64(const uint8_t *p)
     for (int i = 0; i < 8; i++)
         v = v << 8 | p[i];
     return v;
+}
+
+/* --- the one-frame hello ------------------------------------------------------------------ */
+
+int auth_early_hello(struct auth_handshake *hs, const struct auth_key *key,
+                     uint8_t out[AUTH_EARLY_LEN], struct auth_session *sess)
+{
+    memset(hs, 0, sizeof(*hs));
+    hs->key = *key;
+    if (auth_random(hs->nonce_c, AUTH_NONCE_LEN) < 0) {
+        OPENSSL_cleanse(&hs->key, sizeof(hs->key));
+        return -EIO;
+    }
+    memcpy(out, magic_early, 4);
+    memcpy(out + 4, hs->nonce_c, AUTH_NONCE_LEN);
+    derive(hs->key.k, "gpurun early", hs, out + 4 + AUTH_NONCE_LEN);
+    session_keys_of(hs, sess, 1, "gpurun ec2s", "gpurun es2c");
+    return 0;
+}
+
+bool auth_is_early_hello(const uint8_t *in, size_t len)
+{
+    return len >= 4 && !memcmp(in, magic_early, 4);
+}
+
+int auth_early_accept(struct auth_handshake *hs, const struct auth_key *key, const uint8_t *in,
+                      size_t len, struct auth_session *sess)
+{
+    static const uint8_t zero[AUTH_NONCE_LEN];
+    uint8_t want[AUTH_TAG_LEN];
+
+    memset(hs, 0, sizeof(*hs));
+    if (len != AUTH_EARLY_LEN || memcmp(in, magic_early, 4) ||
+        !memcmp(in + 4, zero, AUTH_NONCE_LEN))
+        return -EBADMSG;
+    hs->key = *key;
+    memcpy(hs->nonce_c, in + 4, AUTH_NONCE_LEN);
+    derive(hs->key.k, "gpurun early", hs, want);
+    if (CRYPTO_memcmp(want, in + 4 + AUTH_NONCE_LEN, AUTH_TAG_LEN)) {
+        OPENSSL_cleanse(&hs->key, sizeof(hs->key));
+        return -EACCES;
+    }
+    session_keys_of(hs, sess, 0, "gpurun ec2s", "gpurun es2c");
+    return 0;
+}
+
+/* An open-addressing set of 32-byte nonces, the all-zero one marking an empty slot (a hello
+ * with it is malformed). Nonces are random: their first 8 bytes are the hash. */
+int auth_seen_add(struct auth_seen *s, const uint8_t nonce[AUTH_NONCE_LEN])
+{
+    static const uint8_t zero[AUTH_NONCE_LEN];
+    uint64_t h = get_be64(nonce);
+    size_t mask;
+
+    if (!memcmp(nonce, zero, AUTH_NONCE_LEN))
+        return -EINVAL;
+    if (2 * (s->n + 1) > s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 1024;
+        uint8_t(*slots)[AUTH_NONCE_LEN] = calloc(cap, AUTH_NONCE_LEN);
+        if (!slots)
+            return -ENOMEM;
+        for (size_t i = 0; i < s->cap; i++) {
+            if (!memcmp(s->slots[i], zero, AUTH_NONCE_LEN))
+                continue;
+            size_t j = get_be64(s->slots[i]) & (cap - 1);
+            while (memcmp(slots[j], zero, AUTH_NONCE_LEN))
+                j = (j + 1) & (cap - 1);
+            memcpy(slots[j], s->slots[i], AUTH_NONCE_LEN);
+        }
+        free(s->slots);
+        s->slots = slots;
+        s->cap = cap;
+    }
+    mask = s->cap - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        if (!memcmp(s->slots[i], nonce, AUTH_NONCE_LEN))
+            return -EEXIST;
+        if (!memcmp(s->slots[i], zero, AUTH_NONCE_LEN)) {
+            memcpy(s->slots[i], nonce, AUTH_NONCE_LEN);
+            s->n++;
+            return 0;
+        }
+    }
+}
+
+void auth_seen_release(struct auth_seen *s)
+{
+    free(s->slots);
+    *s = (struct auth_seen){0};
 }
 
 void auth_session_key(struct auth_session *s)

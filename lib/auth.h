@@ -18,10 +18,27 @@
  *
  * seq counts the frames of that direction from 0; a frame whose seq is not the next one is
  * a replay or a reorder and is refused, and a frame of another job or link fails its tag.
+ *
+ * An agent's link to its leader opens with one frame instead, so that the join rides in the
+ * same write and the leader answers nothing before its assign:
+ *
+ *   client -> server  early hello: "GRJ1" nonce_c[32] HMAC(K, "gpurun early" nonce_c zero[32])
+ *
+ * and the session keys are HMAC(K, "gpurun ec2s" nonce_c zero[32]) and "gpurun es2c"
+ * likewise. The client's freshness makes every server frame new to it, and the server's first
+ * frame, under a key only holders of K have, proves the server. The server's freshness is its
+ * memory: it refuses a nonce it has seen (struct auth_seen), so a recorded hello replayed to
+ * it fails. A job's key is its leader's alone (a new one for every start of the batch script,
+ * every requeue), so no other server takes the recording, and only the leader accepts the one
+ * frame (the memory links between agents and gpurun status keep the three). What a server
+ * that squats on the leader's port before it listens learns is the join's text, which a
+ * listener on the wire reads anyway: frames are signed, not encrypted.
+ *
  * All comparisons of secrets are constant-time (CRYPTO_memcmp). */
 #ifndef GPURUN_AUTH_H
 #define GPURUN_AUTH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +49,7 @@
 #define AUTH_HELLO_LEN   (4 + AUTH_NONCE_LEN)
 #define AUTH_CHAL_LEN    (4 + AUTH_NONCE_LEN + AUTH_TAG_LEN)
 #define AUTH_PROOF_LEN   (4 + AUTH_TAG_LEN)
+#define AUTH_EARLY_LEN   (4 + AUTH_NONCE_LEN + AUTH_TAG_LEN)
 /* Bytes a sealed frame adds around its JSON. */
 #define AUTH_OVERHEAD    (AUTH_SEQ_LEN + AUTH_TAG_LEN)
 /* The key file holds the key as hex plus an optional newline. */
@@ -104,6 +122,31 @@ int auth_server_challenge(struct auth_handshake *hs, const struct auth_key *key,
  * frame of the wrong shape, -EACCES for a wrong key. */
 int auth_server_finish(struct auth_handshake *hs, const uint8_t *in, size_t len,
                        struct auth_session *sess);
+
+/* Client: the one-frame hello into out and the session it opens into sess (the server's
+ * first frame, opened with it, proves the server). Returns 0 or -EIO (RNG failure). */
+int auth_early_hello(struct auth_handshake *hs, const struct auth_key *key,
+                     uint8_t out[AUTH_EARLY_LEN], struct auth_session *sess);
+
+/* Whether a first frame of len bytes is a one-frame hello (by its magic). */
+bool auth_is_early_hello(const uint8_t *in, size_t len);
+
+/* Server: checks a one-frame hello; on success fills sess, with the client's nonce in
+ * hs->nonce_c for the caller's auth_seen_add. Returns 0, -EBADMSG for a frame of the wrong
+ * shape (an all-zero nonce included), -EACCES for a wrong key. */
+int auth_early_accept(struct auth_handshake *hs, const struct auth_key *key, const uint8_t *in,
+                      size_t len, struct auth_session *sess);
+
+/* The nonces of the one-frame hellos a server took: a zeroed struct is empty. */
+struct auth_seen {
+    uint8_t (*slots)[AUTH_NONCE_LEN];
+    size_t cap, n;
+};
+
+/* Remembers nonce. Returns 0, -EEXIST when it was seen before (a replay), -EINVAL for the
+ * all-zero nonce, -ENOMEM. */
+int auth_seen_add(struct auth_seen *s, const uint8_t nonce[AUTH_NONCE_LEN]);
+void auth_seen_release(struct auth_seen *s);
 
 /* Makes tx_mac and rx_mac from tx_key and rx_key (a handshake does; a session whose keys
  * were set by hand needs it). */

@@ -1,6 +1,6 @@
 /* Tests of lib/auth: the handshake with the same key and with wrong keys on either side,
  * sealed frames refused when replayed, reordered, tampered with or taken from another link,
- * and the key file's mode and format checks. */
+ * the key file's mode and format checks, and the one-frame hello with its replay memory. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -497,4 +497,92 @@ TEST(auth_random_fills_fresh_bytes)
     CHECK_INT(zeros, <, 1000);
     CHECK_EQ(auth_random(a, 32), 0);
     CHECK(memcmp(a, b, 32) != 0);
+}
+
+/* --- the one-frame hello ------------------------------------------------------------------ */
+
+/* The hello opens a session both ways at once: the client seals its join before any answer,
+ * the server's frame proves the server; the tag and the keys are HMACs under the job key with
+ * labels of their own (computed here with OpenSSL's HMAC from the frame's bytes). */
+TEST(auth_early_hello_opens_both_directions)
+{
+    struct auth_key k = key_of(21);
+    struct auth_handshake chs, shs;
+    struct auth_session cs = {0}, ss = {0};
+    uint8_t hello[AUTH_EARLY_LEN], msg[12 + 2 * AUTH_NONCE_LEN] = {0}, want[EVP_MAX_MD_SIZE];
+    uint8_t a[128];
+    unsigned wlen = 0;
+    size_t la;
+
+    CHECK_EQ(auth_early_hello(&chs, &k, hello, &cs), 0);
+    CHECK(auth_is_early_hello(hello, sizeof(hello)));
+    CHECK(!memcmp(hello, "GRJ1", 4));
+    memcpy(msg, "gpurun early", 12);
+    memcpy(msg + 12, hello + 4, AUTH_NONCE_LEN);
+    CHECK(HMAC(EVP_sha256(), k.k, AUTH_KEY_LEN, msg, sizeof(msg), want, &wlen) != NULL);
+    CHECK(!memcmp(hello + 4 + AUTH_NONCE_LEN, want, AUTH_TAG_LEN));
+    /* The join leaves before the server said anything. */
+    la = seal(&cs, a, "{\"type\":\"join\"}");
+    CHECK_EQ(auth_early_accept(&shs, &k, hello, sizeof(hello), &ss), 0);
+    CHECK(!memcmp(shs.nonce_c, hello + 4, AUTH_NONCE_LEN));
+    check_open(&ss, a, la, "{\"type\":\"join\"}");
+    la = seal(&ss, a, "{\"type\":\"assign\"}");
+    check_open(&cs, a, la, "{\"type\":\"assign\"}");
+    /* The directions' keys differ: a frame of the client's does not open as the server's. */
+    la = seal(&cs, a, "{\"type\":\"hb\"}");
+    CHECK_EQ(auth_open(&cs, a, la, &(const uint8_t *){0}, &(size_t){0}), -EBADMSG);
+    auth_session_release(&cs);
+    auth_session_release(&ss);
+}
+
+/* A wrong key is refused at the hello; a hello of the wrong shape, or with the all-zero nonce
+ * (the replay memory's empty slot), is malformed; a three-frame hello is not a one-frame one. */
+TEST(auth_early_hello_refused_for_key_and_shape)
+{
+    struct auth_key k = key_of(21), other = key_of(22);
+    struct auth_handshake chs, shs;
+    struct auth_session cs = {0}, ss = {0};
+    uint8_t hello[AUTH_EARLY_LEN], bad[AUTH_EARLY_LEN], hello3[AUTH_HELLO_LEN];
+
+    CHECK_EQ(auth_early_hello(&chs, &k, hello, &cs), 0);
+    CHECK_EQ(auth_early_accept(&shs, &other, hello, sizeof(hello), &ss), -EACCES);
+    memcpy(bad, hello, sizeof(bad));
+    bad[sizeof(bad) - 1] ^= 1;
+    CHECK_EQ(auth_early_accept(&shs, &k, bad, sizeof(bad), &ss), -EACCES);
+    CHECK_EQ(auth_early_accept(&shs, &k, hello, sizeof(hello) - 1, &ss), -EBADMSG);
+    memcpy(bad, hello, sizeof(bad));
+    memset(bad + 4, 0, AUTH_NONCE_LEN);
+    CHECK_EQ(auth_early_accept(&shs, &k, bad, sizeof(bad), &ss), -EBADMSG);
+    CHECK_EQ(auth_client_hello(&chs, &k, hello3), 0);
+    CHECK(!auth_is_early_hello(hello3, sizeof(hello3)));
+    CHECK_EQ(auth_early_accept(&shs, &k, hello3, sizeof(hello3), &ss), -EBADMSG);
+    auth_session_release(&cs);
+}
+
+/* The replay memory: each nonce once, through the table's growth; a recorded hello's nonce is
+ * refused however many came after it. */
+TEST(auth_seen_refuses_a_nonce_twice)
+{
+    enum { N = 5000 };
+    struct auth_seen seen = {0};
+    uint8_t nonce[AUTH_NONCE_LEN], first[AUTH_NONCE_LEN] = {0}, zero[AUTH_NONCE_LEN] = {0};
+
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(auth_random(nonce, sizeof(nonce)), 0);
+        if (i == 0)
+            memcpy(first, nonce, sizeof(first));
+        CHECK_EQ(auth_seen_add(&seen, nonce), 0);
+        CHECK_EQ(auth_seen_add(&seen, nonce), -EEXIST);
+    }
+    CHECK_EQ(seen.n, N);
+    CHECK_EQ(auth_seen_add(&seen, first), -EEXIST);
+    /* Nonces alike in their first 8 bytes (the hash) are still told apart. */
+    memset(nonce, 7, sizeof(nonce));
+    CHECK_EQ(auth_seen_add(&seen, nonce), 0);
+    nonce[31] = 8;
+    CHECK_EQ(auth_seen_add(&seen, nonce), 0);
+    CHECK_EQ(auth_seen_add(&seen, nonce), -EEXIST);
+    CHECK_EQ(auth_seen_add(&seen, zero), -EINVAL);
+    auth_seen_release(&seen);
+    CHECK(seen.slots == NULL && seen.n == 0);
 }

@@ -1090,6 +1090,52 @@ TEST(daemon_quiet_put_answered_only_when_refused)
     CHECK_EQ(daemon_stop(&d), 125);
 }
 
+/* An agent's one-frame hello (auth.h): its join rides in the same write and the assign, the
+ * leader's first frame, opens under the session the hello made. The hello replayed on
+ * another connection is refused at once, and one made with another key too, each with its
+ * line. */
+TEST(daemon_one_frame_hello)
+{
+    struct auth_key other;
+    struct daemon d;
+    struct wire a[2], r;
+    uint8_t hello[AUTH_EARLY_LEN];
+    json_t *m;
+
+    daemon_start(&d, true);
+    CHECK_EQ(wire_connect(&a[0], d.host, d.port), 0);
+    CHECK_EQ(wire_early_hello(&a[0], &d.key, hello), 0);
+    send_join(&a[0], 0, 1);
+    client_open(&d, &a[1]);
+    send_join(&a[1], 1, 1);
+    for (int k = 0; k < 2; k++) {
+        m = recv_msg(&a[k]);
+        CHECK_STR(type_of(m), "assign");
+        CHECK_EQ(json_integer_value(json_object_get(m, "rank_base")), k);
+        json_decref(m);
+    }
+    /* Served like any agent: a put and its value. */
+    send_json(&a[0], "{\"type\":\"kv_put\",\"id\":1,\"key\":\"k\",\"value\":\"v\"}");
+    expect_ok(&a[0], 1);
+
+    CHECK_EQ(wire_connect(&r, d.host, d.port), 0);
+    CHECK_EQ(wire_send_frame(&r, hello, sizeof(hello)), 0);
+    CHECK_EQ(wire_wait_closed(&r, PROMPT_MS), 0);
+    wire_close(&r);
+    expect_log(&d, "authentication failed: a replayed hello", NULL, 1);
+
+    CHECK_EQ(auth_key_generate(&other), 0);
+    CHECK_EQ(wire_connect(&r, d.host, d.port), 0);
+    CHECK_EQ(wire_early_hello(&r, &other, NULL), 0);
+    CHECK_EQ(wire_wait_closed(&r, PROMPT_MS), 0);
+    wire_close(&r);
+    expect_log(&d, "authentication failed: wrong job key", NULL, 1);
+
+    wire_close(&a[0]);
+    wire_close(&a[1]);
+    CHECK_EQ(daemon_stop(&d), STATUS_NODE_LOST);
+}
+
 /* --- joins --------------------------------------------------------------------------------- */
 
 TEST(daemon_bad_join_refused)

@@ -158,6 +158,20 @@ int wire_handshake(struct wire *w, const struct auth_key *key, int timeout_ms)
     return ret;
 }
 
+int wire_early_hello(struct wire *w, const struct auth_key *key, uint8_t *hello)
+{
+    struct auth_handshake hs;
+    uint8_t early[AUTH_EARLY_LEN];
+    int ret = auth_early_hello(&hs, key, early, &w->sess);
+
+    if (ret == 0)
+        ret = wire_send_frame(w, early, sizeof(early));
+    if (ret == 0 && hello)
+        memcpy(hello, early, sizeof(early));
+    memset(&hs, 0, sizeof(hs));
+    return ret;
+}
+
 /* HMAC(key, label || nonce_c || nonce_s), as auth.h describes every derivation. */
 static void derive(const struct auth_key *key, const char *label, const uint8_t *nonce_c,
                    const uint8_t *nonce_s, uint8_t out[AUTH_TAG_LEN])

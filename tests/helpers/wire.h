@@ -33,6 +33,11 @@ int wire_local_port(const struct wire *w);
  * -ECONNRESET when the server hung up; -ETIMEDOUT; another negative errno. */
 int wire_handshake(struct wire *w, const struct auth_key *key, int timeout_ms);
 
+/* Opens w with the one-frame hello (auth.h) under key: sends it and sets w->sess at once
+ * (the server's first frame proves the server). The hello's bytes go to hello when not NULL,
+ * for a replay. Returns 0 or a negative errno. */
+int wire_early_hello(struct wire *w, const struct auth_key *key, uint8_t *hello);
+
 /* A forged handshake: sends hello, takes any challenge and answers with a proof made with
  * key without checking the server, as a client holding the wrong key would. Returns 0 once
  * the proof is sent (w->sess then holds keys derived from key), or a negative errno. */
