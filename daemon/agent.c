@@ -1465,8 +1465,20 @@ static void on_leader_message(struct peer *p, struct msg *m)
             }
             return;
         }
-        if (m->type == MSG_ERROR)
+        if (m->type == MSG_ERROR && m->id > 0 && m->id <= a->next_id) {
+            /* One of ours that nothing waits on here: a quiet put, whose rank was told it
+             * was kept, or a barrier, whose ranks wait in it. The job cannot go on as they
+             * believe. */
+            char cause[PROTO_KEY_MAX + 256];
+            snprintf(cause, sizeof(cause),
+                     "the leader refused a put or a barrier of node %d: %.64s: %.200s",
+                     a->node_rank, m->key, m->value);
+            log_error("%s", cause);
+            send_leader(
+                a, proto_pack("{s:s, s:s, s:i}", "type", "abort", "cause", cause, "status", 125));
+        } else if (m->type == MSG_ERROR) {
             log_error("leader refused a request: %s: %s", m->key, m->value);
+        }
         break;
     case MSG_BARRIER_DONE:
         barrier_release(a, m->key);

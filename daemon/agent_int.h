@@ -33,7 +33,8 @@
 
 /* The agent's states, and what moves it from each:
  *   FINDING   looking for the leader (endpoint.json or --rendezvous) and dialling it.
- *             -> JOINING when the link's handshake is done and the join is sent;
+ *             -> JOINING once connected: the one-frame hello (auth.h) and the join leave
+ *                together, and the leader's first frame proves it;
  *             -> DONE when no leader answers within join_timeout (124), the link fails for
  *                another reason than a refused connection (125), or a signal cancels (128+N).
  *   JOINING   waiting for the leader's assign.

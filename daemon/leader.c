@@ -561,6 +561,9 @@ static int leader_init(struct leader *l, uv_loop_t *loop, const struct leader_co
     l->t_limit0 = leader_limit_origin(l->t_start, &l->started_epoch_ms);
     l->outcome = "running";
     l->nphys = cfg->spec->nnodes + cfg->spec->spare_nodes;
+    /* Each node's agent opens its link once: room for four times as many, and for a few
+     * test clients (auth.h; a key holder looping on hellos grows it no further). */
+    l->seen.max = 4 * (size_t)l->nphys + 64;
     l->strangers_max = admit_strangers_max(
         getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ? -1 : (long)rl.rlim_cur,
         l->nphys, FDS_SLACK);

@@ -587,7 +587,9 @@ static void send_assigns(struct leader *l, const bool *fresh)
             .master_addr = l->advertise,
             .master_port = l->master_port,
             .hvd_port = hvd_server_port(l->hvd),
-            .hvd_host = n->slot >= 0 && l->hvd ? hvd_server_host(l->hvd, n->slot) : "",
+            .hvd_host = n->slot >= 0 && l->hvd && hvd_server_host(l->hvd, n->slot)
+                            ? hvd_server_host(l->hvd, n->slot)
+                            : "",
             .spare = n->slot < 0,
             .mem_addr = h >= 0 ? l->nodes[h].addr : "",
             .mem_port = h >= 0 ? l->nodes[h].mem_port : 0,
@@ -595,10 +597,13 @@ static void send_assigns(struct leader *l, const bool *fresh)
         };
         jtext.len = 0;
         proto_assign_text(&jtext, &as);
-        if (jtext.ok)
+        if (jtext.ok) {
             peer_send_text(&n->conn->peer, jtext.p, jtext.len);
-        else
+        } else {
             peer_close(&n->conn->peer, "out of memory for its assign");
+            jtext_release(&jtext);
+            jtext_init(&jtext);
+        }
     }
     jtext_release(&jtext);
     free(by_slot);

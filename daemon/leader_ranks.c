@@ -1,6 +1,7 @@
 /* The leader's side of what the ranks do through their agents: progress batches (reports,
  * waits, output and store signs, the ranks meeting), the store's keys and the barriers. The
  * rules that read these signs are hang.h's and stragglers.h's. */
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -76,18 +77,24 @@ void leader_on_store_ready(void *owner, int64_t id, const char *key, const char 
     }
 }
 
-/* A put the store cannot keep, of which its rank was told that it was kept (a quiet put):
- * the job cannot go on as its ranks believe, so it fails, naming the limit. */
-static void store_full(struct leader *l, struct conn *c, const char *key)
+/* A put the store cannot keep (err: full, or no memory), of which its rank was told that it
+ * was kept (a quiet put): the job cannot go on as its ranks believe, so it fails, naming the
+ * limit. */
+static void store_refused(struct leader *l, struct conn *c, const char *key, int err)
 {
     char cause[PROTO_KEY_MAX + 320];
     const struct node *n = &l->nodes[c->node];
 
-    snprintf(cause, sizeof(cause),
-             "the job's store is full (%zu keys, %zu bytes; its limits are %d keys and %d MiB): "
-             "node %d ('%s') put '%s', which it could not keep",
-             store_keys(l->store), store_bytes(l->store), PROTO_STORE_KEYS_MAX,
-             PROTO_STORE_MAX >> 20, c->node, n->hostname, key);
+    if (err == -ENOSPC)
+        snprintf(cause, sizeof(cause),
+                 "the job's store is full (%zu keys, %zu bytes; its limits are %d keys and %d "
+                 "MiB): node %d ('%s') put '%s', which it could not keep",
+                 store_keys(l->store), store_bytes(l->store), PROTO_STORE_KEYS_MAX,
+                 PROTO_STORE_MAX >> 20, c->node, n->hostname, key);
+    else
+        snprintf(cause, sizeof(cause),
+                 "the leader ran out of memory: node %d ('%s') put '%s', which it could not keep",
+                 c->node, n->hostname, key);
     leader_fail(l, 125, "failed", false,
                 leader_classed(leader_failure_new(cause, -1, c->node, n->hostname, 0, 0, ""),
                                FAILURE_USER_ERROR));
@@ -105,9 +112,10 @@ void leader_do_kv(struct leader *l, struct conn *c, struct msg *m)
         ret = store_put(l->store, m->key, m->value);
         if (ret < 0) {
             peer_send_error(&c->peer, m->id, "too_large",
-                            "store full: its key or byte limit is reached");
+                            ret == -ENOSPC ? "store full: its key or byte limit is reached"
+                                           : "out of memory");
             if (m->quiet)
-                store_full(l, c, m->key);
+                store_refused(l, c, m->key, ret);
         } else if (!m->quiet) {
             send_ok(c, m->id);
         }

@@ -407,6 +407,10 @@ static void handshake_step(struct peer *p, const uint8_t *payload, size_t len)
             peer_close(p, "authentication failed: a replayed hello");
             return;
         }
+        if (ret == -ENOSPC) {
+            peer_close(p, "refused: more one-frame hellos than the job's agents could send");
+            return;
+        }
         if (ret == 0)
             become_ready(p);
     } else if (p->kind == PEER_TCP_SERVER && p->hs.state == 0) {

@@ -23,6 +23,8 @@
  * pending connections (PENDING_CONNS_MAX in leader.c, plus one per node still to join):
  * about 1.3 MiB whatever the flood, plus 1.3 KiB per node until the job runs. */
 #define PEER_HANDSHAKE_FRAME_MAX AUTH_CHAL_LEN
+_Static_assert(AUTH_EARLY_LEN <= PEER_HANDSHAKE_FRAME_MAX,
+               "a one-frame hello is a handshake frame");
 /* Once a peer has proved the key it also holds its session's two keyed HMAC contexts
  * (auth.h), about 1.8 KiB: 22 MiB of the leader's 125 MiB at 12,500 agents. */
 

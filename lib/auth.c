@@ -338,44 +338,45 @@ int auth_early_accept(struct auth_handshake *hs, const struct auth_key *key, con
 int auth_seen_add(struct auth_seen *s, const uint8_t nonce[AUTH_NONCE_LEN])
 {
     static const uint8_t zero[AUTH_NONCE_LEN];
-    uint64_t h = get_be64(nonce);
-    size_t mask;
+    size_t i;
 
     if (!memcmp(nonce, zero, AUTH_NONCE_LEN))
         return -EINVAL;
+    for (i = get_be64(nonce) & (s->cap - 1); s->cap && memcmp(s->slots[i], zero, AUTH_NONCE_LEN);
+         i = (i + 1) & (s->cap - 1))
+        if (!memcmp(s->slots[i], nonce, AUTH_NONCE_LEN))
+            return -EEXIST;
+    if (s->max && s->n >= s->max)
+        return -ENOSPC;
     if (2 * (s->n + 1) > s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 1024;
         uint8_t(*slots)[AUTH_NONCE_LEN] = calloc(cap, AUTH_NONCE_LEN);
         if (!slots)
             return -ENOMEM;
-        for (size_t i = 0; i < s->cap; i++) {
-            if (!memcmp(s->slots[i], zero, AUTH_NONCE_LEN))
+        for (size_t k = 0; k < s->cap; k++) {
+            if (!memcmp(s->slots[k], zero, AUTH_NONCE_LEN))
                 continue;
-            size_t j = get_be64(s->slots[i]) & (cap - 1);
+            size_t j = get_be64(s->slots[k]) & (cap - 1);
             while (memcmp(slots[j], zero, AUTH_NONCE_LEN))
                 j = (j + 1) & (cap - 1);
-            memcpy(slots[j], s->slots[i], AUTH_NONCE_LEN);
+            memcpy(slots[j], s->slots[k], AUTH_NONCE_LEN);
         }
         free(s->slots);
         s->slots = slots;
         s->cap = cap;
+        for (i = get_be64(nonce) & (cap - 1); memcmp(slots[i], zero, AUTH_NONCE_LEN);
+             i = (i + 1) & (cap - 1))
+            ;
     }
-    mask = s->cap - 1;
-    for (size_t i = h & mask;; i = (i + 1) & mask) {
-        if (!memcmp(s->slots[i], nonce, AUTH_NONCE_LEN))
-            return -EEXIST;
-        if (!memcmp(s->slots[i], zero, AUTH_NONCE_LEN)) {
-            memcpy(s->slots[i], nonce, AUTH_NONCE_LEN);
-            s->n++;
-            return 0;
-        }
-    }
+    memcpy(s->slots[i], nonce, AUTH_NONCE_LEN);
+    s->n++;
+    return 0;
 }
 
 void auth_seen_release(struct auth_seen *s)
 {
     free(s->slots);
-    *s = (struct auth_seen){0};
+    *s = (struct auth_seen){.max = s->max};
 }
 
 void auth_session_key(struct auth_session *s)

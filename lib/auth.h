@@ -10,7 +10,7 @@
  *
  * Both nonces are fresh from the kernel's generator (getrandom), so each side proves the key
  * on a transcript it chose half of: a recorded handshake cannot be replayed. The client
- * checks the server too, so a process squatting on the leader's port learns nothing. Each
+ * checks the server too, so a process squatting on a daemon's port learns nothing. Each
  * direction then gets its own session key, HMAC(K, "gpurun c2s" nonce_c nonce_s) and
  * "gpurun s2c" likewise, and every later frame's payload is
  *
@@ -20,19 +20,22 @@
  * a replay or a reorder and is refused, and a frame of another job or link fails its tag.
  *
  * An agent's link to its leader opens with one frame instead, so that the join rides in the
- * same write and the leader answers nothing before its assign:
+ * same write and the leader answers nothing before it has something to say (a heartbeat or
+ * the assign):
  *
  *   client -> server  early hello: "GRJ1" nonce_c[32] HMAC(K, "gpurun early" nonce_c zero[32])
  *
  * and the session keys are HMAC(K, "gpurun ec2s" nonce_c zero[32]) and "gpurun es2c"
  * likewise. The client's freshness makes every server frame new to it, and the server's first
  * frame, under a key only holders of K have, proves the server. The server's freshness is its
- * memory: it refuses a nonce it has seen (struct auth_seen), so a recorded hello replayed to
- * it fails. A job's key is its leader's alone (a new one for every start of the batch script,
- * every requeue), so no other server takes the recording, and only the leader accepts the one
- * frame (the memory links between agents and gpurun status keep the three). What a server
- * that squats on the leader's port before it listens learns is the join's text, which a
- * listener on the wire reads anyway: frames are signed, not encrypted.
+ * memory: it refuses a nonce it has seen (struct auth_seen; bounded, as an agent opens its
+ * link once), so a recorded hello replayed to it fails. A job's key is its leader's alone (a
+ * new one for every start of the batch script, every requeue), so no other server takes the
+ * recording, and only the leader accepts the one frame (the memory links between agents and
+ * gpurun status keep the three). A server squatting on the leader's port before it listens
+ * learns what an agent sends before its answer (the join, the link probe, heartbeats), which
+ * a listener on the wire reads anyway: frames are signed, not encrypted. One that stays
+ * silent is found at the heartbeat timeout instead of at the handshake.
  *
  * All comparisons of secrets are constant-time (CRYPTO_memcmp). */
 #ifndef GPURUN_AUTH_H
@@ -137,14 +140,16 @@ bool auth_is_early_hello(const uint8_t *in, size_t len);
 int auth_early_accept(struct auth_handshake *hs, const struct auth_key *key, const uint8_t *in,
                       size_t len, struct auth_session *sess);
 
-/* The nonces of the one-frame hellos a server took: a zeroed struct is empty. */
+/* The nonces of the one-frame hellos a server took, at most max (0: no bound; the leader's
+ * is a few times its nodes, each of whose agents opens its link once): a zeroed struct is
+ * empty. */
 struct auth_seen {
     uint8_t (*slots)[AUTH_NONCE_LEN];
-    size_t cap, n;
+    size_t cap, n, max;
 };
 
-/* Remembers nonce. Returns 0, -EEXIST when it was seen before (a replay), -EINVAL for the
- * all-zero nonce, -ENOMEM. */
+/* Remembers nonce. Returns 0, -EEXIST when it was seen before (a replay), -ENOSPC when max
+ * are remembered already, -EINVAL for the all-zero nonce, -ENOMEM. */
 int auth_seen_add(struct auth_seen *s, const uint8_t nonce[AUTH_NONCE_LEN]);
 void auth_seen_release(struct auth_seen *s);
 

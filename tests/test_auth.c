@@ -560,7 +560,7 @@ TEST(auth_early_hello_refused_for_key_and_shape)
 }
 
 /* The replay memory: each nonce once, through the table's growth; a recorded hello's nonce is
- * refused however many came after it. */
+ * refused however many came after it; and its bound. */
 TEST(auth_seen_refuses_a_nonce_twice)
 {
     enum { N = 5000 };
@@ -585,4 +585,16 @@ TEST(auth_seen_refuses_a_nonce_twice)
     CHECK_EQ(auth_seen_add(&seen, zero), -EINVAL);
     auth_seen_release(&seen);
     CHECK(seen.slots == NULL && seen.n == 0);
+    /* Bounded: past max a new nonce is refused, a seen one is still named a replay. */
+    seen.max = 3;
+    for (int i = 0; i < 3; i++) {
+        memset(nonce, i + 1, sizeof(nonce));
+        CHECK_EQ(auth_seen_add(&seen, nonce), 0);
+    }
+    memset(nonce, 9, sizeof(nonce));
+    CHECK_EQ(auth_seen_add(&seen, nonce), -ENOSPC);
+    memset(nonce, 2, sizeof(nonce));
+    CHECK_EQ(auth_seen_add(&seen, nonce), -EEXIST);
+    auth_seen_release(&seen);
+    CHECK_EQ(seen.max, 3);
 }

@@ -1092,8 +1092,8 @@ TEST(daemon_quiet_put_answered_only_when_refused)
 
 /* An agent's one-frame hello (auth.h): its join rides in the same write and the assign, the
  * leader's first frame, opens under the session the hello made. The hello replayed on
- * another connection is refused at once, and one made with another key too, each with its
- * line. */
+ * another connection is refused at once, one made with another key too, and hellos past the
+ * bound of the leader's memory of them, each with its line. */
 TEST(daemon_one_frame_hello)
 {
     struct auth_key other;
@@ -1130,6 +1130,21 @@ TEST(daemon_one_frame_hello)
     CHECK_EQ(wire_wait_closed(&r, PROMPT_MS), 0);
     wire_close(&r);
     expect_log(&d, "authentication failed: wrong job key", NULL, 1);
+
+    /* The memory of hellos is bounded (four an agent, and 64): a key holder looping on
+     * hellos is refused past it. One taken above; 71 more fill it, each known taken by the
+     * status reply that follows it. */
+    for (int i = 0; i < 4 * 2 + 64 - 1; i++) {
+        CHECK_EQ(wire_connect(&r, d.host, d.port), 0);
+        CHECK_EQ(wire_early_hello(&r, &d.key, NULL), 0);
+        json_decref(status(&r, 1));
+        wire_close(&r);
+    }
+    CHECK_EQ(wire_connect(&r, d.host, d.port), 0);
+    CHECK_EQ(wire_early_hello(&r, &d.key, NULL), 0);
+    CHECK_EQ(wire_wait_closed(&r, PROMPT_MS), 0);
+    wire_close(&r);
+    expect_log(&d, "more one-frame hellos than the job's agents could send", NULL, 1);
 
     wire_close(&a[0]);
     wire_close(&a[1]);
