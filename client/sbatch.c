@@ -358,7 +358,7 @@ static void body(FILE *f, const struct sbatch_job *j)
         "(\n"
         "    while kill -0 \"$srun_pid\" 2>/dev/null; do\n"
         "        if [ -e \"$dir/summary.json\" ]; then\n"
-        "            grep -qsE '^ +\"state\": \"(lost|fenced)\"' \"$dir/summary.json\" || exit 0\n"
+        "            grep -qsE '\"state\":\"(lost|fenced)\"' \"$dir/summary.json\" || exit 0\n"
         "            sleep 0.5\n"
         "            kill -0 \"$srun_pid\" 2>/dev/null || exit 0\n"
         "            echo \"gpurun: a node the leader gave up still runs: ending the step\" >&2\n"

@@ -299,7 +299,8 @@ json_t *leader_node_view(const struct leader *l, int i, int64_t t)
 }
 
 /* leader_node_view()'s compact dump, written as text as the ranks' lines are: 12,500 nodes'
- * trees, dumped with indentation, were a third of a large job's summary. */
+ * trees, dumped with indentation, were a third of a large job's summary. The batch script
+ * (client/sbatch.c) reads a node given up from it: "state":"lost" or "fenced". */
 void leader_node_line(const struct leader *l, int i, int64_t t, struct jtext *j)
 {
     const struct node *n = &l->nodes[i];

@@ -133,6 +133,10 @@ TEST(summary_node_lines_are_the_views_dump)
         CHECK(want != NULL);
         if (want && t.ok)
             CHECK_STR(t.p, want);
+        /* What the batch script looks for (client/sbatch.c): a node given up, and only it. */
+        if (t.ok)
+            CHECK_EQ(strstr(t.p, "\"state\":\"lost\"") || strstr(t.p, "\"state\":\"fenced\""),
+                     i == 4 || i == 5);
         free(want);
         json_decref(v);
         jtext_release(&t);
