@@ -154,10 +154,9 @@ elif grep -q "^----- gpurun: .*: the rank is ended: .*SIGTERM -----$" "$job/logs
 elif grep -q "^----- gpurun: .*: the rank is ended: lost the leader: .* -----$" \
     "$job/logs/rank-2.log"; then
     # A third order of the same race: continued, the daemon finds its link closed (the
-    # leader gave it up) and ends the rank before it reads the shim's last words, then ends
-    # at gpurun's SIGTERM. The escapee was gone while the daemon was stopped (above): its
-    # shim swept it.
-    echo "# rank 2's escapee swept by its shim while the daemon was stopped (its count not read)"
+    # leader gave it up) before gpurun's SIGTERM, and its log holds no count. The escapee
+    # was gone while the daemon was stopped (above): only the rank's shim can have ended it.
+    echo "# rank 2's escapee ended by its shim while the daemon was stopped (no count in its log)"
 else
     fail "neither rank 2's log nor its daemon's counts its escapee: $(cat "$job/logs/rank-2.log")"
 fi
