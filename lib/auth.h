@@ -30,12 +30,13 @@
  * frame, under a key only holders of K have, proves the server. The server's freshness is its
  * memory: it refuses a nonce it has seen (struct auth_seen; bounded, as an agent opens its
  * link once), so a recorded hello replayed to it fails. A job's key is its leader's alone (a
- * new one for every start of the batch script, every requeue), so no other server takes the
- * recording, and only the leader accepts the one frame (the memory links between agents and
- * gpurun status keep the three). A server squatting on the leader's port before it listens
- * learns what an agent sends before its answer (the join, the link probe, heartbeats), which
- * a listener on the wire reads anyway: frames are signed, not encrypted. One that stays
- * silent is found at the heartbeat timeout instead of at the handshake.
+ * new one for every start of the batch script, every requeue; a key copied by hand into
+ * another job's dir would lose this), so no other server takes the recording, and only the
+ * leader accepts the one frame (the memory links between agents and gpurun status keep the
+ * three). A server squatting on the leader's port before it listens learns what an agent
+ * sends before its answer (the join, the link probe, heartbeats), which a listener on the
+ * wire reads anyway: frames are signed, not encrypted. One that stays silent is found at the
+ * heartbeat timeout instead of at the handshake.
  *
  * All comparisons of secrets are constant-time (CRYPTO_memcmp). */
 #ifndef GPURUN_AUTH_H
