@@ -11,11 +11,11 @@
  *       a rank for the teardown benchmark: writes DIR/$RANK with its pid, then sleeps
  *   loadgen stats
  *       reads numbers, one a line, and prints "median p90 min n"
- *   loadgen flood --port PORT [--seconds S] [--hold N] [--hello | --frame BYTES]
+ *   loadgen flood --port PORT [--seconds S] [--hold N] [--hello | --early | --frame BYTES]
  *       opens connections to 127.0.0.1:PORT as fast as it can for S seconds, holding the
- *       newest N open and silent (or each sending a well-formed hello and nothing more, or
- *       the header of a BYTES-long frame and as much of its payload as the socket takes);
- *       prints the number of attempts
+ *       newest N open and silent (or each sending a well-formed hello and nothing more, a
+ *       one-frame hello whose tag is not the key's, or the header of a BYTES-long frame and
+ *       as much of its payload as the socket takes); prints the number of attempts
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -1275,8 +1275,8 @@ static int cmd_flood(int argc, char **argv)
 {
     long port = 0, seconds = 5, hold = 1024, attempts = 0, failed = 0, frame = 0;
     struct sockaddr_in sa = {.sin_family = AF_INET};
-    uint8_t hello[FRAME_HDR_LEN + AUTH_HELLO_LEN];
-    bool send_hello = false;
+    uint8_t hello[FRAME_HDR_LEN + AUTH_HELLO_LEN], early[FRAME_HDR_LEN + AUTH_EARLY_LEN];
+    bool send_hello = false, send_early = false;
     uint8_t *big = NULL;
     int *ring;
     double end;
@@ -1285,6 +1285,10 @@ static int cmd_flood(int argc, char **argv)
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--hello")) {
             send_hello = true;
+            continue;
+        }
+        if (!strcmp(argv[i], "--early")) {
+            send_early = true;
             continue;
         }
         if (!strcmp(argv[i], "--port") && val) {
@@ -1309,8 +1313,8 @@ static int cmd_flood(int argc, char **argv)
         fprintf(stderr, "loadgen: flood: --port is required\n");
         return 2;
     }
-    if (send_hello && frame) {
-        fprintf(stderr, "loadgen: flood: --hello and --frame exclude each other\n");
+    if (send_hello + send_early + (frame > 0) > 1) {
+        fprintf(stderr, "loadgen: flood: --hello, --early and --frame exclude each other\n");
         return 2;
     }
     if (raise_nofile("a flood", hold + 16) < 0)
@@ -1332,6 +1336,11 @@ static int cmd_flood(int argc, char **argv)
     frame_put_header(hello, AUTH_HELLO_LEN);
     memcpy(hello + FRAME_HDR_LEN, "GRH1", 4);
     memset(hello + FRAME_HDR_LEN + 4, 0x5a, AUTH_HELLO_LEN - 4);
+    /* A one-frame hello made without the key: "GRJ1", a nonce and a tag that is not its
+     * HMAC, which the leader checks and refuses. */
+    frame_put_header(early, AUTH_EARLY_LEN);
+    memcpy(early + FRAME_HDR_LEN, "GRJ1", 4);
+    memset(early + FRAME_HDR_LEN + 4, 0xa5, AUTH_EARLY_LEN - 4);
     sa.sin_port = htons((uint16_t)port);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     end = now_ms() + (double)seconds * 1000;
@@ -1356,6 +1365,8 @@ static int cmd_flood(int argc, char **argv)
          * the connection stays silent. */
         if (send_hello)
             (void)send(fd, hello, sizeof(hello), MSG_NOSIGNAL | MSG_DONTWAIT);
+        else if (send_early)
+            (void)send(fd, early, sizeof(early), MSG_NOSIGNAL | MSG_DONTWAIT);
         else if (frame)
             (void)send(fd, big, FRAME_HDR_LEN + (size_t)frame, MSG_NOSIGNAL | MSG_DONTWAIT);
         *slot = fd;

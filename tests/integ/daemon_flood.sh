@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A flood of strangers' connections on the leader's port (loadgen flood: as fast as one core
 # opens them, the newest 2,000 held open and silent, then a second wave that sends a
-# well-formed hello and nothing more) while a 2-node job joins and runs: node 1 joins during
+# well-formed hello and nothing more, then a third of one-frame hellos made without the key)
+# while a 2-node job joins and runs: node 1 joins during
 # the flood, heartbeats keep flowing (2 s timeout), the job completes with status 0, a new
 # job (loadgen rendezvous, 64 agents) rendezvouses meanwhile, and the refusals are summarised
 # rather than logged one by one. Two rendezvousd on loopback, the job dir written by hand.
@@ -26,7 +27,7 @@ chmod 600 "$dir/key"
 cat >"$dir/job.json" <<JSON
 {"version": 1, "job_id": "flood", "nnodes": 2, "nprocs": 1, "loopback": true,
  "hb_interval_ms": 200, "hb_timeout_ms": 2000, "kill_grace_ms": 500, "join_timeout_ms": 20000,
- "argv": ["sh", "-c", "sleep 5; echo done \$RANK"]}
+ "argv": ["sh", "-c", "sleep 7; echo done \$RANK"]}
 JSON
 "$rdv" --job-dir "$dir" --node-rank 0 --log-level info >"$work/n0.out" 2>"$work/n0.err" &
 bg_pids=($!)
@@ -37,10 +38,12 @@ done
 port=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["port"])' \
     "$dir/endpoint.json") || fail "no endpoint.json from node 0"
 
-# Wave 1, silent connections, then wave 2, hellos: the job runs under one or the other from
-# node 1's join (1 s in) to its end.
-( "$loadgen" flood --port "$port" --seconds 4 --hold 2000 &&
-    "$loadgen" flood --port "$port" --seconds 4 --hold 2000 --hello ) >"$work/flood.out" \
+# Wave 1, silent connections, then wave 2, hellos, then wave 3, one-frame hellos without the
+# key (each costs the leader an HMAC): the job runs under one or another from node 1's join
+# (1 s in) to its end (8 s in).
+( "$loadgen" flood --port "$port" --seconds 3 --hold 2000 &&
+    "$loadgen" flood --port "$port" --seconds 3 --hold 2000 --hello &&
+    "$loadgen" flood --port "$port" --seconds 3 --hold 2000 --early ) >"$work/flood.out" \
     2>"$work/flood.err" &
 flood=$!
 bg_pids+=("$flood")
@@ -72,6 +75,8 @@ grep -q "all 2 nodes joined" "$work/n0.err" || fail "no join line from the leade
 # Strangers were refused and summarised: the log stays far below one line per attempt.
 grep -q "refused [0-9,]* connections from '127.0.0.1'" "$work/n0.err" ||
     fail "no refusal summary in the leader's log"
+grep -q "refused [0-9,]* connections from '127.0.0.1'.*wrong job key" "$work/n0.err" ||
+    fail "no refusal of the one-frame hellos made without the key in the leader's log"
 lines=$(wc -l <"$work/n0.err")
 [ "$lines" -lt 200 ] || fail "the leader wrote $lines log lines under the flood"
 echo "flood of $attempts connections: node 1 joined, the job completed, $lines log lines"
